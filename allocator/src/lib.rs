@@ -1,0 +1,1 @@
+//! Plimsoll's device-memory sub-allocator (being built).

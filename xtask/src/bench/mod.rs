@@ -1,0 +1,92 @@
+//! Benchmark suites. Each suite returns a [`Report`]; this module prints it as a table and writes
+//! `target/bench/<suite>.json` in the one format every suite shares:
+//! `{"suite": "allocator", "results": [{"name": "...", "value": 1.0, "unit": "..."}]}`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+mod allocator;
+
+/// One measured figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    /// What was measured, e.g. `alloc_free_pair_10k_live/plimsoll`.
+    pub name: String,
+    /// The figure.
+    pub value: f64,
+    /// Its unit, e.g. `ns`, `GFLOP/s`, `ratio`.
+    pub unit: String,
+}
+
+/// The results of one suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// The suite's name; also the JSON file's stem.
+    pub suite: String,
+    /// Every figure, in the order measured.
+    pub results: Vec<Measurement>,
+}
+
+impl Report {
+    /// An empty report for `suite`.
+    pub fn new(suite: &str) -> Self {
+        Self {
+            suite: suite.to_owned(),
+            results: Vec::new(),
+        }
+    }
+
+    /// Records a figure and prints it as a table row at once, so a long suite shows progress.
+    pub fn push(&mut self, name: impl Into<String>, value: f64, unit: &str) {
+        let name = name.into();
+        println!("  {name:<58} {value:>14.3} {unit}");
+        self.results.push(Measurement {
+            name,
+            value,
+            unit: unit.to_owned(),
+        });
+    }
+}
+
+const SUITES: &[&str] = &["allocator"];
+
+/// `cargo xtask bench [suite]`.
+pub fn run(args: &[String]) -> Result<()> {
+    let Some(suite) = args.first() else {
+        bail!("which suite? one of: {}, all", SUITES.join(", "));
+    };
+    let suites: Vec<&str> = if suite == "all" {
+        SUITES.to_vec()
+    } else {
+        vec![suite.as_str()]
+    };
+    for suite in suites {
+        let report = match suite {
+            "allocator" => allocator::run()?,
+            other => bail!(
+                "unknown suite `{other}`; one of: {}, all",
+                SUITES.join(", ")
+            ),
+        };
+        write(&report)?;
+    }
+    Ok(())
+}
+
+fn write(report: &Report) -> Result<()> {
+    let dir = workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(format!("{}.json", report.suite));
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+fn workspace_root() -> PathBuf {
+    // xtask/Cargo.toml sits one level below the workspace root.
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
