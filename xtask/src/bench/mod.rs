@@ -52,8 +52,22 @@ impl Report {
 
 const SUITES: &[&str] = &["allocator"];
 
-/// `cargo xtask bench [suite]`.
+/// `cargo xtask bench [suite]`. In a debug build it re-runs itself through
+/// `cargo run --release`, so no figure ever comes from unoptimised code.
 pub fn run(args: &[String]) -> Result<()> {
+    if cfg!(debug_assertions) {
+        let mut cargo_args = vec![
+            "run",
+            "--quiet",
+            "--release",
+            "--package",
+            "plimsoll-xtask",
+            "--",
+        ];
+        cargo_args.push("bench");
+        cargo_args.extend(args.iter().map(String::as_str));
+        return crate::cargo(&cargo_args);
+    }
     let Some(suite) = args.first() else {
         bail!("which suite? one of: {}, all", SUITES.join(", "));
     };

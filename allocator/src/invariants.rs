@@ -1,0 +1,195 @@
+//! The invariant checker: recomputes everything from the blocks and compares.
+
+use crate::block::{FreeKey, NIL};
+use crate::stats::fragmentation;
+use crate::{Category, SegmentSource, Stats};
+
+impl<S: SegmentSource> crate::BufferAllocator<S> {
+    /// Checks every invariant, recomputing every statistic from scratch: blocks tile each segment
+    /// exactly and are linked consistently, no two free blocks are neighbours, offsets honour their
+    /// alignment, the free index holds exactly the free blocks, and [`Stats`] and the label table
+    /// equal their recomputation. O(n); meant for tests.
+    ///
+    /// # Errors
+    /// A description of the first broken invariant.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let granule = self.config.granule_bytes;
+        let mut expected = Stats::default();
+        let mut label_bytes = vec![0u64; self.labels.entries.len()];
+        let mut free_count = 0usize;
+        let mut block_count = 0usize;
+        let mut largest = 0u64;
+        for (&id, entry) in &self.segments {
+            let mut index = entry.first_block;
+            let mut prev = NIL;
+            let mut end = 0u64;
+            let mut prev_free = false;
+            let mut used_blocks = 0u32;
+            while index != NIL {
+                let block = self
+                    .blocks
+                    .get(index)
+                    .ok_or(format!("{id:?}: block {index} out of slab"))?;
+                block_count += 1;
+                if block.segment != id || block.prev != prev || block.offset != end {
+                    return Err(format!(
+                        "{id:?}: block {index} misplaced: {block:?}, expected offset {end}, prev {prev}"
+                    ));
+                }
+                if block.size_bytes == 0
+                    || block.size_bytes % granule != 0
+                    || block.offset % granule != 0
+                {
+                    return Err(format!(
+                        "{id:?}: block {index} not granule-aligned: {block:?}"
+                    ));
+                }
+                let key = FreeKey::of(index, block);
+                match block.used {
+                    None => {
+                        if prev_free {
+                            return Err(format!("{id:?}: free block {index} follows a free block"));
+                        }
+                        if !self.free.contains(&key) {
+                            return Err(format!(
+                                "{id:?}: free block {index} missing from the free index"
+                            ));
+                        }
+                        free_count += 1;
+                        largest = largest.max(block.size_bytes);
+                        expected.free_bytes += block.size_bytes;
+                    }
+                    Some(used) => {
+                        if self.free.contains(&key) {
+                            return Err(format!("{id:?}: used block {index} in the free index"));
+                        }
+                        if block.offset % (1u64 << used.alignment_log2) != 0 {
+                            return Err(format!("{id:?}: block {index} breaks its alignment"));
+                        }
+                        if used.requested_bytes > block.size_bytes
+                            || block.size_bytes - used.requested_bytes >= granule
+                        {
+                            return Err(format!(
+                                "{id:?}: block {index} size {} for request {}",
+                                block.size_bytes, used.requested_bytes
+                            ));
+                        }
+                        used_blocks += 1;
+                        expected.allocated_bytes += block.size_bytes;
+                        expected.requested_bytes += used.requested_bytes;
+                        expected.live_allocations += 1;
+                        let category = &mut expected.categories[used.category.index()];
+                        category.allocated_bytes += block.size_bytes;
+                        category.requested_bytes += used.requested_bytes;
+                        category.live_allocations += 1;
+                        label_bytes[used.label as usize] += block.size_bytes;
+                    }
+                }
+                prev_free = block.used.is_none();
+                end = block.offset + block.size_bytes;
+                prev = index;
+                index = block.next;
+            }
+            if end != entry.size_bytes {
+                return Err(format!(
+                    "{id:?}: blocks end at {end}, segment holds {}",
+                    entry.size_bytes
+                ));
+            }
+            if used_blocks != entry.used_blocks
+                || (used_blocks == 0) != self.empty_segments.contains(&(entry.shared, id))
+            {
+                return Err(format!(
+                    "{id:?}: used-block count {} vs {used_blocks}, or empty list wrong",
+                    entry.used_blocks
+                ));
+            }
+            expected.reserved_bytes += entry.size_bytes;
+        }
+        if free_count != self.free.len() || block_count != self.blocks.live_count() {
+            return Err(format!(
+                "free index holds {} (expected {free_count}), slab holds {} (expected {block_count})",
+                self.free.len(),
+                self.blocks.live_count()
+            ));
+        }
+        if self
+            .empty_segments
+            .iter()
+            .any(|(_, id)| !self.segments.contains_key(id))
+        {
+            return Err("empty list names a released segment".into());
+        }
+        let stats = &self.stats;
+        let pairs = [
+            ("allocated", stats.allocated_bytes, expected.allocated_bytes),
+            ("requested", stats.requested_bytes, expected.requested_bytes),
+            ("reserved", stats.reserved_bytes, expected.reserved_bytes),
+            ("free", stats.free_bytes, expected.free_bytes),
+            (
+                "free index total",
+                self.free.total_bytes(),
+                expected.free_bytes,
+            ),
+            ("largest free", stats.largest_free_bytes, largest),
+            (
+                "waste",
+                stats.waste_bytes,
+                expected.allocated_bytes - expected.requested_bytes,
+            ),
+            (
+                "live allocations",
+                stats.live_allocations,
+                expected.live_allocations,
+            ),
+            ("free blocks", stats.free_blocks, free_count as u64),
+            ("segments", stats.segments, self.segments.len() as u64),
+            (
+                "live = allocations - frees",
+                stats.live_allocations,
+                stats.allocations - stats.frees,
+            ),
+            (
+                "segments = created - released",
+                stats.segments,
+                stats.segments_created - stats.segments_released,
+            ),
+        ];
+        for (name, kept, recomputed) in pairs {
+            if kept != recomputed {
+                return Err(format!("stat {name}: kept {kept}, recomputed {recomputed}"));
+            }
+        }
+        if stats.fragmentation != fragmentation(expected.free_bytes, largest) {
+            return Err(format!("fragmentation {} is stale", stats.fragmentation));
+        }
+        if stats.peak_allocated_bytes < stats.allocated_bytes
+            || stats.peak_reserved_bytes < stats.reserved_bytes
+            || stats.peak_requested_bytes < stats.requested_bytes
+        {
+            return Err("a peak is below its current value".into());
+        }
+        for category in Category::ALL {
+            let (kept, recomputed) = (stats.category(category), expected.category(category));
+            if kept.allocated_bytes != recomputed.allocated_bytes
+                || kept.requested_bytes != recomputed.requested_bytes
+                || kept.live_allocations != recomputed.live_allocations
+                || kept.peak_allocated_bytes < kept.allocated_bytes
+            {
+                return Err(format!(
+                    "category {category}: kept {kept:?}, recomputed {recomputed:?}"
+                ));
+            }
+        }
+        for (entry, bytes) in self.labels.entries.iter().zip(label_bytes) {
+            if entry.allocated_bytes != bytes || entry.peak_allocated_bytes < bytes {
+                return Err(format!(
+                    "label '{}': kept {}, recomputed {bytes}",
+                    entry.name, entry.allocated_bytes
+                ));
+            }
+        }
+        Ok(())
+    }
+}

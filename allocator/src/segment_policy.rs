@@ -1,0 +1,226 @@
+//! The segment policy: when segments are created and released, and when a request is out of
+//! memory. Why reserved memory stays close to allocated memory:
+//! - A request of at most `small_request_max_bytes` (after rounding) that finds no free block gets a
+//!   new shared segment of `small_segment_bytes`; a larger request gets a *dedicated* segment of
+//!   exactly its rounded size, so a big tensor never strands the tail of a big segment.
+//! - Before a new segment is created, every empty dedicated segment is released: it cannot serve
+//!   this request (best fit already failed), and keeping it would grow reserved memory beyond what
+//!   is in use. Trade-off: a loop whose sizes vary may create and release a device buffer per large
+//!   tensor per step instead of reusing a cached one; empty *shared* segments are kept, since they
+//!   are small and serve the next small request at once.
+//! - Likewise, a request does not split an empty dedicated segment if that would leave more than
+//!   `small_request_max_bytes` unused: the segment is released and one sized to the request is
+//!   created. (Should the source then refuse, the request still takes the old block if it remains.)
+//! - When the budget does not allow the new segment, every empty cached segment is released and
+//!   the budget checked again; a small request then falls back to a segment sized to it. When the
+//!   source refuses a segment, the same release happens and creation is tried once more with the
+//!   exact size. Only then is the request an out-of-memory error, and the allocator is unchanged by
+//!   it except for the released cache.
+
+use crate::allocator::SegmentEntry;
+use crate::block::{Block, FreeKey, NIL};
+use crate::stats::fragmentation;
+use crate::trace::{TraceEvent, TraceEventKind};
+use crate::{
+    AllocError, BufferAllocator, OomCause, OutOfMemory, Request, Result, SegmentId, SegmentSource,
+    Stats,
+};
+
+impl<S: SegmentSource> BufferAllocator<S> {
+    /// Finds room for `size_bytes` when no free block fits: a new segment, after releasing cache as
+    /// the module policy says. Returns the key of the new segment's one free block.
+    pub(crate) fn grow(&mut self, size_bytes: u64, request: &Request<'_>) -> Result<FreeKey> {
+        let shared = size_bytes <= self.config.small_request_max_bytes;
+        let preferred = if shared {
+            self.config.small_segment_bytes
+        } else {
+            size_bytes
+        };
+        self.release_empty_segments(true);
+        let fits = |stats: &Stats, bytes: u64, budget: u64| {
+            stats
+                .reserved_bytes
+                .checked_add(bytes)
+                .is_some_and(|total| total <= budget)
+        };
+        let budget = self.config.budget_bytes;
+        if !fits(&self.stats, preferred, budget) && !self.empty_segments.is_empty() {
+            self.release_empty_segments(false);
+            self.stats.retries_after_releasing_cache += 1;
+        }
+        let (segment_bytes, shared) = if fits(&self.stats, preferred, budget) {
+            (preferred, shared)
+        } else if fits(&self.stats, size_bytes, budget) {
+            (size_bytes, false)
+        } else {
+            let cause = if size_bytes > budget {
+                OomCause::NeverFits
+            } else if self.stats.free_bytes >= size_bytes {
+                OomCause::Fragmented
+            } else {
+                OomCause::BudgetFull
+            };
+            return Err(self.out_of_memory(request, cause));
+        };
+        let id = SegmentId(self.next_segment);
+        let created = match self.source.create_segment(id, segment_bytes) {
+            Ok(segment) => Ok((segment, segment_bytes, shared)),
+            Err(_) => {
+                self.release_empty_segments(false);
+                self.stats.retries_after_releasing_cache += 1;
+                self.source
+                    .create_segment(id, size_bytes)
+                    .map(|segment| (segment, size_bytes, false))
+            }
+        };
+        match created {
+            Ok((segment, segment_bytes, shared)) => {
+                self.next_segment += 1;
+                Ok(self.add_segment(id, segment, segment_bytes, shared))
+            }
+            Err(error) => {
+                let cause = OomCause::SourceFailed {
+                    message: error.to_string(),
+                };
+                Err(self.out_of_memory(request, cause))
+            }
+        }
+    }
+
+    fn out_of_memory(&mut self, request: &Request<'_>, cause: OomCause) -> AllocError {
+        self.stats.out_of_memory_errors += 1;
+        let stats = &self.stats;
+        let report = OutOfMemory {
+            requested_bytes: request.size_bytes,
+            category: request.category,
+            label: request.label.to_owned(),
+            allocated_bytes: stats.allocated_bytes,
+            reserved_bytes: stats.reserved_bytes,
+            budget_bytes: self.config.budget_bytes,
+            free_bytes: stats.free_bytes,
+            largest_free_bytes: stats.largest_free_bytes,
+            fragmentation: fragmentation(stats.free_bytes, stats.largest_free_bytes),
+            top_holders: self.top_holders(5),
+            cause,
+        };
+        self.trace.record(|event| TraceEvent {
+            event,
+            kind: TraceEventKind::OutOfMemory,
+            allocation: None,
+            segment: None,
+            offset: 0,
+            size_bytes: request.size_bytes,
+            category: Some(request.category),
+            label: Some(request.label.to_owned()),
+        });
+        report.into()
+    }
+
+    /// Whether taking free block `key` for `size_bytes` would split an *empty dedicated* segment
+    /// and leave more than `small_request_max_bytes` unused, while the budget allows a segment
+    /// sized to the request once it is released. Such a segment is released and the request gets a
+    /// segment sized to it instead (see the module policy).
+    pub(crate) fn would_waste_empty_dedicated(&self, key: &FreeKey, size_bytes: u64) -> bool {
+        let reserved_without = self.stats.reserved_bytes - key.size_bytes;
+        key.size_bytes - size_bytes > self.config.small_request_max_bytes
+            && reserved_without.saturating_add(size_bytes) <= self.config.budget_bytes
+            && self
+                .segments
+                .get(&SegmentId(key.segment))
+                .is_some_and(|entry| entry.used_blocks == 0 && !entry.shared)
+    }
+
+    /// The `count` labels holding the most bytes, largest first.
+    pub(crate) fn top_holders(&self, count: usize) -> Vec<(String, u64)> {
+        let top = self.labels.top(count);
+        top.into_iter()
+            .map(|entry| (entry.name.to_string(), entry.allocated_bytes))
+            .collect()
+    }
+
+    fn add_segment(
+        &mut self,
+        id: SegmentId,
+        segment: S::Segment,
+        size_bytes: u64,
+        shared: bool,
+    ) -> FreeKey {
+        let block = Block {
+            segment: id,
+            offset: 0,
+            size_bytes,
+            prev: NIL,
+            next: NIL,
+            used: None,
+        };
+        let first_block = self.blocks.insert(block);
+        let key = FreeKey::of(first_block, &self.blocks[first_block]);
+        self.free.insert(key);
+        self.segments.insert(
+            id,
+            SegmentEntry {
+                segment,
+                size_bytes,
+                first_block,
+                used_blocks: 0,
+                shared,
+            },
+        );
+        self.empty_segments.insert((shared, id));
+        let stats = &mut self.stats;
+        stats.reserved_bytes += size_bytes;
+        stats.peak_reserved_bytes = stats.peak_reserved_bytes.max(stats.reserved_bytes);
+        stats.free_bytes += size_bytes;
+        stats.segments += 1;
+        stats.segments_created += 1;
+        self.refresh_free_stats();
+        self.trace
+            .record(|event| segment_event(event, TraceEventKind::SegmentCreate, id, size_bytes));
+        key
+    }
+
+    /// Releases every empty segment, or only the empty dedicated ones; returns the bytes released.
+    pub(crate) fn release_empty_segments(&mut self, dedicated_only: bool) -> u64 {
+        let mut released = 0;
+        while let Some(&(shared, id)) = self.empty_segments.first() {
+            if shared && dedicated_only {
+                break;
+            }
+            self.empty_segments.remove(&(shared, id));
+            let Some(entry) = self.segments.remove(&id) else {
+                continue;
+            };
+            let first = entry.first_block;
+            self.free.remove(&FreeKey::of(first, &self.blocks[first]));
+            self.blocks.remove(first);
+            let stats = &mut self.stats;
+            stats.reserved_bytes -= entry.size_bytes;
+            stats.free_bytes -= entry.size_bytes;
+            stats.segments -= 1;
+            stats.segments_released += 1;
+            released += entry.size_bytes;
+            self.source.release_segment(id, entry.segment);
+            let size_bytes = entry.size_bytes;
+            self.trace.record(|event| {
+                segment_event(event, TraceEventKind::SegmentRelease, id, size_bytes)
+            });
+        }
+        if released > 0 {
+            self.refresh_free_stats();
+        }
+        released
+    }
+}
+
+fn segment_event(event: u64, kind: TraceEventKind, id: SegmentId, size_bytes: u64) -> TraceEvent {
+    TraceEvent {
+        event,
+        kind,
+        allocation: None,
+        segment: Some(id),
+        offset: 0,
+        size_bytes,
+        category: None,
+        label: None,
+    }
+}

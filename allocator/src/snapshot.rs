@@ -1,0 +1,97 @@
+//! A full picture of the allocator: every segment and block.
+
+use serde::Serialize;
+
+use crate::{Category, SegmentId, Stats};
+
+/// One block of a segment.
+#[derive(Clone, Debug, Serialize)]
+pub struct BlockSnapshot {
+    /// Byte offset in the segment.
+    pub offset: u64,
+    /// Bytes in the block.
+    pub size_bytes: u64,
+    /// Whether the block is free.
+    pub free: bool,
+    /// The allocation's sequence number (used blocks only).
+    pub sequence: Option<u64>,
+    /// Bytes asked for (used blocks only).
+    pub requested_bytes: Option<u64>,
+    /// The allocation's category (used blocks only).
+    pub category: Option<Category>,
+    /// The allocation's label (used blocks only).
+    pub label: Option<String>,
+}
+
+/// One segment and its blocks in address order; the blocks tile `[0, size_bytes)`.
+#[derive(Clone, Debug, Serialize)]
+pub struct SegmentSnapshot {
+    /// The segment's id.
+    pub id: SegmentId,
+    /// Bytes in the segment.
+    pub size_bytes: u64,
+    /// Whether it holds shared small blocks (otherwise it was sized to one request).
+    pub shared: bool,
+    /// Its blocks, in address order.
+    pub blocks: Vec<BlockSnapshot>,
+}
+
+/// Every segment and block, with the statistics, at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Snapshot {
+    /// The budget on reserved bytes.
+    pub budget_bytes: u64,
+    /// Segments in id order.
+    pub segments: Vec<SegmentSnapshot>,
+    /// The statistics at that moment.
+    pub stats: Stats,
+}
+
+impl Snapshot {
+    /// The snapshot as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
+    /// Every segment (in id order) and block (in address order), with the statistics.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut ids: Vec<SegmentId> = self.segments.keys().copied().collect();
+        ids.sort_unstable();
+        let segments = ids
+            .into_iter()
+            .filter_map(|id| self.segments.get(&id).map(|entry| (id, entry)))
+            .map(|(id, entry)| {
+                let mut blocks = Vec::new();
+                let mut index = entry.first_block;
+                while index != crate::block::NIL {
+                    let block = &self.blocks[index];
+                    blocks.push(BlockSnapshot {
+                        offset: block.offset,
+                        size_bytes: block.size_bytes,
+                        free: block.used.is_none(),
+                        sequence: block.used.map(|used| used.sequence),
+                        requested_bytes: block.used.map(|used| used.requested_bytes),
+                        category: block.used.map(|used| used.category),
+                        label: block
+                            .used
+                            .map(|used| self.labels.name(used.label).to_owned()),
+                    });
+                    index = block.next;
+                }
+                SegmentSnapshot {
+                    id,
+                    size_bytes: entry.size_bytes,
+                    shared: entry.shared,
+                    blocks,
+                }
+            })
+            .collect();
+        Snapshot {
+            budget_bytes: self.config.budget_bytes,
+            segments,
+            stats: self.stats.clone(),
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! Statistics kept in O(1) per operation, and the table of interned labels.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use serde::Serialize;
+
+use crate::Category;
+
+/// Current and peak bytes of one category.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct CategoryStats {
+    /// Bytes in live allocations of this category (rounded sizes).
+    pub allocated_bytes: u64,
+    /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
+    pub peak_allocated_bytes: u64,
+    /// Bytes asked for by live allocations of this category.
+    pub requested_bytes: u64,
+    /// Live allocations of this category.
+    pub live_allocations: u64,
+}
+
+/// The allocator's statistics. Every field is kept up to date by each operation in O(1)
+/// (the largest free block in O(log n)); `check_invariants` recomputes them from scratch.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    /// Bytes in live allocations: the sum of their rounded sizes.
+    pub allocated_bytes: u64,
+    /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
+    pub peak_allocated_bytes: u64,
+    /// Bytes in segments (what the device holds for us); capped by the budget.
+    pub reserved_bytes: u64,
+    /// Highest `reserved_bytes` since creation or the last `reset_peaks`.
+    pub peak_reserved_bytes: u64,
+    /// Bytes asked for by live allocations (before rounding).
+    pub requested_bytes: u64,
+    /// Highest `requested_bytes` since creation or the last `reset_peaks`.
+    pub peak_requested_bytes: u64,
+    /// Internal waste: `allocated_bytes - requested_bytes`, from rounding to the granule.
+    /// (Alignment padding is split off as a free block, so it shows as free, not waste.)
+    pub waste_bytes: u64,
+    /// Free bytes inside reserved segments: `reserved_bytes - allocated_bytes`.
+    pub free_bytes: u64,
+    /// The largest free block.
+    pub largest_free_bytes: u64,
+    /// `1 - largest_free_bytes / free_bytes`; 0 when nothing is free.
+    pub fragmentation: f64,
+    /// Per category, in the order of [`Category::ALL`].
+    pub categories: [CategoryStats; 7],
+    /// Live allocations.
+    pub live_allocations: u64,
+    /// Free blocks.
+    pub free_blocks: u64,
+    /// Live segments.
+    pub segments: u64,
+    /// Successful allocations since creation.
+    pub allocations: u64,
+    /// Frees since creation.
+    pub frees: u64,
+    /// Block splits (alignment padding or a remainder split off).
+    pub splits: u64,
+    /// Merges of a freed block with a free neighbour.
+    pub merges: u64,
+    /// Segments created.
+    pub segments_created: u64,
+    /// Segments released.
+    pub segments_released: u64,
+    /// Out-of-memory errors returned.
+    pub out_of_memory_errors: u64,
+    /// Times the allocator released its empty cached segments and tried again (budget full or the
+    /// source refused).
+    pub retries_after_releasing_cache: u64,
+}
+
+impl Stats {
+    /// The statistics of one category.
+    pub fn category(&self, category: Category) -> &CategoryStats {
+        &self.categories[category.index()]
+    }
+
+    /// Sets the derived free-memory fields from `free_bytes`, `largest_free_bytes`.
+    pub(crate) fn refresh_fragmentation(&mut self) {
+        self.fragmentation = fragmentation(self.free_bytes, self.largest_free_bytes);
+    }
+
+    pub(crate) fn on_allocate(&mut self, category: Category, size_bytes: u64, requested: u64) {
+        self.allocated_bytes += size_bytes;
+        self.requested_bytes += requested;
+        self.waste_bytes += size_bytes - requested;
+        self.free_bytes -= size_bytes;
+        self.live_allocations += 1;
+        self.allocations += 1;
+        self.peak_allocated_bytes = self.peak_allocated_bytes.max(self.allocated_bytes);
+        self.peak_requested_bytes = self.peak_requested_bytes.max(self.requested_bytes);
+        let entry = &mut self.categories[category.index()];
+        entry.allocated_bytes += size_bytes;
+        entry.requested_bytes += requested;
+        entry.live_allocations += 1;
+        entry.peak_allocated_bytes = entry.peak_allocated_bytes.max(entry.allocated_bytes);
+    }
+
+    pub(crate) fn on_free(&mut self, category: Category, size_bytes: u64, requested: u64) {
+        self.allocated_bytes -= size_bytes;
+        self.requested_bytes -= requested;
+        self.waste_bytes -= size_bytes - requested;
+        self.free_bytes += size_bytes;
+        self.live_allocations -= 1;
+        self.frees += 1;
+        let entry = &mut self.categories[category.index()];
+        entry.allocated_bytes -= size_bytes;
+        entry.requested_bytes -= requested;
+        entry.live_allocations -= 1;
+    }
+
+    pub(crate) fn reset_peaks(&mut self) {
+        self.peak_allocated_bytes = self.allocated_bytes;
+        self.peak_reserved_bytes = self.reserved_bytes;
+        self.peak_requested_bytes = self.requested_bytes;
+        for entry in &mut self.categories {
+            entry.peak_allocated_bytes = entry.allocated_bytes;
+        }
+    }
+}
+
+/// `1 - largest / free`, 0 when nothing is free.
+pub(crate) fn fragmentation(free_bytes: u64, largest_free_bytes: u64) -> f64 {
+    if free_bytes == 0 {
+        0.0
+    } else {
+        1.0 - largest_free_bytes as f64 / free_bytes as f64
+    }
+}
+
+/// Bytes held under one label.
+#[derive(Clone, Debug)]
+pub(crate) struct LabelEntry {
+    pub name: Box<str>,
+    /// Sum of the rounded sizes of live allocations with this label.
+    pub allocated_bytes: u64,
+    /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
+    pub peak_allocated_bytes: u64,
+    /// Live allocations with this label.
+    pub live_allocations: u64,
+}
+
+/// Interned labels: each distinct label string is stored once and named by its index, so a block
+/// carries a `u32` and per-label accounting is an array update. Labels are never removed.
+#[derive(Debug, Default)]
+pub(crate) struct LabelTable {
+    ids: HashMap<Box<str>, u32, BuildHasherDefault<FxHasher>>,
+    /// Indexed by label id; `entries[ids[name]].name == name`.
+    pub entries: Vec<LabelEntry>,
+    /// The label looked up last (a training loop asks for the same label many times in a row).
+    last: Option<u32>,
+}
+
+impl LabelTable {
+    pub fn intern(&mut self, label: &str) -> u32 {
+        if let Some(id) = self.last
+            && *self.entries[id as usize].name == *label
+        {
+            return id;
+        }
+        let id = match self.ids.get(label) {
+            Some(&id) => id,
+            None => {
+                let id = self.entries.len() as u32;
+                self.ids.insert(label.into(), id);
+                self.entries.push(LabelEntry {
+                    name: label.into(),
+                    allocated_bytes: 0,
+                    peak_allocated_bytes: 0,
+                    live_allocations: 0,
+                });
+                id
+            }
+        };
+        self.last = Some(id);
+        id
+    }
+
+    pub fn name(&self, id: u32) -> &str {
+        &self.entries[id as usize].name
+    }
+
+    pub fn on_allocate(&mut self, id: u32, size_bytes: u64) {
+        let entry = &mut self.entries[id as usize];
+        entry.allocated_bytes += size_bytes;
+        entry.live_allocations += 1;
+        entry.peak_allocated_bytes = entry.peak_allocated_bytes.max(entry.allocated_bytes);
+    }
+
+    pub fn on_free(&mut self, id: u32, size_bytes: u64) {
+        let entry = &mut self.entries[id as usize];
+        entry.allocated_bytes -= size_bytes;
+        entry.live_allocations -= 1;
+    }
+
+    pub fn reset_peaks(&mut self) {
+        for entry in &mut self.entries {
+            entry.peak_allocated_bytes = entry.allocated_bytes;
+        }
+    }
+
+    /// The `count` labels holding the most bytes now, largest first (ties by name).
+    pub fn top(&self, count: usize) -> Vec<&LabelEntry> {
+        let mut holders: Vec<&LabelEntry> = self
+            .entries
+            .iter()
+            .filter(|entry| entry.allocated_bytes > 0)
+            .collect();
+        holders.sort_by(|a, b| {
+            b.allocated_bytes
+                .cmp(&a.allocated_bytes)
+                .then(a.name.cmp(&b.name))
+        });
+        holders.truncate(count);
+        holders
+    }
+}
+
+/// The Fx hash (rustc's): a multiply-rotate per word, fast for short keys such as labels.
+#[derive(Default)]
+pub(crate) struct FxHasher {
+    hash: u64,
+}
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u8(&mut self, byte: u8) {
+        self.add(u64::from(byte));
+    }
+
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}

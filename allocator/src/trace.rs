@@ -1,0 +1,87 @@
+//! Optional bounded recording of allocator events.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::{AllocationId, Category, SegmentId};
+
+/// What happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceEventKind {
+    /// A block was handed out.
+    Allocate,
+    /// A block was given back.
+    Free,
+    /// A segment was created.
+    SegmentCreate,
+    /// A segment was released.
+    SegmentRelease,
+    /// An allocation failed with out-of-memory.
+    OutOfMemory,
+}
+
+/// One recorded event.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceEvent {
+    /// Position of the event in the allocator's history (counts events dropped from the front).
+    pub event: u64,
+    /// What happened.
+    pub kind: TraceEventKind,
+    /// The allocation's sequence number (allocate and free only).
+    pub allocation: Option<AllocationId>,
+    /// The segment concerned (none for out-of-memory).
+    pub segment: Option<SegmentId>,
+    /// The block's offset in its segment (0 for segment events).
+    pub offset: u64,
+    /// The block's, segment's or request's size.
+    pub size_bytes: u64,
+    /// The allocation's category (allocate, free, out-of-memory).
+    pub category: Option<Category>,
+    /// The allocation's label (allocate, free, out-of-memory).
+    pub label: Option<String>,
+}
+
+/// The most recent events, at most `capacity` of them (0, the default, records nothing).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Trace {
+    /// Most events kept; older ones are dropped first.
+    pub capacity: usize,
+    /// Events recorded so far, including dropped ones.
+    pub recorded: u64,
+    /// The kept events, oldest first; `events.len() <= capacity`.
+    pub events: VecDeque<TraceEvent>,
+}
+
+impl Trace {
+    /// Whether recording is on.
+    pub fn is_enabled(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// The trace as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub(crate) fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+        while self.events.len() > capacity {
+            self.events.pop_front();
+        }
+    }
+
+    /// Records an event; `make` runs only when recording is on, so a disabled trace costs one branch.
+    pub(crate) fn record(&mut self, make: impl FnOnce(u64) -> TraceEvent) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.events.len() == self.capacity {
+            self.events.pop_front();
+        }
+        let event = make(self.recorded);
+        self.recorded += 1;
+        self.events.push_back(event);
+    }
+}
