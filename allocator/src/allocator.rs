@@ -2,10 +2,12 @@
 //!
 //! The segment policy (when segments are created and released) lives in `segment_policy.rs`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::block::{Block, BlockSlab, FreeIndex, FreeKey, NIL, Used, align_up};
+use crate::block::{Block, BlockSlab, NIL, Used};
+use crate::free_index::{FreeIndex, FreeKey, align_up};
+use crate::segment_table::SegmentTable;
 use crate::stats::LabelTable;
 use crate::{
     AllocError, Allocation, AllocationId, AllocatorConfig, Request, Result, SegmentId,
@@ -20,22 +22,6 @@ pub(crate) const MIN_SPLIT_REMAINDER_GRANULES: u64 = 1;
 /// Gives each allocator a distinct id, so a handle from another allocator is recognised.
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
-/// One segment owned by the allocator.
-#[derive(Debug)]
-pub(crate) struct SegmentEntry<T> {
-    /// The source's handle.
-    pub segment: T,
-    /// A nonzero multiple of the granule; its blocks tile `[0, size_bytes)`.
-    pub size_bytes: u64,
-    /// Slab index of the block at offset 0 (stable for the segment's life).
-    pub first_block: u32,
-    /// Used blocks in the segment; 0 exactly when the segment is one free block and is listed in
-    /// `BufferAllocator::empty_segments`.
-    pub used_blocks: u32,
-    /// Created for small requests (`small_segment_bytes`); otherwise sized to one request.
-    pub shared: bool,
-}
-
 /// A best-fit sub-allocator of the memory of segments that a [`SegmentSource`] provides.
 /// See the crate documentation for the policy.
 pub struct BufferAllocator<S: SegmentSource> {
@@ -44,7 +30,8 @@ pub struct BufferAllocator<S: SegmentSource> {
     pub(crate) config: AllocatorConfig,
     /// Distinct from every other allocator's; stamped on each [`Allocation`].
     pub(crate) instance: u64,
-    pub(crate) segments: HashMap<SegmentId, SegmentEntry<S::Segment>, FxBuild>,
+    /// Every live segment; each block names its segment's slot here.
+    pub(crate) segments: SegmentTable<S::Segment>,
     /// `(shared, id)` of every segment with no used block; dedicated ones sort first.
     pub(crate) empty_segments: BTreeSet<(bool, SegmentId)>,
     pub(crate) blocks: BlockSlab,
@@ -59,19 +46,18 @@ pub struct BufferAllocator<S: SegmentSource> {
     pub(crate) next_segment: u32,
 }
 
-pub(crate) type FxBuild = std::hash::BuildHasherDefault<crate::stats::FxHasher>;
-
 impl<S: SegmentSource> BufferAllocator<S> {
     /// An allocator with no segments yet; `config` is normalised (see [`AllocatorConfig`]).
     pub fn new(source: S, config: AllocatorConfig) -> Self {
+        let config = config.normalised();
         Self {
             source,
-            config: config.normalised(),
             instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
-            segments: HashMap::default(),
+            segments: SegmentTable::default(),
             empty_segments: BTreeSet::new(),
             blocks: BlockSlab::default(),
-            free: FreeIndex::default(),
+            free: FreeIndex::new(config.granule_bytes),
+            config,
             labels: LabelTable::default(),
             stats: Stats::default(),
             trace: Trace::default(),
@@ -134,16 +120,17 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// [`AllocError::UnknownAllocation`] if `allocation` comes from another allocator or was
     /// already freed; nothing changes then.
     pub fn free(&mut self, allocation: Allocation) -> Result<()> {
-        let unknown = AllocError::UnknownAllocation { id: allocation.id };
-        if allocation.instance != self.instance {
-            return Err(unknown);
-        }
         let mut index = allocation.block;
         let used = match self.blocks.get(index).and_then(|block| block.used) {
-            Some(used) if used.sequence == allocation.id.0 => used,
-            _ => return Err(unknown),
+            Some(used)
+                if used.sequence == allocation.id.0 && allocation.instance == self.instance =>
+            {
+                used
+            }
+            _ => return Err(AllocError::UnknownAllocation { id: allocation.id }),
         };
         let segment_id = self.blocks[index].segment;
+        let segment_slot = self.blocks[index].segment_slot;
         let size_bytes = self.blocks[index].size_bytes;
         let offset = self.blocks[index].offset;
         self.blocks[index].used = None;
@@ -164,7 +151,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         }
         self.free.insert(FreeKey::of(index, &self.blocks[index]));
 
-        if let Some(entry) = self.segments.get_mut(&segment_id) {
+        if let Some(entry) = self.segments.get_mut(segment_slot) {
             entry.used_blocks -= 1;
             if entry.used_blocks == 0 {
                 self.empty_segments.insert((entry.shared, segment_id));
@@ -187,7 +174,8 @@ impl<S: SegmentSource> BufferAllocator<S> {
 
     /// The source's handle of segment `id`, if it is live.
     pub fn segment(&self, id: SegmentId) -> Option<&S::Segment> {
-        self.segments.get(&id).map(|entry| &entry.segment)
+        let slot = self.segments.slot_of(id)?;
+        self.segments.get(slot).map(|entry| &entry.segment)
     }
 
     /// The segment source.
@@ -304,7 +292,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             alignment_log2: alignment.trailing_zeros() as u8,
         });
         let (segment, offset, usable_bytes) = (block.segment, block.offset, block.size_bytes);
-        if let Some(entry) = self.segments.get_mut(&segment) {
+        if let Some(entry) = self.segments.get_mut(block.segment_slot) {
             if entry.used_blocks == 0 {
                 self.empty_segments.remove(&(entry.shared, segment));
             }
@@ -343,6 +331,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         let block = &self.blocks[index];
         let rest = Block {
             segment: block.segment,
+            segment_slot: block.segment_slot,
             offset: block.offset + keep_bytes,
             size_bytes: block.size_bytes - keep_bytes,
             prev: index,

@@ -1,6 +1,7 @@
 //! The invariant checker: recomputes everything from the blocks and compares.
 
-use crate::block::{FreeKey, NIL};
+use crate::block::NIL;
+use crate::free_index::FreeKey;
 use crate::stats::fragmentation;
 use crate::{Category, SegmentSource, Stats};
 
@@ -20,7 +21,11 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
         let mut free_count = 0usize;
         let mut block_count = 0usize;
         let mut largest = 0u64;
-        for (&id, entry) in &self.segments {
+        for (slot, entry) in self.segments.iter() {
+            let id = entry.id;
+            if self.segments.slot_of(id) != Some(slot) {
+                return Err(format!("{id:?}: slot {slot} missing from the id map"));
+            }
             let mut index = entry.first_block;
             let mut prev = NIL;
             let mut end = 0u64;
@@ -32,7 +37,11 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     .get(index)
                     .ok_or(format!("{id:?}: block {index} out of slab"))?;
                 block_count += 1;
-                if block.segment != id || block.prev != prev || block.offset != end {
+                if block.segment != id
+                    || block.segment_slot != slot
+                    || block.prev != prev
+                    || block.offset != end
+                {
                     return Err(format!(
                         "{id:?}: block {index} misplaced: {block:?}, expected offset {end}, prev {prev}"
                     ));
@@ -117,7 +126,7 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
         if self
             .empty_segments
             .iter()
-            .any(|(_, id)| !self.segments.contains_key(id))
+            .any(|&(_, id)| self.segments.slot_of(id).is_none())
         {
             return Err("empty list names a released segment".into());
         }

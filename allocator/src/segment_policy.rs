@@ -17,8 +17,9 @@
 //!   exact size. Only then is the request an out-of-memory error, and the allocator is unchanged by
 //!   it except for the released cache.
 
-use crate::allocator::SegmentEntry;
-use crate::block::{Block, FreeKey, NIL};
+use crate::block::{Block, NIL};
+use crate::free_index::FreeKey;
+use crate::segment_table::SegmentEntry;
 use crate::stats::fragmentation;
 use crate::trace::{TraceEvent, TraceEventKind};
 use crate::{
@@ -126,7 +127,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             && reserved_without.saturating_add(size_bytes) <= self.config.budget_bytes
             && self
                 .segments
-                .get(&SegmentId(key.segment))
+                .get(self.blocks[key.block].segment_slot)
                 .is_some_and(|entry| entry.used_blocks == 0 && !entry.shared)
     }
 
@@ -145,27 +146,26 @@ impl<S: SegmentSource> BufferAllocator<S> {
         size_bytes: u64,
         shared: bool,
     ) -> FreeKey {
-        let block = Block {
+        let first_block = self.blocks.insert(Block {
             segment: id,
+            segment_slot: 0,
             offset: 0,
             size_bytes,
             prev: NIL,
             next: NIL,
             used: None,
-        };
-        let first_block = self.blocks.insert(block);
+        });
+        let slot = self.segments.insert(SegmentEntry {
+            id,
+            segment,
+            size_bytes,
+            first_block,
+            used_blocks: 0,
+            shared,
+        });
+        self.blocks[first_block].segment_slot = slot;
         let key = FreeKey::of(first_block, &self.blocks[first_block]);
         self.free.insert(key);
-        self.segments.insert(
-            id,
-            SegmentEntry {
-                segment,
-                size_bytes,
-                first_block,
-                used_blocks: 0,
-                shared,
-            },
-        );
         self.empty_segments.insert((shared, id));
         let stats = &mut self.stats;
         stats.reserved_bytes += size_bytes;
@@ -187,7 +187,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 break;
             }
             self.empty_segments.remove(&(shared, id));
-            let Some(entry) = self.segments.remove(&id) else {
+            let Some(entry) = self.segments.remove(id) else {
                 continue;
             };
             let first = entry.first_block;

@@ -57,12 +57,12 @@ impl Snapshot {
 impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
     /// Every segment (in id order) and block (in address order), with the statistics.
     pub fn snapshot(&self) -> Snapshot {
-        let mut ids: Vec<SegmentId> = self.segments.keys().copied().collect();
-        ids.sort_unstable();
-        let segments = ids
+        let mut entries: Vec<_> = self.segments.iter().map(|(_, entry)| entry).collect();
+        entries.sort_unstable_by_key(|entry| entry.id);
+        let segments = entries
             .into_iter()
-            .filter_map(|id| self.segments.get(&id).map(|entry| (id, entry)))
-            .map(|(id, entry)| {
+            .map(|entry| {
+                let id = entry.id;
                 let mut blocks = Vec::new();
                 let mut index = entry.first_block;
                 while index != crate::block::NIL {

@@ -219,6 +219,9 @@ impl LabelTable {
     }
 }
 
+/// Builds [`FxHasher`]s, for maps with small keys.
+pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
+
 /// The Fx hash (rustc's): a multiply-rotate per word, fast for short keys such as labels.
 #[derive(Default)]
 pub(crate) struct FxHasher {
@@ -249,6 +252,14 @@ impl Hasher for FxHasher {
 
     fn write_u8(&mut self, byte: u8) {
         self.add(u64::from(byte));
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        self.add(u64::from(value));
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.add(value);
     }
 
     fn write_usize(&mut self, value: usize) {

@@ -73,14 +73,18 @@ impl Trace {
     }
 
     /// Records an event; `make` runs only when recording is on, so a disabled trace costs one branch.
+    #[inline]
     pub(crate) fn record(&mut self, make: impl FnOnce(u64) -> TraceEvent) {
-        if self.capacity == 0 {
-            return;
+        if self.capacity > 0 {
+            self.push(make(self.recorded));
         }
+    }
+
+    #[inline(never)]
+    fn push(&mut self, event: TraceEvent) {
         if self.events.len() == self.capacity {
             self.events.pop_front();
         }
-        let event = make(self.recorded);
         self.recorded += 1;
         self.events.push_back(event);
     }
