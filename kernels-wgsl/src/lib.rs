@@ -1,2 +1,33 @@
-//! Plimsoll's GPU layer (being built): adapter and device, fences with deadlines, sub-allocated
-//! buffers and WGSL compute kernels with CPU references.
+//! Plimsoll's GPU layer: one [`Gpu`] (adapter, device, queue) with device memory sub-allocated
+//! through `plimsoll-allocator` into [`DeviceBuffer`]s, batched recording of WGSL compute kernels
+//! ([`Gpu::dispatch`], [`Gpu::flush`]), [`Fence`]s whose waits always have a deadline, fenced
+//! read-backs, and a CPU reference for every kernel. It speaks in buffers, element offsets and
+//! explicit sizes; it knows nothing of tensors or gradients (that is `plimsoll-autograd`).
+//!
+//! Promises: no GPU wait without a deadline ([`Error::Timeout`] names what was running); running
+//! out of the memory budget is [`Error::OutOfMemory`]; wgpu validation errors are
+//! [`Error::Validation`]; device loss is [`Error::DeviceLost`] from then on; nothing panics because
+//! of wgpu. Host uploads never overtake recorded GPU work (see [`recorder`]).
+//!
+//! Map: [`device`] (adapter choice, `Gpu`), [`memory`] (segments, budget), [`buffer`]
+//! (`DeviceBuffer`, upload, read-back), [`fence`] (fences, the one poll function), [`recorder`]
+//! (batches, params arena), [`pipeline`] (cache, binding convention), [`kernels`] (launchers and
+//! how to add one), [`reference`] (CPU oracles).
+
+pub mod buffer;
+pub mod device;
+pub mod error;
+pub mod fence;
+pub mod kernels;
+pub mod memory;
+pub mod pipeline;
+pub mod recorder;
+pub mod reference;
+
+pub use buffer::DeviceBuffer;
+pub use device::{AdapterSummary, Gpu, GpuOptions};
+pub use error::{Error, RecentSubmissions, Result, SubmissionRecord};
+pub use fence::Fence;
+pub use pipeline::Kernel;
+pub use plimsoll_allocator::Category;
+pub use recorder::Dispatch;

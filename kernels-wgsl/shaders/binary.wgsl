@@ -1,0 +1,191 @@
+// binary: out = a op b with numpy broadcasting over up to 8 dimensions, the scalar forms
+// a op s / s op a, and the backward at the output shape. ONE op per pipeline, chosen by the
+// override constant OP (specialised pipeline, no per-element branch on a uniform).
+// Reference: src/reference/binary.rs (BinaryOp::shader_code gives OP; Broadcast gives the
+// shape and strides).
+//
+// OP (override, u32, no default): 0 add, 1 sub, 2 mul, 3 div, 4 max, 5 min.
+//   max/min propagate NaN; their backward gives dy to the winner and dy/2 to each on a tie.
+//
+// Entry points (all @workgroup_size(256), one invocation per OUTPUT element):
+//   broadcast:  out[i] = a[ia] op b[ib]
+//   scalar_rhs: out[i] = a[i] op params.scalar
+//   scalar_lhs: out[i] = params.scalar op a[i]
+//   backward:   da[i] = dy[i] * d(a op b)/da, db[i] = dy[i] * d(a op b)/db, both OUTPUT-shaped
+//               (reduce each to its operand's shape with reduce.wgsl sum_axis, one axis at a time)
+//
+// Params (uniform, 144 bytes):
+//   { n: u32, rank: u32, scalar: f32, a_offset: u32,
+//     b_offset: u32, out_offset: u32, y_offset: u32, dy_offset: u32,
+//     da_offset: u32, db_offset: u32, _pad0: u32, _pad1: u32,
+//     shape_lo: vec4<u32>, shape_hi: vec4<u32>,          // output dims 0..3, 4..7 (0 = outermost)
+//     a_strides_lo: vec4<u32>, a_strides_hi: vec4<u32>,  // element stride of a per output dim,
+//     b_strides_lo: vec4<u32>, b_strides_hi: vec4<u32> } //   0 where that operand is broadcast
+//   n = output element count = product of the first `rank` dims (rank <= 8; entries at index
+//   >= rank are ignored, write 0). ia = a_offset + sum_d idx_d * a_strides[d], idx = row-major
+//   multi-index of i. The scalar entry points read only n, scalar, a_offset and y_offset.
+//   Each *_offset is the element offset of that tensor in the segment its binding holds (block
+//   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
+//   groups are cached per segment, and every index adds its binding's offset.
+// Bindings (group 0; all storage read_write, WGPU30.md §4):
+//   broadcast:  0 params, 1 a: array<f32>, 2 b: array<f32>, 3 out: array<f32> [out_offset ..+ n]
+//   scalar_rhs / scalar_lhs: 0 params, 1 a: array<f32> [a_offset ..+ n],
+//               2 y: array<f32> [y_offset ..+ n]
+//   backward:   0 params, 1 a, 2 b, 3 dy [dy_offset ..+ n], 4 da [da_offset ..+ n],
+//               5 db [db_offset ..+ n] (all array<f32>)
+//
+// Dispatch: groups = ceil(n / 256); (groups, 1, 1) when groups <= 65535, else
+// (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
+// 256: elementwise work, no shared memory.
+
+struct Params {
+    n: u32,
+    rank: u32,
+    scalar: f32,
+    a_offset: u32,
+    b_offset: u32,
+    out_offset: u32,
+    y_offset: u32,
+    dy_offset: u32,
+    da_offset: u32,
+    db_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+    shape_lo: vec4<u32>,
+    shape_hi: vec4<u32>,
+    a_strides_lo: vec4<u32>,
+    a_strides_hi: vec4<u32>,
+    b_strides_lo: vec4<u32>,
+    b_strides_hi: vec4<u32>,
+}
+
+override OP: u32;
+
+const WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> a: array<f32>;
+@group(0) @binding(2) var<storage, read_write> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+// scalar_rhs / scalar_lhs output
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+// backward
+@group(0) @binding(3) var<storage, read_write> dy: array<f32>;
+@group(0) @binding(4) var<storage, read_write> da: array<f32>;
+@group(0) @binding(5) var<storage, read_write> db: array<f32>;
+
+var<private> nan_bits: u32 = 0x7fc00000u;
+
+fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * WG;
+}
+
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+fn pick(lo: vec4<u32>, hi: vec4<u32>, d: u32) -> u32 {
+    if (d < 4u) {
+        return lo[d];
+    }
+    return hi[d - 4u];
+}
+
+// Indices into a and b (offsets included) of output element i (row-major over the output shape).
+fn operand_offsets(i: u32) -> vec2<u32> {
+    var rest = i;
+    var offsets = vec2<u32>(params.a_offset, params.b_offset);
+    for (var k = 0u; k < params.rank; k++) {
+        let d = params.rank - 1u - k;
+        let extent = pick(params.shape_lo, params.shape_hi, d);
+        let idx = rest % extent;
+        rest = rest / extent;
+        offsets.x += idx * pick(params.a_strides_lo, params.a_strides_hi, d);
+        offsets.y += idx * pick(params.b_strides_lo, params.b_strides_hi, d);
+    }
+    return offsets;
+}
+
+fn apply(l: f32, r: f32) -> f32 {
+    var v: f32;
+    switch OP {
+        case 0u: { v = l + r; }
+        case 1u: { v = l - r; }
+        case 2u: { v = l * r; }
+        case 3u: { v = l / r; }
+        case 4u: { v = select(max(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
+        case 5u: { v = select(min(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
+        default: { v = bitcast<f32>(nan_bits); }
+    }
+    return v;
+}
+
+// dy to the winner, dy/2 each on a tie
+fn split_by_winner(l_wins: bool, r_wins: bool, g: f32) -> vec2<f32> {
+    if (l_wins) {
+        return vec2<f32>(g, 0.0);
+    }
+    if (r_wins) {
+        return vec2<f32>(0.0, g);
+    }
+    return vec2<f32>(0.5 * g, 0.5 * g);
+}
+
+// (dy * d(l op r)/dl, dy * d(l op r)/dr)
+fn apply_backward(l: f32, r: f32, g: f32) -> vec2<f32> {
+    var v: vec2<f32>;
+    switch OP {
+        case 0u: { v = vec2<f32>(g, g); }                      // d(l+r) = (1, 1)
+        case 1u: { v = vec2<f32>(g, -g); }                     // d(l-r) = (1, -1)
+        case 2u: { v = vec2<f32>(g * r, g * l); }              // d(lr) = (r, l)
+        case 3u: { v = vec2<f32>(g / r, -g * l / (r * r)); }   // d(l/r) = (1/r, -l/r^2)
+        case 4u: { v = split_by_winner(l > r, r > l, g); }
+        case 5u: { v = split_by_winner(l < r, r < l, g); }
+        default: { v = vec2<f32>(bitcast<f32>(nan_bits)); }
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn broadcast(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let o = operand_offsets(i);
+    out[params.out_offset + i] = apply(a[o.x], b[o.y]);
+}
+
+@compute @workgroup_size(256)
+fn scalar_rhs(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    y[params.y_offset + i] = apply(a[params.a_offset + i], params.scalar);
+}
+
+@compute @workgroup_size(256)
+fn scalar_lhs(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    y[params.y_offset + i] = apply(params.scalar, a[params.a_offset + i]);
+}
+
+@compute @workgroup_size(256)
+fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let o = operand_offsets(i);
+    let g = apply_backward(a[o.x], b[o.y], dy[params.dy_offset + i]);
+    da[params.da_offset + i] = g.x;
+    db[params.db_offset + i] = g.y;
+}

@@ -1,0 +1,54 @@
+// copy: contiguous copy of 4-byte words, and strided copy (an N-d gather, N <= 6: transpose,
+// permute, slicing), dst[dst_offset + i] = src[src_offset + sum_d coord_d(i) * src_strides[d]],
+// where coord(i) unravels i row-major over `shape`.
+//
+// Bindings (the crate convention, see src/kernels/mod.rs):
+//   @group(0) @binding(0) params: Params (uniform, dynamic offset)
+//   @group(0) @binding(1) src: array<u32>, whole segment (read_write: it may be the same segment as
+//                         dst, and wgpu rejects read + read_write bindings of one buffer)
+//   @group(0) @binding(2) dst: array<u32>, whole segment
+//   Offsets already include each block's offset. u32 words: copies f32 and u32 data alike.
+// Workgroup: 256 invocations, 1-D, 2-D grid past 65535 groups: i = gid.x + gid.y * groups.x * 256.
+// Bounds check: i >= len returns; the launcher checked both ranges against their buffers.
+
+// One Params for both entry points; `copy` ignores rank, shape and strides.
+struct Params {
+    rank: u32,
+    len: u32,
+    src_offset: u32,
+    dst_offset: u32,
+    // Up to 8 dims packed 4 per vec4 (uniform arrays need 16-byte elements); 6 are used.
+    shape: array<vec4<u32>, 2>,
+    src_strides: array<vec4<u32>, 2>,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> src: array<u32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<u32>;
+
+const WORKGROUP_SIZE: u32 = 256u;
+
+@compute @workgroup_size(256)
+fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if i >= params.len {
+        return;
+    }
+    dst[params.dst_offset + i] = src[params.src_offset + i];
+}
+
+@compute @workgroup_size(256)
+fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if i >= params.len {
+        return;
+    }
+    var rem = i;
+    var at = params.src_offset;
+    for (var d = i32(params.rank) - 1; d >= 0; d--) {
+        let extent = params.shape[d / 4][d % 4];
+        at += (rem % extent) * params.src_strides[d / 4][d % 4];
+        rem /= extent;
+    }
+    dst[params.dst_offset + i] = src[at];
+}

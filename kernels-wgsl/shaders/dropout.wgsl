@@ -1,0 +1,52 @@
+// dropout: y[i] = keep(seed, i) ? x[i] * scale : 0, for i in 0..len (inverted dropout,
+// scale = 1 / (1 - p)). The mask is a counter-based hash of (seed, i): no RNG state, no mask
+// buffer, and the same (seed, i) gives the same bit here and in src/reference/dropout.rs, so the
+// backward (dx = dropout(dy), same seed) and a checkpoint's recomputation redraw the same mask.
+//
+// Hash: PCG's output permutation (Jarzynski & Olano, "Hash Functions for GPU Rendering", 2020)
+// on u32 with wrapping arithmetic; key = pcg(seed_lo ^ pcg(seed_hi)); h = pcg(i ^ key).
+// keep = f32(h >> 8) * 2^-24 >= p: 24 bits are exactly representable in f32, so the comparison
+// is exact and identical on the CPU.
+//
+// Bindings (the crate convention, see src/kernels/mod.rs):
+//   @group(0) @binding(0) params: Params (uniform, dynamic offset into the batch's params arena)
+//   @group(0) @binding(1) x: array<f32>, the whole segment; x_offset includes the block offset
+//   @group(0) @binding(2) y: array<f32>, likewise (y may be the same range as x: in place)
+// Workgroup: 256 invocations, 1-D; the grid may be 2-D (i = gid.x + gid.y * groups.x * 256).
+// Bounds check: invocations with i >= len return; the launcher checked both ranges.
+
+struct Params {
+    len: u32,
+    x_offset: u32,
+    y_offset: u32,
+    seed_lo: u32,
+    seed_hi: u32,
+    p: f32,
+    scale: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+const WORKGROUP_SIZE: u32 = 256u;
+
+fn pcg(v: u32) -> u32 {
+    let state = v * 747796405u + 2891336453u;
+    let word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
+    return (word >> 22u) ^ word;
+}
+
+@compute @workgroup_size(256)
+fn dropout(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if i >= params.len {
+        return;
+    }
+    let key = pcg(params.seed_lo ^ pcg(params.seed_hi));
+    let h = pcg(i ^ key);
+    let u = f32(h >> 8u) * (1.0 / 16777216.0);
+    let v = x[params.x_offset + i];
+    y[params.y_offset + i] = select(0.0, v * params.scale, u >= params.p);
+}

@@ -1,0 +1,135 @@
+// optimizer: fused, in-place SGD and AdamW steps with PyTorch's semantics and operation order
+// (torch.optim.SGD / torch.optim.AdamW, single-tensor path, maximize=False, amsgrad=False).
+// Reference: src/reference/optimizer.rs. Host-side scalars (1 - beta1, lr / (1 - beta1^t),
+// sqrt(1 - beta2^t), 1 - lr*wd, 1 - dampening) are computed in f64 and rounded to f32 once by
+// SgdConfig::scalars / AdamWConfig::scalars(step); write those values into the Params below.
+// grad_scale multiplies the gradient first (mixed-precision unscale, 1/loss_scale; 1 otherwise).
+//
+//   sgd:   g = grad*grad_scale (+ weight_decay * p if weight_decay != 0)
+//          if momentum != 0: buf = first_step ? g : momentum*buf + (1 - dampening)*g
+//                            g = nesterov ? g + momentum*buf : buf
+//          p = p + (-lr) * g
+//   adamw: g = grad*grad_scale; p *= 1 - lr*wd; m += (1 - b1)(g - m);  (PyTorch's lerp)
+//          v = v*b2 + (1 - b2) g^2; p += -step_size * m / (sqrt(v)/sqrt(bc2) + eps),
+//          step_size = lr / bc1, bc1 = 1 - b1^t, bc2 = 1 - b2^t (t = 1 on the first step).
+//
+// Entry points (both @workgroup_size(256), one invocation per parameter element): sgd, adamw.
+//
+// Params — each entry point has its own uniform struct at binding 0:
+//   sgd:   SgdParams (48 bytes): { n: u32, lr: f32, momentum: f32, one_minus_dampening: f32,
+//          weight_decay: f32, grad_scale: f32, nesterov: u32 (0/1), first_step: u32 (0/1),
+//          param_offset: u32, grad_offset: u32, momentum_offset: u32, _pad0: u32 }
+//   adamw: AdamWParams (64 bytes): { n: u32, decay_factor: f32 (1 - lr*wd),
+//          one_minus_beta1: f32, beta2: f32, one_minus_beta2: f32, step_size: f32 (lr/bc1),
+//          bias_correction2_sqrt: f32, eps: f32, grad_scale: f32, param_offset: u32,
+//          grad_offset: u32, exp_avg_offset: u32, exp_avg_sq_offset: u32, _pad0: u32,
+//          _pad1: u32, _pad2: u32 }
+//   Each *_offset is the element index of that tensor in its binding (the launcher's
+//   segment_index: block offset + tensor offset).
+// Bindings (group 0; all storage read_write, WGPU30.md §4; all array<f32> [n]; each the WHOLE
+// segment buffer):
+//   sgd:   0 sgd_params, 1 param, 2 grad, 3 momentum_buf (not touched when momentum == 0: bind
+//          any buffer, e.g. grad again — both bindings are read_write, which wgpu allows)
+//   adamw: 0 adamw_params, 1 param, 2 grad, 3 exp_avg (m), 4 exp_avg_sq (v)
+//
+// Dispatch: groups = ceil(n / 256); (groups, 1, 1) if <= 65535 else
+// (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
+
+struct SgdParams {
+    n: u32,
+    lr: f32,
+    momentum: f32,
+    one_minus_dampening: f32,
+    weight_decay: f32,
+    grad_scale: f32,
+    nesterov: u32,
+    first_step: u32,
+    param_offset: u32,
+    grad_offset: u32,
+    momentum_offset: u32,
+    _pad0: u32,
+}
+
+struct AdamWParams {
+    n: u32,
+    decay_factor: f32,
+    one_minus_beta1: f32,
+    beta2: f32,
+    one_minus_beta2: f32,
+    step_size: f32,
+    bias_correction2_sqrt: f32,
+    eps: f32,
+    grad_scale: f32,
+    param_offset: u32,
+    grad_offset: u32,
+    exp_avg_offset: u32,
+    exp_avg_sq_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+const WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> sgd_params: SgdParams;
+@group(0) @binding(0) var<uniform> adamw_params: AdamWParams;
+@group(0) @binding(1) var<storage, read_write> param: array<f32>;
+@group(0) @binding(2) var<storage, read_write> grad: array<f32>;
+@group(0) @binding(3) var<storage, read_write> momentum_buf: array<f32>;
+// adamw (param, grad as above)
+@group(0) @binding(3) var<storage, read_write> exp_avg: array<f32>;
+@group(0) @binding(4) var<storage, read_write> exp_avg_sq: array<f32>;
+
+fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * WG;
+}
+
+@compute @workgroup_size(256)
+fn sgd(@builtin(global_invocation_id) gid: vec3<u32>,
+       @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= sgd_params.n) {
+        return;
+    }
+    let pi = sgd_params.param_offset + i;
+    let mi = sgd_params.momentum_offset + i;
+    let p = param[pi];
+    var g = grad[sgd_params.grad_offset + i] * sgd_params.grad_scale;
+    if (sgd_params.weight_decay != 0.0) {
+        g += sgd_params.weight_decay * p;   // L2 penalty folded into the gradient
+    }
+    if (sgd_params.momentum != 0.0) {
+        var buf = g;                        // first step: buf = g (no dampening)
+        if (sgd_params.first_step == 0u) {
+            buf = momentum_buf[mi] * sgd_params.momentum + sgd_params.one_minus_dampening * g;
+        }
+        momentum_buf[mi] = buf;
+        if (sgd_params.nesterov != 0u) {
+            g = g + sgd_params.momentum * buf;
+        } else {
+            g = buf;
+        }
+    }
+    param[pi] = p + (-sgd_params.lr) * g;
+}
+
+@compute @workgroup_size(256)
+fn adamw(@builtin(global_invocation_id) gid: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= adamw_params.n) {
+        return;
+    }
+    let pi = adamw_params.param_offset + i;
+    let mi = adamw_params.exp_avg_offset + i;
+    let vi = adamw_params.exp_avg_sq_offset + i;
+    let g = grad[adamw_params.grad_offset + i] * adamw_params.grad_scale;
+    let p = param[pi] * adamw_params.decay_factor;                  // decoupled weight decay
+    var m = exp_avg[mi];
+    m = m + adamw_params.one_minus_beta1 * (g - m);                 // m = b1 m + (1 - b1) g
+    let v = exp_avg_sq[vi] * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
+    let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
+    exp_avg[mi] = m;
+    exp_avg_sq[vi] = v;
+    param[pi] = p + (-adamw_params.step_size) * (m / denom);
+}

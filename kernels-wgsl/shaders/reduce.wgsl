@@ -1,0 +1,279 @@
+// reduce: sum, mean and max over one axis of a tensor viewed as [outer, axis_len, inner]
+// (row-major), or over all of it; max also writes the arg-max (u32 index along the axis, or the
+// flat index for *_all) saved for max_backward, which scatters dy back to it.
+// Reference: src/reference/reduce.rs (AxisView gives outer/axis_len/inner).
+//
+// "Sum to shape" (the backward of a broadcast) is a sequence of sum_axis dispatches, one per
+// broadcast dimension, each keeping that dimension with extent 1 (reference::reduce::sum_to_shape).
+//
+// Max rule (as the reference's max_beats): NaN beats every number (the result is NaN); among
+// equal values the smallest index wins.
+//
+// Entry points:
+//   sum_axis, mean_axis   @workgroup_size(64):  dst[o*inner + i] = sum / mean over k of
+//                                               src[(o*axis_len + k)*inner + i]
+//   max_axis              @workgroup_size(64):  dst = max over k, idx_out = its k
+//   max_backward          @workgroup_size(256): dx[(o*axis_len + k)*inner + i] =
+//                                               (idx_in[o*inner + i] == k) ? dy[o*inner + i] : 0
+//                                               (writes every element: no zero-fill needed)
+//   sum_all, mean_all     @workgroup_size(256): dst[0] = sum / mean of src[0 .. n)
+//   max_all               @workgroup_size(256): dst[0] = max, idx_out[0] = its flat index
+// For *_all, n = outer * axis_len * inner (write outer = inner = 1, axis_len = n).
+//
+// Params (uniform, 48 bytes):
+//   { outer: u32, axis_len: u32, inner: u32, src_offset: u32,
+//     dst_offset: u32, idx_out_offset: u32, dy_offset: u32, idx_in_offset: u32,
+//     dx_offset: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+//   Each *_offset is the element offset of that tensor in the segment its binding holds (block
+//   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
+//   groups are cached per segment, and every index below adds its binding's offset (the index
+//   formulas in "Entry points" are relative to those offsets). Arg-max indices are NOT offset:
+//   they are positions along the axis (or in the flattened tensor), as in the reference.
+// Bindings (group 0; all storage read_write, WGPU30.md §4):
+//   sum_axis, mean_axis, sum_all, mean_all: 0 params, 1 src: array<f32>, 2 dst: array<f32>
+//   max_axis, max_all: 0 params, 1 src: array<f32>, 2 dst: array<f32>, 3 idx_out: array<u32>
+//   max_backward:      0 params, 1 dy: array<f32> [outer*inner], 2 idx_in: array<u32>
+//                      [outer*inner], 3 dx: array<f32> [outer*axis_len*inner]
+//
+// Dispatch:
+//   *_axis: one invocation per output (count = outer*inner), workgroup 64 (each invocation loops
+//     over the axis, so fewer, longer invocations: 64 keeps several workgroups busy for small
+//     outputs); max_backward: one per dx element, workgroup 256. Both: groups = ceil(count/WG),
+//     (groups, 1, 1) if <= 65535 else (65535, ceil(groups/65535), 1);
+//     index = gid.x + gid.y * num_workgroups.x * WG; `index >= count` returns.
+//   *_all: EXACTLY ONE workgroup, dispatch (1, 1, 1): 256 invocations sum strided chunks, then a
+//     fixed-order tree in workgroup memory (8 barriers; deterministic). Accumulation is f32.
+
+struct Params {
+    outer: u32,
+    axis_len: u32,
+    inner: u32,
+    src_offset: u32,
+    dst_offset: u32,
+    idx_out_offset: u32,
+    dy_offset: u32,
+    idx_in_offset: u32,
+    dx_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> src: array<f32>;
+@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read_write> idx_out: array<u32>;
+// max_backward
+@group(0) @binding(1) var<storage, read_write> dy: array<f32>;
+@group(0) @binding(2) var<storage, read_write> idx_in: array<u32>;
+@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
+
+// Mesa's lavapipe (llvmpipe) silently stops looping after 65535 loop iterations per invocation,
+// counted over ALL loops of the shader (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, one counter per
+// function, set at entry): a flat loop over a 70_001-long axis returned the sum of its first
+// 65535 terms, and nesting the loop did not help. So the data-length loops below take UNROLL
+// elements per iteration, in the same order as a plain loop (results are unchanged): an axis
+// of up to 65535 * UNROLL - UNROLL elements (kernels::reduce::MAX_AXIS_LEN, checked by the
+// launcher), and *_all over up to 65535 * 256 * 4 elements (more than one binding holds).
+const UNROLL: u32 = 8u;
+const ROW_WG: u32 = 64u;
+const ELEM_WG: u32 = 256u;
+const ALL_WG: u32 = 256u;
+
+var<private> neg_inf_bits: u32 = 0xff800000u;
+var<workgroup> partial_value: array<f32, 256>;
+var<workgroup> partial_index: array<u32, 256>;
+
+fn is_nan(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// Whether (v, i) beats the best so far (best, best_i); see the header's max rule.
+fn max_beats(v: f32, i: u32, best: f32, best_i: u32) -> bool {
+    let vn = is_nan(v);
+    let bn = is_nan(best);
+    if (vn != bn) {
+        return vn;
+    }
+    if (vn) {
+        return i < best_i;
+    }
+    return v > best || (v == best && i < best_i);
+}
+
+// The best (value, index) so far of a max.
+struct Best {
+    value: f32,
+    index: u32,
+}
+
+fn keep(best: Best, v: f32, i: u32) -> Best {
+    if (max_beats(v, i, best.value, best.index)) {
+        return Best(v, i);
+    }
+    return best;
+}
+
+fn axis_sum(o: u32) -> f32 {
+    let base = params.src_offset + (o / params.inner) * params.axis_len * params.inner
+        + o % params.inner;
+    let step = params.inner;
+    var acc = 0.0;
+    var k = 0u;
+    for (; k + UNROLL <= params.axis_len; k += UNROLL) {
+        let p = base + k * step;
+        acc += src[p];
+        acc += src[p + step];
+        acc += src[p + 2u * step];
+        acc += src[p + 3u * step];
+        acc += src[p + 4u * step];
+        acc += src[p + 5u * step];
+        acc += src[p + 6u * step];
+        acc += src[p + 7u * step];
+    }
+    for (; k < params.axis_len; k++) {
+        acc += src[base + k * step];
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = gid.x + gid.y * nwg.x * ROW_WG;
+    if (o >= params.outer * params.inner) {
+        return;
+    }
+    dst[params.dst_offset + o] = axis_sum(o);
+}
+
+@compute @workgroup_size(64)
+fn mean_axis(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = gid.x + gid.y * nwg.x * ROW_WG;
+    if (o >= params.outer * params.inner) {
+        return;
+    }
+    dst[params.dst_offset + o] = axis_sum(o) / f32(params.axis_len);
+}
+
+@compute @workgroup_size(64)
+fn max_axis(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let o = gid.x + gid.y * nwg.x * ROW_WG;
+    if (o >= params.outer * params.inner) {
+        return;
+    }
+    let base = params.src_offset + (o / params.inner) * params.axis_len * params.inner
+        + o % params.inner;
+    let step = params.inner;
+    var best = Best(bitcast<f32>(neg_inf_bits), 0xffffffffu);
+    var k = 0u;
+    for (; k + UNROLL <= params.axis_len; k += UNROLL) {
+        let p = base + k * step;
+        best = keep(best, src[p], k);
+        best = keep(best, src[p + step], k + 1u);
+        best = keep(best, src[p + 2u * step], k + 2u);
+        best = keep(best, src[p + 3u * step], k + 3u);
+        best = keep(best, src[p + 4u * step], k + 4u);
+        best = keep(best, src[p + 5u * step], k + 5u);
+        best = keep(best, src[p + 6u * step], k + 6u);
+        best = keep(best, src[p + 7u * step], k + 7u);
+    }
+    for (; k < params.axis_len; k++) {
+        best = keep(best, src[base + k * step], k);
+    }
+    dst[params.dst_offset + o] = best.value;
+    idx_out[params.idx_out_offset + o] = best.index;
+}
+
+@compute @workgroup_size(256)
+fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>) {
+    let e = gid.x + gid.y * nwg.x * ELEM_WG;
+    if (e >= params.outer * params.axis_len * params.inner) {
+        return;
+    }
+    let i = e % params.inner;
+    let k = (e / params.inner) % params.axis_len;
+    let o = e / (params.inner * params.axis_len);
+    let r = o * params.inner + i;
+    dx[params.dx_offset + e] =
+        select(0.0, dy[params.dy_offset + r], idx_in[params.idx_in_offset + r] == k);
+}
+
+// Sum of src[0..n) into partial_value[0]; every invocation of the workgroup must call it.
+fn workgroup_sum(lid: u32) {
+    let n = params.outer * params.axis_len * params.inner;
+    let base = params.src_offset;
+    var acc = 0.0;
+    var i = lid;
+    for (; i + 3u * ALL_WG < n; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+        acc += src[base + i];
+        acc += src[base + i + ALL_WG];
+        acc += src[base + i + 2u * ALL_WG];
+        acc += src[base + i + 3u * ALL_WG];
+    }
+    for (; i < n; i += ALL_WG) {
+        acc += src[base + i];
+    }
+    partial_value[lid] = acc;
+    workgroupBarrier();
+    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            partial_value[lid] += partial_value[lid + stride];
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(256)
+fn sum_all(@builtin(local_invocation_index) lid: u32) {
+    workgroup_sum(lid);
+    if (lid == 0u) {
+        dst[params.dst_offset] = partial_value[0];
+    }
+}
+
+@compute @workgroup_size(256)
+fn mean_all(@builtin(local_invocation_index) lid: u32) {
+    workgroup_sum(lid);
+    if (lid == 0u) {
+        dst[params.dst_offset] = partial_value[0] / f32(params.outer * params.axis_len * params.inner);
+    }
+}
+
+@compute @workgroup_size(256)
+fn max_all(@builtin(local_invocation_index) lid: u32) {
+    let n = params.outer * params.axis_len * params.inner;
+    let base = params.src_offset;
+    var best = Best(bitcast<f32>(neg_inf_bits), 0xffffffffu);
+    var i = lid;
+    for (; i + 3u * ALL_WG < n; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+        best = keep(best, src[base + i], i);
+        best = keep(best, src[base + i + ALL_WG], i + ALL_WG);
+        best = keep(best, src[base + i + 2u * ALL_WG], i + 2u * ALL_WG);
+        best = keep(best, src[base + i + 3u * ALL_WG], i + 3u * ALL_WG);
+    }
+    for (; i < n; i += ALL_WG) {
+        best = keep(best, src[base + i], i);
+    }
+    partial_value[lid] = best.value;
+    partial_index[lid] = best.index;
+    workgroupBarrier();
+    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            let v = partial_value[lid + stride];
+            let i = partial_index[lid + stride];
+            if (max_beats(v, i, partial_value[lid], partial_index[lid])) {
+                partial_value[lid] = v;
+                partial_index[lid] = i;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        dst[params.dst_offset] = partial_value[0];
+        idx_out[params.idx_out_offset] = partial_index[0];
+    }
+}

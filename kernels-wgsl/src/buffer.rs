@@ -1,0 +1,350 @@
+//! [`DeviceBuffer`]: one block of device memory, sub-allocated from a segment, with its size,
+//! category and label; freed when dropped. Uploads and fenced read-backs.
+//!
+//! A new buffer's contents are undefined (reused memory is not cleared); fill it first.
+//! Uploads use `queue.write_buffer`, which is safe here because of the ordering rules in
+//! [`crate::recorder`] (parking of freed blocks, submit before uploading into a used buffer).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use plimsoll_allocator::{Allocation, Category, Request};
+
+use crate::device::{Gpu, Shared};
+use crate::error::{Error, Result};
+use crate::fence::wait_fence;
+use crate::pipeline::scoped;
+use crate::recorder::{Batch, lock_for_submit, submit_locked};
+
+/// Sizes and offsets of uploads, read-backs and buffers are multiples of this many bytes.
+pub const WORD_BYTES: u64 = 4;
+
+/// One block of device memory. Kernels see it as `array<f32>` or `array<u32>` (4-byte words).
+pub struct DeviceBuffer {
+    shared: Arc<Shared>,
+    /// `None` only during drop.
+    allocation: Option<Allocation>,
+    /// The segment's buffer (bound whole by kernels).
+    pub(crate) segment: wgpu::Buffer,
+    /// The segment's unique id (bind-group cache key).
+    pub(crate) segment_uid: u64,
+    offset_bytes: u64,
+    size_bytes: u64,
+    category: Category,
+    label: String,
+    /// Serial of the last batch that recorded a use of this buffer (0: never).
+    pub(crate) last_used_batch: AtomicU64,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("label", &self.label)
+            .field("category", &self.category)
+            .field("size_bytes", &self.size_bytes)
+            .field("segment_uid", &self.segment_uid)
+            .field("offset_bytes", &self.offset_bytes)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// Bytes asked for (the block may be larger by rounding).
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Number of 4-byte elements.
+    pub fn len(&self) -> u64 {
+        self.size_bytes / WORD_BYTES
+    }
+
+    /// Whether the buffer holds no element (never true: empty requests are refused).
+    pub fn is_empty(&self) -> bool {
+        self.size_bytes == 0
+    }
+
+    /// Offset of the block in its segment, in bytes.
+    pub fn offset_bytes(&self) -> u64 {
+        self.offset_bytes
+    }
+
+    /// Offset of the block in its segment, in 4-byte elements: what kernels add to their indices.
+    pub fn offset_elements(&self) -> u32 {
+        (self.offset_bytes / WORD_BYTES) as u32
+    }
+
+    /// What the memory holds.
+    pub fn category(&self) -> Category {
+        self.category
+    }
+
+    /// Who holds it.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The allocator's segment id and offset (diagnostics, tests of reuse).
+    pub fn placement(&self) -> (plimsoll_allocator::SegmentId, u64) {
+        let segment = self.allocation.as_ref().map(|a| a.segment());
+        (
+            segment.unwrap_or(plimsoll_allocator::SegmentId(u32::MAX)),
+            self.offset_bytes,
+        )
+    }
+
+    fn check_range(&self, op: &'static str, offset_bytes: u64, len_bytes: u64) -> Result<()> {
+        for (what, value) in [("offset_bytes", offset_bytes), ("len_bytes", len_bytes)] {
+            if !value.is_multiple_of(WORD_BYTES) {
+                return Err(Error::Misaligned {
+                    what,
+                    value,
+                    required: WORD_BYTES,
+                    label: self.label.clone(),
+                });
+            }
+        }
+        if offset_bytes
+            .checked_add(len_bytes)
+            .is_none_or(|end| end > self.size_bytes)
+        {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "bytes {offset_bytes}..{} outside buffer {:?} of {} bytes",
+                    offset_bytes.saturating_add(len_bytes),
+                    self.label,
+                    self.size_bytes
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let Some(allocation) = self.allocation.take() else {
+            return;
+        };
+        let mut batch = self.shared.batch();
+        if batch.is_open() && self.last_used_batch.load(Ordering::SeqCst) == batch.serial {
+            // The open batch may still read these bytes: reuse only after it is submitted.
+            batch.parked.push(allocation);
+            return;
+        }
+        drop(batch);
+        // Our own allocation: a refusal would be an allocator bug, and there is nothing to undo.
+        let _ = self.shared.memory().free(allocation);
+    }
+}
+
+impl Gpu {
+    /// Allocates `size_bytes` (a nonzero multiple of 4, at most [`Gpu::max_buffer_bytes`]).
+    /// Errors: [`Error::OutOfMemory`] past the budget (with the allocator's report),
+    /// [`Error::TooLarge`] over the binding limit, [`Error::Misaligned`], [`Error::Allocation`] for
+    /// a zero size.
+    pub fn alloc(&self, size_bytes: u64, category: Category, label: &str) -> Result<DeviceBuffer> {
+        let shared = &self.shared;
+        shared.health.check()?;
+        if !size_bytes.is_multiple_of(WORD_BYTES) {
+            return Err(Error::Misaligned {
+                what: "size_bytes",
+                value: size_bytes,
+                required: WORD_BYTES,
+                label: label.to_string(),
+            });
+        }
+        if size_bytes > shared.max_block_bytes {
+            return Err(Error::TooLarge {
+                label: label.to_string(),
+                requested_bytes: size_bytes,
+                max_bytes: shared.max_block_bytes,
+            });
+        }
+        let mut memory = shared.memory();
+        let request = Request {
+            size_bytes,
+            alignment: shared.block_alignment,
+            category,
+            label,
+        };
+        let allocation = memory.allocate(request)?;
+        let Some(segment) = memory.segment(allocation.segment()) else {
+            let _ = memory.free(allocation);
+            return Err(Error::InvalidArgument {
+                op: "alloc",
+                message: "allocator returned a block in an unknown segment".to_string(),
+            });
+        };
+        let (buffer, uid) = (segment.buffer.clone(), segment.uid);
+        drop(memory);
+        Ok(DeviceBuffer {
+            shared: Arc::clone(shared),
+            offset_bytes: allocation.offset(),
+            allocation: Some(allocation),
+            segment: buffer,
+            segment_uid: uid,
+            size_bytes,
+            category,
+            label: label.to_string(),
+            last_used_batch: AtomicU64::new(0),
+        })
+    }
+
+    /// Allocates room for `len` 4-byte elements (f32 or u32).
+    pub fn alloc_elements(
+        &self,
+        len: u64,
+        category: Category,
+        label: &str,
+    ) -> Result<DeviceBuffer> {
+        self.alloc(len.saturating_mul(WORD_BYTES), category, label)
+    }
+
+    /// Allocates a buffer holding `data`.
+    pub fn upload<T: bytemuck::Pod>(
+        &self,
+        data: &[T],
+        category: Category,
+        label: &str,
+    ) -> Result<DeviceBuffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let buffer = self.alloc(bytes.len() as u64, category, label)?;
+        self.write(&buffer, 0, data)?;
+        Ok(buffer)
+    }
+
+    /// Writes `data` at element `offset` (4-byte elements). If the open batch uses `buffer`, the
+    /// batch is submitted first, so the write cannot overtake recorded work (WGPU30.md §4); that
+    /// submit may wait for room within [`Gpu::default_deadline`] ([`Error::Timeout`] past it).
+    pub fn write<T: bytemuck::Pod>(
+        &self,
+        buffer: &DeviceBuffer,
+        offset: u64,
+        data: &[T],
+    ) -> Result<()> {
+        let shared = &*self.shared;
+        shared.health.check()?;
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let offset_bytes = offset.saturating_mul(WORD_BYTES);
+        buffer.check_range("write", offset_bytes, bytes.len() as u64)?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        // Hold the batch lock so nothing is recorded between the flush and the write.
+        let uses = |batch: &Batch| {
+            batch.is_open() && buffer.last_used_batch.load(Ordering::SeqCst) == batch.serial
+        };
+        let mut batch = shared.batch();
+        if uses(&batch) {
+            drop(batch);
+            let deadline = self.default_deadline();
+            batch = lock_for_submit(shared, deadline)?;
+            if uses(&batch) {
+                submit_locked(shared, &mut batch, Some("flush before upload"), deadline)?;
+            }
+        }
+        scoped(&shared.device, "write", || {
+            shared
+                .queue
+                .write_buffer(&buffer.segment, buffer.offset_bytes + offset_bytes, bytes);
+        })
+    }
+
+    /// Reads `len` elements from element `offset`, after everything recorded so far: submits the
+    /// open batch with a copy to a staging buffer and waits on its fence. `deadline` covers both
+    /// the submit (which may wait for room, see [`crate::fence`]) and the wait.
+    pub fn read<T: bytemuck::Pod>(
+        &self,
+        buffer: &DeviceBuffer,
+        offset: u64,
+        len: u64,
+        deadline: Duration,
+    ) -> Result<Vec<T>> {
+        let elem = std::mem::size_of::<T>() as u64;
+        let bytes = self.read_bytes(
+            buffer,
+            offset.saturating_mul(elem),
+            len.saturating_mul(elem),
+            deadline,
+        )?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Reads a whole buffer as `T` (4-byte elements).
+    pub fn read_all<T: bytemuck::Pod>(
+        &self,
+        buffer: &DeviceBuffer,
+        deadline: Duration,
+    ) -> Result<Vec<T>> {
+        let elem = std::mem::size_of::<T>() as u64;
+        self.read(buffer, 0, buffer.size_bytes / elem, deadline)
+    }
+
+    /// Reads `len_bytes` bytes from `offset_bytes` (both multiples of 4). See [`Gpu::read`].
+    pub fn read_bytes(
+        &self,
+        buffer: &DeviceBuffer,
+        offset_bytes: u64,
+        len_bytes: u64,
+        deadline: Duration,
+    ) -> Result<Vec<u8>> {
+        let start = Instant::now();
+        let shared = &*self.shared;
+        shared.health.check()?;
+        buffer.check_range("read", offset_bytes, len_bytes)?;
+        if len_bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let staging = scoped(&shared.device, "read-back staging buffer", || {
+            shared.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("plimsoll read-back"),
+                size: len_bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })?;
+        let mapped: Arc<std::sync::Mutex<Option<std::result::Result<(), String>>>> = Arc::default();
+        let fence = {
+            // Make room before recording the copy, so a timeout leaves no orphan copy behind.
+            let mut batch = lock_for_submit(shared, deadline)?;
+            batch.end_pass();
+            let encoder = batch.encoder(&shared.device);
+            encoder.copy_buffer_to_buffer(
+                &buffer.segment,
+                buffer.offset_bytes + offset_bytes,
+                &staging,
+                0,
+                len_bytes,
+            );
+            let slot = Arc::clone(&mapped);
+            encoder.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., move |r| {
+                if let Ok(mut s) = slot.lock() {
+                    *s = Some(r.map_err(|e| e.to_string()));
+                }
+            });
+            let label = format!("read {}", buffer.label);
+            submit_locked(shared, &mut batch, Some(&label), deadline)?
+        };
+        wait_fence(shared, &fence, start, deadline)?;
+        let state = mapped.lock().ok().and_then(|s| s.clone());
+        let map_error = |message: String| Error::Map {
+            label: buffer.label.clone(),
+            message,
+        };
+        match state {
+            Some(Ok(())) => {}
+            Some(Err(message)) => return Err(map_error(message)),
+            None => return Err(map_error("map callback did not run".to_string())),
+        }
+        let data = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| map_error(e.to_string()))?
+            .to_vec();
+        staging.unmap();
+        Ok(data)
+    }
+}

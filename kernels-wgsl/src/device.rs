@@ -1,0 +1,399 @@
+//! The device: adapter choice, device creation with the adapter's own limits, the error handler and
+//! the device-lost callback that are always installed, and the [`Gpu`] handle everything else hangs
+//! off.
+//!
+//! Adapter choice: the one named by [`GpuOptions::adapter`] (or the `PLIMSOLL_ADAPTER` environment
+//! variable), matched as a backend (`vulkan`, `metal`, `dx12`, `gl`), a device type (`discrete`,
+//! `integrated`, `cpu`) or a case-insensitive substring of the adapter name; otherwise the first
+//! discrete GPU, then integrated, then CPU (Mesa's lavapipe), then anything else.
+//!
+//! Dropping the last clone of a [`Gpu`] (and of its buffers) never blocks past
+//! [`Gpu::drop_deadline`]: unfinished GPU work makes the drop leak the device with a warning
+//! rather than hang (policy in [`crate::fence`]).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use plimsoll_allocator::BufferAllocator;
+
+use crate::error::{Error, Result};
+use crate::fence::{self, Deadlines, FenceState};
+use crate::memory::{self, WgpuSegments};
+use crate::pipeline::PipelineCache;
+use crate::recorder::Batch;
+
+/// Devices this process leaked because their work outlived the drop deadline.
+static LEAKED_DEVICES: AtomicUsize = AtomicUsize::new(0);
+
+/// The environment variable that names an adapter (same syntax as [`GpuOptions::adapter`]).
+pub const ADAPTER_ENV: &str = "PLIMSOLL_ADAPTER";
+
+/// How to open a [`Gpu`].
+#[derive(Debug, Clone, Default)]
+pub struct GpuOptions {
+    /// Backend (`vulkan`), device type (`discrete`, `integrated`, `cpu`) or adapter-name substring.
+    /// `None`: the best adapter (discrete, then integrated, then CPU).
+    pub adapter: Option<String>,
+    /// Memory budget in bytes. `None`: [`memory::default_budget_bytes`] for the adapter's type.
+    /// Set it lower to simulate a small GPU.
+    pub memory_budget_bytes: Option<u64>,
+    /// Deadline of the calls that take none. `None`: [`fence::DEFAULT_DEADLINE`].
+    pub default_deadline: Option<Duration>,
+    /// How long dropping the last clone waits for the GPU before leaking the device.
+    /// `None`: [`fence::DEFAULT_DROP_DEADLINE`].
+    pub drop_deadline: Option<Duration>,
+    /// Most submissions in flight (at least 1). `None`: 1 on a CPU adapter (lavapipe runs one
+    /// submission at a time and its submit blocks behind it), 2 on a GPU.
+    pub max_submissions_in_flight: Option<usize>,
+}
+
+impl GpuOptions {
+    /// Default options, with `adapter` taken from `PLIMSOLL_ADAPTER` when it is set and non-empty.
+    pub fn from_env() -> Self {
+        let adapter = std::env::var(ADAPTER_ENV)
+            .ok()
+            .filter(|s| !s.trim().is_empty());
+        GpuOptions {
+            adapter,
+            ..GpuOptions::default()
+        }
+    }
+}
+
+/// What we tell users about the adapter in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterSummary {
+    /// Adapter name, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`.
+    pub name: String,
+    /// Backend, e.g. Vulkan.
+    pub backend: wgpu::Backend,
+    /// Discrete, integrated, CPU, ...
+    pub device_type: wgpu::DeviceType,
+    /// Driver name and version as reported.
+    pub driver: String,
+}
+
+impl std::fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({:?}, {:?}, {})",
+            self.name, self.backend, self.device_type, self.driver
+        )
+    }
+}
+
+/// Device health, shared with wgpu's callbacks (which may run on any wgpu call).
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    lost: AtomicBool,
+    reason: Mutex<Option<String>>,
+    uncaptured: Mutex<Vec<String>>,
+}
+
+impl Health {
+    /// Marks the device lost (first reason wins).
+    pub(crate) fn mark_lost(&self, reason: String) {
+        self.lost.store(true, Ordering::SeqCst);
+        if let Ok(mut r) = self.reason.lock() {
+            r.get_or_insert(reason);
+        }
+    }
+
+    /// `Err(DeviceLost)` once the device is lost.
+    pub(crate) fn check(&self) -> Result<()> {
+        if !self.lost.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let reason = self
+            .reason
+            .lock()
+            .ok()
+            .and_then(|r| r.clone())
+            .unwrap_or_else(|| "unknown".to_string());
+        Err(Error::DeviceLost { reason })
+    }
+}
+
+/// Everything one device owns. Lock order, where more than one is taken: `batch` then `memory`.
+/// Its drop waits for the GPU within the drop deadline, then leaks rather than blocks.
+pub(crate) struct Shared {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) summary: AdapterSummary,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) health: Arc<Health>,
+    /// Alignment of every block's offset and size ([`memory::block_alignment`]).
+    pub(crate) block_alignment: u64,
+    /// Largest block: `max_storage_buffer_binding_size` (also the segment size cap).
+    pub(crate) max_block_bytes: u64,
+    pub(crate) memory: Mutex<BufferAllocator<WgpuSegments>>,
+    pub(crate) batch: Mutex<Batch>,
+    pub(crate) fences: FenceState,
+    pub(crate) pipelines: PipelineCache,
+    pub(crate) deadlines: Deadlines,
+    /// At least 1: submissions allowed in flight before a submit waits for the oldest.
+    pub(crate) max_in_flight: usize,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Nobody can read the results of work that was never submitted.
+        self.batch().discard();
+        let deadline = self.deadlines.drop_deadline();
+        if fence::drain(&self.device, deadline) {
+            return;
+        }
+        // wgpu's `Queue::drop` would wait for idle without a limit (vkQueueWaitIdle). A forgotten
+        // clone keeps wgpu's queue and device alive for good, and with them the in-flight
+        // submissions and every buffer they use, so the rest of `Shared` drops safely.
+        std::mem::forget(self.device.clone());
+        std::mem::forget(self.queue.clone());
+        LEAKED_DEVICES.fetch_add(1, Ordering::SeqCst);
+        let reserved_bytes = self.memory().stats().reserved_bytes;
+        eprintln!(
+            "plimsoll: GPU work on {} still running {} ms after the last Gpu was dropped; leaking \
+             the device, queue and {} MiB of buffers instead of blocking (raise \
+             Gpu::set_drop_deadline, or wait on your fences before dropping)",
+            self.summary.name,
+            deadline.as_millis(),
+            reserved_bytes >> 20
+        );
+    }
+}
+
+impl Shared {
+    pub(crate) fn memory(&self) -> MutexGuard<'_, BufferAllocator<WgpuSegments>> {
+        // A panic while holding the lock leaves the allocator consistent enough to keep going.
+        self.memory.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn batch(&self) -> MutexGuard<'_, Batch> {
+        self.batch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A device and its queue, memory, fences, pipelines and open batch. Cheap to clone (an `Arc`);
+/// every clone is the same device. Dropping the last clone (buffers hold one too) discards any
+/// unsubmitted batch and waits for the GPU at most [`Gpu::drop_deadline`]; work still running
+/// then is leaked with a warning on stderr, never waited for without a limit.
+#[derive(Clone)]
+pub struct Gpu {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("adapter", &self.shared.summary)
+            .finish_non_exhaustive()
+    }
+}
+
+fn describe(a: &wgpu::Adapter) -> String {
+    let i = a.get_info();
+    format!("{} ({:?}, {:?})", i.name, i.backend, i.device_type)
+}
+
+fn type_rank(t: wgpu::DeviceType) -> u8 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::Cpu => 2,
+        wgpu::DeviceType::VirtualGpu => 3,
+        wgpu::DeviceType::Other => 4,
+    }
+}
+
+fn matches(a: &wgpu::Adapter, wanted: &str) -> bool {
+    let i = a.get_info();
+    let w = wanted.trim().to_lowercase();
+    let backend = format!("{:?}", i.backend).to_lowercase();
+    let kind = match i.device_type {
+        wgpu::DeviceType::DiscreteGpu => "discrete",
+        wgpu::DeviceType::IntegratedGpu => "integrated",
+        wgpu::DeviceType::Cpu => "cpu",
+        wgpu::DeviceType::VirtualGpu => "virtual",
+        wgpu::DeviceType::Other => "other",
+    };
+    w == backend || w == kind || i.name.to_lowercase().contains(&w)
+}
+
+impl Gpu {
+    /// Opens the best adapter, or the one `PLIMSOLL_ADAPTER` names.
+    pub fn new() -> Result<Gpu> {
+        Gpu::with_options(GpuOptions::from_env())
+    }
+
+    /// Opens an adapter as `options` say. Fails with [`Error::NoAdapter`] (which says how to install
+    /// lavapipe) when none matches.
+    pub fn with_options(options: GpuOptions) -> Result<Gpu> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        // Where the driver has VK_EXT_memory_budget, refuse buffer creation near the real limit:
+        // that turns into a typed OutOfMemory instead of a lost device.
+        desc.memory_budget_thresholds = wgpu::MemoryBudgetThresholds {
+            for_resource_creation: Some(95),
+            for_device_loss: None,
+        };
+        let instance = wgpu::Instance::new(desc);
+        // Primary backends first (no GL probing noise); everything only if they offer nothing.
+        let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY));
+        if adapters.is_empty() || options.adapter.as_deref().is_some_and(|a| a.trim() == "gl") {
+            adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        }
+        let available: Vec<String> = adapters.iter().map(describe).collect();
+        let mut candidates: Vec<wgpu::Adapter> = match &options.adapter {
+            Some(wanted) => adapters
+                .into_iter()
+                .filter(|a| matches(a, wanted))
+                .collect(),
+            None => adapters,
+        };
+        candidates.retain(|a| a.get_info().backend != wgpu::Backend::Noop);
+        candidates.sort_by_key(|a| type_rank(a.get_info().device_type));
+        let adapter = candidates.into_iter().next().ok_or(Error::NoAdapter {
+            requested: options.adapter.clone(),
+            available,
+        })?;
+        Gpu::open(adapter, &options)
+    }
+
+    fn open(adapter: wgpu::Adapter, options: &GpuOptions) -> Result<Gpu> {
+        let info = adapter.get_info();
+        let summary = AdapterSummary {
+            name: info.name.clone(),
+            backend: info.backend,
+            device_type: info.device_type,
+            driver: format!("{} {}", info.driver, info.driver_info)
+                .trim()
+                .to_string(),
+        };
+        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("plimsoll"),
+            required_features: adapter.features() & wanted,
+            // The defaults are far below what adapters offer (256 MiB buffers, 256-byte alignment).
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }))
+        .map_err(|e| Error::RequestDevice {
+            adapter: summary.name.clone(),
+            message: e.to_string(),
+        })?;
+
+        let health = Arc::new(Health::default());
+        let h = Arc::clone(&health);
+        // Without a handler wgpu panics on any error no scope caught; we log and keep going.
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut log) = h.uncaptured.lock()
+                && log.len() < 64
+            {
+                log.push(e.to_string());
+            }
+        }));
+        let h = Arc::clone(&health);
+        // May run synchronously inside a failing wgpu call: keep it trivial.
+        device.set_device_lost_callback(move |reason, message| {
+            h.mark_lost(format!("{reason:?}: {message}"));
+        });
+
+        let limits = device.limits();
+        let block_alignment = memory::block_alignment(&limits);
+        let max_block_bytes = memory::max_segment_bytes(&limits, block_alignment);
+        let budget = options
+            .memory_budget_bytes
+            .unwrap_or_else(|| memory::default_budget_bytes(summary.device_type));
+        let source = WgpuSegments::new(device.clone());
+        let mut batch = Batch::new(&limits);
+        batch.set_released_segments(source.released());
+        let allocator = BufferAllocator::new(
+            source,
+            memory::allocator_config(budget, max_block_bytes, block_alignment),
+        );
+        let shared = Shared {
+            device,
+            queue,
+            summary,
+            limits,
+            health,
+            block_alignment,
+            max_block_bytes,
+            memory: Mutex::new(allocator),
+            batch: Mutex::new(batch),
+            fences: FenceState::default(),
+            pipelines: PipelineCache::default(),
+            deadlines: Deadlines::new(
+                options.default_deadline.unwrap_or(fence::DEFAULT_DEADLINE),
+                options
+                    .drop_deadline
+                    .unwrap_or(fence::DEFAULT_DROP_DEADLINE),
+            ),
+            max_in_flight: options
+                .max_submissions_in_flight
+                .unwrap_or(match info.device_type {
+                    wgpu::DeviceType::Cpu => 1,
+                    _ => 2,
+                })
+                .max(1),
+        };
+        Ok(Gpu {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// How many devices this process has leaked so far because their work was still running at
+    /// the drop deadline (see [`Gpu::drop_deadline`]).
+    pub fn leaked_devices() -> usize {
+        LEAKED_DEVICES.load(Ordering::SeqCst)
+    }
+
+    /// The adapter in use.
+    pub fn adapter(&self) -> &AdapterSummary {
+        &self.shared.summary
+    }
+
+    /// The device's limits (the adapter's own, not wgpu's low defaults).
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.shared.limits
+    }
+
+    /// The features enabled on the device (a subset of SHADER_F16 and TIMESTAMP_QUERY).
+    pub fn features(&self) -> wgpu::Features {
+        self.shared.device.features()
+    }
+
+    /// The wgpu device, for code that needs raw access (benchmarks, diagnostics).
+    pub fn device(&self) -> &wgpu::Device {
+        &self.shared.device
+    }
+
+    /// The wgpu queue, for code that needs raw access. Writes through it bypass the ordering rules
+    /// of [`crate::recorder`].
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.shared.queue
+    }
+
+    /// `Err(DeviceLost)` once the device is lost; every operation starts with this check.
+    pub fn check_alive(&self) -> Result<()> {
+        self.shared.health.check()
+    }
+
+    /// Errors wgpu raised outside any error scope since the last call (at most 64 are kept).
+    pub fn take_uncaptured_errors(&self) -> Vec<String> {
+        self.shared
+            .health
+            .uncaptured
+            .lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+
+    /// Destroys the device on purpose (tests of the device-lost path). Work in flight still runs.
+    pub fn destroy(&self) {
+        self.shared
+            .health
+            .mark_lost("destroyed by Gpu::destroy".to_string());
+        self.shared.device.destroy();
+    }
+}

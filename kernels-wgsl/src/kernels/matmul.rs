@@ -1,0 +1,287 @@
+//! `matmul`: batched `C[b] = alpha · op(A[b]) · op(B[b])` (or `C[b] +=` that), row-major, `op`
+//! the identity or a transpose per operand. Shader: `shaders/matmul.wgsl`; reference:
+//! [`crate::reference::matmul`]. Launcher and reference take the same [`MatmulDims`], whose
+//! offsets are element offsets into the `DeviceBuffer`s here and into the slices there.
+//!
+//! Two entry points ([`entry_point`] picks one): `main`, 16×16 outputs per invocation with `vec4`
+//! loads, for operands whose stored rows and offsets are multiples of 4 elements; `main_scalar`,
+//! 4×4 outputs per invocation, for everything else. Both clamp every load index into its operand
+//! and guard every store, so with the extents checked here the shader could run without wgpu's
+//! runtime checks ([`matmul_unchecked`]). Measured on lavapipe (`cargo xtask bench kernels`,
+//! checked and unchecked runs interleaved) that gains only 1–3 % (1024³: 21.4 against 21.3
+//! GFLOP/s; MLP step: 213 against 219 ms), so [`matmul`] keeps wgpu's checks on; re-measure on
+//! a real GPU before switching.
+
+use crate::buffer::DeviceBuffer;
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernels::{check_range, segment_index};
+use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::recorder::Dispatch;
+
+pub use crate::reference::matmul::MatmulDims;
+
+/// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
+pub const MAIN: Kernel = Kernel {
+    stem: "matmul",
+    wgsl: include_str!("../../shaders/matmul.wgsl"),
+    entry: "main",
+    storage_bindings: 3,
+    runtime_checks: RuntimeChecks::ON,
+};
+
+/// The any-shape entry point.
+pub const MAIN_SCALAR: Kernel = Kernel {
+    entry: "main_scalar",
+    ..MAIN
+};
+
+/// Outputs per workgroup along each of M and N: `main` (8×8 invocations × 16×16 outputs).
+const TILE_MAIN: u64 = 128;
+/// Outputs per workgroup along each of M and N: `main_scalar` (8×8 invocations × 4×4 outputs).
+const TILE_SCALAR: u64 = 32;
+
+/// Mirrors `Params` in `matmul.wgsl` (48 bytes; all offsets and strides in elements).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    batch: u32,
+    stride_a: u32,
+    stride_b: u32,
+    stride_c: u32,
+    offset_a: u32,
+    offset_b: u32,
+    offset_c: u32,
+    /// Bit 0: accumulate (`C += ..`).
+    flags: u32,
+    alpha: f32,
+}
+
+/// Which entry point of `matmul.wgsl` a launch uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatmulEntry {
+    /// `main`: `vec4` loads, 16×16 outputs per invocation, 128×128 per workgroup.
+    Main,
+    /// `main_scalar`: scalar loads, 4×4 outputs per invocation, 32×32 per workgroup.
+    MainScalar,
+}
+
+/// The entry point for `dims`: [`MatmulEntry::Main`] when every `vec4` it loads is a whole,
+/// aligned group of 4 elements and every 4-column store stays inside its row, i.e.
+/// - A's stored row length (`k`, or `m` with `trans_a`) and B's (`n`, or `k` with `trans_b`)
+///   are multiples of 4;
+/// - `n` (C's row length) is a multiple of 4: `main` stores 4 columns at a time, guarded by the
+///   first column only (the shader header omits this for `trans_b`, where B's rows are `k` long);
+/// - `offset_a`, `offset_b` and, when `batch > 1`, the batch strides of A and B are multiples of
+///   4 elements (the launcher also needs the buffers' segment offsets to be, which the 256-byte
+///   block alignment guarantees).
+///
+/// Otherwise [`MatmulEntry::MainScalar`].
+pub fn entry_point(dims: &MatmulDims) -> MatmulEntry {
+    let a_row = if dims.trans_a { dims.m } else { dims.k };
+    let b_row = if dims.trans_b { dims.k } else { dims.n };
+    let strides = if dims.batch > 1 {
+        [dims.batch_stride_a, dims.batch_stride_b]
+    } else {
+        [0, 0]
+    };
+    let all_multiples_of_4 = [a_row, b_row, dims.n, dims.offset_a, dims.offset_b]
+        .into_iter()
+        .chain(strides)
+        .all(|x| x.is_multiple_of(4));
+    if all_multiples_of_4 {
+        MatmulEntry::Main
+    } else {
+        MatmulEntry::MainScalar
+    }
+}
+
+/// Records the batched matmul `dims` describes (module docs): for `b < batch`,
+/// `C[b] = alpha · op(A[b]) · op(B[b])`, or `C[b] += ..` with `dims.accumulate`, where batch `b`
+/// of A starts at element `offset_a + b · batch_stride_a` of `lhs` (likewise B in `rhs`, C in
+/// `out`), and a batch stride of 0 broadcasts that operand. Shapes: stored A is `m×k` (`k×m`
+/// with `trans_a`), stored B `k×n` (`n×k` with `trans_b`), C `m×n`. With `accumulate` off, C is
+/// only written, never read. Nothing is recorded when `batch`, `m` or `n` is 0; `k = 0` gives
+/// `C = 0` (or leaves C as it is when accumulating).
+///
+/// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if C's elements lie
+/// outside the range each operand spans.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if an operand's extent (`offset + (batch − 1) · stride +
+/// rows · cols`) does not fit its buffer, a figure does not fit the shader's `u32`, C's batches
+/// overlap (`batch > 1` with `batch_stride_c < m · n`), C overlaps an operand, or the grid exceeds
+/// the device's workgroup limit; otherwise what [`Gpu::dispatch`] returns.
+pub fn matmul(
+    gpu: &Gpu,
+    out: &DeviceBuffer,
+    lhs: &DeviceBuffer,
+    rhs: &DeviceBuffer,
+    dims: &MatmulDims,
+) -> Result<()> {
+    launch(gpu, out, lhs, rhs, dims, [MAIN, MAIN_SCALAR])
+}
+
+/// [`matmul`] with a shader module created without wgpu's runtime checks (bounds checks, loop
+/// bounding). Sound because the shader clamps every load and guards every store, its loops end
+/// after `k` steps, and [`matmul`]'s validation (shared) keeps every operand inside its buffer.
+/// For the benchmark's comparison; same arguments, results and errors as [`matmul`].
+pub fn matmul_unchecked(
+    gpu: &Gpu,
+    out: &DeviceBuffer,
+    lhs: &DeviceBuffer,
+    rhs: &DeviceBuffer,
+    dims: &MatmulDims,
+) -> Result<()> {
+    let unchecked = |kernel: Kernel| Kernel {
+        runtime_checks: RuntimeChecks::OFF_AUDITED,
+        ..kernel
+    };
+    let kernels = [unchecked(MAIN), unchecked(MAIN_SCALAR)];
+    launch(gpu, out, lhs, rhs, dims, kernels)
+}
+
+/// Validates, picks the entry point and records the dispatch. `kernels` = `[main, main_scalar]`.
+fn launch(
+    gpu: &Gpu,
+    out: &DeviceBuffer,
+    lhs: &DeviceBuffer,
+    rhs: &DeviceBuffer,
+    dims: &MatmulDims,
+    kernels: [Kernel; 2],
+) -> Result<()> {
+    let invalid = |message: String| Error::InvalidArgument {
+        op: "matmul",
+        message,
+    };
+    let d = Dims64::new(dims);
+    if d.batch == 0 || d.m == 0 || d.n == 0 {
+        return Ok(());
+    }
+    let to_u32 = |what: &str, x: u64| {
+        u32::try_from(x).map_err(|_| invalid(format!("{what} = {x} does not fit in u32")))
+    };
+    // Sizes fit u32, so products of two of them fit u64.
+    let (m, n, k, batch) = (
+        to_u32("m", d.m)?,
+        to_u32("n", d.n)?,
+        to_u32("k", d.k)?,
+        to_u32("batch", d.batch)?,
+    );
+    let (a_rows, a_cols) = if dims.trans_a { (d.k, d.m) } else { (d.m, d.k) };
+    let (b_rows, b_cols) = if dims.trans_b { (d.n, d.k) } else { (d.k, d.n) };
+    // (name, buffer, offset, batch stride, elements per batch)
+    let operands = [
+        ("lhs (A)", lhs, d.offset_a, d.stride_a, a_rows * a_cols),
+        ("rhs (B)", rhs, d.offset_b, d.stride_b, b_rows * b_cols),
+        ("out (C)", out, d.offset_c, d.stride_c, d.m * d.n),
+    ];
+    // Element ranges [start, end) in segment coordinates, for the overlap check below.
+    let mut spans = [(0u64, 0u64); 3];
+    for ((name, buffer, offset, stride, elements), span) in operands.into_iter().zip(&mut spans) {
+        let extent = (d.batch - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(elements))
+            .ok_or_else(|| invalid(format!("{name}: extent overflows u64 ({dims:?})")))?;
+        check_range("matmul", name, buffer, offset, extent)?;
+        let start = u64::from(buffer.offset_elements()) + offset;
+        *span = (start, start + extent);
+    }
+    if d.batch > 1 && d.stride_c < d.m * d.n {
+        return Err(invalid(format!(
+            "out (C): batch stride {} < m*n = {}: the {} output matrices would overlap",
+            d.stride_c,
+            d.m * d.n,
+            d.batch
+        )));
+    }
+    for (name, buffer, span) in [("lhs (A)", lhs, spans[0]), ("rhs (B)", rhs, spans[1])] {
+        let (c_start, c_end) = spans[2];
+        if buffer.segment_uid == out.segment_uid && span.0 < c_end && c_start < span.1 {
+            return Err(invalid(format!(
+                "out (C) elements {c_start}..{c_end} overlap {name} elements {}..{} of the same \
+                 segment; write the product to a separate buffer",
+                span.0, span.1
+            )));
+        }
+    }
+    // Every index the shader forms is below a span's end (in segment elements).
+    for (name, (_, end)) in ["lhs (A)", "rhs (B)", "out (C)"].into_iter().zip(spans) {
+        to_u32(name, end)?;
+    }
+    let params = Params {
+        m,
+        n,
+        k,
+        batch,
+        stride_a: to_u32("batch_stride_a", d.stride_a)?,
+        stride_b: to_u32("batch_stride_b", d.stride_b)?,
+        stride_c: to_u32("batch_stride_c", d.stride_c)?,
+        offset_a: segment_index(lhs, d.offset_a),
+        offset_b: segment_index(rhs, d.offset_b),
+        offset_c: segment_index(out, d.offset_c),
+        flags: u32::from(dims.accumulate),
+        alpha: dims.alpha,
+    };
+    let segments_aligned =
+        lhs.offset_elements().is_multiple_of(4) && rhs.offset_elements().is_multiple_of(4);
+    let (kernel, tile) = match entry_point(dims) {
+        MatmulEntry::Main if segments_aligned => (&kernels[0], TILE_MAIN),
+        _ => (&kernels[1], TILE_SCALAR),
+    };
+    let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
+    let workgroups = [d.n.div_ceil(tile), d.m.div_ceil(tile), d.batch];
+    if workgroups.iter().any(|&w| w > max) {
+        return Err(invalid(format!(
+            "grid {workgroups:?} (n/{tile}, m/{tile}, batch) exceeds the device's {max} \
+             workgroups per dimension; split the batch or the matrix"
+        )));
+    }
+    let flag = |on: bool| if on { 1.0 } else { 0.0 };
+    gpu.dispatch(Dispatch {
+        kernel,
+        overrides: &[
+            ("TRANS_A", flag(dims.trans_a)),
+            ("TRANS_B", flag(dims.trans_b)),
+        ],
+        params: bytemuck::bytes_of(&params),
+        buffers: &[lhs, rhs, out],
+        workgroups: workgroups.map(|w| w as u32),
+    })
+}
+
+/// The `usize` figures of [`MatmulDims`] as `u64` (usize is at most 64 bits on every target
+/// wgpu supports), so products are checked in one width.
+struct Dims64 {
+    batch: u64,
+    m: u64,
+    n: u64,
+    k: u64,
+    stride_a: u64,
+    stride_b: u64,
+    stride_c: u64,
+    offset_a: u64,
+    offset_b: u64,
+    offset_c: u64,
+}
+
+impl Dims64 {
+    fn new(d: &MatmulDims) -> Self {
+        let w = |x: usize| x as u64;
+        Self {
+            batch: w(d.batch),
+            m: w(d.m),
+            n: w(d.n),
+            k: w(d.k),
+            stride_a: w(d.batch_stride_a),
+            stride_b: w(d.batch_stride_b),
+            stride_c: w(d.batch_stride_c),
+            offset_a: w(d.offset_a),
+            offset_b: w(d.offset_b),
+            offset_c: w(d.offset_c),
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! Compute pipelines, built once per (shader stem, entry point, override constants) and cached for
+//! the device's lifetime, with explicit layouts that follow the binding convention of
+//! [`crate::kernels`]:
+//!
+//! - `@group(0) @binding(0)`: `var<uniform> params: Params`, bound with a dynamic offset into the
+//!   batch's uniform arena (see [`crate::recorder`]), [`PARAMS_BYTES`] bytes at most;
+//! - `@group(0) @binding(1..=N)`: `var<storage, read_write>`, each bound to a whole segment.
+//!
+//! One bind-group layout (and pipeline layout) per N is shared by all kernels, so bind groups are
+//! cached per (N, uniform chunk, segments) and reused by every kernel.
+//! Shader modules and pipelines are created inside Validation and Internal error scopes: a bad
+//! shader is an [`Error::Validation`], never a panic.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::device::Shared;
+use crate::error::{Error, Result};
+
+/// Largest `Params` struct a kernel may declare, in bytes (the uniform binding's size).
+pub const PARAMS_BYTES: u64 = 256;
+
+/// A compute kernel: one entry point of one WGSL file. Declared as a `const` next to its launcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// Shader stem: `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `reference::<stem>`.
+    pub stem: &'static str,
+    /// The WGSL source, `include_str!("../../shaders/<stem>.wgsl")`.
+    pub wgsl: &'static str,
+    /// Entry point (`@compute fn <entry>`).
+    pub entry: &'static str,
+    /// Number of storage bindings (`@binding(1)` to `@binding(N)`).
+    pub storage_bindings: u32,
+    /// Whether wgpu injects bounds checks and loop bounding into the shader module:
+    /// [`RuntimeChecks::ON`] for every kernel unless its audit says otherwise.
+    pub runtime_checks: RuntimeChecks,
+}
+
+/// wgpu's runtime checks on a kernel's shader module: storage accesses clamped to the bound
+/// segment, loops bounded. [`RuntimeChecks::ON`] is the default and the only value code outside
+/// this crate can name, so no safe caller can create an unchecked module from arbitrary WGSL.
+/// Off (`create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked())`) is reserved for
+/// in-crate kernels whose WGSL clamps every load and guards every store, whose loops all end,
+/// and whose launcher checks that every operand fits its binding (`kernels::matmul::
+/// matmul_unchecked`; on lavapipe it gained only 1-3 %, see `cargo xtask bench kernels`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RuntimeChecks {
+    on: bool,
+}
+
+impl RuntimeChecks {
+    /// wgpu's checks on (`create_shader_module`).
+    pub const ON: Self = Self { on: true };
+    /// wgpu's checks off. Only for kernels audited as described on [`RuntimeChecks`].
+    pub(crate) const OFF_AUDITED: Self = Self { on: false };
+
+    /// Whether wgpu's checks are on.
+    pub fn is_on(self) -> bool {
+        self.on
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PipelineKey {
+    stem: &'static str,
+    entry: &'static str,
+    runtime_checks: RuntimeChecks,
+    /// Override constants, sorted by name, values as `f64` bits.
+    overrides: Vec<(String, u64)>,
+}
+
+/// One bind-group layout per storage-binding count, and its pipeline layout.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub(crate) bind_group: wgpu::BindGroupLayout,
+    pipeline: wgpu::PipelineLayout,
+}
+
+#[derive(Default)]
+struct Maps {
+    modules: HashMap<(&'static str, RuntimeChecks), wgpu::ShaderModule>,
+    pipelines: HashMap<PipelineKey, wgpu::ComputePipeline>,
+    layouts: HashMap<u32, Layout>,
+}
+
+/// The device's pipeline cache.
+#[derive(Default)]
+pub(crate) struct PipelineCache {
+    maps: Mutex<Maps>,
+}
+
+/// Runs `f` inside Validation and Internal error scopes; the first error becomes an `Err`.
+pub(crate) fn scoped<T>(device: &wgpu::Device, context: &str, f: impl FnOnce() -> T) -> Result<T> {
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let value = f();
+    let v = pollster::block_on(validation.pop());
+    let i = pollster::block_on(internal.pop());
+    match v.or(i) {
+        Some(e) => Err(Error::from_wgpu(context, e)),
+        None => Ok(value),
+    }
+}
+
+fn make_layout(device: &wgpu::Device, storage_bindings: u32) -> Layout {
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: true,
+            min_binding_size: wgpu::BufferSize::new(PARAMS_BYTES),
+        },
+        count: None,
+    }];
+    // read_write everywhere: tensors share segments, and one buffer bound read-only and read-write
+    // in one dispatch is a validation error (WGPU30.md §4).
+    entries.extend(
+        (1..=storage_bindings).map(|binding| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only: false },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        }),
+    );
+    let label = format!("plimsoll params+{storage_bindings} storage");
+    let bind_group = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(&label),
+        entries: &entries,
+    });
+    let pipeline = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(&label),
+        bind_group_layouts: &[Some(&bind_group)],
+        immediate_size: 0,
+    });
+    Layout {
+        bind_group,
+        pipeline,
+    }
+}
+
+/// Creates `kernel`'s shader module, with wgpu's runtime checks as `kernel.runtime_checks` says.
+fn create_module(device: &wgpu::Device, kernel: &Kernel) -> wgpu::ShaderModule {
+    let descriptor = wgpu::ShaderModuleDescriptor {
+        label: Some(kernel.stem),
+        source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+    };
+    if kernel.runtime_checks.is_on() {
+        return device.create_shader_module(descriptor);
+    }
+    // SAFETY: `RuntimeChecks::OFF_AUDITED` is `pub(crate)`, so only kernels of this crate reach
+    // here, and each one that uses it is audited to be free of out-of-bounds accesses and endless
+    // loops on its own: its WGSL clamps every load index into its operand and guards every store,
+    // its loops are bounded by `Params` sizes, and its launcher returns `InvalidArgument` unless
+    // every operand's extent fits its buffer (see `shaders/matmul.wgsl` and `kernels::matmul`).
+    #[allow(unsafe_code)]
+    unsafe {
+        device.create_shader_module_trusted(descriptor, wgpu::ShaderRuntimeChecks::unchecked())
+    }
+}
+
+impl PipelineCache {
+    /// The layout for `storage_bindings` storage buffers (created on first use).
+    pub(crate) fn layout(&self, device: &wgpu::Device, storage_bindings: u32) -> Result<Layout> {
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = maps.layouts.get(&storage_bindings) {
+            return Ok(l.clone());
+        }
+        let layout = scoped(device, "bind group layout", || {
+            make_layout(device, storage_bindings)
+        })?;
+        maps.layouts.insert(storage_bindings, layout.clone());
+        Ok(layout)
+    }
+
+    /// The pipeline for `kernel` specialised by `overrides` (WGSL `override` constants), and its
+    /// bind-group layout. Built on first use, then a hash-map lookup.
+    pub(crate) fn get(
+        &self,
+        shared: &Shared,
+        kernel: &Kernel,
+        overrides: &[(&str, f64)],
+    ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
+        let device = &shared.device;
+        let layout = self.layout(device, kernel.storage_bindings)?;
+        let mut sorted: Vec<(String, u64)> = overrides
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), v.to_bits()))
+            .collect();
+        sorted.sort();
+        let key = PipelineKey {
+            stem: kernel.stem,
+            entry: kernel.entry,
+            runtime_checks: kernel.runtime_checks,
+            overrides: sorted,
+        };
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = maps.pipelines.get(&key) {
+            return Ok((p.clone(), layout.bind_group));
+        }
+        let module_key = (kernel.stem, kernel.runtime_checks);
+        let module = match maps.modules.get(&module_key) {
+            Some(m) => m.clone(),
+            None => {
+                let context = format!("shader {}.wgsl", kernel.stem);
+                let m = scoped(device, &context, || create_module(device, kernel))?;
+                maps.modules.insert(module_key, m.clone());
+                m
+            }
+        };
+        let context = format!("pipeline {}::{} {:?}", kernel.stem, kernel.entry, overrides);
+        let pipeline = scoped(device, &context, || {
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(&context),
+                layout: Some(&layout.pipeline),
+                module: &module,
+                entry_point: Some(kernel.entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: overrides,
+                    ..Default::default()
+                },
+                cache: None,
+            })
+        })?;
+        maps.pipelines.insert(key, pipeline.clone());
+        Ok((pipeline, layout.bind_group))
+    }
+}

@@ -1,0 +1,379 @@
+//! Recording and batched submission.
+//!
+//! Launchers call [`Gpu::dispatch`], which records into the device's one open batch: one command
+//! encoder, one compute pass per run of dispatches (a copy, e.g. for a read-back, ends the pass).
+//! [`Gpu::flush`] submits the batch and returns its [`Fence`]; a batch also goes out by itself
+//! once it holds [`AUTO_FLUSH_DISPATCHES`] dispatches (at the next dispatch), and before a
+//! read-back.
+//!
+//! Submission is bounded (policy and cost in [`crate::fence`]): every submit goes through
+//! [`lock_for_submit`], which, while [`Gpu::max_submissions_in_flight`] submissions are in flight,
+//! releases the batch lock and waits for the oldest one within the caller's deadline. A timeout
+//! there leaves the batch open and unsubmitted (a later flush sends it) and is an
+//! [`Error::Timeout`] naming the submission that was still running.
+//!
+//! Params (uniforms): each dispatch's `Params` bytes are appended to a per-batch bump arena in host
+//! memory, one slot of `PARAMS_BYTES` rounded up to `min_uniform_buffer_offset_alignment`. The
+//! arena is backed by uniform "chunk" buffers of [`CHUNK_BYTES`] that live as long as the device;
+//! at submit the used bytes are written with one `queue.write_buffer` per chunk, which wgpu runs
+//! before the batch's commands (and after every earlier submission, so reusing chunks across
+//! batches is safe). Each dispatch binds its slot by dynamic offset, so bind groups depend only on
+//! (storage-binding count, chunk, segments) and are cached: no bind group is created on the hot
+//! path once the segments exist.
+//!
+//! Host/GPU ordering (the `write_buffer` hazard, WGPU30.md §4): every [`DeviceBuffer`] remembers
+//! the batch that last recorded a use of it. A buffer dropped while the open batch uses it is
+//! *parked* and returned to the allocator only after that batch is submitted, so no new buffer can
+//! receive its bytes while unsubmitted work still reads them; and an upload into a buffer that the
+//! open batch uses submits the batch first. Together these make `queue.write_buffer` always safe.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use plimsoll_allocator::Allocation;
+use smallvec::SmallVec;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::{Gpu, Shared};
+use crate::error::{Error, Result};
+use crate::fence::{Fence, wait_fence};
+use crate::pipeline::{Kernel, PARAMS_BYTES, scoped};
+
+/// A batch is submitted by itself after this many dispatches (bounds the work behind one fence).
+pub const AUTO_FLUSH_DISPATCHES: u32 = 1024;
+/// Size of one uniform chunk buffer.
+pub const CHUNK_BYTES: u64 = 64 * 1024;
+
+/// One kernel launch, as built by a launcher.
+#[derive(Debug, Clone, Copy)]
+pub struct Dispatch<'a> {
+    /// The kernel.
+    pub kernel: &'a Kernel,
+    /// WGSL `override` constants (part of the pipeline cache key).
+    pub overrides: &'a [(&'a str, f64)],
+    /// The `Params` struct as bytes (`bytemuck::bytes_of`), at most [`PARAMS_BYTES`].
+    pub params: &'a [u8],
+    /// Buffers for `@binding(1..=N)`, in order; each binds its whole segment.
+    pub buffers: &'a [&'a DeviceBuffer],
+    /// Workgroup counts (see [`crate::kernels::grid_1d`]).
+    pub workgroups: [u32; 3],
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    storage_bindings: u32,
+    chunk: usize,
+    segments: SmallVec<[u64; 6]>,
+}
+
+/// The open batch. Lives in [`Shared`] behind a mutex (lock order: batch, then memory).
+pub(crate) struct Batch {
+    /// Serial the next submission will carry (starts at 1).
+    pub(crate) serial: u64,
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    dispatches: u32,
+    label: Option<String>,
+    params: Vec<u8>,
+    slot_bytes: u64,
+    chunks: Vec<wgpu::Buffer>,
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    /// Allocations freed while this batch used them; freed after submit.
+    pub(crate) parked: Vec<Allocation>,
+    released_segments: Option<Arc<Mutex<Vec<u64>>>>,
+}
+
+impl Batch {
+    pub(crate) fn new(limits: &wgpu::Limits) -> Self {
+        let align = u64::from(limits.min_uniform_buffer_offset_alignment).max(1);
+        Batch {
+            serial: 1,
+            encoder: None,
+            pass: None,
+            dispatches: 0,
+            label: None,
+            params: Vec::new(),
+            slot_bytes: PARAMS_BYTES.div_ceil(align) * align,
+            chunks: Vec::new(),
+            bind_groups: HashMap::new(),
+            parked: Vec::new(),
+            released_segments: None,
+        }
+    }
+
+    pub(crate) fn set_released_segments(&mut self, released: Arc<Mutex<Vec<u64>>>) {
+        self.released_segments = Some(released);
+    }
+
+    /// Whether anything is recorded and not yet submitted.
+    pub(crate) fn is_open(&self) -> bool {
+        self.encoder.is_some()
+    }
+
+    pub(crate) fn encoder(&mut self, device: &wgpu::Device) -> &mut wgpu::CommandEncoder {
+        self.encoder.get_or_insert_with(|| {
+            device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("plimsoll batch"),
+            })
+        })
+    }
+
+    /// Ends the compute pass (before a copy is recorded).
+    pub(crate) fn end_pass(&mut self) {
+        self.pass = None;
+    }
+
+    /// Drops the recorded, unsubmitted work (the device is going away; nobody can read it).
+    pub(crate) fn discard(&mut self) {
+        self.pass = None;
+        self.encoder = None;
+        self.dispatches = 0;
+        self.label = None;
+        self.params.clear();
+    }
+
+    fn evict_released(&mut self) {
+        let Some(released) = &self.released_segments else {
+            return;
+        };
+        let uids: Vec<u64> = match released.lock() {
+            Ok(mut r) if !r.is_empty() => std::mem::take(&mut *r),
+            _ => return,
+        };
+        self.bind_groups
+            .retain(|k, _| !k.segments.iter().any(|s| uids.contains(s)));
+    }
+}
+
+impl Gpu {
+    /// Records one dispatch into the open batch (see the module docs). Fails on a bad kernel
+    /// (validation), a params struct over [`PARAMS_BYTES`], or a lost device; and with
+    /// [`Error::Timeout`] (nothing recorded) when a full batch must go out first and the GPU does
+    /// not make room within [`Gpu::default_deadline`].
+    pub fn dispatch(&self, d: Dispatch<'_>) -> Result<()> {
+        let shared = &*self.shared;
+        shared.health.check()?;
+        if d.params.len() as u64 > PARAMS_BYTES
+            || d.buffers.len() != d.kernel.storage_bindings as usize
+        {
+            return Err(Error::InvalidArgument {
+                op: d.kernel.stem,
+                message: format!(
+                    "{} params bytes (max {PARAMS_BYTES}), {} buffers for {} bindings",
+                    d.params.len(),
+                    d.buffers.len(),
+                    d.kernel.storage_bindings
+                ),
+            });
+        }
+        let (pipeline, bgl) = shared.pipelines.get(shared, d.kernel, d.overrides)?;
+        let mut batch = shared.batch();
+        if batch.dispatches >= AUTO_FLUSH_DISPATCHES {
+            drop(batch);
+            let deadline = self.default_deadline();
+            batch = lock_for_submit(shared, deadline)?;
+            if batch.dispatches >= AUTO_FLUSH_DISPATCHES {
+                submit_locked(shared, &mut batch, None, deadline)?;
+            }
+        }
+        batch.evict_released();
+
+        let slot = batch.params.len() as u64 / batch.slot_bytes;
+        let slots_per_chunk = CHUNK_BYTES / batch.slot_bytes;
+        let chunk = (slot / slots_per_chunk) as usize;
+        let dynamic_offset = ((slot % slots_per_chunk) * batch.slot_bytes) as u32;
+        let mut bytes = d.params.to_vec();
+        bytes.resize(batch.slot_bytes as usize, 0);
+        while batch.chunks.len() <= chunk {
+            let buffer = shared.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("plimsoll params chunk"),
+                size: CHUNK_BYTES,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            batch.chunks.push(buffer);
+        }
+        let key = BindKey {
+            storage_bindings: d.kernel.storage_bindings,
+            chunk,
+            segments: d.buffers.iter().map(|b| b.segment_uid).collect(),
+        };
+        if !batch.bind_groups.contains_key(&key) {
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &batch.chunks[chunk],
+                    offset: 0,
+                    size: wgpu::BufferSize::new(PARAMS_BYTES),
+                }),
+            }];
+            entries.extend(
+                d.buffers
+                    .iter()
+                    .zip(1u32..)
+                    .map(|(b, binding)| wgpu::BindGroupEntry {
+                        binding,
+                        resource: b.segment.as_entire_binding(),
+                    }),
+            );
+            let group = scoped(&shared.device, "bind group", || {
+                shared.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(d.kernel.stem),
+                    layout: &bgl,
+                    entries: &entries,
+                })
+            })?;
+            batch.bind_groups.insert(key.clone(), group);
+        }
+        let group = batch.bind_groups.get(&key).cloned();
+        let Some(group) = group else {
+            return Err(Error::InvalidArgument {
+                op: d.kernel.stem,
+                message: "bind group vanished from the cache".to_string(),
+            });
+        };
+
+        batch.params.extend_from_slice(&bytes);
+        if batch.pass.is_none() {
+            let pass = batch
+                .encoder(&shared.device)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("plimsoll kernels"),
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            batch.pass = Some(pass);
+        }
+        if let Some(pass) = batch.pass.as_mut() {
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &group, &[dynamic_offset]);
+            let [x, y, z] = d.workgroups;
+            pass.dispatch_workgroups(x, y, z);
+        }
+        let serial = batch.serial;
+        for b in d.buffers {
+            b.last_used_batch.store(serial, Ordering::SeqCst);
+        }
+        batch.dispatches += 1;
+        batch.label.get_or_insert_with(|| d.kernel.stem.to_string());
+        Ok(())
+    }
+
+    /// Submits the open batch and returns its fence, within [`Gpu::default_deadline`] (see
+    /// [`Gpu::flush_within`]).
+    pub fn flush(&self, label: &str) -> Result<Fence> {
+        self.flush_within(label, self.default_deadline())
+    }
+
+    /// Submits the open batch and returns its fence. With nothing recorded, returns the latest
+    /// submission's fence (already complete if nothing was ever submitted). `label` names the
+    /// submission in timeout reports (default: the first kernel's stem).
+    ///
+    /// When [`Gpu::max_submissions_in_flight`] submissions are in flight, first waits for the
+    /// oldest; if it is still running after `deadline`, returns [`Error::Timeout`] naming it, and
+    /// the batch stays open (a later flush submits it).
+    pub fn flush_within(&self, label: &str, deadline: Duration) -> Result<Fence> {
+        let shared = &*self.shared;
+        shared.health.check()?;
+        if !shared.batch().is_open() {
+            return Ok(shared.fences.last());
+        }
+        let mut batch = lock_for_submit(shared, deadline)?;
+        submit_locked(shared, &mut batch, Some(label), deadline)
+    }
+}
+
+/// Locks the batch at a moment when a submit may go ahead: fewer than the device's maximum are in
+/// flight. Until then waits for the oldest in-flight submission, with the lock released (others
+/// keep recording), within `deadline`; past it, [`Error::Timeout`] naming that submission.
+pub(crate) fn lock_for_submit(
+    shared: &Shared,
+    deadline: Duration,
+) -> Result<MutexGuard<'_, Batch>> {
+    let start = Instant::now();
+    loop {
+        let batch = shared.batch();
+        let Some(oldest) = shared.fences.blocking_submit(shared.max_in_flight) else {
+            return Ok(batch);
+        };
+        drop(batch);
+        // Completion is in queue order, so once `oldest` is done there is room, unless another
+        // thread submitted meanwhile: then loop and wait for the next one.
+        wait_fence(shared, &oldest, start, deadline)?;
+    }
+}
+
+/// Submits `batch` (caller holds its lock, normally from [`lock_for_submit`]): writes the params
+/// chunks, finishes the encoder inside a validation scope, submits, records the fence, then frees
+/// the parked allocations. Keeps the in-flight bound even for a caller that locked the batch
+/// directly, by waiting (lock held) within `deadline`; on a timeout nothing is submitted.
+pub(crate) fn submit_locked(
+    shared: &Shared,
+    batch: &mut Batch,
+    label: Option<&str>,
+    deadline: Duration,
+) -> Result<Fence> {
+    batch.end_pass();
+    if !batch.is_open() {
+        return Ok(shared.fences.last());
+    }
+    if let Some(oldest) = shared.fences.blocking_submit(shared.max_in_flight) {
+        wait_fence(shared, &oldest, Instant::now(), deadline)?;
+    }
+    let Some(encoder) = batch.encoder.take() else {
+        return Ok(shared.fences.last());
+    };
+    let serial = batch.serial;
+    batch.serial += 1;
+    let dispatches = std::mem::take(&mut batch.dispatches);
+    let first = batch.label.take();
+    let label = match (label, first) {
+        (Some(l), Some(f)) => format!("{l} [{f}..]"),
+        (Some(l), None) => l.to_string(),
+        (None, Some(f)) => format!("{f}.. (auto)"),
+        (None, None) => "batch".to_string(),
+    };
+    for (chunk, bytes) in batch.params.chunks(CHUNK_BYTES as usize).enumerate() {
+        if let Some(buffer) = batch.chunks.get(chunk) {
+            shared.queue.write_buffer(buffer, 0, bytes);
+        }
+    }
+    batch.params.clear();
+    let completed = shared.fences.completed_handle();
+    encoder.on_submitted_work_done(move || {
+        completed.fetch_max(serial, Ordering::SeqCst);
+    });
+    let context = format!("submission #{serial} {label}");
+    let submitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        scoped(&shared.device, &context, || {
+            let buffer = encoder.finish();
+            shared.queue.submit([buffer])
+        })
+    }));
+    let parked = std::mem::take(&mut batch.parked);
+    if !parked.is_empty() {
+        let mut memory = shared.memory();
+        for allocation in parked {
+            // The allocation came from this allocator; a refusal would be an internal bug and
+            // leaves nothing to clean up.
+            let _ = memory.free(allocation);
+        }
+    }
+    let index = match submitted {
+        Ok(Ok(index)) => index,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => {
+            shared.health.mark_lost("queue.submit panicked".to_string());
+            shared.health.check()?;
+            return Err(Error::DeviceLost {
+                reason: "queue.submit panicked".to_string(),
+            });
+        }
+    };
+    shared.health.check()?;
+    let fence = Fence::new(serial, Some(index), &label);
+    shared.fences.record(&fence, dispatches);
+    Ok(fence)
+}

@@ -1,0 +1,215 @@
+//! `binary` launchers against `reference::binary`.
+// Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
+
+use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryOp, Broadcast};
+use plimsoll_kernels_wgsl::kernels::{fill, reduce};
+use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+
+use crate::common::{DEADLINE, Rng, assert_close, gpu};
+
+/// `(atol, rtol)`: add, sub, mul and the max/min selections are exact in f32 (the reference
+/// computes in f32 too); division may be 2.5 ULP off on Vulkan, so 2e-6 relative (~16 ULP);
+/// atol 1e-7 for the -a/b^2 products that land near zero.
+const ATOL: f32 = 1e-7;
+const RTOL: f32 = 2e-6;
+
+/// Operands for `op`: divisors kept away from 0; max/min drawn from a few integers so ties are
+/// common, with a NaN planted in `a` (NaN must win and, in the backward, split like a tie).
+fn operands(rng: &mut Rng, op: BinaryOp, a_len: usize, b_len: usize) -> (Vec<f32>, Vec<f32>) {
+    match op {
+        BinaryOp::Max | BinaryOp::Min => {
+            let mut small = |n| -> Vec<f32> { (0..n).map(|_| rng.below(5) as f32 - 2.0).collect() };
+            let mut a = small(a_len);
+            let b = small(b_len);
+            a[a_len / 2] = f32::NAN;
+            (a, b)
+        }
+        BinaryOp::Div => {
+            let a = rng.vec_f32(a_len, -3.0, 3.0);
+            let b = (0..b_len)
+                .map(|i| {
+                    let m = rng.f32_in(0.5, 2.0);
+                    if i % 3 == 0 { -m } else { m }
+                })
+                .collect();
+            (a, b)
+        }
+        _ => (rng.vec_f32(a_len, -3.0, 3.0), rng.vec_f32(b_len, -3.0, 3.0)),
+    }
+}
+
+/// `data` at element `offset` of a host vector padded with `offset` leading and 3 trailing
+/// random elements (to upload and operate on at a non-zero offset).
+fn padded(rng: &mut Rng, data: &[f32], offset: usize) -> Vec<f32> {
+    let mut buf = rng.vec_f32(offset + data.len() + 3, -9.0, 9.0);
+    buf[offset..offset + data.len()].copy_from_slice(data);
+    buf
+}
+
+/// Forward and backward of `op` over `a_shape` x `b_shape`, every operand at a non-zero offset,
+/// then the operand gradients summed to their shapes with `reduce::sum_to_shape`.
+fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_shape: &[usize]) {
+    let name = format!("binary {op:?} {a_shape:?} x {b_shape:?}");
+    let shape = Broadcast::new(a_shape, b_shape).unwrap();
+    let (a_len, b_len, n) = (
+        a_shape.iter().product::<usize>(),
+        b_shape.iter().product::<usize>(),
+        shape.len(),
+    );
+    let (a, b) = operands(rng, op, a_len, b_len);
+    let a_host = padded(rng, &a, 1);
+    let b_host = padded(rng, &b, 2);
+    let out0 = rng.vec_f32(n + 7, -9.0, 9.0);
+    let a_gpu = gpu.upload(&a_host, Category::Activation, "a").unwrap();
+    let b_gpu = gpu.upload(&b_host, Category::Activation, "b").unwrap();
+    let out_gpu = gpu.upload(&out0, Category::Activation, "out").unwrap();
+    binary::broadcast(gpu, op, &out_gpu, 4, &a_gpu, 1, a_shape, &b_gpu, 2, b_shape).unwrap();
+    let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+    let mut want = out0.clone();
+    want[4..4 + n].copy_from_slice(&reference::binary::broadcast(op, &a, &b, &shape));
+    assert_close(&format!("{name} forward"), &got, &want, ATOL, RTOL);
+
+    // Backward at the output shape, dy at offset 3, da and db sharing one buffer.
+    let dy = rng.vec_f32(n, -2.0, 2.0);
+    let dy_gpu = gpu
+        .upload(&padded(rng, &dy, 3), Category::Gradient, "dy")
+        .unwrap();
+    let grads0 = rng.vec_f32(2 * n + 5, -9.0, 9.0);
+    let grads_gpu = gpu.upload(&grads0, Category::Gradient, "da|db").unwrap();
+    let (da_at, db_at) = (2, 2 + n + 1);
+    binary::backward(
+        gpu,
+        op,
+        &grads_gpu,
+        da_at as u64,
+        &grads_gpu,
+        db_at as u64,
+        &a_gpu,
+        1,
+        a_shape,
+        &b_gpu,
+        2,
+        b_shape,
+        &dy_gpu,
+        3,
+    )
+    .unwrap();
+    let got: Vec<f32> = gpu.read_all(&grads_gpu, DEADLINE).unwrap();
+    let (da_full, db_full) = reference::binary::backward(op, &a, &b, &dy, &shape);
+    let mut want = grads0.clone();
+    want[da_at..da_at + n].copy_from_slice(&da_full);
+    want[db_at..db_at + n].copy_from_slice(&db_full);
+    assert_close(&format!("{name} backward"), &got, &want, ATOL, RTOL);
+
+    // Operand gradients: sum the output-shaped gradients down to each operand's shape.
+    for (label, full, full_at, operand_shape, operand_len) in [
+        ("da", &da_full, da_at, a_shape, a_len),
+        ("db", &db_full, db_at, b_shape, b_len),
+    ] {
+        let out_gpu = gpu
+            .alloc_elements(operand_len as u64 + 2, Category::Gradient, label)
+            .unwrap();
+        fill::fill(gpu, &out_gpu, 0, 2, -5.0).unwrap();
+        reduce::sum_to_shape(
+            gpu,
+            &out_gpu,
+            2,
+            &grads_gpu,
+            full_at as u64,
+            &shape.out_shape,
+            operand_shape,
+        )
+        .unwrap();
+        let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+        let mut want = vec![-5.0, -5.0];
+        want.extend(
+            reference::reduce::sum_to_shape(full, &shape.out_shape, operand_shape).unwrap(),
+        );
+        // Sums of n / operand_len terms accumulated in f32 (see reduce::sum_atol).
+        let terms = (n / operand_len.max(1)).max(1);
+        let largest = full.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let atol = crate::reduce::sum_atol(terms, largest);
+        assert_close(
+            &format!("{name} sum_to_shape {label}"),
+            &got,
+            &want,
+            atol,
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn binary_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(51);
+    let cases: [(&[usize], &[usize]); 7] = [
+        (&[70_001], &[70_001]),               // same shape, 274 workgroups
+        (&[1], &[257]),                       // scalar-like a
+        (&[1000], &[1]),                      // scalar-like b
+        (&[37, 53], &[1, 53]),                // row
+        (&[37, 53], &[37, 1]),                // column
+        (&[4, 1, 6], &[3, 1]),                // 3-d mixed -> [4, 3, 6]
+        (&[2, 1, 3, 1, 4, 5], &[3, 2, 1, 5]), // rank 6 -> [2, 1, 3, 2, 4, 5]
+    ];
+    for op in BinaryOp::ALL {
+        for (a_shape, b_shape) in cases {
+            check_broadcast(&gpu, &mut rng, op, a_shape, b_shape);
+        }
+    }
+}
+
+#[test]
+fn binary_scalar_forms_match_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(53);
+    for op in BinaryOp::ALL {
+        for len in [1usize, 7, 257, 1000] {
+            let (a, _) = operands(&mut rng, op, len, 1);
+            let s = if op == BinaryOp::Div { 1.75 } else { 0.0 };
+            let s = if matches!(op, BinaryOp::Max | BinaryOp::Min) {
+                s
+            } else {
+                s + 0.625
+            };
+            let a_gpu = gpu
+                .upload(&padded(&mut rng, &a, 2), Category::Activation, "a")
+                .unwrap();
+            let out0 = rng.vec_f32(2 * len + 3, -9.0, 9.0);
+            let out_gpu = gpu.upload(&out0, Category::Activation, "out").unwrap();
+            binary::scalar_rhs(&gpu, op, &out_gpu, 1, &a_gpu, 2, len as u64, s).unwrap();
+            binary::scalar_lhs(&gpu, op, &out_gpu, len as u64 + 2, s, &a_gpu, 2, len as u64)
+                .unwrap();
+            let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+            let mut want = out0.clone();
+            want[1..1 + len].copy_from_slice(&reference::binary::scalar_rhs(op, &a, s));
+            want[len + 2..2 * len + 2].copy_from_slice(&reference::binary::scalar_lhs(op, s, &a));
+            assert_close(
+                &format!("binary scalar {op:?} len {len}"),
+                &got,
+                &want,
+                ATOL,
+                RTOL,
+            );
+        }
+    }
+}
+
+#[test]
+fn binary_rejects_mismatched_shapes_and_bad_ranges() {
+    let gpu = gpu();
+    let a = gpu.alloc_elements(12, Category::Temporary, "a").unwrap();
+    let out = gpu.alloc_elements(12, Category::Temporary, "out").unwrap();
+    let err =
+        binary::broadcast(&gpu, BinaryOp::Add, &out, 0, &a, 0, &[3, 4], &a, 0, &[3]).unwrap_err();
+    assert!(err.to_string().contains("do not broadcast"), "{err}");
+    let nine = [1usize; 9];
+    let err =
+        binary::broadcast(&gpu, BinaryOp::Add, &out, 0, &a, 0, &nine, &a, 0, &[1]).unwrap_err();
+    assert!(err.to_string().contains("rank 9"), "{err}");
+    let err =
+        binary::broadcast(&gpu, BinaryOp::Mul, &out, 1, &a, 0, &[3, 4], &a, 0, &[4]).unwrap_err();
+    assert!(err.to_string().contains("outside buffer"), "{err}");
+    let err = binary::scalar_rhs(&gpu, BinaryOp::Sub, &out, 0, &a, 5, 12, 1.0).unwrap_err();
+    assert!(err.to_string().contains("outside buffer"), "{err}");
+}

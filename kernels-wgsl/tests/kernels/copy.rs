@@ -1,0 +1,95 @@
+use plimsoll_kernels_wgsl::{Category, kernels, reference};
+
+use crate::common::{DEADLINE, Rng, assert_close, gpu};
+
+#[test]
+fn copy_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(21);
+    for len in [1usize, 255, 257, 1000, 70_001] {
+        let src = rng.vec_f32(len + 5, -3.0, 3.0);
+        let dst0 = rng.vec_f32(len + 7, -3.0, 3.0);
+        let src_gpu = gpu.upload(&src, Category::Temporary, "copy src").unwrap();
+        let dst_gpu = gpu.upload(&dst0, Category::Temporary, "copy dst").unwrap();
+        kernels::copy::copy(&gpu, &src_gpu, 5, &dst_gpu, 2, len as u64).unwrap();
+        let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
+        let mut want = dst0.clone();
+        reference::copy::copy(&src, 5, &mut want, 2, len);
+        assert_close(&format!("copy len {len}"), &got, &want, 0.0, 0.0);
+    }
+}
+
+#[test]
+fn strided_copy_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(31);
+    // (shape of the source, permutation of its axes)
+    let cases: [(&[usize], &[usize]); 5] = [
+        (&[37, 53], &[1, 0]),     // transpose
+        (&[3, 5, 7], &[2, 0, 1]), // permute
+        (&[2, 3, 4, 5], &[3, 1, 2, 0]),
+        (&[2, 3, 1, 5, 3, 2], &[5, 4, 3, 2, 1, 0]), // 6-d reversal
+        (&[301], &[0]),
+    ];
+    for (shape, perm) in cases {
+        let len: usize = shape.iter().product();
+        let src_offset = 3;
+        let src = rng.vec_f32(len + src_offset, -3.0, 3.0);
+        // Row-major strides of the source, then permuted: a gather that realises the permutation.
+        let mut strides = vec![1usize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1];
+        }
+        let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let out_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
+        let src_gpu = gpu
+            .upload(&src, Category::Activation, "strided src")
+            .unwrap();
+        let dst_gpu = gpu
+            .alloc_elements(len as u64 + 1, Category::Activation, "strided dst")
+            .unwrap();
+        kernels::fill::fill(&gpu, &dst_gpu, 0, len as u64 + 1, -7.0).unwrap();
+        let to_u32 = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<_>>();
+        kernels::copy::strided_copy(
+            &gpu,
+            &src_gpu,
+            src_offset as u64,
+            &to_u32(&out_shape),
+            &to_u32(&out_strides),
+            &dst_gpu,
+            1,
+        )
+        .unwrap();
+        let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
+        let mut want = vec![-7.0; len + 1];
+        reference::copy::strided_copy(&src, src_offset, &out_shape, &out_strides, &mut want, 1);
+        assert_close(
+            &format!("strided_copy {shape:?} perm {perm:?}"),
+            &got,
+            &want,
+            0.0,
+            0.0,
+        );
+    }
+}
+
+#[test]
+fn copy_within_one_segment_and_bad_ranges() {
+    let gpu = gpu();
+    let data: Vec<f32> = (0..100).map(|i| i as f32 + 0.5).collect();
+    let a = gpu.upload(&data, Category::Temporary, "a").unwrap();
+    let b = gpu.alloc_elements(100, Category::Temporary, "b").unwrap();
+    assert_eq!(
+        a.placement().0,
+        b.placement().0,
+        "small buffers share a segment"
+    );
+    kernels::copy::copy(&gpu, &a, 0, &b, 0, 100).unwrap();
+    kernels::copy::copy(&gpu, &b, 0, &b, 50, 50).unwrap(); // same buffer, disjoint ranges
+    let got: Vec<f32> = gpu.read_all(&b, DEADLINE).unwrap();
+    let mut want = data.clone();
+    want.copy_within(0..50, 50);
+    assert_close("copy same segment", &got, &want, 0.0, 0.0);
+    assert!(kernels::copy::copy(&gpu, &a, 1, &b, 0, 100).is_err());
+    assert!(kernels::copy::strided_copy(&gpu, &a, 0, &[10, 11], &[10, 1], &b, 0).is_err());
+}

@@ -1,0 +1,31 @@
+use plimsoll_kernels_wgsl::{Category, kernels, reference};
+
+use crate::common::{DEADLINE, Rng, assert_close, gpu};
+
+#[test]
+fn dropout_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(23);
+    for (len, p, seed) in [
+        (1usize, 0.5f32, 1u64),
+        (257, 0.1, 7),
+        (1000, 0.5, u64::MAX),
+        (70_001, 0.9, 42),
+    ] {
+        let x = rng.vec_f32(len, -2.0, 2.0);
+        let x_gpu = gpu.upload(&x, Category::Temporary, "x").unwrap();
+        let y_gpu = gpu
+            .alloc_elements(len as u64 + 3, Category::Temporary, "y")
+            .unwrap();
+        kernels::dropout::dropout(&gpu, &y_gpu, 3, &x_gpu, 0, len as u64, p, seed).unwrap();
+        let got: Vec<f32> = gpu.read(&y_gpu, 3, len as u64, DEADLINE).unwrap();
+        let want = reference::dropout::dropout(&x, p, seed);
+        assert_close(&format!("dropout len {len} p {p}"), &got, &want, 0.0, 0.0);
+        if len > 1000 {
+            let dropped = want.iter().filter(|&&v| v == 0.0).count() as f32 / len as f32;
+            assert!((dropped - p).abs() < 0.02, "dropped {dropped}, p {p}");
+        }
+    }
+    let buf = gpu.alloc_elements(4, Category::Temporary, "b").unwrap();
+    assert!(kernels::dropout::dropout(&gpu, &buf, 0, &buf, 0, 4, 1.0, 0).is_err());
+}

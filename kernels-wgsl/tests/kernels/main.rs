@@ -1,0 +1,21 @@
+//! Every kernel against its CPU reference (one module per family, `<stem>_matches_reference`).
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod binary;
+mod convert;
+mod copy;
+mod cross_entropy;
+mod dropout;
+mod embedding;
+mod fill;
+mod layer_norm;
+mod matmul;
+mod nonfinite;
+mod optimizer;
+mod reduce;
+mod softmax;
+mod unary;

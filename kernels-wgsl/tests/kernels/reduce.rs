@@ -1,0 +1,264 @@
+//! `reduce` launchers against `reference::reduce`.
+// Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
+
+use plimsoll_kernels_wgsl::kernels::reduce;
+use plimsoll_kernels_wgsl::reference::reduce::{self as cpu, AxisView};
+use plimsoll_kernels_wgsl::{Category, Gpu};
+
+use crate::common::{DEADLINE, Rng, assert_close, gpu};
+
+/// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
+/// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
+/// partial sums stay ~sqrt(k) max_abs and the rounding errors form a random walk, so the error is
+/// about u max_abs terms / sqrt(2) at one standard deviation; 2 u max_abs terms is a margin of
+/// several sigma over hundreds of outputs. (1000 terms of |x| <= 2: 2.4e-4 on sums of typical
+/// size 36, i.e. ~1e-5 relative.) The GPU's sum_all splits the sum into 256 strided chunks and a
+/// tree, which is only more accurate.
+pub fn sum_atol(terms: usize, max_abs: f32) -> f32 {
+    2.0 * (f32::EPSILON / 2.0) * max_abs * terms as f32 + 1e-7
+}
+
+/// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.
+fn max_input(rng: &mut Rng, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| {
+            if i % 211 == 5 {
+                f32::NAN
+            } else {
+                rng.below(7) as f32 - 3.0
+            }
+        })
+        .collect()
+}
+
+/// Uploads `data` behind `offset` random elements and 2 more after.
+fn upload_at(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    data: &[f32],
+    offset: usize,
+) -> plimsoll_kernels_wgsl::DeviceBuffer {
+    let mut buf = rng.vec_f32(offset + data.len() + 2, -9.0, 9.0);
+    buf[offset..offset + data.len()].copy_from_slice(data);
+    gpu.upload(&buf, Category::Activation, "x").unwrap()
+}
+
+/// `[sentinel; at] ++ values ++ [sentinel; 3]`: what an output buffer should hold.
+fn framed<T: Copy>(sentinel: T, at: usize, values: &[T]) -> Vec<T> {
+    let mut v = vec![sentinel; at];
+    v.extend_from_slice(values);
+    v.extend([sentinel; 3]);
+    v
+}
+
+#[test]
+fn reduce_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(61);
+    let cases: [(&[usize], usize); 7] = [
+        (&[7, 33, 65], 0),
+        (&[7, 33, 65], 1),
+        (&[7, 33, 65], 2),
+        (&[3, 1000, 5], 1), // sums of 1000 terms
+        (&[70_001], 0),     // one invocation, 70_001 terms
+        (&[1], 0),
+        (&[257, 1], 1), // axis of extent 1
+    ];
+    for (shape, axis) in cases {
+        let name = format!("reduce {shape:?} axis {axis}");
+        let view = AxisView::of_shape(shape, axis).unwrap();
+        let (n, count) = (view.input_len(), view.output_len());
+        let x = rng.vec_f32(n, -2.0, 2.0);
+        let x_gpu = upload_at(&gpu, &mut rng, &x, 3);
+        // sum at offset 2 and mean at offset count + 5 of one buffer.
+        let out_gpu = gpu
+            .upload(&vec![-7.0f32; 2 * count + 8], Category::Activation, "out")
+            .unwrap();
+        let mean_at = count + 5;
+        reduce::sum_axis(&gpu, &out_gpu, 2, &x_gpu, 3, shape, axis).unwrap();
+        reduce::mean_axis(&gpu, &out_gpu, mean_at as u64, &x_gpu, 3, shape, axis).unwrap();
+        let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+        let mut want = vec![-7.0f32; 2 * count + 8];
+        want[2..2 + count].copy_from_slice(&cpu::sum_axis(&x, view));
+        want[mean_at..mean_at + count].copy_from_slice(&cpu::mean_axis(&x, view));
+        // One tolerance for both: the mean's error is the sum's divided by axis_len.
+        let atol = sum_atol(view.axis_len, 2.0);
+        assert_close(&format!("{name} sum/mean"), &got, &want, atol, 1e-5);
+
+        // max with NaNs and ties, then its backward through the returned indices.
+        let xm = max_input(&mut rng, n);
+        let xm_gpu = upload_at(&gpu, &mut rng, &xm, 1);
+        let max_gpu = gpu
+            .upload(&vec![-7.0f32; count + 5], Category::Activation, "max")
+            .unwrap();
+        let idx_gpu = gpu
+            .upload(
+                &vec![0xAAAA_AAAAu32; count + 4],
+                Category::Activation,
+                "idx",
+            )
+            .unwrap();
+        reduce::max_axis(&gpu, &max_gpu, 2, &idx_gpu, 1, &xm_gpu, 1, shape, axis).unwrap();
+        let got_max: Vec<f32> = gpu.read_all(&max_gpu, DEADLINE).unwrap();
+        let got_idx: Vec<u32> = gpu.read_all(&idx_gpu, DEADLINE).unwrap();
+        let (want_max, want_idx) = cpu::max_axis(&xm, view);
+        assert_close(
+            &format!("{name} max"),
+            &got_max,
+            &framed(-7.0, 2, &want_max),
+            0.0,
+            0.0,
+        );
+        assert_eq!(got_idx, framed(0xAAAA_AAAA, 1, &want_idx), "{name} arg-max");
+
+        let dy = rng.vec_f32(count, -2.0, 2.0);
+        let dy_gpu = upload_at(&gpu, &mut rng, &dy, 4);
+        let dx_gpu = gpu
+            .upload(&vec![-7.0f32; n + 6], Category::Gradient, "dx")
+            .unwrap();
+        reduce::max_backward(&gpu, &dx_gpu, 3, &dy_gpu, 4, &idx_gpu, 1, shape, axis).unwrap();
+        let got: Vec<f32> = gpu.read_all(&dx_gpu, DEADLINE).unwrap();
+        let want = framed(-7.0, 3, &cpu::max_backward(&dy, &want_idx, view));
+        assert_close(&format!("{name} max_backward"), &got, &want, 0.0, 0.0);
+    }
+}
+
+#[test]
+fn reduce_all_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(67);
+    for len in [1usize, 7, 255, 257, 1000, 70_001] {
+        let name = format!("reduce all len {len}");
+        let x = rng.vec_f32(len, -2.0, 2.0);
+        let x_gpu = upload_at(&gpu, &mut rng, &x, 5);
+        let out_gpu = gpu
+            .upload(&[-7.0f32; 6], Category::Activation, "out")
+            .unwrap();
+        reduce::sum_all(&gpu, &out_gpu, 1, &x_gpu, 5, len as u64).unwrap();
+        reduce::mean_all(&gpu, &out_gpu, 3, &x_gpu, 5, len as u64).unwrap();
+        let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+        let (sum, mean) = (cpu::sum_all(&x), cpu::mean_all(&x));
+        let want = [-7.0, sum, -7.0, mean, -7.0, -7.0];
+        assert_close(
+            &format!("{name} sum/mean"),
+            &got,
+            &want,
+            sum_atol(len, 2.0),
+            1e-5,
+        );
+
+        // Ties everywhere (integers), and once with NaNs (the first NaN wins).
+        let ties: Vec<f32> = (0..len).map(|_| rng.below(7) as f32 - 3.0).collect();
+        for xm in [ties, max_input(&mut rng, len)] {
+            let xm_gpu = upload_at(&gpu, &mut rng, &xm, 2);
+            let max_gpu = gpu
+                .upload(&[-7.0f32; 3], Category::Activation, "max")
+                .unwrap();
+            let idx_gpu = gpu.upload(&[7u32; 3], Category::Activation, "idx").unwrap();
+            reduce::max_all(&gpu, &max_gpu, 1, &idx_gpu, 2, &xm_gpu, 2, len as u64).unwrap();
+            let got_max: Vec<f32> = gpu.read_all(&max_gpu, DEADLINE).unwrap();
+            let got_idx: Vec<u32> = gpu.read_all(&idx_gpu, DEADLINE).unwrap();
+            let (want_max, want_idx) = cpu::max_all(&xm);
+            assert_close(
+                &format!("{name} max_all"),
+                &got_max,
+                &[-7.0, want_max, -7.0],
+                0.0,
+                0.0,
+            );
+            assert_eq!(got_idx, [7, 7, want_idx], "{name} max_all index");
+            // The backward of max_all is max_backward over shape [len], axis 0.
+            let dy_gpu = gpu
+                .upload(&[0.0f32, 1.5], Category::Gradient, "dy")
+                .unwrap();
+            let dx_gpu = gpu
+                .alloc_elements(len as u64 + 1, Category::Gradient, "dx")
+                .unwrap();
+            reduce::max_backward(&gpu, &dx_gpu, 1, &dy_gpu, 1, &idx_gpu, 2, &[len], 0).unwrap();
+            let got: Vec<f32> = gpu.read(&dx_gpu, 1, len as u64, DEADLINE).unwrap();
+            let want =
+                cpu::max_backward(&[1.5], &[want_idx], AxisView::of_shape(&[len], 0).unwrap());
+            assert_close(&format!("{name} max_all backward"), &got, &want, 0.0, 0.0);
+        }
+    }
+}
+
+#[test]
+fn sum_to_shape_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(71);
+    let cases: [(&[usize], &[usize]); 8] = [
+        (&[4, 5, 6], &[5, 1]), // axes 0 and 2: two dispatches through a scratch buffer
+        (&[4, 5, 6], &[6]),    // axes 0 and 1 merged into one
+        (&[4, 5, 6], &[]),     // everything
+        (&[4, 5, 6], &[4, 1, 6]), // the middle axis
+        (&[4, 5, 6], &[4, 5, 6]), // nothing to sum: a copy
+        (&[2, 1, 3, 1, 4, 5], &[3, 1, 1, 5]),
+        (&[3, 700, 1, 2], &[3, 1, 1, 2]),
+        (&[9, 8, 7, 6], &[1, 8, 1, 6]),
+    ];
+    for (from, to) in cases {
+        let n: usize = from.iter().product();
+        let m: usize = to.iter().product();
+        let x = rng.vec_f32(n, -2.0, 2.0);
+        let x_gpu = upload_at(&gpu, &mut rng, &x, 1);
+        let out_gpu = gpu
+            .upload(&vec![-7.0f32; m + 5], Category::Gradient, "out")
+            .unwrap();
+        reduce::sum_to_shape(&gpu, &out_gpu, 2, &x_gpu, 1, from, to).unwrap();
+        let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+        let want = framed(-7.0, 2, &cpu::sum_to_shape(&x, from, to).unwrap());
+        assert_close(
+            &format!("sum_to_shape {from:?} -> {to:?}"),
+            &got,
+            &want,
+            sum_atol(n / m, 2.0),
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn reduce_rejects_bad_axis_and_shapes() {
+    let gpu = gpu();
+    let x = gpu.alloc_elements(60, Category::Temporary, "x").unwrap();
+    let out = gpu.alloc_elements(60, Category::Temporary, "out").unwrap();
+    let err = reduce::sum_axis(&gpu, &out, 0, &x, 0, &[3, 4, 5], 3).unwrap_err();
+    assert!(err.to_string().contains("axis 3 out of range"), "{err}");
+    let err = reduce::max_axis(&gpu, &out, 0, &out, 0, &x, 1, &[3, 4, 5], 0).unwrap_err();
+    assert!(err.to_string().contains("outside buffer"), "{err}");
+    let err = reduce::sum_to_shape(&gpu, &out, 0, &x, 0, &[3, 4, 5], &[2, 5]).unwrap_err();
+    assert!(err.to_string().contains("does not broadcast"), "{err}");
+    let err = reduce::sum_to_shape(&gpu, &out, 0, &x, 0, &[4, 5], &[1, 4, 5]).unwrap_err();
+    assert!(err.to_string().contains("does not broadcast"), "{err}");
+}
+
+#[test]
+fn reduce_long_axis_is_not_truncated() {
+    // Lavapipe stops a shader after 65535 loop iterations: a flat loop over this axis summed
+    // only its first 65535 terms. Positive terms, so the f32 sum's relative error is about
+    // u sqrt(n) = 3e-5 (rms ~2e-5); rtol 1e-4 is five sigma.
+    let gpu = gpu();
+    let mut rng = Rng::new(73);
+    let n = 300_000;
+    let mut x = rng.vec_f32(n, 0.5, 1.5);
+    x[n - 3] = 2.0; // the max sits past any truncation
+    let x_gpu = upload_at(&gpu, &mut rng, &x, 1);
+    let out = gpu.alloc_elements(2, Category::Activation, "out").unwrap();
+    let idx = gpu.alloc_elements(1, Category::Activation, "idx").unwrap();
+    reduce::sum_axis(&gpu, &out, 0, &x_gpu, 1, &[n], 0).unwrap();
+    reduce::max_axis(&gpu, &out, 1, &idx, 0, &x_gpu, 1, &[n], 0).unwrap();
+    let got: Vec<f32> = gpu.read_all(&out, DEADLINE).unwrap();
+    let got_idx: Vec<u32> = gpu.read_all(&idx, DEADLINE).unwrap();
+    assert_close(
+        "sum_axis [300_000]",
+        &got,
+        &[cpu::sum_all(&x), 2.0],
+        0.0,
+        1e-4,
+    );
+    assert_eq!(got_idx, [n as u32 - 3]);
+    let long = reduce::MAX_AXIS_LEN + 1;
+    let err = reduce::sum_axis(&gpu, &out, 0, &x_gpu, 0, &[long], 0).unwrap_err();
+    assert!(err.to_string().contains("MAX_AXIS_LEN"), "{err}");
+}

@@ -1,0 +1,190 @@
+use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxBackwardBuffers};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
+
+use crate::common::{DEADLINE, Rng, assert_close, gpu};
+
+/// Random elements kept after each guarded range.
+const GUARD_AFTER: usize = 5;
+
+/// A tensor at a non-zero element offset inside a larger buffer whose other elements are random
+/// guards: a kernel that ignores the offset, or writes outside its range, is caught.
+/// Shared by the kernel tests of this binary (candidate for `tests/common`).
+pub(crate) struct Guarded {
+    pub buffer: DeviceBuffer,
+    /// Element offset of the tensor.
+    pub offset: usize,
+    /// The whole buffer as uploaded.
+    pub initial: Vec<f32>,
+    len: usize,
+}
+
+impl Guarded {
+    /// `data` at element `offset` of a buffer with random guards before and after it.
+    pub fn upload(gpu: &Gpu, rng: &mut Rng, data: &[f32], offset: usize, label: &str) -> Self {
+        let mut initial = rng.vec_f32(offset + data.len() + GUARD_AFTER, -9.0, 9.0);
+        initial[offset..offset + data.len()].copy_from_slice(data);
+        let buffer = gpu.upload(&initial, Category::Temporary, label).unwrap();
+        Guarded {
+            buffer,
+            offset,
+            initial,
+            len: data.len(),
+        }
+    }
+
+    /// `len` random elements at `offset` (an output the kernel must overwrite entirely).
+    pub fn random(gpu: &Gpu, rng: &mut Rng, len: usize, offset: usize, label: &str) -> Self {
+        let data = rng.vec_f32(len, -9.0, 9.0);
+        Self::upload(gpu, rng, &data, offset, label)
+    }
+
+    /// The element offset as launchers take it.
+    pub fn at(&self) -> u64 {
+        self.offset as u64
+    }
+
+    /// Reads the buffer back; asserts the range is within `atol + rtol*|want|` of `want` and
+    /// every guard is unchanged (exactly). Returns the range.
+    #[track_caller]
+    pub fn check(&self, gpu: &Gpu, name: &str, want: &[f32], atol: f32, rtol: f32) -> Vec<f32> {
+        let all: Vec<f32> = gpu.read_all(&self.buffer, DEADLINE).unwrap();
+        let range = self.offset..self.offset + self.len;
+        assert_close(name, &all[range.clone()], want, atol, rtol);
+        let mut guards = all.clone();
+        guards[range.clone()].copy_from_slice(&self.initial[range.clone()]);
+        assert_close(
+            &format!("{name} (guards)"),
+            &guards,
+            &self.initial,
+            0.0,
+            0.0,
+        );
+        all[range].to_vec()
+    }
+}
+
+/// Uploads u32 `data` (ids, targets) at element `offset` after `offset` junk words.
+pub(crate) fn upload_u32_at(gpu: &Gpu, data: &[u32], offset: usize, label: &str) -> DeviceBuffer {
+    let mut words = vec![0xFFFF_FFFFu32; offset];
+    words.extend_from_slice(data);
+    gpu.upload(&words, Category::Temporary, label).unwrap()
+}
+
+// Tolerances. The GPU accumulates in f32 and lavapipe's exp/log are accurate to a few ulp; the
+// reference works in f64. Softmax values are <= 1 and their row sum has at most 1000 terms
+// <= 1, so the relative error stays below ~1e-5 (rtol 1e-4 leaves margin). Log-softmax has
+// absolute error ~ulp(|x - max| + log(cols)) <= ~1e-6 for |x| <= 4 (atol 1e-5). The backwards
+// take the reference forward's output as input and differ only in the f32 dot/sum of <= 1000
+// terms of magnitude <= 1: absolute error <= ~1e-5 (atol 2e-5 where terms cancel).
+const FORWARD_TOL: (f32, f32) = (1e-6, 1e-4);
+const LOG_FORWARD_TOL: (f32, f32) = (1e-5, 1e-5);
+const BACKWARD_TOL: (f32, f32) = (2e-5, 1e-4);
+
+fn backward_buffers<'a>(
+    saved: &'a Guarded,
+    dy: &'a Guarded,
+    dx: &'a Guarded,
+) -> SoftmaxBackwardBuffers<'a> {
+    SoftmaxBackwardBuffers {
+        y: &saved.buffer,
+        y_offset: saved.at(),
+        dy: &dy.buffer,
+        dy_offset: dy.at(),
+        dx: &dx.buffer,
+        dx_offset: dx.at(),
+    }
+}
+
+fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize, x_lo: f32, x_hi: f32) {
+    let n = rows * cols;
+    let (r, c) = (rows as u64, cols as u64);
+    let name = |what: &str| format!("{what} [{rows}, {cols}] x in [{x_lo}, {x_hi})");
+    let x = rng.vec_f32(n, x_lo, x_hi);
+    let dy = rng.vec_f32(n, -1.0, 1.0);
+    let want_y = reference::softmax::softmax(&x, rows, cols);
+    let want_log_y = reference::softmax::log_softmax(&x, rows, cols);
+
+    let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x");
+    let y_gpu = Guarded::random(gpu, rng, n, 7, "y");
+    let log_y_gpu = Guarded::random(gpu, rng, n, 1, "log y");
+    softmax::softmax_forward(
+        gpu,
+        &x_gpu.buffer,
+        x_gpu.at(),
+        &y_gpu.buffer,
+        y_gpu.at(),
+        r,
+        c,
+    )
+    .unwrap();
+    softmax::log_softmax_forward(
+        gpu,
+        &x_gpu.buffer,
+        x_gpu.at(),
+        &log_y_gpu.buffer,
+        log_y_gpu.at(),
+        r,
+        c,
+    )
+    .unwrap();
+
+    // Backwards from the reference forward outputs, so they are checked on their own.
+    let dy_gpu = Guarded::upload(gpu, rng, &dy, 2, "dy");
+    let saved_y = Guarded::upload(gpu, rng, &want_y, 4, "saved y");
+    let saved_log_y = Guarded::upload(gpu, rng, &want_log_y, 6, "saved log y");
+    let dx_gpu = Guarded::random(gpu, rng, n, 9, "dx");
+    let log_dx_gpu = Guarded::random(gpu, rng, n, 11, "log dx");
+    let log_dx_buffers = backward_buffers(&saved_log_y, &dy_gpu, &log_dx_gpu);
+    softmax::softmax_backward(gpu, &backward_buffers(&saved_y, &dy_gpu, &dx_gpu), r, c).unwrap();
+    softmax::log_softmax_backward(gpu, &log_dx_buffers, r, c).unwrap();
+
+    let (atol, rtol) = FORWARD_TOL;
+    y_gpu.check(gpu, &name("softmax"), &want_y, atol, rtol);
+    let (atol, rtol) = LOG_FORWARD_TOL;
+    log_y_gpu.check(gpu, &name("log_softmax"), &want_log_y, atol, rtol);
+    let (atol, rtol) = BACKWARD_TOL;
+    let want_dx = reference::softmax::softmax_backward(&want_y, &dy, rows, cols);
+    dx_gpu.check(gpu, &name("softmax_backward"), &want_dx, atol, rtol);
+    let want_log_dx = reference::softmax::log_softmax_backward(&want_log_y, &dy, rows, cols);
+    log_dx_gpu.check(gpu, &name("log_softmax_backward"), &want_log_dx, atol, rtol);
+    // Inputs are read only.
+    x_gpu.check(gpu, &name("x unchanged"), &x, 0.0, 0.0);
+    dy_gpu.check(gpu, &name("dy unchanged"), &dy, 0.0, 0.0);
+}
+
+#[test]
+fn softmax_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(41);
+    for rows in [1usize, 3, 37, 129] {
+        for cols in [1usize, 10, 33, 257, 1000] {
+            check_case(&gpu, &mut rng, rows, cols, -4.0, 4.0);
+        }
+    }
+    // Stability: exp(90) overflows f32 unless the row max is subtracted first.
+    check_case(&gpu, &mut rng, 3, 257, 50.0, 90.0);
+}
+
+#[test]
+fn softmax_rejects_bad_ranges() {
+    let gpu = gpu();
+    let x = gpu.alloc_elements(100, Category::Temporary, "x").unwrap();
+    let y = gpu.alloc_elements(100, Category::Temporary, "y").unwrap();
+    // [10, 10] from offset 1 needs elements 1..101 of a 100-element buffer.
+    let err = softmax::softmax_forward(&gpu, &x, 1, &y, 0, 10, 10).unwrap_err();
+    assert!(err.to_string().contains("outside buffer"), "{err}");
+    let b = SoftmaxBackwardBuffers {
+        y: &y,
+        y_offset: 0,
+        dy: &x,
+        dy_offset: 0,
+        dx: &x,
+        dx_offset: 50,
+    };
+    let err = softmax::log_softmax_backward(&gpu, &b, 10, 10).unwrap_err();
+    assert!(err.to_string().contains("dx: elements 50..150"), "{err}");
+    assert!(softmax::softmax_forward(&gpu, &x, 0, &y, 0, u64::MAX, 2).is_err());
+    // Empty work records nothing and succeeds.
+    softmax::softmax_forward(&gpu, &x, 100, &y, 100, 0, 7).unwrap();
+    softmax::softmax_backward(&gpu, &b, 5, 0).unwrap();
+}

@@ -1,0 +1,307 @@
+//! The device, memory, fences and ordering, beyond single kernels. Deadlines on long-running work
+//! (waits, submits, drop) are in `watchdog.rs`.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use plimsoll_allocator::OomCause;
+use plimsoll_kernels_wgsl::pipeline::RuntimeChecks;
+use plimsoll_kernels_wgsl::{Category, Dispatch, Error, GpuOptions, Kernel, kernels};
+
+use common::{DEADLINE, Rng, assert_close, gpu, gpu_with};
+
+#[test]
+fn adapter_info_and_limits_are_exposed() {
+    let gpu = gpu();
+    let info = gpu.adapter();
+    assert!(!info.name.is_empty());
+    assert!(gpu.limits().max_storage_buffer_binding_size > 0);
+    assert!(gpu.max_buffer_bytes() <= gpu.limits().max_storage_buffer_binding_size);
+    assert!(gpu.memory_budget_bytes() > 0);
+    println!("{info}, budget {} MiB", gpu.memory_budget_bytes() >> 20);
+}
+
+#[test]
+fn unknown_adapter_is_a_no_adapter_error_with_the_install_hint() {
+    let err = plimsoll_kernels_wgsl::Gpu::with_options(GpuOptions {
+        adapter: Some("no-such-adapter-xyz".into()),
+        ..GpuOptions::default()
+    })
+    .unwrap_err();
+    assert!(matches!(err, Error::NoAdapter { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("apt-get install mesa-vulkan-drivers libvulkan1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn budget_too_small_is_out_of_memory_and_earlier_data_survives() {
+    let gpu = gpu_with(GpuOptions {
+        memory_budget_bytes: Some(4 << 20),
+        ..GpuOptions::from_env()
+    });
+    let mut rng = Rng::new(5);
+    let data = rng.vec_f32(100_000, -1.0, 1.0);
+    let kept = gpu
+        .upload(&data, Category::Parameter, "kept weights")
+        .unwrap();
+    let err = gpu
+        .alloc(16 << 20, Category::Activation, "too big for budget")
+        .unwrap_err();
+    match &err {
+        Error::OutOfMemory(report) => assert!(report.to_string().contains("too big for budget")),
+        other => panic!("expected OutOfMemory, got {other}"),
+    }
+    let got: Vec<f32> = gpu.read_all(&kept, DEADLINE).unwrap();
+    assert_close("kept after OOM", &got, &data, 0.0, 0.0);
+}
+
+/// A segment the device refuses (here: wgpu's own validation refusal, driven by the simulated
+/// device-memory cap, through the same error scopes a real OOM takes) is `OutOfMemory` with cause
+/// `SourceFailed` and wgpu's message; earlier data survives and the device stays usable.
+#[test]
+fn segment_refused_by_wgpu_is_out_of_memory_and_the_device_stays_usable() {
+    let gpu = gpu();
+    let mut rng = Rng::new(11);
+    let data = rng.vec_f32(100_000, -1.0, 1.0);
+    let kept = gpu
+        .upload(&data, Category::Parameter, "kept weights")
+        .unwrap();
+    gpu.synchronize(DEADLINE).unwrap();
+    let reserved = gpu.with_allocator(|a| a.stats().reserved_bytes);
+    gpu.set_device_memory_cap(Some(reserved));
+    let err = gpu
+        .alloc(8 << 20, Category::Activation, "refused by the device")
+        .unwrap_err();
+    let Error::OutOfMemory(report) = &err else {
+        panic!("expected OutOfMemory, got {err}");
+    };
+    let OomCause::SourceFailed { message } = &report.cause else {
+        panic!("expected SourceFailed, got {:?}", report.cause);
+    };
+    // wgpu's own words, caught by the Validation scope in `create_segment`.
+    assert!(message.contains("maximum buffer size"), "{message}");
+    assert!(message.contains("simulated device memory cap"), "{message}");
+    assert!(err.to_string().contains("refused by the device"), "{err}");
+    assert!(
+        err.to_string().contains("device refused a new segment"),
+        "{err}"
+    );
+    assert!(
+        gpu.take_uncaptured_errors().is_empty(),
+        "the error was caught by a scope"
+    );
+    let got: Vec<f32> = gpu.read_all(&kept, DEADLINE).unwrap();
+    assert_close("kept after a refused segment", &got, &data, 0.0, 0.0);
+    // Small requests still fit the segments the device already gave us.
+    let small = gpu
+        .upload(&[3.0f32; 64], Category::Temporary, "small after OOM")
+        .unwrap();
+    assert_eq!(
+        gpu.read_all::<f32>(&small, DEADLINE).unwrap(),
+        vec![3.0; 64]
+    );
+    // And once the device has room again, so do large ones.
+    gpu.set_device_memory_cap(None);
+    let large = gpu
+        .upload(&vec![4.0f32; 2 << 20], Category::Activation, "large")
+        .unwrap();
+    assert_eq!(
+        gpu.read::<f32>(&large, (2 << 20) - 1, 1, DEADLINE).unwrap(),
+        vec![4.0f32]
+    );
+}
+
+#[test]
+fn bad_requests_are_typed_errors() {
+    let gpu = gpu();
+    assert!(matches!(
+        gpu.alloc(0, Category::Temporary, "zero"),
+        Err(Error::Allocation(_))
+    ));
+    assert!(matches!(
+        gpu.alloc(6, Category::Temporary, "odd"),
+        Err(Error::Misaligned { .. })
+    ));
+    let over = gpu.max_buffer_bytes() + 4;
+    let err = gpu.alloc(over, Category::Activation, "huge").unwrap_err();
+    assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+    let buf = gpu.alloc(64, Category::Temporary, "small").unwrap();
+    assert!(
+        gpu.write(&buf, 10, &[1.0f32; 8]).is_err(),
+        "write past the end"
+    );
+    assert!(
+        gpu.read_bytes(&buf, 2, 4, DEADLINE).is_err(),
+        "misaligned read"
+    );
+}
+
+#[test]
+fn bad_shader_is_a_validation_error_not_a_panic() {
+    let gpu = gpu();
+    const BAD: Kernel = Kernel {
+        stem: "bad_shader_test",
+        wgsl: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
+        entry: "main",
+        storage_bindings: 0,
+        runtime_checks: RuntimeChecks::ON,
+    };
+    let err = gpu
+        .dispatch(Dispatch {
+            kernel: &BAD,
+            overrides: &[],
+            params: &[],
+            buffers: &[],
+            workgroups: [1, 1, 1],
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::Validation { .. }), "{err}");
+    // The device is still usable.
+    let buf = gpu
+        .upload(&[1.0f32, 2.0], Category::Temporary, "after")
+        .unwrap();
+    assert_eq!(gpu.read_all::<f32>(&buf, DEADLINE).unwrap(), vec![1.0, 2.0]);
+}
+
+#[test]
+fn dispatches_are_batched_into_one_submission() {
+    let gpu = gpu();
+    let buf = gpu
+        .alloc_elements(1000, Category::Temporary, "batched")
+        .unwrap();
+    for k in 0..10 {
+        kernels::fill::fill(&gpu, &buf, k * 100, 100, k as f32).unwrap();
+    }
+    let fence = gpu.flush("ten fills").unwrap();
+    gpu.wait(&fence, DEADLINE).unwrap();
+    let recent = gpu.recent_submissions();
+    let last = recent.0.last().unwrap();
+    assert_eq!((last.dispatches, last.done), (10, true), "{recent}");
+    let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
+    let want: Vec<f32> = (0..1000).map(|i| (i / 100) as f32).collect();
+    assert_close("batched fills", &got, &want, 0.0, 0.0);
+}
+
+/// The `write_buffer` hazard (WGPU30.md §4), first shown on raw wgpu: a write issued after a
+/// recorded-but-unsubmitted read overtakes it.
+#[test]
+fn naive_write_buffer_overtakes_recorded_work() {
+    let gpu = gpu();
+    let (device, queue) = (gpu.device(), gpu.queue());
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let make = |label| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: 16,
+            usage,
+            mapped_at_creation: false,
+        })
+    };
+    let (region, seen) = (make("region"), make("seen"));
+    queue.write_buffer(&region, 0, bytemuck::cast_slice(&[1.0f32; 4]));
+    queue.submit([]);
+    let mut enc = device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(&region, 0, &seen, 0, 16); // the read of "A"
+    queue.write_buffer(&region, 0, bytemuck::cast_slice(&[2.0f32; 4])); // the upload of "B"
+    queue.submit([enc.finish()]);
+    // Read `seen` back through a staging buffer.
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 16,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    enc.copy_buffer_to_buffer(&seen, 0, &staging, 0, 16);
+    enc.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., |r| r.unwrap());
+    queue.submit([enc.finish()]);
+    device
+        .poll(wgpu::PollType::Wait {
+            submission_index: None,
+            timeout: Some(DEADLINE),
+        })
+        .unwrap();
+    let v: Vec<f32> = bytemuck::pod_collect_to_vec(&staging.slice(..).get_mapped_range().unwrap());
+    assert_eq!(
+        v,
+        vec![2.0; 4],
+        "the naive design reads B's data where A's was recorded"
+    );
+}
+
+/// Plimsoll's design, the same sequence through the allocator: record a read of block A, free A,
+/// allocate B and upload into it, submit. A is parked while the open batch reads it, so B cannot
+/// take A's bytes and the recorded read sees A's data. After the submit A's block is reused (C
+/// gets it; so, unparked, B would have), and an upload into C no longer reaches the read, which
+/// was submitted before it.
+#[test]
+fn freed_block_is_parked_until_its_batch_is_submitted() {
+    let gpu = gpu();
+    let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
+    let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
+    gpu.synchronize(DEADLINE).unwrap();
+    kernels::copy::copy(&gpu, &a, 0, &seen, 0, 64).unwrap(); // the read of A: recorded only
+    let a_place = a.placement();
+    drop(a);
+    let b = gpu.upload(&[2.0f32; 64], Category::Temporary, "B").unwrap();
+    assert_ne!(
+        b.placement(),
+        a_place,
+        "A's bytes are parked while the open batch reads them"
+    );
+    let fence = gpu.flush("read of A").unwrap();
+    // After the submit, A's block is back in the allocator and is reused.
+    let c = gpu.upload(&[3.0f32; 64], Category::Temporary, "C").unwrap();
+    assert_eq!(
+        c.placement(),
+        a_place,
+        "A's block is reused once its batch was submitted"
+    );
+    gpu.wait(&fence, DEADLINE).unwrap();
+    let got: Vec<f32> = gpu.read_all(&seen, DEADLINE).unwrap();
+    assert_eq!(got, vec![1.0; 64], "the recorded read saw A's data");
+    assert_eq!(gpu.read_all::<f32>(&b, DEADLINE).unwrap(), vec![2.0; 64]);
+    assert_eq!(gpu.read_all::<f32>(&c, DEADLINE).unwrap(), vec![3.0; 64]);
+}
+
+#[test]
+fn upload_into_a_buffer_the_open_batch_reads_submits_first() {
+    let gpu = gpu();
+    let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
+    let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
+    kernels::copy::copy(&gpu, &a, 0, &seen, 0, 64).unwrap();
+    gpu.write(&a, 0, &[2.0f32; 64]).unwrap();
+    assert_eq!(gpu.read_all::<f32>(&seen, DEADLINE).unwrap(), vec![1.0; 64]);
+    assert_eq!(gpu.read_all::<f32>(&a, DEADLINE).unwrap(), vec![2.0; 64]);
+}
+
+#[test]
+fn after_device_loss_every_call_is_device_lost() {
+    let gpu = gpu();
+    let buf = gpu
+        .alloc_elements(16, Category::Temporary, "before loss")
+        .unwrap();
+    gpu.synchronize(DEADLINE).unwrap();
+    gpu.destroy();
+    assert!(matches!(
+        gpu.alloc(64, Category::Temporary, "x"),
+        Err(Error::DeviceLost { .. })
+    ));
+    assert!(matches!(
+        kernels::fill::fill(&gpu, &buf, 0, 16, 1.0),
+        Err(Error::DeviceLost { .. })
+    ));
+    assert!(matches!(
+        gpu.flush("after loss"),
+        Err(Error::DeviceLost { .. })
+    ));
+    assert!(matches!(
+        gpu.read_all::<f32>(&buf, DEADLINE),
+        Err(Error::DeviceLost { .. })
+    ));
+}
