@@ -16,7 +16,7 @@ cargo xtask <task>
 Tasks:
   ci               cargo fmt --check, cargo clippy -D warnings, cargo test (what CI runs)
   bench <suite>    run a benchmark suite (always in release), print a table and write
-                   target/bench/<suite>.json; suites: allocator, all
+                   target/bench/<suite>.json; suites: allocator, kernels, all
   help             this text
 ";
 

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 mod allocator;
+mod kernels;
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +51,7 @@ impl Report {
     }
 }
 
-const SUITES: &[&str] = &["allocator"];
+const SUITES: &[&str] = &["allocator", "kernels"];
 
 /// `cargo xtask bench [suite]`. In a debug build it re-runs itself through
 /// `cargo run --release`, so no figure ever comes from unoptimised code.
@@ -79,6 +80,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for suite in suites {
         let report = match suite {
             "allocator" => allocator::run()?,
+            "kernels" => kernels::run()?,
             other => bail!(
                 "unknown suite `{other}`; one of: {}, all",
                 SUITES.join(", ")

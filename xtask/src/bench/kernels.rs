@@ -1,0 +1,380 @@
+//! The kernels suite: matmul GFLOP/s (squares and the peer MLP's products), checked against
+//! unchecked shader modules, elementwise (fill, copy, add) and reduction (sum_all, sum_axis) GB/s,
+//! per-dispatch overhead and cold pipeline creation,
+//! on whatever adapter `Gpu::new` finds (lavapipe on a machine without a GPU).
+//!
+//! Timing: wall clock from recording the dispatches to the end of the fence wait (record, flush,
+//! wait), after one warm-up run per shape (lavapipe JIT-compiles a pipeline on its first
+//! dispatch); the median of the runs is reported. Elementwise GB/s count bytes read + written.
+//! The machine's load average is printed, because on lavapipe other processes take the same cores.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryOp};
+use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
+use plimsoll_kernels_wgsl::kernels::{copy, fill, reduce};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
+
+use super::Report;
+
+/// Deadline of every fence wait: generous, a 2048³ matmul takes seconds on two busy cores.
+const DEADLINE: Duration = Duration::from_secs(300);
+/// Elements of the elementwise benchmarks (16M f32 = 64 MiB per buffer).
+const ELEMENTWISE_LEN: u64 = 16 << 20;
+/// Tiny dispatches recorded in one batch for the per-dispatch overhead.
+const TINY_DISPATCHES: u32 = 1000;
+/// Peer workload: MLP layer widths (784-1024-1024-1024-10) at batch 128; W is in×out.
+const MLP_WIDTHS: [usize; 5] = [784, 1024, 1024, 1024, 10];
+const MLP_BATCH: usize = 128;
+
+/// Runs the kernels suite.
+pub fn run() -> Result<Report> {
+    let mut report = Report::new("kernels");
+    let gpu = Gpu::new()?;
+    println!("kernels: adapter {}", gpu.adapter());
+    println!("kernels: load average at start {}", load_average());
+
+    pipelines_cold(&mut report)?;
+    matmul_squares(&gpu, &mut report)?;
+    matmul_checked_vs_unchecked(&gpu, &mut report)?;
+    matmul_mlp(&gpu, &mut report)?;
+    elementwise(&gpu, &mut report)?;
+    dispatch_overhead(&gpu, &mut report)?;
+    println!("kernels: load average at end {}", load_average());
+    Ok(report)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// Records `record`, flushes, waits; returns the seconds from the start of recording.
+fn time_once(gpu: &Gpu, mut record: impl FnMut() -> Result<()>) -> Result<f64> {
+    let start = Instant::now();
+    record()?;
+    let fence = gpu.flush("bench")?;
+    gpu.wait(&fence, DEADLINE)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// One warm-up run, then the median seconds of `runs` runs.
+fn median_seconds(gpu: &Gpu, runs: usize, mut record: impl FnMut() -> Result<()>) -> Result<f64> {
+    time_once(gpu, &mut record)?;
+    let mut times = (0..runs)
+        .map(|_| time_once(gpu, &mut record))
+        .collect::<Result<Vec<f64>>>()?;
+    Ok(median(&mut times))
+}
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// A buffer of `len` f32 filled with `value` (never zeros, so no operand is trivially sparse).
+fn filled(gpu: &Gpu, len: usize, value: f32, label: &str) -> Result<DeviceBuffer> {
+    let buffer = gpu.alloc_elements(len as u64, Category::Temporary, label)?;
+    fill::fill(gpu, &buffer, 0, len as u64, value)?;
+    Ok(buffer)
+}
+
+/// Buffers for one matmul: (out, lhs, rhs).
+fn matmul_buffers(gpu: &Gpu, d: &MatmulDims) -> Result<[DeviceBuffer; 3]> {
+    Ok([
+        filled(gpu, d.m * d.n, 0.0, "bench c")?,
+        filled(gpu, d.m * d.k, 0.01, "bench a")?,
+        filled(gpu, d.k * d.n, 0.02, "bench b")?,
+    ])
+}
+
+fn gflops(d: &MatmulDims, seconds: f64) -> f64 {
+    2.0 * (d.batch * d.m * d.n * d.k) as f64 / seconds / 1e9
+}
+
+fn entry_name(d: &MatmulDims) -> &'static str {
+    match entry_point(d) {
+        MatmulEntry::Main => "main",
+        MatmulEntry::MainScalar => "main_scalar",
+    }
+}
+
+/// Time to create and first-dispatch (JIT) every kernel pipeline the crate has, on a fresh
+/// `Gpu` (empty pipeline cache; Mesa may still reuse its on-disk shader cache): part of the cold
+/// start. Operands are uploaded, not filled, so no kernel runs before the one timed.
+fn pipelines_cold(report: &mut Report) -> Result<()> {
+    let gpu = &Gpu::new()?;
+    let tiny = |len: usize| gpu.upload(&vec![1.0f32; len], Category::Temporary, "bench tiny");
+    let (b, c) = (&tiny(64)?, &tiny(64)?);
+    gpu.synchronize(DEADLINE)?;
+    let mut timed: Vec<(String, f64)> = vec![
+        (
+            "fill::fill".into(),
+            time_once(gpu, || Ok(fill::fill(gpu, c, 0, 64, 2.0)?))?,
+        ),
+        (
+            "copy::copy".into(),
+            time_once(gpu, || Ok(copy::copy(gpu, b, 0, c, 0, 32)?))?,
+        ),
+        (
+            "copy::strided_copy".into(),
+            time_once(gpu, || {
+                Ok(copy::strided_copy(gpu, b, 0, &[4, 4], &[1, 4], c, 0)?)
+            })?,
+        ),
+    ];
+    for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+        // 4x4x4 takes `main`, 3x3x3 `main_scalar`.
+        for size in [4, 3] {
+            let d = MatmulDims {
+                trans_a,
+                trans_b,
+                ..MatmulDims::dense(1, size, size, size)
+            };
+            let name = format!("matmul::{} ta={trans_a} tb={trans_b}", entry_name(&d));
+            timed.push((
+                name,
+                time_once(gpu, || Ok(matmul::matmul(gpu, c, b, b, &d)?))?,
+            ));
+        }
+    }
+    for (name, seconds) in &timed {
+        report.push(format!("pipeline_cold/{name}"), seconds * 1e3, "ms");
+    }
+    report.push(
+        format!("pipeline_cold/total ({} pipelines)", timed.len()),
+        timed.iter().map(|(_, s)| s).sum::<f64>() * 1e3,
+        "ms",
+    );
+    Ok(())
+}
+
+fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    for (size, runs) in [(256, 5), (512, 5), (1024, 5), (2048, 3)] {
+        let d = MatmulDims::dense(1, size, size, size);
+        let [c, a, b] = matmul_buffers(gpu, &d)?;
+        let seconds = median_seconds(gpu, runs, || Ok(matmul::matmul(gpu, &c, &a, &b, &d)?))?;
+        report.push(
+            format!("matmul/square {size}^3 [{}]", entry_name(&d)),
+            gflops(&d, seconds),
+            "GFLOP/s",
+        );
+    }
+    Ok(())
+}
+
+/// The 1024³ matmul with checked and unchecked shader modules, runs interleaved so that a change
+/// in machine load hits both alike.
+fn matmul_checked_vs_unchecked(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let d = MatmulDims::dense(1, 1024, 1024, 1024);
+    let [c, a, b] = matmul_buffers(gpu, &d)?;
+    time_once(gpu, || Ok(matmul::matmul_unchecked(gpu, &c, &a, &b, &d)?))?;
+    time_once(gpu, || Ok(matmul::matmul(gpu, &c, &a, &b, &d)?))?;
+    let (mut unchecked, mut checked) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        unchecked.push(time_once(gpu, || {
+            Ok(matmul::matmul_unchecked(gpu, &c, &a, &b, &d)?)
+        })?);
+        checked.push(time_once(gpu, || Ok(matmul::matmul(gpu, &c, &a, &b, &d)?))?);
+    }
+    let (unchecked, checked) = (median(&mut unchecked), median(&mut checked));
+    report.push(
+        "matmul/modules 1024^3 unchecked",
+        gflops(&d, unchecked),
+        "GFLOP/s",
+    );
+    report.push(
+        "matmul/modules 1024^3 checked",
+        gflops(&d, checked),
+        "GFLOP/s",
+    );
+    report.push(
+        "matmul/modules 1024^3 speed-up unchecked over checked",
+        checked / unchecked,
+        "ratio",
+    );
+    Ok(())
+}
+
+/// One product of the peer MLP: `(label, dims)`, named by M×K×N.
+fn mlp_product(
+    label: &str,
+    m: usize,
+    k: usize,
+    n: usize,
+    trans: (bool, bool),
+) -> (String, MatmulDims) {
+    let d = MatmulDims {
+        trans_a: trans.0,
+        trans_b: trans.1,
+        ..MatmulDims::dense(1, m, n, k)
+    };
+    (format!("{label} {m}x{k}x{n} [{}]", entry_name(&d)), d)
+}
+
+/// Forward `Y = X·W` (B×in · in×out), and backward `dX = dY·Wᵀ` (trans_b on the stored in×out
+/// W) and `dW = Xᵀ·dY` (trans_a on the stored B×in X) for each distinct layer shape; then one
+/// training step's whole set of products in one batch.
+fn matmul_mlp(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let layers: Vec<(usize, usize)> = MLP_WIDTHS.windows(2).map(|w| (w[0], w[1])).collect();
+    let b = MLP_BATCH;
+    let mut distinct = layers.clone();
+    distinct.dedup();
+    for (i, &(input, output)) in distinct.iter().enumerate() {
+        let layer = i + 1;
+        for (label, d) in [
+            mlp_product(&format!("fwd{layer}"), b, input, output, (false, false)),
+            mlp_product(&format!("dX{layer}"), b, output, input, (false, true)),
+            mlp_product(&format!("dW{layer}"), input, b, output, (true, false)),
+        ] {
+            let [c, x, y] = matmul_buffers(gpu, &d)?;
+            let seconds = median_seconds(gpu, 5, || Ok(matmul::matmul(gpu, &c, &x, &y, &d)?))?;
+            report.push(
+                format!("matmul/mlp/{label}"),
+                gflops(&d, seconds),
+                "GFLOP/s",
+            );
+        }
+    }
+    // One step: forward through every layer, dW for every layer, dX for all but the first.
+    // Checked and unchecked modules alternate run by run, so load changes hit both alike.
+    let mut step = Vec::new();
+    for (l, &(input, output)) in layers.iter().enumerate() {
+        step.push(mlp_product("fwd", b, input, output, (false, false)).1);
+        step.push(mlp_product("dW", input, b, output, (true, false)).1);
+        if l > 0 {
+            step.push(mlp_product("dX", b, output, input, (false, true)).1);
+        }
+    }
+    let buffers = step
+        .iter()
+        .map(|d| matmul_buffers(gpu, d))
+        .collect::<Result<Vec<_>>>()?;
+    let flop: f64 = step.iter().map(|d| 2.0 * (d.m * d.n * d.k) as f64).sum();
+    let launchers: [(&str, Launch); 2] = [
+        ("unchecked", matmul::matmul_unchecked),
+        ("checked", matmul::matmul),
+    ];
+    let run_step = |launch: Launch| {
+        time_once(gpu, || {
+            for (d, [c, x, y]) in step.iter().zip(&buffers) {
+                launch(gpu, c, x, y, d)?;
+            }
+            Ok(())
+        })
+    };
+    let mut times = [Vec::new(), Vec::new()];
+    for run in 0..8 {
+        for (i, (_, launch)) in launchers.iter().enumerate() {
+            let seconds = run_step(*launch)?;
+            if run > 0 {
+                times[i].push(seconds); // run 0 is the warm-up
+            }
+        }
+    }
+    let count = step.len();
+    for ((name, _), mut times) in launchers.into_iter().zip(times) {
+        let seconds = median(&mut times);
+        report.push(
+            format!("matmul/mlp/step {count} products, {name} modules"),
+            seconds * 1e3,
+            "ms",
+        );
+        report.push(
+            format!("matmul/mlp/step {count} products, {name} modules, rate"),
+            flop / seconds / 1e9,
+            "GFLOP/s",
+        );
+    }
+    Ok(())
+}
+
+type Launch = fn(
+    &Gpu,
+    &DeviceBuffer,
+    &DeviceBuffer,
+    &DeviceBuffer,
+    &MatmulDims,
+) -> plimsoll_kernels_wgsl::Result<()>;
+
+fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let len = ELEMENTWISE_LEN;
+    let src = filled(gpu, len as usize, 1.5, "bench src")?;
+    let dst = filled(gpu, len as usize, 0.0, "bench dst")?;
+    let bytes = (len * 4) as f64;
+    let seconds = median_seconds(gpu, 5, || Ok(fill::fill(gpu, &dst, 0, len, 2.5)?))?;
+    report.push("elementwise/fill 16M f32", bytes / seconds / 1e9, "GB/s");
+    let seconds = median_seconds(gpu, 5, || Ok(copy::copy(gpu, &src, 0, &dst, 0, len)?))?;
+    report.push(
+        "elementwise/copy 16M f32",
+        2.0 * bytes / seconds / 1e9,
+        "GB/s",
+    );
+    let shape = [len as usize];
+    let seconds = median_seconds(gpu, 5, || {
+        Ok(binary::broadcast(
+            gpu,
+            BinaryOp::Add,
+            &dst,
+            0,
+            &src,
+            0,
+            &shape,
+            &src,
+            0,
+            &shape,
+        )?)
+    })?;
+    report.push(
+        "elementwise/add 16M f32",
+        3.0 * bytes / seconds / 1e9,
+        "GB/s",
+    );
+    let seconds = median_seconds(gpu, 5, || Ok(reduce::sum_all(gpu, &dst, 0, &src, 0, len)?))?;
+    report.push(
+        "reduce/sum_all 16M f32",
+        (bytes + 4.0) / seconds / 1e9,
+        "GB/s",
+    );
+    // (4096, 4096): axis 1 sums along rows (contiguous), axis 0 down columns (strided).
+    let side = 4096usize;
+    for axis in [1, 0] {
+        let seconds = median_seconds(gpu, 5, || {
+            Ok(reduce::sum_axis(
+                gpu,
+                &dst,
+                0,
+                &src,
+                0,
+                &[side, side],
+                axis,
+            )?)
+        })?;
+        let moved = bytes + (side * 4) as f64;
+        report.push(
+            format!("reduce/sum_axis (4096, 4096) axis {axis}"),
+            moved / seconds / 1e9,
+            "GB/s",
+        );
+    }
+    Ok(())
+}
+
+/// Per-dispatch cost of many tiny dispatches in one batch: one flush, one wait, divided.
+fn dispatch_overhead(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let buffer = filled(gpu, 64, 0.0, "bench tiny")?;
+    let seconds = median_seconds(gpu, 5, || {
+        for i in 0..TINY_DISPATCHES {
+            fill::fill(gpu, &buffer, 0, 64, i as f32)?;
+        }
+        Ok(())
+    })?;
+    report.push(
+        format!("dispatch_overhead/{TINY_DISPATCHES} tiny fills, one batch"),
+        seconds / f64::from(TINY_DISPATCHES) * 1e6,
+        "us",
+    );
+    Ok(())
+}
