@@ -1,0 +1,118 @@
+//! The derivative of every [`Op`]: one exhaustive `match` (no catch-all arm, so a new op does
+//! not compile until its derivative exists), one line of math per arm. It runs with grad mode
+//! off, so the tensor ops used here record nothing and allocate `Temporary` scratch.
+//!
+//! Convention: `g` is the gradient of the node's output; the result holds one entry per input,
+//! in input order (`None`: no gradient for that input, e.g. integer targets).
+
+use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
+use smallvec::{SmallVec, smallvec};
+
+use crate::error::Result;
+use crate::op::Op;
+use crate::ops::elementwise::{binary_grads, missing_saved, sum_to, unary_grad};
+use crate::ops::matmul::matmul_grads;
+use crate::ops::nn::{
+    cross_entropy_grad, dropout_grad, embedding_grad, layer_norm_grads, softmax_grad,
+};
+use crate::ops::reduce::{max_grad, mean_grad, sum_grad};
+use crate::ops::shape::{inverse, pad_slice, split};
+use crate::tape::Saved;
+use crate::tensor::Tensor;
+
+/// Gradients of a node's inputs, in input order.
+pub(crate) type Grads = SmallVec<[Option<Tensor>; 3]>;
+
+fn one(dx: Tensor) -> Result<Grads> {
+    Ok(smallvec![Some(dx)])
+}
+
+fn two((da, db): (Tensor, Tensor)) -> Result<Grads> {
+    Ok(smallvec![Some(da), Some(db)])
+}
+
+/// The `binary` kernel's gradients at the output shape, summed down to each operand's shape.
+fn broadcast_pair(
+    op: BinaryOp,
+    s: &[Tensor],
+    g: &Tensor,
+    lhs: &[usize],
+    rhs: &[usize],
+) -> Result<(Tensor, Tensor)> {
+    let (da, db) = binary_grads(op, s, g)?;
+    Ok((sum_to(&da, lhs)?, sum_to(&db, rhs)?))
+}
+
+fn first(s: &[Tensor]) -> Result<&Tensor> {
+    s.first().ok_or_else(|| missing_saved("scalar_div"))
+}
+
+/// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
+/// input `i` wants one (only checkpoints use it to skip work; elsewhere it is cheap to compute).
+pub(crate) fn backward_op(op: &Op, saved: &Saved, g: &Tensor, needs: &[bool]) -> Result<Grads> {
+    let s = saved.tensors.as_slice();
+    match op {
+        // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
+        Op::Add { lhs, rhs } => two((sum_to(g, lhs)?, sum_to(g, rhs)?)),
+        // d(a-b)/da = 1, d(a-b)/db = -1
+        Op::Sub { lhs, rhs } => two((sum_to(g, lhs)?, sum_to(&g.neg()?, rhs)?)),
+        // d(a*b)/da = b, d(a*b)/db = a
+        Op::Mul { lhs, rhs } => two(broadcast_pair(BinaryOp::Mul, s, g, lhs, rhs)?),
+        // d(a/b)/da = 1/b, d(a/b)/db = -a/b²
+        Op::Div { lhs, rhs } => two(broadcast_pair(BinaryOp::Div, s, g, lhs, rhs)?),
+        // d(x+s)/dx = 1
+        Op::AddScalar { .. } => one(g.clone()),
+        // d(x*s)/dx = s
+        Op::MulScalar { scalar } => one(g.mul_scalar(*scalar)?),
+        // d(x/s)/dx = 1/s
+        Op::DivScalar { scalar } => one(g.div_scalar(*scalar)?),
+        // d(s-x)/dx = -1
+        Op::ScalarSub { .. } => one(g.neg()?),
+        // d(s/x)/dx = -s/x²
+        Op::ScalarDiv { scalar } => one(g.mul(&first(s)?.powf(-2.0)?)?.mul_scalar(-scalar)?),
+        // d f(x)/dx = f'(x), from the saved x (or y = f(x) for exp, tanh, sigmoid)
+        Op::Unary { op, exponent } => one(unary_grad(*op, *exponent, s, g)?),
+        // dA = G·Bᵀ, dB = Aᵀ·G (summed over the batch for a shared operand)
+        Op::Matmul { lhs, rhs } => two(matmul_grads(g, s, lhs, rhs)?),
+        // dx = permute(g, perm⁻¹)
+        Op::Permute { perm } => one(g.permute(&inverse(perm))?),
+        // dx = reshape(g, input shape)
+        Op::Reshape { input } => one(g.reshape(input)?),
+        // d(Σ_axes x)/dx = 1: g repeated along the reduced axes
+        Op::Sum { input, axes } => one(sum_grad(g, input, axes)?),
+        // d(mean_axes x)/dx = 1/n: g/n repeated along the reduced axes
+        Op::Mean { input, axes } => one(mean_grad(g, input, axes)?),
+        // d(max_k x)/dx_k = 1 at the arg-max, 0 elsewhere
+        Op::Max { input, axis } => one(max_grad(g, s, input, *axis)?),
+        // dx = y ⊙ (g - Σ_j g_j y_j) per row
+        Op::Softmax { cols } => one(softmax_grad(g, s, *cols, false)?),
+        // dx = g - softmax(x) Σ_j g_j per row
+        Op::LogSoftmax { cols } => one(softmax_grad(g, s, *cols, true)?),
+        // dlogits = (softmax(x) - q) · g / rows; the integer targets get none
+        Op::CrossEntropy {
+            rows,
+            cols,
+            smoothing,
+        } => Ok(smallvec![
+            Some(cross_entropy_grad(g, s, *rows, *cols, *smoothing)?),
+            None
+        ]),
+        // dx = rstd (ĝ - mean ĝ - x̂ mean(ĝ x̂)) with ĝ = g γ; dγ = Σ_rows g x̂; dβ = Σ_rows g
+        Op::LayerNorm { rows, cols } => Ok(layer_norm_grads(g, s, *rows, *cols)?
+            .into_iter()
+            .map(Some)
+            .collect()),
+        // dtable[v] = Σ_{t: ids[t] = v} g[t]; the ids get none
+        Op::Embedding { vocab, dim } => {
+            Ok(smallvec![Some(embedding_grad(g, s, *vocab, *dim)?), None])
+        }
+        // dx = g ⊙ mask / (1 - p), the mask redrawn from the seed
+        Op::Dropout { p, seed } => one(dropout_grad(g, *p, *seed)?),
+        // dx_i = the slice of g along the axis where input i went
+        Op::Concat { axis, sizes } => Ok(split(g, *axis, sizes)?.into_iter().map(Some).collect()),
+        // dx = g placed in zeros at the slice's position
+        Op::Slice { input, axis, start } => one(pad_slice(g, input, *axis, *start)?),
+        // the segment run again with a tape, and back-propagated through
+        Op::Checkpoint { .. } => crate::checkpoint::backward(saved, g, needs),
+    }
+}

@@ -1,0 +1,125 @@
+//! The checkpoint (recompute) mechanism: [`checkpoint`] runs a segment without saving its
+//! intermediates and records one node that keeps only the segment's inputs, its function and the
+//! random state; backward runs the function again with a tape and back-propagates through it.
+//! Which segments to checkpoint is the trainer's decision, not this crate's.
+//!
+//! Parameters the function captures (rather than takes as inputs) receive their gradients
+//! directly during the recomputation's backward, as in PyTorch's `torch.utils.checkpoint`.
+
+use std::sync::Arc;
+
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::kernels::copy;
+
+use crate::backward::Grads;
+use crate::error::{Error, Result};
+use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad, rng_state, set_rng_state};
+use crate::op::Op;
+use crate::tape::{Saved, attach, backward_from};
+use crate::tensor::{Autograd, Tensor};
+
+/// A recomputable segment: a pure function of its inputs (and of captured tensors that do not
+/// change between forward and backward). Implemented for every suitable closure.
+pub trait Segment: Send + Sync {
+    /// Runs the segment.
+    fn run(&self, inputs: &[Tensor]) -> Result<Tensor>;
+}
+
+impl<F> Segment for F
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync,
+{
+    fn run(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        self(inputs)
+    }
+}
+
+/// Runs `f(inputs)` without saving its intermediates; backward recomputes it (with the same
+/// dropout masks: the thread's random state is saved and restored around the recomputation).
+/// Outside grad mode this is just `f(inputs)`.
+///
+/// The output is copied into an `Activation` buffer (one copy per segment), because it is what
+/// the rest of the graph saves, and the segment ran with recording off (`Temporary` outputs).
+pub fn checkpoint<F>(inputs: &[&Tensor], f: F) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+{
+    let values: Vec<Tensor> = inputs.iter().map(|t| t.detach()).collect();
+    if !is_grad_enabled() {
+        return f(&values);
+    }
+    let rng = rng_state();
+    let out = {
+        let _no_grad = no_grad();
+        f(&values)?
+    };
+    let kept = Tensor::empty_typed(
+        &out.gpu,
+        &out.shape,
+        out.dtype,
+        Category::Activation,
+        "checkpoint",
+    )?;
+    let len = (out.numel() * out.dtype.size_bytes()).div_ceil(4) as u64;
+    copy::copy(
+        &out.gpu,
+        &out.storage,
+        out.offset,
+        &kept.storage,
+        kept.offset,
+        len,
+    )?;
+    let saved = Saved {
+        tensors: values.into_iter().collect(),
+        segment: Some((Arc::new(f), rng)),
+    };
+    let op = Op::Checkpoint {
+        inputs: inputs.len(),
+    };
+    Ok(attach(kept, op, inputs, saved))
+}
+
+/// Backward of a checkpoint node: recompute with a tape from fresh leaves, back-propagate `g`,
+/// and return the leaves' gradients.
+pub(crate) fn backward(saved: &Saved, g: &Tensor, needs: &[bool]) -> Result<Grads> {
+    let (segment, rng) = saved
+        .segment
+        .as_ref()
+        .ok_or_else(|| Error::InvalidArgument {
+            op: "checkpoint",
+            message: "the node lost its segment (internal error)".to_string(),
+        })?;
+    let leaves: Vec<Tensor> = saved
+        .tensors
+        .iter()
+        .zip(needs.iter().chain(std::iter::repeat(&false)))
+        .map(|(t, &need)| {
+            let t = t.detach();
+            if need {
+                t.into_leaf(Category::Temporary)
+            } else {
+                t
+            }
+        })
+        .collect();
+    let outer_rng = rng_state();
+    set_rng_state(*rng);
+    let out = {
+        let _grad = enable_grad();
+        segment.run(&leaves)
+    };
+    set_rng_state(outer_rng);
+    let out = out?;
+    match &out.autograd {
+        Autograd::Node(node) => backward_from(node, g.clone(), false)?,
+        Autograd::Leaf(slot) => slot.accumulate(g)?,
+        Autograd::None => {}
+    }
+    drop(out);
+    // Blocks freed while the open batch still uses them are parked until it is submitted
+    // (kernels-wgsl's host/GPU ordering rule). Submitting here hands this segment's recomputed
+    // activations back to the allocator before the next segment recomputes, which is the point
+    // of checkpointing; it costs one submission per segment, and no wait.
+    g.gpu.flush("checkpoint segment backward")?;
+    Ok(leaves.iter().map(Tensor::grad).collect())
+}

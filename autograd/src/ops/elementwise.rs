@@ -1,0 +1,351 @@
+//! Elementwise ops: `add`, `sub`, `mul`, `div` with numpy broadcasting, their scalar forms, and
+//! the unary functions (neg, exp, log, sqrt, pow, relu, gelu, tanh, sigmoid).
+//! Kernels: `binary` (broadcast forward and backward at the output shape, then `reduce`'s
+//! `sum_to_shape` for broadcast operands) and `unary`.
+
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryOp, Broadcast};
+use plimsoll_kernels_wgsl::kernels::reduce;
+use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
+
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::ops::mismatch;
+use crate::tape::{Saved, attach, output_category, records};
+use crate::tensor::{DType, Tensor};
+
+fn binary_name(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "add",
+        BinaryOp::Sub => "sub",
+        BinaryOp::Mul => "mul",
+        BinaryOp::Div => "div",
+        BinaryOp::Max => "maximum",
+        BinaryOp::Min => "minimum",
+    }
+}
+
+fn broadcast_of(op: &'static str, a: &Tensor, b: &Tensor) -> Result<Broadcast> {
+    a.expect_dtype(op, DType::F32)?;
+    b.expect_dtype(op, DType::F32)?;
+    Broadcast::new(&a.shape, &b.shape).ok_or_else(|| {
+        mismatch(
+            op,
+            &a.shape,
+            &b.shape,
+            "trailing extents must be equal or 1",
+        )
+    })
+}
+
+/// `a op b` over the broadcast shape, recorded when needed.
+fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
+    let name = binary_name(op);
+    let shape = broadcast_of(name, a, b)?;
+    let recording = records(&[a, b]);
+    let out = Tensor::empty(&a.gpu, &shape.out_shape, output_category(recording), name)?;
+    binary::broadcast(
+        &a.gpu,
+        op,
+        &out.storage,
+        out.offset,
+        &a.storage,
+        a.offset,
+        &a.shape,
+        &b.storage,
+        b.offset,
+        &b.shape,
+    )?;
+    if !recording {
+        return Ok(out);
+    }
+    let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
+    Ok(match op {
+        BinaryOp::Add => attach(out, Op::Add { lhs, rhs }, &[a, b], Saved::default()),
+        BinaryOp::Sub => attach(out, Op::Sub { lhs, rhs }, &[a, b], Saved::default()),
+        BinaryOp::Mul => attach(out, Op::Mul { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
+        BinaryOp::Div => attach(out, Op::Div { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
+        BinaryOp::Max | BinaryOp::Min => {
+            return Err(Error::InvalidArgument {
+                op: name,
+                message: "no autograd rule".to_string(),
+            });
+        }
+    })
+}
+
+/// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `op_kind` when needed.
+fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<Tensor> {
+    let name = binary_name(op);
+    x.expect_dtype(name, DType::F32)?;
+    let recording = records(&[x]);
+    let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
+    let len = x.numel() as u64;
+    if rhs {
+        binary::scalar_rhs(
+            &x.gpu,
+            op,
+            &out.storage,
+            out.offset,
+            &x.storage,
+            x.offset,
+            len,
+            s,
+        )?;
+    } else {
+        binary::scalar_lhs(
+            &x.gpu,
+            op,
+            &out.storage,
+            out.offset,
+            s,
+            &x.storage,
+            x.offset,
+            len,
+        )?;
+    }
+    if !recording {
+        return Ok(out);
+    }
+    let saved = match recorded {
+        Op::ScalarDiv { .. } => Saved::of(&[x]),
+        _ => Saved::default(),
+    };
+    Ok(attach(out, recorded, &[x], saved))
+}
+
+/// `f(x)` elementwise, recorded when needed.
+fn unary(x: &Tensor, op: UnaryOp, exponent: f32, name: &'static str) -> Result<Tensor> {
+    x.expect_dtype(name, DType::F32)?;
+    let recording = records(&[x]);
+    let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
+    let len = x.numel() as u64;
+    unary::forward(
+        &x.gpu,
+        op,
+        &out.storage,
+        out.offset,
+        &x.storage,
+        x.offset,
+        len,
+        exponent,
+    )?;
+    if !recording {
+        return Ok(out);
+    }
+    let saved = if op.backward_uses_output() {
+        Saved::of(&[&out])
+    } else {
+        Saved::of(&[x])
+    };
+    Ok(attach(out, Op::Unary { op, exponent }, &[x], saved))
+}
+
+impl Tensor {
+    /// `self + rhs`, broadcasting.
+    pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
+        binary(self, rhs, BinaryOp::Add)
+    }
+
+    /// `self - rhs`, broadcasting.
+    pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        binary(self, rhs, BinaryOp::Sub)
+    }
+
+    /// `self * rhs`, broadcasting.
+    pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        binary(self, rhs, BinaryOp::Mul)
+    }
+
+    /// `self / rhs`, broadcasting.
+    pub fn div(&self, rhs: &Tensor) -> Result<Tensor> {
+        binary(self, rhs, BinaryOp::Div)
+    }
+
+    /// `self + s`.
+    pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
+        scalar(self, BinaryOp::Add, s, true, Op::AddScalar { scalar: s })
+    }
+
+    /// `self - s`.
+    pub fn sub_scalar(&self, s: f32) -> Result<Tensor> {
+        self.add_scalar(-s)
+    }
+
+    /// `self * s`.
+    pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
+        scalar(self, BinaryOp::Mul, s, true, Op::MulScalar { scalar: s })
+    }
+
+    /// `self / s`.
+    pub fn div_scalar(&self, s: f32) -> Result<Tensor> {
+        scalar(self, BinaryOp::Div, s, true, Op::DivScalar { scalar: s })
+    }
+
+    /// `s - self`.
+    pub fn scalar_sub(&self, s: f32) -> Result<Tensor> {
+        scalar(self, BinaryOp::Sub, s, false, Op::ScalarSub { scalar: s })
+    }
+
+    /// `s / self`.
+    pub fn scalar_div(&self, s: f32) -> Result<Tensor> {
+        scalar(self, BinaryOp::Div, s, false, Op::ScalarDiv { scalar: s })
+    }
+
+    /// `-self`.
+    pub fn neg(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Neg, 0.0, "neg")
+    }
+
+    /// `exp(self)`.
+    pub fn exp(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Exp, 0.0, "exp")
+    }
+
+    /// Natural logarithm.
+    pub fn log(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Log, 0.0, "log")
+    }
+
+    /// Square root.
+    pub fn sqrt(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Sqrt, 0.0, "sqrt")
+    }
+
+    /// `self ^ exponent` elementwise.
+    pub fn powf(&self, exponent: f32) -> Result<Tensor> {
+        unary(self, UnaryOp::Pow, exponent, "pow")
+    }
+
+    /// `max(self, 0)`.
+    pub fn relu(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Relu, 0.0, "relu")
+    }
+
+    /// GELU (tanh approximation).
+    pub fn gelu(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Gelu, 0.0, "gelu")
+    }
+
+    /// `tanh(self)`.
+    pub fn tanh(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Tanh, 0.0, "tanh")
+    }
+
+    /// `1 / (1 + exp(-self))`.
+    pub fn sigmoid(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Sigmoid, 0.0, "sigmoid")
+    }
+}
+
+// ---- helpers of backward (grad mode is off there, so nothing below records) ----
+
+/// `g` summed down to `shape` (the gradient of an operand broadcast to `g`'s shape).
+pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if g.shape.as_slice() == shape {
+        return Ok(g.clone());
+    }
+    let out = Tensor::empty(&g.gpu, shape, Category::Temporary, "sum_to_shape")?;
+    reduce::sum_to_shape(
+        &g.gpu,
+        &out.storage,
+        out.offset,
+        &g.storage,
+        g.offset,
+        &g.shape,
+        shape,
+    )?;
+    Ok(out)
+}
+
+/// The gradients of `a op b` with respect to `a` and `b`, at the output shape (`binary` backward
+/// kernel; `saved` = `[a, b]`).
+pub(crate) fn binary_grads(op: BinaryOp, saved: &[Tensor], g: &Tensor) -> Result<(Tensor, Tensor)> {
+    let (a, b) = match saved {
+        [a, b, ..] => (a, b),
+        _ => return Err(missing_saved(binary_name(op))),
+    };
+    let da = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "binary grad")?;
+    let db = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "binary grad")?;
+    binary::backward(
+        &g.gpu,
+        op,
+        &da.storage,
+        da.offset,
+        &db.storage,
+        db.offset,
+        &a.storage,
+        a.offset,
+        &a.shape,
+        &b.storage,
+        b.offset,
+        &b.shape,
+        &g.storage,
+        g.offset,
+    )?;
+    Ok((da, db))
+}
+
+/// `dx = g * f'(.)` for a unary op (`saved` = `[x]` or `[y]`).
+pub(crate) fn unary_grad(
+    op: UnaryOp,
+    exponent: f32,
+    saved: &[Tensor],
+    g: &Tensor,
+) -> Result<Tensor> {
+    let s = saved.first().ok_or_else(|| missing_saved("unary"))?;
+    let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "unary grad")?;
+    let len = g.numel() as u64;
+    unary::backward(
+        &g.gpu,
+        op,
+        &dx.storage,
+        dx.offset,
+        &s.storage,
+        s.offset,
+        &g.storage,
+        g.offset,
+        len,
+        exponent,
+    )?;
+    Ok(dx)
+}
+
+/// `a + b` (same shapes) into a new `Temporary` tensor, never recorded.
+pub(crate) fn add_raw(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let _no_grad = crate::grad_mode::no_grad();
+    a.add(b)
+}
+
+/// `target += g` in place (same shapes): the `+=` of leaf gradients.
+pub(crate) fn add_into(target: &Tensor, g: &Tensor) -> Result<()> {
+    if target.shape != g.shape {
+        return Err(mismatch(
+            "grad +=",
+            &target.shape,
+            &g.shape,
+            "gradient shape must match",
+        ));
+    }
+    binary::broadcast(
+        &g.gpu,
+        BinaryOp::Add,
+        &target.storage,
+        target.offset,
+        &target.storage,
+        target.offset,
+        &target.shape,
+        &g.storage,
+        g.offset,
+        &g.shape,
+    )?;
+    Ok(())
+}
+
+/// The error for a node whose saved tensors are not what its op expects (an internal bug).
+pub(crate) fn missing_saved(op: &'static str) -> Error {
+    Error::InvalidArgument {
+        op,
+        message: "the node's saved tensors are missing (internal error)".to_string(),
+    }
+}

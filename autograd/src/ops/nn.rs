@@ -1,0 +1,386 @@
+//! Network ops: softmax and log-softmax over the last axis, fused cross-entropy with u32 targets
+//! (mean over rows), layer norm over the last axis, embedding, and seeded dropout.
+//! Kernels: `softmax`, `cross_entropy`, `reduce`, `layer_norm`, `embedding`, `dropout`.
+
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, LossGradient};
+use plimsoll_kernels_wgsl::kernels::{dropout, embedding, layer_norm, reduce, softmax};
+
+use crate::error::{Error, Result};
+use crate::grad_mode::next_seed;
+use crate::op::Op;
+use crate::ops::elementwise::missing_saved;
+use crate::ops::mismatch;
+use crate::tape::{Saved, attach, output_category, records};
+use crate::tensor::{DType, Shape, Tensor};
+
+/// `(rows, cols)` of a tensor seen as a matrix over its last axis.
+fn rows_cols(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
+    x.expect_dtype(op, DType::F32)?;
+    let cols = *x.shape.last().ok_or_else(|| Error::BadAxis {
+        op,
+        axis: 0,
+        shape: x.shape.to_vec(),
+    })?;
+    Ok((x.numel() / cols.max(1), cols))
+}
+
+fn softmax_like(x: &Tensor, log: bool) -> Result<Tensor> {
+    let name = if log { "log_softmax" } else { "softmax" };
+    let (rows, cols) = rows_cols(name, x)?;
+    let recording = records(&[x]);
+    let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
+    let launch = if log {
+        softmax::log_softmax_forward
+    } else {
+        softmax::softmax_forward
+    };
+    launch(
+        &x.gpu,
+        &x.storage,
+        x.offset,
+        &out.storage,
+        out.offset,
+        rows as u64,
+        cols as u64,
+    )?;
+    if !recording {
+        return Ok(out);
+    }
+    let op = if log {
+        Op::LogSoftmax { cols }
+    } else {
+        Op::Softmax { cols }
+    };
+    let saved = Saved::of(&[&out]);
+    Ok(attach(out, op, &[x], saved))
+}
+
+impl Tensor {
+    /// Softmax over the last axis.
+    pub fn softmax(&self) -> Result<Tensor> {
+        softmax_like(self, false)
+    }
+
+    /// Log-softmax over the last axis.
+    pub fn log_softmax(&self) -> Result<Tensor> {
+        softmax_like(self, true)
+    }
+
+    /// Mean cross-entropy of these `[.., classes]` logits against u32 `targets` (one per row),
+    /// with label smoothing `smoothing` in `[0, 1]`; a scalar. A target `>= classes` gives NaN.
+    pub fn cross_entropy(&self, targets: &Tensor, smoothing: f32) -> Result<Tensor> {
+        let (rows, cols) = rows_cols("cross_entropy", self)?;
+        targets.expect_dtype("cross_entropy", DType::U32)?;
+        if targets.numel() != rows {
+            let hint = "one target per row of logits";
+            return Err(mismatch("cross_entropy", &self.shape, &targets.shape, hint));
+        }
+        let recording = records(&[self]);
+        let losses = Tensor::empty(
+            &self.gpu,
+            &[rows],
+            Category::Temporary,
+            "cross_entropy rows",
+        )?;
+        let buffers = cross_entropy::CrossEntropyForwardBuffers {
+            logits: &self.storage,
+            logits_offset: self.offset,
+            targets: &targets.storage,
+            targets_offset: targets.offset,
+            losses: &losses.storage,
+            losses_offset: losses.offset,
+        };
+        cross_entropy::forward(&self.gpu, &buffers, rows as u64, cols as u64, smoothing)?;
+        let out = Tensor::empty(&self.gpu, &[], output_category(recording), "cross_entropy")?;
+        reduce::mean_all(
+            &self.gpu,
+            &out.storage,
+            out.offset,
+            &losses.storage,
+            0,
+            rows as u64,
+        )?;
+        if !recording {
+            return Ok(out);
+        }
+        let op = Op::CrossEntropy {
+            rows,
+            cols,
+            smoothing,
+        };
+        Ok(attach(
+            out,
+            op,
+            &[self, targets],
+            Saved::of(&[self, targets]),
+        ))
+    }
+
+    /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, `gamma` and
+    /// `beta` of shape `[cols]`.
+    pub fn layer_norm(&self, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
+        let (rows, cols) = rows_cols("layer_norm", self)?;
+        for p in [gamma, beta] {
+            p.expect_dtype("layer_norm", DType::F32)?;
+            if p.shape.as_slice() != [cols] {
+                return Err(mismatch(
+                    "layer_norm",
+                    &self.shape,
+                    &p.shape,
+                    "gamma and beta are [cols]",
+                ));
+            }
+        }
+        let recording = records(&[self, gamma, beta]);
+        let category = output_category(recording);
+        let out = Tensor::empty(&self.gpu, &self.shape, category, "layer_norm")?;
+        let mean = Tensor::empty(&self.gpu, &[rows], category, "layer_norm mean")?;
+        let rstd = Tensor::empty(&self.gpu, &[rows], category, "layer_norm rstd")?;
+        let buffers = layer_norm::LayerNormBuffers {
+            x: &self.storage,
+            x_offset: self.offset,
+            gamma: &gamma.storage,
+            gamma_offset: gamma.offset,
+            beta: &beta.storage,
+            beta_offset: beta.offset,
+            y: &out.storage,
+            y_offset: out.offset,
+            mean: &mean.storage,
+            mean_offset: mean.offset,
+            rstd: &rstd.storage,
+            rstd_offset: rstd.offset,
+        };
+        layer_norm::forward(&self.gpu, &buffers, rows as u64, cols as u64, eps)?;
+        if !recording {
+            return Ok(out);
+        }
+        let saved = Saved::of(&[self, gamma, &mean, &rstd]);
+        Ok(attach(
+            out,
+            Op::LayerNorm { rows, cols },
+            &[self, gamma, beta],
+            saved,
+        ))
+    }
+
+    /// Rows of this `[vocab, dim]` table picked by u32 `ids` (any shape): `[ids.., dim]`. An id
+    /// `>= vocab` gives a row of NaN.
+    pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
+        self.expect_dtype("embedding", DType::F32)?;
+        ids.expect_dtype("embedding", DType::U32)?;
+        let (vocab, dim) = match self.shape.as_slice() {
+            [vocab, dim] => (*vocab, *dim),
+            _ => {
+                return Err(mismatch(
+                    "embedding",
+                    &self.shape,
+                    &ids.shape,
+                    "the table is [vocab, dim]",
+                ));
+            }
+        };
+        let tokens = ids.numel();
+        let mut shape: Shape = ids.shape.clone();
+        shape.push(dim);
+        let recording = records(&[self]);
+        let out = Tensor::empty(&self.gpu, &shape, output_category(recording), "embedding")?;
+        let buffers = embedding::GatherBuffers {
+            table: &self.storage,
+            table_offset: self.offset,
+            ids: &ids.storage,
+            ids_offset: ids.offset,
+            out: &out.storage,
+            out_offset: out.offset,
+        };
+        embedding::gather(&self.gpu, &buffers, tokens as u64, vocab as u64, dim as u64)?;
+        if !recording {
+            return Ok(out);
+        }
+        Ok(attach(
+            out,
+            Op::Embedding { vocab, dim },
+            &[self, ids],
+            Saved::of(&[ids]),
+        ))
+    }
+
+    /// Inverted dropout: each element zeroed with probability `p`, the rest scaled by
+    /// `1 / (1 - p)`; the mask's seed is drawn from this thread's random state
+    /// ([`crate::manual_seed`]). The identity when `p == 0`.
+    pub fn dropout(&self, p: f32) -> Result<Tensor> {
+        self.dropout_with_seed(p, next_seed())
+    }
+
+    /// [`Tensor::dropout`] with an explicit mask seed (the same seed gives the same mask, on the
+    /// GPU and in `reference::dropout`).
+    pub fn dropout_with_seed(&self, p: f32, seed: u64) -> Result<Tensor> {
+        self.expect_dtype("dropout", DType::F32)?;
+        if !(0.0..1.0).contains(&p) {
+            return Err(Error::InvalidArgument {
+                op: "dropout",
+                message: format!("probability {p} outside [0, 1)"),
+            });
+        }
+        let recording = records(&[self]);
+        let out = Tensor::empty(
+            &self.gpu,
+            &self.shape,
+            output_category(recording),
+            "dropout",
+        )?;
+        dropout_raw(self, &out, p, seed)?;
+        if !recording {
+            return Ok(out);
+        }
+        Ok(attach(
+            out,
+            Op::Dropout { p, seed },
+            &[self],
+            Saved::default(),
+        ))
+    }
+}
+
+/// `out = dropout(x)` with `seed` (also the backward: `dx = dropout(dy)` with the same mask).
+pub(crate) fn dropout_raw(x: &Tensor, out: &Tensor, p: f32, seed: u64) -> Result<()> {
+    let len = x.numel() as u64;
+    dropout::dropout(
+        &x.gpu,
+        &out.storage,
+        out.offset,
+        &x.storage,
+        x.offset,
+        len,
+        p,
+        seed,
+    )?;
+    Ok(())
+}
+
+/// The gradient of dropout: `g` through the same mask.
+pub(crate) fn dropout_grad(g: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
+    let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "dropout grad")?;
+    dropout_raw(g, &dx, p, seed)?;
+    Ok(dx)
+}
+
+/// The gradient of softmax (`log`: log-softmax) from the saved output.
+pub(crate) fn softmax_grad(g: &Tensor, saved: &[Tensor], cols: usize, log: bool) -> Result<Tensor> {
+    let y = saved.first().ok_or_else(|| missing_saved("softmax"))?;
+    let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "softmax grad")?;
+    let buffers = softmax::SoftmaxBackwardBuffers {
+        y: &y.storage,
+        y_offset: y.offset,
+        dy: &g.storage,
+        dy_offset: g.offset,
+        dx: &dx.storage,
+        dx_offset: dx.offset,
+    };
+    let rows = (g.numel() / cols.max(1)) as u64;
+    let launch = if log {
+        softmax::log_softmax_backward
+    } else {
+        softmax::softmax_backward
+    };
+    launch(&g.gpu, &buffers, rows, cols as u64)?;
+    Ok(dx)
+}
+
+/// The gradient of mean cross-entropy with respect to the logits (`saved` = logits, targets).
+pub(crate) fn cross_entropy_grad(
+    g: &Tensor,
+    saved: &[Tensor],
+    rows: usize,
+    cols: usize,
+    smoothing: f32,
+) -> Result<Tensor> {
+    let [logits, targets, ..] = saved else {
+        return Err(missing_saved("cross_entropy"));
+    };
+    let dx = Tensor::empty(
+        &g.gpu,
+        &logits.shape,
+        Category::Temporary,
+        "cross_entropy grad",
+    )?;
+    let buffers = cross_entropy::CrossEntropyBackwardBuffers {
+        logits: &logits.storage,
+        logits_offset: logits.offset,
+        targets: &targets.storage,
+        targets_offset: targets.offset,
+        dloss: &g.storage,
+        dloss_offset: g.offset,
+        dlogits: &dx.storage,
+        dlogits_offset: dx.offset,
+    };
+    let scale = 1.0 / rows.max(1) as f32;
+    cross_entropy::backward(
+        &g.gpu,
+        &buffers,
+        rows as u64,
+        cols as u64,
+        smoothing,
+        LossGradient::Broadcast,
+        scale,
+    )?;
+    Ok(dx)
+}
+
+/// The gradients `(dx, dgamma, dbeta)` of layer norm (`saved` = x, gamma, mean, rstd).
+pub(crate) fn layer_norm_grads(
+    g: &Tensor,
+    saved: &[Tensor],
+    rows: usize,
+    cols: usize,
+) -> Result<[Tensor; 3]> {
+    let [x, gamma, mean, rstd, ..] = saved else {
+        return Err(missing_saved("layer_norm"));
+    };
+    let t = Category::Temporary;
+    let dx = Tensor::empty(&g.gpu, &x.shape, t, "layer_norm grad")?;
+    let dgamma = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
+    let dbeta = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
+    let buffers = layer_norm::LayerNormGradBuffers {
+        x: &x.storage,
+        x_offset: x.offset,
+        gamma: &gamma.storage,
+        gamma_offset: gamma.offset,
+        mean: &mean.storage,
+        mean_offset: mean.offset,
+        rstd: &rstd.storage,
+        rstd_offset: rstd.offset,
+        dy: &g.storage,
+        dy_offset: g.offset,
+        dx: &dx.storage,
+        dx_offset: dx.offset,
+        dgamma: &dgamma.storage,
+        dgamma_offset: dgamma.offset,
+        dbeta: &dbeta.storage,
+        dbeta_offset: dbeta.offset,
+    };
+    layer_norm::backward(&g.gpu, &buffers, rows as u64, cols as u64)?;
+    Ok([dx, dgamma, dbeta])
+}
+
+/// The gradient of an embedding table (`saved` = ids): rows of `g` added up per id.
+pub(crate) fn embedding_grad(
+    g: &Tensor,
+    saved: &[Tensor],
+    vocab: usize,
+    dim: usize,
+) -> Result<Tensor> {
+    let ids = saved.first().ok_or_else(|| missing_saved("embedding"))?;
+    let dtable = Tensor::empty(&g.gpu, &[vocab, dim], Category::Temporary, "embedding grad")?;
+    let buffers = embedding::ScatterAddBuffers {
+        dy: &g.storage,
+        dy_offset: g.offset,
+        ids: &ids.storage,
+        ids_offset: ids.offset,
+        dtable: &dtable.storage,
+        dtable_offset: dtable.offset,
+    };
+    let tokens = ids.numel() as u64;
+    embedding::scatter_add(&g.gpu, &buffers, tokens, vocab as u64, dim as u64)?;
+    Ok(dtable)
+}

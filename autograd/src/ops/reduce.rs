@@ -1,0 +1,197 @@
+//! Reductions: `sum` and `mean` over any axes, `max` over one axis (gradient to the arg-max).
+//! Kernels: `reduce` (one `sum_axis`/`mean_axis` dispatch per axis, `*_all` for everything).
+
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::kernels::reduce;
+
+use crate::error::{Error, Result};
+use crate::op::{Axes, Op};
+use crate::tape::{Saved, attach, output_category, records};
+use crate::tensor::{DType, Shape, Tensor, numel};
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Sum,
+    Mean,
+}
+
+/// Sorted, distinct, in-range axes; an empty list means every axis.
+fn normalise(op: &'static str, shape: &[usize], axes: &[usize]) -> Result<Axes> {
+    let mut sorted: Axes = if axes.is_empty() {
+        (0..shape.len()).collect()
+    } else {
+        axes.iter().copied().collect()
+    };
+    sorted.sort_unstable();
+    sorted.dedup();
+    if let Some(&bad) = sorted.iter().find(|&&a| a >= shape.len()) {
+        return Err(Error::BadAxis {
+            op,
+            axis: bad,
+            shape: shape.to_vec(),
+        });
+    }
+    Ok(sorted)
+}
+
+/// `shape` with the `axes` set to 1 (keep-dims) or removed.
+pub(crate) fn reduced_shape(shape: &[usize], axes: &[usize], keepdim: bool) -> Shape {
+    (0..shape.len())
+        .filter_map(|d| match (axes.contains(&d), keepdim) {
+            (true, true) => Some(1),
+            (true, false) => None,
+            (false, _) => Some(shape[d]),
+        })
+        .collect()
+}
+
+fn reduce_axes(x: &Tensor, axes: &[usize], kind: Kind, category: Category) -> Result<Tensor> {
+    let name = if kind == Kind::Sum { "sum" } else { "mean" };
+    let gpu = &x.gpu;
+    if axes.len() == x.rank() {
+        let out = Tensor::empty(gpu, &[], category, name)?;
+        let len = x.numel() as u64;
+        let launch = if kind == Kind::Sum {
+            reduce::sum_all
+        } else {
+            reduce::mean_all
+        };
+        launch(gpu, &out.storage, out.offset, &x.storage, x.offset, len)?;
+        return Ok(out);
+    }
+    let mut current = x.clone();
+    for (i, &axis) in axes.iter().enumerate().rev() {
+        let shape = current.shape.clone();
+        let mut next_shape = shape.clone();
+        next_shape[axis] = 1;
+        let last = i == 0;
+        let cat = if last { category } else { Category::Temporary };
+        let next = Tensor::empty(gpu, &next_shape, cat, name)?;
+        let launch = if kind == Kind::Sum {
+            reduce::sum_axis
+        } else {
+            reduce::mean_axis
+        };
+        launch(
+            gpu,
+            &next.storage,
+            next.offset,
+            &current.storage,
+            current.offset,
+            &shape,
+            axis,
+        )?;
+        current = next;
+    }
+    Ok(current)
+}
+
+fn reduction(x: &Tensor, axes: &[usize], keepdim: bool, kind: Kind) -> Result<Tensor> {
+    let name = if kind == Kind::Sum { "sum" } else { "mean" };
+    x.expect_dtype(name, DType::F32)?;
+    let axes = normalise(name, &x.shape, axes)?;
+    let recording = records(&[x]);
+    let out = reduce_axes(x, &axes, kind, output_category(recording))?;
+    let out = out.view(&reduced_shape(&x.shape, &axes, keepdim), out.offset);
+    if !recording {
+        return Ok(out);
+    }
+    let input = x.shape.clone();
+    let op = match kind {
+        Kind::Sum => Op::Sum { input, axes },
+        Kind::Mean => Op::Mean { input, axes },
+    };
+    Ok(attach(out, op, &[x], Saved::default()))
+}
+
+impl Tensor {
+    /// Sum over `axes` (all axes if empty), dropping them unless `keepdim`.
+    pub fn sum(&self, axes: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduction(self, axes, keepdim, Kind::Sum)
+    }
+
+    /// Mean over `axes` (all axes if empty), dropping them unless `keepdim`.
+    pub fn mean(&self, axes: &[usize], keepdim: bool) -> Result<Tensor> {
+        reduction(self, axes, keepdim, Kind::Mean)
+    }
+
+    /// Sum of every element, as a scalar (shape `[]`).
+    pub fn sum_all(&self) -> Result<Tensor> {
+        self.sum(&[], false)
+    }
+
+    /// Mean of every element, as a scalar (shape `[]`).
+    pub fn mean_all(&self) -> Result<Tensor> {
+        self.mean(&[], false)
+    }
+
+    /// Maximum over `axis` (NaN wins; the first index among equals), dropping it unless
+    /// `keepdim`. The gradient goes to the arg-max.
+    pub fn max(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        self.expect_dtype("max", DType::F32)?;
+        let axes = normalise("max", &self.shape, &[axis])?;
+        let recording = records(&[self]);
+        let kept = reduced_shape(&self.shape, &axes, true);
+        let out = Tensor::empty(&self.gpu, &kept, output_category(recording), "max")?;
+        let category = output_category(recording);
+        let indices = Tensor::empty_typed(&self.gpu, &kept, DType::U32, category, "max indices")?;
+        reduce::max_axis(
+            &self.gpu,
+            &out.storage,
+            out.offset,
+            &indices.storage,
+            indices.offset,
+            &self.storage,
+            self.offset,
+            &self.shape,
+            axis,
+        )?;
+        let out = out.view(&reduced_shape(&self.shape, &axes, keepdim), 0);
+        if !recording {
+            return Ok(out);
+        }
+        let op = Op::Max {
+            input: self.shape.clone(),
+            axis,
+        };
+        Ok(attach(out, op, &[self], Saved::of(&[&indices])))
+    }
+}
+
+/// The gradient of a sum: `g` repeated over the reduced axes.
+pub(crate) fn sum_grad(g: &Tensor, input: &[usize], axes: &[usize]) -> Result<Tensor> {
+    let kept = g.view(&reduced_shape(input, axes, true), g.offset);
+    crate::ops::shape::expand(&kept, input)
+}
+
+/// The gradient of a mean: `g / count` repeated over the reduced axes.
+pub(crate) fn mean_grad(g: &Tensor, input: &[usize], axes: &[usize]) -> Result<Tensor> {
+    let count: usize = axes.iter().map(|&a| input[a]).product();
+    sum_grad(g, input, axes)?.mul_scalar(1.0 / count.max(1) as f32)
+}
+
+/// The gradient of a max: `g` scattered to the arg-max (`saved` = `[indices]`).
+pub(crate) fn max_grad(
+    g: &Tensor,
+    saved: &[Tensor],
+    input: &[usize],
+    axis: usize,
+) -> Result<Tensor> {
+    let indices = saved
+        .first()
+        .ok_or_else(|| crate::ops::elementwise::missing_saved("max"))?;
+    let dx = Tensor::empty(&g.gpu, input, Category::Temporary, "max grad")?;
+    reduce::max_backward(
+        &g.gpu,
+        &dx.storage,
+        dx.offset,
+        &g.storage,
+        g.offset,
+        &indices.storage,
+        indices.offset,
+        input,
+        axis,
+    )?;
+    debug_assert_eq!(numel(input), dx.numel());
+    Ok(dx)
+}

@@ -1,0 +1,251 @@
+//! The tape: [`Node`]s recorded in execution order, and the backward walk over them.
+//!
+//! Ownership follows the tensors: a non-leaf [`Tensor`] holds an `Arc` to the node that made it;
+//! a node holds its [`Op`] (plain data), the tensors it saved, and edges to its inputs' nodes or
+//! leaf gradient slots. Nodes never hold their outputs, so a tensor that no node saved is freed
+//! as soon as the user drops it, and dropping the loss without calling backward frees the whole
+//! graph. [`Node`]'s `Drop` is iterative, so a 10 000-node chain cannot overflow the stack.
+//!
+//! Backward collects the reachable nodes with an explicit stack, orders them by sequence number
+//! (execution order) descending, and runs one exhaustive `match` per node
+//! ([`crate::backward::backward_op`]). Right after a node's backward its saved tensors are
+//! dropped: a tensor saved by several nodes (an `Arc`-shared storage) is freed after the last of
+//! them. Each node's incoming gradient is dropped once consumed. Without `retain_graph` the
+//! nodes are marked released and emptied; a second backward through them is
+//! [`Error::BackwardTwice`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use plimsoll_kernels_wgsl::Category;
+use smallvec::SmallVec;
+
+use crate::checkpoint::Segment;
+use crate::error::{Error, Result};
+use crate::grad_mode::{is_grad_enabled, no_grad};
+use crate::op::Op;
+use crate::tensor::{Autograd, GradSlot, Tensor, TensorOptions, lock};
+
+/// Global execution order of recorded nodes.
+static NEXT_SEQUENCE: AtomicU64 = AtomicU64::new(1);
+
+/// Where an input's gradient goes.
+#[derive(Clone)]
+pub(crate) enum Edge {
+    /// The input requires no grad: its gradient is not needed.
+    Constant,
+    /// A leaf: accumulate into its slot.
+    Leaf(Arc<GradSlot>),
+    /// An op's output: add into that node's incoming gradient.
+    Node(Arc<Node>),
+}
+
+/// What a node keeps for its backward.
+#[derive(Clone, Default)]
+pub(crate) struct Saved {
+    /// Saved tensors, detached (they hold storage, never graph).
+    pub(crate) tensors: SmallVec<[Tensor; 4]>,
+    /// A checkpointed segment's function and the random state at its forward.
+    pub(crate) segment: Option<(Arc<dyn Segment>, u64)>,
+}
+
+impl Saved {
+    /// Saves detached clones of `tensors`.
+    pub(crate) fn of(tensors: &[&Tensor]) -> Saved {
+        Saved {
+            tensors: tensors.iter().map(|t| t.detach()).collect(),
+            segment: None,
+        }
+    }
+}
+
+/// Mutable part of a node. Invariant: `released` implies `saved` is `None` and `inputs` empty.
+struct NodeState {
+    saved: Option<Saved>,
+    inputs: SmallVec<[Edge; 2]>,
+    released: bool,
+}
+
+/// One recorded op.
+pub struct Node {
+    /// Execution order (unique, increasing).
+    pub(crate) sequence: u64,
+    pub(crate) op: Op,
+    /// Shape of the node's output (its incoming gradient's shape).
+    pub(crate) output_shape: crate::Shape,
+    state: Mutex<NodeState>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Unlink children by hand: the last owner of a long chain would otherwise recurse once
+        // per node.
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let mut stack: Vec<Arc<Node>> = node_edges(std::mem::take(&mut state.inputs));
+        while let Some(node) = stack.pop() {
+            if let Ok(mut node) = Arc::try_unwrap(node) {
+                let state = node.state.get_mut().unwrap_or_else(|p| p.into_inner());
+                stack.extend(node_edges(std::mem::take(&mut state.inputs)));
+            }
+        }
+    }
+}
+
+fn node_edges(edges: SmallVec<[Edge; 2]>) -> Vec<Arc<Node>> {
+    edges
+        .into_iter()
+        .filter_map(|e| match e {
+            Edge::Node(n) => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+fn edge_of(t: &Tensor) -> Edge {
+    match &t.autograd {
+        Autograd::None => Edge::Constant,
+        Autograd::Leaf(slot) => Edge::Leaf(Arc::clone(slot)),
+        Autograd::Node(node) => Edge::Node(Arc::clone(node)),
+    }
+}
+
+/// Whether an op over `inputs` records a node: grad mode is on and some input requires grad.
+pub(crate) fn records(inputs: &[&Tensor]) -> bool {
+    is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())
+}
+
+/// Category of an op's output: `Activation` inside a graph, `Temporary` outside.
+pub(crate) fn output_category(recording: bool) -> Category {
+    if recording {
+        Category::Activation
+    } else {
+        Category::Temporary
+    }
+}
+
+/// Makes `output` the output of a new node for `op` over `inputs`, keeping `saved` (call only
+/// when [`records`] said so, so that `no_grad` saves nothing).
+pub(crate) fn attach(mut output: Tensor, op: Op, inputs: &[&Tensor], saved: Saved) -> Tensor {
+    let node = Node {
+        sequence: NEXT_SEQUENCE.fetch_add(1, Ordering::Relaxed),
+        op,
+        output_shape: output.shape.clone(),
+        state: Mutex::new(NodeState {
+            saved: Some(saved),
+            inputs: inputs.iter().map(|t| edge_of(t)).collect(),
+            released: false,
+        }),
+    };
+    output.autograd = Autograd::Node(Arc::new(node));
+    output
+}
+
+/// Entry point of [`Tensor::backward`].
+pub(crate) fn backward(root: &Tensor, seed: Option<&Tensor>, retain_graph: bool) -> Result<()> {
+    let _no_grad = no_grad();
+    let seed = match seed {
+        Some(s) if s.shape != root.shape => {
+            return Err(Error::SeedShape {
+                shape: root.shape.to_vec(),
+                seed: s.shape.to_vec(),
+            });
+        }
+        Some(s) => s.detach(),
+        None if root.numel() != 1 => {
+            return Err(Error::NonScalarBackward {
+                shape: root.shape.to_vec(),
+            });
+        }
+        None => {
+            let options = TensorOptions {
+                category: Category::Temporary,
+                label: "backward seed",
+                requires_grad: false,
+            };
+            Tensor::ones(&root.gpu, &root.shape, options)?
+        }
+    };
+    match &root.autograd {
+        Autograd::None => Err(Error::NoGraph),
+        Autograd::Leaf(slot) => slot.accumulate(&seed),
+        Autograd::Node(node) => backward_from(node, seed, retain_graph),
+    }
+}
+
+/// The reachable nodes from `root`, latest first. Errors if one was already released.
+fn reachable(root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
+    let mut seen = HashSet::new();
+    let mut nodes = Vec::new();
+    let mut stack = vec![Arc::clone(root)];
+    while let Some(node) = stack.pop() {
+        if !seen.insert(node.sequence) {
+            continue;
+        }
+        {
+            let state = lock(&node.state);
+            if state.released {
+                return Err(Error::BackwardTwice);
+            }
+            stack.extend(state.inputs.iter().filter_map(|e| match e {
+                Edge::Node(n) => Some(Arc::clone(n)),
+                _ => None,
+            }));
+        }
+        nodes.push(node);
+    }
+    nodes.sort_unstable_by_key(|n| std::cmp::Reverse(n.sequence));
+    Ok(nodes)
+}
+
+/// Runs backward from `root` with incoming gradient `seed` (grad mode is off).
+pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) -> Result<()> {
+    let nodes = reachable(root)?;
+    let mut incoming: HashMap<u64, Tensor> = HashMap::new();
+    incoming.insert(root.sequence, seed);
+    for node in &nodes {
+        let (saved, inputs) = {
+            let mut state = lock(&node.state);
+            if retain_graph {
+                (state.saved.clone(), state.inputs.clone())
+            } else {
+                state.released = true;
+                (state.saved.take(), std::mem::take(&mut state.inputs))
+            }
+        };
+        let Some(grad) = incoming.remove(&node.sequence) else {
+            continue; // no gradient reached this node (every path to it was constant)
+        };
+        let saved = saved.ok_or(Error::BackwardTwice)?;
+        if grad.shape != node.output_shape {
+            return Err(Error::SeedShape {
+                shape: node.output_shape.to_vec(),
+                seed: grad.shape.to_vec(),
+            });
+        }
+        let needs: SmallVec<[bool; 4]> = inputs
+            .iter()
+            .map(|e| !matches!(e, Edge::Constant))
+            .collect();
+        let grads = crate::backward::backward_op(&node.op, &saved, &grad, &needs)?;
+        // The saved tensors and the incoming gradient are released here, right after their
+        // last use.
+        drop(saved);
+        drop(grad);
+        for (edge, g) in inputs.iter().zip(grads) {
+            let Some(g) = g else { continue };
+            match edge {
+                Edge::Constant => {}
+                Edge::Leaf(slot) => slot.accumulate(&g)?,
+                Edge::Node(child) => {
+                    let sum = match incoming.remove(&child.sequence) {
+                        Some(previous) => crate::ops::elementwise::add_raw(&previous, &g)?,
+                        None => g,
+                    };
+                    incoming.insert(child.sequence, sum);
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,457 @@
+//! [`Tensor`]: a shape, an element type and device storage shared by views, plus its place in the
+//! autograd graph (nothing, a leaf's gradient slot, or the node that produced it).
+//!
+//! Layout: every tensor is row-major and contiguous from an element offset into its storage.
+//! Views (reshape, a slice along the leading axis) share the storage with a new shape or offset;
+//! transpose and permute materialise a copy (`strided_copy`). Keeping every tensor contiguous
+//! means every kernel launch takes plain `(buffer, offset, len)` arguments and no op needs a
+//! "make contiguous" step; the price is one copy per transpose, which is cheap next to a matmul.
+//!
+//! Memory categories: tensors the user creates choose theirs ([`TensorOptions`]; parameters use
+//! `Category::Parameter`); outputs of ops that record a graph are `Activation` (they are what the
+//! graph saves); outputs computed without recording, and every scratch tensor of backward, are
+//! `Temporary`; leaf gradients are `Gradient`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use plimsoll_kernels_wgsl::kernels::{copy, fill};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+use crate::grad_mode::splitmix64;
+use crate::tape::{self, Node};
+
+/// A tensor shape: extents, outermost first.
+pub type Shape = SmallVec<[usize; 6]>;
+
+/// Element type of a tensor's storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float: every differentiable op computes in it.
+    F32,
+    /// 16-bit float storage, two per 4-byte word (`pack2x16float`); for mixed-precision
+    /// activations. No op takes it yet: they return [`Error::DTypeMismatch`].
+    F16,
+    /// 32-bit unsigned integers: class targets, token ids. Never requires grad.
+    U32,
+}
+
+impl DType {
+    /// Bytes per element (F16: 2, packed two to a word).
+    pub fn size_bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::U32 => 4,
+            DType::F16 => 2,
+        }
+    }
+}
+
+/// How a user-created tensor is allocated and whether it is a leaf that collects a gradient.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorOptions<'a> {
+    /// The allocator category (`Input` by default, `Parameter` for weights).
+    pub category: Category,
+    /// The allocator label (who holds the memory).
+    pub label: &'a str,
+    /// Whether the tensor is a leaf whose gradient backward accumulates.
+    pub requires_grad: bool,
+}
+
+impl Default for TensorOptions<'_> {
+    fn default() -> Self {
+        TensorOptions {
+            category: Category::Input,
+            label: "input",
+            requires_grad: false,
+        }
+    }
+}
+
+impl<'a> TensorOptions<'a> {
+    /// A trainable parameter: `Category::Parameter`, `requires_grad`, labelled `label`.
+    pub fn parameter(label: &'a str) -> Self {
+        TensorOptions {
+            category: Category::Parameter,
+            label,
+            requires_grad: true,
+        }
+    }
+
+    /// These options with `requires_grad` set.
+    pub fn requires_grad(self, requires_grad: bool) -> Self {
+        TensorOptions {
+            requires_grad,
+            ..self
+        }
+    }
+}
+
+/// Where a tensor sits in the autograd graph.
+#[derive(Clone)]
+pub(crate) enum Autograd {
+    /// Not part of any graph (no grad required, detached, or computed under `no_grad`).
+    None,
+    /// A leaf that requires grad; clones share the slot.
+    Leaf(Arc<GradSlot>),
+    /// The output of a recorded op. The tensor keeps the node (and so the graph) alive.
+    Node(Arc<Node>),
+}
+
+/// A leaf's gradient. Invariant: `grad`, when set, has the leaf's shape and its own storage.
+pub(crate) struct GradSlot {
+    pub(crate) gpu: Gpu,
+    pub(crate) shape: Shape,
+    pub(crate) category: Category,
+    pub(crate) label: String,
+    pub(crate) grad: Mutex<Option<Tensor>>,
+}
+
+/// Locks `m`, going on after a panic elsewhere (the data is still consistent for our uses).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl GradSlot {
+    /// `grad += g` (the first gradient is copied into a buffer of the slot's category).
+    pub(crate) fn accumulate(&self, g: &Tensor) -> Result<()> {
+        let mut slot = lock(&self.grad);
+        match slot.as_ref() {
+            Some(existing) => crate::ops::elementwise::add_into(existing, g)?,
+            None => {
+                let copy = Tensor::empty(&self.gpu, &self.shape, self.category, &self.label)?;
+                copy::copy(
+                    &self.gpu,
+                    &g.storage,
+                    g.offset,
+                    &copy.storage,
+                    copy.offset,
+                    copy.numel() as u64,
+                )?;
+                *slot = Some(copy);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An n-dimensional array on the GPU, with autograd. Cheap to clone (clones share storage and
+/// graph position). See the module docs for layout and memory categories.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) gpu: Gpu,
+    /// Shared by views. Invariant: `offset + numel <= storage.len()` (in elements).
+    pub(crate) storage: Arc<DeviceBuffer>,
+    /// Element offset of element 0 in `storage`.
+    pub(crate) offset: u64,
+    pub(crate) shape: Shape,
+    pub(crate) dtype: DType,
+    pub(crate) autograd: Autograd,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tensor")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype)
+            .field("requires_grad", &self.requires_grad())
+            .field("label", &self.storage.label())
+            .finish()
+    }
+}
+
+/// Number of elements of `shape` (1 for a scalar `[]`).
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+impl Tensor {
+    /// An uninitialised f32 tensor (internal: every caller writes it before anyone reads it).
+    pub(crate) fn empty(
+        gpu: &Gpu,
+        shape: &[usize],
+        category: Category,
+        label: &str,
+    ) -> Result<Self> {
+        Self::empty_typed(gpu, shape, DType::F32, category, label)
+    }
+
+    pub(crate) fn empty_typed(
+        gpu: &Gpu,
+        shape: &[usize],
+        dtype: DType,
+        category: Category,
+        label: &str,
+    ) -> Result<Self> {
+        // The allocator refuses empty blocks; an empty tensor still owns one word.
+        let words = (numel(shape) * dtype.size_bytes()).div_ceil(4).max(1);
+        let storage = gpu.alloc_elements(words as u64, category, label)?;
+        Ok(Tensor {
+            gpu: gpu.clone(),
+            storage: Arc::new(storage),
+            offset: 0,
+            shape: shape.iter().copied().collect(),
+            dtype,
+            autograd: Autograd::None,
+        })
+    }
+
+    fn checked_len(op: &'static str, shape: &[usize], len: usize) -> Result<()> {
+        if numel(shape) != len {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "{len} values for shape {shape:?} ({} elements)",
+                    numel(shape)
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn with_options(mut self, options: &TensorOptions<'_>) -> Self {
+        if options.requires_grad && self.dtype == DType::F32 {
+            self = self.into_leaf(Category::Gradient);
+        }
+        self
+    }
+
+    /// Makes this tensor a fresh leaf that requires grad, with gradients in `category`.
+    pub(crate) fn into_leaf(mut self, category: Category) -> Self {
+        self.autograd = Autograd::Leaf(Arc::new(GradSlot {
+            gpu: self.gpu.clone(),
+            shape: self.shape.clone(),
+            category,
+            label: format!("grad {}", self.storage.label()),
+            grad: Mutex::new(None),
+        }));
+        self
+    }
+
+    /// An f32 tensor holding `data` (row-major) with `shape`, as `Category::Input`.
+    pub fn from_slice(gpu: &Gpu, data: &[f32], shape: &[usize]) -> Result<Self> {
+        Self::from_slice_with(gpu, data, shape, TensorOptions::default())
+    }
+
+    /// An f32 tensor holding `data` with `shape`, allocated and marked as `options` says.
+    pub fn from_slice_with(
+        gpu: &Gpu,
+        data: &[f32],
+        shape: &[usize],
+        options: TensorOptions<'_>,
+    ) -> Result<Self> {
+        Self::checked_len("from_slice", shape, data.len())?;
+        let t = Self::empty(gpu, shape, options.category, options.label)?;
+        gpu.write(&t.storage, 0, data)?;
+        Ok(t.with_options(&options))
+    }
+
+    /// A u32 tensor (class targets, token ids) holding `data` with `shape`, as `Category::Input`.
+    pub fn from_indices(gpu: &Gpu, data: &[u32], shape: &[usize]) -> Result<Self> {
+        Self::checked_len("from_indices", shape, data.len())?;
+        let t = Self::empty_typed(gpu, shape, DType::U32, Category::Input, "indices")?;
+        gpu.write(&t.storage, 0, data)?;
+        Ok(t)
+    }
+
+    /// A tensor of `shape` filled with `value`.
+    pub fn full(
+        gpu: &Gpu,
+        shape: &[usize],
+        value: f32,
+        options: TensorOptions<'_>,
+    ) -> Result<Self> {
+        let t = Self::empty(gpu, shape, options.category, options.label)?;
+        fill::fill(gpu, &t.storage, 0, numel(shape) as u64, value)?;
+        Ok(t.with_options(&options))
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(gpu: &Gpu, shape: &[usize], options: TensorOptions<'_>) -> Result<Self> {
+        Self::full(gpu, shape, 0.0, options)
+    }
+
+    /// A tensor of ones.
+    pub fn ones(gpu: &Gpu, shape: &[usize], options: TensorOptions<'_>) -> Result<Self> {
+        Self::full(gpu, shape, 1.0, options)
+    }
+
+    /// Uniform values in `[low, high)`, from `seed` (SplitMix64 on the host: the same seed gives
+    /// the same tensor on every machine).
+    pub fn uniform(
+        gpu: &Gpu,
+        shape: &[usize],
+        low: f32,
+        high: f32,
+        seed: u64,
+        options: TensorOptions<'_>,
+    ) -> Result<Self> {
+        let data: Vec<f32> = (0..numel(shape) as u64)
+            .map(|i| low + (high - low) * unit_f32(seed, i))
+            .collect();
+        Self::from_slice_with(gpu, &data, shape, options)
+    }
+
+    /// Normal values with `mean` and `std`, from `seed` (Box-Muller over [`Tensor::uniform`]'s
+    /// stream).
+    pub fn normal(
+        gpu: &Gpu,
+        shape: &[usize],
+        mean: f32,
+        std: f32,
+        seed: u64,
+        options: TensorOptions<'_>,
+    ) -> Result<Self> {
+        let data: Vec<f32> = (0..numel(shape) as u64)
+            .map(|i| {
+                let u1 = 1.0 - f64::from(unit_f32(seed, 2 * i)); // (0, 1]: log is finite
+                let u2 = f64::from(unit_f32(seed, 2 * i + 1));
+                let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                mean + std * z as f32
+            })
+            .collect();
+        Self::from_slice_with(gpu, &data, shape, options)
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The allocator category of the storage.
+    pub fn category(&self) -> Category {
+        self.storage.category()
+    }
+
+    /// Whether backward will compute a gradient through this tensor.
+    pub fn requires_grad(&self) -> bool {
+        !matches!(self.autograd, Autograd::None)
+    }
+
+    /// Whether this is a leaf (not produced by a recorded op).
+    pub fn is_leaf(&self) -> bool {
+        !matches!(self.autograd, Autograd::Node(_))
+    }
+
+    /// The same data cut from the graph: no gradient flows through the result.
+    pub fn detach(&self) -> Tensor {
+        Tensor {
+            autograd: Autograd::None,
+            ..self.clone()
+        }
+    }
+
+    /// A leaf's accumulated gradient (a handle to it: later backwards add into the same storage),
+    /// or `None` if none has been computed since the last [`Tensor::clear_grad`], or for
+    /// non-leaves.
+    pub fn grad(&self) -> Option<Tensor> {
+        match &self.autograd {
+            Autograd::Leaf(slot) => lock(&slot.grad).clone(),
+            _ => None,
+        }
+    }
+
+    /// Sets a leaf's gradient to none, freeing its memory (once no `grad()` handle is alive).
+    pub fn clear_grad(&self) {
+        if let Autograd::Leaf(slot) = &self.autograd {
+            lock(&slot.grad).take();
+        }
+    }
+
+    /// Reads the f32 values back within the GPU's default deadline.
+    pub fn to_vec(&self) -> Result<Vec<f32>> {
+        self.to_vec_within(self.gpu.default_deadline())
+    }
+
+    /// Reads the f32 values back, waiting at most `deadline` for the GPU.
+    pub fn to_vec_within(&self, deadline: Duration) -> Result<Vec<f32>> {
+        self.expect_dtype("to_vec", DType::F32)?;
+        Ok(self
+            .gpu
+            .read(&self.storage, self.offset, self.numel() as u64, deadline)?)
+    }
+
+    /// Reads u32 values back (targets, ids) within the GPU's default deadline.
+    pub fn to_vec_u32(&self) -> Result<Vec<u32>> {
+        self.expect_dtype("to_vec_u32", DType::U32)?;
+        let deadline = self.gpu.default_deadline();
+        Ok(self
+            .gpu
+            .read(&self.storage, self.offset, self.numel() as u64, deadline)?)
+    }
+
+    /// The value of a one-element tensor, within the GPU's default deadline.
+    pub fn item(&self) -> Result<f32> {
+        if self.numel() != 1 {
+            return Err(Error::NotAScalar {
+                shape: self.shape.to_vec(),
+                len: self.numel(),
+            });
+        }
+        Ok(self.to_vec()?.first().copied().unwrap_or(f32::NAN))
+    }
+
+    /// Back-propagates from this one-element tensor (seed 1) into every leaf that requires grad;
+    /// frees the graph as it goes. Errors: [`Error::NonScalarBackward`], [`Error::BackwardTwice`],
+    /// [`Error::NoGraph`].
+    pub fn backward(&self) -> Result<()> {
+        tape::backward(self, None, false)
+    }
+
+    /// [`Tensor::backward`] with an explicit seed gradient (of this tensor's shape), optionally
+    /// keeping the graph (`retain_graph`) for another backward.
+    pub fn backward_with(&self, seed: Option<&Tensor>, retain_graph: bool) -> Result<()> {
+        tape::backward(self, seed, retain_graph)
+    }
+
+    /// Errors unless the tensor holds `dtype`.
+    pub(crate) fn expect_dtype(&self, op: &'static str, dtype: DType) -> Result<()> {
+        if self.dtype != dtype {
+            return Err(Error::DTypeMismatch {
+                op,
+                expected: dtype,
+                got: self.dtype,
+            });
+        }
+        Ok(())
+    }
+
+    /// A view of the same storage with another shape (same element count, checked by callers).
+    pub(crate) fn view(&self, shape: &[usize], offset: u64) -> Tensor {
+        Tensor {
+            gpu: self.gpu.clone(),
+            storage: Arc::clone(&self.storage),
+            offset,
+            shape: shape.iter().copied().collect(),
+            dtype: self.dtype,
+            autograd: Autograd::None,
+        }
+    }
+}
+
+/// Uniform `[0, 1)` value number `index` of the stream `seed` (24 random bits).
+fn unit_f32(seed: u64, index: u64) -> f32 {
+    let bits = splitmix64(splitmix64(seed) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    (bits >> 40) as f32 / (1u64 << 24) as f32
+}

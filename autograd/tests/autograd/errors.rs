@@ -1,0 +1,96 @@
+//! Typed errors: second backward, non-scalar backward, mismatched shapes, no graph.
+
+use plimsoll_autograd::{Error, Tensor, TensorOptions};
+
+use crate::common::{gpu, param};
+
+#[test]
+fn second_backward_without_retain_graph_is_backward_twice() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0, 2.0, 3.0], &[3]);
+    let loss = w.mul(&w).unwrap().sum_all().unwrap();
+    loss.backward().unwrap();
+    assert!(matches!(loss.backward(), Err(Error::BackwardTwice)));
+}
+
+#[test]
+fn retain_graph_allows_a_second_backward_and_accumulates() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0, 2.0, 3.0], &[3]);
+    let loss = w.mul(&w).unwrap().sum_all().unwrap();
+    loss.backward_with(None, true).unwrap();
+    loss.backward().unwrap();
+    // d(Σ w²)/dw = 2w, twice.
+    assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![4.0, 8.0, 12.0]);
+    assert!(matches!(loss.backward(), Err(Error::BackwardTwice)));
+}
+
+#[test]
+fn backward_from_non_scalar_needs_a_seed() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0, 2.0], &[2]);
+    let y = w.mul_scalar(3.0).unwrap();
+    match y.backward() {
+        Err(Error::NonScalarBackward { shape }) => assert_eq!(shape.as_slice(), &[2]),
+        other => panic!("expected NonScalarBackward, got {other:?}"),
+    }
+    let seed = Tensor::from_slice(&gpu, &[1.0, -1.0], &[2]).unwrap();
+    y.backward_with(Some(&seed), false).unwrap();
+    assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![3.0, -3.0]);
+    let bad_seed = Tensor::from_slice(&gpu, &[1.0, 1.0, 1.0], &[3]).unwrap();
+    let y = w.mul_scalar(3.0).unwrap();
+    assert!(matches!(
+        y.backward_with(Some(&bad_seed), false),
+        Err(Error::SeedShape { .. })
+    ));
+}
+
+#[test]
+fn mismatched_shapes_are_shape_mismatch_errors() {
+    let gpu = gpu();
+    let a = Tensor::zeros(&gpu, &[2, 3], TensorOptions::default()).unwrap();
+    let b = Tensor::zeros(&gpu, &[4, 5], TensorOptions::default()).unwrap();
+    let is_mismatch = |r: plimsoll_autograd::Result<Tensor>, name: &str| match r {
+        Err(Error::ShapeMismatch { op, .. }) => assert_eq!(op, name),
+        other => panic!("{name}: expected ShapeMismatch, got {other:?}"),
+    };
+    is_mismatch(a.add(&b), "add");
+    is_mismatch(a.sub(&b), "sub");
+    is_mismatch(a.mul(&b), "mul");
+    is_mismatch(a.div(&b), "div");
+    is_mismatch(a.matmul(&b), "matmul");
+    is_mismatch(a.reshape(&[7]), "reshape");
+    is_mismatch(a.permute(&[0, 0]), "permute");
+    is_mismatch(Tensor::concat(&[&a, &b], 0), "concat");
+    let gamma = Tensor::zeros(&gpu, &[4], TensorOptions::default()).unwrap();
+    is_mismatch(a.layer_norm(&gamma, &gamma, 1e-5), "layer_norm");
+    let targets = Tensor::from_indices(&gpu, &[0, 1, 2], &[3]).unwrap();
+    is_mismatch(a.cross_entropy(&targets, 0.0), "cross_entropy");
+    assert!(matches!(a.sum(&[2], false), Err(Error::BadAxis { .. })));
+    assert!(matches!(
+        a.slice(1, 2, 2),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(a.dropout(1.0), Err(Error::InvalidArgument { .. })));
+    let ids = Tensor::from_indices(&gpu, &[0], &[1]).unwrap();
+    assert!(matches!(a.add(&ids), Err(Error::DTypeMismatch { .. })));
+}
+
+#[test]
+fn backward_without_graph_and_detach() {
+    let gpu = gpu();
+    let x = Tensor::from_slice(&gpu, &[1.0], &[1]).unwrap();
+    assert!(matches!(x.backward(), Err(Error::NoGraph)));
+    let w = param(&gpu, &[2.0], &[1]);
+    let y = w.mul(&w).unwrap().detach();
+    assert!(!y.requires_grad());
+    assert!(matches!(
+        y.sum_all().unwrap().backward(),
+        Err(Error::NoGraph)
+    ));
+    {
+        let _g = plimsoll_autograd::no_grad();
+        assert!(!w.mul(&w).unwrap().requires_grad());
+    }
+    assert!(w.mul(&w).unwrap().requires_grad());
+}

@@ -1,0 +1,94 @@
+//! Hand-worked gradients, with the derivation in a comment.
+
+use plimsoll_autograd::{Tensor, TensorOptions};
+
+use crate::common::{assert_close, gpu, param};
+
+fn grad(t: &Tensor) -> Vec<f32> {
+    t.grad().unwrap().to_vec().unwrap()
+}
+
+#[test]
+fn broadcast_mul_sums_over_the_broadcast_axis() {
+    // y = a * b with a: [2, 3], b: [3] broadcast over rows; L = Σ y.
+    // dL/da[i][j] = b[j]; dL/db[j] = Σ_i a[i][j].
+    let gpu = gpu();
+    let a = param(&gpu, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]);
+    let b = param(&gpu, &[10.0, 20.0, 30.0], &[3]);
+    a.mul(&b).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(grad(&a), vec![10.0, 20.0, 30.0, 10.0, 20.0, 30.0]);
+    assert_eq!(grad(&b), vec![5.0, 7.0, 9.0]);
+}
+
+#[test]
+fn matmul_two_by_two() {
+    // C = A B with A = [[1, 2], [3, 4]], B = [[5, 6], [7, 8]]; L = Σ C.
+    // dL/dA = 1 Bᵀ: row i is (Σ_j B[0][j], Σ_j B[1][j]) = (11, 15);
+    // dL/dB = Aᵀ 1: row k is (Σ_i A[i][k]) repeated = (4, 4), (6, 6).
+    let gpu = gpu();
+    let a = param(&gpu, &[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let b = param(&gpu, &[5.0, 6.0, 7.0, 8.0], &[2, 2]);
+    let c = a.matmul(&b).unwrap();
+    assert_eq!(c.to_vec().unwrap(), vec![19.0, 22.0, 43.0, 50.0]);
+    c.sum_all().unwrap().backward().unwrap();
+    assert_eq!(grad(&a), vec![11.0, 15.0, 11.0, 15.0]);
+    assert_eq!(grad(&b), vec![4.0, 4.0, 6.0, 6.0]);
+}
+
+#[test]
+fn cross_entropy_of_uniform_logits() {
+    // Logits all 0 over 4 classes: p = 1/4 each, loss = ln 4 per row, mean = ln 4.
+    // dL/dx[r][j] = (p_j - onehot_j) / rows = (0.25 - [j = t]) / 2.
+    let gpu = gpu();
+    let x = param(&gpu, &[0.0; 8], &[2, 4]);
+    let t = Tensor::from_indices(&gpu, &[1, 3], &[2]).unwrap();
+    let loss = x.cross_entropy(&t, 0.0).unwrap();
+    assert_close("loss", &[loss.item().unwrap()], &[4f64.ln()], 1e-6, 1e-6);
+    loss.backward().unwrap();
+    let want = [0.125, -0.375, 0.125, 0.125, 0.125, 0.125, 0.125, -0.375];
+    assert_close("dx", &grad(&x), &want, 1e-6, 1e-6);
+}
+
+#[test]
+fn max_sends_the_gradient_to_the_arg_max() {
+    // y = max over axis 1 of [[1, 5, 2], [7, 0, 7]]: (5, 7); the first of equal values wins.
+    // L = 2 y[0] + 3 y[1]: dL/dx = [[0, 2, 0], [3, 0, 0]].
+    let gpu = gpu();
+    let x = param(&gpu, &[1.0, 5.0, 2.0, 7.0, 0.0, 7.0], &[2, 3]);
+    let y = x.max(1, false).unwrap();
+    assert_eq!(y.to_vec().unwrap(), vec![5.0, 7.0]);
+    let w = Tensor::from_slice(&gpu, &[2.0, 3.0], &[2]).unwrap();
+    y.mul(&w).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(grad(&x), vec![0.0, 2.0, 0.0, 3.0, 0.0, 0.0]);
+}
+
+#[test]
+fn fan_out_accumulates() {
+    // y = x * x + x uses x three times: dy/dx = 2x + 1 = 7 at x = 3 (micrograd's += rule).
+    let gpu = gpu();
+    let x = param(&gpu, &[3.0], &[1]);
+    x.mul(&x)
+        .unwrap()
+        .add(&x)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(grad(&x), vec![7.0]);
+}
+
+#[test]
+fn dropout_backward_uses_the_forward_mask() {
+    // y = dropout(x): y_i = x_i m_i / (1 - p), so dL/dx_i = m_i / (1 - p) for L = Σ y, and
+    // the kept positions of y and of the gradient coincide.
+    let gpu = gpu();
+    let x = Tensor::ones(&gpu, &[1000], TensorOptions::parameter("x")).unwrap();
+    let y = x.dropout_with_seed(0.25, 99).unwrap();
+    let yv = y.to_vec().unwrap();
+    y.sum_all().unwrap().backward().unwrap();
+    let g = grad(&x);
+    assert_eq!(yv, g);
+    let want = plimsoll_kernels_wgsl::reference::dropout::dropout(&[1.0; 1000], 0.25, 99);
+    assert_eq!(g, want);
+}

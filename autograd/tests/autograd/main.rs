@@ -1,0 +1,9 @@
+//! The autograd test suite (one binary: one link on two shared cores).
+#![allow(clippy::unwrap_used)] // tests may unwrap, helpers included
+
+mod checkpoint;
+mod common;
+mod errors;
+mod gradcheck;
+mod hand_worked;
+mod memory;
