@@ -3,8 +3,7 @@ use plimsoll_kernels_wgsl::kernels::cross_entropy::{
 };
 use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{Rng, gpu};
-use crate::softmax::{Guarded, upload_u32_at};
+use crate::common::{Guarded, Rng, gpu, upload_u32_at};
 
 // Tolerances. Loss: lse and the row mean are f32 sums of <= 1000 terms on the GPU (f64 in the
 // reference) of magnitude <= ~8, so the absolute error of a loss of size ~log(cols) + 8 stays

@@ -1,8 +1,7 @@
 use plimsoll_kernels_wgsl::kernels::embedding::{self, GatherBuffers, ScatterAddBuffers};
 use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{Rng, gpu};
-use crate::softmax::{Guarded, upload_u32_at};
+use crate::common::{Guarded, Rng, gpu, upload_u32_at};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
 // in ascending token order (f64 in the reference): the bound n^2 * 2^-24 ~ 1e-3 is loose; the

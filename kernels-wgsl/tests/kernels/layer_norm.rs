@@ -1,8 +1,7 @@
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormBuffers, LayerNormGradBuffers};
 use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{Rng, gpu};
-use crate::softmax::Guarded;
+use crate::common::{Guarded, Rng, gpu};
 
 const EPS: f32 = 1e-5;
 

@@ -2,8 +2,7 @@ use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWBuffers, SgdBuffers};
 use plimsoll_kernels_wgsl::reference::optimizer::{AdamWConfig, SgdConfig};
 use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{Rng, gpu};
-use crate::softmax::Guarded;
+use crate::common::{Guarded, Rng, gpu};
 
 const LENS: [usize; 4] = [1, 255, 1000, 10_007];
 const STEPS: u64 = 4;

@@ -1,74 +1,7 @@
 use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxBackwardBuffers};
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
+use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
-
-/// Random elements kept after each guarded range.
-const GUARD_AFTER: usize = 5;
-
-/// A tensor at a non-zero element offset inside a larger buffer whose other elements are random
-/// guards: a kernel that ignores the offset, or writes outside its range, is caught.
-/// Shared by the kernel tests of this binary (candidate for `tests/common`).
-pub(crate) struct Guarded {
-    pub buffer: DeviceBuffer,
-    /// Element offset of the tensor.
-    pub offset: usize,
-    /// The whole buffer as uploaded.
-    pub initial: Vec<f32>,
-    len: usize,
-}
-
-impl Guarded {
-    /// `data` at element `offset` of a buffer with random guards before and after it.
-    pub fn upload(gpu: &Gpu, rng: &mut Rng, data: &[f32], offset: usize, label: &str) -> Self {
-        let mut initial = rng.vec_f32(offset + data.len() + GUARD_AFTER, -9.0, 9.0);
-        initial[offset..offset + data.len()].copy_from_slice(data);
-        let buffer = gpu.upload(&initial, Category::Temporary, label).unwrap();
-        Guarded {
-            buffer,
-            offset,
-            initial,
-            len: data.len(),
-        }
-    }
-
-    /// `len` random elements at `offset` (an output the kernel must overwrite entirely).
-    pub fn random(gpu: &Gpu, rng: &mut Rng, len: usize, offset: usize, label: &str) -> Self {
-        let data = rng.vec_f32(len, -9.0, 9.0);
-        Self::upload(gpu, rng, &data, offset, label)
-    }
-
-    /// The element offset as launchers take it.
-    pub fn at(&self) -> u64 {
-        self.offset as u64
-    }
-
-    /// Reads the buffer back; asserts the range is within `atol + rtol*|want|` of `want` and
-    /// every guard is unchanged (exactly). Returns the range.
-    #[track_caller]
-    pub fn check(&self, gpu: &Gpu, name: &str, want: &[f32], atol: f32, rtol: f32) -> Vec<f32> {
-        let all: Vec<f32> = gpu.read_all(&self.buffer, DEADLINE).unwrap();
-        let range = self.offset..self.offset + self.len;
-        assert_close(name, &all[range.clone()], want, atol, rtol);
-        let mut guards = all.clone();
-        guards[range.clone()].copy_from_slice(&self.initial[range.clone()]);
-        assert_close(
-            &format!("{name} (guards)"),
-            &guards,
-            &self.initial,
-            0.0,
-            0.0,
-        );
-        all[range].to_vec()
-    }
-}
-
-/// Uploads u32 `data` (ids, targets) at element `offset` after `offset` junk words.
-pub(crate) fn upload_u32_at(gpu: &Gpu, data: &[u32], offset: usize, label: &str) -> DeviceBuffer {
-    let mut words = vec![0xFFFF_FFFFu32; offset];
-    words.extend_from_slice(data);
-    gpu.upload(&words, Category::Temporary, label).unwrap()
-}
+use crate::common::{Guarded, Rng, gpu};
 
 // Tolerances. The GPU accumulates in f32 and lavapipe's exp/log are accurate to a few ulp; the
 // reference works in f64. Softmax values are <= 1 and their row sum has at most 1000 terms
