@@ -13,7 +13,12 @@
 // read; the nonfinite check reports it). The launcher does not validate targets on the host:
 // they live on the device, and reading them back would stall the batch.
 //
-// One invocation per ROW, looping over columns (as softmax.wgsl: clarity, no barriers).
+// One invocation per ROW, looping over columns (as softmax.wgsl: clarity, no barriers): the
+// forward makes one pass over the row (online max and sum of exp as in softmax.wgsl, and the
+// sum of x), the backward two (the same statistics, then the write). Loop limit
+// (kernels/mod.rs, "Loop limit on lavapipe"): 8 columns per loop pass and a loop of 7 guarded
+// steps for the rest, so at most 2 * (cols / 8 + 1 + 8) passes per invocation
+// (kernels::cross_entropy::loop_iterations; the launcher refuses more than the adapter's limit).
 // Entry points (both @workgroup_size(64)): forward, backward.
 //
 // Params (uniform, 48 bytes):
@@ -58,23 +63,57 @@ const WG: u32 = 64u;
 @group(0) @binding(4) var<storage, read_write> dlogits: array<f32>;
 
 var<private> nan_bits: u32 = 0x7fc00000u;
-var<private> neg_inf_bits: u32 = 0xff800000u;
 
 fn row_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
-// log sum_j exp(x[r, j]) of the row starting at logits[base], stably (max subtracted)
-fn log_sum_exp(base: u32) -> f32 {
-    var m = bitcast<f32>(neg_inf_bits);
-    for (var j = 0u; j < params.cols; j++) {
-        m = max(m, logits[base + j]);
+const NEG_INF_BITS: u32 = 0xff800000u;
+
+// Running statistics of a row: max m, s = sum of exp(v - m), and the plain sum of the values.
+struct Stats {
+    m: f32,
+    s: f32,
+    sum: f32,
+}
+
+// Factor taking a sum relative to max m to one relative to m_new >= m (1 when equal: also when
+// both are -inf, where exp(m - m_new) would be NaN).
+fn rescale(m: f32, m_new: f32) -> f32 {
+    return select(exp(m - m_new), 1.0, m == m_new);
+}
+
+// What exp(v - shift) subtracts: the max, or 0 while it is -inf (all values so far are -inf and
+// contribute exp(-inf) = 0).
+fn shift_of(m: f32) -> f32 {
+    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
+}
+
+fn see(st: Stats, v: f32) -> Stats {
+    let m = max(st.m, v);
+    return Stats(m, st.s * rescale(st.m, m) + exp(v - shift_of(m)), st.sum + v);
+}
+
+// The statistics of the row starting at logits[b], in one pass of 8 columns per loop pass.
+fn row_stats(b: u32) -> Stats {
+    let n = params.cols;
+    var st = Stats(bitcast<f32>(NEG_INF_BITS), 0.0, 0.0);
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        let v0 = logits[b + j]; let v1 = logits[b + j + 1u]; let v2 = logits[b + j + 2u];
+        let v3 = logits[b + j + 3u]; let v4 = logits[b + j + 4u]; let v5 = logits[b + j + 5u];
+        let v6 = logits[b + j + 6u]; let v7 = logits[b + j + 7u];
+        let m = max(st.m, max(max(max(v0, v1), max(v2, v3)), max(max(v4, v5), max(v6, v7))));
+        let c = shift_of(m);
+        st.s = st.s * rescale(st.m, m) + exp(v0 - c) + exp(v1 - c) + exp(v2 - c) + exp(v3 - c)
+            + exp(v4 - c) + exp(v5 - c) + exp(v6 - c) + exp(v7 - c);
+        st.m = m;
+        st.sum += v0 + v1 + v2 + v3 + v4 + v5 + v6 + v7;
     }
-    var s = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        s += exp(logits[base + j] - m);
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { st = see(st, logits[b + j + i]); }
     }
-    return m + log(s);
+    return st;
 }
 
 @compute @workgroup_size(64)
@@ -91,14 +130,17 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let base = params.logits_offset + r * params.cols;
-    let lse = log_sum_exp(base);
-    var sum_x = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        sum_x += logits[base + j];
-    }
+    let st = row_stats(base);
+    let lse = st.m + log(st.s);
     let eps = params.smoothing;
-    let mean_x = sum_x / f32(params.cols);
+    let mean_x = st.sum / f32(params.cols);
     losses[out] = (1.0 - eps) * (lse - logits[base + t]) + eps * (lse - mean_x);
+}
+
+// dlogits column j; g is NaN for an invalid target, which makes the whole row NaN.
+fn put_grad(base: u32, out: u32, j: u32, t: u32, lse: f32, g: f32, uniform_q: f32) {
+    let q = select(0.0, 1.0 - params.smoothing, j == t) + uniform_q;
+    dlogits[out + j] = (exp(logits[base + j] - lse) - q) * g;
 }
 
 @compute @workgroup_size(64)
@@ -111,18 +153,24 @@ fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
     let base = params.logits_offset + r * params.cols;
     let out = params.dlogits_offset + r * params.cols;
     let t = targets[params.targets_offset + r];
-    if (t >= params.cols) {
-        for (var j = 0u; j < params.cols; j++) {
-            dlogits[out + j] = bitcast<f32>(nan_bits);
-        }
-        return;
+    let n = params.cols;
+    let g = select(dloss[params.dloss_offset + r * params.dloss_stride] * params.scale,
+                   bitcast<f32>(nan_bits), t >= n);
+    let st = row_stats(base);
+    let lse = st.m + log(st.s);
+    let uniform_q = params.smoothing / f32(n);
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        put_grad(base, out, j, t, lse, g, uniform_q);
+        put_grad(base, out, j + 1u, t, lse, g, uniform_q);
+        put_grad(base, out, j + 2u, t, lse, g, uniform_q);
+        put_grad(base, out, j + 3u, t, lse, g, uniform_q);
+        put_grad(base, out, j + 4u, t, lse, g, uniform_q);
+        put_grad(base, out, j + 5u, t, lse, g, uniform_q);
+        put_grad(base, out, j + 6u, t, lse, g, uniform_q);
+        put_grad(base, out, j + 7u, t, lse, g, uniform_q);
     }
-    let g = dloss[params.dloss_offset + r * params.dloss_stride] * params.scale;
-    let lse = log_sum_exp(base);
-    let eps = params.smoothing;
-    let uniform_q = eps / f32(params.cols);
-    for (var j = 0u; j < params.cols; j++) {
-        let q = select(0.0, 1.0 - eps, j == t) + uniform_q;
-        dlogits[out + j] = (exp(logits[base + j] - lse) - q) * g;
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { put_grad(base, out, j + i, t, lse, g, uniform_q); }
     }
 }

@@ -26,6 +26,10 @@
 // Dispatch: groups = ceil(count / 256); (groups, 1, 1) if <= 65535 else
 // (65535, ceil(groups / 65535), 1); index = gid.x + gid.y * num_workgroups.x * 256;
 // `index >= count` returns.
+//
+// Loop limit (kernels/mod.rs, "Loop limit on lavapipe"): scatter_add's token loop takes 8 tokens
+// per pass (in order) and the rest in a loop of 7 guarded steps: tokens / 8 + 1 + 8 passes
+// (kernels::embedding::loop_iterations; the launcher refuses more than the adapter's limit).
 
 struct Params {
     tokens: u32,
@@ -71,6 +75,15 @@ fn gather(@builtin(global_invocation_id) gid: vec3<u32>,
     out[params.dst_offset + e] = table[params.src_offset + id * params.dim + j];
 }
 
+// dy[t, j] if token t has id v, else 0 (adding 0.0 leaves the sum unchanged, even -0.0 + 0.0
+// aside: the reference also starts from +0.0).
+fn token_term(t: u32, v: u32, j: u32) -> f32 {
+    if (ids[params.ids_offset + t] == v) {
+        return dy[params.src_offset + t * params.dim + j];
+    }
+    return 0.0;
+}
+
 @compute @workgroup_size(256)
 fn scatter_add(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -80,11 +93,21 @@ fn scatter_add(@builtin(global_invocation_id) gid: vec3<u32>,
     }
     let v = e / params.dim;
     let j = e % params.dim;
+    let n = params.tokens;
     var acc = 0.0;
-    for (var t = 0u; t < params.tokens; t++) {
-        if (ids[params.ids_offset + t] == v) {
-            acc += dy[params.src_offset + t * params.dim + j];
-        }
+    var t = 0u;
+    for (; t + 8u <= n; t += 8u) {
+        acc += token_term(t, v, j);
+        acc += token_term(t + 1u, v, j);
+        acc += token_term(t + 2u, v, j);
+        acc += token_term(t + 3u, v, j);
+        acc += token_term(t + 4u, v, j);
+        acc += token_term(t + 5u, v, j);
+        acc += token_term(t + 6u, v, j);
+        acc += token_term(t + 7u, v, j);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (t + i < n) { acc += token_term(t + i, v, j); }
     }
     dtable[params.dst_offset + e] = acc;
 }

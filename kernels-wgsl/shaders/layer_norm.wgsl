@@ -31,6 +31,12 @@
 // Dispatch: groups = ceil(count / 64); (groups, 1, 1) if <= 65535 else
 // (65535, ceil(groups / 65535), 1); index = gid.x + gid.y * num_workgroups.x * 64;
 // `index >= count` returns. 64: each invocation loops over a whole row or column.
+//
+// Loop limit (kernels/mod.rs, "Loop limit on lavapipe"): every loop takes 8 elements per pass
+// and finishes the rest in a loop of 7 guarded steps, in the same order as a plain loop, so one
+// invocation runs at most 3 * (cols / 8 + 1 + 8) passes (forward; backward_input: 2 loops) or
+// rows / 8 + 1 + 8 (backward_params): kernels::layer_norm::{row_loop_iterations,
+// column_loop_iterations}; the launcher refuses more than the adapter's limit.
 
 struct Params {
     rows: u32,
@@ -77,6 +83,41 @@ fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
+// The three column loops of forward: 0 = sum x, 1 = sum (x - mean)^2, 2 = write y.
+fn forward_step(pass_: u32, base: u32, yb: u32, j: u32, mean: f32, rstd: f32) -> f32 {
+    let v = x[base + j];
+    if (pass_ == 0u) {
+        return v;
+    }
+    let d = v - mean;
+    if (pass_ == 1u) {
+        return d * d;
+    }
+    y[yb + j] = d * rstd * gamma[params.gamma_offset + j] + beta[params.beta_offset + j];
+    return 0.0;
+}
+
+// Sum over j < cols of forward_step(pass_, ..), in column order, 8 per loop pass.
+fn forward_loop(pass_: u32, base: u32, yb: u32, mean: f32, rstd: f32) -> f32 {
+    let n = params.cols;
+    var acc = 0.0;
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        acc += forward_step(pass_, base, yb, j, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 1u, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 2u, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 3u, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 4u, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 5u, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 6u, mean, rstd);
+        acc += forward_step(pass_, base, yb, j + 7u, mean, rstd);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { acc += forward_step(pass_, base, yb, j + i, mean, rstd); }
+    }
+    return acc;
+}
+
 @compute @workgroup_size(64)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -87,23 +128,46 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     let base = params.x_offset + r * params.cols;
     let yb = params.y_offset + r * params.cols;
     let inv_cols = 1.0 / f32(params.cols);
-    var sum = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        sum += x[base + j];
-    }
-    let mean = sum * inv_cols;
-    var sq = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        let d = x[base + j] - mean;
-        sq += d * d;
-    }
+    let mean = forward_loop(0u, base, yb, 0.0, 0.0) * inv_cols;
+    let sq = forward_loop(1u, base, yb, mean, 0.0);
     let rstd = inverseSqrt(sq * inv_cols + params.eps);
-    for (var j = 0u; j < params.cols; j++) {
-        y[yb + j] = (x[base + j] - mean) * rstd * gamma[params.gamma_offset + j]
-            + beta[params.beta_offset + j];
-    }
+    forward_loop(2u, base, yb, mean, rstd);
     mean_out[params.mean_offset + r] = mean;
     rstd_out[params.rstd_offset + r] = rstd;
+}
+
+// Column j of backward_input: adds (g, g * xhat) to acc, or (write) writes dx from the means.
+fn input_step(acc: vec2<f32>, write: bool, base: u32, gb: u32, xb: u32, j: u32, m: f32,
+              s: f32, means: vec2<f32>) -> vec2<f32> {
+    let xhat = (x[base + j] - m) * s;
+    let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
+    if (write) {
+        dx[xb + j] = s * (g - means.x - xhat * means.y);
+        return acc;
+    }
+    return acc + vec2<f32>(g, g * xhat);
+}
+
+// Both column loops of backward_input, 8 columns per loop pass.
+fn input_loop(write: bool, base: u32, gb: u32, xb: u32, m: f32, s: f32,
+              means: vec2<f32>) -> vec2<f32> {
+    let n = params.cols;
+    var acc = vec2<f32>(0.0);
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        acc = input_step(acc, write, base, gb, xb, j, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 1u, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 2u, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 3u, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 4u, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 5u, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 6u, m, s, means);
+        acc = input_step(acc, write, base, gb, xb, j + 7u, m, s, means);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { acc = input_step(acc, write, base, gb, xb, j + i, m, s, means); }
+    }
+    return acc;
 }
 
 @compute @workgroup_size(64)
@@ -118,21 +182,18 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
     let xb = params.dx_offset + r * params.cols;
     let m = bi_mean[params.mean_offset + r];
     let s = bi_rstd[params.rstd_offset + r];
-    var sum_g = 0.0;
-    var sum_gx = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
-        sum_g += g;
-        sum_gx += g * (x[base + j] - m) * s;
-    }
-    let inv_cols = 1.0 / f32(params.cols);
-    let mean_g = sum_g * inv_cols;
-    let mean_gx = sum_gx * inv_cols;
-    for (var j = 0u; j < params.cols; j++) {
-        let xhat = (x[base + j] - m) * s;
-        let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
-        dx[xb + j] = s * (g - mean_g - xhat * mean_gx);
-    }
+    let sums = input_loop(false, base, gb, xb, m, s, vec2<f32>(0.0));
+    let means = sums * (1.0 / f32(params.cols));
+    input_loop(true, base, gb, xb, m, s, means);
+}
+
+// Row r's terms (dy xhat, dy) of column j's parameter gradients.
+fn params_term(r: u32, j: u32) -> vec2<f32> {
+    let e = r * params.cols + j;
+    let xhat = (x[params.x_offset + e] - bp_mean[params.mean_offset + r])
+        * bp_rstd[params.rstd_offset + r];
+    let d = bp_dy[params.dy_offset + e];
+    return vec2<f32>(d * xhat, d);
 }
 
 @compute @workgroup_size(64)
@@ -142,16 +203,22 @@ fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>,
     if (j >= params.cols) {
         return;
     }
-    var dg = 0.0;
-    var db = 0.0;
-    for (var r = 0u; r < params.rows; r++) {
-        let e = r * params.cols + j;
-        let xhat = (x[params.x_offset + e] - bp_mean[params.mean_offset + r])
-            * bp_rstd[params.rstd_offset + r];
-        let d = bp_dy[params.dy_offset + e];
-        dg += d * xhat;
-        db += d;
+    let n = params.rows;
+    var acc = vec2<f32>(0.0);   // (dgamma, dbeta), rows in order, 8 per loop pass
+    var r = 0u;
+    for (; r + 8u <= n; r += 8u) {
+        acc += params_term(r, j);
+        acc += params_term(r + 1u, j);
+        acc += params_term(r + 2u, j);
+        acc += params_term(r + 3u, j);
+        acc += params_term(r + 4u, j);
+        acc += params_term(r + 5u, j);
+        acc += params_term(r + 6u, j);
+        acc += params_term(r + 7u, j);
     }
-    dgamma[params.dgamma_offset + j] = dg;
-    dbeta[params.dbeta_offset + j] = db;
+    for (var i = 0u; i < 7u; i++) {
+        if (r + i < n) { acc += params_term(r + i, j); }
+    }
+    dgamma[params.dgamma_offset + j] = acc.x;
+    dbeta[params.dbeta_offset + j] = acc.y;
 }

@@ -2,10 +2,16 @@
 // their backwards. Numerically stable: the row max is subtracted before exp.
 // Reference: src/reference/softmax.rs.
 //
-// One invocation per ROW, looping over the columns (three passes: max, sum of exp, write).
-// Chosen for clarity and because lavapipe penalises workgroupBarrier; it is slow for few rows
-// with very many columns on a real GPU (a workgroup-per-row variant would fix that later).
-// Accumulation is f32 (the summed terms are exp(x - max) <= 1).
+// One invocation per ROW, looping over the columns: two passes over the row (forward: max and
+// sum of exp together by the online-softmax recurrence, then the write; backward: the dot or
+// sum, then the write). Chosen for clarity and because lavapipe penalises workgroupBarrier; it
+// is slow for few rows with very many columns on a real GPU (a workgroup-per-row variant would
+// fix that later). Accumulation is f32 (the summed terms are exp(x - max) <= 1).
+//
+// Loop limit (kernels/mod.rs, "Loop limit on lavapipe"): every column loop takes 8 columns per
+// pass and the remainder (< 8) in a loop of 7 guarded steps, so each entry point costs
+// 2 * (cols / 8 + 1 + 8) loop passes per invocation (kernels::softmax::loop_iterations; the
+// launcher refuses more than the adapter's limit: cols <= 262_071 on lavapipe).
 //
 // Entry points (all @workgroup_size(64)):
 //   softmax_forward:      y[r, j] = exp(x[r, j] - m_r) / sum_k exp(x[r, k] - m_r)
@@ -48,24 +54,87 @@ const WG: u32 = 64u;
 @group(0) @binding(2) var<storage, read_write> dy: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dx: array<f32>;
 
-var<private> neg_inf_bits: u32 = 0xff800000u;
-
 fn row_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
-// (max, sum exp(x - max)) of row r of x
-fn row_stats(r: u32) -> vec2<f32> {
-    let base = params.x_offset + r * params.cols;
-    var m = bitcast<f32>(neg_inf_bits);
-    for (var j = 0u; j < params.cols; j++) {
-        m = max(m, x[base + j]);
+const NEG_INF_BITS: u32 = 0xff800000u;
+
+// Online softmax: running max m and s = sum of exp(v - m) over the values seen so far.
+struct Stats {
+    m: f32,
+    s: f32,
+}
+
+// Factor taking a sum relative to max m to one relative to m_new >= m (1 when equal: also when
+// both are -inf, where exp(m - m_new) would be NaN).
+fn rescale(m: f32, m_new: f32) -> f32 {
+    return select(exp(m - m_new), 1.0, m == m_new);
+}
+
+// What exp(v - shift) subtracts: the max, or 0 while it is -inf (every value so far is -inf and
+// contributes exp(-inf) = 0; a row of only -inf ends with s = 0 and NaN outputs, as two passes).
+fn shift_of(m: f32) -> f32 {
+    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
+}
+
+fn see(st: Stats, v: f32) -> Stats {
+    let m = max(st.m, v);
+    return Stats(m, st.s * rescale(st.m, m) + exp(v - shift_of(m)));
+}
+
+// (max, sum exp(x - max)) of row r of x, in one pass: 8 columns per loop pass, then the rest.
+fn row_stats(r: u32) -> Stats {
+    let b = params.x_offset + r * params.cols;
+    let n = params.cols;
+    var st = Stats(bitcast<f32>(NEG_INF_BITS), 0.0);
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        let v0 = x[b + j]; let v1 = x[b + j + 1u]; let v2 = x[b + j + 2u]; let v3 = x[b + j + 3u];
+        let v4 = x[b + j + 4u]; let v5 = x[b + j + 5u]; let v6 = x[b + j + 6u];
+        let v7 = x[b + j + 7u];
+        let m = max(st.m, max(max(max(v0, v1), max(v2, v3)), max(max(v4, v5), max(v6, v7))));
+        let c = shift_of(m);
+        st.s = st.s * rescale(st.m, m) + exp(v0 - c) + exp(v1 - c) + exp(v2 - c) + exp(v3 - c)
+            + exp(v4 - c) + exp(v5 - c) + exp(v6 - c) + exp(v7 - c);
+        st.m = m;
     }
-    var s = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        s += exp(x[base + j] - m);
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { st = see(st, x[b + j + i]); }
     }
-    return vec2<f32>(m, s);
+    return st;
+}
+
+// Output column j of a forward (softmax when log is false).
+fn put_forward(xb: u32, yb: u32, j: u32, m: f32, inv_sum: f32, log_sum: f32, is_log: bool) {
+    if (is_log) {
+        y[yb + j] = (x[xb + j] - m) - log_sum;
+    } else {
+        y[yb + j] = exp(x[xb + j] - m) * inv_sum;
+    }
+}
+
+fn forward_row(r: u32, is_log: bool) {
+    let xb = params.x_offset + r * params.cols;
+    let yb = params.y_offset + r * params.cols;
+    let st = row_stats(r);
+    let inv_sum = 1.0 / st.s;
+    let log_sum = log(st.s);
+    let n = params.cols;
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        put_forward(xb, yb, j, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 1u, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 2u, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 3u, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 4u, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 5u, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 6u, st.m, inv_sum, log_sum, is_log);
+        put_forward(xb, yb, j + 7u, st.m, inv_sum, log_sum, is_log);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { put_forward(xb, yb, j + i, st.m, inv_sum, log_sum, is_log); }
+    }
 }
 
 @compute @workgroup_size(64)
@@ -75,13 +144,7 @@ fn softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
     if (r >= params.rows) {
         return;
     }
-    let xb = params.x_offset + r * params.cols;
-    let yb = params.y_offset + r * params.cols;
-    let stats = row_stats(r);
-    let inv_sum = 1.0 / stats.y;
-    for (var j = 0u; j < params.cols; j++) {
-        y[yb + j] = exp(x[xb + j] - stats.x) * inv_sum;
-    }
+    forward_row(r, false);
 }
 
 @compute @workgroup_size(64)
@@ -91,12 +154,66 @@ fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
     if (r >= params.rows) {
         return;
     }
-    let xb = params.x_offset + r * params.cols;
+    forward_row(r, true);
+}
+
+// sum over j < cols of dy[gb + j] * w(j), w(j) = y_saved[yb + j] (dot) or 1 (plain sum), in
+// column order, 8 per loop pass.
+fn dy_sum(gb: u32, yb: u32, dot: bool) -> f32 {
+    let n = params.cols;
+    var acc = 0.0;
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        acc += dy_term(gb, yb, j, dot);
+        acc += dy_term(gb, yb, j + 1u, dot);
+        acc += dy_term(gb, yb, j + 2u, dot);
+        acc += dy_term(gb, yb, j + 3u, dot);
+        acc += dy_term(gb, yb, j + 4u, dot);
+        acc += dy_term(gb, yb, j + 5u, dot);
+        acc += dy_term(gb, yb, j + 6u, dot);
+        acc += dy_term(gb, yb, j + 7u, dot);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { acc += dy_term(gb, yb, j + i, dot); }
+    }
+    return acc;
+}
+
+fn dy_term(gb: u32, yb: u32, j: u32, dot: bool) -> f32 {
+    if (dot) {
+        return dy[gb + j] * y_saved[yb + j];
+    }
+    return dy[gb + j];
+}
+
+// dx column j of a backward (softmax when log is false); s is the row's dy_sum.
+fn put_backward(yb: u32, gb: u32, xb: u32, j: u32, s: f32, is_log: bool) {
+    if (is_log) {
+        dx[xb + j] = dy[gb + j] - exp(y_saved[yb + j]) * s;
+    } else {
+        dx[xb + j] = y_saved[yb + j] * (dy[gb + j] - s);
+    }
+}
+
+fn backward_row(r: u32, is_log: bool) {
     let yb = params.y_offset + r * params.cols;
-    let stats = row_stats(r);
-    let log_sum = log(stats.y);
-    for (var j = 0u; j < params.cols; j++) {
-        y[yb + j] = (x[xb + j] - stats.x) - log_sum;
+    let gb = params.dy_offset + r * params.cols;
+    let xb = params.dx_offset + r * params.cols;
+    let s = dy_sum(gb, yb, !is_log);
+    let n = params.cols;
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        put_backward(yb, gb, xb, j, s, is_log);
+        put_backward(yb, gb, xb, j + 1u, s, is_log);
+        put_backward(yb, gb, xb, j + 2u, s, is_log);
+        put_backward(yb, gb, xb, j + 3u, s, is_log);
+        put_backward(yb, gb, xb, j + 4u, s, is_log);
+        put_backward(yb, gb, xb, j + 5u, s, is_log);
+        put_backward(yb, gb, xb, j + 6u, s, is_log);
+        put_backward(yb, gb, xb, j + 7u, s, is_log);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { put_backward(yb, gb, xb, j + i, s, is_log); }
     }
 }
 
@@ -107,16 +224,7 @@ fn softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
     if (r >= params.rows) {
         return;
     }
-    let yb = params.y_offset + r * params.cols;
-    let gb = params.dy_offset + r * params.cols;
-    let xb = params.dx_offset + r * params.cols;
-    var dot = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        dot += dy[gb + j] * y_saved[yb + j];
-    }
-    for (var j = 0u; j < params.cols; j++) {
-        dx[xb + j] = y_saved[yb + j] * (dy[gb + j] - dot);
-    }
+    backward_row(r, false);
 }
 
 @compute @workgroup_size(64)
@@ -126,14 +234,5 @@ fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
     if (r >= params.rows) {
         return;
     }
-    let yb = params.y_offset + r * params.cols;
-    let gb = params.dy_offset + r * params.cols;
-    let xb = params.dx_offset + r * params.cols;
-    var sum = 0.0;
-    for (var j = 0u; j < params.cols; j++) {
-        sum += dy[gb + j];
-    }
-    for (var j = 0u; j < params.cols; j++) {
-        dx[xb + j] = dy[gb + j] - exp(y_saved[yb + j]) * sum;
-    }
+    backward_row(r, true);
 }

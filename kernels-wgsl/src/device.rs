@@ -26,6 +26,9 @@ use crate::recorder::Batch;
 /// Devices this process leaked because their work outlived the drop deadline.
 static LEAKED_DEVICES: AtomicUsize = AtomicUsize::new(0);
 
+/// Loop iterations per shader invocation after which Mesa's llvmpipe/lavapipe stops looping.
+const LAVAPIPE_LOOP_LIMIT: u64 = 65_535;
+
 /// The environment variable that names an adapter (same syntax as [`GpuOptions::adapter`]).
 pub const ADAPTER_ENV: &str = "PLIMSOLL_ADAPTER";
 
@@ -351,6 +354,17 @@ impl Gpu {
     /// The adapter in use.
     pub fn adapter(&self) -> &AdapterSummary {
         &self.shared.summary
+    }
+
+    /// The most loop iterations one shader invocation may run in total on this adapter, or `None`
+    /// where there is no such limit. `Some(65_535)` on Mesa's llvmpipe/lavapipe, which silently
+    /// stops a shader's loops after that many passes (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`;
+    /// the rule is in the `kernels` module docs). Launchers whose loops could pass it refuse
+    /// with [`Error::LoopLimit`].
+    pub fn loop_iteration_limit(&self) -> Option<u64> {
+        let s = &self.shared.summary;
+        let names = format!("{} {}", s.name, s.driver).to_lowercase();
+        (names.contains("llvmpipe") || names.contains("lavapipe")).then_some(LAVAPIPE_LOOP_LIMIT)
     }
 
     /// The device's limits (the adapter's own, not wgpu's low defaults).

@@ -127,6 +127,25 @@ pub enum Error {
         /// What is wrong, with the numbers.
         message: String,
     },
+    /// A launch whose shader invocations would loop more often than the adapter allows. Mesa's
+    /// lavapipe (llvmpipe) silently stops a shader's loops after 65,535 iterations in total per
+    /// invocation, which would give wrong results; the launcher refuses instead (see
+    /// `kernels` module docs, "Loop limit on lavapipe").
+    #[error(
+        "{op}: one shader invocation would run {iterations} loop iterations, more than this \
+         adapter's limit of {limit} (Mesa's lavapipe stops loops there silently, which would give \
+         wrong results); {hint}, or run on a GPU adapter (PLIMSOLL_ADAPTER)"
+    )]
+    LoopLimit {
+        /// The launcher.
+        op: &'static str,
+        /// Loop iterations (passes, see the `kernels` docs) one invocation would need.
+        iterations: u64,
+        /// The adapter's limit ([`crate::Gpu::loop_iteration_limit`]).
+        limit: u64,
+        /// What to change, with the largest value that fits (e.g. `use at most 262128 columns`).
+        hint: String,
+    },
     /// Any other allocator refusal (zero size, bad alignment, unknown allocation).
     #[error(transparent)]
     Allocation(AllocError),

@@ -9,7 +9,7 @@
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_range, grid_1d, segment_index};
+use crate::kernels::{check_loop_limit, check_range, grid_1d, loop_passes, segment_index};
 use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 
@@ -31,6 +31,14 @@ pub const BACKWARD: Kernel = Kernel {
     storage_bindings: 4,
     ..FORWARD
 };
+
+/// Loop passes one invocation of [`forward`] or [`backward`] runs at most for rows of `cols`
+/// classes: two unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on
+/// lavapipe" in [`crate::kernels`]). Both refuse more than the adapter's limit with
+/// [`Error::LoopLimit`] (on lavapipe: `cols <= 262_071`).
+pub const fn loop_iterations(cols: u64) -> u64 {
+    2 * loop_passes(cols)
+}
 
 /// Mirrors `Params` in `cross_entropy.wgsl` (shared by both entry points).
 #[repr(C)]
@@ -99,6 +107,7 @@ pub struct CrossEntropyBackwardBuffers<'a> {
 
 /// Checks the dimensions and the ranges shared by both entry points; returns `rows * cols`.
 fn check_common(
+    gpu: &Gpu,
     op: &'static str,
     logits: (&DeviceBuffer, u64),
     targets: (&DeviceBuffer, u64),
@@ -120,6 +129,9 @@ fn check_common(
     let len = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+    }
     check_range(op, "logits", logits.0, logits.1, len)?;
     check_range(op, "targets", targets.0, targets.1, rows)?;
     Ok(len)
@@ -137,6 +149,7 @@ pub fn forward(
 ) -> Result<()> {
     let op = "cross_entropy::forward";
     let len = check_common(
+        gpu,
         op,
         (b.logits, b.logits_offset),
         (b.targets, b.targets_offset),
@@ -180,6 +193,7 @@ pub fn backward(
 ) -> Result<()> {
     let op = "cross_entropy::backward";
     let len = check_common(
+        gpu,
         op,
         (b.logits, b.logits_offset),
         (b.targets, b.targets_offset),

@@ -11,7 +11,9 @@
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{
+    ELEMENTWISE_WORKGROUP, check_loop_limit, check_range, grid_1d, loop_passes, segment_index,
+};
 use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 
@@ -29,6 +31,14 @@ pub const SCATTER_ADD: Kernel = Kernel {
     entry: "scatter_add",
     ..GATHER
 };
+
+/// Loop passes one invocation of [`scatter_add`] runs for `tokens` ids: one unrolled loop
+/// ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in [`crate::kernels`]).
+/// [`scatter_add`] refuses more than the adapter's limit with [`Error::LoopLimit`] (on
+/// lavapipe: `tokens <= 524_215`). [`gather`] has no loop.
+pub const fn loop_iterations(tokens: u64) -> u64 {
+    loop_passes(tokens)
+}
 
 /// Mirrors `Params` in `embedding.wgsl` (shared by both entry points).
 #[repr(C)]
@@ -128,6 +138,9 @@ pub fn scatter_add(
     let op = "embedding::scatter_add";
     let table_len = product(op, "vocab * dim", vocab, dim)?;
     let dy_len = product(op, "tokens * dim", tokens, dim)?;
+    if table_len > 0 {
+        check_loop_limit(gpu, op, "tokens", tokens, loop_iterations)?;
+    }
     check_range(op, "dy", b.dy, b.dy_offset, dy_len)?;
     check_range(op, "ids", b.ids, b.ids_offset, tokens)?;
     check_range(op, "dtable", b.dtable, b.dtable_offset, table_len)?;

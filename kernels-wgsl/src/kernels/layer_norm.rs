@@ -10,7 +10,7 @@
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_range, grid_1d, segment_index};
+use crate::kernels::{check_loop_limit, check_range, grid_1d, loop_passes, segment_index};
 use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 
@@ -38,6 +38,19 @@ pub const BACKWARD_PARAMS: Kernel = Kernel {
     entry: "backward_params",
     ..FORWARD
 };
+
+/// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
+/// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see
+/// "Loop limit on lavapipe" in [`crate::kernels`]). On lavapipe: `cols <= 174_695`.
+pub const fn row_loop_iterations(cols: u64) -> u64 {
+    3 * loop_passes(cols)
+}
+
+/// Loop passes one invocation of `backward_params` (one column, summing over the rows) runs for
+/// `rows` rows. On lavapipe: `rows <= 524_215`.
+pub const fn column_loop_iterations(rows: u64) -> u64 {
+    loop_passes(rows)
+}
 
 /// Mirrors `Params` in `layer_norm.wgsl` (shared by the three entry points).
 #[repr(C)]
@@ -144,6 +157,9 @@ fn matrix_len(op: &'static str, rows: u64, cols: u64) -> Result<u64> {
 pub fn forward(gpu: &Gpu, b: &LayerNormBuffers<'_>, rows: u64, cols: u64, eps: f32) -> Result<()> {
     let op = "layer_norm::forward";
     let len = matrix_len(op, rows, cols)?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, row_loop_iterations)?;
+    }
     check_range(op, "x", b.x, b.x_offset, len)?;
     check_range(op, "gamma", b.gamma, b.gamma_offset, cols)?;
     check_range(op, "beta", b.beta, b.beta_offset, cols)?;
@@ -180,6 +196,12 @@ pub fn forward(gpu: &Gpu, b: &LayerNormBuffers<'_>, rows: u64, cols: u64, eps: f
 pub fn backward(gpu: &Gpu, b: &LayerNormGradBuffers<'_>, rows: u64, cols: u64) -> Result<()> {
     let op = "layer_norm::backward";
     let len = matrix_len(op, rows, cols)?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, row_loop_iterations)?;
+    }
+    if cols > 0 {
+        check_loop_limit(gpu, op, "rows", rows, column_loop_iterations)?;
+    }
     check_range(op, "x", b.x, b.x_offset, len)?;
     check_range(op, "gamma", b.gamma, b.gamma_offset, cols)?;
     check_range(op, "mean", b.mean, b.mean_offset, rows)?;

@@ -15,7 +15,7 @@
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_range, segment_index};
+use crate::kernels::{check_loop_limit, check_range, segment_index};
 use crate::pipeline::{Kernel, RuntimeChecks};
 use crate::recorder::Dispatch;
 
@@ -99,6 +99,21 @@ pub fn entry_point(dims: &MatmulDims) -> MatmulEntry {
     }
 }
 
+/// Loop passes one invocation of `entry` runs for `dims` (see "Loop limit on lavapipe" in
+/// [`crate::kernels`]): its k loop, `k / 4 + 1` on [`MatmulEntry::Main`] (4 k-steps per pass)
+/// except `trans_a && !trans_b` and on [`MatmulEntry::MainScalar`], `k + 1` (one k-step per
+/// pass), plus 3 for the loops of `main`'s other transpose branches should the compiler keep
+/// them. The launchers refuse more than the adapter's limit with [`Error::LoopLimit`] (on
+/// lavapipe: `k <= 65_534` on `main_scalar`, 65_531 on `main` with `trans_a` only, 262_127 on
+/// the other `main` variants).
+pub fn loop_iterations(entry: MatmulEntry, trans_a: bool, trans_b: bool, k: u64) -> u64 {
+    match entry {
+        MatmulEntry::Main if trans_a && !trans_b => k + 1 + 3,
+        MatmulEntry::Main => k / 4 + 1 + 3,
+        MatmulEntry::MainScalar => k + 1,
+    }
+}
+
 /// Records the batched matmul `dims` describes (module docs): for `b < batch`,
 /// `C[b] = alpha · op(A[b]) · op(B[b])`, or `C[b] += ..` with `dims.accumulate`, where batch `b`
 /// of A starts at element `offset_a + b · batch_stride_a` of `lhs` (likewise B in `rhs`, C in
@@ -171,6 +186,16 @@ fn launch(
         to_u32("k", d.k)?,
         to_u32("batch", d.batch)?,
     );
+    // Before the range checks: the entry point depends only on `dims` and the segment offsets.
+    let segments_aligned =
+        lhs.offset_elements().is_multiple_of(4) && rhs.offset_elements().is_multiple_of(4);
+    let entry = match entry_point(dims) {
+        MatmulEntry::Main if segments_aligned => MatmulEntry::Main,
+        _ => MatmulEntry::MainScalar,
+    };
+    check_loop_limit(gpu, "matmul", "k", d.k, |k| {
+        loop_iterations(entry, dims.trans_a, dims.trans_b, k)
+    })?;
     let (a_rows, a_cols) = if dims.trans_a { (d.k, d.m) } else { (d.m, d.k) };
     let (b_rows, b_cols) = if dims.trans_b { (d.n, d.k) } else { (d.k, d.n) };
     // (name, buffer, offset, batch stride, elements per batch)
@@ -226,11 +251,9 @@ fn launch(
         flags: u32::from(dims.accumulate),
         alpha: dims.alpha,
     };
-    let segments_aligned =
-        lhs.offset_elements().is_multiple_of(4) && rhs.offset_elements().is_multiple_of(4);
-    let (kernel, tile) = match entry_point(dims) {
-        MatmulEntry::Main if segments_aligned => (&kernels[0], TILE_MAIN),
-        _ => (&kernels[1], TILE_SCALAR),
+    let (kernel, tile) = match entry {
+        MatmulEntry::Main => (&kernels[0], TILE_MAIN),
+        MatmulEntry::MainScalar => (&kernels[1], TILE_SCALAR),
     };
     let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
     let workgroups = [d.n.div_ceil(tile), d.m.div_ceil(tile), d.batch];

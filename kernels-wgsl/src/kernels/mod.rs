@@ -53,6 +53,37 @@
 //!        }
 //!    }
 //!    ```
+//!
+//! # Loop limit on lavapipe
+//!
+//! Mesa's llvmpipe/lavapipe (gallivm, `LP_MAX_TGSI_LOOP_ITERATIONS`) gives each shader
+//! invocation ONE budget of 65,535 loop *passes*, set at entry and shared by every loop it runs,
+//! sequential or nested (helper functions are inlined into it). A pass is one trip through a
+//! loop body, and the pass that tests the condition and leaves counts too: a loop of `n`
+//! iterations costs `n + 1` passes, nested loops cost `(inner + 1)` per outer pass. When the
+//! budget is spent the current loop exits and every later loop runs ONE pass, without any error.
+//! `for`, `while` and `loop { if .. { break; } }` count alike. The budget belongs to a SIMD
+//! group of 8 invocations (256-bit llvmpipe) and counts the passes of the group's longest-running
+//! invocation; other groups and workgroups have their own. Measured on llvmpipe (LLVM 15.0.6,
+//! Mesa 22.3.6) with a scratch kernel that counted its own iterations (body count / asked for):
+//! one loop 65,535/65,535 and 65,535/65,536; two loops of 40,000 then a third of 5:
+//! 40,000, 25,534 (= 65,535 - 40,001) and 1; 30,000 + 30,000 + 10,000: the third got 5,533;
+//! 32,767 + 32,767: both exact; nested 255 x 255 exact (255 · 257 + 1 = 65,536 passes), nested
+//! 300 x 300: 218 outer and 65,101 inner (302 passes per outer iteration); `loop`/`while` of
+//! 70,001: 65,535; 64 and 256 invocations of 60,000 or 65,535 each: all exact; with lane 1 of
+//! a SIMD group leaving its first loop early, its second loop was cut like its neighbours'.
+//! Reading `U` elements per pass lifts the limit `U`-fold (8 per pass: 70,001 and 524,280
+//! elements exact), but a remainder *loop* costs passes too (524,279 = 65,534 · 8 + 7: the last
+//! 7 became 1). So column and row loops here take 8 elements per pass and finish the remainder
+//! in a constant loop of 7 guarded steps (which the compiler may unroll; counted anyway):
+//! [`loop_passes`]`(n) = n / 8 + 1 + 8`.
+//!
+//! Hence every launcher whose loops depend on its arguments computes its worst-case passes per
+//! invocation (a `loop_iterations` function next to it, summing all loops of the entry point,
+//! both sides of every data-dependent branch) and calls [`check_loop_limit`] before its range
+//! checks: on an adapter with a [`Gpu::loop_iteration_limit`] a launch over it is
+//! [`Error::LoopLimit`], never a truncated result. Loops bounded by constants (`binary`, `copy`:
+//! rank <= 8) need no check.
 
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
@@ -119,4 +150,61 @@ pub fn check_range(
 pub fn segment_index(buffer: &DeviceBuffer, offset: u64) -> u32 {
     // Segments are at most max_storage_buffer_binding_size bytes, so element indices fit in u32.
     (u64::from(buffer.offset_elements()) + offset) as u32
+}
+
+/// Elements per loop pass of the unrolled row and column loops (module docs).
+pub const ELEMENTS_PER_LOOP_PASS: u64 = 8;
+
+/// Loop passes (module docs, "Loop limit on lavapipe") of one unrolled loop over `n` elements:
+/// `n / 8` passes of 8 and the leaving pass, then a constant loop of 7 guarded steps and its
+/// leaving pass for the remainder.
+pub const fn loop_passes(n: u64) -> u64 {
+    n / ELEMENTS_PER_LOOP_PASS + 1 + ELEMENTS_PER_LOOP_PASS
+}
+
+/// The largest `value <= u32::MAX` with `passes(value) <= limit` (`passes` non-decreasing), or
+/// 0 when none is: the figure a [`Error::LoopLimit`] hint names.
+pub fn largest_within(limit: u64, passes: impl Fn(u64) -> u64) -> u64 {
+    let (mut lo, mut hi) = (0u64, u64::from(u32::MAX));
+    if passes(hi) <= limit {
+        return hi;
+    }
+    // Invariant: passes(hi) > limit; passes(lo) <= limit, or lo == 0.
+    while lo + 1 < hi {
+        let mid = lo + (hi - lo) / 2;
+        if passes(mid) <= limit {
+            lo = mid
+        } else {
+            hi = mid
+        }
+    }
+    lo
+}
+
+/// `Err(LoopLimit)` when one invocation of `op` would loop `passes(value)` times, more than
+/// [`Gpu::loop_iteration_limit`]; `what` names the argument `value` is (e.g. `"cols"`), for the
+/// hint, which gives its largest allowed value. Always `Ok` on adapters without a limit.
+pub fn check_loop_limit(
+    gpu: &Gpu,
+    op: &'static str,
+    what: &str,
+    value: u64,
+    passes: impl Fn(u64) -> u64,
+) -> Result<()> {
+    let Some(limit) = gpu.loop_iteration_limit() else {
+        return Ok(());
+    };
+    let iterations = passes(value);
+    if iterations <= limit {
+        return Ok(());
+    }
+    let largest = largest_within(limit, passes);
+    Err(Error::LoopLimit {
+        op,
+        iterations,
+        limit,
+        hint: format!(
+            "{what} = {value} is too large here: use {what} <= {largest} (split the work)"
+        ),
+    })
 }

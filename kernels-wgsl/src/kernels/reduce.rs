@@ -12,7 +12,9 @@ use plimsoll_allocator::Category;
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, copy, grid_1d, segment_index};
+use crate::kernels::{
+    ELEMENTWISE_WORKGROUP, check_loop_limit, check_range, copy, grid_1d, segment_index,
+};
 use crate::pipeline::{Kernel, RuntimeChecks};
 use crate::recorder::Dispatch;
 pub use crate::reference::reduce::AxisView;
@@ -27,6 +29,19 @@ pub const AXIS_WORKGROUP: u32 = 64;
 /// so this leaves margin below 8 * 65535. Longer axes are refused rather than summed wrongly:
 /// reshape them into two axes and reduce twice.
 pub const MAX_AXIS_LEN: usize = 524_000;
+
+/// Loop passes one invocation of `sum_all`, `mean_all` or `max_all` runs for `len` elements (see
+/// "Loop limit on lavapipe" in [`crate::kernels`]): the strided loop (4 elements of its 1024
+/// per pass, `len / 1024 + 2` passes), its remainder loop (5) and the 8-step tree (9). The
+/// launchers refuse more than the adapter's limit with [`Error::LoopLimit`] (on lavapipe about
+/// 67 million elements, more than one binding holds there). The `*_axis` entry points run at
+/// most `MAX_AXIS_LEN / 8 + 1 + 8` passes (8 elements per pass, remainder loop of up to 7).
+pub const fn all_loop_iterations(len: u64) -> u64 {
+    len / (4 * ALL_WORKGROUP) + 2 + 5 + 9
+}
+
+/// Invocations of the one workgroup of the `*_all` entry points (`ALL_WG` in the shader).
+const ALL_WORKGROUP: u64 = 256;
 
 /// The `sum_axis` entry point: bindings `src`, `dst`.
 pub const SUM_AXIS: Kernel = Kernel {
@@ -309,6 +324,7 @@ fn all_reduction(
     x_offset: u64,
     len: u64,
 ) -> Result<()> {
+    check_loop_limit(gpu, op, "len", len, all_loop_iterations)?;
     check_range(op, "out", out, out_offset, 1)?;
     check_range(op, "x", x, x_offset, len)?;
     let mut params = Params {

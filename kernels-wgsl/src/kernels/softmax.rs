@@ -9,7 +9,7 @@
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_range, grid_1d, segment_index};
+use crate::kernels::{check_loop_limit, check_range, grid_1d, loop_passes, segment_index};
 use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 
@@ -43,6 +43,14 @@ pub const LOG_SOFTMAX_BACKWARD: Kernel = Kernel {
     entry: "log_softmax_backward",
     ..SOFTMAX_BACKWARD
 };
+
+/// Loop passes one invocation of any `softmax` entry point runs for rows of `cols` columns: two
+/// unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in
+/// [`crate::kernels`]). The launchers refuse rows over the adapter's limit with
+/// [`Error::LoopLimit`] (on lavapipe: `cols <= 262_071`).
+pub const fn loop_iterations(cols: u64) -> u64 {
+    2 * loop_passes(cols)
+}
 
 /// Mirrors `Params` in `softmax.wgsl` (shared by the four entry points).
 #[repr(C)]
@@ -153,6 +161,9 @@ fn forward(
 ) -> Result<()> {
     let op = kernel.entry;
     let len = matrix_len(op, rows, cols)?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+    }
     check_range(op, "x", x, x_offset, len)?;
     check_range(op, "y", y, y_offset, len)?;
     if len == 0 {
@@ -183,6 +194,9 @@ fn backward(
 ) -> Result<()> {
     let op = kernel.entry;
     let len = matrix_len(op, rows, cols)?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+    }
     check_range(op, "y", b.y, b.y_offset, len)?;
     check_range(op, "dy", b.dy, b.dy_offset, len)?;
     check_range(op, "dx", b.dx, b.dx_offset, len)?;

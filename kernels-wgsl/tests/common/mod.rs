@@ -1,4 +1,5 @@
-//! Helpers shared by the GPU test binaries: `gpu()`, `assert_close`, a seeded RNG, a deadline.
+//! Helpers shared by the GPU test binaries: `gpu()`, `assert_close`, a seeded RNG, a deadline,
+//! and `Guarded` / `upload_u32_at` (tensors at an offset inside guard elements).
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -156,4 +157,33 @@ pub fn upload_u32_at(gpu: &Gpu, data: &[u32], offset: usize, label: &str) -> Dev
     let mut words = vec![0xFFFF_FFFFu32; offset];
     words.extend_from_slice(data);
     gpu.upload(&words, Category::Temporary, label).unwrap()
+}
+
+/// The adapter's loop limit, or `None` after saying on stderr that `test` has nothing to refuse
+/// there (its launches run unrestricted; the `*_at_the_loop_limit_*` tests still run them).
+pub fn loop_limit_or_note(gpu: &Gpu, test: &str) -> Option<u64> {
+    let limit = gpu.loop_iteration_limit();
+    if limit.is_none() {
+        eprintln!(
+            "{test}: adapter {} has no loop limit; nothing to refuse",
+            gpu.adapter()
+        );
+    }
+    limit
+}
+
+/// Asserts that `result` is `Err(LoopLimit)` whose hint names `what <= largest`.
+#[track_caller]
+pub fn assert_loop_limit<T: std::fmt::Debug>(
+    result: plimsoll_kernels_wgsl::Result<T>,
+    what: &str,
+    largest: u64,
+) {
+    let err = result.unwrap_err();
+    assert!(
+        matches!(err, plimsoll_kernels_wgsl::Error::LoopLimit { .. }),
+        "want LoopLimit, got {err}"
+    );
+    let hint = format!("{what} <= {largest}");
+    assert!(err.to_string().contains(&hint), "{err} (want {hint:?})");
 }

@@ -1,9 +1,10 @@
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{
     self, CrossEntropyBackwardBuffers, CrossEntropyForwardBuffers, LossGradient,
 };
+use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{Guarded, Rng, gpu, upload_u32_at};
+use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note, upload_u32_at};
 
 // Tolerances. Loss: lse and the row mean are f32 sums of <= 1000 terms on the GPU (f64 in the
 // reference) of magnitude <= ~8, so the absolute error of a loss of size ~log(cols) + 8 stays
@@ -148,4 +149,57 @@ fn cross_entropy_rejects_bad_arguments() {
         .unwrap_err();
     assert!(err.to_string().contains("dloss"), "{err}");
     cross_entropy::backward(&gpu, &backward, 10, 10, 0.0, LossGradient::Broadcast, 0.1).unwrap();
+}
+
+// Loop limit: checked before the ranges, so one-element buffers show the refusal.
+#[test]
+fn cross_entropy_refuses_rows_over_the_loop_limit() {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_note(&gpu, "cross_entropy") else {
+        return;
+    };
+    let largest = largest_within(limit, cross_entropy::loop_iterations);
+    let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
+    let forward = CrossEntropyForwardBuffers {
+        logits: &t,
+        logits_offset: 0,
+        targets: &t,
+        targets_offset: 0,
+        losses: &t,
+        losses_offset: 0,
+    };
+    let over = largest + 1;
+    assert_loop_limit(
+        cross_entropy::forward(&gpu, &forward, 1, over, 0.0),
+        "cols",
+        largest,
+    );
+    let backward = CrossEntropyBackwardBuffers {
+        logits: &t,
+        logits_offset: 0,
+        targets: &t,
+        targets_offset: 0,
+        dloss: &t,
+        dloss_offset: 0,
+        dlogits: &t,
+        dlogits_offset: 0,
+    };
+    let result =
+        cross_entropy::backward(&gpu, &backward, 2, over, 0.1, LossGradient::Broadcast, 1.0);
+    assert_loop_limit(result, "cols", largest);
+}
+
+#[test]
+fn cross_entropy_at_the_loop_limit_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(53);
+    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+    let cols = largest_within(limit, cross_entropy::loop_iterations) as usize;
+    let case = Case {
+        rows: 2,
+        cols,
+        smoothing: 0.1,
+        dloss: LossGradient::PerRow,
+    };
+    check_case(&gpu, &mut rng, &case);
 }

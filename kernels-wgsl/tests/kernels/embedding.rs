@@ -1,7 +1,10 @@
 use plimsoll_kernels_wgsl::kernels::embedding::{self, GatherBuffers, ScatterAddBuffers};
+use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::{Category, Gpu, reference};
 
-use crate::common::{Guarded, Rng, gpu, upload_u32_at};
+use crate::common::{
+    DEADLINE, Guarded, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note, upload_u32_at,
+};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
 // in ascending token order (f64 in the reference): the bound n^2 * 2^-24 ~ 1e-3 is loose; the
@@ -98,4 +101,64 @@ fn embedding_rejects_bad_ranges() {
     let err = embedding::scatter_add(&gpu, &s, 3, 4, 10).unwrap_err();
     assert!(err.to_string().contains("ids: elements 1..4"), "{err}");
     embedding::scatter_add(&gpu, &s, 2, 4, 0).unwrap(); // dim 0: empty work
+}
+
+#[test]
+fn embedding_refuses_tokens_over_the_loop_limit() {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_note(&gpu, "embedding") else {
+        return;
+    };
+    let largest = largest_within(limit, embedding::loop_iterations);
+    let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
+    let s = ScatterAddBuffers {
+        dy: &t,
+        dy_offset: 0,
+        ids: &t,
+        ids_offset: 0,
+        dtable: &t,
+        dtable_offset: 0,
+    };
+    assert_loop_limit(
+        embedding::scatter_add(&gpu, &s, largest + 1, 1, 1),
+        "tokens",
+        largest,
+    );
+}
+
+#[test]
+fn embedding_at_the_loop_limit_matches_reference() {
+    let gpu = gpu();
+    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+    let (tokens, vocab, dim) = (
+        largest_within(limit, embedding::loop_iterations) as usize,
+        3,
+        2,
+    );
+    // Small integers: every f32 partial sum is exact, so a dropped token shows.
+    let ids: Vec<u32> = (0..tokens).map(|t| (t % vocab) as u32).collect();
+    let dy: Vec<f32> = (0..tokens * dim).map(|e| (e % 7) as f32 - 3.0).collect();
+    let want = reference::embedding::scatter_add(&ids, &dy, vocab, dim);
+    let dy_gpu = gpu.upload(&dy, Category::Temporary, "dy").unwrap();
+    let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids");
+    let dtable = gpu
+        .alloc_elements((vocab * dim) as u64, Category::Temporary, "dtable")
+        .unwrap();
+    let s = ScatterAddBuffers {
+        dy: &dy_gpu,
+        dy_offset: 0,
+        ids: &ids_gpu,
+        ids_offset: 0,
+        dtable: &dtable,
+        dtable_offset: 0,
+    };
+    embedding::scatter_add(&gpu, &s, tokens as u64, vocab as u64, dim as u64).unwrap();
+    let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE).unwrap();
+    assert_close(
+        &format!("scatter_add of {tokens} tokens"),
+        &got,
+        &want,
+        0.0,
+        0.0,
+    );
 }

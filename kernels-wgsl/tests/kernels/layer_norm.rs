@@ -1,7 +1,8 @@
+use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormBuffers, LayerNormGradBuffers};
-use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
 
-use crate::common::{Guarded, Rng, gpu};
+use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
 
 const EPS: f32 = 1e-5;
 
@@ -149,4 +150,106 @@ fn layer_norm_rejects_bad_arguments() {
     assert!(err.to_string().contains("dx: elements 21..121"), "{err}");
     b.gamma_offset = 0;
     layer_norm::forward(&gpu, &b, 0, 10, EPS).unwrap(); // empty work
+}
+
+/// Backward buffers all on `t` (the loop limit is checked before the ranges).
+fn grad_buffers(t: &DeviceBuffer) -> LayerNormGradBuffers<'_> {
+    LayerNormGradBuffers {
+        x: t,
+        x_offset: 0,
+        gamma: t,
+        gamma_offset: 0,
+        mean: t,
+        mean_offset: 0,
+        rstd: t,
+        rstd_offset: 0,
+        dy: t,
+        dy_offset: 0,
+        dx: t,
+        dx_offset: 0,
+        dgamma: t,
+        dgamma_offset: 0,
+        dbeta: t,
+        dbeta_offset: 0,
+    }
+}
+
+#[test]
+fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_note(&gpu, "layer_norm") else {
+        return;
+    };
+    let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
+    let b = LayerNormBuffers {
+        x: &t,
+        x_offset: 0,
+        gamma: &t,
+        gamma_offset: 0,
+        beta: &t,
+        beta_offset: 0,
+        y: &t,
+        y_offset: 0,
+        mean: &t,
+        mean_offset: 0,
+        rstd: &t,
+        rstd_offset: 0,
+    };
+    let cols = largest_within(limit, layer_norm::row_loop_iterations);
+    assert_loop_limit(
+        layer_norm::forward(&gpu, &b, 1, cols + 1, EPS),
+        "cols",
+        cols,
+    );
+    let g = grad_buffers(&t);
+    assert_loop_limit(layer_norm::backward(&gpu, &g, 1, cols + 1), "cols", cols);
+    let rows = largest_within(limit, layer_norm::column_loop_iterations);
+    assert_loop_limit(layer_norm::backward(&gpu, &g, rows + 1, 1), "rows", rows);
+}
+
+#[test]
+fn layer_norm_at_the_loop_limit_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(63);
+    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+    let cols = largest_within(limit, layer_norm::row_loop_iterations) as usize;
+    check_case(&gpu, &mut rng, 2, cols);
+    // backward_params sums over the rows: with x = 1, mean = 0, rstd = 1 (xhat = 1) and small
+    // integer dy, dgamma[j] = dbeta[j] = sum_r dy[r, j] is exact in f32, so a dropped row shows.
+    let (rows, cols) = (
+        largest_within(limit, layer_norm::column_loop_iterations) as usize,
+        3,
+    );
+    let dy: Vec<f32> = (0..rows * cols).map(|e| (e % 5) as f32 - 1.0).collect();
+    let want: Vec<f32> = (0..cols)
+        .map(|j| (0..rows).map(|r| dy[r * cols + j] as f64).sum::<f64>() as f32)
+        .collect();
+    let up = |data: &[f32], label| gpu.upload(data, Category::Temporary, label).unwrap();
+    let (x, ones, zeros, dy_gpu) = (
+        up(&vec![1.0; rows * cols], "x"),
+        up(&vec![1.0; rows.max(cols)], "gamma, rstd"),
+        up(&vec![0.0; rows], "mean"),
+        up(&dy, "dy"),
+    );
+    let dx = gpu
+        .alloc_elements((rows * cols) as u64, Category::Temporary, "dx")
+        .unwrap();
+    let dgamma = Guarded::random(&gpu, &mut rng, cols, 2, "dgamma");
+    let dbeta = Guarded::random(&gpu, &mut rng, cols, 1, "dbeta");
+    let g = LayerNormGradBuffers {
+        x: &x,
+        gamma: &ones,
+        mean: &zeros,
+        rstd: &ones,
+        dy: &dy_gpu,
+        dx: &dx,
+        dgamma: &dgamma.buffer,
+        dgamma_offset: dgamma.at(),
+        dbeta: &dbeta.buffer,
+        dbeta_offset: dbeta.at(),
+        ..grad_buffers(&x)
+    };
+    layer_norm::backward(&gpu, &g, rows as u64, cols as u64).unwrap();
+    dgamma.check(&gpu, &format!("dgamma over {rows} rows"), &want, 0.0, 0.0);
+    dbeta.check(&gpu, &format!("dbeta over {rows} rows"), &want, 0.0, 0.0);
 }

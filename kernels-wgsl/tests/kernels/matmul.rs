@@ -1,10 +1,11 @@
 //! `matmul` against `reference::matmul`: both entry points, all four transposes, offsets,
 //! broadcast batches, accumulate and alpha; and the launcher's argument checks.
 
+use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
+use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note};
 
 /// What C holds before a non-accumulating launch: any element the kernel fails to write shows.
 const POISON: f32 = 12345.0;
@@ -209,4 +210,45 @@ fn matmul_rejects_bad_arguments() {
     );
     // Empty work records nothing and succeeds, even on small buffers.
     matmul::matmul(&gpu, &c, &a, &b, &MatmulDims::dense(0, 1 << 20, 1 << 20, 1)).unwrap();
+}
+
+#[test]
+fn matmul_refuses_k_over_the_loop_limit() {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_note(&gpu, "matmul") else {
+        return;
+    };
+    let t = gpu.alloc_elements(4, Category::Temporary, "tiny").unwrap();
+    let c = gpu.alloc_elements(16, Category::Temporary, "c").unwrap();
+    // (m, n, trans, entry): main_scalar, main with trans_a only (one k per pass), main.
+    for (m, n, trans, entry) in [
+        (1, 1, (false, false), MatmulEntry::MainScalar),
+        (4, 4, (true, false), MatmulEntry::Main),
+        (4, 4, (false, true), MatmulEntry::Main),
+    ] {
+        let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
+        let largest = largest_within(limit, passes);
+        let k = (largest + 1).next_multiple_of(4) as usize; // main needs k % 4 == 0
+        let d = dims(m, n, k, trans, [0, 0, 0]);
+        assert_eq!(entry_point(&d), entry, "{d:?}");
+        assert_loop_limit(matmul::matmul(&gpu, &c, &t, &t, &d), "k", largest);
+    }
+}
+
+#[test]
+fn matmul_at_the_loop_limit_matches_reference() {
+    let gpu = gpu();
+    let mut rng = Rng::new(29);
+    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+    for (m, n, trans, entry) in [
+        (1, 1, (false, false), MatmulEntry::MainScalar),
+        (1, 4, (false, false), MatmulEntry::Main),
+    ] {
+        let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
+        let k = largest_within(limit, passes) as usize / 4 * 4;
+        assert_eq!(
+            check(&gpu, &mut rng, &dims(m, n, k, trans, [0, 0, 0]), 3),
+            entry
+        );
+    }
 }

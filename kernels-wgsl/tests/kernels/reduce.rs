@@ -1,11 +1,11 @@
 //! `reduce` launchers against `reference::reduce`.
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
-use plimsoll_kernels_wgsl::kernels::reduce;
+use plimsoll_kernels_wgsl::kernels::{largest_within, reduce};
 use plimsoll_kernels_wgsl::reference::reduce::{self as cpu, AxisView};
 use plimsoll_kernels_wgsl::{Category, Gpu};
 
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
+use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note};
 
 /// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
 /// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
@@ -261,4 +261,29 @@ fn reduce_long_axis_is_not_truncated() {
     let long = reduce::MAX_AXIS_LEN + 1;
     let err = reduce::sum_axis(&gpu, &out, 0, &x_gpu, 0, &[long], 0).unwrap_err();
     assert!(err.to_string().contains("MAX_AXIS_LEN"), "{err}");
+}
+
+// The *_all launchers loop len / 1024 + 16 times: the limit (about 67 million elements on
+// lavapipe) is past what one binding holds there, so only the refusal is tested, on a tiny
+// buffer (the limit is checked before the ranges).
+#[test]
+fn reduce_all_refuses_lengths_over_the_loop_limit() {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_note(&gpu, "reduce") else {
+        return;
+    };
+    let largest = largest_within(limit, reduce::all_loop_iterations);
+    let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
+    assert_loop_limit(
+        reduce::sum_all(&gpu, &t, 0, &t, 0, largest + 1),
+        "len",
+        largest,
+    );
+    assert_loop_limit(
+        reduce::mean_all(&gpu, &t, 0, &t, 0, largest + 1),
+        "len",
+        largest,
+    );
+    let max = reduce::max_all(&gpu, &t, 0, &t, 0, &t, 0, largest + 1);
+    assert_loop_limit(max, "len", largest);
 }
