@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::block::{Block, BlockSlab, NIL, Used};
-use crate::free_index::{FreeIndex, FreeKey, align_up};
+use crate::free_index::{Fit, FreeIndex, FreeKey, align_up};
 use crate::segment_table::SegmentTable;
 use crate::stats::LabelTable;
 use crate::{
@@ -100,18 +100,18 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 });
             }
         };
-        let key = match self.free.best_fit(size_bytes, alignment) {
-            Some(key) if !self.would_waste_empty_dedicated(&key, size_bytes) => key,
+        let fit = match self.free.best_fit(size_bytes, alignment) {
+            Some(fit) if !self.would_waste_empty_dedicated(&fit.key, size_bytes) => fit,
             found => match self.grow(size_bytes, &request) {
-                Ok(key) => key,
+                Ok(key) => Fit::of_key(key),
                 // The source refused; the block that fitted is still there unless it was released.
                 Err(error) => match found {
-                    Some(key) if self.free.contains(&key) => key,
+                    Some(fit) if self.free.contains(&fit.key) => fit,
                     _ => return Err(error),
                 },
             },
         };
-        Ok(self.place(key, size_bytes, alignment, &request))
+        Ok(self.place(fit, size_bytes, alignment, &request))
     }
 
     /// Gives a block back; it merges at once with free neighbours. The segment stays cached.
@@ -258,16 +258,17 @@ impl<S: SegmentSource> BufferAllocator<S> {
         &self.trace
     }
 
-    /// Carves `size_bytes` at `alignment` out of the free block `key` (best fit found it), splitting
+    /// Carves `size_bytes` at `alignment` out of the free block `fit` (best fit found it), splitting
     /// off alignment padding in front and any remainder behind as free blocks.
     pub(crate) fn place(
         &mut self,
-        key: FreeKey,
+        fit: Fit,
         size_bytes: u64,
         alignment: u64,
         request: &Request<'_>,
     ) -> Allocation {
-        self.free.remove(&key);
+        self.free.take(&fit);
+        let key = fit.key;
         let mut index = key.block;
         let padding = align_up(key.offset, alignment) - key.offset;
         if padding > 0 {

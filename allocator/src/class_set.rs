@@ -1,39 +1,46 @@
 //! The ordered set of free keys inside one size class of the free index.
 //!
-//! Why two shapes: a class usually holds a handful of blocks (a median of about ten with 10k live
-//! blocks), and for that few a binary search over a sorted `Vec` plus a short memmove costs a
-//! fraction of a B-tree's generic node walk. A class that grows past `MAX_SORTED` keys (many free
-//! blocks of one size) becomes a `BTreeSet`, so no operation moves more than `MAX_SORTED` keys and
-//! every one stays O(log n); it turns back only below `MIN_TREE`, so a class hovering around the
-//! threshold does not convert back and forth.
+//! Why two shapes: a class usually holds a handful of blocks, and for that few a binary search
+//! over a sorted `Vec` plus a memmove costs a fraction of a B-tree's generic node walk. A
+//! class that grows past `MAX_SORTED` keys (many free blocks of one size, such as one-granule
+//! slivers) becomes a `BTreeSet`, so no operation moves more than `MAX_SORTED` keys and every one
+//! stays O(log n); it turns back only below `MIN_TREE`, so a class hovering around the threshold
+//! does not convert back and forth.
+//!
+//! Why the `Vec` is kept in *decreasing* order: best fit nearly always takes the smallest key of a
+//! class, and at the end of a `Vec` that is a pop, with no memmove.
 
 use std::collections::BTreeSet;
-use std::collections::btree_set;
-use std::ops::Bound;
 
-use crate::free_index::FreeKey;
-
-/// Most keys kept as a sorted `Vec` (a memmove of at most 64 x 24 bytes).
-const MAX_SORTED: usize = 64;
+/// Most keys kept as a sorted `Vec`: a memmove of at most 4 KiB of 16-byte keys (one `rep movsb`)
+/// costs less than a B-tree's node walk with a key comparison per step, at 10k live blocks.
+const MAX_SORTED: usize = 256;
 /// A tree with fewer keys turns back into a sorted `Vec`.
 const MIN_TREE: usize = MAX_SORTED / 2;
 
-/// Free keys of one class in (size, segment, offset) order; each key at most once.
+/// Where [`ClassSet::find_first`] found a key, so that removing it needs no second search; only
+/// a hint (checked before use), since the set may have changed meanwhile.
+pub(crate) type Position = usize;
+
+/// A position that never matches, so removal searches.
+pub(crate) const UNKNOWN_POSITION: Position = usize::MAX;
+
+/// Keys of one class; each key at most once.
 #[derive(Debug)]
-pub(crate) enum ClassSet {
-    /// Strictly increasing; at most `MAX_SORTED` keys.
-    Sorted(Vec<FreeKey>),
+pub(crate) enum ClassSet<K> {
+    /// Strictly *decreasing*; at most `MAX_SORTED` keys.
+    Sorted(Vec<K>),
     /// At least `MIN_TREE` keys.
-    Tree(BTreeSet<FreeKey>),
+    Tree(BTreeSet<K>),
 }
 
-impl Default for ClassSet {
+impl<K> Default for ClassSet<K> {
     fn default() -> Self {
         Self::Sorted(Vec::new())
     }
 }
 
-impl ClassSet {
+impl<K: Ord + Copy> ClassSet<K> {
     pub fn is_empty(&self) -> bool {
         match self {
             Self::Sorted(keys) => keys.is_empty(),
@@ -41,18 +48,26 @@ impl ClassSet {
         }
     }
 
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Sorted(keys) => keys.len(),
+            Self::Tree(keys) => keys.len(),
+        }
+    }
+
     /// Inserts `key`; false if it was already there.
-    pub fn insert(&mut self, key: FreeKey) -> bool {
+    #[inline]
+    pub fn insert(&mut self, key: K) -> bool {
         match self {
             Self::Sorted(keys) => {
-                let index = keys.partition_point(|probe| *probe < key);
+                let index = keys.partition_point(|probe| *probe > key);
                 if keys.get(index) == Some(&key) {
                     return false;
                 }
                 if keys.len() < MAX_SORTED {
                     keys.insert(index, key);
                 } else {
-                    let mut tree: BTreeSet<FreeKey> = keys.drain(..).collect();
+                    let mut tree: BTreeSet<K> = keys.drain(..).collect();
                     tree.insert(key);
                     *self = Self::Tree(tree);
                 }
@@ -62,74 +77,101 @@ impl ClassSet {
         }
     }
 
-    /// Removes `key`; false if it was not there.
-    pub fn remove(&mut self, key: &FreeKey) -> bool {
+    /// Removes `key`, looking first at `position` (from `find_first`); false if it was not there.
+    #[inline]
+    pub fn remove_at(&mut self, position: Position, key: &K) -> bool {
         match self {
-            Self::Sorted(keys) => match keys.binary_search(key) {
-                Ok(index) => {
+            Self::Sorted(keys) => {
+                let index = if keys.get(position) == Some(key) {
+                    position
+                } else {
+                    match keys.binary_search_by(|probe| key.cmp(probe)) {
+                        Ok(index) => index,
+                        Err(_) => return false,
+                    }
+                };
+                // The smallest key (the usual best fit) is last: a pop, no call to `Vec::remove`.
+                if index + 1 == keys.len() {
+                    keys.pop();
+                } else {
                     keys.remove(index);
-                    true
                 }
-                Err(_) => false,
-            },
+                true
+            }
             Self::Tree(keys) => {
                 let removed = keys.remove(key);
                 if keys.len() < MIN_TREE {
-                    *self = Self::Sorted(std::mem::take(keys).into_iter().collect());
+                    *self = Self::Sorted(std::mem::take(keys).into_iter().rev().collect());
                 }
                 removed
             }
         }
     }
 
-    pub fn contains(&self, key: &FreeKey) -> bool {
+    pub fn contains(&self, key: &K) -> bool {
         match self {
-            Self::Sorted(keys) => keys.binary_search(key).is_ok(),
+            Self::Sorted(keys) => keys.binary_search_by(|probe| key.cmp(probe)).is_ok(),
             Self::Tree(keys) => keys.contains(key),
         }
     }
 
-    pub fn last(&self) -> Option<&FreeKey> {
+    /// The smallest key and its position.
+    #[inline]
+    pub fn first(&self) -> Option<(K, Position)> {
         match self {
-            Self::Sorted(keys) => keys.last(),
+            Self::Sorted(keys) => Some((*keys.last()?, keys.len() - 1)),
+            Self::Tree(keys) => Some((*keys.first()?, UNKNOWN_POSITION)),
+        }
+    }
+
+    /// The largest key.
+    pub fn last(&self) -> Option<&K> {
+        match self {
+            Self::Sorted(keys) => keys.first(),
             Self::Tree(keys) => keys.last(),
         }
     }
 
-    /// The keys at or above `start`, in order.
-    pub fn iter_from(&self, start: FreeKey) -> ClassIter<'_> {
+    /// The smallest key at or above `start` (every key if `None`) for which `accept` holds, with
+    /// its position. O(log n + k) for k keys rejected.
+    pub fn find_first(
+        &self,
+        start: Option<K>,
+        mut accept: impl FnMut(&K) -> bool,
+    ) -> Option<(K, Position)> {
         match self {
             Self::Sorted(keys) => {
-                ClassIter::Sorted(keys[keys.partition_point(|probe| *probe < start)..].iter())
+                let end = start.map_or(keys.len(), |start| {
+                    keys.partition_point(|probe| *probe >= start)
+                });
+                (0..end)
+                    .rev()
+                    .find(|&index| accept(&keys[index]))
+                    .map(|index| (keys[index], index))
             }
             Self::Tree(keys) => {
-                ClassIter::Tree(keys.range((Bound::Included(start), Bound::Unbounded)))
+                let found = match start {
+                    Some(start) => keys.range(start..).find(|key| accept(key)),
+                    None => keys.iter().find(|key| accept(key)),
+                };
+                found.map(|key| (*key, UNKNOWN_POSITION))
             }
         }
     }
 
-    /// Every key, in order.
-    pub fn iter(&self) -> ClassIter<'_> {
+    /// Calls `visit` on every key at or above `start` (every key if `None`).
+    pub fn for_each_from(&self, start: Option<K>, visit: impl FnMut(&K)) {
         match self {
-            Self::Sorted(keys) => ClassIter::Sorted(keys.iter()),
-            Self::Tree(keys) => ClassIter::Tree(keys.range(..)),
-        }
-    }
-}
-
-/// An in-order iterator over (part of) a [`ClassSet`].
-pub(crate) enum ClassIter<'a> {
-    Sorted(std::slice::Iter<'a, FreeKey>),
-    Tree(btree_set::Range<'a, FreeKey>),
-}
-
-impl Iterator for ClassIter<'_> {
-    type Item = FreeKey;
-
-    fn next(&mut self) -> Option<FreeKey> {
-        match self {
-            Self::Sorted(keys) => keys.next().copied(),
-            Self::Tree(keys) => keys.next().copied(),
+            Self::Sorted(keys) => {
+                let end = start.map_or(keys.len(), |start| {
+                    keys.partition_point(|probe| *probe >= start)
+                });
+                keys[..end].iter().for_each(visit);
+            }
+            Self::Tree(keys) => match start {
+                Some(start) => keys.range(start..).for_each(visit),
+                None => keys.iter().for_each(visit),
+            },
         }
     }
 }

@@ -24,6 +24,7 @@ mod allocator;
 mod block;
 mod bytes;
 mod category;
+mod class_bitmap;
 mod class_set;
 mod config;
 mod error;

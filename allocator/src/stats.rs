@@ -21,7 +21,8 @@ pub struct CategoryStats {
 }
 
 /// The allocator's statistics. Every field is kept up to date by each operation in O(1)
-/// (the largest free block in O(log n)); `check_invariants` recomputes them from scratch.
+/// (the largest free block too, kept by the free index); `check_invariants` recomputes them from
+/// scratch.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
     /// Bytes in live allocations: the sum of their rounded sizes.
