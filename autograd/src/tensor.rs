@@ -379,6 +379,30 @@ impl Tensor {
         }
     }
 
+    /// The storage and the element offset of element 0 in it: what kernel launchers take
+    /// (`plimsoll-nn`'s fused optimizers update parameters in place through it). The tensor's
+    /// elements are `numel()` contiguous elements from that offset.
+    pub fn storage(&self) -> (&DeviceBuffer, u64) {
+        (&self.storage, self.offset)
+    }
+
+    /// The allocator label of the storage (who holds the memory).
+    pub fn label(&self) -> &str {
+        self.storage.label()
+    }
+
+    /// Overwrites this f32 tensor's elements, in place, with `data` (row-major, `numel()`
+    /// values), through the queue in order after every recorded launch (loading saved state
+    /// into existing parameters). Views share storage: every view sees the new values. Records
+    /// no graph. Errors: [`Error::DTypeMismatch`] unless f32, [`Error::InvalidArgument`] when
+    /// `data.len() != numel()`.
+    pub fn write_from_slice(&self, data: &[f32]) -> Result<()> {
+        self.expect_dtype("write_from_slice", DType::F32)?;
+        Self::checked_len("write_from_slice", &self.shape, data.len())?;
+        self.gpu.write(&self.storage, self.offset, data)?;
+        Ok(())
+    }
+
     /// Reads the f32 values back within the GPU's default deadline.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
         self.to_vec_within(self.gpu.default_deadline())
