@@ -1,2 +1,40 @@
-//! Plimsoll's layer library (not built yet): it will hold modules (Linear, Embedding, LayerNorm,
-//! attention), losses, optimizers (SGD, AdamW) and parameter state saved as safetensors.
+//! Plimsoll's layer library: the [`Module`] trait (forward, dotted parameter names, train/eval
+//! mode) and the layers of a small language model — [`Linear`] (seeded [`Init`]),
+//! [`Embedding`], [`LayerNorm`], [`Dropout`], the activations, [`Sequential`] (with
+//! checkpointed segments) and [`mlp`], [`ResidualMlpBlock`], [`CausalSelfAttention`] and the
+//! pre-norm [`TransformerBlock`]; the losses ([`loss`]); the optimizers [`Sgd`] and [`AdamW`]
+//! on `kernels-wgsl`'s fused kernels, with [`zero_grad`], [`clip_grad_norm`] and
+//! [`LrSchedule`] ([`optim`]); and parameter/optimizer state as plain safetensors files
+//! ([`state`]). It is not the training loop (micro-batching, checkpoint policy, mixed
+//! precision, out-of-memory recovery): that is `plimsoll-trainer`. Every fallible function
+//! returns this crate's [`Error`].
+//!
+//! Map: [`module`], [`linear`], [`activation`], [`norm`], [`embedding`], [`attention`],
+//! [`blocks`], [`sequential`], [`loss`], [`optim`], [`state`], [`error`].
+
+pub mod activation;
+pub mod attention;
+pub mod blocks;
+pub mod embedding;
+pub mod error;
+pub mod linear;
+pub mod loss;
+pub mod module;
+pub mod norm;
+pub mod optim;
+pub mod sequential;
+pub mod state;
+
+pub use activation::{Activation, Dropout, Gelu, Relu, Sigmoid, Tanh};
+pub use attention::CausalSelfAttention;
+pub use blocks::{ResidualMlpBlock, TransformerBlock};
+pub use embedding::Embedding;
+pub use error::{Error, Result};
+pub use linear::{Init, Linear};
+pub use module::{Module, parameter_count};
+pub use norm::LayerNorm;
+pub use optim::{
+    AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
+};
+pub use sequential::{Sequential, mlp};
+pub use state::{HostTensor, LoadedState};

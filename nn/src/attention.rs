@@ -1,0 +1,137 @@
+//! [`CausalSelfAttention`]: multi-head self-attention with a causal mask (position `t` attends
+//! to positions `<= t`), one fused `qkv` projection and an output projection `proj`.
+
+use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions};
+
+use crate::error::{Error, Result};
+use crate::linear::{Init, Linear, derive_seed};
+use crate::module::{Module, prefixed};
+
+/// The score given to masked (future) positions: finite, so no `inf - inf` can appear, and far
+/// below any real score, so `exp` of it is exactly 0 in f32.
+const MASKED_SCORE: f32 = -1e9;
+
+/// Causal multi-head self-attention over `[batch, time, dim]`. Parameters: `qkv.weight`
+/// `[dim, 3 dim]`, `qkv.bias`, `proj.weight` `[dim, dim]`, `proj.bias`.
+#[derive(Debug, Clone)]
+pub struct CausalSelfAttention {
+    qkv: Linear,
+    proj: Linear,
+    /// Invariant: divides `dim`.
+    heads: usize,
+    training: bool,
+}
+
+impl CausalSelfAttention {
+    /// Attention over `dim` features split into `heads` heads of `dim / heads` each, initialised
+    /// (Xavier uniform) from `seed`. Errors: `heads` zero or not dividing `dim`.
+    pub fn new(gpu: &Gpu, dim: usize, heads: usize, seed: u64) -> Result<CausalSelfAttention> {
+        if heads == 0 || dim == 0 || !dim.is_multiple_of(heads) {
+            return Err(Error::InvalidConfig {
+                what: "CausalSelfAttention::new",
+                message: format!(
+                    "dim {dim} must be a positive multiple of heads {heads} (each head gets \
+                     dim / heads features)"
+                ),
+            });
+        }
+        let init = Init::XavierUniform;
+        Ok(CausalSelfAttention {
+            qkv: Linear::new(gpu, dim, 3 * dim, true, init, derive_seed(seed, 1))?,
+            proj: Linear::new(gpu, dim, dim, true, init, derive_seed(seed, 2))?,
+            heads,
+            training: true,
+        })
+    }
+
+    /// Number of heads.
+    pub fn heads(&self) -> usize {
+        self.heads
+    }
+
+    /// The input projection to queries, keys and values (`[dim, 3 dim]`, in that order).
+    pub fn qkv(&self) -> &Linear {
+        &self.qkv
+    }
+
+    /// The output projection.
+    pub fn proj(&self) -> &Linear {
+        &self.proj
+    }
+}
+
+/// `[time, time]` additive mask: 0 on and below the diagonal, [`MASKED_SCORE`] above.
+fn causal_mask(gpu: &Gpu, time: usize) -> Result<Tensor> {
+    let data: Vec<f32> = (0..time * time)
+        .map(|i| {
+            if i % time > i / time {
+                MASKED_SCORE
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let options = TensorOptions {
+        category: Category::Temporary,
+        label: "causal_mask",
+        requires_grad: false,
+    };
+    Ok(Tensor::from_slice_with(gpu, &data, &[time, time], options)?)
+}
+
+impl Module for CausalSelfAttention {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dim = self.qkv.in_features();
+        let &[batch, time, channels] = x.shape() else {
+            return Err(Error::InputShape {
+                module: "CausalSelfAttention",
+                expected: format!("[batch, time, {dim}]"),
+                found: x.shape().to_vec(),
+            });
+        };
+        if channels != dim {
+            return Err(Error::InputShape {
+                module: "CausalSelfAttention",
+                expected: format!("[batch, time, {dim}]"),
+                found: x.shape().to_vec(),
+            });
+        }
+        let (heads, head_dim) = (self.heads, dim / self.heads);
+        // (B, T, 3C) -> (B, T, 3, H, D) -> (3, B, H, T, D): q, k, v are then leading slices.
+        let qkv = self
+            .qkv
+            .forward(x)?
+            .reshape(&[batch, time, 3, heads, head_dim])?
+            .permute(&[2, 0, 3, 1, 4])?;
+        let part = |i: usize| -> Result<Tensor> {
+            Ok(qkv
+                .slice(0, i, 1)?
+                .reshape(&[batch, heads, time, head_dim])?)
+        };
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        let q = part(0)?.mul_scalar(scale)?; // (B, H, T, D), pre-scaled: T·D work, not T·T
+        let k_t = part(1)?.transpose(2, 3)?; // (B, H, D, T)
+        let v = part(2)?; // (B, H, T, D)
+        let scores = q.matmul(&k_t)?.add(&causal_mask(x.gpu(), time)?)?; // (B, H, T, T)
+        let attention = scores.softmax()?;
+        let y = attention
+            .matmul(&v)? // (B, H, T, D)
+            .permute(&[0, 2, 1, 3])? // (B, T, H, D)
+            .reshape(&[batch, time, dim])?;
+        self.proj.forward(&y)
+    }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = prefixed("qkv", self.qkv.parameters());
+        p.extend(prefixed("proj", self.proj.parameters()));
+        p
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}

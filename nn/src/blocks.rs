@@ -1,0 +1,142 @@
+//! Residual blocks: [`ResidualMlpBlock`] (`x + fc2(act(fc1(ln(x))))`) and the pre-norm
+//! [`TransformerBlock`] (`x + attn(ln1(x))`, then `x + mlp(ln2(x))`).
+
+use plimsoll_autograd::{Gpu, Tensor};
+
+use crate::activation::Activation;
+use crate::attention::CausalSelfAttention;
+use crate::error::Result;
+use crate::linear::{Linear, derive_seed};
+use crate::module::{Module, prefixed};
+use crate::norm::LayerNorm;
+
+/// The layer-norm epsilon of the blocks (PyTorch's default).
+const LAYER_NORM_EPS: f32 = 1e-5;
+
+/// `x + fc2(act(fc1(ln(x))))` over `[.., dim]`. Parameters: `ln.weight`, `ln.bias`,
+/// `fc1.weight` `[dim, hidden]`, `fc1.bias`, `fc2.weight` `[hidden, dim]`, `fc2.bias`.
+#[derive(Debug, Clone)]
+pub struct ResidualMlpBlock {
+    ln: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    activation: Activation,
+    training: bool,
+}
+
+impl ResidualMlpBlock {
+    /// A block of width `dim` with a `hidden`-wide middle layer, initialised from `seed`.
+    pub fn new(
+        gpu: &Gpu,
+        dim: usize,
+        hidden: usize,
+        activation: Activation,
+        seed: u64,
+    ) -> Result<ResidualMlpBlock> {
+        Ok(ResidualMlpBlock {
+            ln: LayerNorm::new(gpu, dim, LAYER_NORM_EPS)?,
+            fc1: Linear::new(
+                gpu,
+                dim,
+                hidden,
+                true,
+                activation.init(),
+                derive_seed(seed, 1),
+            )?,
+            fc2: Linear::new(
+                gpu,
+                hidden,
+                dim,
+                true,
+                activation.init(),
+                derive_seed(seed, 2),
+            )?,
+            activation,
+            training: true,
+        })
+    }
+}
+
+impl Module for ResidualMlpBlock {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.fc1.forward(&self.ln.forward(x)?)?;
+        let h = self.fc2.forward(&self.activation.apply(&h)?)?;
+        Ok(x.add(&h)?)
+    }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = prefixed("ln", self.ln.parameters());
+        p.extend(prefixed("fc1", self.fc1.parameters()));
+        p.extend(prefixed("fc2", self.fc2.parameters()));
+        p
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+/// A pre-norm transformer block over `[batch, time, dim]`: `x = x + attn(ln1(x))`, then
+/// `x = x + fc2(gelu(fc1(ln2(x))))`. Parameters: `ln1.*`, `attn.qkv.*`, `attn.proj.*`,
+/// `ln2.*`, `mlp.fc1.*`, `mlp.fc2.*`.
+#[derive(Debug, Clone)]
+pub struct TransformerBlock {
+    ln1: LayerNorm,
+    attn: CausalSelfAttention,
+    ln2: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+    training: bool,
+}
+
+impl TransformerBlock {
+    /// A block of width `dim` with `heads` attention heads and an `mlp_hidden`-wide MLP
+    /// (`4 * dim` is usual), initialised from `seed`. Errors: `heads` not dividing `dim`.
+    pub fn new(
+        gpu: &Gpu,
+        dim: usize,
+        heads: usize,
+        mlp_hidden: usize,
+        seed: u64,
+    ) -> Result<TransformerBlock> {
+        let init = Activation::Gelu.init();
+        Ok(TransformerBlock {
+            ln1: LayerNorm::new(gpu, dim, LAYER_NORM_EPS)?,
+            attn: CausalSelfAttention::new(gpu, dim, heads, derive_seed(seed, 1))?,
+            ln2: LayerNorm::new(gpu, dim, LAYER_NORM_EPS)?,
+            fc1: Linear::new(gpu, dim, mlp_hidden, true, init, derive_seed(seed, 2))?,
+            fc2: Linear::new(gpu, mlp_hidden, dim, true, init, derive_seed(seed, 3))?,
+            training: true,
+        })
+    }
+}
+
+impl Module for TransformerBlock {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
+        let h = self.fc1.forward(&self.ln2.forward(&x)?)?.gelu()?;
+        Ok(x.add(&self.fc2.forward(&h)?)?)
+    }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = prefixed("ln1", self.ln1.parameters());
+        p.extend(prefixed("attn", self.attn.parameters()));
+        p.extend(prefixed("ln2", self.ln2.parameters()));
+        p.extend(prefixed("mlp.fc1", self.fc1.parameters()));
+        p.extend(prefixed("mlp.fc2", self.fc2.parameters()));
+        p
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+        self.attn.set_training(training);
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}

@@ -1,0 +1,42 @@
+//! The [`Module`] trait: a forward function, named parameters and a train/eval switch.
+//!
+//! Parameter names are dotted paths (`blocks.3.attn.qkv.weight`): a container prefixes each
+//! child's names with the child's name and a dot ([`prefixed`]). The order is stable (the order
+//! in which the module declares them), so two models built the same way list the same names in
+//! the same order.
+
+use plimsoll_autograd::Tensor;
+
+use crate::error::Result;
+
+/// A layer or a network: forward, parameters, and the train/eval mode.
+///
+/// `Send + Sync` so that a module can be shared with a checkpointed segment
+/// ([`crate::Sequential::forward_checkpointed`]), which backward runs again.
+pub trait Module: Send + Sync {
+    /// Runs the module on `x` (recording a graph when grad mode is on).
+    fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// Every trainable parameter with its dotted name, in a stable order. The tensors are
+    /// handles: they share storage and gradient slot with the module's own.
+    fn parameters(&self) -> Vec<(String, Tensor)>;
+
+    /// Switches training mode (`true`, dropout active) or evaluation mode (`false`).
+    fn set_training(&mut self, training: bool);
+
+    /// Whether the module is in training mode.
+    fn is_training(&self) -> bool;
+}
+
+/// `params` with every name prefixed by `prefix` and a dot.
+pub fn prefixed(prefix: &str, params: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    params
+        .into_iter()
+        .map(|(name, t)| (format!("{prefix}.{name}"), t))
+        .collect()
+}
+
+/// Total number of parameter elements of `module`.
+pub fn parameter_count(module: &dyn Module) -> usize {
+    module.parameters().iter().map(|(_, t)| t.numel()).sum()
+}

@@ -1,0 +1,196 @@
+//! [`AdamW`]: Adam with bias correction and decoupled weight decay, PyTorch's
+//! `torch.optim.AdamW` semantics, one fused `adamw_step` launch per parameter. Adam is AdamW
+//! with `weight_decay` 0.
+
+use std::collections::BTreeMap;
+
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::kernels::optimizer::{AdamWBuffers, adamw_step};
+use plimsoll_kernels_wgsl::reference::optimizer as reference;
+
+use super::{Optimizer, check_state_shape, split_state, zeros_state};
+use crate::error::{Error, Result};
+
+/// AdamW hyper-parameters (PyTorch names and defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
+/// weight decay 1e-2).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamWConfig {
+    /// Learning rate.
+    pub lr: f32,
+    /// First-moment decay.
+    pub beta1: f32,
+    /// Second-moment decay.
+    pub beta2: f32,
+    /// Denominator term.
+    pub eps: f32,
+    /// Decoupled weight decay: `p *= 1 - lr * weight_decay` (0 gives Adam).
+    pub weight_decay: f32,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        AdamWConfig {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 1e-2,
+        }
+    }
+}
+
+impl AdamWConfig {
+    /// The kernel's (f64) configuration.
+    pub fn to_reference(&self) -> reference::AdamWConfig {
+        reference::AdamWConfig {
+            lr: f64::from(self.lr),
+            beta1: f64::from(self.beta1),
+            beta2: f64::from(self.beta2),
+            eps: f64::from(self.eps),
+            weight_decay: f64::from(self.weight_decay),
+        }
+    }
+}
+
+/// Both moments of one parameter.
+#[derive(Debug, Clone)]
+struct Moments {
+    /// `m`, shaped like the parameter.
+    exp_avg: Tensor,
+    /// `v`, shaped like the parameter.
+    exp_avg_sq: Tensor,
+}
+
+/// AdamW. State: `exp_avg.<name>` and `exp_avg_sq.<name>` per parameter. The bias correction
+/// uses the optimizer's step count (one counter for every parameter: a parameter first seen at
+/// a later step is corrected as if its moments had been zero before, unlike PyTorch's
+/// per-parameter count; the two agree whenever every parameter gets a gradient every step).
+#[derive(Debug)]
+pub struct AdamW {
+    config: AdamWConfig,
+    moments: BTreeMap<String, Moments>,
+    steps: u64,
+    grad_scale: f32,
+}
+
+impl AdamW {
+    /// An optimizer with `config`.
+    pub fn new(config: AdamWConfig) -> AdamW {
+        AdamW {
+            config,
+            moments: BTreeMap::new(),
+            steps: 0,
+            grad_scale: 1.0,
+        }
+    }
+
+    /// The configuration (with the current learning rate).
+    pub fn config(&self) -> &AdamWConfig {
+        &self.config
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        let config = self.config.to_reference();
+        let step = self.steps + 1;
+        for (name, param) in params {
+            let Some(grad) = param.grad() else { continue };
+            if !self.moments.contains_key(name) {
+                let moments = Moments {
+                    exp_avg: zeros_state(param, &format!("exp_avg.{name}"))?,
+                    exp_avg_sq: zeros_state(param, &format!("exp_avg_sq.{name}"))?,
+                };
+                self.moments.insert(name.clone(), moments);
+            }
+            let Some(moments) = self.moments.get(name) else {
+                continue;
+            };
+            check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
+            check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)?;
+            let (p, param_offset) = param.storage();
+            let (g, grad_offset) = grad.storage();
+            let (m, exp_avg_offset) = moments.exp_avg.storage();
+            let (v, exp_avg_sq_offset) = moments.exp_avg_sq.storage();
+            let buffers = AdamWBuffers {
+                param: p,
+                param_offset,
+                grad: g,
+                grad_offset,
+                exp_avg: m,
+                exp_avg_offset,
+                exp_avg_sq: v,
+                exp_avg_sq_offset,
+            };
+            adamw_step(
+                param.gpu(),
+                &buffers,
+                param.numel() as u64,
+                &config,
+                step,
+                self.grad_scale,
+            )?;
+        }
+        self.steps = step;
+        Ok(())
+    }
+
+    fn lr(&self) -> f32 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.config.lr = lr;
+    }
+
+    fn step_count(&self) -> u64 {
+        self.steps
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        let mut out: Vec<(String, Tensor)> = Vec::with_capacity(2 * self.moments.len());
+        for (name, m) in &self.moments {
+            out.push((format!("exp_avg.{name}"), m.exp_avg.clone()));
+            out.push((format!("exp_avg_sq.{name}"), m.exp_avg_sq.clone()));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
+        let mut split = split_state(state, &["exp_avg", "exp_avg_sq"])?;
+        let mut exp_avg = split.remove("exp_avg").unwrap_or_default();
+        let mut exp_avg_sq = split.remove("exp_avg_sq").unwrap_or_default();
+        let mut moments = BTreeMap::new();
+        for (name, m) in std::mem::take(&mut exp_avg) {
+            let Some(v) = exp_avg_sq.remove(&name) else {
+                return Err(Error::OptimizerState {
+                    name: format!("exp_avg_sq.{name}"),
+                    message: "missing while exp_avg is present; AdamW needs both moments"
+                        .to_string(),
+                });
+            };
+            moments.insert(
+                name,
+                Moments {
+                    exp_avg: m,
+                    exp_avg_sq: v,
+                },
+            );
+        }
+        if let Some(name) = exp_avg_sq.keys().next() {
+            return Err(Error::OptimizerState {
+                name: format!("exp_avg.{name}"),
+                message: "missing while exp_avg_sq is present; AdamW needs both moments"
+                    .to_string(),
+            });
+        }
+        self.moments = moments;
+        self.steps = step_count;
+        Ok(())
+    }
+
+    fn set_grad_scale(&mut self, scale: f32) {
+        self.grad_scale = scale;
+    }
+}

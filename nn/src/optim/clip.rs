@@ -1,0 +1,60 @@
+//! Gradient norms: [`grad_norm`] (global L2 norm, summed on the GPU, one read-back) and
+//! [`clip_grad_norm`] (scales every gradient in place when the norm is above a maximum).
+
+use plimsoll_autograd::{Tensor, no_grad};
+use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, scalar_rhs};
+
+use crate::error::{Error, Result};
+
+/// The global L2 norm `sqrt(sum over every gradient element of g^2)` of the gradients of
+/// `params` (parameters without a gradient count as zero). Computed on the GPU: one squared sum
+/// per tensor, added up there, and one read-back. 0 when no parameter has a gradient.
+pub fn grad_norm(params: &[(String, Tensor)]) -> Result<f32> {
+    let _no_grad = no_grad();
+    let mut total: Option<Tensor> = None;
+    for (_, p) in params {
+        let Some(g) = p.grad() else { continue };
+        let squares = g.mul(&g)?.sum_all()?;
+        total = Some(match total {
+            Some(t) => t.add(&squares)?,
+            None => squares,
+        });
+    }
+    match total {
+        Some(t) => Ok(t.sqrt()?.item()?),
+        None => Ok(0.0),
+    }
+}
+
+/// Clips the gradients of `params` to a global L2 norm of at most `max_norm` (PyTorch's
+/// `clip_grad_norm_`): when the norm exceeds it, every gradient is multiplied in place by
+/// `max_norm / (norm + 1e-6)`. Returns the norm before clipping. A non-finite norm (an overflow
+/// under mixed precision) is returned as it is and the gradients are left alone, so the caller
+/// can skip the step. Errors: `max_norm` not positive and finite.
+pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f32) -> Result<f32> {
+    if !(max_norm.is_finite() && max_norm > 0.0) {
+        return Err(Error::InvalidConfig {
+            what: "clip_grad_norm",
+            message: format!("max_norm {max_norm} must be positive and finite (1.0 is usual)"),
+        });
+    }
+    let norm = grad_norm(params)?;
+    if norm.is_finite() && norm > max_norm {
+        let coefficient = max_norm / (norm + 1e-6);
+        for (_, p) in params {
+            let Some(g) = p.grad() else { continue };
+            let (buffer, offset) = g.storage();
+            scalar_rhs(
+                g.gpu(),
+                BinaryOp::Mul,
+                buffer,
+                offset,
+                buffer,
+                offset,
+                g.numel() as u64,
+                coefficient,
+            )?;
+        }
+    }
+    Ok(norm)
+}

@@ -1,0 +1,144 @@
+//! Optimizers ([`Sgd`], [`AdamW`]) behind the [`Optimizer`] trait, gradient utilities
+//! ([`zero_grad`], [`clip_grad_norm`], [`grad_norm`]) and learning-rate schedules
+//! ([`LrSchedule`]).
+//!
+//! Conventions: an optimizer updates every parameter that has a gradient, in place, with one
+//! fused kernel launch per tensor (`kernels-wgsl`'s `optimizer` family: the same f32 scalars as
+//! its CPU reference). Its state is created lazily at the first step that sees a parameter, as
+//! `Category::OptimizerState`, labelled `<kind>.<parameter name>`, which is also the state's
+//! name in [`Optimizer::state`] (`exp_avg.0.weight`). Steps only *record* launches; nothing
+//! waits for the GPU.
+
+mod adamw;
+mod clip;
+mod schedule;
+mod sgd;
+
+pub use adamw::{AdamW, AdamWConfig};
+pub use clip::{clip_grad_norm, grad_norm};
+pub use schedule::LrSchedule;
+pub use sgd::{Sgd, SgdConfig};
+
+use std::collections::BTreeMap;
+
+use plimsoll_autograd::{Category, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::kernels::copy;
+
+use crate::error::{Error, Result};
+
+/// An optimizer: updates parameters from their gradients and keeps per-parameter state.
+pub trait Optimizer {
+    /// One update of every parameter in `params` that has a gradient (parameters without one
+    /// are skipped), then the step count goes up by one. State for a parameter seen the first
+    /// time is created here.
+    fn step(&mut self, params: &[(String, Tensor)]) -> Result<()>;
+
+    /// The learning rate of the next step.
+    fn lr(&self) -> f32;
+
+    /// Sets the learning rate (schedules call this before each step).
+    fn set_lr(&mut self, lr: f32);
+
+    /// Steps taken so far (restored by [`Optimizer::load_state`]).
+    fn step_count(&self) -> u64;
+
+    /// The state tensors, named `<kind>.<parameter name>` (`exp_avg.0.weight`,
+    /// `exp_avg_sq.0.weight`, `momentum.0.weight`), sorted by name. Handles: they share storage
+    /// with the optimizer's own.
+    fn state(&self) -> Vec<(String, Tensor)>;
+
+    /// Replaces the state with `state` (names as [`Optimizer::state`] gives them; the values are
+    /// copied into fresh optimizer-state buffers) and the step count with `step_count`. Errors:
+    /// a name this optimizer does not keep, or a parameter with only part of its state.
+    fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()>;
+
+    /// Multiplies every gradient by `scale` inside the fused update (the mixed-precision
+    /// unscale, `1 / loss_scale`); 1 by default.
+    fn set_grad_scale(&mut self, scale: f32);
+}
+
+/// Frees every parameter's gradient (sets it to none), so nothing accumulates into the next
+/// backward and the memory goes back to the allocator.
+pub fn zero_grad(params: &[(String, Tensor)]) {
+    for (_, p) in params {
+        p.clear_grad();
+    }
+}
+
+/// A zero-filled state tensor shaped like `param`, as `Category::OptimizerState`.
+fn zeros_state(param: &Tensor, label: &str) -> Result<Tensor> {
+    let options = TensorOptions {
+        category: Category::OptimizerState,
+        label,
+        requires_grad: false,
+    };
+    Ok(Tensor::zeros(param.gpu(), param.shape(), options)?)
+}
+
+/// A copy of `source` in a fresh `Category::OptimizerState` buffer labelled `label`.
+fn copy_state(source: &Tensor, label: &str) -> Result<Tensor> {
+    let kept = zeros_state(source, label)?;
+    let (src, src_offset) = source.storage();
+    let (dst, dst_offset) = kept.storage();
+    copy::copy(
+        source.gpu(),
+        src,
+        src_offset,
+        dst,
+        dst_offset,
+        source.numel() as u64,
+    )?;
+    Ok(kept)
+}
+
+/// The state entries of `state` split by kind: `kinds` are the prefixes this optimizer keeps
+/// (`"exp_avg"`); each entry `<kind>.<name>` lands in `out[kind][name]`, copied into
+/// optimizer-state memory.
+fn split_state(
+    state: Vec<(String, Tensor)>,
+    kinds: &[&str],
+) -> Result<BTreeMap<String, BTreeMap<String, Tensor>>> {
+    let mut out: BTreeMap<String, BTreeMap<String, Tensor>> = kinds
+        .iter()
+        .map(|k| (k.to_string(), BTreeMap::new()))
+        .collect();
+    for (full, tensor) in state {
+        let split = full.split_once('.');
+        let Some((kind, name)) = split.filter(|(k, n)| kinds.contains(k) && !n.is_empty()) else {
+            return Err(Error::OptimizerState {
+                name: full,
+                message: format!(
+                    "not a state entry of this optimizer (expected <kind>.<parameter> with kind \
+                     one of {kinds:?}); was it saved by another optimizer?"
+                ),
+            });
+        };
+        if tensor.dtype() != plimsoll_autograd::DType::F32 {
+            return Err(Error::OptimizerState {
+                name: full.clone(),
+                message: format!("expected f32 data, got {:?}", tensor.dtype()),
+            });
+        }
+        let copied = copy_state(&tensor, &full)?;
+        if let Some(map) = out.get_mut(kind) {
+            map.insert(name.to_string(), copied);
+        }
+    }
+    Ok(out)
+}
+
+/// Errors unless the state tensor `state` (named `name`) is shaped like `param`.
+fn check_state_shape(name: &str, state: &Tensor, param: &Tensor) -> Result<()> {
+    if state.shape() != param.shape() {
+        return Err(Error::OptimizerState {
+            name: name.to_string(),
+            message: format!(
+                "shape {:?} does not match the parameter's {:?}; was the state loaded for \
+                 another model?",
+                state.shape(),
+                param.shape()
+            ),
+        });
+    }
+    Ok(())
+}

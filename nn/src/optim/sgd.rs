@@ -1,0 +1,161 @@
+//! [`Sgd`]: stochastic gradient descent with momentum, dampening, Nesterov and L2 weight decay,
+//! PyTorch's `torch.optim.SGD` semantics, one fused `sgd_step` launch per parameter.
+
+use std::collections::BTreeMap;
+
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::kernels::optimizer::{SgdBuffers, sgd_step};
+use plimsoll_kernels_wgsl::reference::optimizer as reference;
+
+use super::{Optimizer, check_state_shape, split_state, zeros_state};
+use crate::error::Result;
+
+/// SGD hyper-parameters (PyTorch names and defaults, `lr` 0.01).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate.
+    pub lr: f32,
+    /// Momentum factor; 0 keeps no state.
+    pub momentum: f32,
+    /// Dampening of the gradient added to the momentum buffer (not on the first step).
+    pub dampening: f32,
+    /// L2 penalty added to the gradient: `g += weight_decay * p`.
+    pub weight_decay: f32,
+    /// Nesterov momentum (needs `momentum > 0` and `dampening == 0`).
+    pub nesterov: bool,
+}
+
+impl Default for SgdConfig {
+    fn default() -> Self {
+        SgdConfig {
+            lr: 0.01,
+            momentum: 0.0,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        }
+    }
+}
+
+impl SgdConfig {
+    /// The kernel's (f64) configuration.
+    pub fn to_reference(&self) -> reference::SgdConfig {
+        reference::SgdConfig {
+            lr: f64::from(self.lr),
+            momentum: f64::from(self.momentum),
+            dampening: f64::from(self.dampening),
+            weight_decay: f64::from(self.weight_decay),
+            nesterov: self.nesterov,
+        }
+    }
+}
+
+/// SGD. State: `momentum.<name>` per parameter when `momentum != 0`.
+#[derive(Debug)]
+pub struct Sgd {
+    config: SgdConfig,
+    /// Momentum buffers by parameter name; each shaped like its parameter.
+    momentum: BTreeMap<String, Tensor>,
+    steps: u64,
+    grad_scale: f32,
+}
+
+impl Sgd {
+    /// An optimizer with `config`. A Nesterov configuration without momentum, or with
+    /// dampening, is refused by the first [`Optimizer::step`].
+    pub fn new(config: SgdConfig) -> Sgd {
+        Sgd {
+            config,
+            momentum: BTreeMap::new(),
+            steps: 0,
+            grad_scale: 1.0,
+        }
+    }
+
+    /// The configuration (with the current learning rate).
+    pub fn config(&self) -> &SgdConfig {
+        &self.config
+    }
+}
+
+impl Optimizer for Sgd {
+    fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        let config = self.config.to_reference();
+        for (name, param) in params {
+            let Some(grad) = param.grad() else { continue };
+            let mut first_step = false;
+            let momentum = if self.config.momentum != 0.0 {
+                let key = name.clone();
+                if !self.momentum.contains_key(&key) {
+                    let buf = zeros_state(param, &format!("momentum.{name}"))?;
+                    self.momentum.insert(key.clone(), buf);
+                    first_step = true;
+                }
+                let buf = self.momentum.get(&key);
+                if let Some(buf) = buf {
+                    check_state_shape(&format!("momentum.{name}"), buf, param)?;
+                }
+                buf
+            } else {
+                None
+            };
+            let (p, p_offset) = param.storage();
+            let (g, g_offset) = grad.storage();
+            let (m, m_offset) = match momentum {
+                Some(t) => {
+                    let (b, o) = t.storage();
+                    (Some(b), o)
+                }
+                None => (None, 0),
+            };
+            let buffers = SgdBuffers {
+                param: p,
+                param_offset: p_offset,
+                grad: g,
+                grad_offset: g_offset,
+                momentum_buf: m,
+                momentum_buf_offset: m_offset,
+            };
+            sgd_step(
+                param.gpu(),
+                &buffers,
+                param.numel() as u64,
+                &config,
+                first_step,
+                self.grad_scale,
+            )?;
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    fn lr(&self) -> f32 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.config.lr = lr;
+    }
+
+    fn step_count(&self) -> u64 {
+        self.steps
+    }
+
+    fn state(&self) -> Vec<(String, Tensor)> {
+        self.momentum
+            .iter()
+            .map(|(name, t)| (format!("momentum.{name}"), t.clone()))
+            .collect()
+    }
+
+    fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
+        let mut split = split_state(state, &["momentum"])?;
+        self.momentum = split.remove("momentum").unwrap_or_default();
+        self.steps = step_count;
+        Ok(())
+    }
+
+    fn set_grad_scale(&mut self, scale: f32) {
+        self.grad_scale = scale;
+    }
+}

@@ -1,0 +1,178 @@
+//! [`Sequential`]: children run one after another, named `"0"`, `"1"`, ...; optionally in
+//! checkpointed segments ([`Sequential::forward_checkpointed`]); and [`mlp`], its builder for
+//! multi-layer perceptrons.
+
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use plimsoll_autograd::{Gpu, Tensor, checkpoint};
+
+use crate::activation::Activation;
+use crate::error::{Error, Result};
+use crate::linear::{Linear, derive_seed};
+use crate::module::{Module, prefixed};
+
+/// A child, shared with the checkpointed segments that backward recomputes (they must outlive
+/// the forward call). The lock is only ever taken for writing by `set_training`.
+type Child = Arc<RwLock<Box<dyn Module>>>;
+
+fn read(child: &Child) -> RwLockReadGuard<'_, Box<dyn Module>> {
+    child.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Modules applied in order. Children are named by their index.
+pub struct Sequential {
+    children: Vec<Child>,
+    training: bool,
+}
+
+impl std::fmt::Debug for Sequential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sequential")
+            .field("len", &self.children.len())
+            .field("training", &self.training)
+            .finish()
+    }
+}
+
+impl Default for Sequential {
+    fn default() -> Self {
+        Sequential::new()
+    }
+}
+
+impl Sequential {
+    /// An empty sequence (its forward is the identity), in training mode.
+    pub fn new() -> Sequential {
+        Sequential {
+            children: Vec::new(),
+            training: true,
+        }
+    }
+
+    /// This sequence with `module` appended (it takes the sequence's mode).
+    pub fn push(self, module: impl Module + 'static) -> Sequential {
+        self.push_boxed(Box::new(module))
+    }
+
+    /// [`Sequential::push`] for a boxed module.
+    pub fn push_boxed(mut self, mut module: Box<dyn Module>) -> Sequential {
+        module.set_training(self.training);
+        self.children.push(Arc::new(RwLock::new(module)));
+        self
+    }
+
+    /// Number of children.
+    pub fn len(&self) -> usize {
+        self.children.len()
+    }
+
+    /// Whether there are no children.
+    pub fn is_empty(&self) -> bool {
+        self.children.is_empty()
+    }
+
+    /// Runs the children, every run of `segment_len` consecutive children (the last run may be
+    /// shorter) as one [`plimsoll_autograd::checkpoint()`] segment: its intermediates are not
+    /// kept, and backward runs it again (with the same dropout masks). `segment_len >= len()`
+    /// makes the whole sequence one segment; `segment_len == 0` means no checkpointing (the plain
+    /// [`Module::forward`]). Which segment length to use is the caller's policy; this is the
+    /// mechanism.
+    pub fn forward_checkpointed(&self, x: &Tensor, segment_len: usize) -> Result<Tensor> {
+        if segment_len == 0 {
+            return self.forward(x);
+        }
+        let mut h = x.clone();
+        for segment in self.children.chunks(segment_len) {
+            let segment: Vec<Child> = segment.to_vec();
+            h = checkpoint(&[&h], move |inputs: &[Tensor]| {
+                let mut h = inputs.first().cloned().ok_or_else(|| {
+                    plimsoll_autograd::Error::InvalidArgument {
+                        op: "Sequential::forward_checkpointed",
+                        message: "segment called without its input".to_string(),
+                    }
+                })?;
+                for child in &segment {
+                    h = read(child).forward(&h).map_err(into_autograd)?;
+                }
+                Ok(h)
+            })?;
+        }
+        Ok(h)
+    }
+}
+
+/// An nn error inside a checkpointed segment, which must return autograd's error type.
+fn into_autograd(e: Error) -> plimsoll_autograd::Error {
+    match e {
+        Error::Autograd(e) => e,
+        Error::Kernel(e) => plimsoll_autograd::Error::Kernel(e),
+        other => plimsoll_autograd::Error::InvalidArgument {
+            op: "checkpointed segment",
+            message: other.to_string(),
+        },
+    }
+}
+
+impl Module for Sequential {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let mut h = x.clone();
+        for child in &self.children {
+            h = read(child).forward(&h)?;
+        }
+        Ok(h)
+    }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.children
+            .iter()
+            .enumerate()
+            .flat_map(|(i, child)| prefixed(&i.to_string(), read(child).parameters()))
+            .collect()
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+        for child in &self.children {
+            child
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .set_training(training);
+        }
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}
+
+/// A multi-layer perceptron over `widths` (`[in, hidden.., out]`, at least two):
+/// `Linear, act, Linear, act, ..., Linear` (no activation after the last), with biases, each
+/// layer initialised for `activation` ([`Activation::init`]) from a seed derived from `seed`.
+/// Parameter names: `0.weight`, `0.bias`, `2.weight`, ... (activations are children too).
+pub fn mlp(gpu: &Gpu, widths: &[usize], activation: Activation, seed: u64) -> Result<Sequential> {
+    if widths.len() < 2 {
+        return Err(Error::InvalidConfig {
+            what: "mlp",
+            message: format!(
+                "widths {widths:?}: need at least [in, out] (two widths), e.g. [784, 128, 10]"
+            ),
+        });
+    }
+    let mut net = Sequential::new();
+    let layers = widths.len() - 1;
+    for (i, pair) in widths.windows(2).enumerate() {
+        let linear = Linear::new(
+            gpu,
+            pair[0],
+            pair[1],
+            true,
+            activation.init(),
+            derive_seed(seed, i as u64 + 100),
+        )?;
+        net = net.push(linear);
+        if i + 1 < layers {
+            net = net.push_boxed(activation.module());
+        }
+    }
+    Ok(net)
+}

@@ -1,0 +1,297 @@
+//! Saving and loading parameters and optimizer state as plain safetensors files (the crate
+//! `safetensors`): F32 little-endian, the standard header (8-byte little-endian length, JSON,
+//! data), free-form metadata as the `__metadata__` string map. numpy and PyTorch read them
+//! unchanged.
+//!
+//! [`save`] is atomic: it writes `<path>.tmp`, syncs it to disk, renames it over `path` and
+//! syncs the directory, so a crash leaves the old file or the new one, never half of one.
+//! [`load`] treats the file as hostile: it checks the header length against a cap and against
+//! the file length *before* allocating anything sized by the file's claims, then lets
+//! `safetensors` validate every offset and byte count. [`load_into`] checks every name, shape
+//! and dtype before it writes a single parameter.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use plimsoll_autograd::{DType, Gpu, Tensor, TensorOptions};
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+
+use crate::error::{Error, Result};
+
+/// The largest header [`load`] accepts (the `safetensors` crate's own cap, 100 MB).
+pub const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// One tensor read from a file, on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    /// Extents, outermost first.
+    pub shape: Vec<usize>,
+    /// Row-major values (`shape.iter().product()` of them).
+    pub data: Vec<f32>,
+}
+
+/// The contents of a state file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoadedState {
+    /// Tensors by (dotted) name.
+    pub tensors: BTreeMap<String, HostTensor>,
+    /// The `__metadata__` map (empty when the file has none).
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl LoadedState {
+    /// The entries whose names start with `prefix`, with the prefix removed (the same
+    /// metadata): for a file holding parameters and optimizer state under separate prefixes.
+    pub fn strip_prefix(&self, prefix: &str) -> LoadedState {
+        LoadedState {
+            tensors: self
+                .tensors
+                .iter()
+                .filter_map(|(name, t)| {
+                    name.strip_prefix(prefix)
+                        .map(|rest| (rest.to_string(), t.clone()))
+                })
+                .collect(),
+            metadata: self.metadata.clone(),
+        }
+    }
+
+    /// Every tensor uploaded to `gpu` as `options` says (labelled by its name when
+    /// `options.label` is empty), in name order: e.g. the state for
+    /// [`crate::Optimizer::load_state`].
+    pub fn to_device(
+        &self,
+        gpu: &Gpu,
+        options: TensorOptions<'_>,
+    ) -> Result<Vec<(String, Tensor)>> {
+        self.tensors
+            .iter()
+            .map(|(name, t)| {
+                let label = if options.label.is_empty() {
+                    name.as_str()
+                } else {
+                    options.label
+                };
+                let options = TensorOptions { label, ..options };
+                Ok((
+                    name.clone(),
+                    Tensor::from_slice_with(gpu, &t.data, &t.shape, options)?,
+                ))
+            })
+            .collect()
+    }
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// `path` with `.tmp` appended to its file name.
+fn temporary_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(".tmp");
+    PathBuf::from(name)
+}
+
+/// Saves `tensors` (f32, read back from the GPU) under their names, with `metadata`, to `path`
+/// atomically. Errors: a duplicate name, a non-f32 tensor, a read-back or an I/O failure.
+pub fn save(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    metadata: &BTreeMap<String, String>,
+) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut host: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        if !seen.insert(name.as_str()) {
+            return Err(Error::InvalidConfig {
+                what: "state::save",
+                message: format!("the name {name:?} appears twice; names must be unique"),
+            });
+        }
+        if t.dtype() != DType::F32 {
+            return Err(Error::DType {
+                name: name.clone(),
+                found: format!("{:?}", t.dtype()),
+            });
+        }
+        let bytes: Vec<u8> = t.to_vec()?.iter().flat_map(|v| v.to_le_bytes()).collect();
+        host.push((name.clone(), t.shape().to_vec(), bytes));
+    }
+    let views = host
+        .iter()
+        .map(|(name, shape, bytes)| {
+            TensorView::new(Dtype::F32, shape.clone(), bytes)
+                .map(|view| (name.as_str(), view))
+                .map_err(|e| Error::Corrupt {
+                    path: path.to_path_buf(),
+                    reason: format!("cannot describe {name:?}: {e}"),
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let info: Option<HashMap<String, String>> = if metadata.is_empty() {
+        None
+    } else {
+        Some(
+            metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        )
+    };
+    let bytes = safetensors::serialize(views, info).map_err(|e| Error::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("serialising: {e}"),
+    })?;
+    let tmp = temporary_path(path);
+    {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        file.write_all(&bytes).map_err(io("write", &tmp))?;
+        file.sync_all().map_err(io("sync", &tmp))?;
+    }
+    fs::rename(&tmp, path).map_err(io("rename into place", path))?;
+    // Make the rename itself durable. Directories cannot be opened everywhere (Windows), and
+    // the file is already complete, so a failure here is not an error.
+    if let Some(Ok(d)) = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(File::open)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Loads a state file. Errors: [`Error::Io`], [`Error::Truncated`] (shorter than its header
+/// says), [`Error::HeaderTooLarge`] (header length over [`MAX_HEADER_BYTES`]),
+/// [`Error::Corrupt`] (bad JSON, offsets past the end or overlapping, byte counts that do not
+/// match the shapes), [`Error::DType`] (an entry that is not F32). Never panics, and allocates
+/// no more than the file's actual length.
+pub fn load(path: &Path) -> Result<LoadedState> {
+    let mut file = File::open(path).map_err(io("open", path))?;
+    let file_bytes = file.metadata().map_err(io("stat", path))?.len();
+    if file_bytes < 8 {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            file_bytes,
+            needed_bytes: 8,
+        });
+    }
+    let mut length = [0u8; 8];
+    file.read_exact(&mut length).map_err(io("read", path))?;
+    let header_bytes = u64::from_le_bytes(length);
+    if header_bytes > MAX_HEADER_BYTES {
+        return Err(Error::HeaderTooLarge {
+            path: path.to_path_buf(),
+            header_bytes,
+            max_bytes: MAX_HEADER_BYTES,
+        });
+    }
+    if 8 + header_bytes > file_bytes {
+        return Err(Error::Truncated {
+            path: path.to_path_buf(),
+            file_bytes,
+            needed_bytes: 8 + header_bytes,
+        });
+    }
+    // Sized by the file's real length, which the file system vouches for.
+    let mut bytes = Vec::with_capacity(usize::try_from(file_bytes).unwrap_or(0));
+    bytes.extend_from_slice(&length);
+    file.read_to_end(&mut bytes).map_err(io("read", path))?;
+    let corrupt = |e: safetensors::SafeTensorError| Error::Corrupt {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(corrupt)?;
+    let parsed = SafeTensors::deserialize(&bytes).map_err(corrupt)?;
+    let mut tensors = BTreeMap::new();
+    for (name, view) in parsed.iter() {
+        if view.dtype() != Dtype::F32 {
+            return Err(Error::DType {
+                name: name.to_string(),
+                found: format!("{:?}", view.dtype()),
+            });
+        }
+        let data: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let shape = view.shape().to_vec();
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!("{name:?}: {} values for shape {shape:?}", data.len()),
+            });
+        }
+        tensors.insert(name.to_string(), HostTensor { shape, data });
+    }
+    let metadata = header
+        .metadata()
+        .as_ref()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    Ok(LoadedState { tensors, metadata })
+}
+
+/// Writes the loaded values into `params` (by name), after checking that every parameter has
+/// an entry ([`Error::Missing`]), every entry a parameter ([`Error::Unexpected`]), and every
+/// shape ([`Error::ShapeMismatch`]) and dtype ([`Error::DType`]) fits. Nothing is written
+/// unless everything fits.
+pub fn load_into(params: &[(String, Tensor)], loaded: &LoadedState) -> Result<()> {
+    let missing: Vec<String> = params
+        .iter()
+        .filter(|(name, _)| !loaded.tensors.contains_key(name))
+        .map(|(name, _)| name.clone())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::Missing { names: missing });
+    }
+    let names: std::collections::BTreeSet<&str> =
+        params.iter().map(|(name, _)| name.as_str()).collect();
+    let unexpected: Vec<String> = loaded
+        .tensors
+        .keys()
+        .filter(|name| !names.contains(name.as_str()))
+        .cloned()
+        .collect();
+    if !unexpected.is_empty() {
+        return Err(Error::Unexpected { names: unexpected });
+    }
+    let mut writes = Vec::with_capacity(params.len());
+    for (name, param) in params {
+        let Some(saved) = loaded.tensors.get(name) else {
+            continue;
+        };
+        if param.dtype() != DType::F32 {
+            return Err(Error::DType {
+                name: name.clone(),
+                found: format!("{:?} (parameter)", param.dtype()),
+            });
+        }
+        if saved.shape != param.shape() || saved.data.len() != param.numel() {
+            return Err(Error::ShapeMismatch {
+                name: name.clone(),
+                expected: param.shape().to_vec(),
+                found: saved.shape.clone(),
+            });
+        }
+        writes.push((param, saved));
+    }
+    for (param, saved) in writes {
+        param.write_from_slice(&saved.data)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,93 @@
+//! Losses against f64 CPU references (forward and gradient).
+
+use plimsoll_autograd::Tensor;
+use plimsoll_nn::loss;
+
+use crate::common::{Rng, assert_close, gpu, input, to_f64};
+
+#[test]
+fn mse_matches_reference() {
+    let gpu = gpu();
+    let pred = Rng::new(30).vec(7, -2.0, 2.0);
+    let target = Rng::new(31).vec(7, -2.0, 2.0);
+    let p = input(&gpu, &pred, &[7]);
+    let t = Tensor::from_slice(&gpu, &target, &[7]).unwrap();
+    let l = loss::mse(&p, &t).unwrap();
+    // mean((p - t)^2); d/dp = 2 (p - t) / n.
+    let n = 7.0;
+    let want: f64 = pred
+        .iter()
+        .zip(&target)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum::<f64>()
+        / n;
+    assert_close("mse", &[l.item().unwrap()], &[want], 1e-6, 1e-5);
+    l.backward().unwrap();
+    let grad: Vec<f64> = pred
+        .iter()
+        .zip(&target)
+        .map(|(a, b)| 2.0 * f64::from(a - b) / n)
+        .collect();
+    assert_close(
+        "d mse / d pred",
+        &p.grad().unwrap().to_vec().unwrap(),
+        &grad,
+        1e-6,
+        1e-5,
+    );
+    let wrong = Tensor::from_slice(&gpu, &[0.0; 7], &[7, 1]).unwrap();
+    assert!(loss::mse(&p, &wrong).is_err(), "no silent broadcasting");
+}
+
+#[test]
+fn cross_entropy_matches_reference() {
+    let gpu = gpu();
+    let (rows, classes) = (4, 5);
+    let logits = Rng::new(32).vec(rows * classes, -3.0, 3.0);
+    let targets = [1u32, 4, 0, 4];
+    for smoothing in [0.0f32, 0.1] {
+        let x = input(&gpu, &logits, &[rows, classes]);
+        let t = Tensor::from_indices(&gpu, &targets, &[rows]).unwrap();
+        let l = loss::cross_entropy(&x, &t, smoothing).unwrap();
+        // Per row: q = (1 - s) onehot(target) + s / C; loss = -sum_c q_c log softmax_c;
+        // d loss / d logit_c = (softmax_c - q_c) / rows.
+        let s = f64::from(smoothing);
+        let mut total = 0.0;
+        let mut grad = vec![0.0; rows * classes];
+        for r in 0..rows {
+            let row = to_f64(&logits[r * classes..(r + 1) * classes]);
+            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = row.iter().map(|v| (v - max).exp()).sum();
+            for c in 0..classes {
+                let log_p = row[c] - max - z.ln();
+                let q = if c == targets[r] as usize {
+                    1.0 - s
+                } else {
+                    0.0
+                } + s / classes as f64;
+                total -= q * log_p;
+                grad[r * classes + c] = (log_p.exp() - q) / rows as f64;
+            }
+        }
+        assert_close(
+            "cross_entropy",
+            &[l.item().unwrap()],
+            &[total / rows as f64],
+            1e-5,
+            1e-5,
+        );
+        l.backward().unwrap();
+        assert_close(
+            "d ce / d logits",
+            &x.grad().unwrap().to_vec().unwrap(),
+            &grad,
+            1e-6,
+            1e-4,
+        );
+    }
+    let x = input(&gpu, &logits, &[rows, classes]);
+    let t = Tensor::from_indices(&gpu, &targets, &[rows]).unwrap();
+    assert!(loss::cross_entropy(&x, &t, 1.5).is_err());
+    let f32_targets = Tensor::from_slice(&gpu, &[0.0; 4], &[4]).unwrap();
+    assert!(loss::cross_entropy(&x, &f32_targets, 0.0).is_err());
+}

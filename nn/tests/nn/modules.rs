@@ -1,0 +1,319 @@
+//! Each module's forward and backward against an f64 CPU reference, parameter names, modes.
+
+use plimsoll_autograd::Tensor;
+use plimsoll_nn::{
+    Activation, CausalSelfAttention, Dropout, Embedding, Init, LayerNorm, Linear, Module,
+    ResidualMlpBlock, Sequential, TransformerBlock, mlp, zero_grad,
+};
+
+use crate::common::{
+    Params, Rng, assert_close, attention, check_module, gelu, gpu, input, layer_norm, linear,
+};
+
+fn names(m: &dyn Module) -> Vec<String> {
+    m.parameters().into_iter().map(|(n, _)| n).collect()
+}
+
+#[test]
+fn linear_matches_reference() {
+    let gpu = gpu();
+    let layer = Linear::new(&gpu, 5, 3, true, Init::KaimingUniform, 1).unwrap();
+    assert_eq!(names(&layer), ["weight", "bias"]);
+    assert_eq!(layer.weight().shape(), [5, 3]);
+    let x = input(&gpu, &Rng::new(2).vec(2 * 4 * 5, -1.0, 1.0), &[2, 4, 5]);
+    check_module(&layer, &x, true, &|p: &Params, x: &[f64]| {
+        linear(x, &p["weight"], &p["bias"], 5, 3)
+    });
+    let no_bias = Linear::new(&gpu, 4, 2, false, Init::XavierUniform, 3).unwrap();
+    assert_eq!(names(&no_bias), ["weight"]);
+    let x = input(&gpu, &Rng::new(4).vec(3 * 4, -1.0, 1.0), &[3, 4]);
+    check_module(&no_bias, &x, true, &|p: &Params, x: &[f64]| {
+        linear(x, &p["weight"], &[], 4, 2)
+    });
+}
+
+#[test]
+fn linear_init_is_seeded_and_bounded() {
+    let gpu = gpu();
+    let a = Linear::new(&gpu, 6, 4, true, Init::KaimingUniform, 7).unwrap();
+    let b = Linear::new(&gpu, 6, 4, true, Init::KaimingUniform, 7).unwrap();
+    let c = Linear::new(&gpu, 6, 4, true, Init::KaimingUniform, 8).unwrap();
+    let wa = a.weight().to_vec().unwrap();
+    assert_eq!(wa, b.weight().to_vec().unwrap());
+    assert_ne!(wa, c.weight().to_vec().unwrap());
+    // Kaiming: sqrt(6 / 6) = 1; Xavier: sqrt(6 / (6 + 4)).
+    assert!(wa.iter().all(|w| w.abs() <= 1.0));
+    let x = Linear::new(&gpu, 6, 4, false, Init::XavierUniform, 7).unwrap();
+    let bound = (6.0f32 / 10.0).sqrt();
+    assert!(
+        x.weight()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|w| w.abs() <= bound)
+    );
+    assert!(Linear::new(&gpu, 0, 4, true, Init::XavierUniform, 7).is_err());
+    let bad = a.forward(&Tensor::from_slice(&gpu, &[0.0; 5], &[5]).unwrap());
+    assert!(
+        bad.is_err(),
+        "a width-5 input to a 6-wide layer must be an error"
+    );
+}
+
+#[test]
+fn layer_norm_matches_reference() {
+    let gpu = gpu();
+    let ln = LayerNorm::new(&gpu, 6, 1e-5).unwrap();
+    // Non-trivial scale and shift, so their gradients are tested against something.
+    ln.weight()
+        .write_from_slice(&Rng::new(5).vec(6, 0.5, 1.5))
+        .unwrap();
+    ln.bias()
+        .write_from_slice(&Rng::new(6).vec(6, -0.5, 0.5))
+        .unwrap();
+    let x = input(&gpu, &Rng::new(7).vec(3 * 6, -2.0, 2.0), &[3, 6]);
+    check_module(&ln, &x, true, &|p: &Params, x: &[f64]| {
+        layer_norm(x, &p["weight"], &p["bias"], 6, 1e-5)
+    });
+}
+
+#[test]
+fn embedding_matches_reference() {
+    let gpu = gpu();
+    let emb = Embedding::new(&gpu, 7, 3, 11).unwrap();
+    assert_eq!(names(&emb), ["weight"]);
+    let ids = Tensor::from_indices(&gpu, &[3, 0, 6, 3, 1], &[5]).unwrap();
+    check_module(&emb, &ids, false, &|p: &Params, ids: &[f64]| {
+        ids.iter()
+            .flat_map(|&i| p["weight"][i as usize * 3..i as usize * 3 + 3].to_vec())
+            .collect()
+    });
+    assert!(
+        emb.forward(&Tensor::from_slice(&gpu, &[1.0], &[1]).unwrap())
+            .is_err()
+    );
+}
+
+#[test]
+fn activations_match_reference() {
+    let gpu = gpu();
+    let data = Rng::new(8).vec(10, -3.0, 3.0);
+    type Case = (Box<dyn Module>, fn(f64) -> f64);
+    let cases: [Case; 4] = [
+        (Box::new(plimsoll_nn::Relu), |v| v.max(0.0)),
+        (Box::new(plimsoll_nn::Gelu), gelu),
+        (Box::new(plimsoll_nn::Tanh), f64::tanh),
+        (Box::new(plimsoll_nn::Sigmoid), |v| 1.0 / (1.0 + (-v).exp())),
+    ];
+    for (module, f) in cases {
+        let x = input(&gpu, &data, &[2, 5]);
+        assert!(module.parameters().is_empty());
+        check_module(module.as_ref(), &x, true, &|_: &Params, x: &[f64]| {
+            x.iter().map(|&v| f(v)).collect()
+        });
+    }
+}
+
+#[test]
+fn dropout_is_active_only_in_training() {
+    let gpu = gpu();
+    let mut d = Dropout::new(0.5);
+    let x = Tensor::ones(&gpu, &[64], Default::default()).unwrap();
+    let y = d.forward(&x).unwrap().to_vec().unwrap();
+    assert!(
+        y.iter().all(|&v| v == 0.0 || v == 2.0),
+        "inverted dropout: 0 or 1/(1-p)"
+    );
+    assert!(y.contains(&0.0) && y.contains(&2.0));
+    d.set_training(false);
+    assert!(!d.is_training());
+    assert_eq!(d.forward(&x).unwrap().to_vec().unwrap(), vec![1.0; 64]);
+}
+
+#[test]
+fn attention_matches_reference() {
+    let gpu = gpu();
+    let (batch, time, dim, heads) = (2, 3, 8, 2);
+    let attn = CausalSelfAttention::new(&gpu, dim, heads, 12).unwrap();
+    assert_eq!(
+        names(&attn),
+        ["qkv.weight", "qkv.bias", "proj.weight", "proj.bias"]
+    );
+    let x = input(
+        &gpu,
+        &Rng::new(13).vec(batch * time * dim, -1.0, 1.0),
+        &[batch, time, dim],
+    );
+    check_module(&attn, &x, true, &|p: &Params, x: &[f64]| {
+        attention(p, "", x, time, dim, heads)
+    });
+    assert!(
+        CausalSelfAttention::new(&gpu, 8, 3, 0).is_err(),
+        "3 heads do not divide 8"
+    );
+    assert!(
+        attn.forward(&Tensor::zeros(&gpu, &[3, 8], Default::default()).unwrap())
+            .is_err()
+    );
+}
+
+#[test]
+fn residual_mlp_block_matches_reference() {
+    let gpu = gpu();
+    let (dim, hidden) = (4, 6);
+    let block = ResidualMlpBlock::new(&gpu, dim, hidden, Activation::Tanh, 14).unwrap();
+    assert_eq!(
+        names(&block),
+        [
+            "ln.weight",
+            "ln.bias",
+            "fc1.weight",
+            "fc1.bias",
+            "fc2.weight",
+            "fc2.bias"
+        ]
+    );
+    let x = input(&gpu, &Rng::new(15).vec(3 * dim, -1.0, 1.0), &[3, dim]);
+    check_module(&block, &x, true, &|p: &Params, x: &[f64]| {
+        let h = layer_norm(x, &p["ln.weight"], &p["ln.bias"], dim, 1e-5);
+        let h: Vec<f64> = linear(&h, &p["fc1.weight"], &p["fc1.bias"], dim, hidden)
+            .iter()
+            .map(|v| v.tanh())
+            .collect();
+        let h = linear(&h, &p["fc2.weight"], &p["fc2.bias"], hidden, dim);
+        x.iter().zip(h).map(|(a, b)| a + b).collect()
+    });
+}
+
+/// The f64 reference of a pre-norm transformer block.
+fn transformer_reference(
+    p: &Params,
+    x: &[f64],
+    time: usize,
+    dim: usize,
+    heads: usize,
+    hidden: usize,
+) -> Vec<f64> {
+    let h = layer_norm(x, &p["ln1.weight"], &p["ln1.bias"], dim, 1e-5);
+    let a = attention(p, "attn.", &h, time, dim, heads);
+    let x: Vec<f64> = x.iter().zip(a).map(|(a, b)| a + b).collect();
+    let h = layer_norm(&x, &p["ln2.weight"], &p["ln2.bias"], dim, 1e-5);
+    let h: Vec<f64> = linear(&h, &p["mlp.fc1.weight"], &p["mlp.fc1.bias"], dim, hidden)
+        .into_iter()
+        .map(gelu)
+        .collect();
+    let h = linear(&h, &p["mlp.fc2.weight"], &p["mlp.fc2.bias"], hidden, dim);
+    x.iter().zip(h).map(|(a, b)| a + b).collect()
+}
+
+#[test]
+fn transformer_block_matches_reference() {
+    let gpu = gpu();
+    let (batch, time, dim, heads, hidden) = (1, 4, 8, 2, 16);
+    let block = TransformerBlock::new(&gpu, dim, heads, hidden, 16).unwrap();
+    assert_eq!(
+        names(&block),
+        [
+            "ln1.weight",
+            "ln1.bias",
+            "attn.qkv.weight",
+            "attn.qkv.bias",
+            "attn.proj.weight",
+            "attn.proj.bias",
+            "ln2.weight",
+            "ln2.bias",
+            "mlp.fc1.weight",
+            "mlp.fc1.bias",
+            "mlp.fc2.weight",
+            "mlp.fc2.bias"
+        ]
+    );
+    let x = input(
+        &gpu,
+        &Rng::new(17).vec(batch * time * dim, -1.0, 1.0),
+        &[batch, time, dim],
+    );
+    check_module(&block, &x, true, &|p: &Params, x: &[f64]| {
+        transformer_reference(p, x, time, dim, heads, hidden)
+    });
+}
+
+#[test]
+fn mlp_matches_reference_and_names_children() {
+    let gpu = gpu();
+    let net = mlp(&gpu, &[3, 5, 2], Activation::Relu, 18).unwrap();
+    assert_eq!(net.len(), 3);
+    assert_eq!(names(&net), ["0.weight", "0.bias", "2.weight", "2.bias"]);
+    let x = input(&gpu, &Rng::new(19).vec(4 * 3, -1.0, 1.0), &[4, 3]);
+    check_module(&net, &x, true, &|p: &Params, x: &[f64]| {
+        let h: Vec<f64> = linear(x, &p["0.weight"], &p["0.bias"], 3, 5)
+            .into_iter()
+            .map(|v| v.max(0.0))
+            .collect();
+        linear(&h, &p["2.weight"], &p["2.bias"], 5, 2)
+    });
+    assert!(mlp(&gpu, &[3], Activation::Relu, 0).is_err());
+}
+
+#[test]
+fn checkpointed_sequential_equals_plain() {
+    let gpu = gpu();
+    let (time, dim) = (3, 8);
+    let net = Sequential::new()
+        .push(TransformerBlock::new(&gpu, dim, 2, 16, 20).unwrap())
+        .push(Dropout::new(0.25))
+        .push(TransformerBlock::new(&gpu, dim, 2, 16, 21).unwrap())
+        .push(Linear::new(&gpu, dim, 5, true, Init::XavierUniform, 22).unwrap());
+    assert_eq!(names(&net)[0], "0.ln1.weight");
+    assert_eq!(names(&net).last().unwrap(), "3.bias");
+    let params = net.parameters();
+    let x = Tensor::from_slice(
+        &gpu,
+        &Rng::new(23).vec(time * dim, -1.0, 1.0),
+        &[1, time, dim],
+    )
+    .unwrap();
+    let run = |segment_len: usize| {
+        plimsoll_autograd::manual_seed(5);
+        let y = net.forward_checkpointed(&x, segment_len).unwrap();
+        let out = y.to_vec().unwrap();
+        y.sum_all().unwrap().backward().unwrap();
+        let grads: Vec<Vec<f32>> = params
+            .iter()
+            .map(|(_, p)| p.grad().unwrap().to_vec().unwrap())
+            .collect();
+        zero_grad(&params);
+        (out, grads)
+    };
+    let (plain_y, plain_g) = run(0);
+    for segment_len in [1, 3] {
+        let (y, g) = run(segment_len);
+        assert_eq!(y, plain_y, "segment_len {segment_len}: forward differs");
+        for ((name, _), (a, b)) in params.iter().zip(g.iter().zip(&plain_g)) {
+            assert_close(
+                &format!("{name} (segment_len {segment_len})"),
+                a,
+                &crate::common::to_f64(b),
+                1e-5,
+                1e-4,
+            );
+        }
+    }
+}
+
+#[test]
+fn set_training_reaches_every_child() {
+    let gpu = gpu();
+    let mut net = Sequential::new()
+        .push(Linear::new(&gpu, 2, 2, true, Init::XavierUniform, 0).unwrap())
+        .push(Dropout::new(0.9));
+    assert!(net.is_training());
+    net.set_training(false);
+    assert!(!net.is_training());
+    // Dropout 0.9 in eval mode is the identity: the output is exactly the linear layer's.
+    let x = Tensor::ones(&gpu, &[1, 2], Default::default()).unwrap();
+    let y = net.forward(&x).unwrap().to_vec().unwrap();
+    let p = net.parameters();
+    let (w, b) = (p[0].1.to_vec().unwrap(), p[1].1.to_vec().unwrap());
+    assert_eq!(y, vec![w[0] + w[2] + b[0], w[1] + w[3] + b[1]]);
+}

@@ -1,0 +1,273 @@
+//! One (or two) steps of each optimizer against values computed by hand from its formula;
+//! state naming and round trip; clipping; schedules.
+
+use plimsoll_autograd::{Category, Gpu, Tensor};
+use plimsoll_nn::{
+    AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
+};
+
+use crate::common::{assert_close, gpu, param};
+
+/// Sets `p.grad = g` (backward of `sum(p * g)`), after clearing it.
+fn set_grad(gpu: &Gpu, p: &Tensor, g: &[f32]) {
+    p.clear_grad();
+    let c = Tensor::from_slice(gpu, g, p.shape()).unwrap();
+    p.mul(&c).unwrap().sum_all().unwrap().backward().unwrap();
+}
+
+#[test]
+fn sgd_plain_step_by_hand() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0, -2.0], &[2], "w");
+    let params = vec![("w".to_string(), w.clone())];
+    let mut opt = Sgd::new(SgdConfig {
+        lr: 0.1,
+        ..SgdConfig::default()
+    });
+    set_grad(&gpu, &w, &[0.5, 0.25]);
+    opt.set_grad_scale(0.5);
+    opt.step(&params).unwrap();
+    // p -= lr * (grad_scale * g): 1 - 0.1 * 0.25 = 0.975; -2 - 0.1 * 0.125 = -2.0125.
+    assert_close("sgd", &w.to_vec().unwrap(), &[0.975, -2.0125], 1e-7, 1e-6);
+    assert!(opt.state().is_empty(), "no momentum, no state");
+    assert_eq!(opt.step_count(), 1);
+}
+
+#[test]
+fn sgd_nesterov_two_steps_by_hand() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0, -2.0], &[2], "w");
+    let params = vec![("w".to_string(), w.clone())];
+    let config = SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 0.1,
+        nesterov: true,
+    };
+    let mut opt = Sgd::new(config);
+    // Step 1 (g = [0.5, 0.25]): g' = g + wd p = [0.6, 0.05]; buf = g' (first step);
+    // update = g' + 0.9 buf = [1.14, 0.095]; p = p - 0.1 update = [0.886, -2.0095].
+    set_grad(&gpu, &w, &[0.5, 0.25]);
+    opt.step(&params).unwrap();
+    assert_close(
+        "sgd step 1",
+        &w.to_vec().unwrap(),
+        &[0.886, -2.0095],
+        1e-6,
+        1e-6,
+    );
+    // Step 2 (same g): g' = [0.5 + 0.0886, 0.25 - 0.20095] = [0.5886, 0.04905];
+    // buf = 0.9 [0.6, 0.05] + g' = [1.1286, 0.09405]; update = g' + 0.9 buf =
+    // [1.60434, 0.133695]; p = [0.886 - 0.160434, -2.0095 - 0.0133695] = [0.725566, -2.0228695].
+    set_grad(&gpu, &w, &[0.5, 0.25]);
+    opt.step(&params).unwrap();
+    assert_close(
+        "sgd step 2",
+        &w.to_vec().unwrap(),
+        &[0.725566, -2.0228695],
+        1e-6,
+        1e-6,
+    );
+    let state = opt.state();
+    assert_eq!(state.len(), 1);
+    assert_eq!(state[0].0, "momentum.w");
+    assert_eq!(state[0].1.category(), Category::OptimizerState);
+    assert_eq!(state[0].1.label(), "momentum.w");
+    assert_close(
+        "momentum",
+        &state[0].1.to_vec().unwrap(),
+        &[1.1286, 0.09405],
+        1e-6,
+        1e-6,
+    );
+
+    let bad = SgdConfig {
+        nesterov: true,
+        momentum: 0.0,
+        ..config
+    };
+    set_grad(&gpu, &w, &[0.5, 0.25]);
+    assert!(
+        Sgd::new(bad).step(&params).is_err(),
+        "nesterov without momentum is refused"
+    );
+}
+
+#[test]
+fn adamw_two_steps_by_hand_and_state_round_trip() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0], &[1], "w");
+    let params = vec![("w".to_string(), w.clone())];
+    let config = AdamWConfig {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let mut opt = AdamW::new(config);
+    // Step 1 (g = 0.5): p *= 1 - lr wd = 0.99; m = 0.1 * 0.5 = 0.05; v = 0.001 * 0.25 = 0.00025;
+    // m/(1 - 0.9) = 0.5, v/(1 - 0.999) = 0.25, sqrt = 0.5;
+    // p = 0.99 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.890000002.
+    set_grad(&gpu, &w, &[0.5]);
+    opt.step(&params).unwrap();
+    assert_close(
+        "adamw step 1",
+        &w.to_vec().unwrap(),
+        &[0.890_000_002],
+        1e-6,
+        1e-6,
+    );
+    let names: Vec<String> = opt.state().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["exp_avg.w", "exp_avg_sq.w"]);
+    assert!(
+        opt.state()
+            .iter()
+            .all(|(_, t)| t.category() == Category::OptimizerState)
+    );
+
+    // A second optimizer resumed from the first one's state continues identically.
+    let mut resumed = AdamW::new(config);
+    resumed.load_state(opt.state(), opt.step_count()).unwrap();
+    assert_eq!(resumed.step_count(), 1);
+    let w2 = param(&gpu, &w.to_vec().unwrap(), &[1], "w2");
+    let params2 = vec![("w".to_string(), w2.clone())];
+
+    // Step 2 (g = -0.25): p = 0.89 * 0.99 = 0.8811; m = 0.9 * 0.05 + 0.1 * (-0.25) = 0.02;
+    // v = 0.999 * 0.00025 + 0.001 * 0.0625 = 0.00031225; bc1 = 1 - 0.81 = 0.19,
+    // bc2 = 1 - 0.998001 = 0.001999; p = 0.8811 - 0.1 / 0.19 * 0.02 /
+    // (sqrt(0.00031225) / sqrt(0.001999) + 1e-8) = 0.8544662987.
+    set_grad(&gpu, &w, &[-0.25]);
+    opt.step(&params).unwrap();
+    assert_close(
+        "adamw step 2",
+        &w.to_vec().unwrap(),
+        &[0.854_466_298_7],
+        1e-6,
+        1e-6,
+    );
+    set_grad(&gpu, &w2, &[-0.25]);
+    resumed.step(&params2).unwrap();
+    assert_eq!(
+        w2.to_vec().unwrap(),
+        w.to_vec().unwrap(),
+        "resumed optimizer diverged"
+    );
+    let m: Vec<f32> = opt.state()[0].1.to_vec().unwrap();
+    assert_close("exp_avg", &m, &[0.02], 1e-7, 1e-6);
+
+    // Parameters without a gradient are skipped; state names that are not AdamW's are refused.
+    zero_grad(&params);
+    opt.step(&params).unwrap();
+    assert!(w.grad().is_none());
+    let foreign = vec![("momentum.w".to_string(), w.clone())];
+    assert!(AdamW::new(config).load_state(foreign, 1).is_err());
+    let half = vec![("exp_avg.w".to_string(), w.clone())];
+    assert!(AdamW::new(config).load_state(half, 1).is_err());
+}
+
+#[test]
+fn clip_grad_norm_matches_cpu_norm() {
+    let gpu = gpu();
+    let a = param(&gpu, &[0.0; 3], &[3], "a");
+    let b = param(&gpu, &[0.0; 4], &[2, 2], "b");
+    let c = param(&gpu, &[0.0; 2], &[2], "c"); // no gradient: counts as zero
+    let params = vec![
+        ("a".to_string(), a.clone()),
+        ("b".to_string(), b.clone()),
+        ("c".to_string(), c),
+    ];
+    let ga = [3.0f32, -1.0, 2.0];
+    let gb = [0.5f32, -4.0, 1.5, 2.5];
+    set_grad(&gpu, &a, &ga);
+    set_grad(&gpu, &b, &gb);
+    let norm: f64 = ga
+        .iter()
+        .chain(&gb)
+        .map(|&v| f64::from(v).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    assert_close(
+        "grad_norm",
+        &[grad_norm(&params).unwrap()],
+        &[norm],
+        1e-6,
+        1e-6,
+    );
+    // Under the maximum: untouched.
+    assert_close(
+        "norm",
+        &[clip_grad_norm(&params, 100.0).unwrap()],
+        &[norm],
+        1e-6,
+        1e-6,
+    );
+    assert_eq!(a.grad().unwrap().to_vec().unwrap(), ga);
+    // Over it: scaled by max / (norm + 1e-6), reporting the norm before clipping.
+    assert_close(
+        "norm",
+        &[clip_grad_norm(&params, 2.0).unwrap()],
+        &[norm],
+        1e-6,
+        1e-6,
+    );
+    let k = 2.0 / (norm + 1e-6);
+    let want: Vec<f64> = ga.iter().map(|&v| f64::from(v) * k).collect();
+    assert_close(
+        "clipped a",
+        &a.grad().unwrap().to_vec().unwrap(),
+        &want,
+        1e-6,
+        1e-5,
+    );
+    assert_close(
+        "norm after",
+        &[grad_norm(&params).unwrap()],
+        &[2.0],
+        1e-5,
+        1e-5,
+    );
+    assert!(clip_grad_norm(&params, 0.0).is_err());
+    zero_grad(&params);
+    assert_eq!(grad_norm(&params).unwrap(), 0.0);
+}
+
+#[test]
+fn schedules_at_key_steps() {
+    let constant = LrSchedule::Constant { lr: 0.3 };
+    assert_eq!(constant.lr_at(0), 0.3);
+    assert_eq!(constant.lr_at(1_000_000), 0.3);
+    let s = LrSchedule::WarmupCosine {
+        peak_lr: 1.0,
+        warmup_steps: 10,
+        total_steps: 110,
+        min_lr: 0.1,
+    };
+    let close = |step: u64, want: f64| {
+        let got = f64::from(s.lr_at(step));
+        assert!(
+            (got - want).abs() < 1e-6,
+            "step {step}: got {got}, want {want}"
+        );
+    };
+    close(0, 0.1); // 1.0 * 1 / 10
+    close(4, 0.5); // 1.0 * 5 / 10
+    close(9, 1.0); // end of warm-up
+    close(10, 1.0); // cosine at progress 0
+    close(60, 0.55); // progress 1/2: 0.1 + 0.9 * (1 + cos(pi/2)) / 2
+    close(
+        35,
+        0.1 + 0.9 * (1.0 + (std::f64::consts::PI / 4.0).cos()) / 2.0,
+    );
+    close(110, 0.1);
+    close(10_000, 0.1);
+    let no_warmup = LrSchedule::WarmupCosine {
+        peak_lr: 2.0,
+        warmup_steps: 0,
+        total_steps: 4,
+        min_lr: 0.0,
+    };
+    assert_eq!(no_warmup.lr_at(0), 2.0);
+    assert!((no_warmup.lr_at(2) - 1.0).abs() < 1e-6);
+}

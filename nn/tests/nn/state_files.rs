@@ -1,0 +1,344 @@
+//! Safetensors state files: bit-exact round trip, an independent reader for the layout, typed
+//! errors for mismatched parameters, and corrupt or hostile files.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use plimsoll_autograd::{Tensor, TensorOptions};
+use plimsoll_nn::state::{self, MAX_HEADER_BYTES};
+use plimsoll_nn::{Error, Init, Linear, Module};
+
+use crate::common::{gpu, param};
+
+/// A fresh, empty folder for one test.
+fn folder(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-nn-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A raw safetensors file: the header JSON as given, then `data`.
+fn raw_file(path: &PathBuf, header: &str, data: &[u8]) {
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn metadata() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("step".to_string(), "42".to_string()),
+        ("format".to_string(), "pt".to_string()),
+    ])
+}
+
+/// Awkward values: signed zero, subnormals, extremes, infinities, a NaN payload.
+fn awkward() -> Vec<f32> {
+    vec![
+        -0.0,
+        f32::from_bits(1),
+        f32::MIN_POSITIVE,
+        f32::MAX,
+        f32::NEG_INFINITY,
+        f32::from_bits(0x7FC0_1234),
+        1.0 / 3.0,
+        -7.25,
+    ]
+}
+
+#[test]
+fn save_then_load_round_trips_bit_exactly() {
+    let gpu = gpu();
+    let dir = folder("round-trip");
+    let path = dir.join("model.safetensors");
+    let a = param(&gpu, &awkward(), &[2, 4], "a");
+    let b = param(&gpu, &[0.5], &[], "b");
+    let tensors = vec![("blocks.0.a".to_string(), a.clone()), ("b".to_string(), b)];
+    state::save(&path, &tensors, &metadata()).unwrap();
+    assert!(
+        !dir.join("model.safetensors.tmp").exists(),
+        "the temporary file is renamed away"
+    );
+    let loaded = state::load(&path).unwrap();
+    assert_eq!(loaded.metadata, metadata());
+    let got = &loaded.tensors["blocks.0.a"];
+    assert_eq!(got.shape, [2, 4]);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&got.data), bits(&awkward()));
+    assert_eq!(loaded.tensors["b"].shape, Vec::<usize>::new());
+
+    // Into other tensors of the same names and shapes, in place.
+    let a2 = param(&gpu, &[0.0; 8], &[2, 4], "a2");
+    let b2 = param(&gpu, &[0.0], &[], "b2");
+    state::load_into(
+        &[
+            ("blocks.0.a".to_string(), a2.clone()),
+            ("b".to_string(), b2.clone()),
+        ],
+        &loaded,
+    )
+    .unwrap();
+    assert_eq!(bits(&a2.to_vec().unwrap()), bits(&awkward()));
+    assert_eq!(b2.to_vec().unwrap(), [0.5]);
+
+    // Saving again replaces the file.
+    state::save(&path, &tensors[1..], &BTreeMap::new()).unwrap();
+    let again = state::load(&path).unwrap();
+    assert_eq!(again.tensors.len(), 1);
+    assert!(again.metadata.is_empty());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn file_layout_is_plain_safetensors() {
+    // An independent reader: 8-byte little-endian header length, a JSON object whose entries
+    // are {dtype, shape, data_offsets} plus the "__metadata__" string map, then the data,
+    // each tensor's little-endian bytes at its offsets, covering the data exactly.
+    let gpu = gpu();
+    let dir = folder("layout");
+    let path = dir.join("layout.safetensors");
+    let layer = Linear::new(&gpu, 3, 2, true, Init::XavierUniform, 9).unwrap();
+    let params = layer.parameters();
+    state::save(&path, &params, &metadata()).unwrap();
+
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let data = &bytes[8 + n..];
+    let object = header.as_object().unwrap();
+    assert_eq!(object["__metadata__"]["step"], "42");
+    assert_eq!(object.len(), params.len() + 1);
+    let mut covered = 0;
+    for (name, tensor) in &params {
+        let entry = &object[name.as_str()];
+        assert_eq!(entry["dtype"], "F32", "{name}");
+        let shape: Vec<usize> = entry["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(shape, tensor.shape(), "{name}");
+        let offsets = entry["data_offsets"].as_array().unwrap();
+        let (start, end) = (
+            offsets[0].as_u64().unwrap() as usize,
+            offsets[1].as_u64().unwrap() as usize,
+        );
+        assert_eq!(end - start, 4 * tensor.numel());
+        let values: Vec<f32> = data[start..end]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, tensor.to_vec().unwrap(), "{name}");
+        covered += end - start;
+    }
+    assert_eq!(
+        covered,
+        data.len(),
+        "the data section holds exactly the tensors"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn load_into_reports_missing_unexpected_and_mismatched() {
+    let gpu = gpu();
+    let dir = folder("mismatch");
+    let path = dir.join("p.safetensors");
+    let w = param(&gpu, &[1.0, 2.0, 3.0, 4.0], &[2, 2], "w");
+    let b = param(&gpu, &[5.0, 6.0], &[2], "b");
+    state::save(
+        &path,
+        &[("w".into(), w.clone()), ("b".into(), b.clone())],
+        &BTreeMap::new(),
+    )
+    .unwrap();
+    let loaded = state::load(&path).unwrap();
+
+    let extra = param(&gpu, &[0.0], &[1], "extra");
+    let with_extra = [
+        ("w".to_string(), w.clone()),
+        ("b".to_string(), b.clone()),
+        ("extra".to_string(), extra),
+    ];
+    match state::load_into(&with_extra, &loaded) {
+        Err(Error::Missing { names }) => assert_eq!(names, ["extra"]),
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    match state::load_into(&[("w".to_string(), w.clone())], &loaded) {
+        Err(Error::Unexpected { names }) => assert_eq!(names, ["b"]),
+        other => panic!("expected Unexpected, got {other:?}"),
+    }
+    let wide = param(&gpu, &[0.0; 4], &[4], "wide");
+    let before = b.to_vec().unwrap();
+    match state::load_into(
+        &[("w".to_string(), wide), ("b".to_string(), b.clone())],
+        &loaded,
+    ) {
+        Err(Error::ShapeMismatch {
+            name,
+            expected,
+            found,
+        }) => {
+            assert_eq!((name.as_str(), expected, found), ("w", vec![4], vec![2, 2]));
+        }
+        other => panic!("expected ShapeMismatch, got {other:?}"),
+    }
+    assert_eq!(
+        b.to_vec().unwrap(),
+        before,
+        "nothing is written unless everything fits"
+    );
+
+    // Prefixed subsets and uploads (optimizer state saved beside the parameters).
+    let sub = loaded.strip_prefix("w");
+    assert_eq!(sub.tensors.keys().collect::<Vec<_>>(), [""]);
+    let up = loaded
+        .to_device(
+            &gpu,
+            TensorOptions {
+                label: "",
+                ..TensorOptions::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(up[1].0, "w");
+    assert_eq!(up[1].1.to_vec().unwrap(), [1.0, 2.0, 3.0, 4.0]);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn corrupt_and_hostile_files_are_errors() {
+    let dir = folder("corrupt");
+    let ok_header = r#"{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    let ok_data = [0u8; 8];
+    let ok = dir.join("ok.safetensors");
+    raw_file(&ok, ok_header, &ok_data);
+    assert_eq!(
+        state::load(&ok).unwrap().tensors["t"].data,
+        [0.0, 0.0],
+        "the control file loads"
+    );
+    let full = std::fs::read(&ok).unwrap();
+
+    let check = |name: &str, bytes: &[u8], expect: &dyn Fn(&Error) -> bool| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        match state::load(&path) {
+            Err(e) => assert!(expect(&e), "{name}: unexpected error {e}"),
+            Ok(s) => panic!("{name}: loaded {s:?}"),
+        }
+    };
+    // Truncated: cut inside the data, inside the header, inside the length.
+    check("cut-data", &full[..full.len() - 3], &|e| {
+        matches!(e, Error::Corrupt { .. })
+    });
+    check("cut-header", &full[..20], &|e| {
+        matches!(e, Error::Truncated { .. })
+    });
+    check("cut-length", &full[..5], &|e| {
+        matches!(
+            e,
+            Error::Truncated {
+                needed_bytes: 8,
+                ..
+            }
+        )
+    });
+    check("empty", &[], &|e| matches!(e, Error::Truncated { .. }));
+    // Header length past the end of the file.
+    let mut past = full.clone();
+    past[..8].copy_from_slice(&1000u64.to_le_bytes());
+    check("length-past-end", &past, &|e| {
+        matches!(
+            e,
+            Error::Truncated {
+                needed_bytes: 1008,
+                ..
+            }
+        )
+    });
+    // Absurd header length: refused before any allocation.
+    let mut absurd = full.clone();
+    absurd[..8].copy_from_slice(&(1u64 << 60).to_le_bytes());
+    check("absurd-length", &absurd, &|e| {
+        matches!(e, Error::HeaderTooLarge { header_bytes, max_bytes, .. }
+            if *header_bytes == 1 << 60 && *max_bytes == MAX_HEADER_BYTES)
+    });
+    check("max-length", &u64::MAX.to_le_bytes(), &|e| {
+        matches!(e, Error::HeaderTooLarge { .. })
+    });
+
+    let write = |name: &str, header: &str, data: &[u8]| {
+        let path = dir.join(name);
+        raw_file(&path, header, data);
+        state::load(&path)
+    };
+    let corrupt = |r: Result<state::LoadedState, Error>| matches!(r, Err(Error::Corrupt { .. }));
+    // Offsets past the end of the data, or claiming huge sizes.
+    assert!(corrupt(write(
+        "offsets-past-end",
+        r#"{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,4000]}}"#,
+        &ok_data
+    )));
+    assert!(corrupt(write(
+        "huge-shape",
+        r#"{"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}}"#,
+        &ok_data
+    )));
+    assert!(corrupt(write(
+        "huge-offsets",
+        r#"{"t":{"dtype":"F32","shape":[2],"data_offsets":[18446744073709551608,18446744073709551615]}}"#,
+        &ok_data
+    )));
+    // Not JSON, not UTF-8, not an object of entries.
+    assert!(corrupt(write(
+        "not-json",
+        "this is not json at all",
+        &ok_data
+    )));
+    assert!(corrupt(write("not-object", "[1, 2, 3]", &ok_data)));
+    let mut bad_utf8 = 4u64.to_le_bytes().to_vec();
+    bad_utf8.extend_from_slice(&[0xFF, 0xFE, 0xFD, 0xFC]);
+    check("not-utf8", &bad_utf8, &|e| {
+        matches!(e, Error::Corrupt { .. })
+    });
+    // Shape and byte count disagree.
+    assert!(corrupt(write(
+        "shape-bytes",
+        r#"{"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}"#,
+        &ok_data
+    )));
+    // A well-formed entry of another dtype.
+    match write(
+        "wrong-dtype",
+        r#"{"t":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}}"#,
+        &ok_data,
+    ) {
+        Err(Error::DType { name, found }) => {
+            assert_eq!((name.as_str(), found.as_str()), ("t", "I32"))
+        }
+        other => panic!("expected DType, got {other:?}"),
+    }
+    // A missing file is an I/O error that names it.
+    match state::load(&dir.join("absent.safetensors")) {
+        Err(e @ Error::Io { .. }) => assert!(e.to_string().contains("absent.safetensors")),
+        other => panic!("expected Io, got {other:?}"),
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn save_refuses_duplicate_names() {
+    let gpu = gpu();
+    let dir = folder("dup");
+    let t = Tensor::zeros(&gpu, &[1], TensorOptions::default()).unwrap();
+    let r = state::save(
+        &dir.join("d.safetensors"),
+        &[("x".into(), t.clone()), ("x".into(), t)],
+        &BTreeMap::new(),
+    );
+    assert!(matches!(r, Err(Error::InvalidConfig { .. })));
+    let _ = std::fs::remove_dir_all(dir);
+}
