@@ -13,7 +13,7 @@ use plimsoll_allocator::{Allocation, Category, Request};
 
 use crate::device::{Gpu, Shared};
 use crate::error::{Error, Result};
-use crate::fence::wait_fence;
+use crate::fence::{CallbackSlot, wait_callback, wait_fence};
 use crate::pipeline::scoped;
 use crate::recorder::{Batch, lock_for_submit, submit_locked};
 
@@ -22,11 +22,12 @@ pub const WORD_BYTES: u64 = 4;
 
 /// One block of device memory. Kernels see it as `array<f32>` or `array<u32>` (4-byte words).
 pub struct DeviceBuffer {
-    shared: Arc<Shared>,
+    /// The segment's buffer (bound whole by kernels). Declared before `shared` so that it drops
+    /// first, while the allocator still holds the segment: a buffer that is the last `Gpu` owner
+    /// then never drops the last handle of a wgpu buffer itself (see [`crate::device`]).
+    pub(crate) segment: wgpu::Buffer,
     /// `None` only during drop.
     allocation: Option<Allocation>,
-    /// The segment's buffer (bound whole by kernels).
-    pub(crate) segment: wgpu::Buffer,
     /// The segment's unique id (bind-group cache key).
     pub(crate) segment_uid: u64,
     offset_bytes: u64,
@@ -35,6 +36,8 @@ pub struct DeviceBuffer {
     label: String,
     /// Serial of the last batch that recorded a use of this buffer (0: never).
     pub(crate) last_used_batch: AtomicU64,
+    /// Last field: may be the last owner of the device, whose drop tears it down.
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -254,8 +257,10 @@ impl Gpu {
     }
 
     /// Reads `len` elements from element `offset`, after everything recorded so far: submits the
-    /// open batch with a copy to a staging buffer and waits on its fence. `deadline` covers both
-    /// the submit (which may wait for room, see [`crate::fence`]) and the wait.
+    /// open batch with a copy to a staging buffer, waits on its fence, then for the staging
+    /// buffer's map callback (which may run on another thread, see [`crate::fence`]). `deadline`
+    /// covers the submit (which may wait for room), the fence and the map; past it,
+    /// [`Error::Timeout`] naming the read. Safe to call from several threads on one device.
     pub fn read<T: bytemuck::Pod>(
         &self,
         buffer: &DeviceBuffer,
@@ -306,7 +311,8 @@ impl Gpu {
                 mapped_at_creation: false,
             })
         })?;
-        let mapped: Arc<std::sync::Mutex<Option<std::result::Result<(), String>>>> = Arc::default();
+        // Set by the map callback, which may run on another thread after our fence completes.
+        let mapped = CallbackSlot::<std::result::Result<(), String>>::new();
         let fence = {
             // Make room before recording the copy, so a timeout leaves no orphan copy behind.
             let mut batch = lock_for_submit(shared, deadline)?;
@@ -321,24 +327,19 @@ impl Gpu {
             );
             let slot = Arc::clone(&mapped);
             encoder.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., move |r| {
-                if let Ok(mut s) = slot.lock() {
-                    *s = Some(r.map_err(|e| e.to_string()));
-                }
+                slot.set(r.map_err(|e| e.to_string()));
             });
             let label = format!("read {}", buffer.label);
             submit_locked(shared, &mut batch, Some(&label), deadline)?
         };
         wait_fence(shared, &fence, start, deadline)?;
-        let state = mapped.lock().ok().and_then(|s| s.clone());
+        // The fence completing does not mean the map callback has run: another thread's poll may
+        // have retired our submission and not yet run its callbacks (see `crate::fence`).
         let map_error = |message: String| Error::Map {
             label: buffer.label.clone(),
             message,
         };
-        match state {
-            Some(Ok(())) => {}
-            Some(Err(message)) => return Err(map_error(message)),
-            None => return Err(map_error("map callback did not run".to_string())),
-        }
+        wait_callback(shared, &fence, &mapped, start, deadline)?.map_err(map_error)?;
         let data = staging
             .slice(..)
             .get_mapped_range()

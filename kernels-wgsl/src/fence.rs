@@ -37,10 +37,28 @@
 //! submits anyway). With 2 (GPUs) the next batch is already queued when one finishes, so the GPU
 //! does not idle, and the CPU is at most two batches ahead. A flush that must wait holds no lock
 //! while waiting, so other threads may keep recording.
+//!
+//! # A completed fence does not mean its callbacks have run
+//!
+//! wgpu runs map and work-done callbacks on whichever thread's `device.poll` or `queue.submit`
+//! retired the submission, after that call has released wgpu's locks (`UserClosures::fire` in
+//! wgpu-core). So when two threads share a device, thread A's wait can report A's submission
+//! complete (the fence value is reached and there is nothing left for A's poll to collect) while
+//! thread B still holds A's callbacks, not yet run. Measured with 16 reader threads on lavapipe:
+//! the callback ran on another thread 0.2 to 10 ms after A's wait returned. Hence:
+//!
+//! - The fence bookkeeping (`completed`, the in-flight list, the ring's "done") means "the GPU
+//!   finished", which a successful wait does establish; the work-done callback only raises the
+//!   same counter, and nothing waits for that callback itself.
+//! - Anything that needs a callback's *effect* (the read-backs need their staging buffer mapped)
+//!   waits for the callback's own flag, a `CallbackSlot`, after the fence: polling through the
+//!   one poll function (which runs callbacks nobody has collected yet) and sleeping on the slot's
+//!   condition variable in slices of at most [`CALLBACK_SLICE`], until the callback has run or
+//!   the caller's deadline passes ([`Error::Timeout`] naming the submission, never a hang).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::device::{Gpu, Shared};
@@ -48,6 +66,9 @@ use crate::error::{Error, RecentSubmissions, Result, SubmissionRecord};
 
 /// Longest single `device.poll` call while waiting.
 pub const WAIT_SLICE: Duration = Duration::from_millis(20);
+/// Longest sleep, between polls, while waiting for a callback that another thread has collected
+/// but not run yet (see the module docs); the callback's own signal ends it sooner.
+pub const CALLBACK_SLICE: Duration = Duration::from_millis(2);
 /// How many submissions the ring remembers.
 pub const RING_CAPACITY: usize = 16;
 /// Deadline of the calls that take none (see the module docs).
@@ -204,6 +225,81 @@ impl FenceState {
     }
 }
 
+/// A value a wgpu callback delivers (e.g. a map result), with a condition variable so a waiting
+/// thread wakes as soon as the callback has run, on whatever thread ran it.
+#[derive(Debug)]
+pub(crate) struct CallbackSlot<T> {
+    value: Mutex<Option<T>>,
+    ready: Condvar,
+}
+
+impl<T> CallbackSlot<T> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(CallbackSlot {
+            value: Mutex::new(None),
+            ready: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<T>> {
+        // Only `set` and `take` hold the lock, and neither can leave the value half-written.
+        self.value.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called by the callback: stores `value` and wakes the waiters.
+    pub(crate) fn set(&self, value: T) {
+        *self.lock() = Some(value);
+        self.ready.notify_all();
+    }
+
+    fn take(&self) -> Option<T> {
+        self.lock().take()
+    }
+
+    /// Sleeps until the value is set or `timeout` passes (no lost wake-up: checked under the
+    /// lock), and takes it if it is there.
+    fn take_within(&self, timeout: Duration) -> Option<T> {
+        let guard = self.lock();
+        let (mut guard, _) = self
+            .ready
+            .wait_timeout_while(guard, timeout, |v| v.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        guard.take()
+    }
+}
+
+/// After `fence` completed, waits until the callback behind `slot` has run (see the module docs)
+/// and returns its value, or [`Error::Timeout`] naming `fence` once `deadline`, measured from
+/// `start`, has passed. Polls without blocking (runs callbacks nobody has collected yet) and
+/// sleeps on the slot in slices of at most [`CALLBACK_SLICE`]; holds no lock while polling, so
+/// the callback can run on this thread or any other.
+pub(crate) fn wait_callback<T>(
+    shared: &Shared,
+    fence: &Fence,
+    slot: &CallbackSlot<T>,
+    start: Instant,
+    deadline: Duration,
+) -> Result<T> {
+    loop {
+        if let Some(value) = slot.take() {
+            return Ok(value);
+        }
+        poll_device(shared, None, Duration::ZERO)?;
+        let remaining = deadline.saturating_sub(start.elapsed());
+        if let Some(value) = slot.take_within(remaining.min(CALLBACK_SLICE)) {
+            return Ok(value);
+        }
+        if start.elapsed() >= deadline {
+            return Err(Error::Timeout {
+                label: fence.label.to_string(),
+                serial: fence.serial,
+                deadline_ms: deadline.as_millis() as u64,
+                recent: shared.fences.recent(),
+            });
+        }
+    }
+}
+
 /// What one poll found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PollOutcome {
@@ -285,7 +381,8 @@ pub(crate) fn drain(device: &wgpu::Device, deadline: Duration) -> bool {
 }
 
 /// Waits until `fence` completes or `deadline`, measured from `start`, passes (see [`Gpu::wait`]);
-/// a timeout reports the whole `deadline`.
+/// a timeout reports the whole `deadline`. Completion means the GPU finished: the submission's
+/// callbacks may still be about to run on another thread (use [`wait_callback`] for those).
 pub(crate) fn wait_fence(
     shared: &Shared,
     fence: &Fence,
@@ -335,6 +432,10 @@ impl Gpu {
     /// Waits until `fence` completes or `deadline` (measured from now) passes. `Duration::ZERO`
     /// only checks. Past the deadline: [`Error::Timeout`] naming the fence and listing the recent
     /// submissions; the work keeps running and a later wait may succeed.
+    ///
+    /// Completion is the GPU's: with several threads on one device, a raw wgpu callback of the
+    /// submission may still be running on another thread (see the module docs); this crate's
+    /// read-backs wait for their own callbacks.
     pub fn wait(&self, fence: &Fence, deadline: Duration) -> Result<()> {
         wait_fence(&self.shared, fence, Instant::now(), deadline)
     }
