@@ -1,7 +1,7 @@
 //! Shared helpers: one `Gpu` for the gradient checks, fresh ones for memory statistics.
 #![allow(dead_code)]
 
-use std::cell::OnceCell;
+use std::sync::OnceLock;
 
 use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::GpuOptions;
@@ -17,16 +17,11 @@ pub fn fresh_gpu() -> Gpu {
     }
 }
 
-/// The device of this test thread, for tests that do not read statistics. One per thread, not
-/// one per process: kernels-wgsl's read-back can report "map callback did not run" when two
-/// threads read back from one `Gpu` at once (the fence is seen complete before the map callback
-/// ran; reported to the kernels-wgsl owners).
+/// The device shared by every test that does not read statistics: one process-wide `Gpu`, so the
+/// tests also exercise concurrent recording and read-backs from several threads.
 pub fn gpu() -> Gpu {
-    // Leaked: a Gpu dropped from a thread-local destructor would touch other thread-locals.
-    thread_local! {
-        static GPU: OnceCell<&'static Gpu> = const { OnceCell::new() };
-    }
-    GPU.with(|g| (*g.get_or_init(|| Box::leak(Box::new(fresh_gpu())))).clone())
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(fresh_gpu).clone()
 }
 
 /// Bytes allocated in `category`, after submitting the open batch (blocks freed while it was
