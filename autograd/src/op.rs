@@ -1,5 +1,5 @@
 //! [`Op`]: what a node did, as plain data (shapes, axes, scalars). The derivative of each variant
-//! is one arm of [`crate::backward::backward_op`]; what each variant saves is written on it
+//! is one arm of `backward::backward_op`; what each variant saves is written on it
 //! (saved tensors live in the node, not here).
 
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;

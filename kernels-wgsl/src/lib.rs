@@ -12,7 +12,7 @@
 //! Map: [`device`] (adapter choice, `Gpu`), [`memory`] (segments, budget), [`buffer`]
 //! (`DeviceBuffer`, upload, read-back), [`fence`] (fences, the one poll function), [`recorder`]
 //! (batches, params arena), [`pipeline`] (cache, binding convention), [`kernels`] (launchers and
-//! how to add one), [`reference`] (CPU oracles).
+//! how to add one), [`reference`](mod@reference) (CPU oracles).
 
 pub mod buffer;
 pub mod device;

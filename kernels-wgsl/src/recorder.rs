@@ -7,7 +7,7 @@
 //! read-back.
 //!
 //! Submission is bounded (policy and cost in [`crate::fence`]): every submit goes through
-//! [`lock_for_submit`], which, while [`Gpu::max_submissions_in_flight`] submissions are in flight,
+//! `lock_for_submit`, which, while [`Gpu::max_submissions_in_flight`] submissions are in flight,
 //! releases the batch lock and waits for the oldest one within the caller's deadline. A timeout
 //! there leaves the batch open and unsubmitted (a later flush sends it) and is an
 //! [`Error::Timeout`] naming the submission that was still running.

@@ -1,7 +1,7 @@
 //! The differentiable ops, as methods on [`crate::Tensor`], one module per family. Each forward
 //! checks shapes (a [`crate::Error::ShapeMismatch`], never a panic), allocates its output
 //! (`Activation` when it records, `Temporary` otherwise), records its kernels into the GPU's open
-//! batch, and attaches a node only when [`crate::tape::records`] says so.
+//! batch, and attaches a node only when `tape::records` says so.
 
 pub mod elementwise;
 pub mod matmul;
