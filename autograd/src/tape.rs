@@ -8,7 +8,7 @@
 //!
 //! Backward collects the reachable nodes with an explicit stack, orders them by sequence number
 //! (execution order) descending, and runs one exhaustive `match` per node
-//! ([`crate::backward::backward_op`]). Right after a node's backward its saved tensors are
+//! (`backward::backward_op`). Right after a node's backward its saved tensors are
 //! dropped: a tensor saved by several nodes (an `Arc`-shared storage) is freed after the last of
 //! them. Each node's incoming gradient is dropped once consumed. Without `retain_graph` the
 //! nodes are marked released and emptied; a second backward through them is
