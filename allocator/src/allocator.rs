@@ -328,6 +328,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
 
     /// Splits block `index` (not in the free index) so that it keeps its first `keep_bytes`;
     /// returns the slab index of the new block holding the rest (free, not yet indexed).
+    #[inline]
     fn split_after(&mut self, index: u32, keep_bytes: u64) -> u32 {
         let block = &self.blocks[index];
         let rest = Block {
@@ -352,6 +353,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
     }
 
     /// Merges the block after `index` into it (both out of the free index) and frees its slot.
+    #[inline]
     fn absorb_next(&mut self, index: u32) {
         let next = self.blocks[index].next;
         let after = self.blocks[next].next;

@@ -24,7 +24,11 @@ pub(crate) struct Used {
 }
 
 /// One byte range `[offset, offset + size_bytes)` of a segment.
+///
+/// Why aligned to 64 bytes: the fields take 56, and a free touches the freed block and both its
+/// neighbours at random places in the slab; aligned, each of them is one cache line, not two.
 #[derive(Clone, Debug)]
+#[repr(align(64))]
 pub(crate) struct Block {
     pub segment: SegmentId,
     /// Slot of its segment in `BufferAllocator::segments`.
@@ -52,6 +56,7 @@ pub(crate) struct BlockSlab {
 }
 
 impl BlockSlab {
+    #[inline]
     pub fn insert(&mut self, block: Block) -> u32 {
         if let Some(index) = self.vacant.pop() {
             self.slots[index as usize] = block;
@@ -62,6 +67,7 @@ impl BlockSlab {
         }
     }
 
+    #[inline]
     pub fn remove(&mut self, index: u32) {
         self.slots[index as usize].used = None;
         self.vacant.push(index);

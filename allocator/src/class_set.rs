@@ -9,6 +9,11 @@
 //!
 //! Why the `Vec` is kept in *decreasing* order: best fit nearly always takes the smallest key of a
 //! class, and at the end of a `Vec` that is a pop, with no memmove.
+//!
+//! Why `Empty` and `One`: most exact classes hold no block or one, and a key stored inline in the
+//! class header costs no heap buffer, so no second cache miss, on insert, best fit and removal. A
+//! class takes a `Vec` only at its second key and gives it back only when it empties, so a class
+//! hovering between one and two keys does not allocate each time.
 
 use std::collections::BTreeSet;
 
@@ -26,23 +31,24 @@ pub(crate) type Position = usize;
 pub(crate) const UNKNOWN_POSITION: Position = usize::MAX;
 
 /// Keys of one class; each key at most once.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) enum ClassSet<K> {
-    /// Strictly *decreasing*; at most `MAX_SORTED` keys.
+    /// No key.
+    #[default]
+    Empty,
+    /// Exactly one key, inline.
+    One(K),
+    /// Strictly *decreasing*; at least one and at most `MAX_SORTED` keys.
     Sorted(Vec<K>),
     /// At least `MIN_TREE` keys.
     Tree(BTreeSet<K>),
 }
 
-impl<K> Default for ClassSet<K> {
-    fn default() -> Self {
-        Self::Sorted(Vec::new())
-    }
-}
-
 impl<K: Ord + Copy> ClassSet<K> {
     pub fn is_empty(&self) -> bool {
         match self {
+            Self::Empty => true,
+            Self::One(_) => false,
             Self::Sorted(keys) => keys.is_empty(),
             Self::Tree(keys) => keys.is_empty(),
         }
@@ -50,6 +56,8 @@ impl<K: Ord + Copy> ClassSet<K> {
 
     pub fn len(&self) -> usize {
         match self {
+            Self::Empty => 0,
+            Self::One(_) => 1,
             Self::Sorted(keys) => keys.len(),
             Self::Tree(keys) => keys.len(),
         }
@@ -59,6 +67,20 @@ impl<K: Ord + Copy> ClassSet<K> {
     #[inline]
     pub fn insert(&mut self, key: K) -> bool {
         match self {
+            Self::Empty => {
+                *self = Self::One(key);
+                true
+            }
+            Self::One(one) => {
+                let one = *one;
+                if one == key {
+                    return false;
+                }
+                let mut keys = Vec::with_capacity(4);
+                keys.extend(if one > key { [one, key] } else { [key, one] });
+                *self = Self::Sorted(keys);
+                true
+            }
             Self::Sorted(keys) => {
                 let index = keys.partition_point(|probe| *probe > key);
                 if keys.get(index) == Some(&key) {
@@ -81,6 +103,14 @@ impl<K: Ord + Copy> ClassSet<K> {
     #[inline]
     pub fn remove_at(&mut self, position: Position, key: &K) -> bool {
         match self {
+            Self::Empty => false,
+            Self::One(one) => {
+                if one != key {
+                    return false;
+                }
+                *self = Self::Empty;
+                true
+            }
             Self::Sorted(keys) => {
                 let index = if keys.get(position) == Some(key) {
                     position
@@ -96,6 +126,9 @@ impl<K: Ord + Copy> ClassSet<K> {
                 } else {
                     keys.remove(index);
                 }
+                if keys.is_empty() {
+                    *self = Self::Empty;
+                }
                 true
             }
             Self::Tree(keys) => {
@@ -110,6 +143,8 @@ impl<K: Ord + Copy> ClassSet<K> {
 
     pub fn contains(&self, key: &K) -> bool {
         match self {
+            Self::Empty => false,
+            Self::One(one) => one == key,
             Self::Sorted(keys) => keys.binary_search_by(|probe| key.cmp(probe)).is_ok(),
             Self::Tree(keys) => keys.contains(key),
         }
@@ -119,6 +154,8 @@ impl<K: Ord + Copy> ClassSet<K> {
     #[inline]
     pub fn first(&self) -> Option<(K, Position)> {
         match self {
+            Self::Empty => None,
+            Self::One(one) => Some((*one, 0)),
             Self::Sorted(keys) => Some((*keys.last()?, keys.len() - 1)),
             Self::Tree(keys) => Some((*keys.first()?, UNKNOWN_POSITION)),
         }
@@ -127,6 +164,8 @@ impl<K: Ord + Copy> ClassSet<K> {
     /// The largest key.
     pub fn last(&self) -> Option<&K> {
         match self {
+            Self::Empty => None,
+            Self::One(one) => Some(one),
             Self::Sorted(keys) => keys.first(),
             Self::Tree(keys) => keys.last(),
         }
@@ -140,6 +179,10 @@ impl<K: Ord + Copy> ClassSet<K> {
         mut accept: impl FnMut(&K) -> bool,
     ) -> Option<(K, Position)> {
         match self {
+            Self::Empty => None,
+            Self::One(one) => {
+                (start.is_none_or(|start| *one >= start) && accept(one)).then_some((*one, 0))
+            }
             Self::Sorted(keys) => {
                 let end = start.map_or(keys.len(), |start| {
                     keys.partition_point(|probe| *probe >= start)
@@ -160,13 +203,19 @@ impl<K: Ord + Copy> ClassSet<K> {
     }
 
     /// Calls `visit` on every key at or above `start` (every key if `None`).
-    pub fn for_each_from(&self, start: Option<K>, visit: impl FnMut(&K)) {
+    pub fn for_each_from(&self, start: Option<K>, mut visit: impl FnMut(&K)) {
         match self {
+            Self::Empty => {}
+            Self::One(one) => {
+                if start.is_none_or(|start| *one >= start) {
+                    visit(one);
+                }
+            }
             Self::Sorted(keys) => {
                 let end = start.map_or(keys.len(), |start| {
                     keys.partition_point(|probe| *probe >= start)
                 });
-                keys[..end].iter().for_each(visit);
+                keys[..end].iter().for_each(&mut visit);
             }
             Self::Tree(keys) => match start {
                 Some(start) => keys.range(start..).for_each(visit),

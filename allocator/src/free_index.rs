@@ -188,23 +188,28 @@ impl FreeIndex {
     #[inline]
     pub fn insert(&mut self, key: FreeKey) {
         let class = self.class_of(key.size_bytes);
-        let inserted = if class < EXACT_CLASSES {
+        let (was_empty, inserted) = if class < EXACT_CLASSES {
             if class >= self.exact.len() {
                 self.exact.resize_with(class + 1, ClassSet::default);
             }
-            self.exact[class].insert(key.address())
+            let set = &mut self.exact[class];
+            (set.is_empty(), set.insert(key.address()))
         } else {
             let ranged = class - EXACT_CLASSES;
             if ranged >= self.ranged.len() {
                 self.ranged.resize_with(ranged + 1, ClassSet::default);
             }
-            self.ranged[ranged].insert(key)
+            let set = &mut self.ranged[ranged];
+            (set.is_empty(), set.insert(key))
         };
         if inserted {
             self.total_bytes += key.size_bytes;
             self.len += 1;
             self.largest_bytes = self.largest_bytes.max(key.size_bytes);
-            self.non_empty.set(class);
+            // Only a class's first key changes the bitmap; skipping it spares three stores.
+            if was_empty {
+                self.non_empty.set(class);
+            }
         }
     }
 

@@ -84,6 +84,7 @@ impl Stats {
         self.fragmentation = fragmentation(self.free_bytes, self.largest_free_bytes);
     }
 
+    #[inline]
     pub(crate) fn on_allocate(&mut self, category: Category, size_bytes: u64, requested: u64) {
         self.allocated_bytes += size_bytes;
         self.requested_bytes += requested;
@@ -100,6 +101,7 @@ impl Stats {
         entry.peak_allocated_bytes = entry.peak_allocated_bytes.max(entry.allocated_bytes);
     }
 
+    #[inline]
     pub(crate) fn on_free(&mut self, category: Category, size_bytes: u64, requested: u64) {
         self.allocated_bytes -= size_bytes;
         self.requested_bytes -= requested;
@@ -156,12 +158,20 @@ pub(crate) struct LabelTable {
 }
 
 impl LabelTable {
+    #[inline]
     pub fn intern(&mut self, label: &str) -> u32 {
         if let Some(id) = self.last
-            && *self.entries[id as usize].name == *label
+            && let Some(entry) = self.entries.get(id as usize)
+            && same_bytes(entry.name.as_bytes(), label.as_bytes())
         {
             return id;
         }
+        self.intern_slow(label)
+    }
+
+    /// `intern` when the label differs from the last one: a hash lookup, or a new entry.
+    #[inline(never)]
+    fn intern_slow(&mut self, label: &str) -> u32 {
         let id = match self.ids.get(label) {
             Some(&id) => id,
             None => {
@@ -184,6 +194,7 @@ impl LabelTable {
         &self.entries[id as usize].name
     }
 
+    #[inline]
     pub fn on_allocate(&mut self, id: u32, size_bytes: u64) {
         let entry = &mut self.entries[id as usize];
         entry.allocated_bytes += size_bytes;
@@ -191,6 +202,7 @@ impl LabelTable {
         entry.peak_allocated_bytes = entry.peak_allocated_bytes.max(entry.allocated_bytes);
     }
 
+    #[inline]
     pub fn on_free(&mut self, id: u32, size_bytes: u64) {
         let entry = &mut self.entries[id as usize];
         entry.allocated_bytes -= size_bytes;
@@ -217,6 +229,23 @@ impl LabelTable {
         });
         holders.truncate(count);
         holders
+    }
+}
+
+/// Whether two byte strings are equal. Why not `==`: that calls `memcmp`, whose call and length
+/// dispatch cost more than the comparison itself for a label of a few dozen bytes; this compares
+/// up to 16 bytes with two (possibly overlapping) word loads per side, inline.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    match (a.first_chunk::<8>(), b.first_chunk::<8>()) {
+        (Some(a_head), Some(b_head)) if a.len() <= 16 => {
+            a_head == b_head && a.last_chunk::<8>() == b.last_chunk::<8>()
+        }
+        (Some(_), Some(_)) => a == b,
+        _ => a.iter().zip(b).all(|(x, y)| x == y),
     }
 }
 
