@@ -1,2 +1,39 @@
-//! Plimsoll's trainer (not built yet): it will hold the training loop with micro-batching and gradient
-//! accumulation, out-of-memory recovery, memory planning, leak checks and the `plimsoll` command.
+//! Plimsoll's trainer: the training loop and the `plimsoll` command. A [`Trainer`] runs
+//! optimizer steps over an in-memory [`Dataset`] with a fixed effective batch split into
+//! micro-batches, and keeps the promises of the design:
+//!
+//! - accumulation: k micro-batches give the update one batch of k times the size gives
+//!   ([`step`]);
+//! - out-of-memory recovery: a step that runs out of memory is run again with half the
+//!   micro-batch, logged, and only fails at a micro-batch of one ([`step`]);
+//! - budget first: a dry run predicts each step's peak and picks the micro-batch and
+//!   checkpointing that fit ([`plan`]);
+//! - leak check: after every step only parameters, gradients and optimizer state may remain
+//!   ([`leak`]);
+//! - deadlines: every wait uses the fence deadline; a step's losses and finiteness flags are
+//!   read back once per step; a timeout saves the last good state first ([`trainer`]);
+//! - non-finite values stop the step and name the first parameter ([`step`]);
+//! - checkpoints are atomic safetensors files and resume bit-identically ([`checkpoint_io`]).
+//!
+//! It is not a layer library (that is `plimsoll-nn`) and knows only classifiers trained with
+//! cross-entropy. Map: [`config`], [`data`], [`model`], [`step`], [`plan`], [`leak`],
+//! [`checkpoint_io`], [`metrics`], [`trainer`], [`error`].
+
+pub mod checkpoint_io;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod leak;
+pub mod metrics;
+pub mod model;
+pub mod plan;
+pub mod step;
+pub mod trainer;
+
+pub use config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
+pub use data::Dataset;
+pub use error::{Error, Result};
+pub use metrics::{JsonLines, Observer, Silent, StepReport};
+pub use model::{ModelSpec, OptimizerSpec};
+pub use plan::MemoryPlan;
+pub use trainer::{RunSummary, Trainer};

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 mod allocator;
 mod kernels;
+mod train;
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -51,7 +52,7 @@ impl Report {
     }
 }
 
-const SUITES: &[&str] = &["allocator", "kernels"];
+const SUITES: &[&str] = &["allocator", "kernels", "train"];
 
 /// `cargo xtask bench [suite]`. In a debug build it re-runs itself through
 /// `cargo run --release`, so no figure ever comes from unoptimised code.
@@ -81,6 +82,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let report = match suite {
             "allocator" => allocator::run()?,
             "kernels" => kernels::run()?,
+            "train" => train::run()?,
             other => bail!(
                 "unknown suite `{other}`; one of: {}, all",
                 SUITES.join(", ")
@@ -101,7 +103,7 @@ fn write(report: &Report) -> Result<()> {
     Ok(())
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     // xtask/Cargo.toml sits one level below the workspace root.
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)

@@ -1,0 +1,151 @@
+//! Training checkpoints: one safetensors file holding every parameter (`param.<name>`) and every
+//! optimizer-state tensor (`optim.<name>`), with the position of the run in its metadata (step,
+//! epoch, batch within the epoch, autograd random state, data seed, optimizer step count).
+//! Written atomically by `plimsoll_nn::state::save` (a temporary file, then a rename), so a
+//! crash mid-save leaves the previous checkpoint intact.
+//!
+//! Resuming restores the parameters and optimizer state bit for bit, and the data order is a
+//! pure function of `(seed, epoch)`, so a resumed run computes exactly what the uninterrupted
+//! run would have.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_nn::Optimizer;
+use plimsoll_nn::state::{self, LoadedState};
+
+use crate::error::{Error, Result};
+
+/// File name of the latest checkpoint inside the checkpoint directory.
+pub const LATEST: &str = "latest.safetensors";
+
+const PARAM_PREFIX: &str = "param.";
+const OPTIM_PREFIX: &str = "optim.";
+
+/// Where a run stands: everything besides tensors that resuming needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunPosition {
+    /// Steps completed.
+    pub step: u64,
+    /// The epoch the next step belongs to (0-based).
+    pub epoch: u64,
+    /// Batches of that epoch already consumed.
+    pub batch_in_epoch: usize,
+    /// Autograd's random state (dropout masks) before the next step.
+    pub rng_state: u64,
+    /// The data-order seed (checked on resume).
+    pub seed: u64,
+    /// The micro-batch in use (after any out-of-memory recovery).
+    pub micro_batch: usize,
+}
+
+/// The path of the latest checkpoint in `dir`.
+pub fn latest_path(dir: &Path) -> PathBuf {
+    dir.join(LATEST)
+}
+
+/// Saves parameters, optimizer state and `position` to `dir/latest.safetensors`, atomically.
+pub fn save(
+    dir: &Path,
+    params: &[(String, Tensor)],
+    optimizer: &dyn Optimizer,
+    position: &RunPosition,
+) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut tensors: Vec<(String, Tensor)> = params
+        .iter()
+        .map(|(n, t)| (format!("{PARAM_PREFIX}{n}"), t.clone()))
+        .collect();
+    tensors.extend(
+        optimizer
+            .state()
+            .into_iter()
+            .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
+    );
+    let mut metadata = BTreeMap::new();
+    let mut put = |k: &str, v: String| metadata.insert(k.to_string(), v);
+    put("format", "plimsoll-trainer/1".to_string());
+    put("step", position.step.to_string());
+    put("epoch", position.epoch.to_string());
+    put("batch_in_epoch", position.batch_in_epoch.to_string());
+    put("rng_state", position.rng_state.to_string());
+    put("seed", position.seed.to_string());
+    put("micro_batch", position.micro_batch.to_string());
+    put("optimizer_steps", optimizer.step_count().to_string());
+    let path = latest_path(dir);
+    state::save(&path, &tensors, &metadata)?;
+    Ok(path)
+}
+
+fn meta<T: std::str::FromStr>(loaded: &LoadedState, path: &Path, key: &str) -> Result<T> {
+    loaded
+        .metadata
+        .get(key)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            Error::invalid(
+                path.display().to_string(),
+                format!(
+                    "checkpoint metadata lacks a valid {key:?}; not a plimsoll-trainer checkpoint?"
+                ),
+            )
+        })
+}
+
+/// Loads `path` into `params` and `optimizer`; returns the saved position.
+pub fn load(
+    gpu: &Gpu,
+    path: &Path,
+    params: &[(String, Tensor)],
+    optimizer: &mut dyn Optimizer,
+) -> Result<RunPosition> {
+    let loaded = state::load(path)?;
+    let position = RunPosition {
+        step: meta(&loaded, path, "step")?,
+        epoch: meta(&loaded, path, "epoch")?,
+        batch_in_epoch: meta(&loaded, path, "batch_in_epoch")?,
+        rng_state: meta(&loaded, path, "rng_state")?,
+        seed: meta(&loaded, path, "seed")?,
+        micro_batch: meta(&loaded, path, "micro_batch")?,
+    };
+    let optimizer_steps: u64 = meta(&loaded, path, "optimizer_steps")?;
+    let bad = |message: String| Error::invalid(path.display().to_string(), message);
+    for (name, param) in params {
+        let saved = loaded
+            .tensors
+            .get(&format!("{PARAM_PREFIX}{name}"))
+            .ok_or_else(|| {
+                bad(format!(
+                    "no saved value for parameter {name:?}; another model?"
+                ))
+            })?;
+        if saved.shape.as_slice() != param.shape() {
+            return Err(bad(format!(
+                "parameter {name:?} has shape {:?}, saved {:?}",
+                param.shape(),
+                saved.shape
+            )));
+        }
+        let (buffer, offset) = param.storage();
+        gpu.write(buffer, offset, &saved.data)?;
+    }
+    let mut optimizer_state = Vec::new();
+    for (key, saved) in &loaded.tensors {
+        if let Some(name) = key.strip_prefix(OPTIM_PREFIX) {
+            let options = TensorOptions {
+                category: Category::OptimizerState,
+                label: name,
+                requires_grad: false,
+            };
+            let t = Tensor::from_slice_with(gpu, &saved.data, &saved.shape, options)?;
+            optimizer_state.push((name.to_string(), t));
+        }
+    }
+    optimizer.load_state(optimizer_state, optimizer_steps)?;
+    Ok(position)
+}

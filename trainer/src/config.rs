@@ -1,0 +1,140 @@
+//! [`TrainConfig`]: everything a run is told before it starts. Defaults are the ones the
+//! `plimsoll train digits` command uses.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plimsoll_nn::LrSchedule;
+
+use crate::error::{Error, Result};
+
+/// Activation checkpointing: which children of the model's `Sequential` run through
+/// `autograd::checkpoint` (keeping only their inputs and recomputing in backward).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointPolicy {
+    /// Save every activation (fastest, most memory).
+    None,
+    /// Checkpoint every run of this many consecutive children ("blocks") of the `Sequential`.
+    EveryBlocks(usize),
+    /// Let the memory plan decide: no checkpointing when the effective batch fits the budget,
+    /// otherwise the segment length that allows the largest micro-batch.
+    Automatic,
+}
+
+/// What the per-step leak check does when it finds memory beyond parameters, gradients and
+/// optimizer state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeakPolicy {
+    /// Do not check.
+    Off,
+    /// Log a warning naming the holders, and go on.
+    Warn,
+    /// Stop with [`Error::Leak`].
+    Error,
+}
+
+/// How long a run lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunLength {
+    /// Whole passes over the training set.
+    Epochs(u64),
+    /// Optimizer steps.
+    Steps(u64),
+}
+
+/// The configuration of one training run.
+#[derive(Debug, Clone)]
+pub struct TrainConfig {
+    /// Samples per optimizer step (the batch whose mean loss the update follows).
+    pub effective_batch: usize,
+    /// Samples per forward/backward; `None`: the memory plan picks the largest that fits.
+    /// Invariant once the run starts: `1 <= micro_batch <= effective_batch`.
+    pub micro_batch: Option<usize>,
+    /// How long to train.
+    pub length: RunLength,
+    /// Learning rate per step.
+    pub schedule: LrSchedule,
+    /// Seed of the data order (and of nothing else: the model's seed is the model builder's).
+    pub seed: u64,
+    /// Memory budget in bytes; `None`: the adapter's default.
+    pub memory_budget_bytes: Option<u64>,
+    /// Activation checkpointing.
+    pub checkpointing: CheckpointPolicy,
+    /// Deadline of every GPU wait (set as the Gpu's default deadline).
+    pub fence_deadline: Duration,
+    /// Deadline of the reads that save the last good state after a timeout.
+    pub save_deadline: Duration,
+    /// Evaluate every this many steps (`None`: at the end of every epoch).
+    pub eval_interval_steps: Option<u64>,
+    /// Where training checkpoints go (`None`: none are written).
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Save every this many steps (`None`: only at the end, on Ctrl-C and on timeout).
+    pub checkpoint_interval_steps: Option<u64>,
+    /// What the after-step leak check does.
+    pub leak_policy: LeakPolicy,
+    /// Label smoothing of the cross-entropy loss.
+    pub label_smoothing: f32,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        TrainConfig {
+            effective_batch: 64,
+            micro_batch: None,
+            length: RunLength::Epochs(30),
+            schedule: LrSchedule::Constant { lr: 2e-3 },
+            seed: 0,
+            memory_budget_bytes: None,
+            checkpointing: CheckpointPolicy::Automatic,
+            fence_deadline: Duration::from_secs(30),
+            save_deadline: Duration::from_secs(120),
+            eval_interval_steps: None,
+            checkpoint_dir: None,
+            checkpoint_interval_steps: None,
+            leak_policy: LeakPolicy::Warn,
+            label_smoothing: 0.0,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Checks the numbers that must hold before a run starts.
+    pub fn validate(&self) -> Result<()> {
+        if self.effective_batch == 0 {
+            return Err(Error::invalid(
+                "batch",
+                "the effective batch must be at least 1",
+            ));
+        }
+        if let Some(m) = self.micro_batch
+            && (m == 0 || m > self.effective_batch)
+        {
+            return Err(Error::invalid(
+                "micro-batch",
+                format!(
+                    "{m} is not between 1 and the effective batch {}",
+                    self.effective_batch
+                ),
+            ));
+        }
+        if let CheckpointPolicy::EveryBlocks(0) = self.checkpointing {
+            return Err(Error::invalid(
+                "checkpointing",
+                "segments must hold at least one block",
+            ));
+        }
+        if self.fence_deadline.is_zero() {
+            return Err(Error::invalid(
+                "deadline",
+                "the fence deadline must be positive",
+            ));
+        }
+        if !(0.0..1.0).contains(&self.label_smoothing) {
+            return Err(Error::invalid(
+                "label smoothing",
+                format!("{} is not in [0, 1)", self.label_smoothing),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,258 @@
+//! [`Dataset`]: samples kept in host memory (features `(N, D)` f32 row-major, class labels `(N)`),
+//! seeded shuffling ([`epoch_order`]) and micro-batch upload ([`Dataset::upload`]). Only the
+//! samples of the current micro-batch are ever on the device (as `Category::Input`); the whole
+//! dataset is never one device tensor.
+//!
+//! The order of epoch `e` is a pure function of `(seed, e)`, so a resumed run needs only the
+//! epoch and the step within it to see exactly the batches the uninterrupted run would have.
+
+use std::io::Read;
+use std::path::Path;
+
+use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::Category;
+
+use crate::error::{Error, Result};
+
+/// An in-memory classification dataset. Invariant: `features.len() == labels.len() *
+/// feature_dim` and every label is `< num_classes`.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    features: Vec<f32>,
+    labels: Vec<u32>,
+    feature_dim: usize,
+    num_classes: usize,
+}
+
+/// SplitMix64: the one random-number generator of the trainer (data order, synthetic data).
+pub fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The permutation of `0..len` used in epoch `epoch` of a run seeded with `seed` (Fisher-Yates).
+pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut state = seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03);
+    shuffled(len, &mut state)
+}
+
+fn shuffled(len: usize, state: &mut u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    for i in (1..len).rev() {
+        let j = (splitmix64(state) % (i as u64 + 1)) as usize;
+        order.swap(i, j);
+    }
+    order
+}
+
+impl Dataset {
+    /// A dataset from row-major features and labels; checks the invariant.
+    pub fn new(
+        features: Vec<f32>,
+        labels: Vec<u32>,
+        feature_dim: usize,
+        num_classes: usize,
+    ) -> Result<Self> {
+        if feature_dim == 0 || features.len() != labels.len() * feature_dim {
+            return Err(Error::invalid(
+                "dataset",
+                format!(
+                    "{} feature values for {} labels of dimension {feature_dim}",
+                    features.len(),
+                    labels.len()
+                ),
+            ));
+        }
+        if let Some(bad) = labels.iter().find(|&&l| l as usize >= num_classes) {
+            return Err(Error::invalid(
+                "dataset",
+                format!("label {bad} is not below the number of classes {num_classes}"),
+            ));
+        }
+        Ok(Dataset {
+            features,
+            labels,
+            feature_dim,
+            num_classes,
+        })
+    }
+
+    /// `len` samples of `feature_dim` standard-normal features and uniform labels, from `seed`.
+    pub fn synthetic(
+        len: usize,
+        feature_dim: usize,
+        num_classes: usize,
+        seed: u64,
+    ) -> Result<Self> {
+        let mut state = seed;
+        let mut unit = move || (splitmix64(&mut state) >> 11) as f64 / (1u64 << 53) as f64;
+        let mut features = Vec::with_capacity(len * feature_dim);
+        for _ in 0..len * feature_dim {
+            let u1 = 1.0 - unit();
+            let u2 = unit();
+            features.push(((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32);
+        }
+        let labels = (0..len)
+            .map(|_| (unit() * num_classes as f64) as u32 % num_classes.max(1) as u32)
+            .collect();
+        Dataset::new(features, labels, feature_dim, num_classes)
+    }
+
+    /// Reads a gzip CSV of rows `f_1, ..., f_D, label` (integers or floats), e.g. the digits
+    /// data: 64 pixels in `0..=16`, then the digit. `num_classes` is the largest label + 1.
+    pub fn from_csv_gz(path: &Path) -> Result<Self> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(file)
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        let mut features = Vec::new();
+        let mut labels = Vec::new();
+        let mut feature_dim = None;
+        for (line_no, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let bad = |message: String| {
+                Error::invalid(format!("{}:{}", path.display(), line_no + 1), message)
+            };
+            let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+            let Some((label, pixels)) = fields.split_last() else {
+                continue;
+            };
+            if *feature_dim.get_or_insert(pixels.len()) != pixels.len() {
+                return Err(bad(format!(
+                    "{} features, expected {feature_dim:?}",
+                    pixels.len()
+                )));
+            }
+            for p in pixels {
+                features.push(p.parse::<f32>().map_err(|e| bad(format!("{p:?}: {e}")))?);
+            }
+            labels.push(
+                label
+                    .parse::<u32>()
+                    .map_err(|e| bad(format!("label {label:?}: {e}")))?,
+            );
+        }
+        let num_classes = labels.iter().max().map_or(0, |&m| m as usize + 1);
+        Dataset::new(features, labels, feature_dim.unwrap_or(0), num_classes)
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are no samples.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Features per sample.
+    pub fn feature_dim(&self) -> usize {
+        self.feature_dim
+    }
+
+    /// Number of classes.
+    pub fn num_classes(&self) -> usize {
+        self.num_classes
+    }
+
+    /// The labels.
+    pub fn labels(&self) -> &[u32] {
+        &self.labels
+    }
+
+    /// The features, row-major `(N, D)` (mutable, e.g. to inject a NaN in a test).
+    pub fn features_mut(&mut self) -> &mut [f32] {
+        &mut self.features
+    }
+
+    /// Multiplies every feature by `factor` (e.g. 1/16 for digits' pixels).
+    pub fn scale(&mut self, factor: f32) {
+        self.features.iter_mut().for_each(|f| *f *= factor);
+    }
+
+    /// Splits off a test set of `round(len * test_fraction)` samples, chosen by a shuffle with
+    /// `seed`; returns `(train, test)`.
+    pub fn split(&self, test_fraction: f64, seed: u64) -> (Dataset, Dataset) {
+        let mut state = seed;
+        let order = shuffled(self.len(), &mut state);
+        let test_len = ((self.len() as f64) * test_fraction).round() as usize;
+        let (test, train) = order.split_at(test_len.min(self.len()));
+        (self.subset(train), self.subset(test))
+    }
+
+    fn subset(&self, indices: &[usize]) -> Dataset {
+        let d = self.feature_dim;
+        let mut features = Vec::with_capacity(indices.len() * d);
+        for &i in indices {
+            features.extend_from_slice(&self.features[i * d..(i + 1) * d]);
+        }
+        Dataset {
+            features,
+            labels: indices.iter().map(|&i| self.labels[i]).collect(),
+            feature_dim: d,
+            num_classes: self.num_classes,
+        }
+    }
+
+    /// Uploads the samples `indices` as `(features (B, D) f32, labels (B) u32)`, both
+    /// `Category::Input`. Indices out of range are an error.
+    pub fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<(Tensor, Tensor)> {
+        let d = self.feature_dim;
+        let mut features = Vec::with_capacity(indices.len() * d);
+        let mut labels = Vec::with_capacity(indices.len());
+        for &i in indices {
+            let row = self.features.get(i * d..(i + 1) * d).ok_or_else(|| {
+                Error::invalid(
+                    "batch",
+                    format!("sample {i} of a dataset of {}", self.len()),
+                )
+            })?;
+            features.extend_from_slice(row);
+            labels.push(self.labels[i]);
+        }
+        let options = TensorOptions {
+            category: Category::Input,
+            label: "batch features",
+            requires_grad: false,
+        };
+        let x = Tensor::from_slice_with(gpu, &features, &[indices.len(), d], options)?;
+        let y = Tensor::from_indices(gpu, &labels, &[indices.len()])?;
+        Ok((x, y))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_order_is_a_seeded_permutation() {
+        let a = epoch_order(100, 7, 3);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..100).collect::<Vec<_>>());
+        assert_eq!(a, epoch_order(100, 7, 3));
+        assert_ne!(a, epoch_order(100, 7, 4));
+        assert_ne!(a, epoch_order(100, 8, 3));
+    }
+
+    #[test]
+    fn split_partitions_the_samples() {
+        let data = Dataset::synthetic(50, 3, 4, 1).unwrap();
+        let (train, test) = data.split(0.2, 5);
+        assert_eq!((train.len(), test.len()), (40, 10));
+        assert!(Dataset::new(vec![0.0; 3], vec![9], 3, 4).is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! The one error type of `plimsoll-trainer`. Every variant carries the numbers a user needs and the
+//! message ends with what to do next.
+
+use std::path::PathBuf;
+
+use plimsoll_allocator::format_bytes;
+use plimsoll_kernels_wgsl::Error as KernelError;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can stop training.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A layer, loss, optimizer or state file failed (this wraps out-of-memory and timeouts that
+    /// happened inside `nn`; [`Error::kernel_error`] finds them).
+    #[error(transparent)]
+    Nn(#[from] plimsoll_nn::Error),
+    /// A tensor op failed.
+    #[error(transparent)]
+    Autograd(#[from] plimsoll_autograd::Error),
+    /// The GPU layer failed directly (device lost, timeout, out of memory).
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    /// Out of memory even with a micro-batch of one sample.
+    #[error(
+        "{}: out of memory even with a micro-batch of 1 sample (effective batch \
+         {effective_batch}).\n{source}\nhint: enable activation checkpointing \
+         (--checkpointing auto), use a smaller model, or raise --memory-budget",
+        step_name(*step)
+    )]
+    OutOfMemoryAtMicroBatchOne {
+        /// The step that failed.
+        step: u64,
+        /// The effective batch.
+        effective_batch: usize,
+        /// The last out-of-memory error.
+        source: Box<Error>,
+    },
+    /// A step waited past the fence deadline. The last good state was saved first (if a
+    /// checkpoint directory is set).
+    #[error(
+        "step {step} exceeded the fence deadline of {deadline_ms} ms{}.\n{source}\nhint: raise \
+         --deadline-ms, or lower the micro-batch so each submission is shorter",
+        .saved.as_ref().map(|p| format!("; the last good state (step {}) was saved to {}",
+            step.saturating_sub(1), p.display())).unwrap_or_default()
+    )]
+    StepTimeout {
+        /// The step that timed out.
+        step: u64,
+        /// The deadline in milliseconds.
+        deadline_ms: u64,
+        /// Where the last good state was saved, if anywhere.
+        saved: Option<PathBuf>,
+        /// The timeout error, with the recent submissions.
+        source: Box<Error>,
+    },
+    /// A NaN or infinity in the loss or a gradient.
+    #[error(
+        "{}: non-finite values: loss = {loss}; first parameter with a non-finite \
+         gradient: {}. The step was not applied.\nhint: lower the learning rate \
+         (--lr), clip gradients, or check the input data for NaN/inf",
+        step_name(*step),
+        .first_parameter.as_deref().unwrap_or("none (only the loss)")
+    )]
+    NonFinite {
+        /// The step.
+        step: u64,
+        /// The loss read back (may be finite when only a gradient overflowed).
+        loss: f32,
+        /// The first parameter (in module order) whose gradient holds a NaN or infinity.
+        first_parameter: Option<String>,
+    },
+    /// Memory still allocated after a step beyond parameters, gradients and optimizer state.
+    #[error(
+        "step {step}: {} still allocated after the step beyond parameters, gradients and \
+         optimizer state ({} expected): {}.\nhint: drop tensors you keep across steps, or \
+         set the leak policy to warn",
+        format_bytes(*leaked_bytes), format_bytes(*expected_bytes), holders
+    )]
+    Leak {
+        /// The step.
+        step: u64,
+        /// Bytes allocated outside the expected categories.
+        leaked_bytes: u64,
+        /// Parameters + gradients + optimizer state bytes.
+        expected_bytes: u64,
+        /// `label (category): size` of each holder, largest first.
+        holders: String,
+    },
+    /// The memory budget cannot hold even the model's fixed state plus one sample's step.
+    #[error(
+        "memory budget {} cannot hold one step: predicted peak {} at micro-batch 1 \
+         (fixed state {}).\nhint: raise --memory-budget, enable --checkpointing auto, or use \
+         a smaller model",
+        format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes)
+    )]
+    BudgetTooSmall {
+        /// The budget.
+        budget_bytes: u64,
+        /// The predicted peak of the smallest step.
+        predicted_bytes: u64,
+        /// Bytes that do not depend on the micro-batch.
+        fixed_bytes: u64,
+    },
+    /// Bad configuration or data.
+    #[error("{what}: {message}")]
+    Invalid {
+        /// What was bad (an option, a file).
+        what: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// `step N`, or `the dry run` for step 0 (the memory plan's steps).
+fn step_name(step: u64) -> String {
+    if step == 0 {
+        "the memory plan's dry run".to_string()
+    } else {
+        format!("step {step}")
+    }
+}
+
+impl Error {
+    /// Shorthand for [`Error::Invalid`].
+    pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Invalid {
+            what: what.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The GPU-layer error at the bottom of this error, if any, looking through the `nn` and
+    /// `autograd` wrappers (which are `#[error(transparent)]`, so `source()` skips them).
+    pub fn kernel_error(&self) -> Option<&KernelError> {
+        match self {
+            Error::Kernel(k) => Some(k),
+            Error::Autograd(a) => autograd_kernel_error(a),
+            Error::Nn(n) => nn_kernel_error(n),
+            Error::OutOfMemoryAtMicroBatchOne { source, .. }
+            | Error::StepTimeout { source, .. } => source.kernel_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether this is (or wraps) an out-of-memory error.
+    pub fn is_out_of_memory(&self) -> bool {
+        matches!(self.kernel_error(), Some(KernelError::OutOfMemory(_)))
+            || matches!(self, Error::OutOfMemoryAtMicroBatchOne { .. })
+    }
+
+    /// Whether this is (or wraps) a fence timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self.kernel_error(), Some(KernelError::Timeout { .. }))
+            || matches!(self, Error::StepTimeout { .. })
+    }
+}
+
+fn autograd_kernel_error(e: &plimsoll_autograd::Error) -> Option<&KernelError> {
+    match e {
+        plimsoll_autograd::Error::Kernel(k) => Some(k),
+        _ => None,
+    }
+}
+
+/// `nn`'s error down to the GPU error (its tensor ops and its own kernel launches).
+fn nn_kernel_error(e: &plimsoll_nn::Error) -> Option<&KernelError> {
+    match e {
+        plimsoll_nn::Error::Autograd(a) => autograd_kernel_error(a),
+        plimsoll_nn::Error::Kernel(k) => Some(k),
+        _ => None,
+    }
+}

@@ -1,0 +1,99 @@
+//! What a run reports: [`StepReport`] (one per step, also one JSON line of `--metrics-out`),
+//! the [`Observer`] a run calls, and [`JsonLines`], the metrics file writer.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+
+/// One step's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepReport {
+    /// The step (1-based).
+    pub step: u64,
+    /// Its epoch (0-based).
+    pub epoch: u64,
+    /// Mean loss over the effective batch.
+    pub loss: f32,
+    /// The learning rate used.
+    pub lr: f32,
+    /// Samples in the batch.
+    pub samples: usize,
+    /// Samples per forward/backward.
+    pub micro_batch: usize,
+    /// Forward/backward passes.
+    pub micro_batches: usize,
+    /// Wall time of the step, leak check included.
+    pub step_ms: f64,
+    /// Samples per second over the step.
+    pub samples_per_s: f64,
+    /// Bytes allocated after the step.
+    pub allocated_bytes: u64,
+    /// Bytes reserved (segments) after the step.
+    pub reserved_bytes: u64,
+    /// Peak allocated bytes during the step.
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved bytes during the step.
+    pub peak_reserved_bytes: u64,
+}
+
+/// Receives a run's progress (the `plimsoll` command draws a progress bar from it).
+pub trait Observer {
+    /// After every step.
+    fn on_step(&mut self, report: &StepReport);
+    /// After an evaluation: `accuracy` in `[0, 1]` on the test set.
+    fn on_eval(&mut self, epoch: u64, step: u64, accuracy: f32);
+    /// A log line (out-of-memory recovery, leak warning, checkpoint saved, interruption).
+    fn on_log(&mut self, line: &str);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Silent;
+
+impl Observer for Silent {
+    fn on_step(&mut self, _: &StepReport) {}
+    fn on_eval(&mut self, _: u64, _: u64, _: f32) {}
+    fn on_log(&mut self, _: &str) {}
+}
+
+/// A JSON-lines file, one object per step.
+#[derive(Debug)]
+pub struct JsonLines {
+    path: PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+}
+
+impl JsonLines {
+    /// Creates (truncates) `path`, or appends when `append` (a resumed run).
+    pub fn create(path: &Path, append: bool) -> Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append)
+            .write(true)
+            .truncate(!append)
+            .open(path)
+            .map_err(|source| Error::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(JsonLines {
+            path: path.to_path_buf(),
+            file: std::io::BufWriter::new(file),
+        })
+    }
+
+    /// Writes one line and flushes it (a crash loses at most the current step).
+    pub fn write(&mut self, record: &impl Serialize) -> Result<()> {
+        let io = |source| Error::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let line = serde_json::to_string(record)
+            .map_err(|e| Error::invalid(self.path.display().to_string(), e.to_string()))?;
+        writeln!(self.file, "{line}").map_err(io)?;
+        self.file.flush().map_err(io)
+    }
+}

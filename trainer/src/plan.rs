@@ -1,0 +1,326 @@
+//! The memory plan: before step one, a dry run on a throwaway copy of the model measures the
+//! peak bytes of real steps (forward, backward and optimizer, through the same
+//! [`crate::step::run_step`] the trainer uses) at two micro-batch sizes, per category, and fits
+//! `peak(m) = fixed + per_sample * m`. From that the plan picks the checkpointing and the largest
+//! micro-batch whose predicted peak fits the budget with [`HEADROOM`] to spare (segments and
+//! fragmentation make reserved bytes exceed allocated ones). Out-of-memory recovery remains the
+//! backstop when the prediction is wrong.
+
+use std::fmt;
+
+use plimsoll_allocator::format_bytes;
+use plimsoll_autograd::Gpu;
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_nn::Module;
+
+use crate::config::{CheckpointPolicy, TrainConfig};
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+use crate::model::ModelSpec;
+use crate::step::{StepInputs, run_step};
+
+/// Fraction of the budget a planned step's allocated peak may use.
+pub const HEADROOM: f64 = 0.85;
+
+/// One measured dry-run step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    /// Children per checkpointed segment (0: none).
+    pub segment_len: usize,
+    /// Samples per forward/backward.
+    pub micro_batch: usize,
+    /// Peak allocated bytes of the whole step.
+    pub peak_allocated_bytes: u64,
+    /// Peak allocated bytes per category ([`Category::ALL`] order).
+    pub category_peaks: [u64; 7],
+}
+
+/// A linear model of one checkpointing choice's peak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeakModel {
+    /// Children per checkpointed segment (0: none).
+    pub segment_len: usize,
+    /// Bytes that do not grow with the micro-batch.
+    pub fixed_bytes: f64,
+    /// Bytes per sample of the micro-batch.
+    pub per_sample_bytes: f64,
+}
+
+impl PeakModel {
+    /// Predicted peak allocated bytes at `micro_batch`.
+    pub fn predict(&self, micro_batch: usize) -> u64 {
+        (self.fixed_bytes + self.per_sample_bytes * micro_batch as f64).max(0.0) as u64
+    }
+
+    /// The largest micro-batch in `1..=limit` whose prediction fits `usable` bytes, if any.
+    pub fn largest_fitting(&self, usable: u64, limit: usize) -> Option<usize> {
+        if self.predict(1) > usable {
+            return None;
+        }
+        if self.per_sample_bytes <= 0.0 {
+            return Some(limit);
+        }
+        let m = ((usable as f64 - self.fixed_bytes) / self.per_sample_bytes).floor();
+        Some((m.max(1.0) as usize).min(limit))
+    }
+}
+
+/// The plan: what the trainer will use, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryPlan {
+    /// The budget planned against.
+    pub budget_bytes: u64,
+    /// The effective batch.
+    pub effective_batch: usize,
+    /// The chosen micro-batch.
+    pub micro_batch: usize,
+    /// The chosen checkpoint segment length (0: none).
+    pub segment_len: usize,
+    /// Predicted peak allocated bytes of a step with the choice.
+    pub predicted_peak_bytes: u64,
+    /// The fitted model of each checkpointing choice measured.
+    pub models: Vec<PeakModel>,
+    /// The dry-run measurements.
+    pub probes: Vec<Probe>,
+}
+
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "memory plan (budget {})",
+            format_bytes(self.budget_bytes)
+        )?;
+        writeln!(
+            f,
+            "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "checkpointing", "micro", "peak", "parameter", "gradient", "optimizer", "activation"
+        )?;
+        for p in &self.probes {
+            let c = |cat: Category| format_bytes(p.category_peaks[cat.index()]);
+            writeln!(
+                f,
+                "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                segment_name(p.segment_len),
+                p.micro_batch,
+                format_bytes(p.peak_allocated_bytes),
+                c(Category::Parameter),
+                c(Category::Gradient),
+                c(Category::OptimizerState),
+                c(Category::Activation),
+            )?;
+        }
+        for m in &self.models {
+            writeln!(
+                f,
+                "  {:<14} fixed {} + {} per sample",
+                segment_name(m.segment_len),
+                format_bytes(m.fixed_bytes as u64),
+                format_bytes(m.per_sample_bytes as u64)
+            )?;
+        }
+        write!(
+            f,
+            "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}; \
+             predicted peak {} ({:.0}% of the budget)",
+            self.effective_batch,
+            self.effective_batch.div_ceil(self.micro_batch),
+            self.micro_batch,
+            segment_name(self.segment_len),
+            format_bytes(self.predicted_peak_bytes),
+            100.0 * self.predicted_peak_bytes as f64 / self.budget_bytes.max(1) as f64
+        )
+    }
+}
+
+/// The micro-batch at most `largest` that splits `effective` into equal parts (as nearly as
+/// possible) with as few micro-batches as `largest` allows: 64 with at most 21 gives 16 (4 x 16),
+/// not 21 (21 + 21 + 21 + 1).
+pub fn balanced(effective: usize, largest: usize) -> usize {
+    let parts = effective.div_ceil(largest.max(1));
+    effective.div_ceil(parts.max(1))
+}
+
+/// `none` or `every N`.
+pub fn segment_name(segment_len: usize) -> String {
+    if segment_len == 0 {
+        "none".to_string()
+    } else {
+        format!("every {segment_len}")
+    }
+}
+
+/// Runs one dry step at `micro_batch` and returns its peaks (the micro-batch it really used, if
+/// out-of-memory recovery had to lower it, and whether it did).
+fn probe(
+    gpu: &Gpu,
+    spec: &ModelSpec,
+    data: &Dataset,
+    config: &TrainConfig,
+    segment_len: usize,
+    micro_batch: usize,
+) -> Result<(Probe, bool)> {
+    let (net, mut optimizer) = spec.build(gpu)?;
+    let params = net.parameters();
+    let indices: Vec<usize> = (0..config.effective_batch.min(data.len())).collect();
+    let indices = &indices[..micro_batch.min(indices.len())];
+    let lr = config.schedule.lr_at(0);
+    let mut measured = None;
+    // The first step creates the optimizer state; the second is the steady state we measure.
+    for warm in [true, false] {
+        gpu.flush("plan")?;
+        gpu.with_allocator(|a| a.reset_peaks());
+        let inputs = StepInputs {
+            gpu,
+            net: &net,
+            params: &params,
+            data,
+            segment_len,
+            label_smoothing: config.label_smoothing,
+            step: 0,
+        };
+        let result = run_step(&inputs, optimizer.as_mut(), indices, micro_batch, lr)?;
+        gpu.flush("plan")?;
+        if !warm {
+            let stats = gpu.with_allocator(|a| a.stats().clone());
+            let mut category_peaks = [0; 7];
+            for c in Category::ALL {
+                category_peaks[c.index()] = stats.category(c).peak_allocated_bytes;
+            }
+            let p = Probe {
+                segment_len,
+                micro_batch: result.micro_batch,
+                peak_allocated_bytes: stats.peak_allocated_bytes,
+                category_peaks,
+            };
+            measured = Some((p, !result.recoveries.is_empty()));
+        }
+    }
+    drop((params, net, optimizer));
+    gpu.flush("plan")?;
+    measured.ok_or_else(|| Error::invalid("plan", "no probe ran"))
+}
+
+/// Fits a [`PeakModel`] for `segment_len` from two probes (or one, at micro-batch 1).
+fn fit(
+    gpu: &Gpu,
+    spec: &ModelSpec,
+    data: &Dataset,
+    config: &TrainConfig,
+    segment_len: usize,
+    probes: &mut Vec<Probe>,
+) -> Result<PeakModel> {
+    let effective = config.effective_batch.min(data.len()).max(1);
+    let mut small = (effective / 4).max(1);
+    let (mut a, mut recovered) = probe(gpu, spec, data, config, segment_len, small)?;
+    while recovered {
+        // Its peak includes the failed attempt: measure again at the size that fitted.
+        small = a.micro_batch;
+        (a, recovered) = probe(gpu, spec, data, config, segment_len, small)?;
+    }
+    let large = (2 * small).min(effective);
+    probes.push(a.clone());
+    let single_point = |a: &Probe| {
+        let fixed = fixed_bytes(a);
+        PeakModel {
+            segment_len,
+            fixed_bytes: fixed as f64,
+            per_sample_bytes: a.peak_allocated_bytes.saturating_sub(fixed) as f64
+                / a.micro_batch.max(1) as f64,
+        }
+    };
+    if large <= a.micro_batch {
+        return Ok(single_point(&a));
+    }
+    let (b, recovered) = probe(gpu, spec, data, config, segment_len, large)?;
+    probes.push(b.clone());
+    if recovered || b.micro_batch <= a.micro_batch {
+        // The larger probe ran out of memory: its peak includes the failed attempt.
+        return Ok(single_point(&a));
+    }
+    let per_sample = (b.peak_allocated_bytes as f64 - a.peak_allocated_bytes as f64)
+        / (b.micro_batch - a.micro_batch) as f64;
+    Ok(PeakModel {
+        segment_len,
+        fixed_bytes: a.peak_allocated_bytes as f64 - per_sample * a.micro_batch as f64,
+        per_sample_bytes: per_sample,
+    })
+}
+
+/// Parameters + gradients + optimizer state of a probe (what does not grow with the batch).
+fn fixed_bytes(p: &Probe) -> u64 {
+    [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+    ]
+    .iter()
+    .map(|c| p.category_peaks[c.index()])
+    .sum()
+}
+
+/// Plans the run of `spec` on `data` under `config` (dry runs on `gpu` under its budget).
+pub fn plan(
+    gpu: &Gpu,
+    spec: &ModelSpec,
+    data: &Dataset,
+    config: &TrainConfig,
+) -> Result<MemoryPlan> {
+    config.validate()?;
+    let budget = gpu.memory_budget_bytes();
+    let usable = (budget as f64 * HEADROOM) as u64;
+    let effective = config.effective_batch;
+    let candidates: Vec<usize> = match config.checkpointing {
+        CheckpointPolicy::None => vec![0],
+        CheckpointPolicy::EveryBlocks(k) => vec![k],
+        CheckpointPolicy::Automatic => {
+            let sqrt = (spec.children() as f64).sqrt().ceil() as usize;
+            vec![0, sqrt.max(1)]
+        }
+    };
+    let mut probes = Vec::new();
+    let mut models = Vec::new();
+    let mut best: Option<(usize, usize)> = None; // (micro, segment_len)
+    for &segment_len in &candidates {
+        let model = fit(gpu, spec, data, config, segment_len, &mut probes)?;
+        let fits = match config.micro_batch {
+            Some(m) => (model.predict(m) <= usable).then_some(m),
+            None => model
+                .largest_fitting(usable, effective)
+                .map(|m| balanced(effective, m)),
+        };
+        models.push(model);
+        if let Some(m) = fits
+            && best.is_none_or(|(b, _)| m > b)
+        {
+            best = Some((m, segment_len));
+        }
+        if best.is_some_and(|(m, _)| m >= effective) {
+            break; // the whole batch fits: no need to try more checkpointing
+        }
+    }
+    gpu.empty_cache();
+    let Some((micro_batch, segment_len)) = best else {
+        let last = models
+            .last()
+            .ok_or_else(|| Error::invalid("plan", "no candidate"))?;
+        return Err(Error::BudgetTooSmall {
+            budget_bytes: budget,
+            predicted_bytes: last.predict(config.micro_batch.unwrap_or(1)),
+            fixed_bytes: last.fixed_bytes.max(0.0) as u64,
+        });
+    };
+    let predicted_peak_bytes = models
+        .iter()
+        .find(|m| m.segment_len == segment_len)
+        .map_or(0, |m| m.predict(micro_batch));
+    Ok(MemoryPlan {
+        budget_bytes: budget,
+        effective_batch: effective,
+        micro_batch,
+        segment_len,
+        predicted_peak_bytes,
+        models,
+        probes,
+    })
+}

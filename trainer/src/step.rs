@@ -1,0 +1,196 @@
+//! One optimizer step: the effective batch split into micro-batches, gradients accumulated, the
+//! losses and a finiteness check of every gradient read back *once*, then the update.
+//!
+//! Accumulation: each micro-batch's mean loss is scaled by `micro_len / batch_len` before its
+//! backward, so the accumulated gradient is the gradient of the mean loss over the whole batch
+//! (the same update one big batch gives; the last micro-batch may be shorter). The scaled,
+//! detached losses are summed on the device, so the loss costs no extra wait.
+//!
+//! Out-of-memory recovery: if a micro-batch's forward or backward fails with out-of-memory, the
+//! partial graph and gradients are dropped (and the open batch submitted, which hands parked
+//! blocks back), the micro-batch is halved and the *same* step runs again from its first
+//! sample with the same random state. Only at a micro-batch of one does the error surface.
+//!
+//! Between micro-batches the open batch is submitted (not waited for: on a one-in-flight
+//! adapter the submit only waits for the previous micro-batch to finish), which returns the
+//! previous micro-batch's parked blocks to the allocator.
+//!
+//! The one read-back: after the last backward, one tensor `[loss, sum(g_0), sum(g_1), ...]` is read
+//! back. A NaN or infinity in a gradient propagates into its sum, so this names the first
+//! parameter whose gradient is not finite, and the step is refused before the update.
+
+use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
+use plimsoll_autograd::{Gpu, Tensor, no_grad};
+use plimsoll_nn::{Optimizer, Sequential, loss, zero_grad};
+
+use crate::data::Dataset;
+use crate::error::{Error, Result};
+
+/// What one step needs besides the optimizer.
+pub struct StepInputs<'a> {
+    /// The device.
+    pub gpu: &'a Gpu,
+    /// The model.
+    pub net: &'a Sequential,
+    /// Its parameters (handles), in module order.
+    pub params: &'a [(String, Tensor)],
+    /// Where the samples come from.
+    pub data: &'a Dataset,
+    /// Children per checkpointed segment; 0: no checkpointing.
+    pub segment_len: usize,
+    /// Cross-entropy label smoothing.
+    pub label_smoothing: f32,
+    /// The step number (1-based), for messages.
+    pub step: u64,
+}
+
+/// What a step did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// Mean loss over the effective batch.
+    pub loss: f32,
+    /// The micro-batch the step finished with (smaller than asked after a recovery).
+    pub micro_batch: usize,
+    /// Forward/backward passes in the successful attempt.
+    pub micro_batches: usize,
+    /// Samples in the batch.
+    pub samples: usize,
+    /// One line per out-of-memory recovery (`micro-batch 64 -> 32`).
+    pub recoveries: Vec<String>,
+}
+
+/// Forward and backward of every micro-batch of `indices`, gradients accumulated into the
+/// parameters; returns the summed scaled loss (a detached scalar on the device).
+pub fn accumulate_gradients(
+    inputs: &StepInputs<'_>,
+    indices: &[usize],
+    micro_batch: usize,
+) -> Result<Tensor> {
+    let batch_len = indices.len() as f32;
+    let mut loss_sum: Option<Tensor> = None;
+    for (i, chunk) in indices.chunks(micro_batch.max(1)).enumerate() {
+        if i > 0 {
+            // Blocks freed while the open batch uses them are parked until it is submitted;
+            // submitting (no wait for the result) hands the previous micro-batch's graph back,
+            // so micro-batches reuse one micro-batch's worth of memory.
+            inputs.gpu.flush("micro-batch")?;
+        }
+        let (x, y) = inputs.data.upload(inputs.gpu, chunk)?;
+        let logits = inputs.net.forward_checkpointed(&x, inputs.segment_len)?;
+        let mean = loss::cross_entropy(&logits, &y, inputs.label_smoothing)?;
+        drop(logits);
+        let scaled = mean.mul_scalar(chunk.len() as f32 / batch_len)?;
+        drop(mean);
+        scaled.backward()?;
+        let value = scaled.detach();
+        drop(scaled);
+        loss_sum = Some(match loss_sum {
+            None => value,
+            Some(sum) => {
+                let _no_grad = no_grad();
+                sum.add(&value)?
+            }
+        });
+    }
+    loss_sum.ok_or_else(|| Error::invalid("step", "an empty batch"))
+}
+
+/// Reads `[loss, sum(grad) per parameter]` in one wait; returns the loss and the first
+/// parameter (in module order) whose gradient is not finite.
+pub fn read_loss_and_check(
+    loss_sum: &Tensor,
+    params: &[(String, Tensor)],
+) -> Result<(f32, Option<String>)> {
+    let _no_grad = no_grad();
+    let mut parts = vec![loss_sum.reshape(&[1])?];
+    let mut names = Vec::new();
+    for (name, p) in params {
+        if let Some(g) = p.grad() {
+            parts.push(g.sum_all()?.reshape(&[1])?);
+            names.push(name.as_str());
+        }
+    }
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    let all = Tensor::concat(&refs, 0)?;
+    drop(parts);
+    let values = all.to_vec()?;
+    let loss = values.first().copied().unwrap_or(f32::NAN);
+    let first_bad = values
+        .iter()
+        .skip(1)
+        .zip(names)
+        .find(|(v, _)| !v.is_finite())
+        .map(|(_, name)| name.to_string());
+    Ok((loss, first_bad))
+}
+
+/// One optimizer step over the samples `indices` with learning rate `lr`, starting from
+/// `micro_batch` samples per forward (halved on out-of-memory; the value it ends with is what
+/// [`StepResult::micro_batch`] says). Gradients are cleared afterwards, also on error.
+pub fn run_step(
+    inputs: &StepInputs<'_>,
+    optimizer: &mut dyn Optimizer,
+    indices: &[usize],
+    micro_batch: usize,
+    lr: f32,
+) -> Result<StepResult> {
+    let result = run_step_inner(inputs, optimizer, indices, micro_batch, lr);
+    zero_grad(inputs.params);
+    result
+}
+
+fn run_step_inner(
+    inputs: &StepInputs<'_>,
+    optimizer: &mut dyn Optimizer,
+    indices: &[usize],
+    mut micro_batch: usize,
+    lr: f32,
+) -> Result<StepResult> {
+    let rng = rng_state();
+    let mut recoveries = Vec::new();
+    let loss_sum = loop {
+        match accumulate_gradients(inputs, indices, micro_batch) {
+            Ok(sum) => break sum,
+            Err(e) if e.is_out_of_memory() && micro_batch > 1 => {
+                zero_grad(inputs.params);
+                // Submitting hands the failed attempt's parked blocks back to the allocator.
+                inputs.gpu.flush("out-of-memory recovery")?;
+                set_rng_state(rng);
+                let smaller = micro_batch.div_ceil(2);
+                recoveries.push(format!(
+                    "step {}: out of memory at micro-batch {micro_batch}; retrying the step \
+                     with micro-batch {smaller} ({} micro-batches; the update is unchanged)",
+                    inputs.step,
+                    indices.len().div_ceil(smaller)
+                ));
+                micro_batch = smaller;
+            }
+            Err(e) if e.is_out_of_memory() => {
+                return Err(Error::OutOfMemoryAtMicroBatchOne {
+                    step: inputs.step,
+                    effective_batch: indices.len(),
+                    source: Box::new(e),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let (loss, first_parameter) = read_loss_and_check(&loss_sum, inputs.params)?;
+    drop(loss_sum);
+    if first_parameter.is_some() || !loss.is_finite() {
+        return Err(Error::NonFinite {
+            step: inputs.step,
+            loss,
+            first_parameter,
+        });
+    }
+    optimizer.set_lr(lr);
+    optimizer.step(inputs.params)?;
+    Ok(StepResult {
+        loss,
+        micro_batch,
+        micro_batches: indices.len().div_ceil(micro_batch),
+        samples: indices.len(),
+        recoveries,
+    })
+}

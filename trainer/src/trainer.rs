@@ -1,0 +1,445 @@
+//! [`Trainer`]: the loop. It owns the model, the optimizer and the run's position, and runs
+//! steps ([`Trainer::step`]) with the guarantees of the crate docs: accumulation, out-of-memory
+//! recovery, the after-step leak check, fence deadlines (with a checkpoint of the last good
+//! state on timeout), the non-finite check, periodic and final checkpoints, evaluation and a
+//! clean stop when the stop flag (Ctrl-C) is raised.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
+use plimsoll_autograd::{Gpu, Tensor, no_grad};
+use plimsoll_nn::{Module, Optimizer, Sequential};
+
+use crate::checkpoint_io::{self, RunPosition};
+use crate::config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
+use crate::data::{Dataset, epoch_order};
+use crate::error::{Error, Result};
+use crate::leak;
+use crate::metrics::{Observer, StepReport};
+use crate::model::ModelSpec;
+use crate::plan::{MemoryPlan, plan};
+use crate::step::{StepInputs, run_step};
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// Steps completed in total (including those before a resume).
+    pub steps: u64,
+    /// The last loss.
+    pub last_loss: Option<f32>,
+    /// The last test accuracy.
+    pub last_accuracy: Option<f32>,
+    /// Whether the stop flag ended it early.
+    pub interrupted: bool,
+    /// The last checkpoint written.
+    pub checkpoint: Option<PathBuf>,
+}
+
+/// A training run in progress. See the module docs.
+pub struct Trainer {
+    gpu: Gpu,
+    config: TrainConfig,
+    net: Sequential,
+    params: Vec<(String, Tensor)>,
+    optimizer: Box<dyn Optimizer>,
+    train: Dataset,
+    test: Option<Dataset>,
+    /// Invariant: `1 <= micro_batch <= config.effective_batch`.
+    micro_batch: usize,
+    segment_len: usize,
+    plan: Option<MemoryPlan>,
+    position: RunPosition,
+    log: Vec<String>,
+    delivered_log: usize,
+    stop: Arc<AtomicBool>,
+}
+
+impl Trainer {
+    /// Prepares a run: applies the budget and deadline to `gpu`, plans memory when something is
+    /// left to choose (no micro-batch given, or automatic checkpointing), builds the model.
+    pub fn new(
+        gpu: &Gpu,
+        config: TrainConfig,
+        spec: &ModelSpec,
+        train: Dataset,
+        test: Option<Dataset>,
+    ) -> Result<Trainer> {
+        config.validate()?;
+        spec.check_fits(train.feature_dim(), train.num_classes())?;
+        if train.is_empty() {
+            return Err(Error::invalid("data", "the training set is empty"));
+        }
+        if let Some(budget) = config.memory_budget_bytes {
+            gpu.set_memory_budget(budget);
+        }
+        gpu.set_default_deadline(config.fence_deadline);
+        let effective = config.effective_batch;
+        let needs_plan =
+            config.micro_batch.is_none() || config.checkpointing == CheckpointPolicy::Automatic;
+        let plan = if needs_plan {
+            Some(plan(gpu, spec, &train, &config)?)
+        } else {
+            None
+        };
+        let (micro_batch, segment_len) = match &plan {
+            Some(p) => (p.micro_batch, p.segment_len),
+            None => (
+                config.micro_batch.unwrap_or(effective),
+                match config.checkpointing {
+                    CheckpointPolicy::EveryBlocks(k) => k,
+                    _ => 0,
+                },
+            ),
+        };
+        let (net, optimizer) = spec.build(gpu)?;
+        let params = net.parameters();
+        let position = RunPosition {
+            step: 0,
+            epoch: 0,
+            batch_in_epoch: 0,
+            rng_state: rng_state(),
+            seed: config.seed,
+            micro_batch,
+        };
+        let mut log = Vec::new();
+        if let Some(p) = &plan {
+            log.push(p.to_string());
+        }
+        Ok(Trainer {
+            gpu: gpu.clone(),
+            config,
+            net,
+            params,
+            optimizer,
+            train,
+            test,
+            micro_batch,
+            segment_len,
+            plan,
+            position,
+            log,
+            delivered_log: 0,
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Continues from the checkpoint at `path` (parameters, optimizer state, position).
+    pub fn resume(&mut self, path: &std::path::Path) -> Result<()> {
+        let position = checkpoint_io::load(&self.gpu, path, &self.params, self.optimizer.as_mut())?;
+        if position.seed != self.config.seed {
+            return Err(Error::invalid(
+                path.display().to_string(),
+                format!(
+                    "saved with data seed {}, this run has {}; pass --seed {} to resume it",
+                    position.seed, self.config.seed, position.seed
+                ),
+            ));
+        }
+        self.micro_batch = position.micro_batch.clamp(1, self.config.effective_batch);
+        self.position = position;
+        self.note(format!(
+            "resumed from {} at step {}",
+            path.display(),
+            position.step
+        ));
+        Ok(())
+    }
+
+    fn note(&mut self, line: String) {
+        self.log.push(line);
+    }
+
+    /// Every log line so far (plan, recoveries, leaks, checkpoints).
+    pub fn log(&self) -> &[String] {
+        &self.log
+    }
+
+    /// The flag that stops [`Trainer::run`] cleanly after the current step (Ctrl-C sets it).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+
+    /// The model's parameters (handles).
+    pub fn parameters(&self) -> &[(String, Tensor)] {
+        &self.params
+    }
+
+    /// The optimizer.
+    pub fn optimizer(&self) -> &dyn Optimizer {
+        self.optimizer.as_ref()
+    }
+
+    /// The micro-batch in use.
+    pub fn micro_batch(&self) -> usize {
+        self.micro_batch
+    }
+
+    /// Children per checkpointed segment (0: none).
+    pub fn segment_len(&self) -> usize {
+        self.segment_len
+    }
+
+    /// The memory plan, if one was made.
+    pub fn plan(&self) -> Option<&MemoryPlan> {
+        self.plan.as_ref()
+    }
+
+    /// Where the run stands.
+    pub fn position(&self) -> RunPosition {
+        self.position
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Optimizer steps per epoch (the last batch of an epoch may be smaller).
+    pub fn steps_per_epoch(&self) -> u64 {
+        self.train.len().div_ceil(self.config.effective_batch) as u64
+    }
+
+    /// Steps of the whole run.
+    pub fn total_steps(&self) -> u64 {
+        match self.config.length {
+            RunLength::Epochs(e) => e * self.steps_per_epoch(),
+            RunLength::Steps(s) => s,
+        }
+    }
+
+    /// Runs one optimizer step on the next batch; see the module docs for what it guarantees.
+    pub fn step(&mut self) -> Result<StepReport> {
+        let start = Instant::now();
+        let effective = self.config.effective_batch;
+        let order = epoch_order(self.train.len(), self.config.seed, self.position.epoch);
+        let first = self.position.batch_in_epoch * effective;
+        let indices = order
+            .get(first..(first + effective).min(order.len()))
+            .ok_or_else(|| Error::invalid("data position", format!("batch at sample {first}")))?;
+        let step = self.position.step + 1;
+        let lr = self.config.schedule.lr_at(self.position.step);
+        set_rng_state(self.position.rng_state);
+        self.gpu.with_allocator(|a| a.reset_peaks());
+        let inputs = StepInputs {
+            gpu: &self.gpu,
+            net: &self.net,
+            params: &self.params,
+            data: &self.train,
+            segment_len: self.segment_len,
+            label_smoothing: self.config.label_smoothing,
+            step,
+        };
+        let result = run_step(
+            &inputs,
+            self.optimizer.as_mut(),
+            indices,
+            self.micro_batch,
+            lr,
+        );
+        let result = match result {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => return Err(self.timed_out(step, e)),
+            Err(e) => return Err(e),
+        };
+        for line in &result.recoveries {
+            self.log.push(line.clone());
+        }
+        self.micro_batch = result.micro_batch;
+        let epoch = self.position.epoch;
+        self.position.step = step;
+        self.position.batch_in_epoch += 1;
+        if self.position.batch_in_epoch as u64 >= self.steps_per_epoch() {
+            self.position.epoch += 1;
+            self.position.batch_in_epoch = 0;
+        }
+        self.position.rng_state = rng_state();
+        self.position.micro_batch = self.micro_batch;
+        self.check_leaks(step)?;
+        let stats = self.gpu.with_allocator(|a| a.stats().clone());
+        let step_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(StepReport {
+            step,
+            epoch,
+            loss: result.loss,
+            lr,
+            samples: result.samples,
+            micro_batch: result.micro_batch,
+            micro_batches: result.micro_batches,
+            step_ms,
+            samples_per_s: result.samples as f64 / (step_ms / 1e3).max(1e-9),
+            allocated_bytes: stats.allocated_bytes,
+            reserved_bytes: stats.reserved_bytes,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            peak_reserved_bytes: stats.peak_reserved_bytes,
+        })
+    }
+
+    fn check_leaks(&mut self, step: u64) -> Result<()> {
+        if self.config.leak_policy == LeakPolicy::Off {
+            return Ok(());
+        }
+        let report = match leak::check(&self.gpu) {
+            Ok(r) => r,
+            Err(e) if matches!(e, plimsoll_kernels_wgsl::Error::Timeout { .. }) => {
+                return Err(self.timed_out(step, e.into()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if report.is_clean() {
+            return Ok(());
+        }
+        let error = Error::Leak {
+            step,
+            leaked_bytes: report.leaked_bytes,
+            expected_bytes: report.expected_bytes,
+            holders: report.holders_text(),
+        };
+        match self.config.leak_policy {
+            LeakPolicy::Error => Err(error),
+            _ => {
+                self.note(format!("warning: {error}"));
+                Ok(())
+            }
+        }
+    }
+
+    /// A step timed out: the update was not applied (the wait is before it), so the parameters
+    /// on the device are the last good state; save them with the longer save deadline.
+    fn timed_out(&mut self, step: u64, error: Error) -> Error {
+        let deadline = self.gpu.default_deadline();
+        let saved = if self.config.checkpoint_dir.is_some() {
+            self.gpu.set_default_deadline(self.config.save_deadline);
+            let saved = self.save_checkpoint();
+            self.gpu.set_default_deadline(deadline);
+            match saved {
+                Ok(path) => path,
+                Err(e) => {
+                    self.note(format!("could not save the last good state: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Error::StepTimeout {
+            step,
+            deadline_ms: deadline.as_millis() as u64,
+            saved,
+            source: Box::new(error),
+        }
+    }
+
+    /// Saves a checkpoint of the current state if a checkpoint directory is configured.
+    pub fn save_checkpoint(&mut self) -> Result<Option<PathBuf>> {
+        let Some(dir) = self.config.checkpoint_dir.clone() else {
+            return Ok(None);
+        };
+        let path =
+            checkpoint_io::save(&dir, &self.params, self.optimizer.as_ref(), &self.position)?;
+        self.note(format!(
+            "saved checkpoint at step {} to {}",
+            self.position.step,
+            path.display()
+        ));
+        Ok(Some(path))
+    }
+
+    /// Test-set accuracy in `[0, 1]` (forward in evaluation mode without a graph), or `None`
+    /// without a test set.
+    pub fn evaluate(&mut self) -> Result<Option<f32>> {
+        let Some(test) = &self.test else {
+            return Ok(None);
+        };
+        let _no_grad = no_grad();
+        self.net.set_training(false);
+        let classes = test.num_classes();
+        let mut correct = 0usize;
+        let chunk = self.config.effective_batch.max(256);
+        let indices: Vec<usize> = (0..test.len()).collect();
+        let mut outcome = Ok(());
+        for part in indices.chunks(chunk) {
+            let result = (|| -> Result<Vec<f32>> {
+                let (x, _) = test.upload(&self.gpu, part)?;
+                Ok(self.net.forward(&x)?.to_vec()?)
+            })();
+            match result {
+                Ok(logits) => {
+                    for (row, &i) in logits.chunks(classes.max(1)).zip(part) {
+                        let best =
+                            row.iter()
+                                .enumerate()
+                                .fold(
+                                    (0, f32::NEG_INFINITY),
+                                    |b, (j, &v)| if v > b.1 { (j, v) } else { b },
+                                );
+                        correct += usize::from(best.0 as u32 == test.labels()[i]);
+                    }
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        self.net.set_training(true);
+        outcome?;
+        Ok(Some(correct as f32 / test.len().max(1) as f32))
+    }
+
+    fn deliver_log(&mut self, observer: &mut dyn Observer) {
+        for line in &self.log[self.delivered_log..] {
+            observer.on_log(line);
+        }
+        self.delivered_log = self.log.len();
+    }
+
+    /// Runs to the configured length (or until the stop flag), evaluating and checkpointing as
+    /// configured; the stop flag saves a checkpoint and returns with `interrupted`.
+    pub fn run(&mut self, observer: &mut dyn Observer) -> Result<RunSummary> {
+        let total = self.total_steps();
+        let mut summary = RunSummary {
+            steps: self.position.step,
+            last_loss: None,
+            last_accuracy: None,
+            interrupted: false,
+            checkpoint: None,
+        };
+        self.deliver_log(observer);
+        while self.position.step < total {
+            if self.stop.load(Ordering::SeqCst) {
+                summary.interrupted = true;
+                self.note(format!("interrupted after step {}", self.position.step));
+                break;
+            }
+            let report = self.step();
+            self.deliver_log(observer);
+            let report = report?;
+            observer.on_step(&report);
+            summary.steps = report.step;
+            summary.last_loss = Some(report.loss);
+            let epoch_done = self.position.batch_in_epoch == 0;
+            let eval_due = match self.config.eval_interval_steps {
+                Some(k) => report.step % k.max(1) == 0,
+                None => epoch_done,
+            };
+            if eval_due && let Some(acc) = self.evaluate()? {
+                observer.on_eval(report.epoch, report.step, acc);
+                summary.last_accuracy = Some(acc);
+            }
+            if let Some(k) = self.config.checkpoint_interval_steps
+                && report.step % k.max(1) == 0
+            {
+                summary.checkpoint = self.save_checkpoint()?;
+            }
+            self.deliver_log(observer);
+        }
+        if let Some(path) = self.save_checkpoint()? {
+            summary.checkpoint = Some(path);
+        }
+        self.deliver_log(observer);
+        Ok(summary)
+    }
+}

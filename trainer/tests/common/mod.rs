@@ -1,0 +1,100 @@
+//! Helpers shared by the trainer's tests: a fresh Gpu per test, small synthetic data, small
+//! models, and parameter comparison.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_nn::{Activation, AdamWConfig, LrSchedule, SgdConfig};
+use plimsoll_trainer::{
+    CheckpointPolicy, Dataset, LeakPolicy, ModelSpec, OptimizerSpec, RunLength, TrainConfig,
+};
+
+/// A fresh device (one per test: read-backs from one shared Gpu across threads are avoided).
+pub fn gpu() -> Gpu {
+    Gpu::new().expect(
+        "no GPU adapter: install Mesa's lavapipe (apt-get install mesa-vulkan-drivers libvulkan1)",
+    )
+}
+
+/// `len` synthetic samples with `dim` features and `classes` classes.
+pub fn data(len: usize, dim: usize, classes: usize) -> Dataset {
+    Dataset::synthetic(len, dim, classes, 42).unwrap()
+}
+
+/// An MLP spec with Adam (no weight decay).
+pub fn adam_spec(widths: &[usize]) -> ModelSpec {
+    ModelSpec {
+        widths: widths.to_vec(),
+        activation: Activation::Relu,
+        seed: 7,
+        optimizer: OptimizerSpec::AdamW(AdamWConfig {
+            weight_decay: 0.0,
+            ..AdamWConfig::default()
+        }),
+    }
+}
+
+/// An MLP spec with SGD and momentum.
+pub fn sgd_spec(widths: &[usize]) -> ModelSpec {
+    ModelSpec {
+        optimizer: OptimizerSpec::Sgd(SgdConfig {
+            lr: 0.1,
+            momentum: 0.9,
+            ..SgdConfig::default()
+        }),
+        ..adam_spec(widths)
+    }
+}
+
+/// A configuration for `steps` steps of `batch` samples in micro-batches of `micro`, no plan,
+/// no checkpointing, leaks as errors.
+pub fn config(batch: usize, micro: usize, steps: u64, lr: f32) -> TrainConfig {
+    TrainConfig {
+        effective_batch: batch,
+        micro_batch: Some(micro),
+        length: RunLength::Steps(steps),
+        schedule: LrSchedule::Constant { lr },
+        seed: 3,
+        checkpointing: CheckpointPolicy::None,
+        fence_deadline: Duration::from_secs(60),
+        leak_policy: LeakPolicy::Error,
+        ..TrainConfig::default()
+    }
+}
+
+/// Every parameter's values, in order.
+pub fn values(params: &[(String, Tensor)]) -> Vec<(String, Vec<f32>)> {
+    params
+        .iter()
+        .map(|(n, t)| (n.clone(), t.to_vec().unwrap()))
+        .collect()
+}
+
+/// Asserts, for every tensor, `|a_i - b_i| <= rtol * max(|a_i|, |b_i|, max_j |a_j|)`: relative to
+/// the element or, for near-zero elements, to the tensor's largest magnitude (its max norm).
+/// Prints the first mismatch.
+pub fn assert_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], rtol: f32) {
+    assert_eq!(a.len(), b.len());
+    for ((na, va), (nb, vb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        let scale = va.iter().fold(0f32, |m, v| m.max(v.abs()));
+        for (i, (x, y)) in va.iter().zip(vb).enumerate() {
+            let tol = rtol * x.abs().max(y.abs()).max(scale);
+            assert!(
+                (x - y).abs() <= tol,
+                "{na}[{i}]: {x} vs {y} (difference {}, tolerance {tol})",
+                (x - y).abs()
+            );
+        }
+    }
+}
+
+/// A fresh, empty temporary directory for this test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-trainer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

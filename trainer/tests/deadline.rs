@@ -1,0 +1,98 @@
+//! Deadlines and non-finite values: a step past the fence deadline returns the timeout with the
+//! recent submissions after saving the last good state; a NaN stops the step and names where.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use plimsoll_trainer::checkpoint_io::latest_path;
+use plimsoll_trainer::{Error, Trainer};
+
+#[test]
+fn a_step_past_the_deadline_saves_the_last_good_state_and_reports_the_submissions() {
+    let gpu = gpu();
+    let dir = temp_dir("deadline");
+    let spec = adam_spec(&[64, 256, 10]);
+    let mut config = config(64, 64, 10, 1e-3);
+    config.checkpoint_dir = Some(dir.clone());
+    let mut trainer = Trainer::new(&gpu, config, &spec, data(256, 64, 10), None).unwrap();
+    trainer.step().unwrap();
+    trainer.step().unwrap();
+    let good = values(trainer.parameters());
+    gpu.set_default_deadline(Duration::from_micros(1));
+    let err = trainer.step().unwrap_err();
+    gpu.set_default_deadline(Duration::from_secs(60));
+    assert!(err.is_timeout(), "{err}");
+    assert!(matches!(err, Error::StepTimeout { step: 3, .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("Recent submissions"), "{message}");
+    assert!(message.contains("step 2"), "{message}");
+    assert!(latest_path(&dir).exists());
+    // The saved state is the state after step 2.
+    let mut resumed = Trainer::new(
+        &gpu,
+        common::config(64, 64, 10, 1e-3),
+        &spec,
+        data(256, 64, 10),
+        None,
+    )
+    .unwrap();
+    resumed.resume(&latest_path(&dir)).unwrap();
+    assert_eq!(resumed.position().step, 2);
+    assert_eq!(values(resumed.parameters()), good);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_nan_stops_the_step_and_names_the_first_parameter() {
+    let gpu = gpu();
+    let spec = adam_spec(&[8, 16, 4]);
+    let mut data = data(32, 8, 4);
+    data.features_mut()[5] = f32::NAN;
+    let mut trainer = Trainer::new(&gpu, config(32, 16, 1, 1e-3), &spec, data, None).unwrap();
+    let before = values(trainer.parameters());
+    let err = trainer.step().unwrap_err();
+    match &err {
+        Error::NonFinite {
+            step,
+            first_parameter,
+            ..
+        } => {
+            assert_eq!(*step, 1);
+            assert_eq!(first_parameter.as_deref(), Some("0.weight"));
+        }
+        other => panic!("expected NonFinite, got {other}"),
+    }
+    assert!(err.to_string().contains("0.weight"));
+    assert_eq!(
+        values(trainer.parameters()),
+        before,
+        "the step must not be applied"
+    );
+}
+
+#[test]
+fn a_step_reads_back_once() {
+    let gpu = gpu();
+    let spec = adam_spec(&[16, 32, 4]);
+    let mut trainer =
+        Trainer::new(&gpu, config(32, 8, 3, 1e-3), &spec, data(64, 16, 4), None).unwrap();
+    trainer.step().unwrap();
+    let last =
+        |gpu: &plimsoll_autograd::Gpu| gpu.recent_submissions().0.last().map_or(0, |r| r.serial);
+    let before = last(&gpu);
+    trainer.step().unwrap(); // 4 micro-batches
+    let recent = gpu.recent_submissions().0;
+    let reads: Vec<_> = recent
+        .iter()
+        .filter(|r| r.serial > before && r.label.starts_with("read"))
+        .collect();
+    assert_eq!(reads.len(), 1, "{recent:#?}");
+    assert!(
+        recent.iter().filter(|r| r.serial > before).count() < 16,
+        "ring overflowed"
+    );
+}

@@ -1,0 +1,74 @@
+//! Out-of-memory recovery: under a budget that cannot hold the full batch's activations the step
+//! is run again with half the micro-batch, says so, and ends with the unconstrained parameters.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use plimsoll_autograd::{Category, Tensor, TensorOptions};
+use plimsoll_trainer::{Silent, Trainer};
+
+/// Activations of (1024, 1024) f32 are 4 MiB: dedicated segments, so reserved bytes follow them.
+const BATCH: usize = 1024;
+
+/// Trains 3 steps; returns the parameters, the peak reserved bytes and the log.
+type Values = Vec<(String, Vec<f32>)>;
+
+fn run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
+    let gpu = gpu();
+    // SGD: Adam's m / sqrt(v) magnifies summation-order differences of near-zero gradients.
+    let spec = sgd_spec(&[32, 1024, 10]);
+    let mut config = config(BATCH, micro, 3, 0.05);
+    config.memory_budget_bytes = budget;
+    let mut trainer = Trainer::new(&gpu, config, &spec, data(BATCH * 2, 32, 10), None).unwrap();
+    trainer.run(&mut Silent).unwrap();
+    let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
+    (values(trainer.parameters()), peak, trainer.log().to_vec())
+}
+
+#[test]
+fn out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
+    let (full, full_peak, _) = run(BATCH, None);
+    let (_, half_peak, _) = run(BATCH / 2, None);
+    assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");
+    let budget = (full_peak + half_peak) / 2;
+    let (constrained, constrained_peak, log) = run(BATCH, Some(budget));
+    assert!(constrained_peak <= budget);
+    let split = log
+        .iter()
+        .find(|l| l.contains("out of memory at micro-batch 1024"));
+    assert!(split.is_some(), "no split in the log: {log:#?}");
+    assert!(split.unwrap().contains("micro-batch 512"));
+    assert_close(&constrained, &full, 1e-5);
+}
+
+#[test]
+fn out_of_memory_at_micro_batch_one_reaches_the_user() {
+    let gpu = gpu();
+    let spec = adam_spec(&[32, 1024, 10]);
+    let mut config = config(4, 4, 1, 1e-3);
+    config.leak_policy = plimsoll_trainer::LeakPolicy::Off;
+    let mut trainer = Trainer::new(&gpu, config, &spec, data(8, 32, 10), None).unwrap();
+    // Parameters exist; fill every free byte of the reserved segments and forbid new ones.
+    let mut fillers = Vec::new();
+    loop {
+        let free = gpu.with_allocator(|a| a.largest_free_bytes());
+        if free < 4 {
+            break;
+        }
+        let options = TensorOptions {
+            category: Category::Other,
+            label: "filler",
+            requires_grad: false,
+        };
+        fillers.push(Tensor::zeros(&gpu, &[(free / 4) as usize], options).unwrap());
+    }
+    let reserved = gpu.with_allocator(|a| a.stats().reserved_bytes);
+    gpu.set_memory_budget(reserved);
+    let err = trainer.step().unwrap_err();
+    assert!(err.is_out_of_memory(), "{err}");
+    let message = err.to_string();
+    assert!(message.contains("micro-batch of 1"), "{message}");
+    assert!(message.contains("hint"), "{message}");
+}
