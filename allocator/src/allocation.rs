@@ -19,6 +19,8 @@ pub struct Allocation {
     pub(crate) size_bytes: u64,
     pub(crate) requested_bytes: u64,
     pub(crate) category: Category,
+    /// The last-use tag of the bytes it got (see [`crate::BufferAllocator::free_with_tag`]).
+    pub(crate) tag: u64,
 }
 
 impl Allocation {
@@ -45,6 +47,11 @@ impl Allocation {
     /// What the memory holds.
     pub fn category(&self) -> Category {
         self.category
+    }
+    /// The largest last-use tag that earlier holders of these bytes were freed with (see
+    /// [`crate::BufferAllocator::free_with_tag`]); 0 if they never were.
+    pub fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// A second handle to the same allocation. It exists only so tests can prove that a double

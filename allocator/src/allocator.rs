@@ -121,14 +121,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// already freed; nothing changes then.
     pub fn free(&mut self, allocation: Allocation) -> Result<()> {
         let mut index = allocation.block;
-        let used = match self.blocks.get(index).and_then(|block| block.used) {
-            Some(used)
-                if used.sequence == allocation.id.0 && allocation.instance == self.instance =>
-            {
-                used
-            }
-            _ => return Err(AllocError::UnknownAllocation { id: allocation.id }),
-        };
+        let used = self.check_live(&allocation)?;
         let segment_id = self.blocks[index].segment;
         let segment_slot = self.blocks[index].segment_slot;
         let size_bytes = self.blocks[index].size_bytes;
@@ -170,6 +163,38 @@ impl<S: SegmentSource> BufferAllocator<S> {
             label: Some(labels.name(used.label).to_owned()),
         });
         Ok(())
+    }
+
+    /// Like [`BufferAllocator::free`], and marks the freed bytes with `tag` (the largest of it and
+    /// the tag they already had). The allocator only keeps tags: a free block's tag is the largest
+    /// over its bytes (merges take the larger, splits copy it), and each [`Allocation`] carries the
+    /// tag of the bytes it got ([`Allocation::tag`]). kernels-wgsl tags with the serial of the last
+    /// batch that used the bytes, so a new buffer knows whether unsubmitted work still touches them.
+    ///
+    /// # Errors
+    /// As [`BufferAllocator::free`].
+    pub fn free_with_tag(&mut self, allocation: Allocation, tag: u64) -> Result<()> {
+        self.check_live(&allocation)?;
+        let block = &mut self.blocks[allocation.block];
+        block.tag = block.tag.max(tag);
+        self.free(allocation)
+    }
+
+    /// The used block `allocation` names, if it is live and from this allocator.
+    #[inline]
+    fn check_live(&self, allocation: &Allocation) -> Result<Used> {
+        match self
+            .blocks
+            .get(allocation.block)
+            .and_then(|block| block.used)
+        {
+            Some(used)
+                if used.sequence == allocation.id.0 && allocation.instance == self.instance =>
+            {
+                Ok(used)
+            }
+            _ => Err(AllocError::UnknownAllocation { id: allocation.id }),
+        }
     }
 
     /// The source's handle of segment `id`, if it is live.
@@ -293,6 +318,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             alignment_log2: alignment.trailing_zeros() as u8,
         });
         let (segment, offset, usable_bytes) = (block.segment, block.offset, block.size_bytes);
+        let tag = block.tag;
         if let Some(entry) = self.segments.get_mut(block.segment_slot) {
             if entry.used_blocks == 0 {
                 self.empty_segments.remove(&(entry.shared, segment));
@@ -323,6 +349,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             size_bytes: usable_bytes,
             requested_bytes: request.size_bytes,
             category: request.category,
+            tag,
         }
     }
 
@@ -339,6 +366,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             prev: index,
             next: block.next,
             used: None,
+            tag: block.tag,
         };
         let next = rest.next;
         let rest_index = self.blocks.insert(rest);
@@ -358,6 +386,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         let next = self.blocks[index].next;
         let after = self.blocks[next].next;
         self.blocks[index].size_bytes += self.blocks[next].size_bytes;
+        self.blocks[index].tag = self.blocks[index].tag.max(self.blocks[next].tag);
         self.blocks[index].next = after;
         if after != NIL {
             self.blocks[after].prev = index;

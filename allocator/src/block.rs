@@ -25,7 +25,7 @@ pub(crate) struct Used {
 
 /// One byte range `[offset, offset + size_bytes)` of a segment.
 ///
-/// Why aligned to 64 bytes: the fields take 56, and a free touches the freed block and both its
+/// Why aligned to 64 bytes: the fields take 64, and a free touches the freed block and both its
 /// neighbours at random places in the slab; aligned, each of them is one cache line, not two.
 #[derive(Clone, Debug)]
 #[repr(align(64))]
@@ -44,6 +44,10 @@ pub(crate) struct Block {
     pub next: u32,
     /// `None` when free; a free block is in the free index and never has a free neighbour.
     pub used: Option<Used>,
+    /// The caller's last-use tag of these bytes (see [`crate::BufferAllocator::free_with_tag`]):
+    /// the maximum over every byte of the block, so merges take the larger tag and splits copy it.
+    /// 0 for a new segment's memory.
+    pub tag: u64,
 }
 
 /// Blocks in a `Vec` indexed by `u32`, with a list of vacant slots for reuse.
@@ -96,3 +100,6 @@ impl std::ops::IndexMut<u32> for BlockSlab {
         &mut self.slots[index as usize]
     }
 }
+
+// One block, one cache line (see `Block`).
+const _: () = assert!(std::mem::size_of::<Block>() == 64);

@@ -154,6 +154,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             prev: NIL,
             next: NIL,
             used: None,
+            tag: 0,
         });
         let slot = self.segments.insert(SegmentEntry {
             id,

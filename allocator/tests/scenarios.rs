@@ -533,3 +533,36 @@ fn snapshot_and_trace_export_json() {
     assert!(trace.to_json().contains("\"kind\":\"free\""));
     finish(allocator, vec![a]);
 }
+
+/// Tags: an allocation carries the tag its bytes were freed with; a merge keeps the larger tag, a
+/// split copies it, plain `free` keeps the tag the bytes had, and new memory has tag 0.
+#[test]
+fn free_with_tag_marks_the_bytes_for_their_next_holder() {
+    let mut allocator = new_allocator(SEGMENT);
+    let a = alloc(&mut allocator, KIB);
+    let b = alloc(&mut allocator, KIB);
+    let c = alloc(&mut allocator, KIB);
+    assert_eq!((a.tag(), b.tag(), c.tag()), (0, 0, 0), "new memory");
+    let (a_offset, b_offset) = (a.offset(), b.offset());
+    allocator.free_with_tag(a, 7).unwrap();
+    allocator.check_invariants().unwrap();
+    let a2 = alloc(&mut allocator, KIB);
+    assert_eq!((a2.offset(), a2.tag()), (a_offset, 7), "a's bytes, a's tag");
+    allocator.free(a2).unwrap();
+    allocator.free_with_tag(b, 5).unwrap();
+    allocator.check_invariants().unwrap();
+    // a's and b's bytes merged: the larger tag covers both halves of any split.
+    let first = alloc(&mut allocator, KIB);
+    let second = alloc(&mut allocator, KIB);
+    assert_eq!((first.offset(), second.offset()), (a_offset, b_offset));
+    assert_eq!((first.tag(), second.tag()), (7, 7));
+    // A smaller tag never lowers the bytes' tag.
+    allocator.free_with_tag(first, 3).unwrap();
+    let again = alloc(&mut allocator, KIB);
+    assert_eq!(again.tag(), 7);
+    // The tail of the segment was never tagged until c's tag merges into it.
+    allocator.free_with_tag(c, 9).unwrap();
+    let tail = alloc(&mut allocator, 4 * KIB);
+    assert_eq!(tail.tag(), 9);
+    finish(allocator, vec![again, second, tail]);
+}

@@ -115,11 +115,9 @@ pub(crate) fn backward(saved: &Saved, g: &Tensor, needs: &[bool]) -> Result<Grad
         Autograd::Leaf(slot) => slot.accumulate(g)?,
         Autograd::None => {}
     }
+    // Dropping the recomputed activations returns their blocks to the allocator at once (later
+    // recorded work may reuse them, see kernels-wgsl's host/GPU ordering rule), so the next
+    // segment recomputes into the same memory, which is the point of checkpointing.
     drop(out);
-    // Blocks freed while the open batch still uses them are parked until it is submitted
-    // (kernels-wgsl's host/GPU ordering rule). Submitting here hands this segment's recomputed
-    // activations back to the allocator before the next segment recomputes, which is the point
-    // of checkpointing; it costs one submission per segment, and no wait.
-    g.gpu.flush("checkpoint segment backward")?;
     Ok(leaves.iter().map(Tensor::grad).collect())
 }

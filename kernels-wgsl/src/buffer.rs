@@ -3,7 +3,8 @@
 //!
 //! A new buffer's contents are undefined (reused memory is not cleared); fill it first.
 //! Uploads use `queue.write_buffer`, which is safe here because of the ordering rules in
-//! [`crate::recorder`] (parking of freed blocks, submit before uploading into a used buffer).
+//! [`crate::recorder`] (freed bytes keep the serial of the last batch that used them; an upload
+//! into bytes the open batch uses submits it first).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +35,8 @@ pub struct DeviceBuffer {
     size_bytes: u64,
     category: Category,
     label: String,
-    /// Serial of the last batch that recorded a use of this buffer (0: never).
+    /// Serial of the last batch that recorded a use of this buffer or of its bytes under an earlier
+    /// holder (the allocation's tag; 0: never).
     pub(crate) last_used_batch: AtomicU64,
     /// Last field: may be the last owner of the device, whose drop tears it down.
     shared: Arc<Shared>,
@@ -131,15 +133,12 @@ impl Drop for DeviceBuffer {
         let Some(allocation) = self.allocation.take() else {
             return;
         };
-        let mut batch = self.shared.batch();
-        if batch.is_open() && self.last_used_batch.load(Ordering::SeqCst) == batch.serial {
-            // The open batch may still read these bytes: reuse only after it is submitted.
-            batch.parked.push(allocation);
-            return;
-        }
-        drop(batch);
-        // Our own allocation: a refusal would be an allocator bug, and there is nothing to undo.
-        let _ = self.shared.memory().free(allocation);
+        // Freed at once, tagged with the last batch that used the bytes: the next holder inherits
+        // the tag, so an upload into it while that batch is open submits the batch first (see
+        // `crate::recorder`). Our own allocation: a refusal would be an allocator bug, and there
+        // is nothing to undo.
+        let tag = self.last_used_batch.load(Ordering::SeqCst);
+        let _ = self.shared.memory().free_with_tag(allocation, tag);
     }
 }
 
@@ -183,6 +182,7 @@ impl Gpu {
         };
         let (buffer, uid) = (segment.buffer.clone(), segment.uid);
         drop(memory);
+        let tag = allocation.tag();
         Ok(DeviceBuffer {
             shared: Arc::clone(shared),
             offset_bytes: allocation.offset(),
@@ -192,7 +192,9 @@ impl Gpu {
             size_bytes,
             category,
             label: label.to_string(),
-            last_used_batch: AtomicU64::new(0),
+            // The bytes' previous holders may be used by the open batch: this buffer counts as
+            // used by every batch they were.
+            last_used_batch: AtomicU64::new(tag),
         })
     }
 
@@ -219,8 +221,8 @@ impl Gpu {
         Ok(buffer)
     }
 
-    /// Writes `data` at element `offset` (4-byte elements). If the open batch uses `buffer`, the
-    /// batch is submitted first, so the write cannot overtake recorded work (WGPU30.md §4); that
+    /// Writes `data` at element `offset` (4-byte elements). If the open batch uses `buffer` (or
+    /// used its bytes under an earlier holder), the batch is submitted first, so the write cannot overtake recorded work (WGPU30.md §4); that
     /// submit may wait for room within [`Gpu::default_deadline`] ([`Error::Timeout`] past it).
     pub fn write<T: bytemuck::Pod>(
         &self,
@@ -238,7 +240,7 @@ impl Gpu {
         }
         // Hold the batch lock so nothing is recorded between the flush and the write.
         let uses = |batch: &Batch| {
-            batch.is_open() && buffer.last_used_batch.load(Ordering::SeqCst) == batch.serial
+            batch.is_open() && buffer.last_used_batch.load(Ordering::SeqCst) >= batch.serial
         };
         let mut batch = shared.batch();
         if uses(&batch) {

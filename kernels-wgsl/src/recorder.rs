@@ -21,18 +21,32 @@
 //! (storage-binding count, chunk, segments) and are cached: no bind group is created on the hot
 //! path once the segments exist.
 //!
-//! Host/GPU ordering (the `write_buffer` hazard, WGPU30.md §4): every [`DeviceBuffer`] remembers
-//! the batch that last recorded a use of it. A buffer dropped while the open batch uses it is
-//! *parked* and returned to the allocator only after that batch is submitted, so no new buffer can
-//! receive its bytes while unsubmitted work still reads them; and an upload into a buffer that the
-//! open batch uses submits the batch first. Together these make `queue.write_buffer` always safe.
+//! Host/GPU ordering (the `write_buffer` hazard, WGPU30.md §4). Invariant: *no
+//! `queue.write_buffer` can overtake recorded-but-unsubmitted work on the same bytes.* wgpu runs a
+//! `write_buffer` before every command of the next submit, so only host writes can overtake; GPU
+//! work recorded later in the same batch runs after earlier work on the same bytes (wgpu inserts
+//! the barriers between dispatches and copies). So a freed block may be reused *at once* by later
+//! recorded work, and only an upload must wait. How:
+//! - every [`DeviceBuffer`] remembers the serial of the last batch that recorded a use of it
+//!   (`last_used_batch`, stored under the batch lock at each dispatch);
+//! - a dropped buffer goes back to the allocator at once, tagged with that serial
+//!   (`BufferAllocator::free_with_tag`); the allocator keeps, per free block, the largest tag over
+//!   its bytes (merges take the max, splits copy it), and a new buffer starts with the tag of the
+//!   bytes it got as its `last_used_batch`: it counts as used by every batch its bytes were;
+//! - an upload ([`Gpu::write`]) into a buffer whose `last_used_batch` is the open batch's serial
+//!   submits the batch first (under the batch lock, so nothing is recorded in between).
+//!
+//! Serials only grow, and a batch's serial changes when it is submitted, so a stale tag (an older
+//! serial) never forces a submit. Tags are conservative: a block merged with bytes the open batch
+//! used makes an upload into any part of it submit first, which costs a submit, never correctness.
+//! A segment whose last block is freed may be released while the open batch still binds it: wgpu
+//! keeps a dropped buffer alive for recorded work (see [`crate::memory`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use plimsoll_allocator::Allocation;
 use smallvec::SmallVec;
 
 use crate::buffer::DeviceBuffer;
@@ -80,8 +94,6 @@ pub(crate) struct Batch {
     slot_bytes: u64,
     chunks: Vec<wgpu::Buffer>,
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
-    /// Allocations freed while this batch used them; freed after submit.
-    pub(crate) parked: Vec<Allocation>,
     released_segments: Option<Arc<Mutex<Vec<u64>>>>,
 }
 
@@ -98,7 +110,6 @@ impl Batch {
             slot_bytes: PARAMS_BYTES.div_ceil(align) * align,
             chunks: Vec::new(),
             bind_groups: HashMap::new(),
-            parked: Vec::new(),
             released_segments: None,
         }
     }
@@ -306,8 +317,7 @@ pub(crate) fn lock_for_submit(
 }
 
 /// Submits `batch` (caller holds its lock, normally from [`lock_for_submit`]): writes the params
-/// chunks, finishes the encoder inside a validation scope, submits, records the fence, then frees
-/// the parked allocations. Keeps the in-flight bound even for a caller that locked the batch
+/// chunks, finishes the encoder inside a validation scope, submits and records the fence. Keeps the in-flight bound even for a caller that locked the batch
 /// directly, by waiting (lock held) within `deadline`; on a timeout nothing is submitted.
 pub(crate) fn submit_locked(
     shared: &Shared,
@@ -352,15 +362,6 @@ pub(crate) fn submit_locked(
             shared.queue.submit([buffer])
         })
     }));
-    let parked = std::mem::take(&mut batch.parked);
-    if !parked.is_empty() {
-        let mut memory = shared.memory();
-        for allocation in parked {
-            // The allocation came from this allocator; a refusal would be an internal bug and
-            // leaves nothing to clean up.
-            let _ = memory.free(allocation);
-        }
-    }
     let index = match submitted {
         Ok(Ok(index)) => index,
         Ok(Err(e)) => return Err(e),

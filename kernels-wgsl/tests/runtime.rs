@@ -235,12 +235,11 @@ fn naive_write_buffer_overtakes_recorded_work() {
 }
 
 /// Plimsoll's design, the same sequence through the allocator: record a read of block A, free A,
-/// allocate B and upload into it, submit. A is parked while the open batch reads it, so B cannot
-/// take A's bytes and the recorded read sees A's data. After the submit A's block is reused (C
-/// gets it; so, unparked, B would have), and an upload into C no longer reaches the read, which
-/// was submitted before it.
+/// allocate B and upload into it. B gets A's bytes at once (freed blocks are reused while the batch
+/// is open), but they carry the open batch's serial, so the upload into B submits the batch first:
+/// the recorded read sees A's data and B holds its own.
 #[test]
-fn freed_block_is_parked_until_its_batch_is_submitted() {
+fn freed_block_is_reused_at_once_and_an_upload_into_it_submits_first() {
     let gpu = gpu();
     let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
     let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
@@ -249,24 +248,55 @@ fn freed_block_is_parked_until_its_batch_is_submitted() {
     let a_place = a.placement();
     drop(a);
     let b = gpu.upload(&[2.0f32; 64], Category::Temporary, "B").unwrap();
-    assert_ne!(
-        b.placement(),
-        a_place,
-        "A's bytes are parked while the open batch reads them"
-    );
-    let fence = gpu.flush("read of A").unwrap();
-    // After the submit, A's block is back in the allocator and is reused.
-    let c = gpu.upload(&[3.0f32; 64], Category::Temporary, "C").unwrap();
-    assert_eq!(
-        c.placement(),
-        a_place,
-        "A's block is reused once its batch was submitted"
-    );
-    gpu.wait(&fence, DEADLINE).unwrap();
+    assert_eq!(b.placement(), a_place, "B gets A's bytes at once");
     let got: Vec<f32> = gpu.read_all(&seen, DEADLINE).unwrap();
     assert_eq!(got, vec![1.0; 64], "the recorded read saw A's data");
     assert_eq!(gpu.read_all::<f32>(&b, DEADLINE).unwrap(), vec![2.0; 64]);
+    // Once that batch is submitted, the bytes' tag is stale: an upload needs no submit.
+    drop(b);
+    let c = gpu.upload(&[3.0f32; 64], Category::Temporary, "C").unwrap();
+    assert_eq!(c.placement(), a_place);
     assert_eq!(gpu.read_all::<f32>(&c, DEADLINE).unwrap(), vec![3.0; 64]);
+}
+
+/// GPU work recorded later in the same batch reuses a freed block (same bytes) and sees the right
+/// data: fill A, copy A to `seen_a`, free A; allocate B (A's bytes), fill it with other values,
+/// copy B to `seen_b`, all in one open batch. wgpu orders the dispatches, so `seen_a` holds A's
+/// values and `seen_b` B's, and the batch was never submitted in between.
+#[test]
+fn block_freed_and_reallocated_within_one_batch_is_reused_with_correct_data() {
+    let gpu = gpu();
+    let seen_a = gpu
+        .alloc_elements(256, Category::Temporary, "seen A")
+        .unwrap();
+    let seen_b = gpu
+        .alloc_elements(256, Category::Temporary, "seen B")
+        .unwrap();
+    gpu.synchronize(DEADLINE).unwrap();
+    let a = gpu.alloc_elements(256, Category::Temporary, "A").unwrap();
+    kernels::fill::fill(&gpu, &a, 0, 256, 1.5).unwrap();
+    kernels::copy::copy(&gpu, &a, 0, &seen_a, 0, 256).unwrap();
+    let a_place = a.placement();
+    let reserved = gpu.with_allocator(|m| m.stats().reserved_bytes);
+    drop(a);
+    let b = gpu.alloc_elements(256, Category::Temporary, "B").unwrap();
+    assert_eq!(
+        b.placement(),
+        a_place,
+        "B reuses A's bytes within the batch"
+    );
+    kernels::fill::fill(&gpu, &b, 0, 256, -2.5).unwrap();
+    kernels::copy::copy(&gpu, &b, 0, &seen_b, 0, 256).unwrap();
+    assert_eq!(gpu.with_allocator(|m| m.stats().reserved_bytes), reserved);
+    assert_eq!(
+        gpu.read_all::<f32>(&seen_a, DEADLINE).unwrap(),
+        vec![1.5; 256]
+    );
+    assert_eq!(
+        gpu.read_all::<f32>(&seen_b, DEADLINE).unwrap(),
+        vec![-2.5; 256]
+    );
+    assert_eq!(gpu.read_all::<f32>(&b, DEADLINE).unwrap(), vec![-2.5; 256]);
 }
 
 #[test]

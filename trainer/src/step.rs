@@ -7,13 +7,15 @@
 //! detached losses are summed on the device, so the loss costs no extra wait.
 //!
 //! Out-of-memory recovery: if a micro-batch's forward or backward fails with out-of-memory, the
-//! partial graph and gradients are dropped (and the open batch submitted, which hands parked
-//! blocks back), the micro-batch is halved and the *same* step runs again from its first
+//! partial graph and gradients are dropped (their blocks return to the allocator at once; the open
+//! batch is submitted), the micro-batch is halved and the *same* step runs again from its first
 //! sample with the same random state. Only at a micro-batch of one does the error surface.
 //!
 //! Between micro-batches the open batch is submitted (not waited for: on a one-in-flight
-//! adapter the submit only waits for the previous micro-batch to finish), which returns the
-//! previous micro-batch's parked blocks to the allocator.
+//! adapter the submit only waits for the previous micro-batch to finish). The previous
+//! micro-batch's blocks are already back in the allocator (freed blocks are reused at once); the
+//! next micro-batch's upload likely lands in them, and an upload into bytes the open batch used
+//! would submit it anyway (kernels-wgsl's host/GPU ordering rule).
 //!
 //! The one read-back: after the last backward, one tensor `[loss, sum(g_0), sum(g_1), ...]` is read
 //! back. A NaN or infinity in a gradient propagates into its sum, so this names the first
@@ -70,9 +72,9 @@ pub fn accumulate_gradients(
     let mut loss_sum: Option<Tensor> = None;
     for (i, chunk) in indices.chunks(micro_batch.max(1)).enumerate() {
         if i > 0 {
-            // Blocks freed while the open batch uses them are parked until it is submitted;
-            // submitting (no wait for the result) hands the previous micro-batch's graph back,
-            // so micro-batches reuse one micro-batch's worth of memory.
+            // The previous micro-batch's graph is already freed (its blocks are reused at once);
+            // its batch must go out before the upload below lands in those bytes, so submit it
+            // here (no wait for the result) rather than inside the upload.
             inputs.gpu.flush("micro-batch")?;
         }
         let (x, y) = inputs.data.upload(inputs.gpu, chunk)?;
@@ -153,7 +155,8 @@ fn run_step_inner(
             Ok(sum) => break sum,
             Err(e) if e.is_out_of_memory() && micro_batch > 1 => {
                 zero_grad(inputs.params);
-                // Submitting hands the failed attempt's parked blocks back to the allocator.
+                // The failed attempt's blocks are already free; submit what it recorded so the
+                // retry starts from an empty batch.
                 inputs.gpu.flush("out-of-memory recovery")?;
                 set_rng_state(rng);
                 let smaller = micro_batch.div_ceil(2);

@@ -408,8 +408,8 @@ pub fn max_all(
 /// How: dimensions of extent 1 are dropped, adjacent summed dimensions are merged into one axis,
 /// and each merged run is one [`sum_axis`] dispatch over the current shape; the intermediate
 /// results live in [`Category::Temporary`] scratch buffers allocated here and dropped on return
-/// (a dropped buffer that the open batch still uses is parked until that batch is submitted, so
-/// this is safe without a flush). The last dispatch writes `out`; with nothing to sum, `x` is
+/// (a dropped buffer's bytes may go to later recorded work at once, which the GPU runs in order;
+/// an upload into them submits the open batch first, see [`crate::recorder`]). The last dispatch writes `out`; with nothing to sum, `x` is
 /// copied. The reference sums one dimension at a time in `f64`; merging only changes the `f32`
 /// summation order.
 #[allow(clippy::too_many_arguments)]
