@@ -18,7 +18,7 @@ use crate::ops::nn::{
 use crate::ops::reduce::{max_grad, mean_grad, sum_grad};
 use crate::ops::shape::{inverse, pad_slice, split};
 use crate::tape::Saved;
-use crate::tensor::Tensor;
+use crate::tensor::{GradSlot, Tensor};
 
 /// Gradients of a node's inputs, in input order.
 pub(crate) type Grads = SmallVec<[Option<Tensor>; 3]>;
@@ -49,7 +49,15 @@ fn first(s: &[Tensor]) -> Result<&Tensor> {
 
 /// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
 /// input `i` wants one (only checkpoints use it to skip work; elsewhere it is cheap to compute).
-pub(crate) fn backward_op(op: &Op, saved: &Saved, g: &Tensor, needs: &[bool]) -> Result<Grads> {
+/// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
+/// directly and return `None` for that input (matmul does, saving a temporary and a copy).
+pub(crate) fn backward_op(
+    op: &Op,
+    saved: &Saved,
+    g: &Tensor,
+    needs: &[bool],
+    leaves: &[Option<&GradSlot>],
+) -> Result<Grads> {
     let s = saved.tensors.as_slice();
     match op {
         // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
@@ -73,7 +81,10 @@ pub(crate) fn backward_op(op: &Op, saved: &Saved, g: &Tensor, needs: &[bool]) ->
         // d f(x)/dx = f'(x), from the saved x (or y = f(x) for exp, tanh, sigmoid)
         Op::Unary { op, exponent } => one(unary_grad(*op, *exponent, s, g)?),
         // dA = G·Bᵀ, dB = Aᵀ·G (summed over the batch for a shared operand)
-        Op::Matmul { lhs, rhs } => two(matmul_grads(g, s, lhs, rhs)?),
+        Op::Matmul { lhs, rhs } => {
+            let (da, db) = matmul_grads(g, s, lhs, rhs, leaves)?;
+            Ok(smallvec![da, db])
+        }
         // dx = permute(g, perm⁻¹)
         Op::Permute { perm } => one(g.permute(&inverse(perm))?),
         // dx = reshape(g, input shape)

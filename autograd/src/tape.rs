@@ -227,7 +227,14 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
             .iter()
             .map(|e| !matches!(e, Edge::Constant))
             .collect();
-        let grads = crate::backward::backward_op(&node.op, &saved, &grad, &needs)?;
+        let leaves: SmallVec<[Option<&GradSlot>; 4]> = inputs
+            .iter()
+            .map(|e| match e {
+                Edge::Leaf(slot) => Some(&**slot),
+                _ => None,
+            })
+            .collect();
+        let grads = crate::backward::backward_op(&node.op, &saved, &grad, &needs, &leaves)?;
         // The saved tensors and the incoming gradient are released here, right after their
         // last use.
         drop(saved);

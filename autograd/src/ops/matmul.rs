@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{Saved, attach, output_category, records};
-use crate::tensor::{DType, Shape, Tensor, numel};
+use crate::tensor::{DType, GradSlot, Shape, Tensor, lock, numel};
 
 /// How a matmul of two shapes runs: `batch` products of `m×k · k×n`; `shared_*` marks an
 /// operand used by every batch (batch stride 0). A shared right operand is folded into `m`.
@@ -70,32 +70,75 @@ fn plan(lhs: &[usize], rhs: &[usize]) -> Result<(Plan, Shape)> {
     Ok((p, out))
 }
 
-/// Records `C = op(A) · op(B)` for `batch` products into a new tensor of `shape`.
-#[allow(clippy::too_many_arguments)]
-fn product(
-    a: &Tensor,
-    b: &Tensor,
-    shape: &[usize],
+/// One batched product `op(A) · op(B)`: `(batch, m, n, k)`, the transpose flags and the batch
+/// strides of A and B (C's batches are contiguous).
+#[derive(Debug, Clone, Copy)]
+struct Product {
     dims: (usize, usize, usize, usize),
     trans: (bool, bool),
     strides: (usize, usize),
-    category: Category,
-) -> Result<Tensor> {
-    let (batch, m, n, k) = dims;
-    let out = Tensor::empty(&a.gpu, shape, category, "matmul")?;
-    let d = MatmulDims {
-        trans_a: trans.0,
-        trans_b: trans.1,
-        batch_stride_a: strides.0,
-        batch_stride_b: strides.1,
-        batch_stride_c: m * n,
-        offset_a: a.offset as usize,
-        offset_b: b.offset as usize,
-        offset_c: out.offset as usize,
-        ..MatmulDims::dense(batch, m, n, k)
-    };
-    matmul::matmul(&a.gpu, &out.storage, &a.storage, &b.storage, &d)?;
-    Ok(out)
+}
+
+impl Product {
+    /// Records `out = op(A) · op(B)`, or `out += op(A) · op(B)` with `accumulate` (the kernel's
+    /// accumulate flag: no temporary).
+    fn record(&self, a: &Tensor, b: &Tensor, out: &Tensor, accumulate: bool) -> Result<()> {
+        let (batch, m, n, k) = self.dims;
+        let d = MatmulDims {
+            trans_a: self.trans.0,
+            trans_b: self.trans.1,
+            batch_stride_a: self.strides.0,
+            batch_stride_b: self.strides.1,
+            batch_stride_c: m * n,
+            offset_a: a.offset as usize,
+            offset_b: b.offset as usize,
+            offset_c: out.offset as usize,
+            accumulate,
+            ..MatmulDims::dense(batch, m, n, k)
+        };
+        matmul::matmul(&a.gpu, &out.storage, &a.storage, &b.storage, &d)?;
+        Ok(())
+    }
+
+    /// `op(A) · op(B)` in a new tensor of `shape`.
+    fn new_tensor(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        shape: &[usize],
+        category: Category,
+    ) -> Result<Tensor> {
+        let out = Tensor::empty(&a.gpu, shape, category, "matmul")?;
+        self.record(a, b, &out, false)?;
+        Ok(out)
+    }
+
+    /// The gradient `op(A) · op(B)` of an operand of `shape`: with `leaf` (the operand is a leaf
+    /// whose gradient slot has that shape), written straight into the slot, added to an existing
+    /// gradient by the kernel's accumulate flag, or else into a new tensor of the slot's category
+    /// that becomes the gradient (neither a temporary nor a copy); returns `None` then. Otherwise a
+    /// new `Temporary` tensor for the caller to pass on.
+    fn gradient(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        shape: &[usize],
+        leaf: Option<&GradSlot>,
+    ) -> Result<Option<Tensor>> {
+        let Some(slot) = leaf.filter(|slot| slot.shape[..] == shape[..]) else {
+            return self.new_tensor(a, b, shape, Category::Temporary).map(Some);
+        };
+        let mut grad = lock(&slot.grad);
+        match grad.as_ref() {
+            Some(existing) => self.record(a, b, existing, true)?,
+            None => {
+                let out = Tensor::empty(&slot.gpu, &slot.shape, slot.category, &slot.label)?;
+                self.record(a, b, &out, false)?;
+                *grad = Some(out);
+            }
+        }
+        Ok(None)
+    }
 }
 
 impl Tensor {
@@ -106,15 +149,12 @@ impl Tensor {
         let (p, shape) = plan(&self.shape, &rhs.shape)?;
         let recording = records(&[self, rhs]);
         let stride_a = if p.shared_lhs { 0 } else { p.m * p.k };
-        let out = product(
-            self,
-            rhs,
-            &shape,
-            (p.batch, p.m, p.n, p.k),
-            (false, false),
-            (stride_a, p.k * p.n),
-            output_category(recording),
-        )?;
+        let product = Product {
+            dims: (p.batch, p.m, p.n, p.k),
+            trans: (false, false),
+            strides: (stride_a, p.k * p.n),
+        };
+        let out = product.new_tensor(self, rhs, &shape, output_category(recording))?;
         if !recording {
             return Ok(out);
         }
@@ -127,50 +167,44 @@ impl Tensor {
 }
 
 /// The gradients `(dA, dB) = (G · Bᵀ, Aᵀ · G)` of a matmul (`saved` = `[a, b]`), summed over
-/// the batch for a shared operand.
+/// the batch for a shared operand. Transposes are the kernel's flags, never copies. `leaves[i]`
+/// is operand `i`'s gradient slot when it is a leaf: its gradient is then written (or accumulated)
+/// straight into the slot and returned as `None` (see `Product::gradient`), except a shared A's,
+/// which needs a sum over the batch first.
 pub(crate) fn matmul_grads(
     g: &Tensor,
     saved: &[Tensor],
     lhs: &[usize],
     rhs: &[usize],
-) -> Result<(Tensor, Tensor)> {
+    leaves: &[Option<&GradSlot>],
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let (a, b) = match saved {
         [a, b, ..] => (a, b),
         _ => return Err(crate::ops::elementwise::missing_saved("matmul")),
     };
+    let leaf = |i: usize| leaves.get(i).copied().flatten();
     let (p, _) = plan(lhs, rhs)?;
-    let t = Category::Temporary;
     let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);
     let stride_a = if p.shared_lhs { 0 } else { m * k };
     // dA[b] = G[b] · B[b]ᵀ: (m×n)·(n×k); a shared A sums the per-batch products.
-    let da_shape: Shape = if p.shared_lhs {
-        [batch, m, k].into_iter().collect()
-    } else {
-        lhs.iter().copied().collect()
+    let da_product = Product {
+        dims: (batch, m, k, n),
+        trans: (false, true),
+        strides: (m * n, k * n),
     };
-    let da = product(
-        g,
-        b,
-        &da_shape,
-        (batch, m, k, n),
-        (false, true),
-        (m * n, k * n),
-        t,
-    )?;
     let da = if p.shared_lhs {
-        crate::ops::elementwise::sum_to(&da, lhs)?
+        let da_shape = [batch, m, k];
+        let da = da_product.new_tensor(g, b, &da_shape, Category::Temporary)?;
+        Some(crate::ops::elementwise::sum_to(&da, lhs)?)
     } else {
-        da
+        da_product.gradient(g, b, lhs, leaf(0))?
     };
     // dB[b] = A[b]ᵀ · G[b]: (k×m)·(m×n).
-    let db = product(
-        a,
-        g,
-        rhs,
-        (batch, k, n, m),
-        (true, false),
-        (stride_a, m * n),
-        t,
-    )?;
+    let db_product = Product {
+        dims: (batch, k, n, m),
+        trans: (true, false),
+        strides: (stride_a, m * n),
+    };
+    let db = db_product.gradient(a, g, rhs, leaf(1))?;
     Ok((da, db))
 }

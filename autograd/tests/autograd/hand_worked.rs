@@ -35,6 +35,29 @@ fn matmul_two_by_two() {
     assert_eq!(grad(&b), vec![4.0, 4.0, 6.0, 6.0]);
 }
 
+/// Matmul backward writes a leaf's gradient straight into its slot (a `Gradient` buffer, no
+/// temporary) and accumulates into an existing one with the kernel's accumulate flag: a second
+/// backward doubles it, and `A · A` (the same leaf twice) gets both terms.
+#[test]
+fn matmul_gradients_go_straight_into_leaf_slots_and_accumulate() {
+    let gpu = gpu();
+    let a = param(&gpu, &[1.0, 2.0, 3.0, 4.0], &[2, 2]);
+    let b = param(&gpu, &[5.0, 6.0, 7.0, 8.0], &[2, 2]);
+    for _ in 0..2 {
+        a.matmul(&b).unwrap().sum_all().unwrap().backward().unwrap();
+    }
+    assert_eq!(grad(&a), vec![22.0, 30.0, 22.0, 30.0]);
+    assert_eq!(grad(&b), vec![8.0, 8.0, 12.0, 12.0]);
+    assert_eq!(
+        a.grad().unwrap().category(),
+        plimsoll_kernels_wgsl::Category::Gradient
+    );
+    // L = Σ (A·A): dL/dA[p][q] = rowsum(A)[q] + colsum(A)[p], rowsums (3, 7), colsums (4, 6).
+    a.clear_grad();
+    a.matmul(&a).unwrap().sum_all().unwrap().backward().unwrap();
+    assert_eq!(grad(&a), vec![7.0, 11.0, 9.0, 13.0]);
+}
+
 #[test]
 fn cross_entropy_of_uniform_logits() {
     // Logits all 0 over 4 classes: p = 1/4 each, loss = ln 4 per row, mean = ln 4.
