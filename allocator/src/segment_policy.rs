@@ -5,16 +5,16 @@
 //!   exactly its rounded size, so a big tensor never strands the tail of a big segment.
 //! - Before a new segment is created, every empty dedicated segment is released: it cannot serve
 //!   this request (best fit already failed), and keeping it would grow reserved memory beyond what
-//!   is in use. Trade-off: a loop whose sizes vary may create and release a device buffer per large
-//!   tensor per step instead of reusing a cached one; empty *shared* segments are kept, since they
-//!   are small and serve the next small request at once.
+//!   is in use. A request for a dedicated segment releases the empty *shared* segments too, for the
+//!   same reason; a small request keeps them cached, since they serve the next small request at
+//!   once. Trade-off: a loop whose sizes vary may create and release a device buffer per large
+//!   tensor (or per emptied shared segment) per step instead of reusing a cached one.
 //! - Likewise, a request does not split an empty dedicated segment if that would leave more than
 //!   `small_request_max_bytes` unused: the segment is released and one sized to the request is
 //!   created. (Should the source then refuse, the request still takes the old block if it remains.)
-//! - When the budget does not allow the new segment, every empty cached segment is released and
-//!   the budget checked again; a small request then falls back to a segment sized to it. When the
-//!   source refuses a segment, the same release happens and creation is tried once more with the
-//!   exact size. Only then is the request an out-of-memory error, and the allocator is unchanged by
+//! - When the budget does not allow the new segment, a small request falls back to a segment sized
+//!   to it. When the source refuses a segment, every empty cached segment is released and creation
+//!   is tried once more with the exact size (counted in `retries_after_releasing_cache`). Only then is the request an out-of-memory error, and the allocator is unchanged by
 //!   it except for the released cache.
 
 use crate::block::{Block, NIL};
@@ -37,18 +37,18 @@ impl<S: SegmentSource> BufferAllocator<S> {
         } else {
             size_bytes
         };
-        self.release_empty_segments(true);
+        // A large request releases every empty segment (none can serve it: best fit failed); a
+        // small one keeps empty shared segments cached for the next small request.
+        self.release_empty_segments(shared);
         let fits = |stats: &Stats, bytes: u64, budget: u64| {
             stats
                 .reserved_bytes
                 .checked_add(bytes)
                 .is_some_and(|total| total <= budget)
         };
+        // No empty segment that could matter is left: a large request released them all, and a
+        // small one would have fit any empty shared segment.
         let budget = self.config.budget_bytes;
-        if !fits(&self.stats, preferred, budget) && !self.empty_segments.is_empty() {
-            self.release_empty_segments(false);
-            self.stats.retries_after_releasing_cache += 1;
-        }
         let (segment_bytes, shared) = if fits(&self.stats, preferred, budget) {
             (preferred, shared)
         } else if fits(&self.stats, size_bytes, budget) {

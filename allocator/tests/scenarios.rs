@@ -242,15 +242,37 @@ fn budget_exhausted_then_satisfied_after_frees() {
 }
 
 #[test]
-fn budget_full_of_empty_cache_is_released_and_retried() {
+fn empty_cache_is_released_before_a_large_segment_is_created() {
+    // The budget holds two segments, both cached and empty: the large request needs both
+    // released. It releases every empty segment before asking for its own (none could serve it),
+    // so the budget is never hit and nothing has to be retried.
     let mut allocator = new_allocator(2 * SEGMENT);
     let a = alloc(&mut allocator, SEGMENT);
     let b = alloc(&mut allocator, SEGMENT);
     free(&mut allocator, a);
     free(&mut allocator, b);
-    let large = alloc(&mut allocator, 2 * SEGMENT); // needs both cached segments released
-    assert_eq!(allocator.stats().retries_after_releasing_cache, 1);
+    let large = alloc(&mut allocator, 2 * SEGMENT);
+    assert_eq!(allocator.stats().segments_released, 2);
+    assert_eq!(allocator.stats().retries_after_releasing_cache, 0);
+    assert_eq!(allocator.stats().out_of_memory_errors, 0);
     assert_eq!(allocator.stats().reserved_bytes, 2 * SEGMENT);
+    finish(allocator, vec![large]);
+}
+
+#[test]
+fn empty_shared_segments_are_released_before_a_dedicated_one_is_created() {
+    // Small requests (<= SEGMENT) share segments; once empty, a shared segment stays cached for
+    // the next small request but is released when a large request needs a new segment.
+    let mut allocator = new_allocator(u64::MAX);
+    let small = alloc(&mut allocator, KIB);
+    free(&mut allocator, small);
+    assert_eq!(allocator.stats().reserved_bytes, SEGMENT);
+    let again = alloc(&mut allocator, KIB); // served by the cached shared segment
+    assert_eq!(allocator.stats().segments_created, 1);
+    free(&mut allocator, again);
+    let large = alloc(&mut allocator, 3 * SEGMENT);
+    assert_eq!(allocator.stats().segments_released, 1);
+    assert_eq!(allocator.stats().reserved_bytes, 3 * SEGMENT);
     finish(allocator, vec![large]);
 }
 
