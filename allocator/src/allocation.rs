@@ -15,7 +15,8 @@ pub struct Allocation {
     pub(crate) segment: SegmentId,
     /// Aligned offset; a multiple of the request's alignment.
     pub(crate) offset: u64,
-    /// Usable bytes; at least `requested_bytes`, a multiple of the granule.
+    /// Usable bytes; at least `requested_bytes`, a multiple of the granule (the rounded request plus
+    /// any remainder too small to split off).
     pub(crate) size_bytes: u64,
     pub(crate) requested_bytes: u64,
     pub(crate) category: Category,
@@ -36,7 +37,8 @@ impl Allocation {
     pub fn offset(&self) -> u64 {
         self.offset
     }
-    /// Usable bytes at `offset` (the rounded size; at least the requested size).
+    /// Usable bytes at `offset`: at least the requested size; the size rounded to the granule, plus
+    /// any remainder of the free block too small to split off (under four granules).
     pub fn size_bytes(&self) -> u64 {
         self.size_bytes
     }

@@ -14,10 +14,16 @@ use crate::{
     SegmentSource, Stats, Trace, TraceEvent, TraceEventKind,
 };
 
-/// A remainder of at least this many granules is split off as a free block. Sizes and offsets are
-/// multiples of the granule, so every nonzero remainder qualifies: no used block is larger than its
-/// rounded request, and slivers coalesce back when their neighbours are freed.
-pub(crate) const MIN_SPLIT_REMAINDER_GRANULES: u64 = 1;
+/// A remainder of at least this many granules behind a placed block is split off as a free block;
+/// a smaller one stays with the allocation (its usable size grows, and the extra bytes count as
+/// internal waste in [`Stats::waste_bytes`]).
+///
+/// Trade-off: with every nonzero remainder split off, free blocks of one to three granules piled
+/// up (about 450 of them at 10k live blocks) and their size classes cost most of the index work of
+/// an allocate+free pair; keeping them whole cuts instructions per pair by about 9% and cache
+/// misses by 12%, and wastes less than four granules (1 KiB at 256 B) per allocation, which is
+/// returned on free. Alignment padding in front is always split off.
+pub(crate) const MIN_SPLIT_REMAINDER_GRANULES: u64 = 4;
 
 /// Gives each allocator a distinct id, so a handle from another allocator is recognised.
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);

@@ -1,5 +1,6 @@
 //! The invariant checker: recomputes everything from the blocks and compares.
 
+use crate::allocator::MIN_SPLIT_REMAINDER_GRANULES;
 use crate::block::NIL;
 use crate::free_index::FreeKey;
 use crate::stats::fragmentation;
@@ -76,8 +77,11 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                         if block.offset % (1u64 << used.alignment_log2) != 0 {
                             return Err(format!("{id:?}: block {index} breaks its alignment"));
                         }
+                        // A used block is its rounded request plus at most a remainder too
+                        // small to split off (see `MIN_SPLIT_REMAINDER_GRANULES`).
                         if used.requested_bytes > block.size_bytes
-                            || block.size_bytes - used.requested_bytes >= granule
+                            || block.size_bytes - used.requested_bytes
+                                >= MIN_SPLIT_REMAINDER_GRANULES * granule
                         {
                             return Err(format!(
                                 "{id:?}: block {index} size {} for request {}",

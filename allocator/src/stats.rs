@@ -10,7 +10,7 @@ use crate::Category;
 /// Current and peak bytes of one category.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
 pub struct CategoryStats {
-    /// Bytes in live allocations of this category (rounded sizes).
+    /// Bytes in live allocations of this category (usable sizes).
     pub allocated_bytes: u64,
     /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
     pub peak_allocated_bytes: u64,
@@ -25,7 +25,7 @@ pub struct CategoryStats {
 /// scratch.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
-    /// Bytes in live allocations: the sum of their rounded sizes.
+    /// Bytes in live allocations: the sum of their usable sizes.
     pub allocated_bytes: u64,
     /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
     pub peak_allocated_bytes: u64,
@@ -37,7 +37,8 @@ pub struct Stats {
     pub requested_bytes: u64,
     /// Highest `requested_bytes` since creation or the last `reset_peaks`.
     pub peak_requested_bytes: u64,
-    /// Internal waste: `allocated_bytes - requested_bytes`, from rounding to the granule.
+    /// Internal waste: `allocated_bytes - requested_bytes`, from rounding to the granule and from
+    /// remainders too small to split off (under four granules behind a block, which stay with it).
     /// (Alignment padding is split off as a free block, so it shows as free, not waste.)
     pub waste_bytes: u64,
     /// Free bytes inside reserved segments: `reserved_bytes - allocated_bytes`.
@@ -138,7 +139,7 @@ pub(crate) fn fragmentation(free_bytes: u64, largest_free_bytes: u64) -> f64 {
 #[derive(Clone, Debug)]
 pub(crate) struct LabelEntry {
     pub name: Box<str>,
-    /// Sum of the rounded sizes of live allocations with this label.
+    /// Sum of the usable sizes of live allocations with this label.
     pub allocated_bytes: u64,
     /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
     pub peak_allocated_bytes: u64,
