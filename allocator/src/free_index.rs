@@ -185,7 +185,9 @@ impl FreeIndex {
         EXACT_CLASSES + (exponent - EXACT_BITS) as usize * SUB_CLASSES + mantissa
     }
 
-    #[inline]
+    /// Adds a free block. Why `inline(always)`: it has three callers on the allocate+free path,
+    /// and out of line its register saves cost about 8 instructions per pair.
+    #[inline(always)]
     pub fn insert(&mut self, key: FreeKey) {
         let class = self.class_of(key.size_bytes);
         let (was_empty, inserted) = if class < EXACT_CLASSES {
