@@ -70,13 +70,10 @@ pub fn accumulate_gradients(
 ) -> Result<Tensor> {
     let batch_len = indices.len() as f32;
     let mut loss_sum: Option<Tensor> = None;
-    for (i, chunk) in indices.chunks(micro_batch.max(1)).enumerate() {
-        if i > 0 {
-            // The previous micro-batch's graph is already freed (its blocks are reused at once);
-            // its batch must go out before the upload below lands in those bytes, so submit it
-            // here (no wait for the result) rather than inside the upload.
-            inputs.gpu.flush("micro-batch")?;
-        }
+    // The previous micro-batch's graph is already freed and its blocks are reused at once; an
+    // upload that lands in bytes the open batch used submits that batch first (kernels-wgsl's
+    // rule), so no explicit submit is needed here.
+    for chunk in indices.chunks(micro_batch.max(1)) {
         let (x, y) = inputs.data.upload(inputs.gpu, chunk)?;
         let logits = inputs.net.forward_checkpointed(&x, inputs.segment_len)?;
         let mean = loss::cross_entropy(&logits, &y, inputs.label_smoothing)?;
