@@ -1,0 +1,199 @@
+//! Unary, binary and reduce references.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------- unary
+
+#[test]
+fn unary_backward_matches_finite_differences() {
+    use unary::UnaryOp;
+    for op in UnaryOp::ALL {
+        for exponent in [3.0f64, 2.5, -1.5, 0.0] {
+            if op != UnaryOp::Pow && exponent != 3.0 {
+                continue;
+            }
+            let positive_only = matches!(op, UnaryOp::Log | UnaryOp::Sqrt)
+                || (op == UnaryOp::Pow && exponent.fract() != 0.0);
+            let points: &[f64] = if positive_only {
+                &[0.3, 0.9, 1.7, 4.2]
+            } else {
+                &[-2.3, -0.7, -0.1, 0.2, 0.8, 1.9, 3.1]
+            };
+            for &x in points {
+                let h = 1e-6;
+                let numeric = (unary::apply(op, x + h, exponent)
+                    - unary::apply(op, x - h, exponent))
+                    / (2.0 * h);
+                let saved = if op.backward_uses_output() {
+                    unary::apply(op, x, exponent)
+                } else {
+                    x
+                };
+                let analytic = unary::apply_backward(op, saved, 1.0, exponent);
+                assert!(
+                    (numeric - analytic).abs() <= 1e-6 + 1e-6 * analytic.abs(),
+                    "{op:?} p={exponent} at x={x}: analytic {analytic}, numeric {numeric}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn unary_hand_worked_values() {
+    // gelu_tanh(1) = 0.5 (1 + tanh(sqrt(2/pi) * 1.044715)) = 0.5 (1 + tanh(0.8335565)) = 0.8411920
+    // (PyTorch: F.gelu(torch.tensor(1.), approximate="tanh") = 0.8412).
+    assert!((unary::gelu(1.0) - 0.841_191_990_6).abs() < 1e-9);
+    assert_eq!(unary::gelu(0.0), 0.0);
+    assert_eq!(unary::sigmoid(0.0), 0.5);
+    // (-2)^3 = -8, (-2)^2 = 4, 4^0.5 = 2, 0^0 = 1, (-2)^0.5 = NaN
+    let y = unary::forward(unary::UnaryOp::Pow, &[-2.0], 3.0);
+    assert_eq!(y, [-8.0]);
+    assert_eq!(unary::forward(unary::UnaryOp::Pow, &[-2.0], 2.0), [4.0]);
+    assert_eq!(
+        unary::forward(unary::UnaryOp::Pow, &[4.0, 0.0], 0.5)[0],
+        2.0
+    );
+    assert_eq!(unary::forward(unary::UnaryOp::Pow, &[0.0], 0.0), [1.0]);
+    assert!(unary::forward(unary::UnaryOp::Pow, &[-2.0], 0.5)[0].is_nan());
+    // relu'(0) = 0 and |x|'(0) = 0, as PyTorch
+    assert_eq!(
+        unary::relu_backward(&[0.0, 2.0, -1.0], &[5.0, 5.0, 5.0]),
+        [0.0, 5.0, 0.0]
+    );
+    assert_eq!(
+        unary::backward(unary::UnaryOp::Abs, &[0.0, -3.0], &[5.0, 5.0], 0.0),
+        [0.0, -5.0]
+    );
+    // tanh' from y = 0.5: 1 - 0.25 = 0.75; sigmoid' from y = 0.5: 0.25
+    assert_eq!(unary::tanh_backward(&[0.5], &[2.0]), [1.5]);
+    assert_eq!(unary::sigmoid_backward(&[0.5], &[2.0]), [0.5]);
+    // extreme inputs stay finite where the function is
+    let big = unary::forward(unary::UnaryOp::Sigmoid, &[-100.0, 100.0], 0.0);
+    assert!(big[0] >= 0.0 && big[0] < 1e-40 && big[1] == 1.0, "{big:?}");
+    assert_eq!(
+        unary::gelu_backward(&[-30.0, 30.0], &[1.0, 1.0]),
+        [0.0, 1.0]
+    );
+}
+
+#[test]
+fn unary_shader_codes_are_the_documented_order() {
+    let codes: Vec<u32> = unary::UnaryOp::ALL
+        .iter()
+        .map(|op| op.shader_code())
+        .collect();
+    assert_eq!(codes, (0..10).collect::<Vec<_>>());
+    let codes: Vec<u32> = binary::BinaryOp::ALL
+        .iter()
+        .map(|op| op.shader_code())
+        .collect();
+    assert_eq!(codes, (0..6).collect::<Vec<_>>());
+}
+
+// --------------------------------------------------------------------------------- binary
+
+#[test]
+fn binary_broadcast_hand_worked() {
+    // [2,3] + [3]: b is repeated over rows; strides b = [0, 1]
+    let shape = binary::Broadcast::new(&[2, 3], &[3]).expect("compatible");
+    assert_eq!(shape.out_shape, [2, 3]);
+    assert_eq!(shape.a_strides, [3, 1]);
+    assert_eq!(shape.b_strides, [0, 1]);
+    let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let out = binary::broadcast(binary::BinaryOp::Add, &a, &[10.0, 20.0, 30.0], &shape);
+    assert_eq!(out, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+    // [2,1] * [1,3] -> [2,3] outer product
+    let shape = binary::Broadcast::new(&[2, 1], &[1, 3]).expect("compatible");
+    assert_eq!(shape.out_shape, [2, 3]);
+    let out = binary::broadcast(
+        binary::BinaryOp::Mul,
+        &[2.0, 3.0],
+        &[1.0, 10.0, 100.0],
+        &shape,
+    );
+    assert_eq!(out, [2.0, 20.0, 200.0, 3.0, 30.0, 300.0]);
+    assert!(binary::Broadcast::new(&[2, 3], &[2]).is_none());
+    // scalar forms: 1 - 5 = -4 and 5 - 1 = 4; max/min propagate NaN
+    assert_eq!(
+        binary::scalar_rhs(binary::BinaryOp::Sub, &[1.0], 5.0),
+        [-4.0]
+    );
+    assert_eq!(
+        binary::scalar_lhs(binary::BinaryOp::Sub, 5.0, &[1.0]),
+        [4.0]
+    );
+    assert!(binary::BinaryOp::Max.apply(f32::NAN, 1.0).is_nan());
+    assert!(binary::BinaryOp::Min.apply(1.0, f32::NAN).is_nan());
+    // max tie: half of dy to each side (PyTorch maximum)
+    assert_eq!(
+        binary::BinaryOp::Max.apply_backward(2.0, 2.0, 1.0),
+        (0.5, 0.5)
+    );
+}
+
+#[test]
+fn binary_backward_with_sum_to_shape_matches_finite_differences() {
+    let mut rng = Rng(0x5eed_0001);
+    let (a_shape, b_shape) = ([2usize, 1, 3], [4usize, 1]);
+    let shape = binary::Broadcast::new(&a_shape, &b_shape).expect("compatible");
+    let a = rng.vec(6, 0.5, 2.0);
+    let b = rng.vec(4, 0.5, 2.0);
+    let w = rng.vec(shape.len(), -1.0, 1.0);
+    for op in binary::BinaryOp::ALL {
+        let (da_full, db_full) = binary::backward(op, &a, &b, &w, &shape);
+        let da = reduce::sum_to_shape(&da_full, &shape.out_shape, &a_shape).expect("reducible");
+        let db = reduce::sum_to_shape(&db_full, &shape.out_shape, &b_shape).expect("reducible");
+        let num_a = numeric_gradient(&a, 1e-3, |a| dot(&w, &binary::broadcast(op, a, &b, &shape)));
+        let num_b = numeric_gradient(&b, 1e-3, |b| dot(&w, &binary::broadcast(op, &a, b, &shape)));
+        assert_close(&format!("{op:?} da"), &da, &num_a, 2e-3, 2e-3);
+        assert_close(&format!("{op:?} db"), &db, &num_b, 2e-3, 2e-3);
+    }
+}
+
+// --------------------------------------------------------------------------------- reduce
+
+#[test]
+fn reduce_hand_worked() {
+    // x of shape [2, 3, 2] = 0..12; axis 1: view [outer 2, axis 3, inner 2]
+    let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
+    let view = reduce::AxisView::of_shape(&[2, 3, 2], 1).expect("axis in range");
+    assert_eq!(
+        view,
+        reduce::AxisView {
+            outer: 2,
+            axis_len: 3,
+            inner: 2
+        }
+    );
+    // out[0,0] = 0 + 2 + 4 = 6, out[0,1] = 1 + 3 + 5 = 9, out[1,0] = 6 + 8 + 10, out[1,1] = 27
+    assert_eq!(reduce::sum_axis(&x, view), [6.0, 9.0, 24.0, 27.0]);
+    assert_eq!(reduce::mean_axis(&x, view), [2.0, 3.0, 8.0, 9.0]);
+    let (values, indices) = reduce::max_axis(&x, view);
+    assert_eq!(values, [4.0, 5.0, 10.0, 11.0]);
+    assert_eq!(indices, [2, 2, 2, 2]);
+    let dx = reduce::max_backward(&[1.0, 2.0, 3.0, 4.0], &indices, view);
+    assert_eq!(
+        dx,
+        [0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 3.0, 4.0]
+    );
+    assert_eq!(reduce::sum_all(&x), 66.0);
+    assert_eq!(reduce::mean_all(&x), 5.5);
+    // ties: first index; NaN wins
+    assert_eq!(reduce::max_all(&[1.0, 3.0, 3.0]), (3.0, 1));
+    let (v, i) = reduce::max_all(&[1.0, f32::NAN, 5.0, f32::NAN]);
+    assert!(v.is_nan());
+    assert_eq!(i, 1);
+    // sum_to_shape: [2,3] -> [3] sums rows, -> [2,1] sums columns, -> [] sums all
+    let m = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    assert_eq!(
+        reduce::sum_to_shape(&m, &[2, 3], &[3]),
+        Some(vec![5.0, 7.0, 9.0])
+    );
+    assert_eq!(
+        reduce::sum_to_shape(&m, &[2, 3], &[2, 1]),
+        Some(vec![6.0, 15.0])
+    );
+    assert_eq!(reduce::sum_to_shape(&m, &[2, 3], &[]), Some(vec![21.0]));
+    assert_eq!(reduce::sum_to_shape(&m, &[2, 3], &[2]), None);
+}

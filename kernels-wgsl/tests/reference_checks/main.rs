@@ -1,0 +1,64 @@
+//! Sanity checks of the CPU references against independent oracles, so that a wrong reference
+//! never becomes a wrong oracle for the GPU kernels: central finite differences (in `f64`) of
+//! each forward reference for every backward, hand-worked small cases (derivations in the
+//! comments), and identities.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use plimsoll_kernels_wgsl::reference::{
+    binary, convert, cross_entropy, embedding, layer_norm, nonfinite, optimizer, reduce, softmax,
+    unary,
+};
+
+/// Seeded xorshift: values in [lo, hi).
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        lo + (hi - lo) * ((self.0 >> 40) as f32 / (1u64 << 24) as f32)
+    }
+    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+}
+
+/// Asserts `|got - want| <= atol + rtol |want|` elementwise, naming the first mismatch.
+fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= atol + rtol * w.abs();
+        assert!(ok, "{what}: first mismatch at {i}: got {g}, want {w}");
+    }
+}
+
+/// Central-difference gradient of the scalar `loss(x)` with respect to every element of `x`.
+/// The step is taken in `f32` and the actual `(x+h) - (x-h)` is the denominator.
+fn numeric_gradient(x: &[f32], h: f32, loss: impl Fn(&[f32]) -> f64) -> Vec<f32> {
+    let mut xs = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let (plus, minus) = (x[i] + h, x[i] - h);
+            xs[i] = plus;
+            let lp = loss(&xs);
+            xs[i] = minus;
+            let lm = loss(&xs);
+            xs[i] = x[i];
+            ((lp - lm) / (f64::from(plus) - f64::from(minus))) as f32
+        })
+        .collect()
+}
+
+/// `sum_i w_i v_i` in f64: a random linear functional, whose gradient is the backward with dy = w.
+fn dot(w: &[f32], v: &[f32]) -> f64 {
+    w.iter()
+        .zip(v)
+        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+        .sum()
+}
+
+mod elementwise;
+mod rows;
+mod state_and_storage;

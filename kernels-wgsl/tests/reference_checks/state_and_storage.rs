@@ -1,0 +1,213 @@
+//! Embedding, optimizer, non-finite check and f16 conversion references.
+
+use super::*;
+
+// ------------------------------------------------------------------------------ embedding
+
+#[test]
+fn embedding_gather_and_scatter_are_adjoint() {
+    // table [3, 2]; ids [2, 0, 2]
+    let table = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+    let ids = [2u32, 0, 2];
+    assert_eq!(
+        embedding::gather(&table, &ids, 3, 2),
+        [5.0, 6.0, 1.0, 2.0, 5.0, 6.0]
+    );
+    // row 2 gets dy rows 0 and 2, row 0 gets dy row 1, row 1 nothing
+    let dy = [1.0, 10.0, 100.0, 1000.0, 2.0, 20.0];
+    assert_eq!(
+        embedding::scatter_add(&ids, &dy, 3, 2),
+        [100.0, 1000.0, 0.0, 0.0, 3.0, 30.0]
+    );
+    // <gather(T), dy> = <T, scatter_add(dy)>: scatter_add is the transpose of gather
+    let mut rng = Rng(0x5eed_0006);
+    let (vocab, dim) = (7, 3);
+    let ids = [6u32, 1, 1, 0, 3, 6, 6];
+    let t = rng.vec(vocab * dim, -1.0, 1.0);
+    let dy = rng.vec(ids.len() * dim, -1.0, 1.0);
+    let lhs = dot(&embedding::gather(&t, &ids, vocab, dim), &dy);
+    let rhs = dot(&t, &embedding::scatter_add(&ids, &dy, vocab, dim));
+    assert!((lhs - rhs).abs() < 1e-5, "{lhs} vs {rhs}");
+    // an out-of-range id gathers NaN and scatters nothing
+    assert!(
+        embedding::gather(&table, &[3], 3, 2)
+            .iter()
+            .all(|v| v.is_nan())
+    );
+    assert_eq!(embedding::scatter_add(&[3], &[1.0, 1.0], 3, 2), [0.0; 6]);
+}
+
+// ------------------------------------------------------------------------------ optimizer
+
+#[test]
+fn adamw_one_step_by_hand() {
+    // p = 1, g = 0.5, lr = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, t = 1:
+    // p <- 1 * (1 - 0.1*0.01) = 0.999; m = 0.1 * 0.5 = 0.05; v = 0.001 * 0.25 = 0.00025;
+    // bc1 = 0.1, bc2 = 0.001: m_hat = 0.5, sqrt(v_hat) = 0.5;
+    // p <- 0.999 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.999 - 0.09999999800 = 0.8990000020
+    let config = optimizer::AdamWConfig {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.01,
+    };
+    let (mut p, mut m, mut v) = (vec![1.0f32], vec![0.0f32], vec![0.0f32]);
+    optimizer::adamw_step(&mut p, &[0.5], &mut m, &mut v, &config, 1, 1.0);
+    assert!((p[0] - 0.899).abs() < 1e-6, "p = {}", p[0]);
+    assert!((m[0] - 0.05).abs() < 1e-8 && (v[0] - 0.000_25).abs() < 1e-10);
+    // the first AdamW step moves every coordinate by about lr (sign of g), whatever |g|
+    let (mut p, mut m, mut v) = (vec![0.0f32; 3], vec![0.0f32; 3], vec![0.0f32; 3]);
+    let config = optimizer::AdamWConfig {
+        weight_decay: 0.0,
+        ..config
+    };
+    optimizer::adamw_step(
+        &mut p,
+        &[1e-3, -7.0, 300.0],
+        &mut m,
+        &mut v,
+        &config,
+        1,
+        1.0,
+    );
+    assert_close("adamw first step", &p, &[-0.1, 0.1, -0.1], 1e-5, 1e-5);
+    // the scalars are the f64 formulas rounded once
+    let s = config.scalars(3);
+    assert_eq!(s.step_size, (0.1 / (1.0 - 0.9f64.powi(3))) as f32);
+    assert_eq!(
+        s.bias_correction2_sqrt,
+        (1.0 - 0.999f64.powi(3)).sqrt() as f32
+    );
+}
+
+#[test]
+fn sgd_steps_by_hand() {
+    // momentum 0.9, lr 0.1, g = 1 on both steps, p0 = 1:
+    // plain:    step 1: buf = g = 1, p = 1 - 0.1 = 0.9; step 2: buf = 0.9 + 1 = 1.9, p = 0.71
+    // nesterov: step 1: update = 1 + 0.9*1 = 1.9, p = 0.81; step 2: buf = 1.9,
+    //           update = 1 + 0.9*1.9 = 2.71, p = 0.81 - 0.271 = 0.539
+    for (nesterov, want) in [(false, [0.9f32, 0.71]), (true, [0.81, 0.539])] {
+        let config = optimizer::SgdConfig {
+            lr: 0.1,
+            momentum: 0.9,
+            dampening: 0.0,
+            weight_decay: 0.0,
+            nesterov,
+        };
+        let (mut p, mut buf) = (vec![1.0f32], vec![0.0f32]);
+        optimizer::sgd_step(&mut p, &[1.0], &mut buf, &config, true, 1.0);
+        assert!(
+            (p[0] - want[0]).abs() < 1e-6,
+            "nesterov={nesterov} step 1: {}",
+            p[0]
+        );
+        optimizer::sgd_step(&mut p, &[1.0], &mut buf, &config, false, 1.0);
+        assert!(
+            (p[0] - want[1]).abs() < 1e-6,
+            "nesterov={nesterov} step 2: {}",
+            p[0]
+        );
+    }
+    // weight decay 0.5, dampening 0.5, no momentum buffer on step 1 dampening:
+    // step 1: g = 1 + 0.5*1 = 1.5, buf = 1.5, p = 1 - 0.15 = 0.85
+    // step 2: g = 1 + 0.5*0.85 = 1.425, buf = 0.9*1.5 + 0.5*1.425 = 2.0625, p = 0.85 - 0.20625
+    let config = optimizer::SgdConfig {
+        lr: 0.1,
+        momentum: 0.9,
+        dampening: 0.5,
+        weight_decay: 0.5,
+        nesterov: false,
+    };
+    let (mut p, mut buf) = (vec![1.0f32], vec![0.0f32]);
+    optimizer::sgd_step(&mut p, &[1.0], &mut buf, &config, true, 1.0);
+    optimizer::sgd_step(&mut p, &[1.0], &mut buf, &config, false, 1.0);
+    assert!(
+        (p[0] - 0.643_75).abs() < 1e-6 && (buf[0] - 2.0625).abs() < 1e-6,
+        "{p:?} {buf:?}"
+    );
+    // no momentum: plain p -= lr * g * grad_scale (grad_scale 0.5 unscales)
+    let config = optimizer::SgdConfig {
+        momentum: 0.0,
+        weight_decay: 0.0,
+        ..config
+    };
+    let (mut p, mut buf) = (vec![1.0f32], vec![42.0f32]);
+    optimizer::sgd_step(&mut p, &[2.0], &mut buf, &config, true, 0.5);
+    assert_eq!((p[0], buf[0]), (0.9, 42.0));
+}
+
+// ------------------------------------------------------------------------------ nonfinite
+
+#[test]
+fn nonfinite_flags() {
+    assert_eq!(
+        nonfinite::flags(&[1.0, 2.0, f32::MAX]),
+        [0, nonfinite::NO_INDEX]
+    );
+    assert_eq!(nonfinite::flags(&[1.0, f32::INFINITY, f32::NAN]), [1, 1]);
+    assert_eq!(nonfinite::flags(&[f32::NAN]), [1, 0]);
+    assert_eq!(
+        nonfinite::first_nonfinite(&[0.0, -0.0, f32::NEG_INFINITY]),
+        Some(2)
+    );
+}
+
+// -------------------------------------------------------------------------------- convert
+
+#[test]
+fn f16_round_trips_and_hand_worked_bits() {
+    // exactly representable values survive: 1, -2.5, 65504 (max half), 0.5, -0, 2^-14 (min
+    // normal), 2^-24 (min subnormal), 3.140625
+    let exact = [
+        1.0,
+        -2.5,
+        65504.0,
+        0.5,
+        -0.0,
+        2f32.powi(-14),
+        2f32.powi(-24),
+        3.140_625,
+    ];
+    let back = convert::round_to_f16(&exact);
+    for (a, b) in exact.iter().zip(&back) {
+        assert_eq!(a.to_bits(), b.to_bits(), "{a} round-tripped to {b}");
+    }
+    // 0.1 = 0x2E66.66.. in half units -> 0x2e66 = 0.099975586 (WGPU30.md §6)
+    assert_eq!(convert::f32_to_f16_bits(0.1), 0x2e66);
+    assert_eq!(convert::round_to_f16(&[0.1]), [0.099_975_586]);
+    // layout: [1.0, -2.5] -> 0xc1003c00 (element 0 in the low half); odd length: high half 0
+    assert_eq!(
+        convert::pack_f16(&[1.0, -2.5, 1.0]),
+        [0xc100_3c00, 0x0000_3c00]
+    );
+    // ties to even: 1 + 2^-11 is halfway between 0x3c00 and 0x3c01 -> 0x3c00 (even);
+    // 1 + 3*2^-11 is halfway between 0x3c01 and 0x3c02 -> 0x3c02 (even)
+    assert_eq!(convert::f32_to_f16_bits(1.0 + 2f32.powi(-11)), 0x3c00);
+    assert_eq!(convert::f32_to_f16_bits(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
+    // overflow: 65519 -> 65504, 65520 -> inf, 70000 -> inf; NaN stays NaN; 1e-8 -> 0
+    assert_eq!(convert::f32_to_f16_bits(65519.0), 0x7bff);
+    assert_eq!(convert::f32_to_f16_bits(65520.0), 0x7c00);
+    assert_eq!(convert::f32_to_f16_bits(-70000.0), 0xfc00);
+    assert!(convert::f16_bits_to_f32(convert::f32_to_f16_bits(f32::NAN)).is_nan());
+    assert_eq!(convert::f32_to_f16_bits(1e-8), 0x0000);
+}
+
+#[test]
+fn every_half_round_trips_through_f32() {
+    for h in 0..=u16::MAX {
+        let v = convert::f16_bits_to_f32(h);
+        if v.is_nan() {
+            assert!(
+                h & 0x7c00 == 0x7c00 && h & 0x3ff != 0,
+                "{h:#06x} decoded to NaN"
+            );
+            continue;
+        }
+        assert_eq!(
+            convert::f32_to_f16_bits(v),
+            h,
+            "{h:#06x} -> {v} did not round-trip"
+        );
+    }
+}
