@@ -20,6 +20,8 @@ pub struct Allocation {
     pub(crate) size_bytes: u64,
     pub(crate) requested_bytes: u64,
     pub(crate) category: Category,
+    /// Interned label id (index into the allocator's label table).
+    pub(crate) label: u32,
     /// The last-use tag of the bytes it got (see [`crate::BufferAllocator::free_with_tag`]).
     pub(crate) tag: u64,
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::block::{Block, BlockSlab, NIL, Used};
-use crate::free_index::{Fit, FreeIndex, FreeKey, align_up};
+use crate::block::{BlockSlab, NIL, UsedInfo};
+use crate::free_index::{FreeIndex, align_up};
 use crate::segment_table::SegmentTable;
 use crate::stats::LabelTable;
 use crate::{
@@ -34,6 +34,8 @@ pub struct BufferAllocator<S: SegmentSource> {
     pub(crate) source: S,
     /// Normalised (see [`AllocatorConfig`]); `budget_bytes` changes with `set_budget`.
     pub(crate) config: AllocatorConfig,
+    /// log2 of `config.granule_bytes`: blocks count in granules, statistics in bytes.
+    pub(crate) granule_log2: u32,
     /// Distinct from every other allocator's; stamped on each [`Allocation`].
     pub(crate) instance: u64,
     /// Every live segment; each block names its segment's slot here.
@@ -62,7 +64,8 @@ impl<S: SegmentSource> BufferAllocator<S> {
             segments: SegmentTable::default(),
             empty_segments: BTreeSet::new(),
             blocks: BlockSlab::default(),
-            free: FreeIndex::new(config.granule_bytes),
+            free: FreeIndex::default(),
+            granule_log2: config.granule_bytes.trailing_zeros(),
             config,
             labels: LabelTable::default(),
             stats: Stats::default(),
@@ -106,18 +109,34 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 });
             }
         };
-        let fit = match self.free.best_fit(size_bytes, alignment) {
-            Some(fit) if !self.would_waste_empty_dedicated(&fit.key, size_bytes) => fit,
+        // `max_segment_bytes` holds at most `u32::MAX` granules (see `AllocatorConfig`).
+        let size = self.granules(size_bytes);
+        let alignment_granules = self.granules(alignment).max(1);
+        let found = self.free.best_fit(size, alignment_granules, &self.blocks);
+        let block = match found {
+            Some(index) if !self.would_waste_empty_dedicated(index, size_bytes) => index,
             found => match self.grow(size_bytes, &request) {
-                Ok(key) => Fit::of_key(key),
+                Ok(index) => index,
                 // The source refused; the block that fitted is still there unless it was released.
                 Err(error) => match found {
-                    Some(fit) if self.free.contains(&fit.key) => fit,
+                    Some(index) if self.free.contains(index, &self.blocks) => index,
                     _ => return Err(error),
                 },
             },
         };
-        Ok(self.place(fit, size_bytes, alignment, &request))
+        Ok(self.place(block, size, alignment, &request))
+    }
+
+    /// `bytes` (a multiple of the granule, at most `max_segment_bytes`) in granules.
+    #[inline]
+    pub(crate) fn granules(&self, bytes: u64) -> u32 {
+        (bytes >> self.granule_log2) as u32
+    }
+
+    /// `granules` in bytes.
+    #[inline]
+    pub(crate) fn bytes(&self, granules: u32) -> u64 {
+        u64::from(granules) << self.granule_log2
     }
 
     /// Gives a block back; it merges at once with free neighbours. The segment stays cached.
@@ -126,49 +145,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// [`AllocError::UnknownAllocation`] if `allocation` comes from another allocator or was
     /// already freed; nothing changes then.
     pub fn free(&mut self, allocation: Allocation) -> Result<()> {
-        let mut index = allocation.block;
-        let used = self.check_live(&allocation)?;
-        let segment_id = self.blocks[index].segment;
-        let segment_slot = self.blocks[index].segment_slot;
-        let size_bytes = self.blocks[index].size_bytes;
-        let offset = self.blocks[index].offset;
-        self.blocks[index].used = None;
-        self.stats
-            .on_free(used.category, size_bytes, used.requested_bytes);
-        self.labels.on_free(used.label, size_bytes);
-
-        let prev = self.blocks[index].prev;
-        if prev != NIL && self.blocks[prev].used.is_none() {
-            self.free.remove(&FreeKey::of(prev, &self.blocks[prev]));
-            self.absorb_next(prev);
-            index = prev;
-        }
-        let next = self.blocks[index].next;
-        if next != NIL && self.blocks[next].used.is_none() {
-            self.free.remove(&FreeKey::of(next, &self.blocks[next]));
-            self.absorb_next(index);
-        }
-        self.free.insert(FreeKey::of(index, &self.blocks[index]));
-
-        if let Some(entry) = self.segments.get_mut(segment_slot) {
-            entry.used_blocks -= 1;
-            if entry.used_blocks == 0 {
-                self.empty_segments.insert((entry.shared, segment_id));
-            }
-        }
-        self.refresh_free_stats();
-        let labels = &self.labels;
-        self.trace.record(|event| TraceEvent {
-            event,
-            kind: TraceEventKind::Free,
-            allocation: Some(allocation.id),
-            segment: Some(segment_id),
-            offset,
-            size_bytes,
-            category: Some(used.category),
-            label: Some(labels.name(used.label).to_owned()),
-        });
-        Ok(())
+        self.free_tagged(allocation, 0)
     }
 
     /// Like [`BufferAllocator::free`], and marks the freed bytes with `tag` (the largest of it and
@@ -180,24 +157,70 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// # Errors
     /// As [`BufferAllocator::free`].
     pub fn free_with_tag(&mut self, allocation: Allocation, tag: u64) -> Result<()> {
-        self.check_live(&allocation)?;
-        let block = &mut self.blocks[allocation.block];
-        block.tag = block.tag.max(tag);
-        self.free(allocation)
+        self.free_tagged(allocation, tag)
     }
 
-    /// The used block `allocation` names, if it is live and from this allocator.
+    /// Frees `allocation`; its bytes get the larger of `tag` and the tag they had when allocated.
     #[inline]
-    fn check_live(&self, allocation: &Allocation) -> Result<Used> {
-        match self
-            .blocks
-            .get(allocation.block)
-            .and_then(|block| block.used)
-        {
-            Some(used)
-                if used.sequence == allocation.id.0 && allocation.instance == self.instance =>
+    fn free_tagged(&mut self, allocation: Allocation, tag: u64) -> Result<()> {
+        let mut index = allocation.block;
+        self.check_live(&allocation)?;
+        // The handle is genuine (its sequence number matches the used block), so its category,
+        // label and requested size are the ones recorded when it was allocated.
+        let block = &mut self.blocks[index];
+        let segment_slot = block.segment_slot();
+        let segment_id = block.segment;
+        let (offset, size) = (block.offset, block.size);
+        block.set_free(tag.max(allocation.tag));
+        let size_bytes = self.bytes(size);
+        self.stats
+            .on_free(allocation.category, size_bytes, allocation.requested_bytes);
+        self.labels.on_free(allocation.label, size_bytes);
+
+        let prev = self.blocks[index].prev;
+        if prev != NIL && !self.blocks[prev].is_used() {
+            self.free.remove(prev, &self.blocks);
+            self.absorb_next(prev);
+            index = prev;
+        }
+        let next = self.blocks[index].next;
+        if next != NIL && !self.blocks[next].is_used() {
+            self.free.remove(next, &self.blocks);
+            self.absorb_next(index);
+        }
+        self.free.insert(index, &self.blocks);
+
+        if let Some(entry) = self.segments.get_mut(segment_slot) {
+            entry.used_blocks -= 1;
+            if entry.used_blocks == 0 {
+                self.empty_segments.insert((entry.shared, segment_id));
+            }
+        }
+        let labels = &self.labels;
+        let offset = u64::from(offset) << self.granule_log2;
+        self.trace.record(|event| TraceEvent {
+            event,
+            kind: TraceEventKind::Free,
+            allocation: Some(allocation.id),
+            segment: Some(segment_id),
+            offset,
+            size_bytes,
+            category: Some(allocation.category),
+            label: Some(labels.name(allocation.label).to_owned()),
+        });
+        Ok(())
+    }
+
+    /// Whether `allocation` names a live used block of this allocator.
+    #[inline]
+    fn check_live(&self, allocation: &Allocation) -> Result<()> {
+        match self.blocks.get(allocation.block) {
+            Some(block)
+                if block.is_used()
+                    && block.word == allocation.id.0
+                    && allocation.instance == self.instance =>
             {
-                Ok(used)
+                Ok(())
             }
             _ => Err(AllocError::UnknownAllocation { id: allocation.id }),
         }
@@ -245,8 +268,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
     }
 
     /// The statistics (kept up to date by every operation).
-    pub fn stats(&self) -> &Stats {
-        &self.stats
+    pub fn stats(&self) -> Stats {
+        self.stats
+            .with_free_fields(self.largest_free_bytes(), self.free.len() as u64)
     }
 
     /// Sets every peak (total, per category, per label) to the current value.
@@ -259,24 +283,32 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// (rounded to the granule, default alignment); 0 when nothing is free. O(log n + k) for k
     /// blocks that large.
     pub fn usable_fraction(&self, size_bytes: u64) -> f64 {
-        let free_bytes = self.free.total_bytes();
+        let free_bytes = self.free.total() << self.granule_log2;
         if free_bytes == 0 {
             return 0.0;
         }
-        let size_bytes = size_bytes
-            .max(1)
-            .next_multiple_of(self.config.granule_bytes);
-        self.free.bytes_in_blocks_of_at_least(size_bytes) as f64 / free_bytes as f64
+        let granule = self.config.granule_bytes;
+        let size = size_bytes.max(1).div_ceil(granule);
+        let Ok(size) = u32::try_from(size) else {
+            return 0.0;
+        };
+        let usable = self.free.granules_in_blocks_of_at_least(size) << self.granule_log2;
+        usable as f64 / free_bytes as f64
     }
 
     /// The largest free block in reserved memory.
     pub fn largest_free_bytes(&self) -> u64 {
-        self.stats.largest_free_bytes
+        self.bytes(self.free.largest())
     }
 
     /// `1 - largest free block / free bytes`; 0 when nothing is free.
     pub fn fragmentation(&self) -> f64 {
-        self.stats.fragmentation
+        crate::stats::fragmentation(self.free_bytes(), self.largest_free_bytes())
+    }
+
+    /// Free bytes inside reserved segments.
+    pub(crate) fn free_bytes(&self) -> u64 {
+        self.stats.reserved_bytes - self.stats.allocated_bytes
     }
 
     /// Sets how many events the trace keeps (oldest dropped first); 0 turns recording off.
@@ -289,52 +321,58 @@ impl<S: SegmentSource> BufferAllocator<S> {
         &self.trace
     }
 
-    /// Carves `size_bytes` at `alignment` out of the free block `fit` (best fit found it), splitting
-    /// off alignment padding in front and any remainder behind as free blocks.
+    /// Carves `size` granules at `alignment` bytes out of free block `index` (best fit found it),
+    /// splitting off alignment padding in front and any remainder behind as free blocks.
     pub(crate) fn place(
         &mut self,
-        fit: Fit,
-        size_bytes: u64,
+        index: u32,
+        size: u32,
         alignment: u64,
         request: &Request<'_>,
     ) -> Allocation {
-        self.free.take(&fit);
-        let key = fit.key;
-        let mut index = key.block;
-        let padding = align_up(key.offset, alignment) - key.offset;
+        self.free.remove(index, &self.blocks);
+        let mut index = index;
+        let alignment_granules = self.granules(alignment).max(1);
+        let offset = self.blocks[index].offset;
+        let padding =
+            (align_up(u64::from(offset), u64::from(alignment_granules)) - u64::from(offset)) as u32;
         if padding > 0 {
-            index = self.split_after(index, padding);
-            let front = FreeKey::of(key.block, &self.blocks[key.block]);
-            self.free.insert(front);
+            let front = index;
+            index = self.split_after(front, padding);
+            self.free.insert(front, &self.blocks);
         }
-        let remainder = self.blocks[index].size_bytes - size_bytes;
-        if remainder >= MIN_SPLIT_REMAINDER_GRANULES * self.config.granule_bytes {
-            let tail = self.split_after(index, size_bytes);
-            self.free.insert(FreeKey::of(tail, &self.blocks[tail]));
+        let remainder = self.blocks[index].size - size;
+        if u64::from(remainder) >= MIN_SPLIT_REMAINDER_GRANULES {
+            let tail = self.split_after(index, size);
+            self.free.insert(tail, &self.blocks);
         }
         let label = self.labels.intern(request.label);
         let sequence = self.next_sequence;
         self.next_sequence += 1;
         let block = &mut self.blocks[index];
-        block.used = Some(Used {
-            sequence,
-            requested_bytes: request.size_bytes,
-            label,
-            category: request.category,
-            alignment_log2: alignment.trailing_zeros() as u8,
-        });
-        let (segment, offset, usable_bytes) = (block.segment, block.offset, block.size_bytes);
-        let tag = block.tag;
-        if let Some(entry) = self.segments.get_mut(block.segment_slot) {
+        let tag = block.word;
+        block.set_used(sequence);
+        let (segment, segment_slot) = (block.segment, block.segment_slot());
+        let (offset, usable) = (block.offset, block.size);
+        self.blocks.set_used_info(
+            index,
+            UsedInfo {
+                requested_bytes: request.size_bytes,
+                label,
+                category: request.category,
+                alignment_log2: alignment.trailing_zeros() as u8,
+            },
+        );
+        if let Some(entry) = self.segments.get_mut(segment_slot) {
             if entry.used_blocks == 0 {
                 self.empty_segments.remove(&(entry.shared, segment));
             }
             entry.used_blocks += 1;
         }
+        let (offset, usable_bytes) = (self.bytes(offset), self.bytes(usable));
         self.stats
             .on_allocate(request.category, usable_bytes, request.size_bytes);
         self.labels.on_allocate(label, usable_bytes);
-        self.refresh_free_stats();
         let id = AllocationId(sequence);
         self.trace.record(|event| TraceEvent {
             event,
@@ -355,55 +393,50 @@ impl<S: SegmentSource> BufferAllocator<S> {
             size_bytes: usable_bytes,
             requested_bytes: request.size_bytes,
             category: request.category,
+            label,
             tag,
         }
     }
 
-    /// Splits block `index` (not in the free index) so that it keeps its first `keep_bytes`;
+    /// Splits block `index` (not in the free index) so that it keeps its first `keep` granules;
     /// returns the slab index of the new block holding the rest (free, not yet indexed).
     #[inline]
-    fn split_after(&mut self, index: u32, keep_bytes: u64) -> u32 {
+    fn split_after(&mut self, index: u32, keep: u32) -> u32 {
         let block = &self.blocks[index];
-        let rest = Block {
-            segment: block.segment,
-            segment_slot: block.segment_slot,
-            offset: block.offset + keep_bytes,
-            size_bytes: block.size_bytes - keep_bytes,
-            prev: index,
-            next: block.next,
-            used: None,
-            tag: block.tag,
-        };
+        let mut rest = *block;
+        rest.offset = block.offset + keep;
+        rest.size = block.size - keep;
+        rest.prev = index;
+        // A free block's tag is copied; a used one would carry its sequence number, but only free
+        // blocks are split.
+        rest.set_free(block.word);
         let next = rest.next;
         let rest_index = self.blocks.insert(rest);
         if next != NIL {
             self.blocks[next].prev = rest_index;
         }
         let block = &mut self.blocks[index];
-        block.size_bytes = keep_bytes;
+        block.size = keep;
         block.next = rest_index;
         self.stats.splits += 1;
         rest_index
     }
 
-    /// Merges the block after `index` into it (both out of the free index) and frees its slot.
+    /// Merges the block after `index` into it (both free and out of the free index) and frees its
+    /// slot; the merged block keeps the larger tag.
     #[inline]
     fn absorb_next(&mut self, index: u32) {
         let next = self.blocks[index].next;
-        let after = self.blocks[next].next;
-        self.blocks[index].size_bytes += self.blocks[next].size_bytes;
-        self.blocks[index].tag = self.blocks[index].tag.max(self.blocks[next].tag);
-        self.blocks[index].next = after;
+        let absorbed = self.blocks[next];
+        let after = absorbed.next;
+        let block = &mut self.blocks[index];
+        block.size += absorbed.size;
+        block.word = block.word.max(absorbed.word);
+        block.next = after;
         if after != NIL {
             self.blocks[after].prev = index;
         }
         self.blocks.remove(next);
         self.stats.merges += 1;
-    }
-
-    pub(crate) fn refresh_free_stats(&mut self) {
-        self.stats.largest_free_bytes = self.free.largest_bytes();
-        self.stats.free_blocks = self.free.len() as u64;
-        self.stats.refresh_fragmentation();
     }
 }

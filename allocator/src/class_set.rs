@@ -10,10 +10,10 @@
 //! Why the `Vec` is kept in *decreasing* order: best fit nearly always takes the smallest key of a
 //! class, and at the end of a `Vec` that is a pop, with no memmove.
 //!
-//! Why `Empty` and `One`: most exact classes hold no block or one, and a key stored inline in the
-//! class header costs no heap buffer, so no second cache miss, on insert, best fit and removal. A
-//! class takes a `Vec` only at its second key and gives it back only when it empties, so a class
-//! hovering between one and two keys does not allocate each time.
+//! Why `Empty` and `One`: most sets hold one key, and a key stored inline costs no heap buffer, so
+//! no second cache miss, on insert, best fit and removal. A set takes a `Vec` only at its second
+//! key and keeps it (even empty) from then on, so a set hovering between one and two keys does not
+//! allocate each time.
 
 use std::collections::BTreeSet;
 
@@ -38,7 +38,8 @@ pub(crate) enum ClassSet<K> {
     Empty,
     /// Exactly one key, inline.
     One(K),
-    /// Strictly *decreasing*; at least one and at most `MAX_SORTED` keys.
+    /// Strictly *decreasing*; at most `MAX_SORTED` keys (possibly none: an emptied set keeps its
+    /// buffer).
     Sorted(Vec<K>),
     /// At least `MIN_TREE` keys.
     Tree(BTreeSet<K>),
@@ -126,9 +127,8 @@ impl<K: Ord + Copy> ClassSet<K> {
                 } else {
                     keys.remove(index);
                 }
-                if keys.is_empty() {
-                    *self = Self::Empty;
-                }
+                // An emptied `Vec` is kept with its capacity: the free index reuses emptied sets
+                // (pools), and giving the buffer back cost a `free` and a `malloc` per reuse.
                 true
             }
             Self::Tree(keys) => {

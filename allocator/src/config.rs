@@ -12,7 +12,8 @@ pub struct AllocatorConfig {
     /// sets what the adapter allows. Changeable at run time with `set_budget`.
     pub budget_bytes: u64,
     /// Largest segment, and therefore largest allocation. Default 256 MiB (wgpu's default
-    /// `max_buffer_size`); kernels-wgsl passes the device's limits.
+    /// `max_buffer_size`); kernels-wgsl passes the device's limits. At most `u32::MAX` granules
+    /// (1 TiB at the default granule): larger values are lowered to that.
     pub max_segment_bytes: u64,
     /// Size of the shared segments that small requests are packed into. Default 2 MiB.
     pub small_segment_bytes: u64,
@@ -47,7 +48,9 @@ impl AllocatorConfig {
             .unwrap_or(1 << 63);
         let granule = self.granule_bytes;
         let round = |bytes: u64| bytes.max(granule).div_ceil(granule).saturating_mul(granule);
-        self.max_segment_bytes = round(self.max_segment_bytes);
+        // Blocks count granules in `u32` (see `block.rs`).
+        let most = granule.saturating_mul(u64::from(u32::MAX));
+        self.max_segment_bytes = round(self.max_segment_bytes).min(most);
         self.small_segment_bytes = round(self.small_segment_bytes).min(self.max_segment_bytes);
         self.small_request_max_bytes =
             round(self.small_request_max_bytes).min(self.small_segment_bytes);

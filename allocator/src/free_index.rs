@@ -1,16 +1,23 @@
 //! The index of free blocks: segregated size classes (as in TLSF and `offset-allocator`) with a
-//! bitmap of the non-empty ones, and inside each class an ordered set, so best fit stays *exact*.
+//! bitmap of the non-empty ones, and inside each class the blocks in address order, so best fit
+//! stays *exact*. Sizes and offsets are in granules, as in [`Block`].
 //!
-//! Why exact classes: every size up to `EXACT_CLASSES` granules (16 MiB at 256 B) has a class of
+//! Why exact classes: every size below `EXACT_CLASSES` granules (16 MiB at 256 B) has a class of
 //! its own, so all blocks of such a class have the same size and the best fit in it is simply
 //! its lowest address that satisfies the alignment; with the default alignment (the granule) that
-//! is the class's first key, found in O(1), and `best_fit` hands back where it found it, so
-//! `take` removes it without a second search. Those classes are ordered by address alone, a key
-//! of (segment, offset) compared as one `u128`, not the four fields of a [`FreeKey`]. Larger
-//! sizes fall into `SUB_CLASSES` classes per power of two, ordered by (size, segment, offset);
-//! they hold only blocks of more than 16 MiB (at 256 B granules), which are few.
+//! is the class's *head*. Larger sizes fall into `SUB_CLASSES` classes per power of two, ordered
+//! by (size, segment, offset); they hold only blocks of 16 MiB or more (at 256 B granules), which
+//! are few.
 //!
-//! Why a three-level bitmap: there are 66,304 classes, and the next non-empty class at or above a
+//! Why an exact class is a [`Head`] of 8 bytes: there are 65,536 of them, nearly all empty or
+//! holding one block, and an allocate+free pair touches four to six of them at random. As 32-byte
+//! ordered sets they spanned 2 MiB, as large as this machine's L2 cache, so every touch could miss
+//! it; as heads they span 512 KiB at most. A head names the class's lowest-address block; the
+//! class's other blocks (if any) sit in an ordered *pool*, which exists only while the class holds
+//! two blocks or more, and most pools hold one key inline. The head's address is read from its
+//! block in the slab, which the caller passes in.
+//!
+//! Why a three-level bitmap: there are 65,792 classes, and the next non-empty class at or above a
 //! size, or the last one (the largest free block), is still three word scans away.
 //!
 //! Why it is still exact: classes partition sizes in increasing order, and each class is ordered
@@ -19,9 +26,9 @@
 //! to the lowest address come first in its order); only a request's own sub-divided class needs a
 //! range search from the requested size.
 
-use crate::block::Block;
+use crate::block::{Block, BlockSlab, NIL};
 use crate::class_bitmap::{ClassBitmap, MAX_CLASSES};
-use crate::class_set::{ClassSet, Position, UNKNOWN_POSITION};
+use crate::class_set::{ClassSet, UNKNOWN_POSITION};
 
 /// Sizes below this many granules each have a class of their own (16 MiB at 256 B granules).
 const EXACT_BITS: u32 = 16;
@@ -29,295 +36,359 @@ const EXACT_CLASSES: usize = 1 << EXACT_BITS;
 /// Classes per power of two above the exact range.
 const SUB_CLASS_BITS: u32 = 4;
 const SUB_CLASSES: usize = 1 << SUB_CLASS_BITS;
-/// Enough classes for any `u64` size in granules (exponents up to 63).
-const CLASSES: usize = EXACT_CLASSES + (64 - EXACT_BITS as usize) * SUB_CLASSES;
+/// Enough classes for any `u32` size in granules (exponents up to 31).
+const CLASSES: usize = EXACT_CLASSES + (32 - EXACT_BITS as usize) * SUB_CLASSES;
 const _: () = assert!(CLASSES <= MAX_CLASSES);
 
-/// Key of a free block: ordered by size, then address (segment, offset), so the first key at or
-/// above a size is the best fit with ties to the lowest address. `block` only rides along.
+/// A block in an exact class's pool: ordered by address (see [`Block::address`]), then by slab
+/// index (which never decides, since no two free blocks share an address).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct FreeKey {
-    pub size_bytes: u64,
-    pub segment: u32,
-    pub offset: u64,
-    pub block: u32,
+struct PoolKey {
+    address: u64,
+    block: u32,
 }
 
-impl FreeKey {
-    pub fn of(index: u32, block: &Block) -> Self {
+impl PoolKey {
+    fn of(index: u32, block: &Block) -> Self {
         Self {
-            size_bytes: block.size_bytes,
-            segment: block.segment.0,
-            offset: block.offset,
+            address: block.address(),
             block: index,
         }
     }
 
-    /// The smallest key of size `size_bytes`.
-    fn first_of_size(size_bytes: u64) -> Self {
+    /// The offset in granules (the low half of the address).
+    fn offset(&self) -> u32 {
+        self.address as u32
+    }
+}
+
+/// A block in a class above the exact range: ordered by size, then address, then slab index, so
+/// the first key at or above a size is the best fit with ties to the lowest address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct RangedKey {
+    size: u32,
+    address: u64,
+    block: u32,
+}
+
+impl RangedKey {
+    fn of(index: u32, block: &Block) -> Self {
         Self {
-            size_bytes,
-            segment: 0,
-            offset: 0,
+            size: block.size,
+            address: block.address(),
+            block: index,
+        }
+    }
+
+    /// The smallest key of size `size`.
+    fn first_of_size(size: u32) -> Self {
+        Self {
+            size,
+            address: 0,
             block: 0,
         }
     }
-
-    fn address(&self) -> AddressKey {
-        AddressKey {
-            segment: self.segment,
-            block: self.block,
-            offset: self.offset,
-        }
-    }
 }
 
-/// Key of a free block in an exact class (where every block has the class's size): ordered and
-/// compared by address (segment, offset) alone, as one `u128`, since no two free blocks share an
-/// address; `block` only rides along. 16 bytes, so a class's sorted `Vec` moves little on insert.
+/// One exact class: `block` is the slab index of its lowest-address block (`NIL` when the class is
+/// empty), and `pool` the index in `FreeIndex::pools` of the set of its other blocks (`NIL` when it
+/// has none). Invariant: a pool is never empty, and every key in it is above the head's address.
 #[derive(Clone, Copy, Debug)]
-struct AddressKey {
-    segment: u32,
+struct Head {
     block: u32,
-    offset: u64,
+    pool: u32,
 }
 
-impl AddressKey {
-    fn address(&self) -> u128 {
-        (u128::from(self.segment) << 64) | u128::from(self.offset)
-    }
+const EMPTY_HEAD: Head = Head {
+    block: NIL,
+    pool: NIL,
+};
 
-    fn with_size(self, size_bytes: u64) -> FreeKey {
-        FreeKey {
-            size_bytes,
-            segment: self.segment,
-            offset: self.offset,
-            block: self.block,
-        }
-    }
-}
-
-impl PartialEq for AddressKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.address() == other.address()
-    }
-}
-
-impl Eq for AddressKey {}
-
-impl Ord for AddressKey {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.address().cmp(&other.address())
-    }
-}
-
-impl PartialOrd for AddressKey {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// A best fit found by [`FreeIndex::best_fit`], with where it was found, so that
-/// [`FreeIndex::take`] removes it without a second search.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Fit {
-    pub key: FreeKey,
-    class: usize,
-    position: Position,
-}
-
-impl Fit {
-    /// A fit known only by its key (removal then searches).
-    pub fn of_key(key: FreeKey) -> Self {
-        Self {
-            key,
-            class: usize::MAX,
-            position: UNKNOWN_POSITION,
-        }
-    }
-}
-
-/// Every free block, by size class. Invariant: holds exactly the free blocks of live segments;
-/// `len` and `total_bytes` are their count and the sum of their sizes.
+/// Every free block, by size class. Invariant: holds exactly the free blocks of live segments,
+/// each under its current size and address (so a block leaves the index before either changes);
+/// `len` and `total` are their count and the sum of their sizes.
 #[derive(Debug)]
 pub(crate) struct FreeIndex {
-    /// log2 of the granule; classes are computed on sizes in granules.
-    granule_log2: u32,
-    /// `exact[c]` holds exactly the blocks of `c` granules (class `c`, below `EXACT_CLASSES`).
-    /// Grown on demand, so an allocator with small segments stays small.
-    exact: Vec<ClassSet<AddressKey>>,
+    /// `heads[c]` is exact class `c` (the blocks of `c` granules, `c` below `EXACT_CLASSES`). A
+    /// fixed array (512 KiB, of which only the lines of sizes in use are ever touched), so a class
+    /// indexes it with no bounds check and no growth check.
+    heads: Box<[Head; EXACT_CLASSES]>,
+    /// The pools that heads name; vacant ones are `Empty` and listed in `vacant_pools`.
+    pools: Vec<ClassSet<PoolKey>>,
+    vacant_pools: Vec<u32>,
     /// `ranged[c - EXACT_CLASSES]` holds exactly the keys whose size maps to class `c` (see
     /// `class_of`); class order follows size order.
-    ranged: Vec<ClassSet<FreeKey>>,
+    ranged: Vec<ClassSet<RangedKey>>,
     /// Class `c` is set exactly when it holds a block.
     non_empty: ClassBitmap,
     len: usize,
-    total_bytes: u64,
+    /// Sum of the sizes held, in granules.
+    total: u64,
     /// The size of the largest block held, 0 when none (read twice per allocate+free pair, so
     /// kept rather than recomputed).
-    largest_bytes: u64,
+    largest: u32,
 }
 
-impl FreeIndex {
-    /// An empty index for sizes that are multiples of `granule_bytes` (a power of two).
-    pub fn new(granule_bytes: u64) -> Self {
+impl Default for FreeIndex {
+    fn default() -> Self {
+        let heads = match vec![EMPTY_HEAD; EXACT_CLASSES]
+            .into_boxed_slice()
+            .try_into()
+        {
+            Ok(heads) => heads,
+            Err(_) => unreachable!("the boxed slice has exactly EXACT_CLASSES heads"),
+        };
         Self {
-            granule_log2: granule_bytes.trailing_zeros(),
-            exact: Vec::new(),
+            heads,
+            pools: Vec::new(),
+            vacant_pools: Vec::new(),
             ranged: Vec::new(),
             non_empty: ClassBitmap::default(),
             len: 0,
-            total_bytes: 0,
-            largest_bytes: 0,
+            total: 0,
+            largest: 0,
         }
     }
+}
 
-    /// The class of a size: exact below `EXACT_CLASSES` granules, then `SUB_CLASSES` classes per
-    /// power of two (the top `SUB_CLASS_BITS` bits after the leading one). Monotonic in size.
+impl FreeIndex {
+    /// The class of a size in granules: exact below `EXACT_CLASSES`, then `SUB_CLASSES` classes
+    /// per power of two (the top `SUB_CLASS_BITS` bits after the leading one). Monotonic in size.
     #[inline]
-    fn class_of(&self, size_bytes: u64) -> usize {
-        let granules = size_bytes >> self.granule_log2;
-        if granules < EXACT_CLASSES as u64 {
-            return granules as usize;
+    fn class_of(size: u32) -> usize {
+        if size < EXACT_CLASSES as u32 {
+            return size as usize;
         }
-        let exponent = 63 - granules.leading_zeros();
-        let mantissa = (granules >> (exponent - SUB_CLASS_BITS)) as usize & (SUB_CLASSES - 1);
+        let exponent = 31 - size.leading_zeros();
+        let mantissa = (size >> (exponent - SUB_CLASS_BITS)) as usize & (SUB_CLASSES - 1);
         EXACT_CLASSES + (exponent - EXACT_BITS) as usize * SUB_CLASSES + mantissa
     }
 
-    /// Adds a free block. Why `inline(always)`: it has three callers on the allocate+free path,
-    /// and out of line its register saves cost about 8 instructions per pair.
+    /// Adds free block `index` of `blocks` under its current size and address. Why
+    /// `inline(always)`: it has three callers on the allocate+free path, and out of line its
+    /// register saves cost about 8 instructions per pair.
     #[inline(always)]
-    pub fn insert(&mut self, key: FreeKey) {
-        let class = self.class_of(key.size_bytes);
-        let (was_empty, inserted) = if class < EXACT_CLASSES {
-            if class >= self.exact.len() {
-                self.exact.resize_with(class + 1, ClassSet::default);
-            }
-            let set = &mut self.exact[class];
-            (set.is_empty(), set.insert(key.address()))
+    pub fn insert(&mut self, index: u32, blocks: &BlockSlab) {
+        let block = &blocks[index];
+        let size = block.size;
+        let class = Self::class_of(size);
+        let inserted = if class < EXACT_CLASSES {
+            self.insert_exact(class, index, block, blocks)
         } else {
             let ranged = class - EXACT_CLASSES;
             if ranged >= self.ranged.len() {
                 self.ranged.resize_with(ranged + 1, ClassSet::default);
             }
             let set = &mut self.ranged[ranged];
-            (set.is_empty(), set.insert(key))
+            let was_empty = set.is_empty();
+            let inserted = set.insert(RangedKey::of(index, block));
+            if inserted && was_empty {
+                self.non_empty.set(class);
+            }
+            inserted
         };
         if inserted {
-            self.total_bytes += key.size_bytes;
+            self.total += u64::from(size);
             self.len += 1;
-            self.largest_bytes = self.largest_bytes.max(key.size_bytes);
-            // Only a class's first key changes the bitmap; skipping it spares three stores.
-            if was_empty {
-                self.non_empty.set(class);
+            self.largest = self.largest.max(size);
+        }
+    }
+
+    /// Adds `block` (slab index `index`) to exact class `class`; false if it was already there.
+    #[inline(always)]
+    fn insert_exact(
+        &mut self,
+        class: usize,
+        index: u32,
+        block: &Block,
+        blocks: &BlockSlab,
+    ) -> bool {
+        let class = class % EXACT_CLASSES;
+        let head = self.heads[class];
+        if head.block == NIL {
+            self.heads[class] = Head {
+                block: index,
+                pool: NIL,
+            };
+            self.non_empty.set(class);
+            return true;
+        }
+        if head.block == index {
+            return false;
+        }
+        let incoming = PoolKey::of(index, block);
+        let current = PoolKey::of(head.block, &blocks[head.block]);
+        // The lower address heads the class; the other goes to the pool.
+        let (new_head, pooled) = if incoming < current {
+            (index, current)
+        } else {
+            (head.block, incoming)
+        };
+        let pool = if head.pool == NIL {
+            self.new_pool()
+        } else {
+            head.pool
+        };
+        if !self.pools[pool as usize].insert(pooled) {
+            if head.pool == NIL {
+                self.vacant_pools.push(pool);
+            }
+            return false;
+        }
+        self.heads[class] = Head {
+            block: new_head,
+            pool,
+        };
+        true
+    }
+
+    /// A vacant (empty) pool's index, made if none is vacant.
+    fn new_pool(&mut self) -> u32 {
+        match self.vacant_pools.pop() {
+            Some(pool) => pool,
+            None => {
+                self.pools.push(ClassSet::Empty);
+                (self.pools.len() - 1) as u32
             }
         }
     }
 
-    pub fn remove(&mut self, key: &FreeKey) {
-        self.take(&Fit::of_key(*key));
-    }
-
-    /// Removes the block that `best_fit` found (or any key, through [`Fit::of_key`]).
-    #[inline]
-    pub fn take(&mut self, fit: &Fit) {
-        let key = &fit.key;
-        let class = self.class_of(key.size_bytes);
-        let position = if class == fit.class {
-            fit.position
-        } else {
-            UNKNOWN_POSITION
-        };
-        let (removed, now_empty) = if class < EXACT_CLASSES {
-            match self.exact.get_mut(class) {
-                Some(set) => (set.remove_at(position, &key.address()), set.is_empty()),
-                None => (false, false),
-            }
+    /// Removes free block `index` of `blocks`, under its current size and address; false if it
+    /// was not there. Inlined for the same reason as `insert` (four callers on the path).
+    #[inline(always)]
+    pub fn remove(&mut self, index: u32, blocks: &BlockSlab) -> bool {
+        let block = &blocks[index];
+        let size = block.size;
+        let class = Self::class_of(size);
+        let removed = if class < EXACT_CLASSES {
+            self.remove_exact(class, index, block)
         } else {
             match self.ranged.get_mut(class - EXACT_CLASSES) {
-                Some(set) => (set.remove_at(position, key), set.is_empty()),
-                None => (false, false),
+                Some(set) => {
+                    let removed = set.remove_at(UNKNOWN_POSITION, &RangedKey::of(index, block));
+                    if removed && set.is_empty() {
+                        self.non_empty.clear(class);
+                    }
+                    removed
+                }
+                None => false,
             }
         };
         if removed {
-            self.total_bytes -= key.size_bytes;
+            self.total -= u64::from(size);
             self.len -= 1;
-            if now_empty {
-                self.non_empty.clear(class);
-            }
-            if key.size_bytes == self.largest_bytes {
-                self.largest_bytes = self.find_largest_bytes();
+            if size == self.largest {
+                self.largest = self.find_largest();
             }
         }
+        removed
     }
 
-    pub fn total_bytes(&self) -> u64 {
-        self.total_bytes
+    /// Removes `block` (slab index `index`) from exact class `class`; false if it was not there.
+    #[inline(always)]
+    fn remove_exact(&mut self, class: usize, index: u32, block: &Block) -> bool {
+        let class = class % EXACT_CLASSES;
+        let head = self.heads[class];
+        if head.block == NIL {
+            return false;
+        }
+        if head.block == index {
+            if head.pool == NIL {
+                self.heads[class] = EMPTY_HEAD;
+                self.non_empty.clear(class);
+                return true;
+            }
+            // The pool's lowest address becomes the head (a pop: pools keep it last).
+            let pool = &mut self.pools[head.pool as usize];
+            let Some((lowest, position)) = pool.first() else {
+                return false;
+            };
+            pool.remove_at(position, &lowest);
+            let pool_left = if pool.is_empty() {
+                self.vacant_pools.push(head.pool);
+                NIL
+            } else {
+                head.pool
+            };
+            self.heads[class] = Head {
+                block: lowest.block,
+                pool: pool_left,
+            };
+            return true;
+        }
+        if head.pool == NIL {
+            return false;
+        }
+        let pool = &mut self.pools[head.pool as usize];
+        if !pool.remove_at(UNKNOWN_POSITION, &PoolKey::of(index, block)) {
+            return false;
+        }
+        if pool.is_empty() {
+            self.vacant_pools.push(head.pool);
+            self.heads[class].pool = NIL;
+        }
+        true
+    }
+
+    /// Sum of the sizes held, in granules.
+    pub fn total(&self) -> u64 {
+        self.total
     }
 
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// The largest free block's size, 0 when none. O(1).
-    pub fn largest_bytes(&self) -> u64 {
-        self.largest_bytes
+    /// The largest free block's size in granules, 0 when none. O(1).
+    pub fn largest(&self) -> u32 {
+        self.largest
     }
 
     /// The largest free block's size, found from the bitmap: O(1), plus one B-tree descent in a
     /// class above the exact range.
-    fn find_largest_bytes(&self) -> u64 {
+    fn find_largest(&self) -> u32 {
         match self.non_empty.last() {
             None => 0,
-            Some(class) if class < EXACT_CLASSES => (class as u64) << self.granule_log2,
+            Some(class) if class < EXACT_CLASSES => class as u32,
             Some(class) => self.ranged[class - EXACT_CLASSES]
                 .last()
-                .map_or(0, |key| key.size_bytes),
+                .map_or(0, |key| key.size),
         }
     }
 
-    /// The best fit: the smallest free block that holds `size_bytes` at an offset aligned to
-    /// `alignment` (a power of two, at least the granule), ties to the lowest address.
+    /// The best fit: the slab index of the smallest free block that holds `size` granules at an
+    /// offset aligned to `alignment` granules (a power of two), ties to the lowest address.
     ///
     /// Cost: O(1) bitmap scans plus, per class visited, O(log n) plus the blocks whose offset
-    /// leaves too little room after aligning; any block of at least `size + alignment - granule`
-    /// fits, so with the default alignment (the granule) the first candidate always fits.
-    pub fn best_fit(&self, size_bytes: u64, alignment: u64) -> Option<Fit> {
-        let own_class = self.class_of(size_bytes);
-        let any_fits = alignment >> self.granule_log2 <= 1;
+    /// leaves too little room after aligning; any block of at least `size + alignment - 1` fits,
+    /// so with the default alignment (one granule) the first candidate always fits.
+    #[inline]
+    pub fn best_fit(&self, size: u32, alignment: u32, blocks: &BlockSlab) -> Option<u32> {
+        let own_class = Self::class_of(size);
+        let fits = |offset: u32, block_size: u32| {
+            align_up(u64::from(offset), u64::from(alignment)) + u64::from(size)
+                <= u64::from(offset) + u64::from(block_size)
+        };
         let mut next = self.non_empty.next_at_or_after(own_class);
         while let Some(class) = next {
             if class < EXACT_CLASSES {
-                let class_bytes = (class as u64) << self.granule_log2;
-                let set = &self.exact[class];
-                let found = if any_fits {
-                    set.first()
-                } else {
-                    set.find_first(None, |key| {
-                        let offset = key.offset;
-                        align_up(offset, alignment) + size_bytes <= offset + class_bytes
-                    })
-                };
-                if let Some((key, position)) = found {
-                    let key = key.with_size(class_bytes);
-                    return Some(Fit {
-                        key,
-                        class,
-                        position,
-                    });
+                let head = self.heads[class % EXACT_CLASSES];
+                let class_size = class as u32;
+                if alignment <= 1 || fits(blocks[head.block].offset, class_size) {
+                    return Some(head.block);
+                }
+                if head.pool != NIL
+                    && let Some((key, _)) = self.pools[head.pool as usize]
+                        .find_first(None, |key| fits(key.offset(), class_size))
+                {
+                    return Some(key.block);
                 }
             } else {
-                let start = (class == own_class).then(|| FreeKey::first_of_size(size_bytes));
-                let found = self.ranged[class - EXACT_CLASSES].find_first(start, |key| {
-                    align_up(key.offset, alignment) + size_bytes <= key.offset + key.size_bytes
-                });
-                if let Some((key, position)) = found {
-                    return Some(Fit {
-                        key,
-                        class,
-                        position,
-                    });
+                let start = (class == own_class).then(|| RangedKey::first_of_size(size));
+                let found = self.ranged[class - EXACT_CLASSES]
+                    .find_first(start, |key| fits(key.address as u32, key.size));
+                if let Some((key, _)) = found {
+                    return Some(key.block);
                 }
             }
             next = self.non_empty.next_at_or_after(class + 1);
@@ -325,34 +396,47 @@ impl FreeIndex {
         None
     }
 
-    /// Sum of the sizes of free blocks of at least `size_bytes`. O(log n + k).
-    pub fn bytes_in_blocks_of_at_least(&self, size_bytes: u64) -> u64 {
-        let own_class = self.class_of(size_bytes);
+    /// Sum of the sizes of free blocks of at least `size` granules, in granules. O(log n + k).
+    pub fn granules_in_blocks_of_at_least(&self, size: u32) -> u64 {
+        let own_class = Self::class_of(size);
         let mut total = 0;
         let mut next = self.non_empty.next_at_or_after(own_class);
         while let Some(class) = next {
             if class < EXACT_CLASSES {
-                total += self.exact[class].len() as u64 * ((class as u64) << self.granule_log2);
+                let head = self.heads[class % EXACT_CLASSES];
+                let pooled = match head.pool {
+                    NIL => 0,
+                    pool => self.pools[pool as usize].len() as u64,
+                };
+                total += (1 + pooled) * class as u64;
             } else {
-                let start = (class == own_class).then(|| FreeKey::first_of_size(size_bytes));
+                let start = (class == own_class).then(|| RangedKey::first_of_size(size));
                 self.ranged[class - EXACT_CLASSES]
-                    .for_each_from(start, |key| total += key.size_bytes);
+                    .for_each_from(start, |key| total += u64::from(key.size));
             }
             next = self.non_empty.next_at_or_after(class + 1);
         }
         total
     }
 
-    pub fn contains(&self, key: &FreeKey) -> bool {
-        let class = self.class_of(key.size_bytes);
+    /// Whether block `index` of `blocks` is held under its current size and address.
+    pub fn contains(&self, index: u32, blocks: &BlockSlab) -> bool {
+        let Some(block) = blocks.get(index) else {
+            return false;
+        };
+        let class = Self::class_of(block.size);
         if class < EXACT_CLASSES {
-            self.exact
-                .get(class)
-                .is_some_and(|set| set.contains(&key.address()))
+            let head = self.heads[class % EXACT_CLASSES];
+            if head.block == NIL {
+                return false;
+            }
+            head.block == index
+                || (head.pool != NIL
+                    && self.pools[head.pool as usize].contains(&PoolKey::of(index, block)))
         } else {
             self.ranged
                 .get(class - EXACT_CLASSES)
-                .is_some_and(|set| set.contains(key))
+                .is_some_and(|set| set.contains(&RangedKey::of(index, block)))
         }
     }
 }
@@ -369,6 +453,7 @@ mod tests {
     use std::collections::{BTreeSet, HashSet};
 
     use super::*;
+    use crate::SegmentId;
 
     /// splitmix64, so the test replays the same actions every run.
     fn next(state: &mut u64) -> u64 {
@@ -379,92 +464,103 @@ mod tests {
         z ^ (z >> 31)
     }
 
-    /// The reference: one ordered set, searched from the requested size (the old index).
-    fn reference_best_fit(keys: &BTreeSet<FreeKey>, size: u64, alignment: u64) -> Option<FreeKey> {
-        keys.range(FreeKey::first_of_size(size)..)
-            .find(|key| align_up(key.offset, alignment) + size <= key.offset + key.size_bytes)
-            .copied()
+    /// A free block as the reference orders it: (size, segment, offset, slab index).
+    type Reference = BTreeSet<(u32, u32, u32, u32)>;
+
+    /// The reference: one ordered set, searched from the requested size.
+    fn reference_best_fit(keys: &Reference, size: u32, alignment: u32) -> Option<u32> {
+        keys.range((size, 0, 0, 0)..)
+            .find(|&&(block_size, _, offset, _)| {
+                align_up(u64::from(offset), u64::from(alignment)) + u64::from(size)
+                    <= u64::from(offset) + u64::from(block_size)
+            })
+            .map(|&(_, _, _, index)| index)
     }
 
     #[test]
     fn classes_cover_sizes_in_order() {
-        let index = FreeIndex::new(256);
         let mut previous = 0;
-        for granules in (1..100_000u64).chain([u64::MAX >> 8]) {
-            let class = index.class_of(granules * 256);
-            assert!(
-                class >= previous && class < CLASSES,
-                "{granules} -> {class}"
-            );
+        for size in (1..200_000u32).chain([u32::MAX / 3, u32::MAX - 1, u32::MAX]) {
+            let class = FreeIndex::class_of(size);
+            assert!(class >= previous && class < CLASSES, "{size} -> {class}");
             previous = class;
         }
     }
 
     /// Random inserts, removes and searches against the reference, with sizes skewed so that some
-    /// classes grow past the sorted-`Vec` limit and turn into trees and back.
+    /// classes hold many blocks (their pools grow past the sorted-`Vec` limit and turn into trees
+    /// and back), others hover between zero, one and two, and some sizes lie above the exact
+    /// range.
     #[test]
     fn best_fit_matches_one_ordered_set() {
-        let granule = 256;
         let mut state = 7;
-        let mut index = FreeIndex::new(granule);
-        let mut reference = BTreeSet::new();
+        let mut index = FreeIndex::default();
+        let mut blocks = BlockSlab::default();
+        let mut reference = Reference::new();
         let mut addresses = HashSet::new();
         for step in 0..100_000u32 {
             let roll = next(&mut state);
-            let size = granule
-                * match roll % 4 {
-                    0 => 1 + roll % 3,
-                    1 => 1 + (roll >> 8) % 64,
-                    _ => 1 + (roll >> 8) % (1 << ((roll >> 40) % 20)),
-                };
+            let size = match roll % 5 {
+                0 => 1 + roll % 3,
+                1 => 1 + (roll >> 8) % 64,
+                2 => (1 << 16) + (roll >> 8) % (1 << 18),
+                _ => 1 + (roll >> 8) % (1 << ((roll >> 40) % 20)),
+            } as u32;
             if roll % 7 < 4 {
-                let key = FreeKey {
-                    size_bytes: size,
-                    segment: (next(&mut state) % 8) as u32,
-                    offset: granule * (next(&mut state) % 64),
-                    block: step,
-                };
+                let segment = (next(&mut state) % 8) as u32;
+                let offset = (next(&mut state) % 64) as u32;
                 // Free blocks never share an address (blocks tile their segments).
-                if addresses.insert((key.size_bytes, key.segment, key.offset)) {
-                    index.insert(key);
-                    reference.insert(key);
+                if addresses.insert((segment, offset)) {
+                    let block = blocks.insert(Block::free(SegmentId(segment), 0, offset, size, 0));
+                    assert!(!index.contains(block, &blocks));
+                    index.insert(block, &blocks);
+                    assert!(index.contains(block, &blocks));
+                    reference.insert((size, segment, offset, block));
                 }
             } else if let Some(&key) = reference
-                .range(FreeKey::first_of_size(size)..)
+                .range((size, 0, 0, 0)..)
                 .next()
                 .or(reference.first())
             {
-                index.remove(&key);
+                assert!(index.remove(key.3, &blocks));
+                assert!(!index.contains(key.3, &blocks));
+                assert!(!index.remove(key.3, &blocks));
+                blocks.remove(key.3);
                 reference.remove(&key);
-                addresses.remove(&(key.size_bytes, key.segment, key.offset));
+                addresses.remove(&(key.1, key.2));
             }
-            let alignment = granule << (next(&mut state) % 4);
-            let fit = index.best_fit(size, alignment);
+            let alignment = 1 << (next(&mut state) % 4);
+            let fit = index.best_fit(size, alignment, &blocks);
             assert_eq!(
-                fit.map(|fit| fit.key),
+                fit,
                 reference_best_fit(&reference, size, alignment),
                 "step {step}: size {size}, alignment {alignment}"
             );
-            // Sometimes take what was found, as `place` does (removal by position).
-            if let Some(fit) = fit.filter(|_| step.is_multiple_of(5)) {
-                index.take(&fit);
-                reference.remove(&fit.key);
-                addresses.remove(&(fit.key.size_bytes, fit.key.segment, fit.key.offset));
+            // Sometimes take what was found, as `place` does.
+            if let Some(found) = fit.filter(|_| step.is_multiple_of(5)) {
+                let block = blocks[found];
+                assert!(index.remove(found, &blocks));
+                blocks.remove(found);
+                reference.remove(&(block.size, block.segment.0, block.offset, found));
+                addresses.remove(&(block.segment.0, block.offset));
             }
             assert_eq!(index.len(), reference.len());
             assert_eq!(
-                index.largest_bytes(),
-                reference.last().map_or(0, |key| key.size_bytes)
+                index.largest(),
+                reference.last().map_or(0, |&(size, ..)| size)
             );
             if step % 1000 == 0 {
                 let at_least: u64 = reference
-                    .range(FreeKey::first_of_size(size)..)
-                    .map(|key| key.size_bytes)
+                    .range((size, 0, 0, 0)..)
+                    .map(|&(size, ..)| u64::from(size))
                     .sum();
-                assert_eq!(index.bytes_in_blocks_of_at_least(size), at_least);
+                assert_eq!(index.granules_in_blocks_of_at_least(size), at_least);
                 assert_eq!(
-                    index.total_bytes(),
-                    reference.iter().map(|key| key.size_bytes).sum::<u64>()
+                    index.total(),
+                    reference
+                        .iter()
+                        .map(|&(size, ..)| u64::from(size))
+                        .sum::<u64>()
                 );
             }
         }

@@ -2,7 +2,6 @@
 
 use crate::allocator::MIN_SPLIT_REMAINDER_GRANULES;
 use crate::block::NIL;
-use crate::free_index::FreeKey;
 use crate::stats::fragmentation;
 use crate::{Category, SegmentSource, Stats};
 
@@ -39,72 +38,68 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     .ok_or(format!("{id:?}: block {index} out of slab"))?;
                 block_count += 1;
                 if block.segment != id
-                    || block.segment_slot != slot
+                    || block.segment_slot() != slot
                     || block.prev != prev
-                    || block.offset != end
+                    || u64::from(block.offset) != end
                 {
                     return Err(format!(
                         "{id:?}: block {index} misplaced: {block:?}, expected offset {end}, prev {prev}"
                     ));
                 }
-                if block.size_bytes == 0
-                    || block.size_bytes % granule != 0
-                    || block.offset % granule != 0
-                {
-                    return Err(format!(
-                        "{id:?}: block {index} not granule-aligned: {block:?}"
-                    ));
+                if block.size == 0 {
+                    return Err(format!("{id:?}: block {index} is empty: {block:?}"));
                 }
-                let key = FreeKey::of(index, block);
-                match block.used {
-                    None => {
-                        if prev_free {
-                            return Err(format!("{id:?}: free block {index} follows a free block"));
-                        }
-                        if !self.free.contains(&key) {
-                            return Err(format!(
-                                "{id:?}: free block {index} missing from the free index"
-                            ));
-                        }
-                        free_count += 1;
-                        largest = largest.max(block.size_bytes);
-                        expected.free_bytes += block.size_bytes;
+                let size_bytes = self.bytes(block.size);
+                if !block.is_used() {
+                    if prev_free {
+                        return Err(format!("{id:?}: free block {index} follows a free block"));
                     }
-                    Some(used) => {
-                        if self.free.contains(&key) {
-                            return Err(format!("{id:?}: used block {index} in the free index"));
-                        }
-                        if block.offset % (1u64 << used.alignment_log2) != 0 {
-                            return Err(format!("{id:?}: block {index} breaks its alignment"));
-                        }
-                        // A used block is its rounded request plus at most a remainder too
-                        // small to split off (see `MIN_SPLIT_REMAINDER_GRANULES`).
-                        if used.requested_bytes > block.size_bytes
-                            || block.size_bytes - used.requested_bytes
-                                >= MIN_SPLIT_REMAINDER_GRANULES * granule
-                        {
-                            return Err(format!(
-                                "{id:?}: block {index} size {} for request {}",
-                                block.size_bytes, used.requested_bytes
-                            ));
-                        }
-                        used_blocks += 1;
-                        expected.allocated_bytes += block.size_bytes;
-                        expected.requested_bytes += used.requested_bytes;
-                        expected.live_allocations += 1;
-                        let category = &mut expected.categories[used.category.index()];
-                        category.allocated_bytes += block.size_bytes;
-                        category.requested_bytes += used.requested_bytes;
-                        category.live_allocations += 1;
-                        label_bytes[used.label as usize] += block.size_bytes;
+                    if !self.free.contains(index, &self.blocks) {
+                        return Err(format!(
+                            "{id:?}: free block {index} missing from the free index"
+                        ));
                     }
+                    free_count += 1;
+                    largest = largest.max(size_bytes);
+                    expected.free_bytes += size_bytes;
+                } else {
+                    let used = self.blocks.used_info(index);
+                    if self.free.contains(index, &self.blocks) {
+                        return Err(format!("{id:?}: used block {index} in the free index"));
+                    }
+                    if !self
+                        .bytes(block.offset)
+                        .is_multiple_of(1u64 << used.alignment_log2)
+                    {
+                        return Err(format!("{id:?}: block {index} breaks its alignment"));
+                    }
+                    // A used block is its rounded request plus at most a remainder too
+                    // small to split off (see `MIN_SPLIT_REMAINDER_GRANULES`).
+                    if used.requested_bytes > size_bytes
+                        || size_bytes - used.requested_bytes
+                            >= MIN_SPLIT_REMAINDER_GRANULES * granule
+                    {
+                        return Err(format!(
+                            "{id:?}: block {index} size {size_bytes} for request {}",
+                            used.requested_bytes
+                        ));
+                    }
+                    used_blocks += 1;
+                    expected.allocated_bytes += size_bytes;
+                    expected.requested_bytes += used.requested_bytes;
+                    expected.live_allocations += 1;
+                    let category = &mut expected.categories[used.category.index()];
+                    category.allocated_bytes += size_bytes;
+                    category.requested_bytes += used.requested_bytes;
+                    category.live_allocations += 1;
+                    label_bytes[used.label as usize] += size_bytes;
                 }
-                prev_free = block.used.is_none();
-                end = block.offset + block.size_bytes;
+                prev_free = !block.is_used();
+                end += size_bytes >> self.granule_log2;
                 prev = index;
                 index = block.next;
             }
-            if end != entry.size_bytes {
+            if end << self.granule_log2 != entry.size_bytes {
                 return Err(format!(
                     "{id:?}: blocks end at {end}, segment holds {}",
                     entry.size_bytes
@@ -134,7 +129,7 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
         {
             return Err("empty list names a released segment".into());
         }
-        let stats = &self.stats;
+        let stats = &self.stats();
         let pairs = [
             ("allocated", stats.allocated_bytes, expected.allocated_bytes),
             ("requested", stats.requested_bytes, expected.requested_bytes),
@@ -142,7 +137,7 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
             ("free", stats.free_bytes, expected.free_bytes),
             (
                 "free index total",
-                self.free.total_bytes(),
+                self.free.total() << self.granule_log2,
                 expected.free_bytes,
             ),
             ("largest free", stats.largest_free_bytes, largest),

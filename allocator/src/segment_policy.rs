@@ -17,8 +17,7 @@
 //!   is tried once more with the exact size (counted in `retries_after_releasing_cache`). Only then is the request an out-of-memory error, and the allocator is unchanged by
 //!   it except for the released cache.
 
-use crate::block::{Block, NIL};
-use crate::free_index::FreeKey;
+use crate::block::{Block, MAX_SEGMENT_SLOTS};
 use crate::segment_table::SegmentEntry;
 use crate::stats::fragmentation;
 use crate::trace::{TraceEvent, TraceEventKind};
@@ -30,7 +29,7 @@ use crate::{
 impl<S: SegmentSource> BufferAllocator<S> {
     /// Finds room for `size_bytes` when no free block fits: a new segment, after releasing cache as
     /// the module policy says. Returns the key of the new segment's one free block.
-    pub(crate) fn grow(&mut self, size_bytes: u64, request: &Request<'_>) -> Result<FreeKey> {
+    pub(crate) fn grow(&mut self, size_bytes: u64, request: &Request<'_>) -> Result<u32> {
         let shared = size_bytes <= self.config.small_request_max_bytes;
         let preferred = if shared {
             self.config.small_segment_bytes
@@ -56,13 +55,19 @@ impl<S: SegmentSource> BufferAllocator<S> {
         } else {
             let cause = if size_bytes > budget {
                 OomCause::NeverFits
-            } else if self.stats.free_bytes >= size_bytes {
+            } else if self.free_bytes() >= size_bytes {
                 OomCause::Fragmented
             } else {
                 OomCause::BudgetFull
             };
             return Err(self.out_of_memory(request, cause));
         };
+        if self.segments.len() >= MAX_SEGMENT_SLOTS as usize {
+            let cause = OomCause::SourceFailed {
+                message: format!("the allocator holds {MAX_SEGMENT_SLOTS} segments, its limit"),
+            };
+            return Err(self.out_of_memory(request, cause));
+        }
         let id = SegmentId(self.next_segment);
         let created = match self.source.create_segment(id, segment_bytes) {
             Ok(segment) => Ok((segment, segment_bytes, shared)),
@@ -91,6 +96,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
     fn out_of_memory(&mut self, request: &Request<'_>, cause: OomCause) -> AllocError {
         self.stats.out_of_memory_errors += 1;
         let stats = &self.stats;
+        let (free_bytes, largest_free_bytes) = (self.free_bytes(), self.largest_free_bytes());
         let report = OutOfMemory {
             requested_bytes: request.size_bytes,
             category: request.category,
@@ -98,9 +104,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
             allocated_bytes: stats.allocated_bytes,
             reserved_bytes: stats.reserved_bytes,
             budget_bytes: self.config.budget_bytes,
-            free_bytes: stats.free_bytes,
-            largest_free_bytes: stats.largest_free_bytes,
-            fragmentation: fragmentation(stats.free_bytes, stats.largest_free_bytes),
+            free_bytes,
+            largest_free_bytes,
+            fragmentation: fragmentation(free_bytes, largest_free_bytes),
             top_holders: self.top_holders(5),
             cause,
         };
@@ -117,17 +123,20 @@ impl<S: SegmentSource> BufferAllocator<S> {
         report.into()
     }
 
-    /// Whether taking free block `key` for `size_bytes` would split an *empty dedicated* segment
+    /// Whether taking free block `index` for `size_bytes` would split an *empty dedicated* segment
     /// and leave more than `small_request_max_bytes` unused, while the budget allows a segment
     /// sized to the request once it is released. Such a segment is released and the request gets a
     /// segment sized to it instead (see the module policy).
-    pub(crate) fn would_waste_empty_dedicated(&self, key: &FreeKey, size_bytes: u64) -> bool {
-        let reserved_without = self.stats.reserved_bytes - key.size_bytes;
-        key.size_bytes - size_bytes > self.config.small_request_max_bytes
-            && reserved_without.saturating_add(size_bytes) <= self.config.budget_bytes
+    #[inline]
+    pub(crate) fn would_waste_empty_dedicated(&self, index: u32, size_bytes: u64) -> bool {
+        let block = &self.blocks[index];
+        let block_bytes = self.bytes(block.size);
+        block_bytes - size_bytes > self.config.small_request_max_bytes
+            && (self.stats.reserved_bytes - block_bytes).saturating_add(size_bytes)
+                <= self.config.budget_bytes
             && self
                 .segments
-                .get(self.blocks[key.block].segment_slot)
+                .get(block.segment_slot())
                 .is_some_and(|entry| entry.used_blocks == 0 && !entry.shared)
     }
 
@@ -145,17 +154,10 @@ impl<S: SegmentSource> BufferAllocator<S> {
         segment: S::Segment,
         size_bytes: u64,
         shared: bool,
-    ) -> FreeKey {
-        let first_block = self.blocks.insert(Block {
-            segment: id,
-            segment_slot: 0,
-            offset: 0,
-            size_bytes,
-            prev: NIL,
-            next: NIL,
-            used: None,
-            tag: 0,
-        });
+    ) -> u32 {
+        let first_block = self
+            .blocks
+            .insert(Block::free(id, 0, 0, self.granules(size_bytes), 0));
         let slot = self.segments.insert(SegmentEntry {
             id,
             segment,
@@ -164,20 +166,17 @@ impl<S: SegmentSource> BufferAllocator<S> {
             used_blocks: 0,
             shared,
         });
-        self.blocks[first_block].segment_slot = slot;
-        let key = FreeKey::of(first_block, &self.blocks[first_block]);
-        self.free.insert(key);
+        self.blocks[first_block].set_segment_slot(slot);
+        self.free.insert(first_block, &self.blocks);
         self.empty_segments.insert((shared, id));
         let stats = &mut self.stats;
         stats.reserved_bytes += size_bytes;
         stats.peak_reserved_bytes = stats.peak_reserved_bytes.max(stats.reserved_bytes);
-        stats.free_bytes += size_bytes;
         stats.segments += 1;
         stats.segments_created += 1;
-        self.refresh_free_stats();
         self.trace
             .record(|event| segment_event(event, TraceEventKind::SegmentCreate, id, size_bytes));
-        key
+        first_block
     }
 
     /// Releases every empty segment, or only the empty dedicated ones; returns the bytes released.
@@ -192,11 +191,10 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 continue;
             };
             let first = entry.first_block;
-            self.free.remove(&FreeKey::of(first, &self.blocks[first]));
+            self.free.remove(first, &self.blocks);
             self.blocks.remove(first);
             let stats = &mut self.stats;
             stats.reserved_bytes -= entry.size_bytes;
-            stats.free_bytes -= entry.size_bytes;
             stats.segments -= 1;
             stats.segments_released += 1;
             released += entry.size_bytes;
@@ -205,9 +203,6 @@ impl<S: SegmentSource> BufferAllocator<S> {
             self.trace.record(|event| {
                 segment_event(event, TraceEventKind::SegmentRelease, id, size_bytes)
             });
-        }
-        if released > 0 {
-            self.refresh_free_stats();
         }
         released
     }

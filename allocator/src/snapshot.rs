@@ -67,16 +67,15 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
                 let mut index = entry.first_block;
                 while index != crate::block::NIL {
                     let block = &self.blocks[index];
+                    let used = block.is_used().then(|| self.blocks.used_info(index));
                     blocks.push(BlockSnapshot {
-                        offset: block.offset,
-                        size_bytes: block.size_bytes,
-                        free: block.used.is_none(),
-                        sequence: block.used.map(|used| used.sequence),
-                        requested_bytes: block.used.map(|used| used.requested_bytes),
-                        category: block.used.map(|used| used.category),
-                        label: block
-                            .used
-                            .map(|used| self.labels.name(used.label).to_owned()),
+                        offset: self.bytes(block.offset),
+                        size_bytes: self.bytes(block.size),
+                        free: !block.is_used(),
+                        sequence: block.is_used().then_some(block.word),
+                        requested_bytes: used.map(|used| used.requested_bytes),
+                        category: used.map(|used| used.category),
+                        label: used.map(|used| self.labels.name(used.label).to_owned()),
                     });
                     index = block.next;
                 }
@@ -91,7 +90,7 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
         Snapshot {
             budget_bytes: self.config.budget_bytes,
             segments,
-            stats: self.stats.clone(),
+            stats: self.stats(),
         }
     }
 }

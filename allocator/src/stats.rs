@@ -20,9 +20,11 @@ pub struct CategoryStats {
     pub live_allocations: u64,
 }
 
-/// The allocator's statistics. Every field is kept up to date by each operation in O(1)
-/// (the largest free block too, kept by the free index); `check_invariants` recomputes them from
-/// scratch.
+/// The allocator's statistics, as [`crate::BufferAllocator::stats`] returns them. Every field is
+/// current and costs O(1): the counters are kept by each operation, and the free-memory fields
+/// (`waste_bytes`, `free_bytes`, `largest_free_bytes`, `fragmentation`, `free_blocks`) are
+/// derived when the statistics are read, from those counters and the free index (which keeps the
+/// largest free block). `check_invariants` recomputes them all from scratch.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Stats {
     /// Bytes in live allocations: the sum of their usable sizes.
@@ -80,17 +82,24 @@ impl Stats {
         &self.categories[category.index()]
     }
 
-    /// Sets the derived free-memory fields from `free_bytes`, `largest_free_bytes`.
-    pub(crate) fn refresh_fragmentation(&mut self) {
-        self.fragmentation = fragmentation(self.free_bytes, self.largest_free_bytes);
+    /// These counters with the free-memory fields derived: `largest_free_bytes` and `free_blocks`
+    /// as the free index reports them, the rest from the counters.
+    pub(crate) fn with_free_fields(&self, largest_free_bytes: u64, free_blocks: u64) -> Self {
+        let free_bytes = self.reserved_bytes - self.allocated_bytes;
+        Self {
+            waste_bytes: self.allocated_bytes - self.requested_bytes,
+            free_bytes,
+            largest_free_bytes,
+            fragmentation: fragmentation(free_bytes, largest_free_bytes),
+            free_blocks,
+            ..self.clone()
+        }
     }
 
     #[inline]
     pub(crate) fn on_allocate(&mut self, category: Category, size_bytes: u64, requested: u64) {
         self.allocated_bytes += size_bytes;
         self.requested_bytes += requested;
-        self.waste_bytes += size_bytes - requested;
-        self.free_bytes -= size_bytes;
         self.live_allocations += 1;
         self.allocations += 1;
         self.peak_allocated_bytes = self.peak_allocated_bytes.max(self.allocated_bytes);
@@ -106,8 +115,6 @@ impl Stats {
     pub(crate) fn on_free(&mut self, category: Category, size_bytes: u64, requested: u64) {
         self.allocated_bytes -= size_bytes;
         self.requested_bytes -= requested;
-        self.waste_bytes -= size_bytes - requested;
-        self.free_bytes += size_bytes;
         self.live_allocations -= 1;
         self.frees += 1;
         let entry = &mut self.categories[category.index()];

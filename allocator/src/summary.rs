@@ -45,7 +45,7 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
             })
             .collect();
         Summary {
-            stats: self.stats.clone(),
+            stats: self.stats(),
             budget_bytes: self.config.budget_bytes,
             top_labels,
         }
