@@ -112,7 +112,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         // `max_segment_bytes` holds at most `u32::MAX` granules (see `AllocatorConfig`).
         let size = self.granules(size_bytes);
         let alignment_granules = self.granules(alignment).max(1);
-        let found = self.free.best_fit(size, alignment_granules, &self.blocks);
+        let found = self.free.best_fit(size, alignment_granules);
         let block = match found {
             Some(index) if !self.would_waste_empty_dedicated(index, size_bytes) => index,
             found => match self.grow(size_bytes, &request) {
@@ -177,24 +177,28 @@ impl<S: SegmentSource> BufferAllocator<S> {
             .on_free(allocation.category, size_bytes, allocation.requested_bytes);
         self.labels.on_free(allocation.label, size_bytes);
 
-        let prev = self.blocks[index].prev;
-        if prev != NIL && !self.blocks[prev].is_used() {
+        // Both neighbours are read before either merge, so their cache misses overlap.
+        let (prev, next) = (self.blocks[index].prev, self.blocks[index].next);
+        let prev_free = prev != NIL && !self.blocks[prev].is_used();
+        let next_free = next != NIL && !self.blocks[next].is_used();
+        if next_free {
+            self.free.remove(next, &self.blocks);
+            self.absorb_next(index);
+        }
+        if prev_free {
             self.free.remove(prev, &self.blocks);
             self.absorb_next(prev);
             index = prev;
         }
-        let next = self.blocks[index].next;
-        if next != NIL && !self.blocks[next].is_used() {
-            self.free.remove(next, &self.blocks);
-            self.absorb_next(index);
-        }
         self.free.insert(index, &self.blocks);
-
-        if let Some(entry) = self.segments.get_mut(segment_slot) {
-            entry.used_blocks -= 1;
-            if entry.used_blocks == 0 {
-                self.empty_segments.insert((entry.shared, segment_id));
-            }
+        // A segment is empty exactly when one free block spans it, so only the free that empties
+        // it reads its entry.
+        let merged = &self.blocks[index];
+        if merged.prev == NIL
+            && merged.next == NIL
+            && let Some(entry) = self.segments.get(segment_slot)
+        {
+            self.empty_segments.insert((entry.shared, segment_id));
         }
         let labels = &self.labels;
         let offset = u64::from(offset) << self.granule_log2;
@@ -331,6 +335,8 @@ impl<S: SegmentSource> BufferAllocator<S> {
         request: &Request<'_>,
     ) -> Allocation {
         self.free.remove(index, &self.blocks);
+        // A free block that spans its segment is the segment's only block: the segment was empty.
+        let spanned_segment = self.blocks[index].prev == NIL && self.blocks[index].next == NIL;
         let mut index = index;
         let alignment_granules = self.granules(alignment).max(1);
         let offset = self.blocks[index].offset;
@@ -363,11 +369,8 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 alignment_log2: alignment.trailing_zeros() as u8,
             },
         );
-        if let Some(entry) = self.segments.get_mut(segment_slot) {
-            if entry.used_blocks == 0 {
-                self.empty_segments.remove(&(entry.shared, segment));
-            }
-            entry.used_blocks += 1;
+        if spanned_segment && let Some(entry) = self.segments.get(segment_slot) {
+            self.empty_segments.remove(&(entry.shared, segment));
         }
         let (offset, usable_bytes) = (self.bytes(offset), self.bytes(usable));
         self.stats

@@ -9,13 +9,12 @@
 //! by (size, segment, offset); they hold only blocks of 16 MiB or more (at 256 B granules), which
 //! are few.
 //!
-//! Why an exact class is a [`Head`] of 8 bytes: there are 65,536 of them, nearly all empty or
-//! holding one block, and an allocate+free pair touches four to six of them at random. As 32-byte
-//! ordered sets they spanned 2 MiB, as large as this machine's L2 cache, so every touch could miss
-//! it; as heads they span 512 KiB at most. A head names the class's lowest-address block; the
-//! class's other blocks (if any) sit in an ordered *pool*, which exists only while the class holds
-//! two blocks or more, and most pools hold one key inline. The head's address is read from its
-//! block in the slab, which the caller passes in.
+//! Why an exact class is a [`Head`] of 16 bytes: there are 65,536 of them, nearly all empty or
+//! holding one block, and an allocate+free pair touches four to six of them at random. A head names
+//! the class's lowest-address block and its address; the class's other blocks (if any) sit in an
+//! ordered *pool*, which exists only while the class holds two blocks or more, and most pools hold
+//! one key inline. As 32-byte ordered sets with no heap buffer for one key, the classes spanned
+//! 2 MiB, as large as this machine's L2 cache; the heads of the sizes in use span far less.
 //!
 //! Why a three-level bitmap: there are 65,792 classes, and the next non-empty class at or above a
 //! size, or the last one (the largest free block), is still three word scans away.
@@ -91,17 +90,21 @@ impl RangedKey {
 }
 
 /// One exact class: `block` is the slab index of its lowest-address block (`NIL` when the class is
-/// empty), and `pool` the index in `FreeIndex::pools` of the set of its other blocks (`NIL` when it
-/// has none). Invariant: a pool is never empty, and every key in it is above the head's address.
+/// empty) and `address` that block's address, and `pool` the index in `FreeIndex::pools` of the set
+/// of its other blocks (`NIL` when it has none). Invariant: a pool is never empty, and every key in
+/// it is above the head's address. The address is kept so that adding a block to a non-empty class
+/// compares addresses without reading the head block (a likely cache miss).
 #[derive(Clone, Copy, Debug)]
 struct Head {
     block: u32,
     pool: u32,
+    address: u64,
 }
 
 const EMPTY_HEAD: Head = Head {
     block: NIL,
     pool: NIL,
+    address: 0,
 };
 
 /// Every free block, by size class. Invariant: holds exactly the free blocks of live segments,
@@ -110,7 +113,7 @@ const EMPTY_HEAD: Head = Head {
 #[derive(Debug)]
 pub(crate) struct FreeIndex {
     /// `heads[c]` is exact class `c` (the blocks of `c` granules, `c` below `EXACT_CLASSES`). A
-    /// fixed array (512 KiB, of which only the lines of sizes in use are ever touched), so a class
+    /// fixed array (1 MiB, of which only the lines of sizes in use are ever touched), so a class
     /// indexes it with no bounds check and no growth check.
     heads: Box<[Head; EXACT_CLASSES]>,
     /// The pools that heads name; vacant ones are `Empty` and listed in `vacant_pools`.
@@ -173,7 +176,7 @@ impl FreeIndex {
         let size = block.size;
         let class = Self::class_of(size);
         let inserted = if class < EXACT_CLASSES {
-            self.insert_exact(class, index, block, blocks)
+            self.insert_exact(class, index, block)
         } else {
             let ranged = class - EXACT_CLASSES;
             if ranged >= self.ranged.len() {
@@ -196,19 +199,15 @@ impl FreeIndex {
 
     /// Adds `block` (slab index `index`) to exact class `class`; false if it was already there.
     #[inline(always)]
-    fn insert_exact(
-        &mut self,
-        class: usize,
-        index: u32,
-        block: &Block,
-        blocks: &BlockSlab,
-    ) -> bool {
+    fn insert_exact(&mut self, class: usize, index: u32, block: &Block) -> bool {
         let class = class % EXACT_CLASSES;
         let head = self.heads[class];
+        let incoming = PoolKey::of(index, block);
         if head.block == NIL {
             self.heads[class] = Head {
                 block: index,
                 pool: NIL,
+                address: incoming.address,
             };
             self.non_empty.set(class);
             return true;
@@ -216,13 +215,15 @@ impl FreeIndex {
         if head.block == index {
             return false;
         }
-        let incoming = PoolKey::of(index, block);
-        let current = PoolKey::of(head.block, &blocks[head.block]);
+        let current = PoolKey {
+            address: head.address,
+            block: head.block,
+        };
         // The lower address heads the class; the other goes to the pool.
         let (new_head, pooled) = if incoming < current {
-            (index, current)
+            (incoming, current)
         } else {
-            (head.block, incoming)
+            (current, incoming)
         };
         let pool = if head.pool == NIL {
             self.new_pool()
@@ -236,8 +237,9 @@ impl FreeIndex {
             return false;
         }
         self.heads[class] = Head {
-            block: new_head,
+            block: new_head.block,
             pool,
+            address: new_head.address,
         };
         true
     }
@@ -313,6 +315,7 @@ impl FreeIndex {
             self.heads[class] = Head {
                 block: lowest.block,
                 pool: pool_left,
+                address: lowest.address,
             };
             return true;
         }
@@ -363,7 +366,7 @@ impl FreeIndex {
     /// leaves too little room after aligning; any block of at least `size + alignment - 1` fits,
     /// so with the default alignment (one granule) the first candidate always fits.
     #[inline]
-    pub fn best_fit(&self, size: u32, alignment: u32, blocks: &BlockSlab) -> Option<u32> {
+    pub fn best_fit(&self, size: u32, alignment: u32) -> Option<u32> {
         let own_class = Self::class_of(size);
         let fits = |offset: u32, block_size: u32| {
             align_up(u64::from(offset), u64::from(alignment)) + u64::from(size)
@@ -374,7 +377,7 @@ impl FreeIndex {
             if class < EXACT_CLASSES {
                 let head = self.heads[class % EXACT_CLASSES];
                 let class_size = class as u32;
-                if alignment <= 1 || fits(blocks[head.block].offset, class_size) {
+                if alignment <= 1 || fits(head.address as u32, class_size) {
                     return Some(head.block);
                 }
                 if head.pool != NIL
@@ -530,7 +533,7 @@ mod tests {
                 addresses.remove(&(key.1, key.2));
             }
             let alignment = 1 << (next(&mut state) % 4);
-            let fit = index.best_fit(size, alignment, &blocks);
+            let fit = index.best_fit(size, alignment);
             assert_eq!(
                 fit,
                 reference_best_fit(&reference, size, alignment),

@@ -17,7 +17,7 @@
 //!   is tried once more with the exact size (counted in `retries_after_releasing_cache`). Only then is the request an out-of-memory error, and the allocator is unchanged by
 //!   it except for the released cache.
 
-use crate::block::{Block, MAX_SEGMENT_SLOTS};
+use crate::block::{Block, MAX_SEGMENT_SLOTS, NIL};
 use crate::segment_table::SegmentEntry;
 use crate::stats::fragmentation;
 use crate::trace::{TraceEvent, TraceEventKind};
@@ -134,10 +134,12 @@ impl<S: SegmentSource> BufferAllocator<S> {
         block_bytes - size_bytes > self.config.small_request_max_bytes
             && (self.stats.reserved_bytes - block_bytes).saturating_add(size_bytes)
                 <= self.config.budget_bytes
+            && block.prev == NIL
+            && block.next == NIL
             && self
                 .segments
                 .get(block.segment_slot())
-                .is_some_and(|entry| entry.used_blocks == 0 && !entry.shared)
+                .is_some_and(|entry| !entry.shared)
     }
 
     /// The `count` labels holding the most bytes, largest first.
@@ -163,7 +165,6 @@ impl<S: SegmentSource> BufferAllocator<S> {
             segment,
             size_bytes,
             first_block,
-            used_blocks: 0,
             shared,
         });
         self.blocks[first_block].set_segment_slot(slot);

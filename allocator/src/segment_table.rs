@@ -21,9 +21,6 @@ pub(crate) struct SegmentEntry<T> {
     pub size_bytes: u64,
     /// Slab index of the block at offset 0 (stable for the segment's life).
     pub first_block: u32,
-    /// Used blocks in the segment; 0 exactly when the segment is one free block and is listed in
-    /// `BufferAllocator::empty_segments`.
-    pub used_blocks: u32,
     /// Created for small requests (`small_segment_bytes`); otherwise sized to one request.
     pub shared: bool,
 }
@@ -75,11 +72,6 @@ impl<T> SegmentTable<T> {
     /// The segment in `slot`, if live.
     pub fn get(&self, slot: u32) -> Option<&SegmentEntry<T>> {
         self.slots.get(slot as usize)?.as_ref()
-    }
-
-    /// The segment in `slot`, if live.
-    pub fn get_mut(&mut self, slot: u32) -> Option<&mut SegmentEntry<T>> {
-        self.slots.get_mut(slot as usize)?.as_mut()
     }
 
     /// The slot of segment `id`, if live.
