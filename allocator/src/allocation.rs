@@ -40,7 +40,8 @@ impl Allocation {
         self.offset
     }
     /// Usable bytes at `offset`: at least the requested size; the size rounded to the granule, plus
-    /// any remainder of the free block too small to split off (under four granules).
+    /// any remainder of the free block too small to split off (under four granules, or under 1/16
+    /// of the rounded request).
     pub fn size_bytes(&self) -> u64 {
         self.size_bytes
     }

@@ -14,16 +14,31 @@ use crate::{
     SegmentSource, Stats, Trace, TraceEvent, TraceEventKind,
 };
 
-/// A remainder of at least this many granules behind a placed block is split off as a free block;
-/// a smaller one stays with the allocation (its usable size grows, and the extra bytes count as
-/// internal waste in [`Stats::waste_bytes`]).
+/// The remainder behind a placed block of `size` granules is split off as a free block when it is
+/// at least `MIN_SPLIT_REMAINDER_GRANULES` and at least `size >> KEPT_REMAINDER_SHIFT` (1/16 of
+/// the placed size); a smaller one stays with the allocation (its usable size grows, and the extra
+/// bytes count as internal waste in [`Stats::waste_bytes`] until the block is freed). Alignment
+/// padding in front is always split off.
 ///
-/// Trade-off: with every nonzero remainder split off, free blocks of one to three granules piled
-/// up (about 450 of them at 10k live blocks) and their size classes cost most of the index work of
-/// an allocate+free pair; keeping them whole cuts instructions per pair by about 9% and cache
-/// misses by 12%, and wastes less than four granules (1 KiB at 256 B) per allocation, which is
-/// returned on free. Alignment padding in front is always split off.
+/// Trade-off, measured with `cargo xtask bench allocator` (10k live blocks, sizes log-uniform
+/// 256 B to 4 MiB): with every remainder split off, slivers pile up as free blocks and cost most of
+/// the index work of an allocate+free pair. Splitting only remainders of four granules or more took
+/// the pair from 171 to about 145 ns; adding the 1/16 rule took it to about 115 ns and cut free
+/// blocks at steady state from 1,855 to 541, with waste at 1.4% of allocated bytes and reserved
+/// over requested bytes falling from 1.18 to 1.09 (fewer slivers strand less memory). The cost is
+/// at most 1/16 of an allocation's size (plus under four granules) held as waste while it lives,
+/// the rounding that TLSF-style allocators accept too.
 pub(crate) const MIN_SPLIT_REMAINDER_GRANULES: u64 = 4;
+
+/// See [`MIN_SPLIT_REMAINDER_GRANULES`]: remainders under `size >> KEPT_REMAINDER_SHIFT` stay.
+pub(crate) const KEPT_REMAINDER_SHIFT: u32 = 4;
+
+/// Whether a remainder of `remainder` granules behind a placed block of `size` granules is split
+/// off (see [`MIN_SPLIT_REMAINDER_GRANULES`]).
+#[inline]
+pub(crate) fn splits_off(size: u64, remainder: u64) -> bool {
+    remainder >= MIN_SPLIT_REMAINDER_GRANULES.max(size >> KEPT_REMAINDER_SHIFT)
+}
 
 /// Gives each allocator a distinct id, so a handle from another allocator is recognised.
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -348,7 +363,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             self.free.insert(front, &self.blocks);
         }
         let remainder = self.blocks[index].size - size;
-        if u64::from(remainder) >= MIN_SPLIT_REMAINDER_GRANULES {
+        if splits_off(u64::from(size), u64::from(remainder)) {
             let tail = self.split_after(index, size);
             self.free.insert(tail, &self.blocks);
         }

@@ -1,6 +1,6 @@
 //! The invariant checker: recomputes everything from the blocks and compares.
 
-use crate::allocator::MIN_SPLIT_REMAINDER_GRANULES;
+use crate::allocator::splits_off;
 use crate::block::NIL;
 use crate::stats::fragmentation;
 use crate::{Category, SegmentSource, Stats};
@@ -75,10 +75,9 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     }
                     // A used block is its rounded request plus at most a remainder too
                     // small to split off (see `MIN_SPLIT_REMAINDER_GRANULES`).
-                    if used.requested_bytes > size_bytes
-                        || size_bytes - used.requested_bytes
-                            >= MIN_SPLIT_REMAINDER_GRANULES * granule
-                    {
+                    let rounded = used.requested_bytes.div_ceil(granule);
+                    let size = u64::from(block.size);
+                    if used.requested_bytes > size_bytes || splits_off(rounded, size - rounded) {
                         return Err(format!(
                             "{id:?}: block {index} size {size_bytes} for request {}",
                             used.requested_bytes

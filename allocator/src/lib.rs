@@ -12,10 +12,11 @@
 //! error type [`AllocError`] with its [`OutOfMemory`] report.
 //!
 //! Policy in one paragraph: sizes round up to a power-of-two granule; the smallest free block that
-//! holds the request (with its alignment) wins, ties to the lowest address; remainders of at least
-//! four granules split off (a smaller one stays with the allocation, counted as internal waste, so
-//! no sliver of free memory is indexed) and free neighbours coalesce at once. Small requests share small segments,
-//! larger ones get a segment of their own, sized to them. When no free block fits, empty dedicated
+//! holds the request (with its alignment) wins, ties to the lowest address; a remainder splits off
+//! when it is at least four granules and at least 1/16 of the request (a smaller one stays with the
+//! allocation, counted as internal waste, so no sliver of free memory is indexed) and free
+//! neighbours coalesce at once. Small requests share small segments, larger ones get a segment of
+//! their own, sized to them. When no free block fits, empty dedicated
 //! segments are released before a new segment is created (reserved memory tracks what is in use),
 //! and when the budget or the device refuses, every empty cached segment is released and the
 //! request is tried once more before an [`OutOfMemory`] error.

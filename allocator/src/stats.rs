@@ -40,7 +40,8 @@ pub struct Stats {
     /// Highest `requested_bytes` since creation or the last `reset_peaks`.
     pub peak_requested_bytes: u64,
     /// Internal waste: `allocated_bytes - requested_bytes`, from rounding to the granule and from
-    /// remainders too small to split off (under four granules behind a block, which stay with it).
+    /// remainders too small to split off (under four granules or under 1/16 of the block, which
+    /// stay with it).
     /// (Alignment padding is split off as a free block, so it shows as free, not waste.)
     pub waste_bytes: u64,
     /// Free bytes inside reserved segments: `reserved_bytes - allocated_bytes`.

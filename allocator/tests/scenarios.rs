@@ -215,6 +215,45 @@ fn alignment_splits_padding_in_front() {
     finish(allocator, vec![first, aligned]);
 }
 
+/// The remainder rule at its boundaries: a remainder splits off only when it is at least four
+/// granules and at least 1/16 of the rounded request; otherwise it stays with the allocation and
+/// counts as waste until the allocation is freed.
+#[test]
+fn small_remainders_stay_with_the_allocation() {
+    const GRANULE: u64 = 256;
+    // (hole in granules, request in granules, whether the rest splits off)
+    let cases = [
+        (67, 64, false),   // 3 granules: under four
+        (68, 64, true),    // 4 granules: four, and 64/16 = 4
+        (169, 160, false), // 9 granules: under 160/16 = 10
+        (170, 160, true),  // 10 granules: exactly 1/16
+        (5, 1, true),      // 4 granules behind a one-granule request
+    ];
+    for (hole, request, splits) in cases {
+        let mut allocator = new_allocator(u64::MAX);
+        let front = alloc(&mut allocator, hole * GRANULE);
+        let guard = alloc(&mut allocator, GRANULE);
+        free(&mut allocator, front);
+        let placed = alloc(&mut allocator, request * GRANULE);
+        assert_eq!(placed.offset(), 0, "the hole is the best fit");
+        let expected_size = if splits { request } else { hole };
+        assert_eq!(
+            placed.size_bytes(),
+            expected_size * GRANULE,
+            "hole {hole}, request {request}"
+        );
+        assert_eq!(
+            allocator.stats().waste_bytes,
+            (expected_size - request) * GRANULE
+        );
+        assert_eq!(
+            free_block_at(&allocator, request * GRANULE),
+            splits.then_some((hole - request) * GRANULE)
+        );
+        finish(allocator, vec![guard, placed]);
+    }
+}
+
 #[test]
 fn rounding_waste_is_counted() {
     let mut allocator = new_allocator(u64::MAX);

@@ -29,7 +29,7 @@ pub fn run() -> Result<Report> {
     println!("allocator: allocate+free pairs, sizes log-uniform {MIN_BYTES} B..4 MiB");
     for live in [1_000, 10_000, 100_000] {
         let actions = PairActions::new(live, 0x5eed_0000 + live as u64);
-        let plimsoll = pairs_plimsoll(&actions)?;
+        let (plimsoll, memory) = pairs_plimsoll(&actions)?;
         let offset = pairs_offset_allocator(&actions)?;
         let tag = format!("{}k_live", live / 1000);
         report.push(format!("alloc_free_pair_{tag}/plimsoll"), plimsoll, "ns");
@@ -41,6 +41,16 @@ pub fn run() -> Result<Report> {
         report.push(
             format!("alloc_free_pair_{tag}/ratio_plimsoll_over_offset"),
             plimsoll / offset,
+            "ratio",
+        );
+        report.push(
+            format!("alloc_free_pair_{tag}/plimsoll_waste_over_allocated_at_end"),
+            memory.waste_over_allocated,
+            "ratio",
+        );
+        report.push(
+            format!("alloc_free_pair_{tag}/plimsoll_reserved_over_requested_at_end"),
+            memory.reserved_over_requested,
             "ratio",
         );
     }
@@ -161,7 +171,14 @@ fn median_ns_per_pair(
     Ok(samples[samples.len() / 2])
 }
 
-fn pairs_plimsoll(actions: &PairActions) -> Result<f64> {
+/// Memory figures of plimsoll at the end of the pair run: internal waste (remainders kept and
+/// rounding) over allocated bytes, and reserved over requested bytes (every overhead together).
+struct PairMemory {
+    waste_over_allocated: f64,
+    reserved_over_requested: f64,
+}
+
+fn pairs_plimsoll(actions: &PairActions) -> Result<(f64, PairMemory)> {
     let config = AllocatorConfig {
         max_segment_bytes: 64 << 20,
         ..AllocatorConfig::default()
@@ -171,7 +188,7 @@ fn pairs_plimsoll(actions: &PairActions) -> Result<f64> {
     for &size in &actions.initial {
         live.push(allocator.allocate(request(size, Category::Activation, "bench"))?);
     }
-    median_ns_per_pair(
+    let ns = median_ns_per_pair(
         |chunk| {
             for &(size, pick) in chunk {
                 live.push(allocator.allocate(request(size, Category::Activation, "bench"))?);
@@ -181,7 +198,13 @@ fn pairs_plimsoll(actions: &PairActions) -> Result<f64> {
             Ok(())
         },
         &actions.pairs,
-    )
+    )?;
+    let stats = allocator.stats();
+    let memory = PairMemory {
+        waste_over_allocated: stats.waste_bytes as f64 / stats.allocated_bytes as f64,
+        reserved_over_requested: stats.reserved_bytes as f64 / stats.requested_bytes as f64,
+    };
+    Ok((ns, memory))
 }
 
 fn pairs_offset_allocator(actions: &PairActions) -> Result<f64> {
