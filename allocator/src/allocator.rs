@@ -2,7 +2,6 @@
 //!
 //! The segment policy (when segments are created and released) lives in `segment_policy.rs`.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::block::{BlockSlab, NIL, UsedInfo};
@@ -55,8 +54,6 @@ pub struct BufferAllocator<S: SegmentSource> {
     pub(crate) instance: u64,
     /// Every live segment; each block names its segment's slot here.
     pub(crate) segments: SegmentTable<S::Segment>,
-    /// `(shared, id)` of every segment with no used block; dedicated ones sort first.
-    pub(crate) empty_segments: BTreeSet<(bool, SegmentId)>,
     pub(crate) blocks: BlockSlab,
     /// Exactly the free blocks of live segments.
     pub(crate) free: FreeIndex,
@@ -77,7 +74,6 @@ impl<S: SegmentSource> BufferAllocator<S> {
             source,
             instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             segments: SegmentTable::default(),
-            empty_segments: BTreeSet::new(),
             blocks: BlockSlab::default(),
             free: FreeIndex::default(),
             granule_log2: config.granule_bytes.trailing_zeros(),
@@ -209,11 +205,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
         // A segment is empty exactly when one free block spans it, so only the free that empties
         // it reads its entry.
         let merged = &self.blocks[index];
-        if merged.prev == NIL
-            && merged.next == NIL
-            && let Some(entry) = self.segments.get(segment_slot)
-        {
-            self.empty_segments.insert((entry.shared, segment_id));
+        // Both links are `NIL` (all ones) exactly when their AND is: one branch, not two.
+        if merged.prev & merged.next == NIL {
+            self.segments.list_empty(segment_slot);
         }
         let labels = &self.labels;
         let offset = u64::from(offset) << self.granule_log2;
@@ -351,7 +345,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
     ) -> Allocation {
         self.free.remove(index, &self.blocks);
         // A free block that spans its segment is the segment's only block: the segment was empty.
-        let spanned_segment = self.blocks[index].prev == NIL && self.blocks[index].next == NIL;
+        let spanned_segment = self.blocks[index].prev & self.blocks[index].next == NIL;
         let mut index = index;
         let alignment_granules = self.granules(alignment).max(1);
         let offset = self.blocks[index].offset;
@@ -384,8 +378,8 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 alignment_log2: alignment.trailing_zeros() as u8,
             },
         );
-        if spanned_segment && let Some(entry) = self.segments.get(segment_slot) {
-            self.empty_segments.remove(&(entry.shared, segment));
+        if spanned_segment {
+            self.segments.unlist_empty(segment_slot);
         }
         let (offset, usable_bytes) = (self.bytes(offset), self.bytes(usable));
         self.stats

@@ -104,7 +104,7 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     entry.size_bytes
                 ));
             }
-            if (used_blocks == 0) != self.empty_segments.contains(&(entry.shared, id)) {
+            if (used_blocks == 0) != self.segments.is_listed_empty(slot) {
                 return Err(format!(
                     "{id:?}: {used_blocks} used blocks, but the empty list says otherwise"
                 ));
@@ -118,12 +118,20 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                 self.blocks.live_count()
             ));
         }
-        if self
-            .empty_segments
-            .iter()
-            .any(|&(_, id)| self.segments.slot_of(id).is_none())
-        {
+        let listed = self.segments.empty_ids();
+        if listed.iter().any(|&id| self.segments.slot_of(id).is_none()) {
             return Err("empty list names a released segment".into());
+        }
+        let empty = self
+            .segments
+            .iter()
+            .filter(|&(slot, _)| self.segments.is_listed_empty(slot))
+            .count();
+        if listed.len() != empty {
+            return Err(format!(
+                "empty lists hold {} segments, {empty} are marked listed",
+                listed.len()
+            ));
         }
         let stats = &self.stats();
         let pairs = [

@@ -160,16 +160,16 @@ impl<S: SegmentSource> BufferAllocator<S> {
         let first_block = self
             .blocks
             .insert(Block::free(id, 0, 0, self.granules(size_bytes), 0));
-        let slot = self.segments.insert(SegmentEntry {
+        let slot = self.segments.insert(SegmentEntry::new(
             id,
             segment,
             size_bytes,
             first_block,
             shared,
-        });
+        ));
         self.blocks[first_block].set_segment_slot(slot);
         self.free.insert(first_block, &self.blocks);
-        self.empty_segments.insert((shared, id));
+        self.segments.list_empty(slot);
         let stats = &mut self.stats;
         stats.reserved_bytes += size_bytes;
         stats.peak_reserved_bytes = stats.peak_reserved_bytes.max(stats.reserved_bytes);
@@ -183,29 +183,37 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// Releases every empty segment, or only the empty dedicated ones; returns the bytes released.
     pub(crate) fn release_empty_segments(&mut self, dedicated_only: bool) -> u64 {
         let mut released = 0;
-        while let Some(&(shared, id)) = self.empty_segments.first() {
+        for shared in [false, true] {
             if shared && dedicated_only {
                 break;
             }
-            self.empty_segments.remove(&(shared, id));
-            let Some(entry) = self.segments.remove(id) else {
-                continue;
-            };
-            let first = entry.first_block;
-            self.free.remove(first, &self.blocks);
-            self.blocks.remove(first);
-            let stats = &mut self.stats;
-            stats.reserved_bytes -= entry.size_bytes;
-            stats.segments -= 1;
-            stats.segments_released += 1;
-            released += entry.size_bytes;
-            self.source.release_segment(id, entry.segment);
-            let size_bytes = entry.size_bytes;
-            self.trace.record(|event| {
-                segment_event(event, TraceEventKind::SegmentRelease, id, size_bytes)
-            });
+            while let Some(id) = self.segments.first_empty(shared) {
+                // A listed segment is live, so this always releases it; the `else` only guards
+                // the loop against an inconsistent table.
+                let Some(bytes) = self.release_segment(id) else {
+                    break;
+                };
+                released += bytes;
+            }
         }
         released
+    }
+
+    /// Releases empty segment `id`; returns its size, or `None` if it was not live.
+    fn release_segment(&mut self, id: SegmentId) -> Option<u64> {
+        let entry = self.segments.remove(id)?;
+        let first = entry.first_block;
+        self.free.remove(first, &self.blocks);
+        self.blocks.remove(first);
+        let stats = &mut self.stats;
+        stats.reserved_bytes -= entry.size_bytes;
+        stats.segments -= 1;
+        stats.segments_released += 1;
+        let size_bytes = entry.size_bytes;
+        self.source.release_segment(id, entry.segment);
+        self.trace
+            .record(|event| segment_event(event, TraceEventKind::SegmentRelease, id, size_bytes));
+        Some(size_bytes)
     }
 }
 
