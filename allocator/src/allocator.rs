@@ -110,7 +110,13 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 });
             }
         };
-        let size_bytes = match request.size_bytes.checked_next_multiple_of(granule) {
+        // The granule is a power of two (see `AllocatorConfig`): round with a mask, not the
+        // division that `checked_next_multiple_of` compiles to for a run-time divisor.
+        let rounded = request
+            .size_bytes
+            .checked_add(granule - 1)
+            .map(|size| size & !(granule - 1));
+        let size_bytes = match rounded {
             Some(size) if size <= self.config.max_segment_bytes => size,
             _ => {
                 return Err(AllocError::TooLarge {
