@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::block::{BlockSlab, NIL, UsedInfo};
+use crate::block::{BlockSlab, NIL};
 use crate::free_index::{FreeIndex, align_up};
 use crate::segment_table::SegmentTable;
 use crate::stats::LabelTable;
@@ -186,9 +186,11 @@ impl<S: SegmentSource> BufferAllocator<S> {
         // label and requested size are the ones recorded when it was allocated.
         let block = &mut self.blocks[index];
         let segment_slot = block.segment_slot();
-        let segment_id = block.segment;
+        // A used block keeps its label where a free one keeps its segment id: the handle says
+        // which segment it is in.
+        let segment_id = allocation.segment;
         let (offset, size) = (block.offset, block.size);
-        block.set_free(tag.max(allocation.tag));
+        block.set_free(segment_id, tag.max(allocation.tag));
         let size_bytes = self.bytes(size);
         self.stats
             .on_free(allocation.category, size_bytes, allocation.requested_bytes);
@@ -372,18 +374,14 @@ impl<S: SegmentSource> BufferAllocator<S> {
         self.next_sequence += 1;
         let block = &mut self.blocks[index];
         let tag = block.word;
-        block.set_used(sequence);
-        let (segment, segment_slot) = (block.segment, block.segment_slot());
-        let (offset, usable) = (block.offset, block.size);
-        self.blocks.set_used_info(
-            index,
-            UsedInfo {
-                requested_bytes: request.size_bytes,
-                label,
-                category: request.category,
-                alignment_log2: alignment.trailing_zeros() as u8,
-            },
+        let (segment, segment_slot) = (block.segment(), block.segment_slot());
+        block.set_used(
+            sequence,
+            label,
+            request.category,
+            alignment.trailing_zeros(),
         );
+        let (offset, usable) = (block.offset, block.size);
         if spanned_segment {
             self.segments.unlist_empty(segment_slot);
         }
@@ -427,7 +425,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         rest.prev = index;
         // A free block's tag is copied; a used one would carry its sequence number, but only free
         // blocks are split.
-        rest.set_free(block.word);
+        rest.set_free(block.segment(), block.word);
         let next = rest.next;
         let rest_index = self.blocks.insert(rest);
         if next != NIL {

@@ -544,8 +544,8 @@ mod tests {
                 let block = blocks[found];
                 assert!(index.remove(found, &blocks));
                 blocks.remove(found);
-                reference.remove(&(block.size, block.segment.0, block.offset, found));
-                addresses.remove(&(block.segment.0, block.offset));
+                reference.remove(&(block.size, block.segment().0, block.offset, found));
+                addresses.remove(&(block.segment().0, block.offset));
             }
             assert_eq!(index.len(), reference.len());
             assert_eq!(

@@ -9,13 +9,13 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
     /// Checks every invariant, recomputing every statistic from scratch: blocks tile each segment
     /// exactly and are linked consistently, no two free blocks are neighbours, offsets honour their
     /// alignment, the free index holds exactly the free blocks, and [`Stats`] and the label table
-    /// equal their recomputation. O(n); meant for tests.
+    /// equal their recomputation (the requested-byte figures, which only the handles know, are
+    /// checked by [`Self::check_handles`]). O(n); meant for tests.
     ///
     /// # Errors
     /// A description of the first broken invariant.
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        let granule = self.config.granule_bytes;
         let mut expected = Stats::default();
         let mut label_bytes = vec![0u64; self.labels.entries.len()];
         let mut free_count = 0usize;
@@ -37,7 +37,8 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     .get(index)
                     .ok_or(format!("{id:?}: block {index} out of slab"))?;
                 block_count += 1;
-                if block.segment != id
+                // A used block holds its label where a free one holds its segment id.
+                if (!block.is_used() && block.segment() != id)
                     || block.segment_slot() != slot
                     || block.prev != prev
                     || u64::from(block.offset) != end
@@ -63,35 +64,25 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     largest = largest.max(size_bytes);
                     expected.free_bytes += size_bytes;
                 } else {
-                    let used = self.blocks.used_info(index);
                     if self.free.contains(index, &self.blocks) {
                         return Err(format!("{id:?}: used block {index} in the free index"));
                     }
                     if !self
                         .bytes(block.offset)
-                        .is_multiple_of(1u64 << used.alignment_log2)
+                        .is_multiple_of(1u64 << block.alignment_log2())
                     {
                         return Err(format!("{id:?}: block {index} breaks its alignment"));
                     }
-                    // A used block is its rounded request plus at most a remainder too
-                    // small to split off (see `MIN_SPLIT_REMAINDER_GRANULES`).
-                    let rounded = used.requested_bytes.div_ceil(granule);
-                    let size = u64::from(block.size);
-                    if used.requested_bytes > size_bytes || splits_off(rounded, size - rounded) {
-                        return Err(format!(
-                            "{id:?}: block {index} size {size_bytes} for request {}",
-                            used.requested_bytes
-                        ));
-                    }
                     used_blocks += 1;
                     expected.allocated_bytes += size_bytes;
-                    expected.requested_bytes += used.requested_bytes;
                     expected.live_allocations += 1;
-                    let category = &mut expected.categories[used.category.index()];
+                    let category = &mut expected.categories[block.category().index()];
                     category.allocated_bytes += size_bytes;
-                    category.requested_bytes += used.requested_bytes;
                     category.live_allocations += 1;
-                    label_bytes[used.label as usize] += size_bytes;
+                    match label_bytes.get_mut(block.label() as usize) {
+                        Some(bytes) => *bytes += size_bytes,
+                        None => return Err(format!("{id:?}: block {index} has no label")),
+                    }
                 }
                 prev_free = !block.is_used();
                 end += size_bytes >> self.granule_log2;
@@ -136,7 +127,6 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
         let stats = &self.stats();
         let pairs = [
             ("allocated", stats.allocated_bytes, expected.allocated_bytes),
-            ("requested", stats.requested_bytes, expected.requested_bytes),
             ("reserved", stats.reserved_bytes, expected.reserved_bytes),
             ("free", stats.free_bytes, expected.free_bytes),
             (
@@ -145,11 +135,6 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                 expected.free_bytes,
             ),
             ("largest free", stats.largest_free_bytes, largest),
-            (
-                "waste",
-                stats.waste_bytes,
-                expected.allocated_bytes - expected.requested_bytes,
-            ),
             (
                 "live allocations",
                 stats.live_allocations,
@@ -185,7 +170,6 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
         for category in Category::ALL {
             let (kept, recomputed) = (stats.category(category), expected.category(category));
             if kept.allocated_bytes != recomputed.allocated_bytes
-                || kept.requested_bytes != recomputed.requested_bytes
                 || kept.live_allocations != recomputed.live_allocations
                 || kept.peak_allocated_bytes < kept.allocated_bytes
             {
@@ -199,6 +183,79 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                 return Err(format!(
                     "label '{}': kept {}, recomputed {bytes}",
                     entry.name, entry.allocated_bytes
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks what only the live handles know, given every live handle of this allocator: each
+    /// names a live used block with its segment, offset and size; each is its rounded request plus
+    /// at most a remainder too small to split off; and the requested-byte statistics (total and
+    /// per category) and the waste equal their sums over the handles. Meant for tests, beside
+    /// [`Self::check_invariants`].
+    ///
+    /// # Errors
+    /// A description of the first mismatch.
+    #[doc(hidden)]
+    pub fn check_handles(&self, live: &[crate::Allocation]) -> Result<(), String> {
+        let granule = self.config.granule_bytes;
+        let mut requested = 0u64;
+        let mut per_category = [0u64; Category::ALL.len()];
+        for allocation in live {
+            let block = self
+                .blocks
+                .get(allocation.block)
+                .filter(|block| {
+                    block.is_used()
+                        && block.word == allocation.id.0
+                        && allocation.instance == self.instance
+                })
+                .ok_or(format!("{allocation:?} is not live"))?;
+            let slot_id = self
+                .segments
+                .get(block.segment_slot())
+                .map(|entry| entry.id);
+            if slot_id != Some(allocation.segment)
+                || self.bytes(block.offset) != allocation.offset
+                || self.bytes(block.size) != allocation.size_bytes
+                || block.category() != allocation.category
+                || block.label() != allocation.label
+            {
+                return Err(format!("{allocation:?} disagrees with its block {block:?}"));
+            }
+            let rounded = allocation.requested_bytes.div_ceil(granule);
+            let size = u64::from(block.size);
+            if allocation.requested_bytes > allocation.size_bytes
+                || splits_off(rounded, size - rounded)
+            {
+                return Err(format!(
+                    "{allocation:?}: size {} for request {}",
+                    allocation.size_bytes, allocation.requested_bytes
+                ));
+            }
+            requested += allocation.requested_bytes;
+            per_category[allocation.category.index()] += allocation.requested_bytes;
+        }
+        let stats = self.stats();
+        if stats.requested_bytes != requested
+            || stats.waste_bytes != stats.allocated_bytes - requested
+            || stats.live_allocations != live.len() as u64
+        {
+            return Err(format!(
+                "requested {} (handles say {requested}), waste {}, live {} (handles {})",
+                stats.requested_bytes,
+                stats.waste_bytes,
+                stats.live_allocations,
+                live.len()
+            ));
+        }
+        for category in Category::ALL {
+            let kept = stats.category(category).requested_bytes;
+            if kept != per_category[category.index()] {
+                return Err(format!(
+                    "category {category}: requested {kept}, handles say {}",
+                    per_category[category.index()]
                 ));
             }
         }

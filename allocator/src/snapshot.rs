@@ -15,8 +15,6 @@ pub struct BlockSnapshot {
     pub free: bool,
     /// The allocation's sequence number (used blocks only).
     pub sequence: Option<u64>,
-    /// Bytes asked for (used blocks only).
-    pub requested_bytes: Option<u64>,
     /// The allocation's category (used blocks only).
     pub category: Option<Category>,
     /// The allocation's label (used blocks only).
@@ -67,15 +65,14 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
                 let mut index = entry.first_block;
                 while index != crate::block::NIL {
                     let block = &self.blocks[index];
-                    let used = block.is_used().then(|| self.blocks.used_info(index));
+                    let used = block.is_used();
                     blocks.push(BlockSnapshot {
                         offset: self.bytes(block.offset),
                         size_bytes: self.bytes(block.size),
-                        free: !block.is_used(),
-                        sequence: block.is_used().then_some(block.word),
-                        requested_bytes: used.map(|used| used.requested_bytes),
-                        category: used.map(|used| used.category),
-                        label: used.map(|used| self.labels.name(used.label).to_owned()),
+                        free: !used,
+                        sequence: used.then_some(block.word),
+                        category: used.then(|| block.category()),
+                        label: used.then(|| self.labels.name(block.label()).to_owned()),
                     });
                     index = block.next;
                 }

@@ -1,6 +1,7 @@
-//! Replays random action lists, runs the invariant checker after every action, and compares with a
-//! naive model: whenever the model finds room (a gap in a live segment, or a budget that allows a
-//! new segment once empty segments are released) the allocator must find room too.
+//! Replays random action lists, runs the invariant checkers (blocks, and the live handles) after
+//! every action, and compares with a naive model: whenever the model finds room (a gap in a live
+//! segment, or a budget that allows a new segment once empty segments are released) the allocator
+//! must find room too.
 //! 256 cases x 400..=440 actions: over 100,000 actions per run.
 #![allow(clippy::unwrap_used)]
 
@@ -189,6 +190,7 @@ fn replay(actions: &[Action]) -> Result<(), String> {
             }
         }
         allocator.check_invariants().map_err(context)?;
+        allocator.check_handles(&live).map_err(context)?;
         let source = allocator.source();
         if source.live_bytes() != allocator.stats().reserved_bytes {
             return Err(context(
