@@ -94,41 +94,22 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// [`AllocError::OutOfMemory`] when neither a free block nor a new segment is possible.
     pub fn allocate(&mut self, request: Request<'_>) -> Result<Allocation> {
         let granule = self.config.granule_bytes;
-        if request.size_bytes == 0 {
-            return Err(AllocError::ZeroSize {
-                category: request.category,
-                label: request.label.to_owned(),
-            });
+        // One test for the three ways a request is malformed: a size of 0 (which wraps), a size
+        // above the largest segment, an alignment that is not 0, 1 or a power of two. `reject`
+        // says which.
+        if request.size_bytes.wrapping_sub(1) >= self.config.max_segment_bytes
+            || request.alignment & request.alignment.wrapping_sub(1) != 0
+        {
+            return Err(self.reject(&request));
         }
-        let alignment = match request.alignment {
-            0 | 1 => granule,
-            alignment if alignment.is_power_of_two() => alignment.max(granule),
-            alignment => {
-                return Err(AllocError::BadAlignment {
-                    alignment,
-                    label: request.label.to_owned(),
-                });
-            }
-        };
-        // The granule is a power of two (see `AllocatorConfig`): round with a mask, not the
-        // division that `checked_next_multiple_of` compiles to for a run-time divisor.
-        let rounded = request
-            .size_bytes
-            .checked_add(granule - 1)
-            .map(|size| size & !(granule - 1));
-        let size_bytes = match rounded {
-            Some(size) if size <= self.config.max_segment_bytes => size,
-            _ => {
-                return Err(AllocError::TooLarge {
-                    requested_bytes: request.size_bytes,
-                    max_segment_bytes: self.config.max_segment_bytes,
-                    label: request.label.to_owned(),
-                });
-            }
-        };
+        let alignment = request.alignment.max(granule);
+        // The granule is a power of two and `max_segment_bytes` a multiple of it (see
+        // `AllocatorConfig`), so rounding with a mask cannot overflow or pass the largest segment.
+        let size_bytes = (request.size_bytes + (granule - 1)) & !(granule - 1);
         // `max_segment_bytes` holds at most `u32::MAX` granules (see `AllocatorConfig`).
         let size = self.granules(size_bytes);
-        let alignment_granules = self.granules(alignment).max(1);
+        // At least one: the alignment is at least the granule.
+        let alignment_granules = self.granules(alignment);
         let found = self.free.best_fit(size, alignment_granules);
         let block = match found {
             Some(index) if !self.would_waste_empty_dedicated(index, size_bytes) => index,
@@ -141,7 +122,31 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 },
             },
         };
-        Ok(self.place(block, size, alignment, &request))
+        Ok(self.place(block, size, alignment, alignment_granules, &request))
+    }
+
+    /// The error for a request that `allocate` refused as malformed.
+    #[cold]
+    #[inline(never)]
+    fn reject(&self, request: &Request<'_>) -> AllocError {
+        let label = request.label.to_owned();
+        if request.size_bytes == 0 {
+            AllocError::ZeroSize {
+                category: request.category,
+                label,
+            }
+        } else if !(request.alignment <= 1 || request.alignment.is_power_of_two()) {
+            AllocError::BadAlignment {
+                alignment: request.alignment,
+                label,
+            }
+        } else {
+            AllocError::TooLarge {
+                requested_bytes: request.size_bytes,
+                max_segment_bytes: self.config.max_segment_bytes,
+                label,
+            }
+        }
     }
 
     /// `bytes` (a multiple of the granule, at most `max_segment_bytes`) in granules.
@@ -181,10 +186,14 @@ impl<S: SegmentSource> BufferAllocator<S> {
     #[inline]
     fn free_tagged(&mut self, allocation: Allocation, tag: u64) -> Result<()> {
         let mut index = allocation.block;
-        self.check_live(&allocation)?;
+        let instance = self.instance;
+        let Some(block) = self.blocks.get_mut(index).filter(|block| {
+            block.is_used() && block.word == allocation.id.0 && allocation.instance == instance
+        }) else {
+            return Err(AllocError::UnknownAllocation { id: allocation.id });
+        };
         // The handle is genuine (its sequence number matches the used block), so its category,
         // label and requested size are the ones recorded when it was allocated.
-        let block = &mut self.blocks[index];
         let segment_slot = block.segment_slot();
         // A used block keeps its label where a free one keeps its segment id: the handle says
         // which segment it is in.
@@ -230,21 +239,6 @@ impl<S: SegmentSource> BufferAllocator<S> {
             label: Some(labels.name(allocation.label).to_owned()),
         });
         Ok(())
-    }
-
-    /// Whether `allocation` names a live used block of this allocator.
-    #[inline]
-    fn check_live(&self, allocation: &Allocation) -> Result<()> {
-        match self.blocks.get(allocation.block) {
-            Some(block)
-                if block.is_used()
-                    && block.word == allocation.id.0
-                    && allocation.instance == self.instance =>
-            {
-                Ok(())
-            }
-            _ => Err(AllocError::UnknownAllocation { id: allocation.id }),
-        }
     }
 
     /// The source's handle of segment `id`, if it is live.
@@ -349,13 +343,13 @@ impl<S: SegmentSource> BufferAllocator<S> {
         index: u32,
         size: u32,
         alignment: u64,
+        alignment_granules: u32,
         request: &Request<'_>,
     ) -> Allocation {
         self.free.remove(index, &self.blocks);
         // A free block that spans its segment is the segment's only block: the segment was empty.
         let spanned_segment = self.blocks[index].prev & self.blocks[index].next == NIL;
         let mut index = index;
-        let alignment_granules = self.granules(alignment).max(1);
         let offset = self.blocks[index].offset;
         let padding =
             (align_up(u64::from(offset), u64::from(alignment_granules)) - u64::from(offset)) as u32;

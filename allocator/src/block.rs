@@ -176,6 +176,12 @@ impl BlockSlab {
         self.slots.get(index as usize)
     }
 
+    /// The block at `index`, mutably, as [`Self::get`].
+    #[inline]
+    pub fn get_mut(&mut self, index: u32) -> Option<&mut Block> {
+        self.slots.get_mut(index as usize)
+    }
+
     pub fn live_count(&self) -> usize {
         self.slots.len() - self.vacant.len()
     }

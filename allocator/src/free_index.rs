@@ -219,12 +219,11 @@ impl FreeIndex {
             address: head.address,
             block: head.block,
         };
-        // The lower address heads the class; the other goes to the pool.
-        let (new_head, pooled) = if incoming < current {
-            (incoming, current)
-        } else {
-            (current, incoming)
-        };
+        // The lower address heads the class; the other goes to the pool. Which one is lower is a
+        // coin toss, so select without a branch.
+        let incoming_lower = incoming < current;
+        let new_head = std::hint::select_unpredictable(incoming_lower, incoming, current);
+        let pooled = std::hint::select_unpredictable(incoming_lower, current, incoming);
         let pool = if head.pool == NIL {
             self.new_pool()
         } else {
