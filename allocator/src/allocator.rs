@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::block::{BlockSlab, NIL};
-use crate::free_index::{FreeIndex, align_up};
+use crate::free_index::{Fit, FreeIndex, align_up};
 use crate::segment_table::SegmentTable;
 use crate::stats::LabelTable;
 use crate::{
@@ -111,18 +111,21 @@ impl<S: SegmentSource> BufferAllocator<S> {
         // At least one: the alignment is at least the granule.
         let alignment_granules = self.granules(alignment);
         let found = self.free.best_fit(size, alignment_granules);
-        let block = match found {
-            Some(index) if !self.would_waste_empty_dedicated(index, size_bytes) => index,
+        let fit = match found {
+            Some(fit) if !self.would_waste_empty_dedicated(fit, size_bytes) => fit,
             found => match self.grow(size_bytes, &request) {
-                Ok(index) => index,
+                Ok(index) => Fit {
+                    index,
+                    size: self.blocks[index].size,
+                },
                 // The source refused; the block that fitted is still there unless it was released.
                 Err(error) => match found {
-                    Some(index) if self.free.contains(index, &self.blocks) => index,
+                    Some(fit) if self.free.contains(fit.index, &self.blocks) => fit,
                     _ => return Err(error),
                 },
             },
         };
-        Ok(self.place(block, size, alignment, alignment_granules, &request))
+        Ok(self.place(fit, size, alignment, alignment_granules, &request))
     }
 
     /// The error for a request that `allocate` refused as malformed.
@@ -336,20 +339,20 @@ impl<S: SegmentSource> BufferAllocator<S> {
         &self.trace
     }
 
-    /// Carves `size` granules at `alignment` bytes out of free block `index` (best fit found it),
+    /// Carves `size` granules at `alignment` bytes out of free block `fit` (best fit found it),
     /// splitting off alignment padding in front and any remainder behind as free blocks.
     pub(crate) fn place(
         &mut self,
-        index: u32,
+        fit: Fit,
         size: u32,
         alignment: u64,
         alignment_granules: u32,
         request: &Request<'_>,
     ) -> Allocation {
-        self.free.remove(index, &self.blocks);
+        self.free.take(fit, &self.blocks);
+        let mut index = fit.index;
         // A free block that spans its segment is the segment's only block: the segment was empty.
         let spanned_segment = self.blocks[index].prev & self.blocks[index].next == NIL;
-        let mut index = index;
         let offset = self.blocks[index].offset;
         let padding =
             (align_up(u64::from(offset), u64::from(alignment_granules)) - u64::from(offset)) as u32;

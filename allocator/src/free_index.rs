@@ -107,6 +107,13 @@ const EMPTY_HEAD: Head = Head {
     address: 0,
 };
 
+/// A free block that [`FreeIndex::best_fit`] found: its slab index and size in granules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Fit {
+    pub index: u32,
+    pub size: u32,
+}
+
 /// Every free block, by size class. Invariant: holds exactly the free blocks of live segments,
 /// each under its current size and address (so a block leaves the index before either changes);
 /// `len` and `total` are their count and the sum of their sizes.
@@ -285,6 +292,56 @@ impl FreeIndex {
         removed
     }
 
+    /// Removes the head of non-empty exact class `class` (`head` is `self.heads[class]`); the
+    /// lowest address of its pool, if any, becomes the head.
+    #[inline(always)]
+    fn pop_head(&mut self, class: usize, head: Head) -> bool {
+        let class = class % EXACT_CLASSES;
+        if head.pool == NIL {
+            self.heads[class] = EMPTY_HEAD;
+            self.non_empty.clear(class);
+            return true;
+        }
+        // The pool's lowest address becomes the head (a pop: pools keep it last).
+        let pool = &mut self.pools[head.pool as usize];
+        let Some((lowest, position)) = pool.first() else {
+            return false;
+        };
+        pool.remove_at(position, &lowest);
+        let pool_left = if pool.is_empty() {
+            self.vacant_pools.push(head.pool);
+            NIL
+        } else {
+            head.pool
+        };
+        self.heads[class] = Head {
+            block: lowest.block,
+            pool: pool_left,
+            address: lowest.address,
+        };
+        true
+    }
+
+    /// Removes `fit`, which [`Self::best_fit`] just returned, without reading its block when it
+    /// heads an exact class (the usual case), so the head's replacement is found while the block
+    /// is still being fetched; otherwise as [`Self::remove`].
+    #[inline(always)]
+    pub fn take(&mut self, fit: Fit, blocks: &BlockSlab) -> bool {
+        let class = fit.size as usize;
+        if class < EXACT_CLASSES {
+            let head = self.heads[class % EXACT_CLASSES];
+            if head.block == fit.index && self.pop_head(class, head) {
+                self.total -= u64::from(fit.size);
+                self.len -= 1;
+                if fit.size == self.largest {
+                    self.largest = self.find_largest();
+                }
+                return true;
+            }
+        }
+        self.remove(fit.index, blocks)
+    }
+
     /// Removes `block` (slab index `index`) from exact class `class`; false if it was not there.
     #[inline(always)]
     fn remove_exact(&mut self, class: usize, index: u32, block: &Block) -> bool {
@@ -294,29 +351,7 @@ impl FreeIndex {
             return false;
         }
         if head.block == index {
-            if head.pool == NIL {
-                self.heads[class] = EMPTY_HEAD;
-                self.non_empty.clear(class);
-                return true;
-            }
-            // The pool's lowest address becomes the head (a pop: pools keep it last).
-            let pool = &mut self.pools[head.pool as usize];
-            let Some((lowest, position)) = pool.first() else {
-                return false;
-            };
-            pool.remove_at(position, &lowest);
-            let pool_left = if pool.is_empty() {
-                self.vacant_pools.push(head.pool);
-                NIL
-            } else {
-                head.pool
-            };
-            self.heads[class] = Head {
-                block: lowest.block,
-                pool: pool_left,
-                address: lowest.address,
-            };
-            return true;
+            return self.pop_head(class, head);
         }
         if head.pool == NIL {
             return false;
@@ -365,7 +400,7 @@ impl FreeIndex {
     /// leaves too little room after aligning; any block of at least `size + alignment - 1` fits,
     /// so with the default alignment (one granule) the first candidate always fits.
     #[inline]
-    pub fn best_fit(&self, size: u32, alignment: u32) -> Option<u32> {
+    pub fn best_fit(&self, size: u32, alignment: u32) -> Option<Fit> {
         let own_class = Self::class_of(size);
         let fits = |offset: u32, block_size: u32| {
             align_up(u64::from(offset), u64::from(alignment)) + u64::from(size)
@@ -377,20 +412,29 @@ impl FreeIndex {
                 let head = self.heads[class % EXACT_CLASSES];
                 let class_size = class as u32;
                 if alignment <= 1 || fits(head.address as u32, class_size) {
-                    return Some(head.block);
+                    return Some(Fit {
+                        index: head.block,
+                        size: class_size,
+                    });
                 }
                 if head.pool != NIL
                     && let Some((key, _)) = self.pools[head.pool as usize]
                         .find_first(None, |key| fits(key.offset(), class_size))
                 {
-                    return Some(key.block);
+                    return Some(Fit {
+                        index: key.block,
+                        size: class_size,
+                    });
                 }
             } else {
                 let start = (class == own_class).then(|| RangedKey::first_of_size(size));
                 let found = self.ranged[class - EXACT_CLASSES]
                     .find_first(start, |key| fits(key.address as u32, key.size));
                 if let Some((key, _)) = found {
-                    return Some(key.block);
+                    return Some(Fit {
+                        index: key.block,
+                        size: key.size,
+                    });
                 }
             }
             next = self.non_empty.next_at_or_after(class + 1);
@@ -534,14 +578,16 @@ mod tests {
             let alignment = 1 << (next(&mut state) % 4);
             let fit = index.best_fit(size, alignment);
             assert_eq!(
-                fit,
+                fit.map(|fit| fit.index),
                 reference_best_fit(&reference, size, alignment),
                 "step {step}: size {size}, alignment {alignment}"
             );
             // Sometimes take what was found, as `place` does.
-            if let Some(found) = fit.filter(|_| step.is_multiple_of(5)) {
+            if let Some(fit) = fit.filter(|_| step.is_multiple_of(5)) {
+                let found = fit.index;
                 let block = blocks[found];
-                assert!(index.remove(found, &blocks));
+                assert_eq!(fit.size, block.size);
+                assert!(index.take(fit, &blocks));
                 blocks.remove(found);
                 reference.remove(&(block.size, block.segment().0, block.offset, found));
                 addresses.remove(&(block.segment().0, block.offset));

@@ -18,6 +18,7 @@
 //!   it except for the released cache.
 
 use crate::block::{Block, MAX_SEGMENT_SLOTS, NIL};
+use crate::free_index::Fit;
 use crate::segment_table::SegmentEntry;
 use crate::stats::fragmentation;
 use crate::trace::{TraceEvent, TraceEventKind};
@@ -123,18 +124,22 @@ impl<S: SegmentSource> BufferAllocator<S> {
         report.into()
     }
 
-    /// Whether taking free block `index` for `size_bytes` would split an *empty dedicated* segment
+    /// Whether taking free block `fit` for `size_bytes` would split an *empty dedicated* segment
     /// and leave more than `small_request_max_bytes` unused, while the budget allows a segment
     /// sized to the request once it is released. Such a segment is released and the request gets a
     /// segment sized to it instead (see the module policy).
     #[inline]
-    pub(crate) fn would_waste_empty_dedicated(&self, index: u32, size_bytes: u64) -> bool {
-        let block = &self.blocks[index];
-        let block_bytes = self.bytes(block.size);
-        block_bytes - size_bytes > self.config.small_request_max_bytes
-            && (self.stats.reserved_bytes - block_bytes).saturating_add(size_bytes)
-                <= self.config.budget_bytes
-            && block.prev == NIL
+    pub(crate) fn would_waste_empty_dedicated(&self, fit: Fit, size_bytes: u64) -> bool {
+        // The fit's size decides first, so the usual small fit never reads its block here.
+        let block_bytes = self.bytes(fit.size);
+        if block_bytes - size_bytes <= self.config.small_request_max_bytes
+            || (self.stats.reserved_bytes - block_bytes).saturating_add(size_bytes)
+                > self.config.budget_bytes
+        {
+            return false;
+        }
+        let block = &self.blocks[fit.index];
+        block.prev == NIL
             && block.next == NIL
             && self
                 .segments
