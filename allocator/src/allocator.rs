@@ -285,7 +285,8 @@ impl<S: SegmentSource> BufferAllocator<S> {
         self.release_empty_segments(false)
     }
 
-    /// The statistics (kept up to date by every operation).
+    /// The statistics: counters kept by every operation, and the free-memory figures derived now
+    /// from them and the free index (all O(1)).
     pub fn stats(&self) -> Stats {
         self.stats
             .with_free_fields(self.largest_free_bytes(), self.free.len() as u64)
