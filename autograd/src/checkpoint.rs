@@ -60,15 +60,7 @@ where
         Category::Activation,
         "checkpoint",
     )?;
-    let len = (out.numel() * out.dtype.size_bytes()).div_ceil(4) as u64;
-    copy::copy(
-        &out.gpu,
-        &out.storage,
-        out.offset,
-        &kept.storage,
-        kept.offset,
-        len,
-    )?;
+    copy::copy(&out.gpu, kept.elements()?, out.elements()?)?;
     let saved = Saved {
         tensors: values.into_iter().collect(),
         segment: Some((Arc::new(f), rng)),

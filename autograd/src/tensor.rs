@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use plimsoll_kernels_wgsl::kernels::{copy, fill};
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
@@ -121,14 +121,7 @@ impl GradSlot {
             Some(existing) => crate::ops::elementwise::add_into(existing, g)?,
             None => {
                 let copy = Tensor::empty(&self.gpu, &self.shape, self.category, &self.label)?;
-                copy::copy(
-                    &self.gpu,
-                    &g.storage,
-                    g.offset,
-                    &copy.storage,
-                    copy.offset,
-                    copy.numel() as u64,
-                )?;
+                copy::copy(&self.gpu, copy.elements()?, g.elements()?)?;
                 *slot = Some(copy);
             }
         }
@@ -263,7 +256,7 @@ impl Tensor {
         options: TensorOptions<'_>,
     ) -> Result<Self> {
         let t = Self::empty(gpu, shape, options.category, options.label)?;
-        fill::fill(gpu, &t.storage, 0, numel(shape) as u64, value)?;
+        fill::fill(gpu, t.elements()?, value)?;
         Ok(t.with_options(&options))
     }
 
@@ -379,11 +372,11 @@ impl Tensor {
         }
     }
 
-    /// The storage and the element offset of element 0 in it: what kernel launchers take
-    /// (`plimsoll-nn`'s fused optimizers update parameters in place through it). The tensor's
-    /// elements are `numel()` contiguous elements from that offset.
-    pub fn storage(&self) -> (&DeviceBuffer, u64) {
-        (&self.storage, self.offset)
+    /// The tensor's `numel()` contiguous elements in its storage: what kernel launchers take
+    /// (`plimsoll-nn`'s fused optimizers update parameters in place through it). 4-byte
+    /// elements (f32 or u32).
+    pub fn elements(&self) -> Result<DeviceSlice<'_>> {
+        Ok(self.storage.slice(self.offset, self.numel() as u64)?)
     }
 
     /// The allocator label of the storage (who holds the memory).

@@ -11,8 +11,9 @@
 //!
 //! Map: [`device`] (adapter choice, `Gpu`), [`memory`] (segments, budget), [`buffer`]
 //! (`DeviceBuffer`, upload, read-back), [`fence`] (fences, the one poll function), [`recorder`]
-//! (batches, params arena), [`pipeline`] (cache, binding convention), [`kernels`] (launchers and
-//! how to add one), [`reference`](mod@reference) (CPU oracles).
+//! (batches, params arena), [`pipeline`] (cache, binding convention), [`slice`]
+//! ([`DeviceSlice`], what every launcher takes), [`kernels`] (launchers and how to add one),
+//! [`reference`](mod@reference) (CPU oracles).
 
 pub mod buffer;
 pub mod device;
@@ -23,6 +24,7 @@ pub mod memory;
 pub mod pipeline;
 pub mod recorder;
 pub mod reference;
+pub mod slice;
 
 pub use buffer::DeviceBuffer;
 pub use device::{AdapterSummary, Gpu, GpuOptions};
@@ -31,3 +33,4 @@ pub use fence::Fence;
 pub use pipeline::Kernel;
 pub use plimsoll_allocator::Category;
 pub use recorder::Dispatch;
+pub use slice::DeviceSlice;

@@ -27,7 +27,7 @@
 //! work recorded later in the same batch runs after earlier work on the same bytes (wgpu inserts
 //! the barriers between dispatches and copies). So a freed block may be reused *at once* by later
 //! recorded work, and only an upload must wait. How:
-//! - every [`DeviceBuffer`] remembers the serial of the last batch that recorded a use of it
+//! - every [`DeviceBuffer`](crate::DeviceBuffer) remembers the serial of the last batch that recorded a use of it
 //!   (`last_used_batch`, stored under the batch lock at each dispatch);
 //! - a dropped buffer goes back to the allocator at once, tagged with that serial
 //!   (`BufferAllocator::free_with_tag`); the allocator keeps, per free block, the largest tag over
@@ -49,11 +49,11 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, Shared};
 use crate::error::{Error, Result};
 use crate::fence::{Fence, wait_fence};
 use crate::pipeline::{Kernel, PARAMS_BYTES, scoped};
+use crate::slice::DeviceSlice;
 
 /// A batch is submitted by itself after this many dispatches (bounds the work behind one fence).
 pub const AUTO_FLUSH_DISPATCHES: u32 = 1024;
@@ -69,8 +69,9 @@ pub struct Dispatch<'a> {
     pub overrides: &'a [(&'a str, f64)],
     /// The `Params` struct as bytes (`bytemuck::bytes_of`), at most [`PARAMS_BYTES`].
     pub params: &'a [u8],
-    /// Buffers for `@binding(1..=N)`, in order; each binds its whole segment.
-    pub buffers: &'a [&'a DeviceBuffer],
+    /// Slices for `@binding(1..=N)`, in order; each binds its buffer's whole segment (the
+    /// shader adds [`DeviceSlice::index`], which the launcher puts in `params`).
+    pub buffers: &'a [DeviceSlice<'a>],
     /// Workgroup counts (see [`crate::kernels::grid_1d`]).
     pub workgroups: [u32; 3],
 }
@@ -209,7 +210,7 @@ impl Gpu {
         let key = BindKey {
             storage_bindings: d.kernel.storage_bindings,
             chunk,
-            segments: d.buffers.iter().map(|b| b.segment_uid).collect(),
+            segments: d.buffers.iter().map(|b| b.buffer().segment_uid).collect(),
         };
         if !batch.bind_groups.contains_key(&key) {
             let mut entries = vec![wgpu::BindGroupEntry {
@@ -226,7 +227,7 @@ impl Gpu {
                     .zip(1u32..)
                     .map(|(b, binding)| wgpu::BindGroupEntry {
                         binding,
-                        resource: b.segment.as_entire_binding(),
+                        resource: b.buffer().segment.as_entire_binding(),
                     }),
             );
             let group = scoped(&shared.device, "bind group", || {
@@ -265,7 +266,7 @@ impl Gpu {
         }
         let serial = batch.serial;
         for b in d.buffers {
-            b.last_used_batch.store(serial, Ordering::SeqCst);
+            b.buffer().last_used_batch.store(serial, Ordering::SeqCst);
         }
         batch.dispatches += 1;
         batch.label.get_or_insert_with(|| d.kernel.stem.to_string());

@@ -195,9 +195,9 @@ fn gpu_dropped_in_a_thread_local_destructor_does_not_abort() {
 fn gpu_with_work_dropped_in_a_thread_local_destructor_does_not_abort() {
     if in_child_process("gpu_with_work_dropped_in_a_thread_local_destructor_does_not_abort") {
         drop_in_thread_local_destructor(|gpu, buffer| {
-            fill(gpu, buffer, 0, 64, 2.0).unwrap();
+            fill(gpu, buffer.slice(0, 64).unwrap(), 2.0).unwrap();
             gpu.flush("in flight at the drop").unwrap();
-            fill(gpu, buffer, 0, 64, 3.0).unwrap();
+            fill(gpu, buffer.slice(0, 64).unwrap(), 3.0).unwrap();
         });
     }
 }

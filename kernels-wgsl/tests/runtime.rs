@@ -174,7 +174,7 @@ fn dispatches_are_batched_into_one_submission() {
         .alloc_elements(1000, Category::Temporary, "batched")
         .unwrap();
     for k in 0..10 {
-        kernels::fill::fill(&gpu, &buf, k * 100, 100, k as f32).unwrap();
+        kernels::fill::fill(&gpu, buf.slice(k * 100, 100).unwrap(), k as f32).unwrap();
     }
     let fence = gpu.flush("ten fills").unwrap();
     gpu.wait(&fence, DEADLINE).unwrap();
@@ -244,7 +244,7 @@ fn freed_block_is_reused_at_once_and_an_upload_into_it_submits_first() {
     let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
     let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
     gpu.synchronize(DEADLINE).unwrap();
-    kernels::copy::copy(&gpu, &a, 0, &seen, 0, 64).unwrap(); // the read of A: recorded only
+    kernels::copy::copy(&gpu, seen.whole(), a.whole()).unwrap(); // the read of A: recorded only
     let a_place = a.placement();
     drop(a);
     let b = gpu.upload(&[2.0f32; 64], Category::Temporary, "B").unwrap();
@@ -274,8 +274,8 @@ fn block_freed_and_reallocated_within_one_batch_is_reused_with_correct_data() {
         .unwrap();
     gpu.synchronize(DEADLINE).unwrap();
     let a = gpu.alloc_elements(256, Category::Temporary, "A").unwrap();
-    kernels::fill::fill(&gpu, &a, 0, 256, 1.5).unwrap();
-    kernels::copy::copy(&gpu, &a, 0, &seen_a, 0, 256).unwrap();
+    kernels::fill::fill(&gpu, a.whole(), 1.5).unwrap();
+    kernels::copy::copy(&gpu, seen_a.whole(), a.whole()).unwrap();
     let a_place = a.placement();
     let reserved = gpu.with_allocator(|m| m.stats().reserved_bytes);
     drop(a);
@@ -285,8 +285,8 @@ fn block_freed_and_reallocated_within_one_batch_is_reused_with_correct_data() {
         a_place,
         "B reuses A's bytes within the batch"
     );
-    kernels::fill::fill(&gpu, &b, 0, 256, -2.5).unwrap();
-    kernels::copy::copy(&gpu, &b, 0, &seen_b, 0, 256).unwrap();
+    kernels::fill::fill(&gpu, b.whole(), -2.5).unwrap();
+    kernels::copy::copy(&gpu, seen_b.whole(), b.whole()).unwrap();
     assert_eq!(gpu.with_allocator(|m| m.stats().reserved_bytes), reserved);
     assert_eq!(
         gpu.read_all::<f32>(&seen_a, DEADLINE).unwrap(),
@@ -304,7 +304,7 @@ fn upload_into_a_buffer_the_open_batch_reads_submits_first() {
     let gpu = gpu();
     let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
     let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
-    kernels::copy::copy(&gpu, &a, 0, &seen, 0, 64).unwrap();
+    kernels::copy::copy(&gpu, seen.whole(), a.whole()).unwrap();
     gpu.write(&a, 0, &[2.0f32; 64]).unwrap();
     assert_eq!(gpu.read_all::<f32>(&seen, DEADLINE).unwrap(), vec![1.0; 64]);
     assert_eq!(gpu.read_all::<f32>(&a, DEADLINE).unwrap(), vec![2.0; 64]);
@@ -323,7 +323,7 @@ fn after_device_loss_every_call_is_device_lost() {
         Err(Error::DeviceLost { .. })
     ));
     assert!(matches!(
-        kernels::fill::fill(&gpu, &buf, 0, 16, 1.0),
+        kernels::fill::fill(&gpu, buf.whole(), 1.0),
         Err(Error::DeviceLost { .. })
     ));
     assert!(matches!(

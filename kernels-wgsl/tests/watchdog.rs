@@ -67,7 +67,8 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
 }
 
 fn spin(gpu: &Gpu, out: &DeviceBuffer, size: Spin) {
-    let params = [1u32, size.iterations, out.offset_elements(), 0];
+    let out = out.whole();
+    let params = [1u32, size.iterations, out.index(), 0];
     gpu.dispatch(Dispatch {
         kernel: &SPIN,
         overrides: &[],
@@ -195,7 +196,7 @@ fn flush_behind_a_long_dispatch_times_out_at_its_deadline() {
     let long = occupy(&gpu, &out, size);
     let submitted = Instant::now();
 
-    plimsoll_kernels_wgsl::kernels::fill::fill(&gpu, &small, 0, 4, 7.0).unwrap();
+    plimsoll_kernels_wgsl::kernels::fill::fill(&gpu, small.whole(), 7.0).unwrap();
     let start = Instant::now();
     let err = gpu.flush_within("after the spin", TINY).unwrap_err();
     let flush_within_took = start.elapsed();

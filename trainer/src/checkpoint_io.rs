@@ -131,8 +131,7 @@ pub fn load(
                 saved.shape
             )));
         }
-        let (buffer, offset) = param.storage();
-        gpu.write(buffer, offset, &saved.data)?;
+        param.write_from_slice(&saved.data)?;
     }
     let mut optimizer_state = Vec::new();
     for (key, saved) in &loaded.tensors {

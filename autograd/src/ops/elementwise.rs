@@ -4,7 +4,7 @@
 //! `sum_to_shape` for broadcast operands) and `unary`.
 
 use plimsoll_kernels_wgsl::Category;
-use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryOp, Broadcast};
+use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp, Broadcast};
 use plimsoll_kernels_wgsl::kernels::reduce;
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 
@@ -44,18 +44,12 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
     let shape = broadcast_of(name, a, b)?;
     let recording = records(&[a, b]);
     let out = Tensor::empty(&a.gpu, &shape.out_shape, output_category(recording), name)?;
-    binary::broadcast(
-        &a.gpu,
+    let dims = BinaryDims {
         op,
-        &out.storage,
-        out.offset,
-        &a.storage,
-        a.offset,
-        &a.shape,
-        &b.storage,
-        b.offset,
-        &b.shape,
-    )?;
+        a_shape: &a.shape,
+        b_shape: &b.shape,
+    };
+    binary::broadcast(&a.gpu, &dims, out.elements()?, a.elements()?, b.elements()?)?;
     if !recording {
         return Ok(out);
     }
@@ -80,29 +74,10 @@ fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<T
     x.expect_dtype(name, DType::F32)?;
     let recording = records(&[x]);
     let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
-    let len = x.numel() as u64;
     if rhs {
-        binary::scalar_rhs(
-            &x.gpu,
-            op,
-            &out.storage,
-            out.offset,
-            &x.storage,
-            x.offset,
-            len,
-            s,
-        )?;
+        binary::scalar_rhs(&x.gpu, op, out.elements()?, x.elements()?, s)?;
     } else {
-        binary::scalar_lhs(
-            &x.gpu,
-            op,
-            &out.storage,
-            out.offset,
-            s,
-            &x.storage,
-            x.offset,
-            len,
-        )?;
+        binary::scalar_lhs(&x.gpu, op, out.elements()?, s, x.elements()?)?;
     }
     if !recording {
         return Ok(out);
@@ -119,17 +94,7 @@ fn unary(x: &Tensor, op: UnaryOp, exponent: f32, name: &'static str) -> Result<T
     x.expect_dtype(name, DType::F32)?;
     let recording = records(&[x]);
     let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
-    let len = x.numel() as u64;
-    unary::forward(
-        &x.gpu,
-        op,
-        &out.storage,
-        out.offset,
-        &x.storage,
-        x.offset,
-        len,
-        exponent,
-    )?;
+    unary::forward(&x.gpu, op, out.elements()?, x.elements()?, exponent)?;
     if !recording {
         return Ok(out);
     }
@@ -246,15 +211,7 @@ pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
         return Ok(g.clone());
     }
     let out = Tensor::empty(&g.gpu, shape, Category::Temporary, "sum_to_shape")?;
-    reduce::sum_to_shape(
-        &g.gpu,
-        &out.storage,
-        out.offset,
-        &g.storage,
-        g.offset,
-        &g.shape,
-        shape,
-    )?;
+    reduce::sum_to_shape(&g.gpu, out.elements()?, g.elements()?, &g.shape, shape)?;
     Ok(out)
 }
 
@@ -267,21 +224,20 @@ pub(crate) fn binary_grads(op: BinaryOp, saved: &[Tensor], g: &Tensor) -> Result
     };
     let da = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "binary grad")?;
     let db = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "binary grad")?;
+    let dims = BinaryDims {
+        op,
+        a_shape: &a.shape,
+        b_shape: &b.shape,
+    };
+    let (a, b) = (a.elements()?, b.elements()?);
     binary::backward(
         &g.gpu,
-        op,
-        &da.storage,
-        da.offset,
-        &db.storage,
-        db.offset,
-        &a.storage,
-        a.offset,
-        &a.shape,
-        &b.storage,
-        b.offset,
-        &b.shape,
-        &g.storage,
-        g.offset,
+        &dims,
+        da.elements()?,
+        db.elements()?,
+        a,
+        b,
+        g.elements()?,
     )?;
     Ok((da, db))
 }
@@ -295,17 +251,12 @@ pub(crate) fn unary_grad(
 ) -> Result<Tensor> {
     let s = saved.first().ok_or_else(|| missing_saved("unary"))?;
     let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "unary grad")?;
-    let len = g.numel() as u64;
     unary::backward(
         &g.gpu,
         op,
-        &dx.storage,
-        dx.offset,
-        &s.storage,
-        s.offset,
-        &g.storage,
-        g.offset,
-        len,
+        dx.elements()?,
+        s.elements()?,
+        g.elements()?,
         exponent,
     )?;
     Ok(dx)
@@ -327,17 +278,18 @@ pub(crate) fn add_into(target: &Tensor, g: &Tensor) -> Result<()> {
             "gradient shape must match",
         ));
     }
+    let dims = BinaryDims {
+        op: BinaryOp::Add,
+        a_shape: &target.shape,
+        b_shape: &g.shape,
+    };
+    let target_elements = target.elements()?;
     binary::broadcast(
         &g.gpu,
-        BinaryOp::Add,
-        &target.storage,
-        target.offset,
-        &target.storage,
-        target.offset,
-        &target.shape,
-        &g.storage,
-        g.offset,
-        &g.shape,
+        &dims,
+        target_elements,
+        target_elements,
+        g.elements()?,
     )?;
     Ok(())
 }

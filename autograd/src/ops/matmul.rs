@@ -90,13 +90,10 @@ impl Product {
             batch_stride_a: self.strides.0,
             batch_stride_b: self.strides.1,
             batch_stride_c: m * n,
-            offset_a: a.offset as usize,
-            offset_b: b.offset as usize,
-            offset_c: out.offset as usize,
             accumulate,
             ..MatmulDims::dense(batch, m, n, k)
         };
-        matmul::matmul(&a.gpu, &out.storage, &a.storage, &b.storage, &d)?;
+        matmul::matmul(&a.gpu, &d, out.elements()?, a.elements()?, b.elements()?)?;
         Ok(())
     }
 

@@ -3,8 +3,9 @@
 //! Kernels: `softmax`, `cross_entropy`, `reduce`, `layer_norm`, `embedding`, `dropout`.
 
 use plimsoll_kernels_wgsl::Category;
-use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, LossGradient};
-use plimsoll_kernels_wgsl::kernels::{dropout, embedding, layer_norm, reduce, softmax};
+use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
+use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
+use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce, softmax};
 
 use crate::error::{Error, Result};
 use crate::grad_mode::next_seed;
@@ -37,10 +38,8 @@ fn softmax_like(x: &Tensor, log: bool) -> Result<Tensor> {
     };
     launch(
         &x.gpu,
-        &x.storage,
-        x.offset,
-        &out.storage,
-        out.offset,
+        out.elements()?,
+        x.elements()?,
         rows as u64,
         cols as u64,
     )?;
@@ -83,24 +82,21 @@ impl Tensor {
             Category::Temporary,
             "cross_entropy rows",
         )?;
-        let buffers = cross_entropy::CrossEntropyForwardBuffers {
-            logits: &self.storage,
-            logits_offset: self.offset,
-            targets: &targets.storage,
-            targets_offset: targets.offset,
-            losses: &losses.storage,
-            losses_offset: losses.offset,
+        let dims = CrossEntropyDims {
+            rows: rows as u64,
+            cols: cols as u64,
+            smoothing,
         };
-        cross_entropy::forward(&self.gpu, &buffers, rows as u64, cols as u64, smoothing)?;
-        let out = Tensor::empty(&self.gpu, &[], output_category(recording), "cross_entropy")?;
-        reduce::mean_all(
+        let (logits, targets_elements) = (self.elements()?, targets.elements()?);
+        cross_entropy::forward(
             &self.gpu,
-            &out.storage,
-            out.offset,
-            &losses.storage,
-            0,
-            rows as u64,
+            &dims,
+            losses.elements()?,
+            logits,
+            targets_elements,
         )?;
+        let out = Tensor::empty(&self.gpu, &[], output_category(recording), "cross_entropy")?;
+        reduce::mean_all(&self.gpu, out.elements()?, losses.elements()?)?;
         if !recording {
             return Ok(out);
         }
@@ -137,21 +133,19 @@ impl Tensor {
         let out = Tensor::empty(&self.gpu, &self.shape, category, "layer_norm")?;
         let mean = Tensor::empty(&self.gpu, &[rows], category, "layer_norm mean")?;
         let rstd = Tensor::empty(&self.gpu, &[rows], category, "layer_norm rstd")?;
-        let buffers = layer_norm::LayerNormBuffers {
-            x: &self.storage,
-            x_offset: self.offset,
-            gamma: &gamma.storage,
-            gamma_offset: gamma.offset,
-            beta: &beta.storage,
-            beta_offset: beta.offset,
-            y: &out.storage,
-            y_offset: out.offset,
-            mean: &mean.storage,
-            mean_offset: mean.offset,
-            rstd: &rstd.storage,
-            rstd_offset: rstd.offset,
+        let dims = LayerNormDims {
+            rows: rows as u64,
+            cols: cols as u64,
+            eps,
         };
-        layer_norm::forward(&self.gpu, &buffers, rows as u64, cols as u64, eps)?;
+        layer_norm::forward(
+            &self.gpu,
+            &dims,
+            [out.elements()?, mean.elements()?, rstd.elements()?],
+            self.elements()?,
+            gamma.elements()?,
+            beta.elements()?,
+        )?;
         if !recording {
             return Ok(out);
         }
@@ -180,20 +174,20 @@ impl Tensor {
                 ));
             }
         };
-        let tokens = ids.numel();
         let mut shape: Shape = ids.shape.clone();
         shape.push(dim);
         let recording = records(&[self]);
         let out = Tensor::empty(&self.gpu, &shape, output_category(recording), "embedding")?;
-        let buffers = embedding::GatherBuffers {
-            table: &self.storage,
-            table_offset: self.offset,
-            ids: &ids.storage,
-            ids_offset: ids.offset,
-            out: &out.storage,
-            out_offset: out.offset,
-        };
-        embedding::gather(&self.gpu, &buffers, tokens as u64, vocab as u64, dim as u64)?;
+        let (table, ids_elements) = (self.elements()?, ids.elements()?);
+        let (vocab_u64, dim_u64) = (vocab as u64, dim as u64);
+        embedding::gather(
+            &self.gpu,
+            out.elements()?,
+            table,
+            ids_elements,
+            vocab_u64,
+            dim_u64,
+        )?;
         if !recording {
             return Ok(out);
         }
@@ -244,17 +238,7 @@ impl Tensor {
 
 /// `out = dropout(x)` with `seed` (also the backward: `dx = dropout(dy)` with the same mask).
 pub(crate) fn dropout_raw(x: &Tensor, out: &Tensor, p: f32, seed: u64) -> Result<()> {
-    let len = x.numel() as u64;
-    dropout::dropout(
-        &x.gpu,
-        &out.storage,
-        out.offset,
-        &x.storage,
-        x.offset,
-        len,
-        p,
-        seed,
-    )?;
+    dropout::dropout(&x.gpu, out.elements()?, x.elements()?, p, seed)?;
     Ok(())
 }
 
@@ -269,21 +253,20 @@ pub(crate) fn dropout_grad(g: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
 pub(crate) fn softmax_grad(g: &Tensor, saved: &[Tensor], cols: usize, log: bool) -> Result<Tensor> {
     let y = saved.first().ok_or_else(|| missing_saved("softmax"))?;
     let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "softmax grad")?;
-    let buffers = softmax::SoftmaxBackwardBuffers {
-        y: &y.storage,
-        y_offset: y.offset,
-        dy: &g.storage,
-        dy_offset: g.offset,
-        dx: &dx.storage,
-        dx_offset: dx.offset,
-    };
     let rows = (g.numel() / cols.max(1)) as u64;
     let launch = if log {
         softmax::log_softmax_backward
     } else {
         softmax::softmax_backward
     };
-    launch(&g.gpu, &buffers, rows, cols as u64)?;
+    launch(
+        &g.gpu,
+        dx.elements()?,
+        y.elements()?,
+        g.elements()?,
+        rows,
+        cols as u64,
+    )?;
     Ok(dx)
 }
 
@@ -304,24 +287,20 @@ pub(crate) fn cross_entropy_grad(
         Category::Temporary,
         "cross_entropy grad",
     )?;
-    let buffers = cross_entropy::CrossEntropyBackwardBuffers {
-        logits: &logits.storage,
-        logits_offset: logits.offset,
-        targets: &targets.storage,
-        targets_offset: targets.offset,
-        dloss: &g.storage,
-        dloss_offset: g.offset,
-        dlogits: &dx.storage,
-        dlogits_offset: dx.offset,
+    let dims = CrossEntropyDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        smoothing,
     };
+    // `g` is the gradient of the mean: one value, broadcast to every row.
     let scale = 1.0 / rows.max(1) as f32;
     cross_entropy::backward(
         &g.gpu,
-        &buffers,
-        rows as u64,
-        cols as u64,
-        smoothing,
-        LossGradient::Broadcast,
+        &dims,
+        dx.elements()?,
+        logits.elements()?,
+        targets.elements()?,
+        g.elements()?,
         scale,
     )?;
     Ok(dx)
@@ -341,25 +320,23 @@ pub(crate) fn layer_norm_grads(
     let dx = Tensor::empty(&g.gpu, &x.shape, t, "layer_norm grad")?;
     let dgamma = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
     let dbeta = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
-    let buffers = layer_norm::LayerNormGradBuffers {
-        x: &x.storage,
-        x_offset: x.offset,
-        gamma: &gamma.storage,
-        gamma_offset: gamma.offset,
-        mean: &mean.storage,
-        mean_offset: mean.offset,
-        rstd: &rstd.storage,
-        rstd_offset: rstd.offset,
-        dy: &g.storage,
-        dy_offset: g.offset,
-        dx: &dx.storage,
-        dx_offset: dx.offset,
-        dgamma: &dgamma.storage,
-        dgamma_offset: dgamma.offset,
-        dbeta: &dbeta.storage,
-        dbeta_offset: dbeta.offset,
+    let dims = LayerNormDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        eps: 0.0,
     };
-    layer_norm::backward(&g.gpu, &buffers, rows as u64, cols as u64)?;
+    layer_norm::backward(
+        &g.gpu,
+        &dims,
+        [dx.elements()?, dgamma.elements()?, dbeta.elements()?],
+        [
+            x.elements()?,
+            gamma.elements()?,
+            mean.elements()?,
+            rstd.elements()?,
+        ],
+        g.elements()?,
+    )?;
     Ok([dx, dgamma, dbeta])
 }
 
@@ -372,15 +349,14 @@ pub(crate) fn embedding_grad(
 ) -> Result<Tensor> {
     let ids = saved.first().ok_or_else(|| missing_saved("embedding"))?;
     let dtable = Tensor::empty(&g.gpu, &[vocab, dim], Category::Temporary, "embedding grad")?;
-    let buffers = embedding::ScatterAddBuffers {
-        dy: &g.storage,
-        dy_offset: g.offset,
-        ids: &ids.storage,
-        ids_offset: ids.offset,
-        dtable: &dtable.storage,
-        dtable_offset: dtable.offset,
-    };
-    let tokens = ids.numel() as u64;
-    embedding::scatter_add(&g.gpu, &buffers, tokens, vocab as u64, dim as u64)?;
+    let (dy, ids) = (g.elements()?, ids.elements()?);
+    embedding::scatter_add(
+        &g.gpu,
+        dtable.elements()?,
+        dy,
+        ids,
+        vocab as u64,
+        dim as u64,
+    )?;
     Ok(dtable)
 }

@@ -50,13 +50,12 @@ fn reduce_axes(x: &Tensor, axes: &[usize], kind: Kind, category: Category) -> Re
     let gpu = &x.gpu;
     if axes.len() == x.rank() {
         let out = Tensor::empty(gpu, &[], category, name)?;
-        let len = x.numel() as u64;
         let launch = if kind == Kind::Sum {
             reduce::sum_all
         } else {
             reduce::mean_all
         };
-        launch(gpu, &out.storage, out.offset, &x.storage, x.offset, len)?;
+        launch(gpu, out.elements()?, x.elements()?)?;
         return Ok(out);
     }
     let mut current = x.clone();
@@ -72,15 +71,7 @@ fn reduce_axes(x: &Tensor, axes: &[usize], kind: Kind, category: Category) -> Re
         } else {
             reduce::mean_axis
         };
-        launch(
-            gpu,
-            &next.storage,
-            next.offset,
-            &current.storage,
-            current.offset,
-            &shape,
-            axis,
-        )?;
+        launch(gpu, next.elements()?, current.elements()?, &shape, axis)?;
         current = next;
     }
     Ok(current)
@@ -135,14 +126,12 @@ impl Tensor {
         let out = Tensor::empty(&self.gpu, &kept, output_category(recording), "max")?;
         let category = output_category(recording);
         let indices = Tensor::empty_typed(&self.gpu, &kept, DType::U32, category, "max indices")?;
+        let (values, positions) = (out.elements()?, indices.elements()?);
         reduce::max_axis(
             &self.gpu,
-            &out.storage,
-            out.offset,
-            &indices.storage,
-            indices.offset,
-            &self.storage,
-            self.offset,
+            values,
+            positions,
+            self.elements()?,
             &self.shape,
             axis,
         )?;
@@ -181,17 +170,8 @@ pub(crate) fn max_grad(
         .first()
         .ok_or_else(|| crate::ops::elementwise::missing_saved("max"))?;
     let dx = Tensor::empty(&g.gpu, input, Category::Temporary, "max grad")?;
-    reduce::max_backward(
-        &g.gpu,
-        &dx.storage,
-        dx.offset,
-        &g.storage,
-        g.offset,
-        &indices.storage,
-        indices.offset,
-        input,
-        axis,
-    )?;
+    let (dy, indices) = (g.elements()?, indices.elements()?);
+    reduce::max_backward(&g.gpu, dx.elements()?, dy, indices, input, axis)?;
     debug_assert_eq!(numel(input), dx.numel());
     Ok(dx)
 }

@@ -38,15 +38,9 @@ pub(crate) fn gather(
     } else {
         (to_u32(shape), to_u32(strides))
     };
-    copy::strided_copy(
-        &x.gpu,
-        &x.storage,
-        x.offset + offset as u64,
-        &shape32,
-        &strides32,
-        &out.storage,
-        out.offset,
-    )?;
+    let source = x.elements()?;
+    let source = source.slice(offset as u64, source.len().saturating_sub(offset as u64))?;
+    copy::strided_copy(&x.gpu, out.elements()?, source, &shape32, &strides32)?;
     Ok(out)
 }
 
@@ -233,15 +227,11 @@ pub(crate) fn concat_raw(tensors: &[&Tensor], axis: usize, category: Category) -
         let piece_shape = [n as u32, outer as u32, inner as u32];
         let piece_strides = [inner as u32, (n * inner) as u32, 1];
         if n * outer * inner > 0 {
-            copy::strided_copy(
-                &t.gpu,
-                &t.storage,
-                t.offset,
-                &piece_shape,
-                &piece_strides,
-                &front.storage,
-                front.offset + (at * outer * inner) as u64,
-            )?;
+            let piece = (n * outer * inner) as u64;
+            let dst = front
+                .elements()?
+                .slice((at * outer * inner) as u64, piece)?;
+            copy::strided_copy(&t.gpu, dst, t.elements()?, &piece_shape, &piece_strides)?;
         }
         at += n;
     }

@@ -4,9 +4,9 @@
 //! The forward is checked against the same reference on the way.
 
 use plimsoll_autograd::{Result, Tensor};
+use plimsoll_kernels_wgsl::kernels::binary::Broadcast;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::reference;
-use plimsoll_kernels_wgsl::reference::binary::Broadcast;
 use proptest::prelude::*;
 
 use crate::common::{assert_close, gpu, param, values};
@@ -114,7 +114,7 @@ fn broadcast64(
 }
 
 fn strides(shape: &[usize]) -> Vec<usize> {
-    reference::binary::contiguous_strides(shape)
+    plimsoll_kernels_wgsl::kernels::binary::contiguous_strides(shape)
 }
 
 fn permute64(x: &[f64], shape: &[usize], perm: &[usize]) -> Vec<f64> {

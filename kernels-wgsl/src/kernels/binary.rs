@@ -8,13 +8,126 @@
 //! broadcast operand is the output-shaped gradient summed down with
 //! [`crate::kernels::reduce::sum_to_shape`].
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
 use crate::pipeline::{Kernel, RuntimeChecks};
-use crate::recorder::Dispatch;
-pub use crate::reference::binary::{BinaryOp, Broadcast};
+use crate::slice::DeviceSlice;
+
+/// A binary op; [`BinaryOp::shader_code`] is the value of the `OP` override in `shaders/binary.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// `max(a, b)`, NaN if either is NaN
+    Max,
+    /// `min(a, b)`, NaN if either is NaN
+    Min,
+}
+
+impl BinaryOp {
+    /// Every op, in shader-code order.
+    pub const ALL: [BinaryOp; 6] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+    ];
+
+    /// The value of the WGSL `override OP: u32` in `shaders/binary.wgsl`.
+    pub fn shader_code(self) -> u32 {
+        self as u32
+    }
+}
+
+/// Row-major (C-contiguous) element strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![0; shape.len()];
+    let mut step = 1;
+    for d in (0..shape.len()).rev() {
+        strides[d] = step;
+        step *= shape[d];
+    }
+    strides
+}
+
+/// A numpy broadcast of two operands: the output shape and, per output dimension, each
+/// operand's element stride (0 where that operand is broadcast along the dimension).
+/// These are exactly the `shape`/`a_strides`/`b_strides` fields of the WGSL `Params`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Broadcast {
+    /// Output shape, outermost first; its rank is the larger operand rank.
+    pub out_shape: Vec<usize>,
+    /// Stride of `a` per output dimension; 0 where `a` has extent 1 or lacks the dimension.
+    pub a_strides: Vec<usize>,
+    /// Stride of `b` per output dimension; 0 where `b` has extent 1 or lacks the dimension.
+    pub b_strides: Vec<usize>,
+}
+
+impl Broadcast {
+    /// Broadcasts contiguous operands of shapes `a_shape` and `b_shape` (numpy rules: align
+    /// the trailing dimensions; extents must be equal or 1). `None` if they are incompatible.
+    pub fn new(a_shape: &[usize], b_shape: &[usize]) -> Option<Broadcast> {
+        let rank = a_shape.len().max(b_shape.len());
+        // Left-pad both shapes with 1s to the output rank.
+        let pad = |s: &[usize]| -> Vec<usize> {
+            let mut p = vec![1; rank - s.len()];
+            p.extend_from_slice(s);
+            p
+        };
+        let (a, b) = (pad(a_shape), pad(b_shape));
+        let (a_contig, b_contig) = (contiguous_strides(&a), contiguous_strides(&b));
+        let mut out_shape = Vec::with_capacity(rank);
+        let mut a_strides = Vec::with_capacity(rank);
+        let mut b_strides = Vec::with_capacity(rank);
+        for d in 0..rank {
+            let extent = match (a[d], b[d]) {
+                (x, y) if x == y => x,
+                (1, y) => y,
+                (x, 1) => x,
+                _ => return None,
+            };
+            out_shape.push(extent);
+            a_strides.push(if a[d] == 1 { 0 } else { a_contig[d] });
+            b_strides.push(if b[d] == 1 { 0 } else { b_contig[d] });
+        }
+        Some(Broadcast {
+            out_shape,
+            a_strides,
+            b_strides,
+        })
+    }
+
+    /// Number of output elements.
+    pub fn len(&self) -> usize {
+        self.out_shape.iter().product()
+    }
+
+    /// Whether the output has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element offsets into `a` and `b` of flat output index `i`.
+    pub fn operand_offsets(&self, i: usize) -> (usize, usize) {
+        let (mut rest, mut oa, mut ob) = (i, 0, 0);
+        for d in (0..self.out_shape.len()).rev() {
+            let idx = rest % self.out_shape[d];
+            rest /= self.out_shape[d];
+            oa += idx * self.a_strides[d];
+            ob += idx * self.b_strides[d];
+        }
+        (oa, ob)
+    }
+}
 
 /// Most output dimensions a broadcast takes (the shader's `shape_lo`/`shape_hi`).
 pub const MAX_RANK: usize = 8;
@@ -124,154 +237,146 @@ fn elements(shape: &[usize]) -> u64 {
     shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
 }
 
-/// Records `out[out_offset + i] = a[a_offset + ia] op b[b_offset + ib]` over the numpy broadcast of
-/// `a_shape` and `b_shape` (row-major, contiguous operands); `out` receives
-/// `Broadcast::new(a_shape, b_shape).len()` elements. Errors on incompatible shapes, rank > 8, or
-/// ranges outside the buffers.
-#[allow(clippy::too_many_arguments)]
-pub fn broadcast(
-    gpu: &Gpu,
-    op: BinaryOp,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    a: &DeviceBuffer,
-    a_offset: u64,
-    a_shape: &[usize],
-    b: &DeviceBuffer,
-    b_offset: u64,
-    b_shape: &[usize],
-) -> Result<()> {
-    let shape = broadcast_shapes("binary", a_shape, b_shape)?;
-    let len = elements(&shape.out_shape);
-    check_range("binary", "out", out, out_offset, len)?;
-    check_range("binary", "a", a, a_offset, elements(a_shape))?;
-    check_range("binary", "b", b, b_offset, elements(b_shape))?;
-    if len == 0 {
-        return Ok(());
-    }
-    let params = Params {
-        a_offset: segment_index(a, a_offset),
-        b_offset: segment_index(b, b_offset),
-        out_offset: segment_index(out, out_offset),
-        ..shaped_params(&shape)
-    };
-    gpu.dispatch(Dispatch {
-        kernel: &BROADCAST,
-        overrides: &overrides(op),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[a, b, out],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+/// What a broadcast launch computes: the op and the shapes of its two contiguous, row-major
+/// operands (the output shape is their numpy broadcast).
+#[derive(Debug, Clone, Copy)]
+pub struct BinaryDims<'a> {
+    /// The op.
+    pub op: BinaryOp,
+    /// Shape of `a`.
+    pub a_shape: &'a [usize],
+    /// Shape of `b`.
+    pub b_shape: &'a [usize],
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Checks `a` and `b` against their shapes and returns the broadcast and its element count.
+fn checked(
+    op: &'static str,
+    dims: &BinaryDims<'_>,
+    a: DeviceSlice<'_>,
+    b: DeviceSlice<'_>,
+) -> Result<(Broadcast, u64)> {
+    let shape = broadcast_shapes(op, dims.a_shape, dims.b_shape)?;
+    a.expect_len(op, "a", elements(dims.a_shape))?;
+    b.expect_len(op, "b", elements(dims.b_shape))?;
+    let len = elements(&shape.out_shape);
+    Ok((shape, len))
+}
+
+/// Records `out[i] = a[ia] op b[ib]` over the numpy broadcast of `dims`' shapes; `out` holds
+/// the broadcast's elements. Errors on incompatible shapes, rank > 8, or slice lengths that do
+/// not match the shapes.
+pub fn broadcast(
+    gpu: &Gpu,
+    dims: &BinaryDims<'_>,
+    out: DeviceSlice<'_>,
+    a: DeviceSlice<'_>,
+    b: DeviceSlice<'_>,
+) -> Result<()> {
+    let (shape, len) = checked("binary", dims, a, b)?;
+    out.expect_len("binary", "out", len)?;
+    let params = Params {
+        a_offset: a.index(),
+        b_offset: b.index(),
+        out_offset: out.index(),
+        ..shaped_params(&shape)
+    };
+    let overrides = overrides(dims.op);
+    launch_1d(
+        gpu,
+        &BROADCAST,
+        &overrides,
+        &params,
+        &[a, b, out],
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
+}
+
 fn scalar(
     gpu: &Gpu,
     kernel: &Kernel,
     op: BinaryOp,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    a: &DeviceBuffer,
-    a_offset: u64,
-    len: u64,
+    out: DeviceSlice<'_>,
+    a: DeviceSlice<'_>,
     scalar: f32,
 ) -> Result<()> {
-    check_range("binary", "out", out, out_offset, len)?;
-    check_range("binary", "a", a, a_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+    let len = same_len("binary", &[("out", out), ("a", a)])?;
     let params = Params {
         n: len as u32,
         scalar,
-        a_offset: segment_index(a, a_offset),
-        y_offset: segment_index(out, out_offset),
+        a_offset: a.index(),
+        y_offset: out.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
+    launch_1d(
+        gpu,
         kernel,
-        overrides: &overrides(op),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[a, out],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+        &overrides(op),
+        &params,
+        &[a, out],
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records `out[out_offset + i] = a[a_offset + i] op s` for `i < len` (in place allowed).
-#[allow(clippy::too_many_arguments)]
+/// Records `out[i] = a[i] op s` for every element (the lengths must match; in place allowed).
 pub fn scalar_rhs(
     gpu: &Gpu,
     op: BinaryOp,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    a: &DeviceBuffer,
-    a_offset: u64,
-    len: u64,
+    out: DeviceSlice<'_>,
+    a: DeviceSlice<'_>,
     s: f32,
 ) -> Result<()> {
-    scalar(gpu, &SCALAR_RHS, op, out, out_offset, a, a_offset, len, s)
+    scalar(gpu, &SCALAR_RHS, op, out, a, s)
 }
 
-/// Records `out[out_offset + i] = s op a[a_offset + i]` for `i < len` (in place allowed).
-#[allow(clippy::too_many_arguments)]
+/// Records `out[i] = s op a[i]` for every element (the lengths must match; in place allowed).
 pub fn scalar_lhs(
     gpu: &Gpu,
     op: BinaryOp,
-    out: &DeviceBuffer,
-    out_offset: u64,
+    out: DeviceSlice<'_>,
     s: f32,
-    a: &DeviceBuffer,
-    a_offset: u64,
-    len: u64,
+    a: DeviceSlice<'_>,
 ) -> Result<()> {
-    scalar(gpu, &SCALAR_LHS, op, out, out_offset, a, a_offset, len, s)
+    scalar(gpu, &SCALAR_LHS, op, out, a, s)
 }
 
 /// Records the backward of [`broadcast`] at the *output* shape: for each output element `i`,
-/// `da[da_offset + i] = dy[dy_offset + i] * d(a op b)/da` and likewise `db`, evaluated at the
-/// operands of element `i`. `da`, `db` and `dy` all hold `Broadcast::new(a_shape, b_shape).len()`
-/// elements; sum each down to its operand's shape with [`crate::kernels::reduce::sum_to_shape`].
-/// max/min give `dy` to the winner and `dy / 2` to each side on a tie.
-#[allow(clippy::too_many_arguments)]
+/// `da[i] = dy[i] * d(a op b)/da` and likewise `db`, evaluated at the operands of element `i`.
+/// `da`, `db` and `dy` all hold the broadcast's elements; sum each down to its operand's shape
+/// with [`crate::kernels::reduce::sum_to_shape`]. max/min give `dy` to the winner and `dy / 2` to
+/// each side on a tie.
 pub fn backward(
     gpu: &Gpu,
-    op: BinaryOp,
-    da: &DeviceBuffer,
-    da_offset: u64,
-    db: &DeviceBuffer,
-    db_offset: u64,
-    a: &DeviceBuffer,
-    a_offset: u64,
-    a_shape: &[usize],
-    b: &DeviceBuffer,
-    b_offset: u64,
-    b_shape: &[usize],
-    dy: &DeviceBuffer,
-    dy_offset: u64,
+    dims: &BinaryDims<'_>,
+    da: DeviceSlice<'_>,
+    db: DeviceSlice<'_>,
+    a: DeviceSlice<'_>,
+    b: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
 ) -> Result<()> {
-    let shape = broadcast_shapes("binary_backward", a_shape, b_shape)?;
-    let len = elements(&shape.out_shape);
-    check_range("binary_backward", "da", da, da_offset, len)?;
-    check_range("binary_backward", "db", db, db_offset, len)?;
-    check_range("binary_backward", "dy", dy, dy_offset, len)?;
-    check_range("binary_backward", "a", a, a_offset, elements(a_shape))?;
-    check_range("binary_backward", "b", b, b_offset, elements(b_shape))?;
-    if len == 0 {
-        return Ok(());
-    }
+    let op = "binary_backward";
+    let (shape, len) = checked(op, dims, a, b)?;
+    same_len(op, &[("dy", dy), ("da", da), ("db", db)])?;
+    dy.expect_len(op, "dy", len)?;
     let params = Params {
-        a_offset: segment_index(a, a_offset),
-        b_offset: segment_index(b, b_offset),
-        dy_offset: segment_index(dy, dy_offset),
-        da_offset: segment_index(da, da_offset),
-        db_offset: segment_index(db, db_offset),
+        a_offset: a.index(),
+        b_offset: b.index(),
+        dy_offset: dy.index(),
+        da_offset: da.index(),
+        db_offset: db.index(),
         ..shaped_params(&shape)
     };
-    gpu.dispatch(Dispatch {
-        kernel: &BACKWARD,
-        overrides: &overrides(op),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[a, b, dy, da, db],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    let overrides = overrides(dims.op);
+    let buffers = [a, b, dy, da, db];
+    launch_1d(
+        gpu,
+        &BACKWARD,
+        &overrides,
+        &params,
+        &buffers,
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }

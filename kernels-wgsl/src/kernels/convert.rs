@@ -3,12 +3,11 @@
 //! back. Overflow becomes ±inf and NaN stays NaN, so the `nonfinite` check still sees them.
 //! Shader: `shaders/convert.wgsl`; reference: [`crate::reference::convert`].
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, RuntimeChecks};
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// The `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32).
 pub const F32_TO_F16: Kernel = Kernel {
@@ -40,83 +39,43 @@ pub fn f16_words(len: u64) -> u64 {
     len.div_ceil(2)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Records `kernel` over `len` halves: one invocation per u32 word.
 fn convert(
     gpu: &Gpu,
     kernel: &Kernel,
-    dst: &DeviceBuffer,
-    dst_offset: u64,
-    dst_len: u64,
-    src: &DeviceBuffer,
-    src_offset: u64,
-    src_len: u64,
+    dst: DeviceSlice<'_>,
+    src: DeviceSlice<'_>,
     len: u64,
 ) -> Result<()> {
-    check_range(kernel.entry, "dst", dst, dst_offset, dst_len)?;
-    check_range(kernel.entry, "src", src, src_offset, src_len)?;
-    if len == 0 {
-        return Ok(());
-    }
     let params = Params {
         n: len as u32,
-        src_offset: segment_index(src, src_offset),
-        dst_offset: segment_index(dst, dst_offset),
+        src_offset: src.index(),
+        dst_offset: dst.index(),
         _pad0: 0,
     };
-    gpu.dispatch(Dispatch {
+    launch_1d(
+        gpu,
         kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[src, dst],
-        // One invocation per u32 word.
-        workgroups: grid_1d(gpu, f16_words(len), ELEMENTWISE_WORKGROUP)?,
-    })
+        &[],
+        &params,
+        &[src, dst],
+        f16_words(len),
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records `words[words_offset ..+ ceil(len / 2)] = pack_f16(x[x_offset ..+ len])` (round to
+/// Records `words = pack_f16(x)`: `words` holds `ceil(x.len() / 2)` u32 words (round to
 /// nearest; |x| >= 65520 gives ±inf; NaN gives 0x7e00). Devices may flush f16 subnormals to 0.
-pub fn f32_to_f16(
-    gpu: &Gpu,
-    words: &DeviceBuffer,
-    words_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
-) -> Result<()> {
-    let kernel = &F32_TO_F16;
-    convert(
-        gpu,
-        kernel,
-        words,
-        words_offset,
-        f16_words(len),
-        x,
-        x_offset,
-        len,
-        len,
-    )
+pub fn f32_to_f16(gpu: &Gpu, words: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    let len = x.len();
+    words.expect_len("f32_to_f16", "words", f16_words(len))?;
+    convert(gpu, &F32_TO_F16, words, x, len)
 }
 
-/// Records `out[out_offset ..+ len] = unpack_f16(words[words_offset ..+ ceil(len / 2)], len)`
+/// Records `out = unpack_f16(words, out.len())`: `words` holds `ceil(out.len() / 2)` u32 words
 /// (exact for normal halves).
-pub fn f16_to_f32(
-    gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    words: &DeviceBuffer,
-    words_offset: u64,
-    len: u64,
-) -> Result<()> {
-    let kernel = &F16_TO_F32;
-    convert(
-        gpu,
-        kernel,
-        out,
-        out_offset,
-        len,
-        words,
-        words_offset,
-        f16_words(len),
-        len,
-    )
+pub fn f16_to_f32(gpu: &Gpu, out: DeviceSlice<'_>, words: DeviceSlice<'_>) -> Result<()> {
+    let len = out.len();
+    words.expect_len("f16_to_f32", "words", f16_words(len))?;
+    convert(gpu, &F16_TO_F32, out, words, len)
 }

@@ -2,12 +2,11 @@
 //! slicing). Both copy 4-byte words, so they serve f32 and u32 data. Shader: `shaders/copy.wgsl`;
 //! reference: [`crate::reference::copy`].
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
 use crate::pipeline::{Kernel, RuntimeChecks};
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// Most dimensions `strided_copy` takes.
 pub const MAX_RANK: usize = 6;
@@ -39,47 +38,37 @@ struct Params {
     src_strides: [u32; 8],
 }
 
-/// Records `dst[dst_offset + i] = src[src_offset + i]` for `i < len`. `src` and `dst` may be the
-/// same buffer if the ranges do not overlap.
-pub fn copy(
-    gpu: &Gpu,
-    src: &DeviceBuffer,
-    src_offset: u64,
-    dst: &DeviceBuffer,
-    dst_offset: u64,
-    len: u64,
-) -> Result<()> {
-    check_range("copy", "src", src, src_offset, len)?;
-    check_range("copy", "dst", dst, dst_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+/// Records `dst[i] = src[i]` for every element (the lengths must match). `src` and `dst` may lie
+/// in the same buffer if they do not overlap.
+pub fn copy(gpu: &Gpu, dst: DeviceSlice<'_>, src: DeviceSlice<'_>) -> Result<()> {
+    let len = same_len("copy", &[("dst", dst), ("src", src)])?;
     let params = Params {
         len: len as u32,
-        src_offset: segment_index(src, src_offset),
-        dst_offset: segment_index(dst, dst_offset),
+        src_offset: src.index(),
+        dst_offset: dst.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &COPY,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[src, dst],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &COPY,
+        &[],
+        &params,
+        &[src, dst],
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records the gather `dst[dst_offset + i] = src[src_offset + Σ_d coord_d(i) * src_strides[d]]`,
-/// `coord(i)` being `i` unravelled row-major over `shape`; writes `shape.iter().product()`
-/// elements. Transposing a row-major (R, C) matrix: `shape = [C, R]`, `src_strides = [1, C]`.
+/// Records the gather `dst[i] = src[Σ_d coord_d(i) * src_strides[d]]`, `coord(i)` being `i`
+/// unravelled row-major over `shape`; `dst` holds `shape.iter().product()` elements and `src`
+/// at least the highest element read plus one. Transposing a row-major (R, C) matrix:
+/// `shape = [C, R]`, `src_strides = [1, C]`.
 pub fn strided_copy(
     gpu: &Gpu,
-    src: &DeviceBuffer,
-    src_offset: u64,
+    dst: DeviceSlice<'_>,
+    src: DeviceSlice<'_>,
     shape: &[u32],
     src_strides: &[u32],
-    dst: &DeviceBuffer,
-    dst_offset: u64,
 ) -> Result<()> {
     let invalid = |message: String| Error::InvalidArgument {
         op: "strided_copy",
@@ -91,31 +80,33 @@ pub fn strided_copy(
         )));
     }
     let len: u64 = shape.iter().map(|&s| u64::from(s)).product();
-    check_range("strided_copy", "dst", dst, dst_offset, len)?;
+    dst.expect_len("strided_copy", "dst", len)?;
     if len == 0 {
         return Ok(());
     }
-    // Highest source element read, relative to src_offset.
+    // Highest source element read, relative to the start of `src`.
     let span: u64 = shape
         .iter()
         .zip(src_strides)
         .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
         .sum();
-    check_range("strided_copy", "src", src, src_offset, span + 1)?;
+    src.expect_at_least("strided_copy", "src", span + 1)?;
     let mut params = Params {
         rank: shape.len() as u32,
         len: len as u32,
-        src_offset: segment_index(src, src_offset),
-        dst_offset: segment_index(dst, dst_offset),
+        src_offset: src.index(),
+        dst_offset: dst.index(),
         ..Params::default()
     };
     params.shape[..shape.len()].copy_from_slice(shape);
     params.src_strides[..shape.len()].copy_from_slice(src_strides);
-    gpu.dispatch(Dispatch {
-        kernel: &STRIDED_COPY,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[src, dst],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &STRIDED_COPY,
+        &[],
+        &params,
+        &[src, dst],
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }

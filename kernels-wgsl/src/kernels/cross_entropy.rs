@@ -6,12 +6,11 @@
 //! need a read-back that stalls the batch. A target `>= cols` makes that row's loss and all its
 //! `dlogits` NaN (the shader never reads out of bounds); the `nonfinite` check reports it.
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, check_range, grid_1d, loop_passes, segment_index};
+use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
 use crate::pipeline::Kernel;
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// Workgroup size of both entry points (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
@@ -58,63 +57,30 @@ struct Params {
     _pad1: u32,
 }
 
-/// The buffers of [`forward`], each from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct CrossEntropyForwardBuffers<'a> {
-    /// `[rows, cols]` f32 logits.
-    pub logits: &'a DeviceBuffer,
-    /// Element offset of `logits`.
-    pub logits_offset: u64,
-    /// `[rows]` u32 class indices.
-    pub targets: &'a DeviceBuffer,
-    /// Element offset of `targets`.
-    pub targets_offset: u64,
-    /// `[rows]` f32 per-row losses, written.
-    pub losses: &'a DeviceBuffer,
-    /// Element offset of `losses`.
-    pub losses_offset: u64,
+/// The shape and smoothing of a cross-entropy launch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CrossEntropyDims {
+    /// Rows (samples).
+    pub rows: u64,
+    /// Classes.
+    pub cols: u64,
+    /// Label smoothing `eps` in `[0, 1]` (PyTorch's `label_smoothing`).
+    pub smoothing: f32,
 }
 
-/// What the loss gradient `dloss` of [`backward`] holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LossGradient {
-    /// One value (the gradient of a reduced loss, e.g. 1.0 from `backward()`), used for every row.
-    Broadcast,
-    /// `[rows]` values, one per row loss.
-    PerRow,
-}
-
-/// The buffers of [`backward`], each from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct CrossEntropyBackwardBuffers<'a> {
-    /// `[rows, cols]` f32 logits (the forward's input).
-    pub logits: &'a DeviceBuffer,
-    /// Element offset of `logits`.
-    pub logits_offset: u64,
-    /// `[rows]` u32 class indices.
-    pub targets: &'a DeviceBuffer,
-    /// Element offset of `targets`.
-    pub targets_offset: u64,
-    /// f32 gradient of the loss: 1 or `[rows]` values, see [`LossGradient`].
-    pub dloss: &'a DeviceBuffer,
-    /// Element offset of `dloss`.
-    pub dloss_offset: u64,
-    /// `[rows, cols]` f32 gradient of the logits, written (=).
-    pub dlogits: &'a DeviceBuffer,
-    /// Element offset of `dlogits`.
-    pub dlogits_offset: u64,
-}
-
-/// Checks the dimensions and the ranges shared by both entry points; returns `rows * cols`.
+/// Checks the dimensions and the slices shared by both entry points; returns `rows * cols`.
 fn check_common(
     gpu: &Gpu,
     op: &'static str,
-    logits: (&DeviceBuffer, u64),
-    targets: (&DeviceBuffer, u64),
-    rows: u64,
-    cols: u64,
-    smoothing: f32,
+    dims: &CrossEntropyDims,
+    logits: DeviceSlice<'_>,
+    targets: DeviceSlice<'_>,
 ) -> Result<u64> {
+    let CrossEntropyDims {
+        rows,
+        cols,
+        smoothing,
+    } = *dims;
     let invalid = |message: String| Error::InvalidArgument { op, message };
     if rows > 0 && cols == 0 {
         return Err(invalid(format!(
@@ -132,101 +98,96 @@ fn check_common(
     if rows > 0 {
         check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
     }
-    check_range(op, "logits", logits.0, logits.1, len)?;
-    check_range(op, "targets", targets.0, targets.1, rows)?;
+    logits.expect_len(op, "logits", len)?;
+    targets.expect_len(op, "targets", rows)?;
     Ok(len)
 }
 
 /// Records `losses[r] = (1 - eps)(lse_r - x[r, t_r]) + eps (lse_r - mean_j x[r, j])` for the
-/// `[rows, cols]` logits, `eps = smoothing` in `[0, 1]` (PyTorch's `label_smoothing`). Per-row
+/// `[rows, cols]` f32 `logits` and `[rows]` u32 `targets`, into `[rows]` f32 `losses`. Per-row
 /// losses: a mean loss is a reduction on top. An out-of-range target gives NaN (module docs).
 pub fn forward(
     gpu: &Gpu,
-    b: &CrossEntropyForwardBuffers<'_>,
-    rows: u64,
-    cols: u64,
-    smoothing: f32,
+    dims: &CrossEntropyDims,
+    losses: DeviceSlice<'_>,
+    logits: DeviceSlice<'_>,
+    targets: DeviceSlice<'_>,
 ) -> Result<()> {
     let op = "cross_entropy::forward";
-    let len = check_common(
-        gpu,
-        op,
-        (b.logits, b.logits_offset),
-        (b.targets, b.targets_offset),
-        rows,
-        cols,
-        smoothing,
-    )?;
-    check_range(op, "losses", b.losses, b.losses_offset, rows)?;
-    if len == 0 {
-        return Ok(());
-    }
+    let len = check_common(gpu, op, dims, logits, targets)?;
+    losses.expect_len(op, "losses", dims.rows)?;
     let params = Params {
-        rows: rows as u32,
-        cols: cols as u32,
-        smoothing,
-        logits_offset: segment_index(b.logits, b.logits_offset),
-        targets_offset: segment_index(b.targets, b.targets_offset),
-        losses_offset: segment_index(b.losses, b.losses_offset),
+        rows: dims.rows as u32,
+        cols: dims.cols as u32,
+        smoothing: dims.smoothing,
+        logits_offset: logits.index(),
+        targets_offset: targets.index(),
+        losses_offset: losses.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &FORWARD,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.logits, b.targets, b.losses],
-        workgroups: grid_1d(gpu, rows, ROW_WORKGROUP)?,
-    })
+    let buffers = [logits, targets, losses];
+    launch_1d(
+        gpu,
+        &FORWARD,
+        &[],
+        &params,
+        &buffers,
+        dims.rows.min(len),
+        ROW_WORKGROUP,
+    )
 }
 
 /// Records `dlogits[r, j] = (softmax(x_r)_j - q_j) * dloss[r or 0] * scale`, with
-/// `q = (1 - eps) onehot(t_r) + eps / cols`. `scale` is `1 / rows` for a mean reduction of the
-/// loss, 1 for a sum. An out-of-range target gives a row of NaN (module docs).
+/// `q = (1 - eps) onehot(t_r) + eps / cols`. `dloss` holds one value (the gradient of a reduced
+/// loss, used for every row) or `rows` values (one per row loss). `scale` is `1 / rows` for a
+/// mean reduction of the loss, 1 for a sum. An out-of-range target gives a row of NaN (module
+/// docs).
 pub fn backward(
     gpu: &Gpu,
-    b: &CrossEntropyBackwardBuffers<'_>,
-    rows: u64,
-    cols: u64,
-    smoothing: f32,
-    dloss: LossGradient,
+    dims: &CrossEntropyDims,
+    dlogits: DeviceSlice<'_>,
+    logits: DeviceSlice<'_>,
+    targets: DeviceSlice<'_>,
+    dloss: DeviceSlice<'_>,
     scale: f32,
 ) -> Result<()> {
     let op = "cross_entropy::backward";
-    let len = check_common(
-        gpu,
-        op,
-        (b.logits, b.logits_offset),
-        (b.targets, b.targets_offset),
-        rows,
-        cols,
-        smoothing,
-    )?;
-    let (dloss_len, dloss_stride) = match dloss {
-        LossGradient::Broadcast => (1, 0),
-        LossGradient::PerRow => (rows, 1),
+    let len = check_common(gpu, op, dims, logits, targets)?;
+    let dloss_stride = match dloss.len() {
+        n if n == dims.rows => 1,
+        1 => 0,
+        n => {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "dloss: {n} elements given ({dloss:?}); 1 (a reduced loss) or rows = {} \
+                     (per-row losses) needed",
+                    dims.rows
+                ),
+            });
+        }
     };
-    check_range(op, "dloss", b.dloss, b.dloss_offset, dloss_len)?;
-    check_range(op, "dlogits", b.dlogits, b.dlogits_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+    dlogits.expect_len(op, "dlogits", len)?;
     let params = Params {
-        rows: rows as u32,
-        cols: cols as u32,
+        rows: dims.rows as u32,
+        cols: dims.cols as u32,
         dloss_stride,
-        smoothing,
+        smoothing: dims.smoothing,
         scale,
-        logits_offset: segment_index(b.logits, b.logits_offset),
-        targets_offset: segment_index(b.targets, b.targets_offset),
-        dloss_offset: segment_index(b.dloss, b.dloss_offset),
-        dlogits_offset: segment_index(b.dlogits, b.dlogits_offset),
+        logits_offset: logits.index(),
+        targets_offset: targets.index(),
+        dloss_offset: dloss.index(),
+        dlogits_offset: dlogits.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &BACKWARD,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.logits, b.targets, b.dloss, b.dlogits],
-        workgroups: grid_1d(gpu, rows, ROW_WORKGROUP)?,
-    })
+    let buffers = [logits, targets, dloss, dlogits];
+    launch_1d(
+        gpu,
+        &BACKWARD,
+        &[],
+        &params,
+        &buffers,
+        dims.rows.min(len),
+        ROW_WORKGROUP,
+    )
 }

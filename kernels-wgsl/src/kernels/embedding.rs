@@ -8,14 +8,11 @@
 //! matching tokens in ascending order, no float atomics) and costs `vocab * dim * tokens`
 //! compares: fine for the vocabularies here.
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{
-    ELEMENTWISE_WORKGROUP, check_loop_limit, check_range, grid_1d, loop_passes, segment_index,
-};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, loop_passes};
 use crate::pipeline::Kernel;
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// The `gather` entry point.
 pub const GATHER: Kernel = Kernel {
@@ -54,40 +51,6 @@ struct Params {
     _pad1: u32,
 }
 
-/// The buffers of [`gather`], each from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct GatherBuffers<'a> {
-    /// `[vocab, dim]` f32 table.
-    pub table: &'a DeviceBuffer,
-    /// Element offset of `table`.
-    pub table_offset: u64,
-    /// `[tokens]` u32 ids.
-    pub ids: &'a DeviceBuffer,
-    /// Element offset of `ids`.
-    pub ids_offset: u64,
-    /// `[tokens, dim]` f32 output, written.
-    pub out: &'a DeviceBuffer,
-    /// Element offset of `out`.
-    pub out_offset: u64,
-}
-
-/// The buffers of [`scatter_add`], each from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct ScatterAddBuffers<'a> {
-    /// `[tokens, dim]` f32 gradient of the gathered rows.
-    pub dy: &'a DeviceBuffer,
-    /// Element offset of `dy`.
-    pub dy_offset: u64,
-    /// `[tokens]` u32 ids.
-    pub ids: &'a DeviceBuffer,
-    /// Element offset of `ids`.
-    pub ids_offset: u64,
-    /// `[vocab, dim]` f32 gradient of the table, written (=), 0 where no id refers.
-    pub dtable: &'a DeviceBuffer,
-    /// Element offset of `dtable`.
-    pub dtable_offset: u64,
-}
-
 /// `a * b`, or an error naming `op` and `what` when it overflows.
 fn product(op: &'static str, what: &str, a: u64, b: u64) -> Result<u64> {
     a.checked_mul(b).ok_or_else(|| Error::InvalidArgument {
@@ -96,72 +59,80 @@ fn product(op: &'static str, what: &str, a: u64, b: u64) -> Result<u64> {
     })
 }
 
-/// Records `out[t, j] = table[ids[t], j]` for `t < tokens`, `j < dim`; NaN for an id `>= vocab`.
-pub fn gather(gpu: &Gpu, b: &GatherBuffers<'_>, tokens: u64, vocab: u64, dim: u64) -> Result<()> {
+/// Records `out[t, j] = table[ids[t], j]` for every `t` of the u32 `ids` and `j < dim`, from the
+/// `[vocab, dim]` f32 `table` into the `[tokens, dim]` f32 `out`; NaN for an id `>= vocab`.
+pub fn gather(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    table: DeviceSlice<'_>,
+    ids: DeviceSlice<'_>,
+    vocab: u64,
+    dim: u64,
+) -> Result<()> {
     let op = "embedding::gather";
-    let table_len = product(op, "vocab * dim", vocab, dim)?;
+    let tokens = ids.len();
+    table.expect_len(op, "table", product(op, "vocab * dim", vocab, dim)?)?;
     let out_len = product(op, "tokens * dim", tokens, dim)?;
-    check_range(op, "table", b.table, b.table_offset, table_len)?;
-    check_range(op, "ids", b.ids, b.ids_offset, tokens)?;
-    check_range(op, "out", b.out, b.out_offset, out_len)?;
-    if out_len == 0 {
-        return Ok(());
-    }
+    out.expect_len(op, "out", out_len)?;
     let params = Params {
         tokens: tokens as u32,
         dim: dim as u32,
-        // dim > 0 here, so vocab <= table_len: every size fits in u32 like the bound ranges.
+        // dim > 0 when anything runs, so vocab <= the table's length: it fits in u32.
         vocab: vocab as u32,
-        src_offset: segment_index(b.table, b.table_offset),
-        ids_offset: segment_index(b.ids, b.ids_offset),
-        dst_offset: segment_index(b.out, b.out_offset),
+        src_offset: table.index(),
+        ids_offset: ids.index(),
+        dst_offset: out.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &GATHER,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.table, b.ids, b.out],
-        workgroups: grid_1d(gpu, out_len, ELEMENTWISE_WORKGROUP)?,
-    })
+    let buffers = [table, ids, out];
+    launch_1d(
+        gpu,
+        &GATHER,
+        &[],
+        &params,
+        &buffers,
+        out_len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records `dtable[v, j] = sum_{t < tokens, ids[t] == v} dy[t, j]` for every `v < vocab`,
-/// `j < dim` (written, 0 for rows no id refers to).
+/// Records `dtable[v, j] = sum_{t, ids[t] == v} dy[t, j]` for every `v < vocab`, `j < dim`, from
+/// the `[tokens, dim]` f32 `dy` and the `[tokens]` u32 `ids` into the `[vocab, dim]` f32
+/// `dtable` (written, 0 for rows no id refers to).
 pub fn scatter_add(
     gpu: &Gpu,
-    b: &ScatterAddBuffers<'_>,
-    tokens: u64,
+    dtable: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
+    ids: DeviceSlice<'_>,
     vocab: u64,
     dim: u64,
 ) -> Result<()> {
     let op = "embedding::scatter_add";
+    let tokens = ids.len();
     let table_len = product(op, "vocab * dim", vocab, dim)?;
-    let dy_len = product(op, "tokens * dim", tokens, dim)?;
     if table_len > 0 {
         check_loop_limit(gpu, op, "tokens", tokens, loop_iterations)?;
     }
-    check_range(op, "dy", b.dy, b.dy_offset, dy_len)?;
-    check_range(op, "ids", b.ids, b.ids_offset, tokens)?;
-    check_range(op, "dtable", b.dtable, b.dtable_offset, table_len)?;
-    if table_len == 0 {
-        return Ok(());
-    }
+    dy.expect_len(op, "dy", product(op, "tokens * dim", tokens, dim)?)?;
+    dtable.expect_len(op, "dtable", table_len)?;
     let params = Params {
-        // dim > 0 here, so tokens <= dy_len: every size fits in u32 like the bound ranges.
+        // dim > 0 when anything runs, so tokens <= dy's length: it fits in u32.
         tokens: tokens as u32,
         dim: dim as u32,
         vocab: vocab as u32,
-        src_offset: segment_index(b.dy, b.dy_offset),
-        ids_offset: segment_index(b.ids, b.ids_offset),
-        dst_offset: segment_index(b.dtable, b.dtable_offset),
+        src_offset: dy.index(),
+        ids_offset: ids.index(),
+        dst_offset: dtable.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &SCATTER_ADD,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.dy, b.ids, b.dtable],
-        workgroups: grid_1d(gpu, table_len, ELEMENTWISE_WORKGROUP)?,
-    })
+    let buffers = [dy, ids, dtable];
+    launch_1d(
+        gpu,
+        &SCATTER_ADD,
+        &[],
+        &params,
+        &buffers,
+        table_len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }

@@ -1,12 +1,11 @@
 //! `fill`: set a range of a buffer to a constant. Shader: `shaders/fill.wgsl`;
 //! reference: [`crate::reference::fill`].
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, RuntimeChecks};
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// The `fill` entry point.
 pub const KERNEL: Kernel = Kernel {
@@ -27,28 +26,26 @@ struct Params {
     _pad: u32,
 }
 
-/// Records `out[offset..offset + len] = value` (f32).
-pub fn fill(gpu: &Gpu, out: &DeviceBuffer, offset: u64, len: u64, value: f32) -> Result<()> {
-    fill_u32(gpu, out, offset, len, value.to_bits())
+/// Records `out[i] = value` for every element of `out` (f32).
+pub fn fill(gpu: &Gpu, out: DeviceSlice<'_>, value: f32) -> Result<()> {
+    fill_u32(gpu, out, value.to_bits())
 }
 
-/// Records `out[offset..offset + len] = value` (u32 words: indices, targets, packed f16).
-pub fn fill_u32(gpu: &Gpu, out: &DeviceBuffer, offset: u64, len: u64, value: u32) -> Result<()> {
-    check_range("fill", "out", out, offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+/// Records `out[i] = value` for every element of `out` (u32 words: indices, targets, packed f16).
+pub fn fill_u32(gpu: &Gpu, out: DeviceSlice<'_>, value: u32) -> Result<()> {
     let params = Params {
-        offset: segment_index(out, offset),
-        len: len as u32,
+        offset: out.index(),
+        len: out.len() as u32,
         value_bits: value,
         _pad: 0,
     };
-    gpu.dispatch(Dispatch {
-        kernel: &KERNEL,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[out],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &KERNEL,
+        &[],
+        &params,
+        &[out],
+        out.len(),
+        ELEMENTWISE_WORKGROUP,
+    )
 }

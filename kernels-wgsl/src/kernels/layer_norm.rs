@@ -7,12 +7,11 @@
 //! per column, looping over the rows in order: deterministic, no atomics). All gradients are
 //! written (=), not accumulated.
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, check_range, grid_1d, loop_passes, segment_index};
+use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
 use crate::pipeline::Kernel;
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// Workgroup size of every entry point (`@workgroup_size(64)`: each invocation loops over a whole
 /// row or column).
@@ -52,6 +51,17 @@ pub const fn column_loop_iterations(rows: u64) -> u64 {
     loop_passes(rows)
 }
 
+/// The shape of a layer-norm launch: `rows` rows of `cols` columns, normalised with `eps`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerNormDims {
+    /// Rows (every axis but the last).
+    pub rows: u64,
+    /// Length of the last axis.
+    pub cols: u64,
+    /// Added to the variance (PyTorch's default is 1e-5; unused by the backward).
+    pub eps: f32,
+}
+
 /// Mirrors `Params` in `layer_norm.wgsl` (shared by the three entry points).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -74,173 +84,141 @@ struct Params {
     _pad2: u32,
 }
 
-/// The buffers of [`forward`], each from its element offset (all f32).
-#[derive(Debug, Clone, Copy)]
-pub struct LayerNormBuffers<'a> {
-    /// `[rows, cols]` input.
-    pub x: &'a DeviceBuffer,
-    /// Element offset of `x`.
-    pub x_offset: u64,
-    /// `[cols]` scale.
-    pub gamma: &'a DeviceBuffer,
-    /// Element offset of `gamma`.
-    pub gamma_offset: u64,
-    /// `[cols]` shift.
-    pub beta: &'a DeviceBuffer,
-    /// Element offset of `beta`.
-    pub beta_offset: u64,
-    /// `[rows, cols]` output, written.
-    pub y: &'a DeviceBuffer,
-    /// Element offset of `y`.
-    pub y_offset: u64,
-    /// `[rows]` row means, written (saved for the backward).
-    pub mean: &'a DeviceBuffer,
-    /// Element offset of `mean`.
-    pub mean_offset: u64,
-    /// `[rows]` `1/sqrt(var + eps)`, written (saved for the backward).
-    pub rstd: &'a DeviceBuffer,
-    /// Element offset of `rstd`.
-    pub rstd_offset: u64,
-}
-
-/// The buffers of [`backward`], each from its element offset (all f32).
-#[derive(Debug, Clone, Copy)]
-pub struct LayerNormGradBuffers<'a> {
-    /// `[rows, cols]` forward input.
-    pub x: &'a DeviceBuffer,
-    /// Element offset of `x`.
-    pub x_offset: u64,
-    /// `[cols]` scale.
-    pub gamma: &'a DeviceBuffer,
-    /// Element offset of `gamma`.
-    pub gamma_offset: u64,
-    /// `[rows]` row means saved by [`forward`].
-    pub mean: &'a DeviceBuffer,
-    /// Element offset of `mean`.
-    pub mean_offset: u64,
-    /// `[rows]` `rstd` saved by [`forward`].
-    pub rstd: &'a DeviceBuffer,
-    /// Element offset of `rstd`.
-    pub rstd_offset: u64,
-    /// `[rows, cols]` gradient of the output.
-    pub dy: &'a DeviceBuffer,
-    /// Element offset of `dy`.
-    pub dy_offset: u64,
-    /// `[rows, cols]` gradient of `x`, written (=).
-    pub dx: &'a DeviceBuffer,
-    /// Element offset of `dx`.
-    pub dx_offset: u64,
-    /// `[cols]` gradient of `gamma`, written (=).
-    pub dgamma: &'a DeviceBuffer,
-    /// Element offset of `dgamma`.
-    pub dgamma_offset: u64,
-    /// `[cols]` gradient of `beta`, written (=).
-    pub dbeta: &'a DeviceBuffer,
-    /// Element offset of `dbeta`.
-    pub dbeta_offset: u64,
-}
-
-/// Checks the dimensions; returns `rows * cols`.
-fn matrix_len(op: &'static str, rows: u64, cols: u64) -> Result<u64> {
+/// Checks the dimensions and the loop limits; returns `rows * cols`.
+fn matrix_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64, backward: bool) -> Result<u64> {
     let invalid = |message: String| Error::InvalidArgument { op, message };
     if rows > 0 && cols == 0 {
         return Err(invalid(format!(
             "{rows} rows of 0 columns: a row's mean and variance need at least one column"
         )));
     }
-    rows.checked_mul(cols)
-        .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))
-}
-
-/// Records `y = (x - mean_r) * rstd_r * gamma + beta` per row of the `[rows, cols]` input, and
-/// writes `mean`, `rstd` (`rstd_r = 1/sqrt(var_r + eps)`, biased variance).
-pub fn forward(gpu: &Gpu, b: &LayerNormBuffers<'_>, rows: u64, cols: u64, eps: f32) -> Result<()> {
-    let op = "layer_norm::forward";
-    let len = matrix_len(op, rows, cols)?;
+    let len = rows
+        .checked_mul(cols)
+        .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
     if rows > 0 {
         check_loop_limit(gpu, op, "cols", cols, row_loop_iterations)?;
     }
-    check_range(op, "x", b.x, b.x_offset, len)?;
-    check_range(op, "gamma", b.gamma, b.gamma_offset, cols)?;
-    check_range(op, "beta", b.beta, b.beta_offset, cols)?;
-    check_range(op, "y", b.y, b.y_offset, len)?;
-    check_range(op, "mean", b.mean, b.mean_offset, rows)?;
-    check_range(op, "rstd", b.rstd, b.rstd_offset, rows)?;
-    if len == 0 {
-        return Ok(());
+    if backward && cols > 0 {
+        check_loop_limit(gpu, op, "rows", rows, column_loop_iterations)?;
     }
+    Ok(len)
+}
+
+/// Checks that each slice holds `len` elements.
+fn expect_lens(op: &'static str, slices: &[(&str, DeviceSlice<'_>, u64)]) -> Result<()> {
+    slices
+        .iter()
+        .try_for_each(|(name, slice, len)| slice.expect_len(op, name, *len))
+}
+
+/// Records `y = (x - mean_r) * rstd_r * gamma + beta` per row of the `[rows, cols]` input `x`
+/// with `[cols]` `gamma`, `beta`, and writes the `[rows]` `mean` and `rstd`
+/// (`rstd_r = 1/sqrt(var_r + eps)`, biased variance), all f32.
+pub fn forward(
+    gpu: &Gpu,
+    dims: &LayerNormDims,
+    [y, mean, rstd]: [DeviceSlice<'_>; 3],
+    x: DeviceSlice<'_>,
+    gamma: DeviceSlice<'_>,
+    beta: DeviceSlice<'_>,
+) -> Result<()> {
+    let op = "layer_norm::forward";
+    let LayerNormDims { rows, cols, eps } = *dims;
+    let len = matrix_len(gpu, op, rows, cols, false)?;
+    expect_lens(
+        op,
+        &[
+            ("y", y, len),
+            ("mean", mean, rows),
+            ("rstd", rstd, rows),
+            ("x", x, len),
+            ("gamma", gamma, cols),
+            ("beta", beta, cols),
+        ],
+    )?;
     let params = Params {
         rows: rows as u32,
         cols: cols as u32,
         eps,
-        x_offset: segment_index(b.x, b.x_offset),
-        gamma_offset: segment_index(b.gamma, b.gamma_offset),
-        beta_offset: segment_index(b.beta, b.beta_offset),
-        y_offset: segment_index(b.y, b.y_offset),
-        mean_offset: segment_index(b.mean, b.mean_offset),
-        rstd_offset: segment_index(b.rstd, b.rstd_offset),
+        x_offset: x.index(),
+        gamma_offset: gamma.index(),
+        beta_offset: beta.index(),
+        y_offset: y.index(),
+        mean_offset: mean.index(),
+        rstd_offset: rstd.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &FORWARD,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.x, b.gamma, b.beta, b.y, b.mean, b.rstd],
-        workgroups: grid_1d(gpu, rows, WORKGROUP)?,
-    })
+    let buffers = [x, gamma, beta, y, mean, rstd];
+    launch_1d(
+        gpu,
+        &FORWARD,
+        &[],
+        &params,
+        &buffers,
+        rows.min(len),
+        WORKGROUP,
+    )
 }
 
 /// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
 /// `dx = rstd (g - mean_j g - xhat mean_j(g xhat))`, `dgamma = sum_r dy xhat`,
-/// `dbeta = sum_r dy` (two dispatches).
-pub fn backward(gpu: &Gpu, b: &LayerNormGradBuffers<'_>, rows: u64, cols: u64) -> Result<()> {
+/// `dbeta = sum_r dy` (two dispatches). `x`, `dy`, `dx` are `[rows, cols]`; `gamma`, `dgamma`,
+/// `dbeta` `[cols]`; `mean`, `rstd` the `[rows]` figures [`forward`] saved.
+pub fn backward(
+    gpu: &Gpu,
+    dims: &LayerNormDims,
+    [dx, dgamma, dbeta]: [DeviceSlice<'_>; 3],
+    [x, gamma, mean, rstd]: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
     let op = "layer_norm::backward";
-    let len = matrix_len(op, rows, cols)?;
-    if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, row_loop_iterations)?;
-    }
-    if cols > 0 {
-        check_loop_limit(gpu, op, "rows", rows, column_loop_iterations)?;
-    }
-    check_range(op, "x", b.x, b.x_offset, len)?;
-    check_range(op, "gamma", b.gamma, b.gamma_offset, cols)?;
-    check_range(op, "mean", b.mean, b.mean_offset, rows)?;
-    check_range(op, "rstd", b.rstd, b.rstd_offset, rows)?;
-    check_range(op, "dy", b.dy, b.dy_offset, len)?;
-    check_range(op, "dx", b.dx, b.dx_offset, len)?;
-    check_range(op, "dgamma", b.dgamma, b.dgamma_offset, cols)?;
-    check_range(op, "dbeta", b.dbeta, b.dbeta_offset, cols)?;
-    if cols == 0 {
-        return Ok(());
-    }
+    let LayerNormDims { rows, cols, .. } = *dims;
+    let len = matrix_len(gpu, op, rows, cols, true)?;
+    expect_lens(
+        op,
+        &[
+            ("dx", dx, len),
+            ("dgamma", dgamma, cols),
+            ("dbeta", dbeta, cols),
+            ("x", x, len),
+            ("gamma", gamma, cols),
+            ("mean", mean, rows),
+            ("rstd", rstd, rows),
+            ("dy", dy, len),
+        ],
+    )?;
     let params = Params {
         rows: rows as u32,
         cols: cols as u32,
-        x_offset: segment_index(b.x, b.x_offset),
-        gamma_offset: segment_index(b.gamma, b.gamma_offset),
-        mean_offset: segment_index(b.mean, b.mean_offset),
-        rstd_offset: segment_index(b.rstd, b.rstd_offset),
-        dy_offset: segment_index(b.dy, b.dy_offset),
-        dx_offset: segment_index(b.dx, b.dx_offset),
-        dgamma_offset: segment_index(b.dgamma, b.dgamma_offset),
-        dbeta_offset: segment_index(b.dbeta, b.dbeta_offset),
+        x_offset: x.index(),
+        gamma_offset: gamma.index(),
+        mean_offset: mean.index(),
+        rstd_offset: rstd.index(),
+        dy_offset: dy.index(),
+        dx_offset: dx.index(),
+        dgamma_offset: dgamma.index(),
+        dbeta_offset: dbeta.index(),
         ..Params::default()
     };
-    if rows > 0 {
-        gpu.dispatch(Dispatch {
-            kernel: &BACKWARD_INPUT,
-            overrides: &[],
-            params: bytemuck::bytes_of(&params),
-            buffers: &[b.x, b.gamma, b.mean, b.rstd, b.dy, b.dx],
-            workgroups: grid_1d(gpu, rows, WORKGROUP)?,
-        })?;
-    }
+    let buffers = [x, gamma, mean, rstd, dy, dx];
+    launch_1d(
+        gpu,
+        &BACKWARD_INPUT,
+        &[],
+        &params,
+        &buffers,
+        rows.min(len),
+        WORKGROUP,
+    )?;
     // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does.
-    gpu.dispatch(Dispatch {
-        kernel: &BACKWARD_PARAMS,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.x, b.mean, b.rstd, b.dy, b.dgamma, b.dbeta],
-        workgroups: grid_1d(gpu, cols, WORKGROUP)?,
-    })
+    let buffers = [x, mean, rstd, dy, dgamma, dbeta];
+    launch_1d(
+        gpu,
+        &BACKWARD_PARAMS,
+        &[],
+        &params,
+        &buffers,
+        cols,
+        WORKGROUP,
+    )
 }

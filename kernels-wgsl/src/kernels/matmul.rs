@@ -1,7 +1,7 @@
 //! `matmul`: batched `C[b] = alpha · op(A[b]) · op(B[b])` (or `C[b] +=` that), row-major, `op`
 //! the identity or a transpose per operand. Shader: `shaders/matmul.wgsl`; reference:
-//! [`crate::reference::matmul`]. Launcher and reference take the same [`MatmulDims`], whose
-//! offsets are element offsets into the `DeviceBuffer`s here and into the slices there.
+//! [`crate::reference::matmul`]. Launcher and reference take the same [`MatmulDims`]; each
+//! operand starts at the start of its slice (a [`DeviceSlice`] here, an `&[f32]` there).
 //!
 //! Two entry points ([`entry_point`] picks one): `main`, 16×16 outputs per invocation with `vec4`
 //! loads, for operands whose stored rows and offsets are multiples of 4 elements; `main_scalar`,
@@ -12,14 +12,93 @@
 //! GFLOP/s; MLP step: 213 against 219 ms), so [`matmul`] keeps wgpu's checks on; re-measure on
 //! a real GPU before switching.
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, check_range, segment_index};
+use crate::kernels::check_loop_limit;
 use crate::pipeline::{Kernel, RuntimeChecks};
 use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
-pub use crate::reference::matmul::MatmulDims;
+/// Shape, layout and options of one batched matmul, mirroring the shader's `Params` (the
+/// element offsets come from the slices).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MatmulDims {
+    /// Number of products in the batch (0 is allowed and does nothing).
+    pub batch: usize,
+    /// Rows of `op(A)` and of `C`.
+    pub m: usize,
+    /// Columns of `op(B)` and of `C`.
+    pub n: usize,
+    /// Inner dimension: columns of `op(A)`, rows of `op(B)`.
+    pub k: usize,
+    /// `true`: the stored A is `K×M` and is used transposed.
+    pub trans_a: bool,
+    /// `true`: the stored B is `N×K` and is used transposed.
+    pub trans_b: bool,
+    /// Elements between consecutive batches of A (0 = the same A for every batch).
+    pub batch_stride_a: usize,
+    /// Elements between consecutive batches of B (0 = the same B for every batch).
+    pub batch_stride_b: usize,
+    /// Elements between consecutive batches of C (normally `m * n`).
+    pub batch_stride_c: usize,
+    /// Scale applied to the product: `C = alpha · op(A)·op(B)` (1.0 for a plain matmul).
+    pub alpha: f32,
+    /// `true`: add into the existing C (`C += alpha · op(A)·op(B)`), e.g. gradient accumulation.
+    pub accumulate: bool,
+}
+
+impl MatmulDims {
+    /// A dense, non-transposed, non-accumulating batched matmul: contiguous batches
+    /// (`batch_stride_a = m*k`, `batch_stride_b = k*n`, `batch_stride_c = m*n`), `alpha = 1`.
+    pub fn dense(batch: usize, m: usize, n: usize, k: usize) -> Self {
+        Self {
+            batch,
+            m,
+            n,
+            k,
+            trans_a: false,
+            trans_b: false,
+            batch_stride_a: m * k,
+            batch_stride_b: k * n,
+            batch_stride_c: m * n,
+            alpha: 1.0,
+            accumulate: false,
+        }
+    }
+
+    /// Element index of logical `op(A)[i][l]` for batch `bi`.
+    pub(crate) fn a_index(&self, bi: usize, i: usize, l: usize) -> usize {
+        let base = bi * self.batch_stride_a;
+        if self.trans_a {
+            base + l * self.m + i
+        } else {
+            base + i * self.k + l
+        }
+    }
+
+    /// Element index of logical `op(B)[l][j]` for batch `bi`.
+    pub(crate) fn b_index(&self, bi: usize, l: usize, j: usize) -> usize {
+        let base = bi * self.batch_stride_b;
+        if self.trans_b {
+            base + j * self.k + l
+        } else {
+            base + l * self.n + j
+        }
+    }
+
+    /// Element index of `C[i][j]` for batch `bi`.
+    pub(crate) fn c_index(&self, bi: usize, i: usize, j: usize) -> usize {
+        bi * self.batch_stride_c + i * self.n + j
+    }
+
+    /// Number of elements an output slice must hold: one past the last element of C written.
+    pub fn c_len(&self) -> usize {
+        if self.batch == 0 || self.m == 0 || self.n == 0 {
+            return 0;
+        }
+        self.c_index(self.batch - 1, self.m - 1, self.n - 1) + 1
+    }
+}
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
 pub const MAIN: Kernel = Kernel {
@@ -75,9 +154,8 @@ pub enum MatmulEntry {
 ///   are multiples of 4;
 /// - `n` (C's row length) is a multiple of 4: `main` stores 4 columns at a time, guarded by the
 ///   first column only (the shader header omits this for `trans_b`, where B's rows are `k` long);
-/// - `offset_a`, `offset_b` and, when `batch > 1`, the batch strides of A and B are multiples of
-///   4 elements (the launcher also needs the buffers' segment offsets to be, which the 256-byte
-///   block alignment guarantees).
+/// - when `batch > 1`, the batch strides of A and B are multiples of 4 elements (the launcher
+///   also needs the slices' segment indices to be, see [`DeviceSlice::index`]).
 ///
 /// Otherwise [`MatmulEntry::MainScalar`].
 pub fn entry_point(dims: &MatmulDims) -> MatmulEntry {
@@ -88,7 +166,7 @@ pub fn entry_point(dims: &MatmulDims) -> MatmulEntry {
     } else {
         [0, 0]
     };
-    let all_multiples_of_4 = [a_row, b_row, dims.n, dims.offset_a, dims.offset_b]
+    let all_multiples_of_4 = [a_row, b_row, dims.n]
         .into_iter()
         .chain(strides)
         .all(|x| x.is_multiple_of(4));
@@ -116,28 +194,27 @@ pub fn loop_iterations(entry: MatmulEntry, trans_a: bool, trans_b: bool, k: u64)
 
 /// Records the batched matmul `dims` describes (module docs): for `b < batch`,
 /// `C[b] = alpha · op(A[b]) · op(B[b])`, or `C[b] += ..` with `dims.accumulate`, where batch `b`
-/// of A starts at element `offset_a + b · batch_stride_a` of `lhs` (likewise B in `rhs`, C in
-/// `out`), and a batch stride of 0 broadcasts that operand. Shapes: stored A is `m×k` (`k×m`
+/// of A starts at element `b · batch_stride_a` of `lhs` (likewise B in `rhs`, C in `out`), and a batch stride of 0 broadcasts that operand. Shapes: stored A is `m×k` (`k×m`
 /// with `trans_a`), stored B `k×n` (`n×k` with `trans_b`), C `m×n`. With `accumulate` off, C is
 /// only written, never read. Nothing is recorded when `batch`, `m` or `n` is 0; `k = 0` gives
 /// `C = 0` (or leaves C as it is when accumulating).
 ///
-/// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if C's elements lie
-/// outside the range each operand spans.
+/// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if the slices do not
+/// overlap.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if an operand's extent (`offset + (batch − 1) · stride +
-/// rows · cols`) does not fit its buffer, a figure does not fit the shader's `u32`, C's batches
+/// [`Error::InvalidArgument`] if an operand's extent (`(batch − 1) · stride + rows · cols`) does
+/// not fit its slice, a figure does not fit the shader's `u32`, C's batches
 /// overlap (`batch > 1` with `batch_stride_c < m · n`), C overlaps an operand, or the grid exceeds
 /// the device's workgroup limit; otherwise what [`Gpu::dispatch`] returns.
 pub fn matmul(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    lhs: &DeviceBuffer,
-    rhs: &DeviceBuffer,
     dims: &MatmulDims,
+    out: DeviceSlice<'_>,
+    lhs: DeviceSlice<'_>,
+    rhs: DeviceSlice<'_>,
 ) -> Result<()> {
-    launch(gpu, out, lhs, rhs, dims, [MAIN, MAIN_SCALAR])
+    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR])
 }
 
 /// [`matmul`] with a shader module created without wgpu's runtime checks (bounds checks, loop
@@ -146,26 +223,24 @@ pub fn matmul(
 /// For the benchmark's comparison; same arguments, results and errors as [`matmul`].
 pub fn matmul_unchecked(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    lhs: &DeviceBuffer,
-    rhs: &DeviceBuffer,
     dims: &MatmulDims,
+    out: DeviceSlice<'_>,
+    lhs: DeviceSlice<'_>,
+    rhs: DeviceSlice<'_>,
 ) -> Result<()> {
     let unchecked = |kernel: Kernel| Kernel {
         runtime_checks: RuntimeChecks::OFF_AUDITED,
         ..kernel
     };
     let kernels = [unchecked(MAIN), unchecked(MAIN_SCALAR)];
-    launch(gpu, out, lhs, rhs, dims, kernels)
+    launch(gpu, dims, [out, lhs, rhs], kernels)
 }
 
 /// Validates, picks the entry point and records the dispatch. `kernels` = `[main, main_scalar]`.
 fn launch(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    lhs: &DeviceBuffer,
-    rhs: &DeviceBuffer,
     dims: &MatmulDims,
+    [out, lhs, rhs]: [DeviceSlice<'_>; 3],
     kernels: [Kernel; 2],
 ) -> Result<()> {
     let invalid = |message: String| Error::InvalidArgument {
@@ -187,8 +262,7 @@ fn launch(
         to_u32("batch", d.batch)?,
     );
     // Before the range checks: the entry point depends only on `dims` and the segment offsets.
-    let segments_aligned =
-        lhs.offset_elements().is_multiple_of(4) && rhs.offset_elements().is_multiple_of(4);
+    let segments_aligned = lhs.index().is_multiple_of(4) && rhs.index().is_multiple_of(4);
     let entry = match entry_point(dims) {
         MatmulEntry::Main if segments_aligned => MatmulEntry::Main,
         _ => MatmulEntry::MainScalar,
@@ -198,22 +272,18 @@ fn launch(
     })?;
     let (a_rows, a_cols) = if dims.trans_a { (d.k, d.m) } else { (d.m, d.k) };
     let (b_rows, b_cols) = if dims.trans_b { (d.n, d.k) } else { (d.k, d.n) };
-    // (name, buffer, offset, batch stride, elements per batch)
+    // (name, slice, batch stride, elements per batch)
     let operands = [
-        ("lhs (A)", lhs, d.offset_a, d.stride_a, a_rows * a_cols),
-        ("rhs (B)", rhs, d.offset_b, d.stride_b, b_rows * b_cols),
-        ("out (C)", out, d.offset_c, d.stride_c, d.m * d.n),
+        ("lhs (A)", lhs, d.stride_a, a_rows * a_cols),
+        ("rhs (B)", rhs, d.stride_b, b_rows * b_cols),
+        ("out (C)", out, d.stride_c, d.m * d.n),
     ];
-    // Element ranges [start, end) in segment coordinates, for the overlap check below.
-    let mut spans = [(0u64, 0u64); 3];
-    for ((name, buffer, offset, stride, elements), span) in operands.into_iter().zip(&mut spans) {
+    for (name, slice, stride, elements) in operands {
         let extent = (d.batch - 1)
             .checked_mul(stride)
             .and_then(|x| x.checked_add(elements))
             .ok_or_else(|| invalid(format!("{name}: extent overflows u64 ({dims:?})")))?;
-        check_range("matmul", name, buffer, offset, extent)?;
-        let start = u64::from(buffer.offset_elements()) + offset;
-        *span = (start, start + extent);
+        slice.expect_at_least("matmul", name, extent)?;
     }
     if d.batch > 1 && d.stride_c < d.m * d.n {
         return Err(invalid(format!(
@@ -223,19 +293,17 @@ fn launch(
             d.batch
         )));
     }
-    for (name, buffer, span) in [("lhs (A)", lhs, spans[0]), ("rhs (B)", rhs, spans[1])] {
-        let (c_start, c_end) = spans[2];
-        if buffer.segment_uid == out.segment_uid && span.0 < c_end && c_start < span.1 {
+    for (name, operand) in [("lhs (A)", lhs), ("rhs (B)", rhs)] {
+        if out.overlaps(&operand) {
             return Err(invalid(format!(
-                "out (C) elements {c_start}..{c_end} overlap {name} elements {}..{} of the same \
-                 segment; write the product to a separate buffer",
-                span.0, span.1
+                "out (C) {out:?} overlaps {name} {operand:?} in the same segment; write the \
+                 product to a separate buffer"
             )));
         }
     }
-    // Every index the shader forms is below a span's end (in segment elements).
-    for (name, (_, end)) in ["lhs (A)", "rhs (B)", "out (C)"].into_iter().zip(spans) {
-        to_u32(name, end)?;
+    // Every index the shader forms is below a slice's end (in segment elements).
+    for (name, slice) in [("lhs (A)", lhs), ("rhs (B)", rhs), ("out (C)", out)] {
+        to_u32(name, u64::from(slice.index()) + slice.len())?;
     }
     let params = Params {
         m,
@@ -245,9 +313,9 @@ fn launch(
         stride_a: to_u32("batch_stride_a", d.stride_a)?,
         stride_b: to_u32("batch_stride_b", d.stride_b)?,
         stride_c: to_u32("batch_stride_c", d.stride_c)?,
-        offset_a: segment_index(lhs, d.offset_a),
-        offset_b: segment_index(rhs, d.offset_b),
-        offset_c: segment_index(out, d.offset_c),
+        offset_a: lhs.index(),
+        offset_b: rhs.index(),
+        offset_c: out.index(),
         flags: u32::from(dims.accumulate),
         alpha: dims.alpha,
     };
@@ -286,9 +354,6 @@ struct Dims64 {
     stride_a: u64,
     stride_b: u64,
     stride_c: u64,
-    offset_a: u64,
-    offset_b: u64,
-    offset_c: u64,
 }
 
 impl Dims64 {
@@ -302,9 +367,6 @@ impl Dims64 {
             stride_a: w(d.batch_stride_a),
             stride_b: w(d.batch_stride_b),
             stride_c: w(d.batch_stride_c),
-            offset_a: w(d.offset_a),
-            offset_b: w(d.offset_b),
-            offset_c: w(d.offset_c),
         }
     }
 }

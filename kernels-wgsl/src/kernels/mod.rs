@@ -17,8 +17,8 @@
 //!    ```
 //!    - Every storage binding is `read_write`, inputs included: tensors share segment buffers and
 //!      wgpu rejects one buffer bound read-only and read-write in one dispatch.
-//!    - Each binding is a whole *segment*, not the tensor: the launcher passes element offsets
-//!      (`buffer.offset_elements() + offset`) in `Params`, and the shader adds them.
+//!    - Each binding is a whole *segment*, not the tensor: the launcher passes each slice's
+//!      [`DeviceSlice::index`] in `Params` (`x_offset: x.index()`), and the shader adds it.
 //!    - Integer data (indices, targets) and packed f16 (`pack2x16float`) use `array<u32>`.
 //!    - Use `@workgroup_size(256)` for elementwise work and compute the index as
 //!      `let i = gid.x + gid.y * groups.x * 256u;` with `@builtin(num_workgroups) groups`, so
@@ -30,13 +30,18 @@
 //!      entry, storage_bindings, runtime_checks: RuntimeChecks::ON }` per entry point;
 //!    - a `#[repr(C)] #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)] struct Params`
 //!      matching the WGSL struct field for field (padding included);
-//!    - `pub fn <stem>(gpu: &Gpu, out: &DeviceBuffer, out_offset: u64, a: &DeviceBuffer,
-//!      a_offset: u64, len: u64, ...) -> Result<()>`: buffers, element offsets and explicit sizes,
-//!      never tensors. Check every range with [`check_range`] (an `Err`, not a panic), return `Ok`
-//!      early for empty work, then call [`Gpu::dispatch`] with the grid from [`grid_1d`].
-//!      Launchers only *record*; the caller flushes, waits and reads back.
+//!    - `pub fn <stem>(gpu: &Gpu, [description,] out: DeviceSlice, a: DeviceSlice, ...)
+//!      -> Result<()>`. One convention for every launcher: `gpu`, then what describes the
+//!      work where there is more than a scalar or two (an op, or a `<Stem>Dims` / `<Stem>Step`
+//!      struct of plain data, which the reference takes too), then one [`DeviceSlice`] per
+//!      buffer, **outputs first**, then inputs. A slice's range was checked when it was made
+//!      ([`crate::DeviceBuffer::slice`]); the launcher checks only that each slice's length is
+//!      what the op needs (`expect_len`, [`same_len`]) and never sees a tensor. Then
+//!      [`launch_1d`] (or [`Gpu::dispatch`] with a grid of its own), which records nothing for
+//!      empty work. Launchers only *record*; the caller flushes, waits and reads back.
 //!    - Add `pub mod <stem>;` below.
-//! 3. **Reference** `src/reference/<stem>.rs`: plain loops on `&[f32]`, same argument order.
+//! 3. **Reference** `src/reference/<stem>.rs`: plain loops on `&[f32]` (one `&[f32]` per slice,
+//!    starting where the slice starts), same argument order, accumulating in `f64`.
 //! 4. **Test** `tests/kernels/<stem>.rs` (add `mod <stem>;` to `tests/kernels/main.rs`):
 //!    ```ignore
 //!    use crate::common::{assert_close, gpu, Rng, DEADLINE};
@@ -85,9 +90,11 @@
 //! [`Error::LoopLimit`], never a truncated result. Loops bounded by constants (`binary`, `copy`:
 //! rank <= 8) need no check.
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
+use crate::pipeline::Kernel;
+use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 pub mod binary;
 pub mod convert;
@@ -124,32 +131,40 @@ pub fn grid_1d(gpu: &Gpu, len: u64, workgroup_size: u32) -> Result<[u32; 3]> {
     Ok([x as u32, y as u32, 1])
 }
 
-/// Checks that elements `offset..offset + len` lie inside `buffer`, for launcher `op`.
-pub fn check_range(
-    op: &'static str,
-    name: &str,
-    buffer: &DeviceBuffer,
-    offset: u64,
+/// Records `kernel` over `len` invocations in groups of `workgroup_size` ([`grid_1d`]), with
+/// `params` (the shader's `Params`, as a `#[repr(C)]` Pod struct) and `buffers` for bindings
+/// `1..=N`; records nothing when `len` is 0.
+pub fn launch_1d<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    overrides: &[(&str, f64)],
+    params: &P,
+    buffers: &[DeviceSlice<'_>],
     len: u64,
+    workgroup_size: u32,
 ) -> Result<()> {
-    match offset.checked_add(len) {
-        Some(end) if end <= buffer.len() => Ok(()),
-        _ => Err(Error::InvalidArgument {
-            op,
-            message: format!(
-                "{name}: elements {offset}..{} outside buffer {:?} of {} elements",
-                offset.saturating_add(len),
-                buffer.label(),
-                buffer.len()
-            ),
-        }),
+    if len == 0 {
+        return Ok(());
     }
+    gpu.dispatch(Dispatch {
+        kernel,
+        overrides,
+        params: bytemuck::bytes_of(params),
+        buffers,
+        workgroups: grid_1d(gpu, len, workgroup_size)?,
+    })
 }
 
-/// `buffer.offset_elements() + offset` as the `u32` a shader indexes with.
-pub fn segment_index(buffer: &DeviceBuffer, offset: u64) -> u32 {
-    // Segments are at most max_storage_buffer_binding_size bytes, so element indices fit in u32.
-    (u64::from(buffer.offset_elements()) + offset) as u32
+/// The common length of `slices` for launcher `op`, or [`Error::InvalidArgument`] naming the
+/// first slice whose length differs from the first one's.
+pub fn same_len(op: &'static str, slices: &[(&str, DeviceSlice<'_>)]) -> Result<u64> {
+    let Some((_, first)) = slices.first() else {
+        return Ok(0);
+    };
+    for (name, slice) in slices {
+        slice.expect_len(op, name, first.len())?;
+    }
+    Ok(first.len())
 }
 
 /// Elements per loop pass of the unrolled row and column loops (module docs).

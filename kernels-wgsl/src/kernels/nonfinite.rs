@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use plimsoll_allocator::Category;
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::fill::fill_u32;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, RuntimeChecks};
-use crate::recorder::Dispatch;
 pub use crate::reference::nonfinite::NO_INDEX;
+use crate::slice::DeviceSlice;
 
 /// Number of `u32` flag words: `[any, first_index]`.
 pub const FLAG_WORDS: u64 = 2;
@@ -41,85 +40,57 @@ struct Params {
     _pad0: u32,
 }
 
-/// Records `flags[flags_offset ..+ 2] = [0, NO_INDEX]` (nothing found yet).
-pub fn reset_flags(gpu: &Gpu, flags: &DeviceBuffer, flags_offset: u64) -> Result<()> {
-    check_range("nonfinite", "flags", flags, flags_offset, FLAG_WORDS)?;
-    fill_u32(gpu, flags, flags_offset, 1, 0)?;
-    fill_u32(gpu, flags, flags_offset + 1, 1, NO_INDEX)
+/// Records `flags = [0, NO_INDEX]` (nothing found yet); `flags` holds [`FLAG_WORDS`] words.
+pub fn reset_flags(gpu: &Gpu, flags: DeviceSlice<'_>) -> Result<()> {
+    flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
+    fill_u32(gpu, flags.slice(0, 1)?, 0)?;
+    fill_u32(gpu, flags.slice(1, 1)?, NO_INDEX)
 }
 
-/// Records a check of `x[x_offset ..+ len]` into flags that are *not* reset: `flags[0]` becomes 1
-/// if any element is NaN or ±inf, and `flags[1]` is lowered to the smallest such index (relative
-/// to `x_offset`; meaningful per tensor only when several ranges share the flags).
-pub fn accumulate(
-    gpu: &Gpu,
-    flags: &DeviceBuffer,
-    flags_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
-) -> Result<()> {
-    check_range("nonfinite", "flags", flags, flags_offset, FLAG_WORDS)?;
-    check_range("nonfinite", "x", x, x_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+/// Records a check of `x` into flags that are *not* reset: `flags[0]` becomes 1 if any element
+/// is NaN or ±inf, and `flags[1]` is lowered to the smallest such index (relative to the start
+/// of `x`; meaningful per tensor only when several slices share the flags).
+pub fn accumulate(gpu: &Gpu, flags: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
     let params = Params {
-        n: len as u32,
-        x_offset: segment_index(x, x_offset),
-        flags_offset: segment_index(flags, flags_offset),
+        n: x.len() as u32,
+        x_offset: x.index(),
+        flags_offset: flags.index(),
         _pad0: 0,
     };
-    gpu.dispatch(Dispatch {
-        kernel: &KERNEL,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[x, flags],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &KERNEL,
+        &[],
+        &params,
+        &[x, flags],
+        x.len(),
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records [`reset_flags`] then [`accumulate`]: afterwards `flags[flags_offset ..+ 2]` is
-/// `reference::nonfinite::flags(x[x_offset ..+ len])`.
-pub fn check(
-    gpu: &Gpu,
-    flags: &DeviceBuffer,
-    flags_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
-) -> Result<()> {
-    check_range("nonfinite", "x", x, x_offset, len)?;
-    reset_flags(gpu, flags, flags_offset)?;
-    accumulate(gpu, flags, flags_offset, x, x_offset, len)
+/// Records [`reset_flags`] then [`accumulate`]: afterwards `flags` is
+/// `reference::nonfinite::flags(x)`.
+pub fn check(gpu: &Gpu, flags: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    reset_flags(gpu, flags)?;
+    accumulate(gpu, flags, x)
 }
 
 /// Reads the two flag words (submitting the open batch and waiting within `deadline`): the first
-/// non-finite index, or `None` if the checked ranges were all finite.
-pub fn read_flags(
-    gpu: &Gpu,
-    flags: &DeviceBuffer,
-    flags_offset: u64,
-    deadline: Duration,
-) -> Result<Option<u64>> {
-    check_range("nonfinite", "flags", flags, flags_offset, FLAG_WORDS)?;
-    let words: Vec<u32> = gpu.read(flags, flags_offset, FLAG_WORDS, deadline)?;
+/// non-finite index, or `None` if the checked slices were all finite.
+pub fn read_flags(gpu: &Gpu, flags: DeviceSlice<'_>, deadline: Duration) -> Result<Option<u64>> {
+    flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
+    let words: Vec<u32> = gpu.read(flags.buffer(), flags.offset(), FLAG_WORDS, deadline)?;
     Ok(match words.as_slice() {
         [any, first] if *any != 0 => Some(u64::from(*first)),
         _ => None,
     })
 }
 
-/// Checks `x[x_offset ..+ len]` and waits for the answer: the first NaN or infinity's index
-/// (relative to `x_offset`), or `None`. Uses a two-word [`Category::Temporary`] flags buffer.
-pub fn first_nonfinite(
-    gpu: &Gpu,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
-    deadline: Duration,
-) -> Result<Option<u64>> {
+/// Checks `x` and waits for the answer: the first NaN or infinity's index (relative to the start
+/// of `x`), or `None`. Uses a two-word [`Category::Temporary`] flags buffer.
+pub fn first_nonfinite(gpu: &Gpu, x: DeviceSlice<'_>, deadline: Duration) -> Result<Option<u64>> {
     let flags = gpu.alloc_elements(FLAG_WORDS, Category::Temporary, "nonfinite flags")?;
-    check(gpu, &flags, 0, x, x_offset, len)?;
-    read_flags(gpu, &flags, 0, deadline)
+    check(gpu, flags.whole(), x)?;
+    read_flags(gpu, flags.whole(), deadline)
 }

@@ -1,17 +1,15 @@
 //! `optimizer`: fused, in-place [`sgd_step`] and [`adamw_step`] with PyTorch's semantics and
 //! operation order. Shader: `shaders/optimizer.wgsl`; reference: [`crate::reference::optimizer`].
 //!
-//! The f32 scalars come from the reference's [`SgdConfig::scalars`] and
-//! [`AdamWConfig::scalars`], so launcher and reference round the same f64 values the same way.
+//! The f32 scalars come from [`SgdConfig::scalars`] and [`AdamWConfig::scalars`], which the
+//! reference uses too, so launcher and reference round the same f64 values the same way.
 //! `grad_scale` multiplies the gradient first (mixed-precision unscale); pass 1 otherwise.
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
 use crate::pipeline::Kernel;
-use crate::recorder::Dispatch;
-use crate::reference::optimizer::{AdamWConfig, SgdConfig};
+use crate::slice::DeviceSlice;
 
 /// The `sgd` entry point.
 pub const SGD: Kernel = Kernel {
@@ -69,60 +67,142 @@ struct AdamWParams {
     _pad2: u32,
 }
 
-/// The buffers of [`sgd_step`], each `[len]` f32 from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct SgdBuffers<'a> {
-    /// Parameters, updated in place.
-    pub param: &'a DeviceBuffer,
-    /// Element offset of `param`.
-    pub param_offset: u64,
-    /// Gradient (read only).
-    pub grad: &'a DeviceBuffer,
-    /// Element offset of `grad`.
-    pub grad_offset: u64,
-    /// Momentum buffer, updated in place; required when `momentum != 0`, else ignored (`None`).
-    pub momentum_buf: Option<&'a DeviceBuffer>,
-    /// Element offset of `momentum_buf`.
-    pub momentum_buf_offset: u64,
+/// SGD hyper-parameters (PyTorch names).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor; 0 disables the momentum buffer entirely.
+    pub momentum: f64,
+    /// Dampening of the gradient added to the buffer (not applied on the first step).
+    pub dampening: f64,
+    /// L2 penalty added to the gradient: `g += weight_decay * p`.
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
 }
 
-/// The buffers of [`adamw_step`], each `[len]` f32 from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct AdamWBuffers<'a> {
-    /// Parameters, updated in place.
-    pub param: &'a DeviceBuffer,
-    /// Element offset of `param`.
-    pub param_offset: u64,
-    /// Gradient (read only).
-    pub grad: &'a DeviceBuffer,
-    /// Element offset of `grad`.
-    pub grad_offset: u64,
-    /// First moment `m`, updated in place (zeros before the first step).
-    pub exp_avg: &'a DeviceBuffer,
-    /// Element offset of `exp_avg`.
-    pub exp_avg_offset: u64,
-    /// Second moment `v`, updated in place (zeros before the first step).
-    pub exp_avg_sq: &'a DeviceBuffer,
-    /// Element offset of `exp_avg_sq`.
-    pub exp_avg_sq_offset: u64,
+/// The `f32` scalars of an SGD step, as the shader's `SgdParams` holds them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdScalars {
+    /// `lr`.
+    pub lr: f32,
+    /// `momentum`.
+    pub momentum: f32,
+    /// `1 - dampening` (computed in f64).
+    pub one_minus_dampening: f32,
+    /// `weight_decay`.
+    pub weight_decay: f32,
 }
 
-/// Records one SGD step on `len` elements (PyTorch's `torch.optim.SGD`):
+impl SgdConfig {
+    /// The scalars the launcher writes into `SgdParams`.
+    pub fn scalars(&self) -> SgdScalars {
+        SgdScalars {
+            lr: self.lr as f32,
+            momentum: self.momentum as f32,
+            one_minus_dampening: (1.0 - self.dampening) as f32,
+            weight_decay: self.weight_decay as f32,
+        }
+    }
+}
+
+/// AdamW hyper-parameters (PyTorch names).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Denominator term.
+    pub eps: f64,
+    /// Decoupled weight decay: `p *= 1 - lr * weight_decay`.
+    pub weight_decay: f64,
+}
+
+/// The `f32` scalars of one AdamW step at a given step number, as `AdamWParams` holds them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWScalars {
+    /// `1 - lr * weight_decay`.
+    pub decay_factor: f32,
+    /// `1 - beta1` (the lerp weight of the first moment).
+    pub one_minus_beta1: f32,
+    /// `beta2`.
+    pub beta2: f32,
+    /// `1 - beta2`.
+    pub one_minus_beta2: f32,
+    /// `lr / (1 - beta1^t)`.
+    pub step_size: f32,
+    /// `sqrt(1 - beta2^t)`.
+    pub bias_correction2_sqrt: f32,
+    /// `eps`.
+    pub eps: f32,
+}
+
+impl AdamWConfig {
+    /// Bias corrections `(1 - beta1^t, 1 - beta2^t)` for step `t >= 1`, in `f64`.
+    pub fn bias_corrections(&self, step: u64) -> (f64, f64) {
+        let t = step as f64;
+        (1.0 - self.beta1.powf(t), 1.0 - self.beta2.powf(t))
+    }
+
+    /// The scalars the launcher writes into `AdamWParams` for step `t >= 1` (1-based, as
+    /// PyTorch's `state["step"]` after its increment).
+    pub fn scalars(&self, step: u64) -> AdamWScalars {
+        let (bc1, bc2) = self.bias_corrections(step);
+        AdamWScalars {
+            decay_factor: (1.0 - self.lr * self.weight_decay) as f32,
+            one_minus_beta1: (1.0 - self.beta1) as f32,
+            beta2: self.beta2 as f32,
+            one_minus_beta2: (1.0 - self.beta2) as f32,
+            step_size: (self.lr / bc1) as f32,
+            bias_correction2_sqrt: bc2.sqrt() as f32,
+            eps: self.eps as f32,
+        }
+    }
+}
+
+/// One SGD launch: the hyper-parameters, whether it creates the momentum buffer, and the
+/// gradient's scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdStep {
+    /// Hyper-parameters.
+    pub config: SgdConfig,
+    /// True on the step that creates the momentum buffer (its contents are then ignored).
+    pub first_step: bool,
+    /// Multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`; 1 otherwise).
+    pub grad_scale: f32,
+}
+
+/// One AdamW launch: the hyper-parameters, the 1-based step number and the gradient's scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    /// Hyper-parameters.
+    pub config: AdamWConfig,
+    /// 1-based step (PyTorch's `state["step"]` after its increment).
+    pub step: u64,
+    /// Multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`; 1 otherwise).
+    pub grad_scale: f32,
+}
+
+/// Records one SGD step on `param` (PyTorch's `torch.optim.SGD`), all slices of one length:
 /// `g = grad*grad_scale + wd*p; buf = first_step ? g : momentum*buf + (1-dampening)*g;
 /// p -= lr * (nesterov ? g + momentum*buf : buf)` (`p -= lr*g` without momentum).
-/// `first_step` is true on the step that creates the momentum buffer (its contents are then
-/// ignored). Errors: a bad range, momentum without a buffer, or nesterov without
-/// `momentum > 0` and `dampening == 0` (as PyTorch refuses).
+/// `momentum_buf` is required when `momentum != 0`, else ignored. Errors: mismatched lengths,
+/// momentum without a buffer, or nesterov without `momentum > 0` and `dampening == 0` (as
+/// PyTorch refuses).
 pub fn sgd_step(
     gpu: &Gpu,
-    b: &SgdBuffers<'_>,
-    len: u64,
-    config: &SgdConfig,
-    first_step: bool,
-    grad_scale: f32,
+    step: &SgdStep,
+    param: DeviceSlice<'_>,
+    grad: DeviceSlice<'_>,
+    momentum_buf: Option<DeviceSlice<'_>>,
 ) -> Result<()> {
     let op = "optimizer::sgd_step";
     let invalid = |message: String| Error::InvalidArgument { op, message };
+    let config = &step.config;
     if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
         return Err(invalid(format!(
             "nesterov needs momentum > 0 and dampening = 0, got momentum {} dampening {}",
@@ -130,13 +210,12 @@ pub fn sgd_step(
         )));
     }
     let s = config.scalars();
-    check_range(op, "param", b.param, b.param_offset, len)?;
-    check_range(op, "grad", b.grad, b.grad_offset, len)?;
+    let len = same_len(op, &[("param", param), ("grad", grad)])?;
     // Without momentum the shader never touches binding 3: bind grad there.
-    let (momentum_buf, momentum_offset) = match b.momentum_buf {
+    let momentum_buf = match momentum_buf {
         Some(buf) => {
-            check_range(op, "momentum_buf", buf, b.momentum_buf_offset, len)?;
-            (buf, b.momentum_buf_offset)
+            buf.expect_len(op, "momentum_buf", len)?;
+            buf
         }
         None if s.momentum != 0.0 => {
             return Err(invalid(format!(
@@ -144,61 +223,62 @@ pub fn sgd_step(
                 config.momentum
             )));
         }
-        None => (b.grad, b.grad_offset),
+        None => grad,
     };
-    if len == 0 {
-        return Ok(());
-    }
     let params = SgdParams {
         n: len as u32,
         lr: s.lr,
         momentum: s.momentum,
         one_minus_dampening: s.one_minus_dampening,
         weight_decay: s.weight_decay,
-        grad_scale,
+        grad_scale: step.grad_scale,
         nesterov: u32::from(config.nesterov),
-        first_step: u32::from(first_step),
-        param_offset: segment_index(b.param, b.param_offset),
-        grad_offset: segment_index(b.grad, b.grad_offset),
-        momentum_offset: segment_index(momentum_buf, momentum_offset),
+        first_step: u32::from(step.first_step),
+        param_offset: param.index(),
+        grad_offset: grad.index(),
+        momentum_offset: momentum_buf.index(),
         _pad0: 0,
     };
-    gpu.dispatch(Dispatch {
-        kernel: &SGD,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.param, b.grad, momentum_buf],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    let buffers = [param, grad, momentum_buf];
+    launch_1d(
+        gpu,
+        &SGD,
+        &[],
+        &params,
+        &buffers,
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records one AdamW step on `len` elements (PyTorch's `torch.optim.AdamW`) at 1-based `step`
-/// (PyTorch's `state["step"]` after its increment): `p *= 1 - lr*wd; m += (1-b1)(g - m);
-/// v = b2 v + (1-b2) g^2; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)`, `g = grad*grad_scale`.
+/// Records one AdamW step on `param` (PyTorch's `torch.optim.AdamW`), all slices of one
+/// length: `p *= 1 - lr*wd; m += (1-b1)(g - m); v = b2 v + (1-b2) g^2;
+/// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)`, `g = grad*grad_scale`. The moments are zeros
+/// before the first step.
 pub fn adamw_step(
     gpu: &Gpu,
-    b: &AdamWBuffers<'_>,
-    len: u64,
-    config: &AdamWConfig,
-    step: u64,
-    grad_scale: f32,
+    step: &AdamWStep,
+    param: DeviceSlice<'_>,
+    grad: DeviceSlice<'_>,
+    exp_avg: DeviceSlice<'_>,
+    exp_avg_sq: DeviceSlice<'_>,
 ) -> Result<()> {
     let op = "optimizer::adamw_step";
-    if step == 0 {
+    if step.step == 0 {
         return Err(Error::InvalidArgument {
             op,
             message: "step is 1-based (the bias corrections divide by 1 - beta^step); got 0"
                 .to_string(),
         });
     }
-    check_range(op, "param", b.param, b.param_offset, len)?;
-    check_range(op, "grad", b.grad, b.grad_offset, len)?;
-    check_range(op, "exp_avg", b.exp_avg, b.exp_avg_offset, len)?;
-    check_range(op, "exp_avg_sq", b.exp_avg_sq, b.exp_avg_sq_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
-    let s = config.scalars(step);
+    let slices = [
+        ("param", param),
+        ("grad", grad),
+        ("exp_avg", exp_avg),
+        ("exp_avg_sq", exp_avg_sq),
+    ];
+    let len = same_len(op, &slices)?;
+    let s = step.config.scalars(step.step);
     let params = AdamWParams {
         n: len as u32,
         decay_factor: s.decay_factor,
@@ -208,18 +288,21 @@ pub fn adamw_step(
         step_size: s.step_size,
         bias_correction2_sqrt: s.bias_correction2_sqrt,
         eps: s.eps,
-        grad_scale,
-        param_offset: segment_index(b.param, b.param_offset),
-        grad_offset: segment_index(b.grad, b.grad_offset),
-        exp_avg_offset: segment_index(b.exp_avg, b.exp_avg_offset),
-        exp_avg_sq_offset: segment_index(b.exp_avg_sq, b.exp_avg_sq_offset),
+        grad_scale: step.grad_scale,
+        param_offset: param.index(),
+        grad_offset: grad.index(),
+        exp_avg_offset: exp_avg.index(),
+        exp_avg_sq_offset: exp_avg_sq.index(),
         ..AdamWParams::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &ADAMW,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.param, b.grad, b.exp_avg, b.exp_avg_sq],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    let buffers = [param, grad, exp_avg, exp_avg_sq];
+    launch_1d(
+        gpu,
+        &ADAMW,
+        &[],
+        &params,
+        &buffers,
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }

@@ -12,12 +12,49 @@ use plimsoll_allocator::Category;
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{
-    ELEMENTWISE_WORKGROUP, check_loop_limit, check_range, copy, grid_1d, segment_index,
-};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
 use crate::pipeline::{Kernel, RuntimeChecks};
 use crate::recorder::Dispatch;
-pub use crate::reference::reduce::AxisView;
+use crate::slice::DeviceSlice;
+
+/// A tensor seen as `[outer, axis_len, inner]`, row-major; the reduced axis is the middle one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisView {
+    /// Product of the dimensions before the axis.
+    pub outer: usize,
+    /// Extent of the reduced axis.
+    pub axis_len: usize,
+    /// Product of the dimensions after the axis.
+    pub inner: usize,
+}
+
+impl AxisView {
+    /// The view of a row-major tensor of `shape` reduced along `axis`; `None` if `axis` is out
+    /// of range.
+    pub fn of_shape(shape: &[usize], axis: usize) -> Option<AxisView> {
+        let axis_len = *shape.get(axis)?;
+        Some(AxisView {
+            outer: shape[..axis].iter().product(),
+            axis_len,
+            inner: shape[axis + 1..].iter().product(),
+        })
+    }
+
+    /// Number of input elements, `outer * axis_len * inner`.
+    pub fn input_len(&self) -> usize {
+        self.outer * self.axis_len * self.inner
+    }
+
+    /// Number of output elements, `outer * inner`.
+    pub fn output_len(&self) -> usize {
+        self.outer * self.inner
+    }
+
+    /// Input offset of `(o, k, i)`.
+    pub(crate) fn offset(&self, o: usize, k: usize, i: usize) -> usize {
+        (o * self.axis_len + k) * self.inner + i
+    }
+}
 
 /// Workgroup size of the `*_axis` entry points (`ROW_WG` in the shader): one invocation loops
 /// over a whole axis, so smaller groups keep several workgroups busy for small outputs.
@@ -159,186 +196,145 @@ fn check_axis_len(op: &'static str, view: AxisView) -> Result<()> {
 }
 
 /// `out[o, i] = reduce_k x[o, k, i]` with `kernel` (sum or mean) over a checked view.
-#[allow(clippy::too_many_arguments)]
 fn axis_reduction(
     gpu: &Gpu,
     op: &'static str,
     kernel: &Kernel,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     view: AxisView,
 ) -> Result<()> {
     check_axis_len(op, view)?;
     let count = view.output_len() as u64;
-    check_range(op, "out", out, out_offset, count)?;
-    check_range(op, "x", x, x_offset, view.input_len() as u64)?;
-    if count == 0 {
-        return Ok(());
-    }
+    out.expect_len(op, "out", count)?;
+    x.expect_len(op, "x", view.input_len() as u64)?;
     let params = Params {
-        src_offset: segment_index(x, x_offset),
-        dst_offset: segment_index(out, out_offset),
+        src_offset: x.index(),
+        dst_offset: out.index(),
         ..Params::of_view(view)
     };
-    gpu.dispatch(Dispatch {
-        kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[x, out],
-        workgroups: grid_1d(gpu, count, AXIS_WORKGROUP)?,
-    })
+    launch_1d(gpu, kernel, &[], &params, &[x, out], count, AXIS_WORKGROUP)
 }
 
-/// Records `out[out_offset ..]` (shape `shape` without `axis`, i.e. `[outer, inner]`) `= sum` of
-/// `x[x_offset ..]` (row-major `shape`) along `axis`. An empty axis gives zeros.
-#[allow(clippy::too_many_arguments)]
+/// Records `out` (shape `shape` without `axis`, i.e. `[outer, inner]`) `= sum` of `x`
+/// (row-major `shape`) along `axis`. An empty axis gives zeros.
 pub fn sum_axis(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     shape: &[usize],
     axis: usize,
 ) -> Result<()> {
     let view = view_of("sum_axis", shape, axis)?;
-    axis_reduction(
-        gpu, "sum_axis", &SUM_AXIS, out, out_offset, x, x_offset, view,
-    )
+    axis_reduction(gpu, "sum_axis", &SUM_AXIS, out, x, view)
 }
 
 /// Like [`sum_axis`], divided by the axis extent (an empty axis gives NaN, as 0/0).
-#[allow(clippy::too_many_arguments)]
 pub fn mean_axis(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     shape: &[usize],
     axis: usize,
 ) -> Result<()> {
     let view = view_of("mean_axis", shape, axis)?;
-    axis_reduction(
-        gpu,
-        "mean_axis",
-        &MEAN_AXIS,
-        out,
-        out_offset,
-        x,
-        x_offset,
-        view,
-    )
+    axis_reduction(gpu, "mean_axis", &MEAN_AXIS, out, x, view)
 }
 
-/// Records the max of `x` (row-major `shape`) along `axis` into `out[out_offset ..]` and its
-/// position along the axis (`u32`) into `indices[indices_offset ..]`, both `[outer, inner]`.
-/// NaN wins; ties go to the smallest index; an empty axis gives `-inf` and `u32::MAX`.
-#[allow(clippy::too_many_arguments)]
+/// Records the max of `x` (row-major `shape`) along `axis` into `out` and its position along
+/// the axis (`u32`) into `indices`, both `[outer, inner]`. NaN wins; ties go to the smallest
+/// index; an empty axis gives `-inf` and `u32::MAX`.
 pub fn max_axis(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    indices: &DeviceBuffer,
-    indices_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
+    out: DeviceSlice<'_>,
+    indices: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     shape: &[usize],
     axis: usize,
 ) -> Result<()> {
-    let view = view_of("max_axis", shape, axis)?;
-    check_axis_len("max_axis", view)?;
+    let op = "max_axis";
+    let view = view_of(op, shape, axis)?;
+    check_axis_len(op, view)?;
     let count = view.output_len() as u64;
-    check_range("max_axis", "out", out, out_offset, count)?;
-    check_range("max_axis", "indices", indices, indices_offset, count)?;
-    check_range("max_axis", "x", x, x_offset, view.input_len() as u64)?;
-    if count == 0 {
-        return Ok(());
-    }
+    out.expect_len(op, "out", count)?;
+    indices.expect_len(op, "indices", count)?;
+    x.expect_len(op, "x", view.input_len() as u64)?;
     let params = Params {
-        src_offset: segment_index(x, x_offset),
-        dst_offset: segment_index(out, out_offset),
-        idx_out_offset: segment_index(indices, indices_offset),
+        src_offset: x.index(),
+        dst_offset: out.index(),
+        idx_out_offset: indices.index(),
         ..Params::of_view(view)
     };
-    gpu.dispatch(Dispatch {
-        kernel: &MAX_AXIS,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[x, out, indices],
-        workgroups: grid_1d(gpu, count, AXIS_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &MAX_AXIS,
+        &[],
+        &params,
+        &[x, out, indices],
+        count,
+        AXIS_WORKGROUP,
+    )
 }
 
 /// Records the backward of [`max_axis`]: `dx[o, k, i] = dy[o, i]` where `k == indices[o, i]`, else
 /// 0. Writes every element of `dx` (shape `shape`): no zero-fill needed, and it overwrites.
-#[allow(clippy::too_many_arguments)]
 pub fn max_backward(
     gpu: &Gpu,
-    dx: &DeviceBuffer,
-    dx_offset: u64,
-    dy: &DeviceBuffer,
-    dy_offset: u64,
-    indices: &DeviceBuffer,
-    indices_offset: u64,
+    dx: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
+    indices: DeviceSlice<'_>,
     shape: &[usize],
     axis: usize,
 ) -> Result<()> {
-    let view = view_of("max_backward", shape, axis)?;
+    let op = "max_backward";
+    let view = view_of(op, shape, axis)?;
     let (count, reduced) = (view.input_len() as u64, view.output_len() as u64);
-    check_range("max_backward", "dx", dx, dx_offset, count)?;
-    check_range("max_backward", "dy", dy, dy_offset, reduced)?;
-    check_range("max_backward", "indices", indices, indices_offset, reduced)?;
-    if count == 0 {
-        return Ok(());
-    }
+    dx.expect_len(op, "dx", count)?;
+    dy.expect_len(op, "dy", reduced)?;
+    indices.expect_len(op, "indices", reduced)?;
     let params = Params {
-        dy_offset: segment_index(dy, dy_offset),
-        idx_in_offset: segment_index(indices, indices_offset),
-        dx_offset: segment_index(dx, dx_offset),
+        dy_offset: dy.index(),
+        idx_in_offset: indices.index(),
+        dx_offset: dx.index(),
         ..Params::of_view(view)
     };
-    gpu.dispatch(Dispatch {
-        kernel: &MAX_BACKWARD,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[dy, indices, dx],
-        workgroups: grid_1d(gpu, count, ELEMENTWISE_WORKGROUP)?,
-    })
+    let buffers = [dy, indices, dx];
+    launch_1d(
+        gpu,
+        &MAX_BACKWARD,
+        &[],
+        &params,
+        &buffers,
+        count,
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// One-workgroup reduction of `x[x_offset .. + len]` into `out[out_offset]` (and the flat arg-max
-/// into `index[index_offset]` for `max_all`). Dispatched even for `len == 0`: the output is one
+/// One-workgroup reduction of `x` into the one element of `out` (and the flat arg-max into the
+/// one element of `index` for `max_all`). Dispatched even for an empty `x`: the output is one
 /// element (sum 0, mean NaN, max `-inf` with index `u32::MAX`).
-#[allow(clippy::too_many_arguments)]
 fn all_reduction(
     gpu: &Gpu,
     op: &'static str,
     kernel: &Kernel,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    index: Option<(&DeviceBuffer, u64)>,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
+    out: DeviceSlice<'_>,
+    index: Option<DeviceSlice<'_>>,
+    x: DeviceSlice<'_>,
 ) -> Result<()> {
-    check_loop_limit(gpu, op, "len", len, all_loop_iterations)?;
-    check_range(op, "out", out, out_offset, 1)?;
-    check_range(op, "x", x, x_offset, len)?;
+    check_loop_limit(gpu, op, "len", x.len(), all_loop_iterations)?;
+    out.expect_len(op, "out", 1)?;
     let mut params = Params {
         outer: 1,
-        axis_len: len as u32,
+        axis_len: x.len() as u32,
         inner: 1,
-        src_offset: segment_index(x, x_offset),
-        dst_offset: segment_index(out, out_offset),
+        src_offset: x.index(),
+        dst_offset: out.index(),
         ..Params::default()
     };
     let mut buffers = vec![x, out];
-    if let Some((index, index_offset)) = index {
-        check_range(op, "index", index, index_offset, 1)?;
-        params.idx_out_offset = segment_index(index, index_offset);
+    if let Some(index) = index {
+        index.expect_len(op, "index", 1)?;
+        params.idx_out_offset = index.index();
         buffers.push(index);
     }
     gpu.dispatch(Dispatch {
@@ -351,55 +347,28 @@ fn all_reduction(
     })
 }
 
-/// Records `out[out_offset] = sum of x[x_offset .. + len]` (f32, one workgroup, fixed order).
-pub fn sum_all(
-    gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
-) -> Result<()> {
-    all_reduction(
-        gpu, "sum_all", &SUM_ALL, out, out_offset, None, x, x_offset, len,
-    )
+/// Records `out[0] = sum of x` (f32, one workgroup, fixed order); `out` holds one element.
+pub fn sum_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    all_reduction(gpu, "sum_all", &SUM_ALL, out, None, x)
 }
 
-/// Records `out[out_offset] = mean of x[x_offset .. + len]` (NaN for `len == 0`).
-pub fn mean_all(
-    gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
-) -> Result<()> {
-    all_reduction(
-        gpu, "mean_all", &MEAN_ALL, out, out_offset, None, x, x_offset, len,
-    )
+/// Records `out[0] = mean of x` (NaN for an empty `x`).
+pub fn mean_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    all_reduction(gpu, "mean_all", &MEAN_ALL, out, None, x)
 }
 
-/// Records `out[out_offset] = max of x[x_offset .. + len]` and `index[index_offset]` = its flat
-/// index within the range (NaN wins; ties go to the smallest index). Its backward is
-/// [`max_backward`] with `shape = [len]`, `axis = 0`.
-#[allow(clippy::too_many_arguments)]
+/// Records `out[0] = max of x` and `index[0]` = its flat index within `x` (NaN wins; ties go
+/// to the smallest index). Its backward is [`max_backward`] with `shape = [len]`, `axis = 0`.
 pub fn max_all(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    index: &DeviceBuffer,
-    index_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
+    out: DeviceSlice<'_>,
+    index: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
 ) -> Result<()> {
-    let index = Some((index, index_offset));
-    all_reduction(
-        gpu, "max_all", &MAX_ALL, out, out_offset, index, x, x_offset, len,
-    )
+    all_reduction(gpu, "max_all", &MAX_ALL, out, Some(index), x)
 }
 
-/// Records `out[out_offset ..] (to_shape) = x[x_offset ..] (from_shape)` summed over every
+/// Records `out` (to_shape) `= x` (from_shape) summed over every
 /// dimension that a numpy broadcast from `to_shape` to `from_shape` expanded: the leading extra
 /// dimensions and those where `to_shape` has extent 1. This is the gradient of a broadcast operand
 /// (see [`crate::kernels::binary::backward`]). Errors if `to_shape` does not broadcast to
@@ -412,13 +381,10 @@ pub fn max_all(
 /// an upload into them submits the open batch first, see [`crate::recorder`]). The last dispatch writes `out`; with nothing to sum, `x` is
 /// copied. The reference sums one dimension at a time in `f64`; merging only changes the `f32`
 /// summation order.
-#[allow(clippy::too_many_arguments)]
 pub fn sum_to_shape(
     gpu: &Gpu,
-    out: &DeviceBuffer,
-    out_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     from_shape: &[usize],
     to_shape: &[usize],
 ) -> Result<()> {
@@ -431,8 +397,8 @@ pub fn sum_to_shape(
         return Err(mismatch());
     }
     let (from_len, to_len) = (elements(from_shape), elements(to_shape));
-    check_range(op, "out", out, out_offset, to_len)?;
-    check_range(op, "x", x, x_offset, from_len)?;
+    out.expect_len(op, "out", to_len)?;
+    x.expect_len(op, "x", from_len)?;
     // Runs of (extent, summed) over the dimensions of extent != 1, adjacent equal flags merged.
     let lead = from_shape.len() - to_shape.len();
     let mut runs: Vec<(usize, bool)> = Vec::new();
@@ -455,9 +421,9 @@ pub fn sum_to_shape(
     }
     let summed_runs = runs.iter().filter(|(_, s)| *s).count();
     if summed_runs == 0 {
-        return copy::copy(gpu, x, x_offset, out, out_offset, to_len);
+        return copy::copy(gpu, out, x);
     }
-    // The tensor currently read: (buffer, offset); scratch keeps intermediate buffers alive.
+    // Intermediate sums live in scratch buffers, each dropped once the next one is read from it.
     let mut scratch: Option<DeviceBuffer> = None;
     let mut done = 0;
     while let Some(at) = runs.iter().position(|(_, s)| *s) {
@@ -465,19 +431,19 @@ pub fn sum_to_shape(
         let view = view_of(op, &shape, at)?;
         runs.remove(at);
         done += 1;
-        let (src, src_offset) = match &scratch {
-            Some(b) => (b, 0),
-            None => (x, x_offset),
+        let src = match &scratch {
+            Some(b) => b.whole(),
+            None => x,
         };
         if done == summed_runs {
-            return axis_reduction(gpu, op, &SUM_AXIS, out, out_offset, src, src_offset, view);
+            return axis_reduction(gpu, op, &SUM_AXIS, out, src, view);
         }
         let next = gpu.alloc_elements(
             view.output_len() as u64,
             Category::Temporary,
             "sum_to_shape scratch",
         )?;
-        axis_reduction(gpu, op, &SUM_AXIS, &next, 0, src, src_offset, view)?;
+        axis_reduction(gpu, op, &SUM_AXIS, next.whole(), src, view)?;
         scratch = Some(next);
     }
     Ok(())

@@ -6,12 +6,11 @@
 //! Input and output may be the same range of the same buffer (each row is read before it is
 //! written, by the invocation that owns it).
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, check_range, grid_1d, loop_passes, segment_index};
+use crate::kernels::{check_loop_limit, launch_1d, loop_passes, same_len};
 use crate::pipeline::Kernel;
-use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
 
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
@@ -66,156 +65,122 @@ struct Params {
     _pad1: u32,
 }
 
-/// The buffers of a softmax or log-softmax backward, each `[rows, cols]` from its element offset.
-#[derive(Debug, Clone, Copy)]
-pub struct SoftmaxBackwardBuffers<'a> {
-    /// The forward's *output* (softmax, or log-softmax for [`log_softmax_backward`]).
-    pub y: &'a DeviceBuffer,
-    /// Element offset of `y`.
-    pub y_offset: u64,
-    /// Gradient of the output.
-    pub dy: &'a DeviceBuffer,
-    /// Element offset of `dy`.
-    pub dy_offset: u64,
-    /// Gradient of the input, written (=).
-    pub dx: &'a DeviceBuffer,
-    /// Element offset of `dx`.
-    pub dx_offset: u64,
-}
-
-/// Records `y = softmax(x)` per row of the `[rows, cols]` matrices at `x[x_offset..]` and
-/// `y[y_offset..]`.
+/// Records `y = softmax(x)` per row of the `[rows, cols]` matrices `x` and `y`.
 pub fn softmax_forward(
     gpu: &Gpu,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    y: &DeviceBuffer,
-    y_offset: u64,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    forward(gpu, &SOFTMAX_FORWARD, x, x_offset, y, y_offset, rows, cols)
+    forward(gpu, &SOFTMAX_FORWARD, y, x, rows, cols)
 }
 
 /// Records `y = log_softmax(x)` per row, as [`softmax_forward`].
 pub fn log_softmax_forward(
     gpu: &Gpu,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    y: &DeviceBuffer,
-    y_offset: u64,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    forward(
-        gpu,
-        &LOG_SOFTMAX_FORWARD,
-        x,
-        x_offset,
-        y,
-        y_offset,
-        rows,
-        cols,
-    )
+    forward(gpu, &LOG_SOFTMAX_FORWARD, y, x, rows, cols)
 }
 
-/// Records `dx = y * (dy - sum_j dy_j y_j)` per row (`y` the softmax output).
+/// Records `dx = y * (dy - sum_j dy_j y_j)` per row (`y` the softmax output), all `[rows, cols]`.
 pub fn softmax_backward(
     gpu: &Gpu,
-    buffers: &SoftmaxBackwardBuffers<'_>,
+    dx: DeviceSlice<'_>,
+    y: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    backward(gpu, &SOFTMAX_BACKWARD, buffers, rows, cols)
+    backward(gpu, &SOFTMAX_BACKWARD, [dx, y, dy], rows, cols)
 }
 
 /// Records `dx = dy - exp(y) * sum_j dy_j` per row (`y` the log-softmax output).
 pub fn log_softmax_backward(
     gpu: &Gpu,
-    buffers: &SoftmaxBackwardBuffers<'_>,
+    dx: DeviceSlice<'_>,
+    y: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    backward(gpu, &LOG_SOFTMAX_BACKWARD, buffers, rows, cols)
+    backward(gpu, &LOG_SOFTMAX_BACKWARD, [dx, y, dy], rows, cols)
 }
 
-/// `rows * cols`, or an error naming `op` when it overflows.
-fn matrix_len(op: &'static str, rows: u64, cols: u64) -> Result<u64> {
-    rows.checked_mul(cols)
+/// `rows * cols` after the loop-limit check, or an error naming `op` when it overflows.
+fn checked_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64) -> Result<u64> {
+    let len = rows
+        .checked_mul(cols)
         .ok_or_else(|| Error::InvalidArgument {
             op,
             message: format!("[{rows}, {cols}] has more than u64::MAX elements"),
-        })
+        })?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+    }
+    Ok(len)
 }
 
-#[allow(clippy::too_many_arguments)] // private: the two public forwards differ only in `kernel`
 fn forward(
     gpu: &Gpu,
     kernel: &'static Kernel,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    y: &DeviceBuffer,
-    y_offset: u64,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
     let op = kernel.entry;
-    let len = matrix_len(op, rows, cols)?;
-    if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
-    }
-    check_range(op, "x", x, x_offset, len)?;
-    check_range(op, "y", y, y_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+    let len = checked_len(gpu, op, rows, cols)?;
+    same_len(op, &[("y", y), ("x", x)])?;
+    x.expect_len(op, "x", len)?;
     let params = Params {
         rows: rows as u32,
         cols: cols as u32,
-        x_offset: segment_index(x, x_offset),
-        y_offset: segment_index(y, y_offset),
+        x_offset: x.index(),
+        y_offset: y.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
+    launch_1d(
+        gpu,
         kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[x, y],
-        workgroups: grid_1d(gpu, rows, ROW_WORKGROUP)?,
-    })
+        &[],
+        &params,
+        &[x, y],
+        rows.min(len),
+        ROW_WORKGROUP,
+    )
 }
 
 fn backward(
     gpu: &Gpu,
     kernel: &'static Kernel,
-    b: &SoftmaxBackwardBuffers<'_>,
+    [dx, y, dy]: [DeviceSlice<'_>; 3],
     rows: u64,
     cols: u64,
 ) -> Result<()> {
     let op = kernel.entry;
-    let len = matrix_len(op, rows, cols)?;
-    if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
-    }
-    check_range(op, "y", b.y, b.y_offset, len)?;
-    check_range(op, "dy", b.dy, b.dy_offset, len)?;
-    check_range(op, "dx", b.dx, b.dx_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+    let len = checked_len(gpu, op, rows, cols)?;
+    same_len(op, &[("dx", dx), ("y", y), ("dy", dy)])?;
+    y.expect_len(op, "y", len)?;
     let params = Params {
         rows: rows as u32,
         cols: cols as u32,
-        y_offset: segment_index(b.y, b.y_offset),
-        dy_offset: segment_index(b.dy, b.dy_offset),
-        dx_offset: segment_index(b.dx, b.dx_offset),
+        y_offset: y.index(),
+        dy_offset: dy.index(),
+        dx_offset: dx.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
+    launch_1d(
+        gpu,
         kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &[b.y, b.dy, b.dx],
-        workgroups: grid_1d(gpu, rows, ROW_WORKGROUP)?,
-    })
+        &[],
+        &params,
+        &[y, dy, dx],
+        rows.min(len),
+        ROW_WORKGROUP,
+    )
 }

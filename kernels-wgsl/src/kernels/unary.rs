@@ -2,13 +2,62 @@
 //! One pipeline per op (the WGSL `override OP`). Shader: `shaders/unary.wgsl`; reference:
 //! [`crate::reference::unary`].
 
-use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_range, grid_1d, segment_index};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
 use crate::pipeline::{Kernel, RuntimeChecks};
-use crate::recorder::Dispatch;
-pub use crate::reference::unary::UnaryOp;
+use crate::slice::DeviceSlice;
+
+/// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in `shaders/unary.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `exp(x)`
+    Exp,
+    /// natural `ln(x)`
+    Log,
+    /// `sqrt(x)`
+    Sqrt,
+    /// `|x|`; derivative `sign(x)`, 0 at 0 (as PyTorch)
+    Abs,
+    /// `max(x, 0)`; derivative 0 at 0 (as PyTorch)
+    Relu,
+    /// GELU, tanh approximation
+    Gelu,
+    /// `tanh(x)`
+    Tanh,
+    /// `1 / (1 + exp(-x))`
+    Sigmoid,
+    /// `x^p` with the exponent `p` passed as a scalar
+    Pow,
+}
+
+impl UnaryOp {
+    /// Every op, in shader-code order.
+    pub const ALL: [UnaryOp; 10] = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Abs,
+        UnaryOp::Relu,
+        UnaryOp::Gelu,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Pow,
+    ];
+
+    /// The value of the WGSL `override OP: u32` in `shaders/unary.wgsl`.
+    pub fn shader_code(self) -> u32 {
+        self as u32
+    }
+
+    /// Whether the backward takes the forward output `y` (exp, tanh, sigmoid) rather than `x`.
+    pub fn backward_uses_output(self) -> bool {
+        matches!(self, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid)
+    }
+}
 
 /// The `forward` entry point: bindings `x`, `y`.
 pub const FORWARD: Kernel = Kernel {
@@ -44,75 +93,64 @@ fn overrides(op: UnaryOp) -> [(&'static str, f64); 1] {
     [("OP", f64::from(op.shader_code()))]
 }
 
-/// Records `y[y_offset + i] = f(x[x_offset + i])` for `i < len`. `exponent` is used only by
-/// [`UnaryOp::Pow`]. `x` and `y` may be the same range (in place).
-#[allow(clippy::too_many_arguments)]
+/// Records `y[i] = f(x[i])` for every element (the lengths must match). `exponent` is used
+/// only by [`UnaryOp::Pow`]. `x` and `y` may be the same slice (in place).
 pub fn forward(
     gpu: &Gpu,
     op: UnaryOp,
-    y: &DeviceBuffer,
-    y_offset: u64,
-    x: &DeviceBuffer,
-    x_offset: u64,
-    len: u64,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
     exponent: f32,
 ) -> Result<()> {
-    check_range("unary", "y", y, y_offset, len)?;
-    check_range("unary", "x", x, x_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+    let len = same_len("unary", &[("y", y), ("x", x)])?;
     let params = Params {
         n: len as u32,
         exponent,
-        x_offset: segment_index(x, x_offset),
-        y_offset: segment_index(y, y_offset),
+        x_offset: x.index(),
+        y_offset: y.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &FORWARD,
-        overrides: &overrides(op),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[x, y],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &FORWARD,
+        &overrides(op),
+        &params,
+        &[x, y],
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }
 
-/// Records `dx[dx_offset + i] = dy[dy_offset + i] * f'(.)` for `i < len`, where `saved` holds the
-/// forward *output* `y` if [`UnaryOp::backward_uses_output`] (exp, tanh, sigmoid) and the forward
-/// *input* `x` otherwise. `dx` overwrites (callers accumulate with `binary` add).
-#[allow(clippy::too_many_arguments)]
+/// Records `dx[i] = dy[i] * f'(.)` for every element (the lengths must match), where `saved`
+/// holds the forward *output* `y` if [`UnaryOp::backward_uses_output`] (exp, tanh, sigmoid) and
+/// the forward *input* `x` otherwise. `dx` is overwritten (callers accumulate with `binary` add).
 pub fn backward(
     gpu: &Gpu,
     op: UnaryOp,
-    dx: &DeviceBuffer,
-    dx_offset: u64,
-    saved: &DeviceBuffer,
-    saved_offset: u64,
-    dy: &DeviceBuffer,
-    dy_offset: u64,
-    len: u64,
+    dx: DeviceSlice<'_>,
+    saved: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
     exponent: f32,
 ) -> Result<()> {
-    check_range("unary_backward", "dx", dx, dx_offset, len)?;
-    check_range("unary_backward", "saved", saved, saved_offset, len)?;
-    check_range("unary_backward", "dy", dy, dy_offset, len)?;
-    if len == 0 {
-        return Ok(());
-    }
+    let len = same_len(
+        "unary_backward",
+        &[("dx", dx), ("saved", saved), ("dy", dy)],
+    )?;
     let params = Params {
         n: len as u32,
         exponent,
-        saved_offset: segment_index(saved, saved_offset),
-        dy_offset: segment_index(dy, dy_offset),
-        dx_offset: segment_index(dx, dx_offset),
+        saved_offset: saved.index(),
+        dy_offset: dy.index(),
+        dx_offset: dx.index(),
         ..Params::default()
     };
-    gpu.dispatch(Dispatch {
-        kernel: &BACKWARD,
-        overrides: &overrides(op),
-        params: bytemuck::bytes_of(&params),
-        buffers: &[saved, dy, dx],
-        workgroups: grid_1d(gpu, len, ELEMENTWISE_WORKGROUP)?,
-    })
+    launch_1d(
+        gpu,
+        &BACKWARD,
+        &overrides(op),
+        &params,
+        &[saved, dy, dx],
+        len,
+        ELEMENTWISE_WORKGROUP,
+    )
 }

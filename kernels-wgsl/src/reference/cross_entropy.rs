@@ -47,7 +47,6 @@ pub fn forward(
 /// `dloss` holds either one value (the gradient of a reduced loss, broadcast to every row) or
 /// `rows` values (per-row losses); `scale` is `1/rows` for a mean reduction, else 1. Rows with
 /// an invalid target get NaN.
-#[allow(clippy::too_many_arguments)]
 pub fn backward(
     logits: &[f32],
     targets: &[u32],

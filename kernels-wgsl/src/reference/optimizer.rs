@@ -4,50 +4,13 @@
 //!
 //! Scalars that PyTorch computes in Python (`f64`), such as `1 - beta1`, `lr / (1 - beta1^t)` and
 //! `sqrt(1 - beta2^t)`, are computed here in `f64` and rounded to `f32` once; the launcher writes
-//! exactly these [`AdamWScalars`] / [`SgdScalars`] into the shader's `Params`.
+//! exactly these [`crate::kernels::optimizer::AdamWScalars`] /
+//! [`crate::kernels::optimizer::SgdScalars`] into the shader's `Params`.
 //!
 //! `grad_scale` multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`); it
 //! is 1 for a plain step.
 
-/// SGD hyper-parameters (PyTorch names).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SgdConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum factor; 0 disables the momentum buffer entirely.
-    pub momentum: f64,
-    /// Dampening of the gradient added to the buffer (not applied on the first step).
-    pub dampening: f64,
-    /// L2 penalty added to the gradient: `g += weight_decay * p`.
-    pub weight_decay: f64,
-    /// Nesterov momentum.
-    pub nesterov: bool,
-}
-
-/// The `f32` scalars of an SGD step, as the shader's `SgdParams` holds them.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SgdScalars {
-    /// `lr`.
-    pub lr: f32,
-    /// `momentum`.
-    pub momentum: f32,
-    /// `1 - dampening` (computed in f64).
-    pub one_minus_dampening: f32,
-    /// `weight_decay`.
-    pub weight_decay: f32,
-}
-
-impl SgdConfig {
-    /// The scalars the launcher writes into `SgdParams`.
-    pub fn scalars(&self) -> SgdScalars {
-        SgdScalars {
-            lr: self.lr as f32,
-            momentum: self.momentum as f32,
-            one_minus_dampening: (1.0 - self.dampening) as f32,
-            weight_decay: self.weight_decay as f32,
-        }
-    }
-}
+use crate::kernels::optimizer::{AdamWConfig, SgdConfig};
 
 /// One SGD step in place. `first_step` is true when the momentum buffer does not exist yet in
 /// PyTorch's terms (`buf = g`, no dampening); `momentum_buf` is unused when `momentum == 0`.
@@ -82,63 +45,6 @@ pub fn sgd_step(
             };
         }
         param[i] += -s.lr * g;
-    }
-}
-
-/// AdamW hyper-parameters (PyTorch names).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamWConfig {
-    /// Learning rate.
-    pub lr: f64,
-    /// First-moment decay.
-    pub beta1: f64,
-    /// Second-moment decay.
-    pub beta2: f64,
-    /// Denominator term.
-    pub eps: f64,
-    /// Decoupled weight decay: `p *= 1 - lr * weight_decay`.
-    pub weight_decay: f64,
-}
-
-/// The `f32` scalars of one AdamW step at a given step number, as `AdamWParams` holds them.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamWScalars {
-    /// `1 - lr * weight_decay`.
-    pub decay_factor: f32,
-    /// `1 - beta1` (the lerp weight of the first moment).
-    pub one_minus_beta1: f32,
-    /// `beta2`.
-    pub beta2: f32,
-    /// `1 - beta2`.
-    pub one_minus_beta2: f32,
-    /// `lr / (1 - beta1^t)`.
-    pub step_size: f32,
-    /// `sqrt(1 - beta2^t)`.
-    pub bias_correction2_sqrt: f32,
-    /// `eps`.
-    pub eps: f32,
-}
-
-impl AdamWConfig {
-    /// Bias corrections `(1 - beta1^t, 1 - beta2^t)` for step `t >= 1`, in `f64`.
-    pub fn bias_corrections(&self, step: u64) -> (f64, f64) {
-        let t = step as f64;
-        (1.0 - self.beta1.powf(t), 1.0 - self.beta2.powf(t))
-    }
-
-    /// The scalars the launcher writes into `AdamWParams` for step `t >= 1` (1-based, as
-    /// PyTorch's `state["step"]` after its increment).
-    pub fn scalars(&self, step: u64) -> AdamWScalars {
-        let (bc1, bc2) = self.bias_corrections(step);
-        AdamWScalars {
-            decay_factor: (1.0 - self.lr * self.weight_decay) as f32,
-            one_minus_beta1: (1.0 - self.beta1) as f32,
-            beta2: self.beta2 as f32,
-            one_minus_beta2: (1.0 - self.beta2) as f32,
-            step_size: (self.lr / bc1) as f32,
-            bias_correction2_sqrt: bc2.sqrt() as f32,
-            eps: self.eps as f32,
-        }
     }
 }
 

@@ -6,44 +6,7 @@
 //! `[outer, inner]`. Sums accumulate in `f64`. Max: NaN beats every number (the result is NaN,
 //! as in PyTorch); among equal values the first index wins.
 
-/// A tensor seen as `[outer, axis_len, inner]`, row-major; the reduced axis is the middle one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AxisView {
-    /// Product of the dimensions before the axis.
-    pub outer: usize,
-    /// Extent of the reduced axis.
-    pub axis_len: usize,
-    /// Product of the dimensions after the axis.
-    pub inner: usize,
-}
-
-impl AxisView {
-    /// The view of a row-major tensor of `shape` reduced along `axis`; `None` if `axis` is out
-    /// of range.
-    pub fn of_shape(shape: &[usize], axis: usize) -> Option<AxisView> {
-        let axis_len = *shape.get(axis)?;
-        Some(AxisView {
-            outer: shape[..axis].iter().product(),
-            axis_len,
-            inner: shape[axis + 1..].iter().product(),
-        })
-    }
-
-    /// Number of input elements, `outer * axis_len * inner`.
-    pub fn input_len(&self) -> usize {
-        self.outer * self.axis_len * self.inner
-    }
-
-    /// Number of output elements, `outer * inner`.
-    pub fn output_len(&self) -> usize {
-        self.outer * self.inner
-    }
-
-    /// Input offset of `(o, k, i)`.
-    fn offset(&self, o: usize, k: usize, i: usize) -> usize {
-        (o * self.axis_len + k) * self.inner + i
-    }
-}
+use crate::kernels::reduce::AxisView;
 
 /// Whether `(v, i)` beats the current best `(best, best_i)` for max: NaN beats numbers, a larger
 /// value beats a smaller one, and among equals (or NaNs) the smaller index wins.

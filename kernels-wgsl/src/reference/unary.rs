@@ -7,56 +7,7 @@
 //! The backward of [`UnaryOp::Exp`], [`UnaryOp::Tanh`] and [`UnaryOp::Sigmoid`] takes the forward
 //! *output* `y`; every other op takes the forward *input* `x` (see [`UnaryOp::backward_uses_output`]).
 
-/// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in `shaders/unary.wgsl`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryOp {
-    /// `-x`
-    Neg,
-    /// `exp(x)`
-    Exp,
-    /// natural `ln(x)`
-    Log,
-    /// `sqrt(x)`
-    Sqrt,
-    /// `|x|`; derivative `sign(x)`, 0 at 0 (as PyTorch)
-    Abs,
-    /// `max(x, 0)`; derivative 0 at 0 (as PyTorch)
-    Relu,
-    /// GELU, tanh approximation
-    Gelu,
-    /// `tanh(x)`
-    Tanh,
-    /// `1 / (1 + exp(-x))`
-    Sigmoid,
-    /// `x^p` with the exponent `p` passed as a scalar
-    Pow,
-}
-
-impl UnaryOp {
-    /// Every op, in shader-code order.
-    pub const ALL: [UnaryOp; 10] = [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Abs,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Pow,
-    ];
-
-    /// The value of the WGSL `override OP: u32` in `shaders/unary.wgsl`.
-    pub fn shader_code(self) -> u32 {
-        self as u32
-    }
-
-    /// Whether the backward takes the forward output `y` (exp, tanh, sigmoid) rather than `x`.
-    pub fn backward_uses_output(self) -> bool {
-        matches!(self, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid)
-    }
-}
+use crate::kernels::unary::UnaryOp;
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_CUBIC: f64 = 0.044_715;

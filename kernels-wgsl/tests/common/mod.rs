@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, GpuOptions};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu, GpuOptions};
 
 /// Deadline for waits and read-backs in tests: generous for lavapipe on two busy cores.
 pub const DEADLINE: Duration = Duration::from_secs(60);
@@ -127,9 +127,14 @@ impl Guarded {
         Self::upload(gpu, rng, &data, offset, label)
     }
 
-    /// The element offset as launchers take it.
+    /// The element offset of the tensor.
     pub fn at(&self) -> u64 {
         self.offset as u64
+    }
+
+    /// The tensor as launchers take it: its elements (at the non-zero offset) of the buffer.
+    pub fn slice(&self) -> DeviceSlice<'_> {
+        self.buffer.slice(self.at(), self.len as u64).unwrap()
     }
 
     /// Reads the buffer back; asserts the range is within `atol + rtol*|want|` of `want` and

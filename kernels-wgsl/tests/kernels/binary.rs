@@ -1,9 +1,9 @@
 //! `binary` launchers against `reference::binary`.
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
-use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryOp, Broadcast};
+use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp, Broadcast};
 use plimsoll_kernels_wgsl::kernels::{fill, reduce};
-use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
@@ -63,7 +63,15 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
     let a_gpu = gpu.upload(&a_host, Category::Activation, "a").unwrap();
     let b_gpu = gpu.upload(&b_host, Category::Activation, "b").unwrap();
     let out_gpu = gpu.upload(&out0, Category::Activation, "out").unwrap();
-    binary::broadcast(gpu, op, &out_gpu, 4, &a_gpu, 1, a_shape, &b_gpu, 2, b_shape).unwrap();
+    let dims = BinaryDims {
+        op,
+        a_shape,
+        b_shape,
+    };
+    let a_s = a_gpu.slice(1, a_len as u64).unwrap();
+    let b_s = b_gpu.slice(2, b_len as u64).unwrap();
+    let out_s = out_gpu.slice(4, n as u64).unwrap();
+    binary::broadcast(gpu, &dims, out_s, a_s, b_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
     let mut want = out0.clone();
     want[4..4 + n].copy_from_slice(&reference::binary::broadcast(op, &a, &b, &shape));
@@ -77,23 +85,10 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
     let grads0 = rng.vec_f32(2 * n + 5, -9.0, 9.0);
     let grads_gpu = gpu.upload(&grads0, Category::Gradient, "da|db").unwrap();
     let (da_at, db_at) = (2, 2 + n + 1);
-    binary::backward(
-        gpu,
-        op,
-        &grads_gpu,
-        da_at as u64,
-        &grads_gpu,
-        db_at as u64,
-        &a_gpu,
-        1,
-        a_shape,
-        &b_gpu,
-        2,
-        b_shape,
-        &dy_gpu,
-        3,
-    )
-    .unwrap();
+    let da_s = grads_gpu.slice(da_at as u64, n as u64).unwrap();
+    let db_s = grads_gpu.slice(db_at as u64, n as u64).unwrap();
+    let dy_s = dy_gpu.slice(3, n as u64).unwrap();
+    binary::backward(gpu, &dims, da_s, db_s, a_s, b_s, dy_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&grads_gpu, DEADLINE).unwrap();
     let (da_full, db_full) = reference::binary::backward(op, &a, &b, &dy, &shape);
     let mut want = grads0.clone();
@@ -109,13 +104,11 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
         let out_gpu = gpu
             .alloc_elements(operand_len as u64 + 2, Category::Gradient, label)
             .unwrap();
-        fill::fill(gpu, &out_gpu, 0, 2, -5.0).unwrap();
+        fill::fill(gpu, out_gpu.slice(0, 2).unwrap(), -5.0).unwrap();
         reduce::sum_to_shape(
             gpu,
-            &out_gpu,
-            2,
-            &grads_gpu,
-            full_at as u64,
+            out_gpu.slice(2, operand_len as u64).unwrap(),
+            grads_gpu.slice(full_at as u64, n as u64).unwrap(),
             &shape.out_shape,
             operand_shape,
         )
@@ -177,9 +170,11 @@ fn binary_scalar_forms_match_reference() {
                 .unwrap();
             let out0 = rng.vec_f32(2 * len + 3, -9.0, 9.0);
             let out_gpu = gpu.upload(&out0, Category::Activation, "out").unwrap();
-            binary::scalar_rhs(&gpu, op, &out_gpu, 1, &a_gpu, 2, len as u64, s).unwrap();
-            binary::scalar_lhs(&gpu, op, &out_gpu, len as u64 + 2, s, &a_gpu, 2, len as u64)
-                .unwrap();
+            let a_s = a_gpu.slice(2, len as u64).unwrap();
+            let rhs_out = out_gpu.slice(1, len as u64).unwrap();
+            let lhs_out = out_gpu.slice(len as u64 + 2, len as u64).unwrap();
+            binary::scalar_rhs(&gpu, op, rhs_out, a_s, s).unwrap();
+            binary::scalar_lhs(&gpu, op, lhs_out, s, a_s).unwrap();
             let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
             let mut want = out0.clone();
             want[1..1 + len].copy_from_slice(&reference::binary::scalar_rhs(op, &a, s));
@@ -200,16 +195,67 @@ fn binary_rejects_mismatched_shapes_and_bad_ranges() {
     let gpu = gpu();
     let a = gpu.alloc_elements(12, Category::Temporary, "a").unwrap();
     let out = gpu.alloc_elements(12, Category::Temporary, "out").unwrap();
-    let err =
-        binary::broadcast(&gpu, BinaryOp::Add, &out, 0, &a, 0, &[3, 4], &a, 0, &[3]).unwrap_err();
+    let dims = |op, a_shape, b_shape| BinaryDims {
+        op,
+        a_shape,
+        b_shape,
+    };
+    let (a12, a3, a4, a1) = (
+        a.whole(),
+        a.slice(0, 3).unwrap(),
+        a.slice(0, 4).unwrap(),
+        a.slice(0, 1).unwrap(),
+    );
+    let err = binary::broadcast(
+        &gpu,
+        &dims(BinaryOp::Add, &[3, 4], &[3]),
+        out.whole(),
+        a12,
+        a3,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("do not broadcast"), "{err}");
     let nine = [1usize; 9];
-    let err =
-        binary::broadcast(&gpu, BinaryOp::Add, &out, 0, &a, 0, &nine, &a, 0, &[1]).unwrap_err();
+    let out1 = out.slice(0, 1).unwrap();
+    let err = binary::broadcast(&gpu, &dims(BinaryOp::Add, &nine, &[1]), out1, a1, a1).unwrap_err();
     assert!(err.to_string().contains("rank 9"), "{err}");
-    let err =
-        binary::broadcast(&gpu, BinaryOp::Mul, &out, 1, &a, 0, &[3, 4], &a, 0, &[4]).unwrap_err();
+    // 12 outputs from element 1 of a 12-element buffer: refused when the slice is made ...
+    let err = out.slice(1, 12).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
-    let err = binary::scalar_rhs(&gpu, BinaryOp::Sub, &out, 0, &a, 5, 12, 1.0).unwrap_err();
+    // ... and the launcher refuses an output (or operand) of the wrong length.
+    let mul = dims(BinaryOp::Mul, &[3, 4], &[4]);
+    let err = binary::broadcast(&gpu, &mul, out.slice(1, 11).unwrap(), a12, a4).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = binary::broadcast(&gpu, &mul, out.whole(), a12, a3).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = binary::broadcast(&gpu, &mul, out.whole(), a.slice(0, 11).unwrap(), a4).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // The backward: gradients of the wrong length.
+    let short = out.slice(0, 11).unwrap();
+    let err = binary::backward(&gpu, &mul, short, out.whole(), a12, a4, out.whole()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = binary::backward(&gpu, &mul, out.whole(), out.whole(), a12, a4, short).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // Scalar form: a at element 5, 12 long, of a 12-element buffer.
+    let err = a.slice(5, 12).unwrap_err();
     assert!(err.to_string().contains("outside buffer"), "{err}");
+    let err = binary::scalar_rhs(
+        &gpu,
+        BinaryOp::Sub,
+        out.whole(),
+        a.slice(5, 7).unwrap(),
+        1.0,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = binary::scalar_lhs(
+        &gpu,
+        BinaryOp::Sub,
+        out.whole(),
+        1.0,
+        a.slice(5, 7).unwrap(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }

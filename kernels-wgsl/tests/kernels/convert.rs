@@ -3,7 +3,7 @@
 
 use plimsoll_kernels_wgsl::kernels::convert;
 use plimsoll_kernels_wgsl::reference::convert as cpu;
-use plimsoll_kernels_wgsl::{Category, Gpu};
+use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
 use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
@@ -59,7 +59,8 @@ fn round_trip(gpu: &Gpu, rng: &mut Rng, len: usize) {
             "halves",
         )
         .unwrap();
-    convert::f32_to_f16(gpu, &words_gpu, 2, &x_gpu, 3, len as u64).unwrap();
+    let words_s = words_gpu.slice(2, words as u64).unwrap();
+    convert::f32_to_f16(gpu, words_s, x_gpu.slice(3, len as u64).unwrap()).unwrap();
     let got: Vec<u32> = gpu.read_all(&words_gpu, DEADLINE).unwrap();
     let mut want = vec![0xDEAD_BEEFu32; words + 3];
     let packed = cpu::pack_f16(&x);
@@ -69,7 +70,7 @@ fn round_trip(gpu: &Gpu, rng: &mut Rng, len: usize) {
     // Back to f32 at another offset: exact (every value is a normal half, inf or NaN).
     let out0 = rng.vec_f32(len + 6, -9.0, 9.0);
     let out_gpu = gpu.upload(&out0, Category::Activation, "out").unwrap();
-    convert::f16_to_f32(gpu, &out_gpu, 5, &words_gpu, 2, len as u64).unwrap();
+    convert::f16_to_f32(gpu, out_gpu.slice(5, len as u64).unwrap(), words_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
     let mut want = out0.clone();
     want[5..5 + len].copy_from_slice(&cpu::round_to_f16(&x));
@@ -92,9 +93,16 @@ fn convert_rejects_a_range_outside_the_buffer() {
     let words = gpu
         .alloc_elements(5, Category::Temporary, "halves")
         .unwrap();
-    convert::f32_to_f16(&gpu, &words, 0, &x, 0, 9).unwrap(); // 9 halves fit in 5 words
-    let err = convert::f32_to_f16(&gpu, &words, 1, &x, 0, 9).unwrap_err();
+    convert::f32_to_f16(&gpu, words.whole(), x.whole()).unwrap(); // 9 halves fit in 5 words
+    // 5 words from offset 1 of 5: no such slice; the 4 that fit are too few for 9 halves.
+    let err = words.slice(1, 5).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
-    let err = convert::f16_to_f32(&gpu, &x, 1, &words, 0, 9).unwrap_err();
+    let err = convert::f32_to_f16(&gpu, words.slice(1, 4).unwrap(), x.whole()).unwrap_err();
+    assert!(err.to_string().contains("words: 4 elements given"), "{err}");
+    // 9 outputs from offset 1 of 9: no such slice; 8 outputs need 4 words, not 5.
+    let err = x.slice(1, 9).unwrap_err();
     assert!(err.to_string().contains("outside buffer"), "{err}");
+    let err = convert::f16_to_f32(&gpu, x.slice(1, 8).unwrap(), words.whole()).unwrap_err();
+    assert!(err.to_string().contains("words: 5 elements given"), "{err}");
 }

@@ -1,4 +1,4 @@
-use plimsoll_kernels_wgsl::{Category, kernels, reference};
+use plimsoll_kernels_wgsl::{Category, Error, kernels, reference};
 
 use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
@@ -11,7 +11,11 @@ fn copy_matches_reference() {
         let dst0 = rng.vec_f32(len + 7, -3.0, 3.0);
         let src_gpu = gpu.upload(&src, Category::Temporary, "copy src").unwrap();
         let dst_gpu = gpu.upload(&dst0, Category::Temporary, "copy dst").unwrap();
-        kernels::copy::copy(&gpu, &src_gpu, 5, &dst_gpu, 2, len as u64).unwrap();
+        let (src_s, dst_s) = (
+            src_gpu.slice(5, len as u64).unwrap(),
+            dst_gpu.slice(2, len as u64).unwrap(),
+        );
+        kernels::copy::copy(&gpu, dst_s, src_s).unwrap();
         let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
         let mut want = dst0.clone();
         reference::copy::copy(&src, 5, &mut want, 2, len);
@@ -48,16 +52,14 @@ fn strided_copy_matches_reference() {
         let dst_gpu = gpu
             .alloc_elements(len as u64 + 1, Category::Activation, "strided dst")
             .unwrap();
-        kernels::fill::fill(&gpu, &dst_gpu, 0, len as u64 + 1, -7.0).unwrap();
+        kernels::fill::fill(&gpu, dst_gpu.slice(0, len as u64 + 1).unwrap(), -7.0).unwrap();
         let to_u32 = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<_>>();
         kernels::copy::strided_copy(
             &gpu,
-            &src_gpu,
-            src_offset as u64,
+            dst_gpu.slice(1, len as u64).unwrap(),
+            src_gpu.slice(src_offset as u64, len as u64).unwrap(),
             &to_u32(&out_shape),
             &to_u32(&out_strides),
-            &dst_gpu,
-            1,
         )
         .unwrap();
         let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
@@ -84,12 +86,28 @@ fn copy_within_one_segment_and_bad_ranges() {
         b.placement().0,
         "small buffers share a segment"
     );
-    kernels::copy::copy(&gpu, &a, 0, &b, 0, 100).unwrap();
-    kernels::copy::copy(&gpu, &b, 0, &b, 50, 50).unwrap(); // same buffer, disjoint ranges
+    kernels::copy::copy(&gpu, b.slice(0, 100).unwrap(), a.slice(0, 100).unwrap()).unwrap();
+    // Same buffer, disjoint ranges.
+    kernels::copy::copy(&gpu, b.slice(50, 50).unwrap(), b.slice(0, 50).unwrap()).unwrap();
     let got: Vec<f32> = gpu.read_all(&b, DEADLINE).unwrap();
     let mut want = data.clone();
     want.copy_within(0..50, 50);
     assert_close("copy same segment", &got, &want, 0.0, 0.0);
-    assert!(kernels::copy::copy(&gpu, &a, 1, &b, 0, 100).is_err());
-    assert!(kernels::copy::strided_copy(&gpu, &a, 0, &[10, 11], &[10, 1], &b, 0).is_err());
+    // Source elements 1..101 of a 100-element buffer: refused when the slice is made.
+    let err = a.slice(1, 100).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // Source and destination of different lengths: refused by the launcher.
+    let err = kernels::copy::copy(&gpu, b.whole(), a.slice(1, 99).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // A gather whose last read (9*10 + 10*1 = element 100) lies past the source's 100 elements,
+    // into a destination of the right length (110).
+    let c = gpu.alloc_elements(110, Category::Temporary, "c").unwrap();
+    let err =
+        kernels::copy::strided_copy(&gpu, c.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("src"),
+        "{err}"
+    );
+    // A destination of the wrong length for the shape.
+    assert!(kernels::copy::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).is_err());
 }

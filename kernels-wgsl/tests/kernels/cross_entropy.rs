@@ -1,8 +1,6 @@
-use plimsoll_kernels_wgsl::kernels::cross_entropy::{
-    self, CrossEntropyBackwardBuffers, CrossEntropyForwardBuffers, LossGradient,
-};
+use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note, upload_u32_at};
 
@@ -13,6 +11,15 @@ use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note, up
 // atol 4e-6, rtol 1e-4.
 const LOSS_TOL: (f32, f32) = (1e-5, 1e-5);
 const GRAD_TOL: (f32, f32) = (4e-6, 1e-4);
+
+/// What the backward's `dloss` holds (the launcher tells them apart by its length).
+#[derive(Clone, Copy, Debug)]
+enum LossGradient {
+    /// One value: the gradient of a reduced loss, for every row.
+    Broadcast,
+    /// `rows` values: one per row loss.
+    PerRow,
+}
 
 struct Case {
     rows: usize,
@@ -46,27 +53,16 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) {
     let losses_gpu = Guarded::random(gpu, rng, rows, 2, "losses");
     let dloss_gpu = Guarded::upload(gpu, rng, &dloss_values, 1, "dloss");
     let dlogits_gpu = Guarded::random(gpu, rng, rows * cols, 6, "dlogits");
-    let forward = CrossEntropyForwardBuffers {
-        logits: &logits_gpu.buffer,
-        logits_offset: logits_gpu.at(),
-        targets: &targets_gpu,
-        targets_offset: 5,
-        losses: &losses_gpu.buffer,
-        losses_offset: losses_gpu.at(),
+    let dims = CrossEntropyDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        smoothing,
     };
-    cross_entropy::forward(gpu, &forward, rows as u64, cols as u64, smoothing).unwrap();
-    let backward = CrossEntropyBackwardBuffers {
-        logits: &logits_gpu.buffer,
-        logits_offset: logits_gpu.at(),
-        targets: &targets_gpu,
-        targets_offset: 5,
-        dloss: &dloss_gpu.buffer,
-        dloss_offset: dloss_gpu.at(),
-        dlogits: &dlogits_gpu.buffer,
-        dlogits_offset: dlogits_gpu.at(),
-    };
-    let (r, c) = (rows as u64, cols as u64);
-    cross_entropy::backward(gpu, &backward, r, c, smoothing, dloss, scale).unwrap();
+    let targets_s = targets_gpu.slice(5, rows as u64).unwrap();
+    let logits_s = logits_gpu.slice();
+    cross_entropy::forward(gpu, &dims, losses_gpu.slice(), logits_s, targets_s).unwrap();
+    let (dlogits_s, dloss_s) = (dlogits_gpu.slice(), dloss_gpu.slice());
+    cross_entropy::backward(gpu, &dims, dlogits_s, logits_s, targets_s, dloss_s, scale).unwrap();
 
     let want = reference::cross_entropy::forward(&logits, &targets, rows, cols, smoothing);
     let (atol, rtol) = LOSS_TOL;
@@ -114,44 +110,60 @@ fn cross_entropy_rejects_bad_arguments() {
     let losses = gpu
         .alloc_elements(10, Category::Temporary, "losses")
         .unwrap();
-    let mut b = CrossEntropyForwardBuffers {
-        logits: &logits,
-        logits_offset: 0,
-        targets: &targets,
-        targets_offset: 0,
-        losses: &losses,
-        losses_offset: 0,
+    let dims = |rows, cols, smoothing| CrossEntropyDims {
+        rows,
+        cols,
+        smoothing,
     };
-    cross_entropy::forward(&gpu, &b, 10, 10, 0.0).unwrap();
+    let (lg, tg, ls) = (logits.whole(), targets.whole(), losses.whole());
+    cross_entropy::forward(&gpu, &dims(10, 10, 0.0), ls, lg, tg).unwrap();
     // Zero classes, smoothing outside [0, 1], and each range one element too far.
-    let err = cross_entropy::forward(&gpu, &b, 10, 0, 0.0).unwrap_err();
+    let err = cross_entropy::forward(&gpu, &dims(10, 0, 0.0), ls, lg, tg).unwrap_err();
     assert!(err.to_string().contains("0 classes"), "{err}");
-    assert!(cross_entropy::forward(&gpu, &b, 10, 10, 1.5).is_err());
-    assert!(cross_entropy::forward(&gpu, &b, 10, 10, f32::NAN).is_err());
-    b.targets_offset = 1;
-    let err = cross_entropy::forward(&gpu, &b, 10, 10, 0.0).unwrap_err();
-    assert!(err.to_string().contains("targets: elements 1..11"), "{err}");
-    b.targets_offset = 0;
-    b.losses_offset = 1;
-    assert!(cross_entropy::forward(&gpu, &b, 10, 10, 0.0).is_err());
-    let backward = CrossEntropyBackwardBuffers {
-        logits: &logits,
-        logits_offset: 0,
-        targets: &targets,
-        targets_offset: 0,
-        dloss: &losses,
-        dloss_offset: 1,
-        dlogits: &logits,
-        dlogits_offset: 0,
-    };
-    // A per-row dloss needs 10 elements from offset 1 of a 10-element buffer; a broadcast one 1.
-    let err = cross_entropy::backward(&gpu, &backward, 10, 10, 0.0, LossGradient::PerRow, 1.0)
-        .unwrap_err();
+    assert!(cross_entropy::forward(&gpu, &dims(10, 10, 1.5), ls, lg, tg).is_err());
+    assert!(cross_entropy::forward(&gpu, &dims(10, 10, f32::NAN), ls, lg, tg).is_err());
+    // Targets from offset 1: elements 1..11 of a 10-element buffer cannot be sliced, and the
+    // launcher refuses the 9 that can.
+    let err = targets.slice(1, 10).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("elements 1..11"), "{err}");
+    let t9 = targets.slice(1, 9).unwrap();
+    let err = cross_entropy::forward(&gpu, &dims(10, 10, 0.0), ls, lg, t9).unwrap_err();
+    assert!(
+        err.to_string().contains("targets: 9 elements given"),
+        "{err}"
+    );
+    // Likewise losses and logits.
+    assert!(losses.slice(1, 10).is_err());
+    let l9 = losses.slice(1, 9).unwrap();
+    let err = cross_entropy::forward(&gpu, &dims(10, 10, 0.0), l9, lg, tg).unwrap_err();
+    assert!(
+        err.to_string().contains("losses: 9 elements given"),
+        "{err}"
+    );
+    let lg99 = logits.slice(1, 99).unwrap();
+    let err = cross_entropy::forward(&gpu, &dims(10, 10, 0.0), ls, lg99, tg).unwrap_err();
+    assert!(
+        err.to_string().contains("logits: 99 elements given"),
+        "{err}"
+    );
+    // A per-row dloss needs 10 elements from offset 1 of a 10-element buffer (no such slice; the
+    // 9 that fit are neither 1 nor rows); a broadcast one needs 1.
+    assert!(losses.slice(1, 10).is_err());
+    let err = cross_entropy::backward(&gpu, &dims(10, 10, 0.0), lg, lg, tg, l9, 1.0).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("dloss"), "{err}");
-    cross_entropy::backward(&gpu, &backward, 10, 10, 0.0, LossGradient::Broadcast, 0.1).unwrap();
+    let d1 = losses.slice(1, 1).unwrap();
+    cross_entropy::backward(&gpu, &dims(10, 10, 0.0), lg, lg, tg, d1, 0.1).unwrap();
+    // dlogits of the wrong length.
+    let err = cross_entropy::backward(&gpu, &dims(10, 10, 0.0), lg99, lg, tg, d1, 0.1).unwrap_err();
+    assert!(
+        err.to_string().contains("dlogits: 99 elements given"),
+        "{err}"
+    );
 }
 
-// Loop limit: checked before the ranges, so one-element buffers show the refusal.
+// Loop limit: checked before the slice lengths, so one-element buffers show the refusal.
 #[test]
 fn cross_entropy_refuses_rows_over_the_loop_limit() {
     let gpu = gpu();
@@ -160,32 +172,24 @@ fn cross_entropy_refuses_rows_over_the_loop_limit() {
     };
     let largest = largest_within(limit, cross_entropy::loop_iterations);
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
-    let forward = CrossEntropyForwardBuffers {
-        logits: &t,
-        logits_offset: 0,
-        targets: &t,
-        targets_offset: 0,
-        losses: &t,
-        losses_offset: 0,
-    };
+    let t = t.whole();
     let over = largest + 1;
+    let dims = CrossEntropyDims {
+        rows: 1,
+        cols: over,
+        smoothing: 0.0,
+    };
     assert_loop_limit(
-        cross_entropy::forward(&gpu, &forward, 1, over, 0.0),
+        cross_entropy::forward(&gpu, &dims, t, t, t),
         "cols",
         largest,
     );
-    let backward = CrossEntropyBackwardBuffers {
-        logits: &t,
-        logits_offset: 0,
-        targets: &t,
-        targets_offset: 0,
-        dloss: &t,
-        dloss_offset: 0,
-        dlogits: &t,
-        dlogits_offset: 0,
+    let dims = CrossEntropyDims {
+        rows: 2,
+        cols: over,
+        smoothing: 0.1,
     };
-    let result =
-        cross_entropy::backward(&gpu, &backward, 2, over, 0.1, LossGradient::Broadcast, 1.0);
+    let result = cross_entropy::backward(&gpu, &dims, t, t, t, t, 1.0);
     assert_loop_limit(result, "cols", largest);
 }
 

@@ -17,7 +17,8 @@ fn dropout_matches_reference() {
         let y_gpu = gpu
             .alloc_elements(len as u64 + 3, Category::Temporary, "y")
             .unwrap();
-        kernels::dropout::dropout(&gpu, &y_gpu, 3, &x_gpu, 0, len as u64, p, seed).unwrap();
+        let y = y_gpu.slice(3, len as u64).unwrap();
+        kernels::dropout::dropout(&gpu, y, x_gpu.whole(), p, seed).unwrap();
         let got: Vec<f32> = gpu.read(&y_gpu, 3, len as u64, DEADLINE).unwrap();
         let want = reference::dropout::dropout(&x, p, seed);
         assert_close(&format!("dropout len {len} p {p}"), &got, &want, 0.0, 0.0);
@@ -27,5 +28,8 @@ fn dropout_matches_reference() {
         }
     }
     let buf = gpu.alloc_elements(4, Category::Temporary, "b").unwrap();
-    assert!(kernels::dropout::dropout(&gpu, &buf, 0, &buf, 0, 4, 1.0, 0).is_err());
+    assert!(kernels::dropout::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).is_err());
+    // y and x of different lengths are refused.
+    let short = buf.slice(0, 3).unwrap();
+    assert!(kernels::dropout::dropout(&gpu, short, buf.whole(), 0.5, 0).is_err());
 }

@@ -1,6 +1,6 @@
-use plimsoll_kernels_wgsl::kernels::embedding::{self, GatherBuffers, ScatterAddBuffers};
+use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{
     DEADLINE, Guarded, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note, upload_u32_at,
@@ -29,25 +29,10 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, tokens: usize, vocab: usize, dim: usize)
     let out_gpu = Guarded::random(gpu, rng, tokens * dim, 5, "out");
     let dy_gpu = Guarded::upload(gpu, rng, &dy, 1, "dy");
     let dtable_gpu = Guarded::random(gpu, rng, vocab * dim, 7, "dtable");
-    let gather = GatherBuffers {
-        table: &table_gpu.buffer,
-        table_offset: table_gpu.at(),
-        ids: &ids_gpu,
-        ids_offset: 2,
-        out: &out_gpu.buffer,
-        out_offset: out_gpu.at(),
-    };
     let (t, v, d) = (tokens as u64, vocab as u64, dim as u64);
-    embedding::gather(gpu, &gather, t, v, d).unwrap();
-    let scatter = ScatterAddBuffers {
-        dy: &dy_gpu.buffer,
-        dy_offset: dy_gpu.at(),
-        ids: &ids_gpu,
-        ids_offset: 2,
-        dtable: &dtable_gpu.buffer,
-        dtable_offset: dtable_gpu.at(),
-    };
-    embedding::scatter_add(gpu, &scatter, t, v, d).unwrap();
+    let ids_s = ids_gpu.slice(2, t).unwrap();
+    embedding::gather(gpu, out_gpu.slice(), table_gpu.slice(), ids_s, v, d).unwrap();
+    embedding::scatter_add(gpu, dtable_gpu.slice(), dy_gpu.slice(), ids_s, v, d).unwrap();
 
     let want = reference::embedding::gather(&table, &ids, vocab, dim);
     out_gpu.check(gpu, &name("gather"), &want, 0.0, 0.0);
@@ -75,32 +60,41 @@ fn embedding_rejects_bad_ranges() {
         .unwrap();
     let ids = upload_u32_at(&gpu, &[0, 1, 2], 0, "ids");
     let out = gpu.alloc_elements(30, Category::Temporary, "out").unwrap();
-    let mut b = GatherBuffers {
-        table: &table,
-        table_offset: 0,
-        ids: &ids,
-        ids_offset: 0,
-        out: &out,
-        out_offset: 0,
-    };
-    embedding::gather(&gpu, &b, 3, 4, 10).unwrap();
-    // 5 tokens of ids in a 3-element buffer; a [5, 10] table in 40 elements.
-    let err = embedding::gather(&gpu, &b, 5, 4, 10).unwrap_err();
-    assert!(err.to_string().contains("ids: elements 0..5"), "{err}");
-    assert!(embedding::gather(&gpu, &b, 3, 5, 10).is_err());
-    b.out_offset = 1;
-    assert!(embedding::gather(&gpu, &b, 3, 4, 10).is_err());
-    let s = ScatterAddBuffers {
-        dy: &out,
-        dy_offset: 0,
-        ids: &ids,
-        ids_offset: 1,
-        dtable: &table,
-        dtable_offset: 0,
-    };
-    let err = embedding::scatter_add(&gpu, &s, 3, 4, 10).unwrap_err();
-    assert!(err.to_string().contains("ids: elements 1..4"), "{err}");
-    embedding::scatter_add(&gpu, &s, 2, 4, 0).unwrap(); // dim 0: empty work
+    let (tw, iw, ow) = (table.whole(), ids.whole(), out.whole());
+    embedding::gather(&gpu, ow, tw, iw, 4, 10).unwrap();
+    // 5 tokens of ids in a 3-element buffer: no such slice ...
+    let err = ids.slice(0, 5).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("elements 0..5"), "{err}");
+    // ... and 5 ids want 50 outputs, not 30.
+    let ids5 = upload_u32_at(&gpu, &[0, 1, 2, 3, 0], 0, "ids5");
+    let err = embedding::gather(&gpu, ow, tw, ids5.whole(), 4, 10).unwrap_err();
+    assert!(err.to_string().contains("out: 30 elements given"), "{err}");
+    // A [5, 10] table in 40 elements.
+    let err = embedding::gather(&gpu, ow, tw, iw, 5, 10).unwrap_err();
+    assert!(
+        err.to_string().contains("table: 40 elements given"),
+        "{err}"
+    );
+    // out from offset 1: 30 elements do not fit, 29 are too few.
+    assert!(out.slice(1, 30).is_err());
+    let err = embedding::gather(&gpu, out.slice(1, 29).unwrap(), tw, iw, 4, 10).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // scatter_add with ids from offset 1: elements 1..4 of 3 do not fit; the 2 that do make
+    // 2 tokens, whose dy is 20 elements, not 30.
+    let err = ids.slice(1, 3).unwrap_err();
+    assert!(err.to_string().contains("elements 1..4"), "{err}");
+    let ids2 = ids.slice(1, 2).unwrap();
+    let err = embedding::scatter_add(&gpu, tw, ow, ids2, 4, 10).unwrap_err();
+    assert!(err.to_string().contains("dy: 30 elements given"), "{err}");
+    let err = embedding::scatter_add(&gpu, table.slice(0, 39).unwrap(), ow, iw, 4, 10).unwrap_err();
+    assert!(
+        err.to_string().contains("dtable: 39 elements given"),
+        "{err}"
+    );
+    // dim 0: empty work.
+    let (t0, o0) = (table.slice(0, 0).unwrap(), out.slice(0, 0).unwrap());
+    embedding::scatter_add(&gpu, t0, o0, ids2, 4, 0).unwrap();
 }
 
 #[test]
@@ -110,17 +104,15 @@ fn embedding_refuses_tokens_over_the_loop_limit() {
         return;
     };
     let largest = largest_within(limit, embedding::loop_iterations);
+    // The token count is the ids' length: a real buffer of `largest + 1` ids; the rest are tiny
+    // (the loop limit is checked before their lengths).
+    let ids = gpu
+        .alloc_elements(largest + 1, Category::Temporary, "ids")
+        .unwrap();
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
-    let s = ScatterAddBuffers {
-        dy: &t,
-        dy_offset: 0,
-        ids: &t,
-        ids_offset: 0,
-        dtable: &t,
-        dtable_offset: 0,
-    };
+    let t = t.whole();
     assert_loop_limit(
-        embedding::scatter_add(&gpu, &s, largest + 1, 1, 1),
+        embedding::scatter_add(&gpu, t, t, ids.whole(), 1, 1),
         "tokens",
         largest,
     );
@@ -144,15 +136,8 @@ fn embedding_at_the_loop_limit_matches_reference() {
     let dtable = gpu
         .alloc_elements((vocab * dim) as u64, Category::Temporary, "dtable")
         .unwrap();
-    let s = ScatterAddBuffers {
-        dy: &dy_gpu,
-        dy_offset: 0,
-        ids: &ids_gpu,
-        ids_offset: 0,
-        dtable: &dtable,
-        dtable_offset: 0,
-    };
-    embedding::scatter_add(&gpu, &s, tokens as u64, vocab as u64, dim as u64).unwrap();
+    let (v, d) = (vocab as u64, dim as u64);
+    embedding::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, d).unwrap();
     let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE).unwrap();
     assert_close(
         &format!("scatter_add of {tokens} tokens"),

@@ -1,4 +1,4 @@
-use plimsoll_kernels_wgsl::{Category, kernels, reference};
+use plimsoll_kernels_wgsl::{Category, Error, kernels, reference};
 
 use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
@@ -13,7 +13,8 @@ fn fill_matches_reference() {
             .unwrap();
         let (offset, count) = (3usize, len);
         let value = rng.f32_in(-5.0, 5.0);
-        kernels::fill::fill(&gpu, &buf, offset as u64, count as u64, value).unwrap();
+        let out = buf.slice(offset as u64, count as u64).unwrap();
+        kernels::fill::fill(&gpu, out, value).unwrap();
         let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
         let mut want = initial.clone();
         reference::fill::fill(&mut want, offset, count, value);
@@ -25,9 +26,15 @@ fn fill_matches_reference() {
 fn fill_u32_writes_exact_words_and_rejects_out_of_range() {
     let gpu = gpu();
     let buf = gpu.alloc_elements(333, Category::Input, "targets").unwrap();
-    kernels::fill::fill_u32(&gpu, &buf, 0, 333, 0xDEAD_BEEF).unwrap();
+    kernels::fill::fill_u32(&gpu, buf.slice(0, 333).unwrap(), 0xDEAD_BEEF).unwrap();
     let got: Vec<u32> = gpu.read_all(&buf, DEADLINE).unwrap();
     assert!(got.iter().all(|&w| w == 0xDEAD_BEEF));
-    let err = kernels::fill::fill(&gpu, &buf, 300, 34, 1.0).unwrap_err();
+    // Elements 300..334 of a 333-element buffer: refused when the slice is made.
+    let err = buf.slice(300, 34).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
+    // A sub-slice past the end of its slice is refused too.
+    let tail = buf.slice(300, 33).unwrap();
+    let err = tail.slice(1, 33).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
 }

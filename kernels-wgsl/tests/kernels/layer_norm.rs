@@ -1,6 +1,6 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormBuffers, LayerNormGradBuffers};
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
+use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
+use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
 
@@ -33,21 +33,20 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
     let y_gpu = Guarded::random(gpu, rng, n, 5, "y");
     let mean_gpu = Guarded::random(gpu, rng, rows, 4, "mean");
     let rstd_gpu = Guarded::random(gpu, rng, rows, 6, "rstd");
-    let forward = LayerNormBuffers {
-        x: &x_gpu.buffer,
-        x_offset: x_gpu.at(),
-        gamma: &gamma_gpu.buffer,
-        gamma_offset: gamma_gpu.at(),
-        beta: &beta_gpu.buffer,
-        beta_offset: beta_gpu.at(),
-        y: &y_gpu.buffer,
-        y_offset: y_gpu.at(),
-        mean: &mean_gpu.buffer,
-        mean_offset: mean_gpu.at(),
-        rstd: &rstd_gpu.buffer,
-        rstd_offset: rstd_gpu.at(),
+    let dims = LayerNormDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        eps: EPS,
     };
-    layer_norm::forward(gpu, &forward, rows as u64, cols as u64, EPS).unwrap();
+    layer_norm::forward(
+        gpu,
+        &dims,
+        [y_gpu.slice(), mean_gpu.slice(), rstd_gpu.slice()],
+        x_gpu.slice(),
+        gamma_gpu.slice(),
+        beta_gpu.slice(),
+    )
+    .unwrap();
 
     // The backward reads the reference's saved statistics, so it is checked on its own.
     let saved_mean = Guarded::upload(gpu, rng, &want.mean, 7, "saved mean");
@@ -56,25 +55,19 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
     let dx_gpu = Guarded::random(gpu, rng, n, 8, "dx");
     let dgamma_gpu = Guarded::random(gpu, rng, cols, 3, "dgamma");
     let dbeta_gpu = Guarded::random(gpu, rng, cols, 9, "dbeta");
-    let backward = LayerNormGradBuffers {
-        x: &x_gpu.buffer,
-        x_offset: x_gpu.at(),
-        gamma: &gamma_gpu.buffer,
-        gamma_offset: gamma_gpu.at(),
-        mean: &saved_mean.buffer,
-        mean_offset: saved_mean.at(),
-        rstd: &saved_rstd.buffer,
-        rstd_offset: saved_rstd.at(),
-        dy: &dy_gpu.buffer,
-        dy_offset: dy_gpu.at(),
-        dx: &dx_gpu.buffer,
-        dx_offset: dx_gpu.at(),
-        dgamma: &dgamma_gpu.buffer,
-        dgamma_offset: dgamma_gpu.at(),
-        dbeta: &dbeta_gpu.buffer,
-        dbeta_offset: dbeta_gpu.at(),
-    };
-    layer_norm::backward(gpu, &backward, rows as u64, cols as u64).unwrap();
+    layer_norm::backward(
+        gpu,
+        &dims,
+        [dx_gpu.slice(), dgamma_gpu.slice(), dbeta_gpu.slice()],
+        [
+            x_gpu.slice(),
+            gamma_gpu.slice(),
+            saved_mean.slice(),
+            saved_rstd.slice(),
+        ],
+        dy_gpu.slice(),
+    )
+    .unwrap();
 
     let (atol, rtol) = Y_TOL;
     y_gpu.check(gpu, &name("y"), &want.y, atol, rtol);
@@ -102,6 +95,14 @@ fn layer_norm_matches_reference() {
     }
 }
 
+fn dims(rows: u64, cols: u64) -> LayerNormDims {
+    LayerNormDims {
+        rows,
+        cols,
+        eps: EPS,
+    }
+}
+
 #[test]
 fn layer_norm_rejects_bad_arguments() {
     let gpu = gpu();
@@ -109,69 +110,54 @@ fn layer_norm_rejects_bad_arguments() {
     let small = gpu
         .alloc_elements(10, Category::Temporary, "small")
         .unwrap();
-    let mut b = LayerNormBuffers {
-        x: &big,
-        x_offset: 0,
-        gamma: &small,
-        gamma_offset: 0,
-        beta: &small,
-        beta_offset: 0,
-        y: &big,
-        y_offset: 0,
-        mean: &small,
-        mean_offset: 0,
-        rstd: &small,
-        rstd_offset: 0,
-    };
-    let err = layer_norm::forward(&gpu, &b, 10, 0, EPS).unwrap_err();
+    let (b100, s10) = (big.slice(0, 100).unwrap(), small.whole());
+    layer_norm::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, s10, s10).unwrap();
+    let err =
+        layer_norm::forward(&gpu, &dims(10, 0), [b100, s10, s10], b100, s10, s10).unwrap_err();
     assert!(err.to_string().contains("0 columns"), "{err}");
-    b.gamma_offset = 3;
-    let err = layer_norm::forward(&gpu, &b, 10, 10, EPS).unwrap_err();
-    assert!(err.to_string().contains("gamma: elements 3..13"), "{err}");
-    let g = LayerNormGradBuffers {
-        x: &big,
-        x_offset: 0,
-        gamma: &small,
-        gamma_offset: 0,
-        mean: &small,
-        mean_offset: 0,
-        rstd: &small,
-        rstd_offset: 0,
-        dy: &big,
-        dy_offset: 0,
-        dx: &big,
-        dx_offset: 21,
-        dgamma: &small,
-        dgamma_offset: 0,
-        dbeta: &small,
-        dbeta_offset: 0,
-    };
-    let err = layer_norm::backward(&gpu, &g, 10, 10).unwrap_err();
-    assert!(err.to_string().contains("dx: elements 21..121"), "{err}");
-    b.gamma_offset = 0;
-    layer_norm::forward(&gpu, &b, 0, 10, EPS).unwrap(); // empty work
-}
-
-/// Backward buffers all on `t` (the loop limit is checked before the ranges).
-fn grad_buffers(t: &DeviceBuffer) -> LayerNormGradBuffers<'_> {
-    LayerNormGradBuffers {
-        x: t,
-        x_offset: 0,
-        gamma: t,
-        gamma_offset: 0,
-        mean: t,
-        mean_offset: 0,
-        rstd: t,
-        rstd_offset: 0,
-        dy: t,
-        dy_offset: 0,
-        dx: t,
-        dx_offset: 0,
-        dgamma: t,
-        dgamma_offset: 0,
-        dbeta: t,
-        dbeta_offset: 0,
+    // gamma from offset 3: elements 3..13 of a 10-element buffer cannot be sliced, and the
+    // launcher refuses the 7 that can.
+    let err = small.slice(3, 10).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("elements 3..13"), "{err}");
+    let gamma = small.slice(3, 7).unwrap();
+    let err =
+        layer_norm::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, gamma, s10).unwrap_err();
+    assert!(err.to_string().contains("gamma: 7 elements given"), "{err}");
+    // Each forward slice of the wrong length.
+    let (b99, s9) = (big.slice(0, 99).unwrap(), small.slice(0, 9).unwrap());
+    let forwards = [
+        ("y", [b99, s10, s10], b100, s10, s10),
+        ("mean", [b100, s9, s10], b100, s10, s10),
+        ("rstd", [b100, s10, s9], b100, s10, s10),
+        ("x", [b100, s10, s10], b99, s10, s10),
+        ("beta", [b100, s10, s10], b100, s10, s9),
+    ];
+    for (name, outputs, x, gamma, beta) in forwards {
+        let err = layer_norm::forward(&gpu, &dims(10, 10), outputs, x, gamma, beta).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("{name}: ")),
+            "{name}: {err}"
+        );
     }
+    // dx from offset 21: elements 21..121 of a 120-element buffer.
+    let err = big.slice(21, 100).unwrap_err();
+    assert!(err.to_string().contains("elements 21..121"), "{err}");
+    let dx = big.slice(21, 99).unwrap();
+    let inputs = [b100, s10, s10, s10];
+    let err = layer_norm::backward(&gpu, &dims(10, 10), [dx, s10, s10], inputs, b100).unwrap_err();
+    assert!(err.to_string().contains("dx: 99 elements given"), "{err}");
+    let err = layer_norm::backward(&gpu, &dims(10, 10), [b100, s9, s10], inputs, b100).unwrap_err();
+    assert!(err.to_string().contains("dgamma: "), "{err}");
+    let err = layer_norm::backward(&gpu, &dims(10, 10), [b100, s10, s10], inputs, b99).unwrap_err();
+    assert!(err.to_string().contains("dy: "), "{err}");
+    let bad_rstd = [b100, s10, s10, s9];
+    let err =
+        layer_norm::backward(&gpu, &dims(10, 10), [b100, s10, s10], bad_rstd, b100).unwrap_err();
+    assert!(err.to_string().contains("rstd: "), "{err}");
+    // Empty work.
+    let (e, s0) = (big.slice(120, 0).unwrap(), small.slice(0, 0).unwrap());
+    layer_norm::forward(&gpu, &dims(0, 10), [e, s0, s0], e, s10, s10).unwrap();
 }
 
 #[test]
@@ -180,31 +166,26 @@ fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() {
     let Some(limit) = loop_limit_or_note(&gpu, "layer_norm") else {
         return;
     };
+    // Every slice on one tiny buffer: the loop limit is checked before the slice lengths.
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
-    let b = LayerNormBuffers {
-        x: &t,
-        x_offset: 0,
-        gamma: &t,
-        gamma_offset: 0,
-        beta: &t,
-        beta_offset: 0,
-        y: &t,
-        y_offset: 0,
-        mean: &t,
-        mean_offset: 0,
-        rstd: &t,
-        rstd_offset: 0,
-    };
+    let t = t.whole();
     let cols = largest_within(limit, layer_norm::row_loop_iterations);
     assert_loop_limit(
-        layer_norm::forward(&gpu, &b, 1, cols + 1, EPS),
+        layer_norm::forward(&gpu, &dims(1, cols + 1), [t; 3], t, t, t),
         "cols",
         cols,
     );
-    let g = grad_buffers(&t);
-    assert_loop_limit(layer_norm::backward(&gpu, &g, 1, cols + 1), "cols", cols);
+    assert_loop_limit(
+        layer_norm::backward(&gpu, &dims(1, cols + 1), [t; 3], [t; 4], t),
+        "cols",
+        cols,
+    );
     let rows = largest_within(limit, layer_norm::column_loop_iterations);
-    assert_loop_limit(layer_norm::backward(&gpu, &g, rows + 1, 1), "rows", rows);
+    assert_loop_limit(
+        layer_norm::backward(&gpu, &dims(rows + 1, 1), [t; 3], [t; 4], t),
+        "rows",
+        rows,
+    );
 }
 
 #[test]
@@ -236,20 +217,18 @@ fn layer_norm_at_the_loop_limit_matches_reference() {
         .unwrap();
     let dgamma = Guarded::random(&gpu, &mut rng, cols, 2, "dgamma");
     let dbeta = Guarded::random(&gpu, &mut rng, cols, 1, "dbeta");
-    let g = LayerNormGradBuffers {
-        x: &x,
-        gamma: &ones,
-        mean: &zeros,
-        rstd: &ones,
-        dy: &dy_gpu,
-        dx: &dx,
-        dgamma: &dgamma.buffer,
-        dgamma_offset: dgamma.at(),
-        dbeta: &dbeta.buffer,
-        dbeta_offset: dbeta.at(),
-        ..grad_buffers(&x)
-    };
-    layer_norm::backward(&gpu, &g, rows as u64, cols as u64).unwrap();
+    let (gamma, rstd) = (
+        ones.slice(0, cols as u64).unwrap(),
+        ones.slice(0, rows as u64).unwrap(),
+    );
+    layer_norm::backward(
+        &gpu,
+        &dims(rows as u64, cols as u64),
+        [dx.whole(), dgamma.slice(), dbeta.slice()],
+        [x.whole(), gamma, zeros.whole(), rstd],
+        dy_gpu.whole(),
+    )
+    .unwrap();
     dgamma.check(&gpu, &format!("dgamma over {rows} rows"), &want, 0.0, 0.0);
     dbeta.check(&gpu, &format!("dbeta over {rows} rows"), &want, 0.0, 0.0);
 }

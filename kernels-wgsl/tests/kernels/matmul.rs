@@ -3,7 +3,7 @@
 
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
-use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
+use plimsoll_kernels_wgsl::{Category, DeviceSlice, Error, Gpu, reference};
 
 use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note};
 
@@ -18,52 +18,74 @@ const POISON: f32 = 12345.0;
 /// average). `rtol` 1e-6 covers the rounding of `C + alpha·A·B` when accumulating.
 const ATOL_EPS_PER_K: f32 = 4.0;
 
-/// One launch: `dims` over buffers padded by `pad` elements past each operand's extent, checked
-/// against the reference over the whole output buffer (so elements outside C must stay intact).
-/// Returns the entry point used.
-fn check(gpu: &Gpu, rng: &mut Rng, dims: &MatmulDims, pad: usize) -> MatmulEntry {
+/// The entry point the launcher takes for `dims` on these operands: [`entry_point`], demoted to
+/// `main_scalar` when A's or B's first element is not a multiple of 4 elements into its segment
+/// (the `vec4` loads need aligned operands; see [`entry_point`]'s docs).
+fn launched_entry(dims: &MatmulDims, a: DeviceSlice<'_>, b: DeviceSlice<'_>) -> MatmulEntry {
+    match entry_point(dims) {
+        MatmulEntry::Main if a.index().is_multiple_of(4) && b.index().is_multiple_of(4) => {
+            MatmulEntry::Main
+        }
+        _ => MatmulEntry::MainScalar,
+    }
+}
+
+/// One launch: `dims` with A, B and C at element `offsets` `[a, b, c]` of buffers padded by `pad`
+/// elements past each operand's extent, each operand passed as the slice of exactly its extent
+/// from its offset; checked against the reference (on the same sub-slices) over the whole
+/// output buffer (so elements outside C, before and after it, must stay intact). Returns the
+/// entry point used.
+fn check(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    dims: &MatmulDims,
+    offsets: [usize; 3],
+    pad: usize,
+) -> MatmulEntry {
+    let [off_a, off_b, off_c] = offsets;
     let (a_len, b_len) = operand_lens(dims);
-    let a = rng.vec_f32(a_len + pad, -1.0, 1.0); // stored A, (batch, m, k) or (batch, k, m)
-    let b = rng.vec_f32(b_len + pad, -1.0, 1.0); // stored B, (batch, k, n) or (batch, n, k)
+    let c_len = dims.c_len();
+    // stored A, (batch, m, k) or (batch, k, m); stored B, (batch, k, n) or (batch, n, k)
+    let a = rng.vec_f32(off_a + a_len + pad, -1.0, 1.0);
+    let b = rng.vec_f32(off_b + b_len + pad, -1.0, 1.0);
     let c_init = if dims.accumulate {
-        rng.vec_f32(dims.c_len() + pad, -1.0, 1.0) // (batch, m, n)
+        rng.vec_f32(off_c + c_len + pad, -1.0, 1.0) // (batch, m, n)
     } else {
-        vec![POISON; dims.c_len() + pad]
+        vec![POISON; off_c + c_len + pad]
     };
     let a_gpu = gpu.upload(&a, Category::Temporary, "matmul a").unwrap();
     let b_gpu = gpu.upload(&b, Category::Temporary, "matmul b").unwrap();
     let c_gpu = gpu
         .upload(&c_init, Category::Temporary, "matmul c")
         .unwrap();
-    matmul::matmul(gpu, &c_gpu, &a_gpu, &b_gpu, dims).unwrap();
+    let a_s = a_gpu.slice(off_a as u64, a_len as u64).unwrap();
+    let b_s = b_gpu.slice(off_b as u64, b_len as u64).unwrap();
+    let c_s = c_gpu.slice(off_c as u64, c_len as u64).unwrap();
+    let entry = launched_entry(dims, a_s, b_s);
+    matmul::matmul(gpu, dims, c_s, a_s, b_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
     let mut want = c_init;
-    reference::matmul::matmul_into(&a, &b, &mut want, dims);
+    reference::matmul::matmul_into(&a[off_a..], &b[off_b..], &mut want[off_c..], dims);
     let atol = ATOL_EPS_PER_K * f32::EPSILON * dims.k.max(1) as f32 * dims.alpha.abs().max(1.0);
-    let name = format!("matmul {dims:?} ({:?})", entry_point(dims));
+    let name = format!("matmul {dims:?} offsets {offsets:?} ({entry:?})");
     assert_close(&name, &got, &want, atol, 1e-6);
-    entry_point(dims)
+    entry
 }
 
-/// Elements each operand spans: `offset + (batch - 1) * stride + rows * cols` for A and B.
+/// Elements each operand spans: `(batch - 1) * stride + rows * cols` for A and B.
 fn operand_lens(d: &MatmulDims) -> (usize, usize) {
-    let span = |offset: usize, stride: usize, elements: usize| {
-        offset + d.batch.saturating_sub(1) * stride + elements
-    };
+    let span = |stride: usize, elements: usize| d.batch.saturating_sub(1) * stride + elements;
     (
-        span(d.offset_a, d.batch_stride_a, d.m * d.k),
-        span(d.offset_b, d.batch_stride_b, d.k * d.n),
+        span(d.batch_stride_a, d.m * d.k),
+        span(d.batch_stride_b, d.k * d.n),
     )
 }
 
-/// `MatmulDims::dense(1, m, n, k)` with transposes, offsets, alpha and accumulate.
-fn dims(m: usize, n: usize, k: usize, trans: (bool, bool), offsets: [usize; 3]) -> MatmulDims {
+/// `MatmulDims::dense(1, m, n, k)` with transposes (alpha and accumulate set by the callers).
+fn dims(m: usize, n: usize, k: usize, trans: (bool, bool)) -> MatmulDims {
     MatmulDims {
         trans_a: trans.0,
         trans_b: trans.1,
-        offset_a: offsets[0],
-        offset_b: offsets[1],
-        offset_c: offsets[2],
         ..MatmulDims::dense(1, m, n, k)
     }
 }
@@ -91,33 +113,38 @@ fn matmul_matches_reference() {
     ];
     for (case, &(m, n, k, offsets, expect)) in shapes.iter().enumerate() {
         for (t, &trans) in TRANSPOSES.iter().enumerate() {
-            let mut d = dims(m, n, k, trans, offsets);
+            let mut d = dims(m, n, k, trans);
             // Alternate plain, scaled and accumulating launches over the cases.
             d.accumulate = (case + t) % 2 == 1;
             d.alpha = [1.0, -0.75, 2.5][(case + t) % 3];
-            let entry = check(&gpu, &mut rng, &d, 5);
+            let entry = check(&gpu, &mut rng, &d, offsets, 5);
             if let Some(expect) = expect {
-                assert_eq!(entry, expect, "{d:?}");
+                assert_eq!(entry, expect, "{d:?} offsets {offsets:?}");
             }
             entries.push(entry);
         }
     }
     assert_eq!(
-        entry_point(&dims(130, 132, 36, (true, false), [0; 3])),
+        entry_point(&dims(130, 132, 36, (true, false))),
         MatmulEntry::MainScalar
     );
     assert_eq!(
-        entry_point(&dims(130, 132, 36, (false, true), [0; 3])),
+        entry_point(&dims(130, 132, 36, (false, true))),
         MatmulEntry::Main
     );
     assert_eq!(
-        entry_point(&dims(20, 30, 16, (false, true), [0; 3])),
+        entry_point(&dims(20, 30, 16, (false, true))),
         MatmulEntry::MainScalar
     );
-    // A misaligned offset sends a main-path shape to main_scalar.
-    let misaligned = dims(64, 128, 32, (false, false), [1, 0, 0]);
+    // A misaligned offset (of A, then of B) sends a main-path shape to main_scalar.
+    let aligned = dims(64, 128, 32, (false, false));
+    assert_eq!(entry_point(&aligned), MatmulEntry::Main);
     assert_eq!(
-        check(&gpu, &mut rng, &misaligned, 3),
+        check(&gpu, &mut rng, &aligned, [1, 0, 0], 3),
+        MatmulEntry::MainScalar
+    );
+    assert_eq!(
+        check(&gpu, &mut rng, &aligned, [0, 2, 0], 3),
         MatmulEntry::MainScalar
     );
 
@@ -127,27 +154,34 @@ fn matmul_matches_reference() {
         (128, 1024, 10, (false, true)),
         (1024, 10, 128, (true, false)),
     ] {
-        let mut d = dims(m, n, k, trans, [2, 6, 1]);
+        let mut d = dims(m, n, k, trans);
         d.accumulate = trans.0; // dW += Xᵀ·dY, gradient accumulation
-        assert_eq!(check(&gpu, &mut rng, &d, 1), MatmulEntry::MainScalar);
+        assert_eq!(
+            check(&gpu, &mut rng, &d, [2, 6, 1], 1),
+            MatmulEntry::MainScalar
+        );
     }
 
     // Batch 3 with one operand broadcast (stride 0) and padded batch strides.
-    let batched = |m: usize, n: usize, k: usize, trans, offsets, broadcast_b: bool| MatmulDims {
+    let batched = |m: usize, n: usize, k: usize, trans, broadcast_b: bool| MatmulDims {
         batch: 3,
         batch_stride_a: if broadcast_b { m * k + 4 } else { 0 },
         batch_stride_b: if broadcast_b { 0 } else { k * n + 8 },
         batch_stride_c: m * n + 3,
-        ..dims(m, n, k, trans, offsets)
+        ..dims(m, n, k, trans)
     };
     for (t, &trans) in TRANSPOSES.iter().enumerate() {
-        let mut d = batched(36, 44, 24, trans, [4, 12, 1], t % 2 == 0);
+        let mut d = batched(36, 44, 24, trans, t % 2 == 0);
         d.accumulate = t >= 2;
         d.alpha = 0.5;
-        assert_eq!(check(&gpu, &mut rng, &d, 2), MatmulEntry::Main, "{d:?}");
-        let d = batched(37, 45, 23, trans, [3, 5, 7], t % 2 == 1);
         assert_eq!(
-            check(&gpu, &mut rng, &d, 2),
+            check(&gpu, &mut rng, &d, [4, 12, 1], 2),
+            MatmulEntry::Main,
+            "{d:?}"
+        );
+        let d = batched(37, 45, 23, trans, t % 2 == 1);
+        assert_eq!(
+            check(&gpu, &mut rng, &d, [3, 5, 7], 2),
             MatmulEntry::MainScalar,
             "{d:?}"
         );
@@ -156,18 +190,25 @@ fn matmul_matches_reference() {
     assert!(main >= 10 && entries.len() - main >= 18, "{entries:?}");
 
     // The unchecked-module variant agrees (same shader, wgpu's runtime checks off).
-    let d = dims(36, 68, 20, (false, true), [4, 8, 3]);
+    // A at element 4, B at 8, C at 3.
+    let d = dims(36, 68, 20, (false, true));
     let a = rng.vec_f32(36 * 20 + 4, -1.0, 1.0);
     let b = rng.vec_f32(68 * 20 + 8, -1.0, 1.0);
     let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
     let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
     let c_gpu = gpu
-        .upload(&vec![POISON; d.c_len()], Category::Temporary, "c")
+        .upload(&vec![POISON; 3 + d.c_len()], Category::Temporary, "c")
         .unwrap();
-    matmul::matmul_unchecked(&gpu, &c_gpu, &a_gpu, &b_gpu, &d).unwrap();
+    let (a_s, b_s) = (
+        a_gpu.slice(4, 36 * 20).unwrap(),
+        b_gpu.slice(8, 68 * 20).unwrap(),
+    );
+    assert_eq!(launched_entry(&d, a_s, b_s), MatmulEntry::Main);
+    let c_s = c_gpu.slice(3, d.c_len() as u64).unwrap();
+    matmul::matmul_unchecked(&gpu, &d, c_s, a_s, b_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
-    let mut want = vec![POISON; d.c_len()];
-    reference::matmul::matmul_into(&a, &b, &mut want, &d);
+    let mut want = vec![POISON; 3 + d.c_len()];
+    reference::matmul::matmul_into(&a[4..], &b[8..], &mut want[3..], &d);
     assert_close("matmul_unchecked", &got, &want, 1e-5, 1e-6);
 }
 
@@ -180,7 +221,8 @@ fn matmul_rejects_bad_arguments() {
             .unwrap()
     };
     let (a, b, c) = (buf(2 * 8 * 16), buf(2 * 16 * 12), buf(2 * 8 * 12));
-    matmul::matmul(&gpu, &c, &a, &b, &d).unwrap();
+    let (a_w, b_w, c_w) = (a.whole(), b.whole(), c.whole());
+    matmul::matmul(&gpu, &d, c_w, a_w, b_w).unwrap();
     let expect_invalid = |result: plimsoll_kernels_wgsl::Result<()>, needle: &str| match result {
         Err(Error::InvalidArgument {
             op: "matmul",
@@ -190,26 +232,49 @@ fn matmul_rejects_bad_arguments() {
         }
         other => panic!("expected InvalidArgument containing {needle:?}, got {other:?}"),
     };
-    // B one element short of its extent: offset 1 + 16·12 + 16·12 > 384.
-    let shifted = MatmulDims { offset_b: 1, ..d };
-    expect_invalid(matmul::matmul(&gpu, &c, &a, &b, &shifted), "rhs (B)");
+    // B one element short of its extent: offset 1 + 16·12 + 16·12 > 384. The slice of the full
+    // extent cannot be made; the slice that fits is one element short and the launcher says so.
+    let err = b.slice(1, 2 * 16 * 12).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let shifted = b.slice(1, 2 * 16 * 12 - 1).unwrap();
+    expect_invalid(matmul::matmul(&gpu, &d, c_w, a_w, shifted), "rhs (B)");
+    // Likewise A and C one element short.
+    let short_a = a.slice(0, 2 * 8 * 16 - 1).unwrap();
+    expect_invalid(matmul::matmul(&gpu, &d, c_w, short_a, b_w), "lhs (A)");
+    let short_c = c.slice(1, 2 * 8 * 12 - 1).unwrap();
+    expect_invalid(matmul::matmul(&gpu, &d, short_c, a_w, b_w), "out (C)");
     // C's two batches overlap.
     let overlapping = MatmulDims {
         batch_stride_c: 8 * 12 - 1,
         ..d
     };
-    expect_invalid(matmul::matmul(&gpu, &c, &a, &b, &overlapping), "overlap");
+    expect_invalid(matmul::matmul(&gpu, &overlapping, c_w, a_w, b_w), "overlap");
     // C written over A in the same buffer.
     let one = MatmulDims::dense(1, 8, 8, 8);
-    expect_invalid(matmul::matmul(&gpu, &a, &a, &b, &one), "overlap lhs");
+    expect_invalid(matmul::matmul(&gpu, &one, a_w, a_w, b_w), "overlaps lhs");
+    // Partly over A (C's first element is A's last) ...
+    let (a_lo, a_hi) = (a.slice(0, 64).unwrap(), a.slice(63, 64).unwrap());
+    expect_invalid(matmul::matmul(&gpu, &one, a_hi, a_lo, b_w), "overlaps lhs");
+    // ... and over B.
+    let (b_lo, b_hi) = (b.slice(0, 64).unwrap(), b.slice(60, 64).unwrap());
+    expect_invalid(matmul::matmul(&gpu, &one, b_hi, a_lo, b_lo), "overlaps rhs");
+    // C next to A in the same buffer, without overlap, is fine.
+    matmul::matmul(&gpu, &one, a.slice(64, 64).unwrap(), a_lo, b_w).unwrap();
     // A size that does not fit the shader's u32.
     let huge = MatmulDims::dense(1, 1, 1, 1 << 33);
     expect_invalid(
-        matmul::matmul(&gpu, &c, &a, &b, &huge),
+        matmul::matmul(&gpu, &huge, c_w, a_w, b_w),
         "does not fit in u32",
     );
     // Empty work records nothing and succeeds, even on small buffers.
-    matmul::matmul(&gpu, &c, &a, &b, &MatmulDims::dense(0, 1 << 20, 1 << 20, 1)).unwrap();
+    matmul::matmul(
+        &gpu,
+        &MatmulDims::dense(0, 1 << 20, 1 << 20, 1),
+        c_w,
+        a_w,
+        b_w,
+    )
+    .unwrap();
 }
 
 #[test]
@@ -229,9 +294,13 @@ fn matmul_refuses_k_over_the_loop_limit() {
         let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
         let largest = largest_within(limit, passes);
         let k = (largest + 1).next_multiple_of(4) as usize; // main needs k % 4 == 0
-        let d = dims(m, n, k, trans, [0, 0, 0]);
-        assert_eq!(entry_point(&d), entry, "{d:?}");
-        assert_loop_limit(matmul::matmul(&gpu, &c, &t, &t, &d), "k", largest);
+        let d = dims(m, n, k, trans);
+        assert_eq!(launched_entry(&d, t.whole(), t.whole()), entry, "{d:?}");
+        assert_loop_limit(
+            matmul::matmul(&gpu, &d, c.whole(), t.whole(), t.whole()),
+            "k",
+            largest,
+        );
     }
 }
 
@@ -247,7 +316,7 @@ fn matmul_at_the_loop_limit_matches_reference() {
         let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
         let k = largest_within(limit, passes) as usize / 4 * 4;
         assert_eq!(
-            check(&gpu, &mut rng, &dims(m, n, k, trans, [0, 0, 0]), 3),
+            check(&gpu, &mut rng, &dims(m, n, k, trans), [0, 0, 0], 3),
             entry
         );
     }

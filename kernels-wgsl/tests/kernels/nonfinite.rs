@@ -2,7 +2,7 @@
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
 use plimsoll_kernels_wgsl::kernels::nonfinite::{self, NO_INDEX};
-use plimsoll_kernels_wgsl::{Category, reference};
+use plimsoll_kernels_wgsl::{Category, Error, reference};
 
 use crate::common::{DEADLINE, Rng, gpu};
 
@@ -36,14 +36,16 @@ fn nonfinite_matches_reference() {
             let flags_gpu = gpu
                 .upload(&[5u32, 5, 5, 5], Category::Temporary, "flags")
                 .unwrap();
-            nonfinite::check(&gpu, &flags_gpu, 1, &x_gpu, 4, len as u64).unwrap();
+            let flags_s = flags_gpu.slice(1, 2).unwrap();
+            let x_s = x_gpu.slice(4, len as u64).unwrap();
+            nonfinite::check(&gpu, flags_s, x_s).unwrap();
             let got: Vec<u32> = gpu.read_all(&flags_gpu, DEADLINE).unwrap();
             let [any, first] = reference::nonfinite::flags(&x);
             assert_eq!(got, [5, any, first, 5], "nonfinite {what} len {len}");
-            let found = nonfinite::read_flags(&gpu, &flags_gpu, 1, DEADLINE).unwrap();
+            let found = nonfinite::read_flags(&gpu, flags_s, DEADLINE).unwrap();
             let want = reference::nonfinite::first_nonfinite(&x).map(|i| i as u64);
             assert_eq!(found, want, "nonfinite {what} len {len} read_flags");
-            let found = nonfinite::first_nonfinite(&gpu, &x_gpu, 4, len as u64, DEADLINE).unwrap();
+            let found = nonfinite::first_nonfinite(&gpu, x_s, DEADLINE).unwrap();
             assert_eq!(found, want, "nonfinite {what} len {len} first_nonfinite");
         }
     }
@@ -55,27 +57,25 @@ fn nonfinite_accumulates_over_several_ranges() {
     let mut rng = Rng::new(83);
     let mut x = rng.vec_f32(3000, -5.0, 5.0);
     let x_gpu = gpu.upload(&x, Category::Gradient, "grads").unwrap();
-    let flags = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
+    let flags_buf = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
+    let flags = flags_buf.whole();
     // Three clean "tensors" in one buffer: nothing found.
-    nonfinite::reset_flags(&gpu, &flags, 0).unwrap();
+    nonfinite::reset_flags(&gpu, flags).unwrap();
     for (offset, len) in [(0, 1000), (1000, 1000), (2000, 1000)] {
-        nonfinite::accumulate(&gpu, &flags, 0, &x_gpu, offset, len).unwrap();
+        nonfinite::accumulate(&gpu, flags, x_gpu.slice(offset, len).unwrap()).unwrap();
     }
-    assert_eq!(
-        nonfinite::read_flags(&gpu, &flags, 0, DEADLINE).unwrap(),
-        None
-    );
-    let words: Vec<u32> = gpu.read_all(&flags, DEADLINE).unwrap();
+    assert_eq!(nonfinite::read_flags(&gpu, flags, DEADLINE).unwrap(), None);
+    let words: Vec<u32> = gpu.read_all(&flags_buf, DEADLINE).unwrap();
     assert_eq!(words, [0, NO_INDEX]);
     // An infinity at element 1500 = index 500 of the second tensor.
     x[1500] = f32::INFINITY;
     gpu.write(&x_gpu, 1500, &x[1500..1501]).unwrap();
-    nonfinite::reset_flags(&gpu, &flags, 0).unwrap();
+    nonfinite::reset_flags(&gpu, flags).unwrap();
     for (offset, len) in [(0, 1000), (1000, 1000), (2000, 1000)] {
-        nonfinite::accumulate(&gpu, &flags, 0, &x_gpu, offset, len).unwrap();
+        nonfinite::accumulate(&gpu, flags, x_gpu.slice(offset, len).unwrap()).unwrap();
     }
     assert_eq!(
-        nonfinite::read_flags(&gpu, &flags, 0, DEADLINE).unwrap(),
+        nonfinite::read_flags(&gpu, flags, DEADLINE).unwrap(),
         Some(500)
     );
 }
@@ -85,14 +85,23 @@ fn nonfinite_rejects_a_range_outside_the_buffer() {
     let gpu = gpu();
     let x = gpu.alloc_elements(10, Category::Temporary, "x").unwrap();
     let flags = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
-    let err = nonfinite::check(&gpu, &flags, 1, &x, 0, 10).unwrap_err();
+    // Flags from offset 1 of 2 words: no two-word slice; a one-word slice is refused.
+    let err = flags.slice(1, 2).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
-    let err = nonfinite::check(&gpu, &flags, 0, &x, 3, 8).unwrap_err();
+    let one = flags.slice(1, 1).unwrap();
+    let err = nonfinite::check(&gpu, one, x.whole()).unwrap_err();
+    assert!(err.to_string().contains("flags: 1 elements given"), "{err}");
+    assert!(nonfinite::reset_flags(&gpu, one).is_err());
+    assert!(nonfinite::accumulate(&gpu, one, x.whole()).is_err());
+    assert!(nonfinite::read_flags(&gpu, one, DEADLINE).is_err());
+    // x = elements 3..11 of 10.
+    let err = x.slice(3, 8).unwrap_err();
     assert!(err.to_string().contains("outside buffer"), "{err}");
     // Empty range: the flags say "clean".
-    nonfinite::check(&gpu, &flags, 0, &x, 10, 0).unwrap();
+    nonfinite::check(&gpu, flags.whole(), x.slice(10, 0).unwrap()).unwrap();
     assert_eq!(
-        nonfinite::read_flags(&gpu, &flags, 0, DEADLINE).unwrap(),
+        nonfinite::read_flags(&gpu, flags.whole(), DEADLINE).unwrap(),
         None
     );
 }

@@ -1,6 +1,5 @@
-use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWBuffers, SgdBuffers};
-use plimsoll_kernels_wgsl::reference::optimizer::{AdamWConfig, SgdConfig};
-use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWConfig, AdamWStep, SgdConfig, SgdStep};
+use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, Rng, gpu};
 
@@ -25,20 +24,18 @@ fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale
     let param_gpu = Guarded::upload(gpu, rng, &param, 3, "param");
     let grad_gpu = Guarded::random(gpu, rng, len, 5, "grad");
     let momentum_gpu = Guarded::upload(gpu, rng, &momentum_buf, 2, "momentum");
-    let buffers = SgdBuffers {
-        param: &param_gpu.buffer,
-        param_offset: param_gpu.at(),
-        grad: &grad_gpu.buffer,
-        grad_offset: grad_gpu.at(),
-        momentum_buf: (config.momentum != 0.0).then_some(&momentum_gpu.buffer),
-        momentum_buf_offset: momentum_gpu.at(),
-    };
+    let momentum_s = (config.momentum != 0.0).then_some(momentum_gpu.slice());
     for step in 0..STEPS {
         // Gradients as a loss-scaled backward would leave them: grad_scale undoes the scale.
         let grad = rng.vec_f32(len, -1.0 / grad_scale, 1.0 / grad_scale);
         gpu.write(&grad_gpu.buffer, grad_gpu.at(), &grad).unwrap();
         let first_step = step == 0;
-        optimizer::sgd_step(gpu, &buffers, len as u64, config, first_step, grad_scale).unwrap();
+        let sgd = SgdStep {
+            config: *config,
+            first_step,
+            grad_scale,
+        };
+        optimizer::sgd_step(gpu, &sgd, param_gpu.slice(), grad_gpu.slice(), momentum_s).unwrap();
         reference::optimizer::sgd_step(
             &mut param,
             &grad,
@@ -70,20 +67,21 @@ fn adamw_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &AdamWConfig, grad_s
     let grad_gpu = Guarded::random(gpu, rng, len, 4, "grad");
     let m_gpu = Guarded::upload(gpu, rng, &exp_avg, 6, "exp_avg");
     let v_gpu = Guarded::upload(gpu, rng, &exp_avg_sq, 3, "exp_avg_sq");
-    let buffers = AdamWBuffers {
-        param: &param_gpu.buffer,
-        param_offset: param_gpu.at(),
-        grad: &grad_gpu.buffer,
-        grad_offset: grad_gpu.at(),
-        exp_avg: &m_gpu.buffer,
-        exp_avg_offset: m_gpu.at(),
-        exp_avg_sq: &v_gpu.buffer,
-        exp_avg_sq_offset: v_gpu.at(),
-    };
     for step in 1..=STEPS {
         let grad = rng.vec_f32(len, -1.0 / grad_scale, 1.0 / grad_scale);
         gpu.write(&grad_gpu.buffer, grad_gpu.at(), &grad).unwrap();
-        optimizer::adamw_step(gpu, &buffers, len as u64, config, step, grad_scale).unwrap();
+        let adamw = AdamWStep {
+            config: *config,
+            step,
+            grad_scale,
+        };
+        let (p, g, m, v) = (
+            param_gpu.slice(),
+            grad_gpu.slice(),
+            m_gpu.slice(),
+            v_gpu.slice(),
+        );
+        optimizer::adamw_step(gpu, &adamw, p, g, m, v).unwrap();
         reference::optimizer::adamw_step(
             &mut param,
             &grad,
@@ -163,40 +161,37 @@ fn optimizer_rejects_bad_arguments() {
         weight_decay: 0.0,
         nesterov: false,
     };
-    let mut sgd = SgdBuffers {
-        param: &a,
-        param_offset: 0,
-        grad: &b,
-        grad_offset: 1,
-        momentum_buf: None,
-        momentum_buf_offset: 0,
+    let step = |config| SgdStep {
+        config,
+        first_step: true,
+        grad_scale: 1.0,
     };
-    let err = optimizer::sgd_step(&gpu, &sgd, 10, &plain, true, 1.0).unwrap_err();
-    assert!(err.to_string().contains("grad: elements 1..11"), "{err}");
-    sgd.grad_offset = 0;
+    // grad = elements 1..11 of 10: no such slice; the 9 that fit differ from param's 10.
+    let err = b.slice(1, 10).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("elements 1..11"), "{err}");
+    let grad9 = b.slice(1, 9).unwrap();
+    let err = optimizer::sgd_step(&gpu, &step(plain), a.whole(), grad9, None).unwrap_err();
+    assert!(err.to_string().contains("grad: 9 elements given"), "{err}");
     let momentum = SgdConfig {
         momentum: 0.9,
         ..plain
     };
-    let err = optimizer::sgd_step(&gpu, &sgd, 10, &momentum, true, 1.0).unwrap_err();
+    let err = optimizer::sgd_step(&gpu, &step(momentum), a.whole(), b.whole(), None).unwrap_err();
     assert!(err.to_string().contains("momentum buffer"), "{err}");
+    let short = Some(b.slice(0, 9).unwrap());
+    let err = optimizer::sgd_step(&gpu, &step(momentum), a.whole(), b.whole(), short).unwrap_err();
+    assert!(
+        err.to_string().contains("momentum_buf: 9 elements given"),
+        "{err}"
+    );
     let nesterov = SgdConfig {
         dampening: 0.1,
         nesterov: true,
         ..momentum
     };
-    sgd.momentum_buf = Some(&b);
-    assert!(optimizer::sgd_step(&gpu, &sgd, 10, &nesterov, true, 1.0).is_err());
-    let adamw = AdamWBuffers {
-        param: &a,
-        param_offset: 0,
-        grad: &b,
-        grad_offset: 0,
-        exp_avg: &a,
-        exp_avg_offset: 0,
-        exp_avg_sq: &b,
-        exp_avg_sq_offset: 5,
-    };
+    let with_buf = Some(b.whole());
+    assert!(optimizer::sgd_step(&gpu, &step(nesterov), a.whole(), b.whole(), with_buf).is_err());
     let config = AdamWConfig {
         lr: 1e-3,
         beta1: 0.9,
@@ -204,11 +199,25 @@ fn optimizer_rejects_bad_arguments() {
         eps: 1e-8,
         weight_decay: 0.0,
     };
-    let err = optimizer::adamw_step(&gpu, &adamw, 5, &config, 0, 1.0).unwrap_err();
+    let adamw = |step| AdamWStep {
+        config,
+        step,
+        grad_scale: 1.0,
+    };
+    let (a5, b5, b5_hi) = (
+        a.slice(0, 5).unwrap(),
+        b.slice(0, 5).unwrap(),
+        b.slice(5, 5).unwrap(),
+    );
+    let err = optimizer::adamw_step(&gpu, &adamw(0), a5, b5, a5, b5_hi).unwrap_err();
     assert!(err.to_string().contains("1-based"), "{err}");
-    let err = optimizer::adamw_step(&gpu, &adamw, 6, &config, 1, 1.0).unwrap_err();
+    // exp_avg_sq = elements 5..11 of 10: no such slice; the 5 that fit differ from the others' 6.
+    let err = b.slice(5, 6).unwrap_err();
+    assert!(err.to_string().contains("elements 5..11"), "{err}");
+    let (a6, b6) = (a.slice(0, 6).unwrap(), b.slice(0, 6).unwrap());
+    let err = optimizer::adamw_step(&gpu, &adamw(1), a6, b6, a6, b5_hi).unwrap_err();
     assert!(
-        err.to_string().contains("exp_avg_sq: elements 5..11"),
+        err.to_string().contains("exp_avg_sq: 5 elements given"),
         "{err}"
     );
 }

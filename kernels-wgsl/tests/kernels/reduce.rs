@@ -1,9 +1,10 @@
 //! `reduce` launchers against `reference::reduce`.
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
-use plimsoll_kernels_wgsl::kernels::{largest_within, reduce};
-use plimsoll_kernels_wgsl::reference::reduce::{self as cpu, AxisView};
-use plimsoll_kernels_wgsl::{Category, Gpu};
+use plimsoll_kernels_wgsl::kernels::reduce::{self, AxisView};
+use plimsoll_kernels_wgsl::kernels::{check_loop_limit, largest_within};
+use plimsoll_kernels_wgsl::reference::reduce as cpu;
+use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
 use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note};
 
@@ -75,8 +76,11 @@ fn reduce_matches_reference() {
             .upload(&vec![-7.0f32; 2 * count + 8], Category::Activation, "out")
             .unwrap();
         let mean_at = count + 5;
-        reduce::sum_axis(&gpu, &out_gpu, 2, &x_gpu, 3, shape, axis).unwrap();
-        reduce::mean_axis(&gpu, &out_gpu, mean_at as u64, &x_gpu, 3, shape, axis).unwrap();
+        let x_s = x_gpu.slice(3, n as u64).unwrap();
+        let sum_out = out_gpu.slice(2, count as u64).unwrap();
+        let mean_out = out_gpu.slice(mean_at as u64, count as u64).unwrap();
+        reduce::sum_axis(&gpu, sum_out, x_s, shape, axis).unwrap();
+        reduce::mean_axis(&gpu, mean_out, x_s, shape, axis).unwrap();
         let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
         let mut want = vec![-7.0f32; 2 * count + 8];
         want[2..2 + count].copy_from_slice(&cpu::sum_axis(&x, view));
@@ -98,7 +102,10 @@ fn reduce_matches_reference() {
                 "idx",
             )
             .unwrap();
-        reduce::max_axis(&gpu, &max_gpu, 2, &idx_gpu, 1, &xm_gpu, 1, shape, axis).unwrap();
+        let max_out = max_gpu.slice(2, count as u64).unwrap();
+        let idx_s = idx_gpu.slice(1, count as u64).unwrap();
+        let xm_s = xm_gpu.slice(1, n as u64).unwrap();
+        reduce::max_axis(&gpu, max_out, idx_s, xm_s, shape, axis).unwrap();
         let got_max: Vec<f32> = gpu.read_all(&max_gpu, DEADLINE).unwrap();
         let got_idx: Vec<u32> = gpu.read_all(&idx_gpu, DEADLINE).unwrap();
         let (want_max, want_idx) = cpu::max_axis(&xm, view);
@@ -116,7 +123,9 @@ fn reduce_matches_reference() {
         let dx_gpu = gpu
             .upload(&vec![-7.0f32; n + 6], Category::Gradient, "dx")
             .unwrap();
-        reduce::max_backward(&gpu, &dx_gpu, 3, &dy_gpu, 4, &idx_gpu, 1, shape, axis).unwrap();
+        let dx_s = dx_gpu.slice(3, n as u64).unwrap();
+        let dy_s = dy_gpu.slice(4, count as u64).unwrap();
+        reduce::max_backward(&gpu, dx_s, dy_s, idx_s, shape, axis).unwrap();
         let got: Vec<f32> = gpu.read_all(&dx_gpu, DEADLINE).unwrap();
         let want = framed(-7.0, 3, &cpu::max_backward(&dy, &want_idx, view));
         assert_close(&format!("{name} max_backward"), &got, &want, 0.0, 0.0);
@@ -134,8 +143,9 @@ fn reduce_all_matches_reference() {
         let out_gpu = gpu
             .upload(&[-7.0f32; 6], Category::Activation, "out")
             .unwrap();
-        reduce::sum_all(&gpu, &out_gpu, 1, &x_gpu, 5, len as u64).unwrap();
-        reduce::mean_all(&gpu, &out_gpu, 3, &x_gpu, 5, len as u64).unwrap();
+        let x_s = x_gpu.slice(5, len as u64).unwrap();
+        reduce::sum_all(&gpu, out_gpu.slice(1, 1).unwrap(), x_s).unwrap();
+        reduce::mean_all(&gpu, out_gpu.slice(3, 1).unwrap(), x_s).unwrap();
         let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
         let (sum, mean) = (cpu::sum_all(&x), cpu::mean_all(&x));
         let want = [-7.0, sum, -7.0, mean, -7.0, -7.0];
@@ -155,7 +165,9 @@ fn reduce_all_matches_reference() {
                 .upload(&[-7.0f32; 3], Category::Activation, "max")
                 .unwrap();
             let idx_gpu = gpu.upload(&[7u32; 3], Category::Activation, "idx").unwrap();
-            reduce::max_all(&gpu, &max_gpu, 1, &idx_gpu, 2, &xm_gpu, 2, len as u64).unwrap();
+            let idx_s = idx_gpu.slice(2, 1).unwrap();
+            let xm_s = xm_gpu.slice(2, len as u64).unwrap();
+            reduce::max_all(&gpu, max_gpu.slice(1, 1).unwrap(), idx_s, xm_s).unwrap();
             let got_max: Vec<f32> = gpu.read_all(&max_gpu, DEADLINE).unwrap();
             let got_idx: Vec<u32> = gpu.read_all(&idx_gpu, DEADLINE).unwrap();
             let (want_max, want_idx) = cpu::max_all(&xm);
@@ -174,7 +186,9 @@ fn reduce_all_matches_reference() {
             let dx_gpu = gpu
                 .alloc_elements(len as u64 + 1, Category::Gradient, "dx")
                 .unwrap();
-            reduce::max_backward(&gpu, &dx_gpu, 1, &dy_gpu, 1, &idx_gpu, 2, &[len], 0).unwrap();
+            let dx_s = dx_gpu.slice(1, len as u64).unwrap();
+            let dy_s = dy_gpu.slice(1, 1).unwrap();
+            reduce::max_backward(&gpu, dx_s, dy_s, idx_s, &[len], 0).unwrap();
             let got: Vec<f32> = gpu.read(&dx_gpu, 1, len as u64, DEADLINE).unwrap();
             let want =
                 cpu::max_backward(&[1.5], &[want_idx], AxisView::of_shape(&[len], 0).unwrap());
@@ -205,7 +219,9 @@ fn sum_to_shape_matches_reference() {
         let out_gpu = gpu
             .upload(&vec![-7.0f32; m + 5], Category::Gradient, "out")
             .unwrap();
-        reduce::sum_to_shape(&gpu, &out_gpu, 2, &x_gpu, 1, from, to).unwrap();
+        let out_s = out_gpu.slice(2, m as u64).unwrap();
+        let x_s = x_gpu.slice(1, n as u64).unwrap();
+        reduce::sum_to_shape(&gpu, out_s, x_s, from, to).unwrap();
         let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
         let want = framed(-7.0, 2, &cpu::sum_to_shape(&x, from, to).unwrap());
         assert_close(
@@ -223,13 +239,81 @@ fn reduce_rejects_bad_axis_and_shapes() {
     let gpu = gpu();
     let x = gpu.alloc_elements(60, Category::Temporary, "x").unwrap();
     let out = gpu.alloc_elements(60, Category::Temporary, "out").unwrap();
-    let err = reduce::sum_axis(&gpu, &out, 0, &x, 0, &[3, 4, 5], 3).unwrap_err();
+    let err =
+        reduce::sum_axis(&gpu, out.slice(0, 12).unwrap(), x.whole(), &[3, 4, 5], 3).unwrap_err();
     assert!(err.to_string().contains("axis 3 out of range"), "{err}");
-    let err = reduce::max_axis(&gpu, &out, 0, &out, 0, &x, 1, &[3, 4, 5], 0).unwrap_err();
+    // x = elements 1..61 of a 60-element buffer: the slice cannot be made ...
+    let err = x.slice(1, 60).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
-    let err = reduce::sum_to_shape(&gpu, &out, 0, &x, 0, &[3, 4, 5], &[2, 5]).unwrap_err();
+    // ... and the launcher refuses the one element shorter slice that fits.
+    let (max_out, max_idx) = (out.slice(0, 20).unwrap(), out.slice(20, 20).unwrap());
+    let err = reduce::max_axis(
+        &gpu,
+        max_out,
+        max_idx,
+        x.slice(1, 59).unwrap(),
+        &[3, 4, 5],
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("59 elements given"), "{err}");
+    // Outputs of the wrong length.
+    let err = reduce::max_axis(
+        &gpu,
+        out.slice(0, 19).unwrap(),
+        max_idx,
+        x.whole(),
+        &[3, 4, 5],
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = reduce::max_axis(
+        &gpu,
+        max_out,
+        out.slice(20, 21).unwrap(),
+        x.whole(),
+        &[3, 4, 5],
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = reduce::sum_axis(&gpu, out.whole(), x.whole(), &[3, 4, 5], 0).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = reduce::max_backward(
+        &gpu,
+        out.whole(),
+        max_out,
+        x.slice(0, 21).unwrap(),
+        &[3, 4, 5],
+        0,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = reduce::sum_all(&gpu, out.slice(0, 2).unwrap(), x.whole()).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = reduce::max_all(
+        &gpu,
+        out.slice(0, 1).unwrap(),
+        out.slice(1, 0).unwrap(),
+        x.whole(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // Shapes that do not broadcast (slices of the right lengths, so the shapes are what fails).
+    let err = reduce::sum_to_shape(
+        &gpu,
+        out.slice(0, 10).unwrap(),
+        x.whole(),
+        &[3, 4, 5],
+        &[2, 5],
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("does not broadcast"), "{err}");
-    let err = reduce::sum_to_shape(&gpu, &out, 0, &x, 0, &[4, 5], &[1, 4, 5]).unwrap_err();
+    let (out20, x20) = (out.slice(0, 20).unwrap(), x.slice(0, 20).unwrap());
+    let err = reduce::sum_to_shape(&gpu, out20, x20, &[4, 5], &[1, 4, 5]).unwrap_err();
     assert!(err.to_string().contains("does not broadcast"), "{err}");
 }
 
@@ -246,8 +330,9 @@ fn reduce_long_axis_is_not_truncated() {
     let x_gpu = upload_at(&gpu, &mut rng, &x, 1);
     let out = gpu.alloc_elements(2, Category::Activation, "out").unwrap();
     let idx = gpu.alloc_elements(1, Category::Activation, "idx").unwrap();
-    reduce::sum_axis(&gpu, &out, 0, &x_gpu, 1, &[n], 0).unwrap();
-    reduce::max_axis(&gpu, &out, 1, &idx, 0, &x_gpu, 1, &[n], 0).unwrap();
+    let x_s = x_gpu.slice(1, n as u64).unwrap();
+    reduce::sum_axis(&gpu, out.slice(0, 1).unwrap(), x_s, &[n], 0).unwrap();
+    reduce::max_axis(&gpu, out.slice(1, 1).unwrap(), idx.whole(), x_s, &[n], 0).unwrap();
     let got: Vec<f32> = gpu.read_all(&out, DEADLINE).unwrap();
     let got_idx: Vec<u32> = gpu.read_all(&idx, DEADLINE).unwrap();
     assert_close(
@@ -259,13 +344,19 @@ fn reduce_long_axis_is_not_truncated() {
     );
     assert_eq!(got_idx, [n as u32 - 3]);
     let long = reduce::MAX_AXIS_LEN + 1;
-    let err = reduce::sum_axis(&gpu, &out, 0, &x_gpu, 0, &[long], 0).unwrap_err();
+    // (The axis length is checked first: no slice of `long` elements is needed.)
+    let err =
+        reduce::sum_axis(&gpu, out.slice(0, 1).unwrap(), x_gpu.whole(), &[long], 0).unwrap_err();
     assert!(err.to_string().contains("MAX_AXIS_LEN"), "{err}");
 }
 
 // The *_all launchers loop len / 1024 + 16 times: the limit (about 67 million elements on
-// lavapipe) is past what one binding holds there, so only the refusal is tested, on a tiny
-// buffer (the limit is checked before the ranges).
+// lavapipe) is past what one binding holds there. The length now comes from the input slice, and
+// a slice lies inside one buffer, so where no buffer of `largest + 1` elements can be allocated
+// the refusal cannot be reached through the launchers: then this checks that such a buffer is
+// refused (TooLarge) and that the launchers' own check (`check_loop_limit` with
+// `all_loop_iterations`) refuses the length with the right hint. Where such a buffer can be
+// allocated, the launchers must refuse it (the limit is checked before the output lengths).
 #[test]
 fn reduce_all_refuses_lengths_over_the_loop_limit() {
     let gpu = gpu();
@@ -273,17 +364,32 @@ fn reduce_all_refuses_lengths_over_the_loop_limit() {
         return;
     };
     let largest = largest_within(limit, reduce::all_loop_iterations);
+    for op in ["sum_all", "mean_all", "max_all"] {
+        let check = check_loop_limit(&gpu, op, "len", largest + 1, reduce::all_loop_iterations);
+        assert_loop_limit(check, "len", largest);
+        check_loop_limit(&gpu, op, "len", largest, reduce::all_loop_iterations).unwrap();
+    }
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
-    assert_loop_limit(
-        reduce::sum_all(&gpu, &t, 0, &t, 0, largest + 1),
-        "len",
-        largest,
-    );
-    assert_loop_limit(
-        reduce::mean_all(&gpu, &t, 0, &t, 0, largest + 1),
-        "len",
-        largest,
-    );
-    let max = reduce::max_all(&gpu, &t, 0, &t, 0, &t, 0, largest + 1);
+    let too_long = (largest + 1) * 4;
+    if too_long > gpu.max_buffer_bytes() {
+        eprintln!(
+            "reduce: {} elements exceed the largest buffer ({} bytes): the launchers cannot be \
+             asked for them",
+            largest + 1,
+            gpu.max_buffer_bytes()
+        );
+        let err = gpu
+            .alloc_elements(largest + 1, Category::Temporary, "long")
+            .unwrap_err();
+        assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+        return;
+    }
+    let long = gpu
+        .alloc_elements(largest + 1, Category::Temporary, "long")
+        .unwrap();
+    let x = long.whole();
+    assert_loop_limit(reduce::sum_all(&gpu, t.whole(), x), "len", largest);
+    assert_loop_limit(reduce::mean_all(&gpu, t.whole(), x), "len", largest);
+    let max = reduce::max_all(&gpu, t.whole(), t.whole(), x);
     assert_loop_limit(max, "len", largest);
 }

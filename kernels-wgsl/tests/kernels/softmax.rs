@@ -1,6 +1,6 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxBackwardBuffers};
-use plimsoll_kernels_wgsl::{Category, Gpu, reference};
+use plimsoll_kernels_wgsl::kernels::softmax;
+use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
 
@@ -13,21 +13,6 @@ use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
 const FORWARD_TOL: (f32, f32) = (1e-6, 1e-4);
 const LOG_FORWARD_TOL: (f32, f32) = (1e-5, 1e-5);
 const BACKWARD_TOL: (f32, f32) = (2e-5, 1e-4);
-
-fn backward_buffers<'a>(
-    saved: &'a Guarded,
-    dy: &'a Guarded,
-    dx: &'a Guarded,
-) -> SoftmaxBackwardBuffers<'a> {
-    SoftmaxBackwardBuffers {
-        y: &saved.buffer,
-        y_offset: saved.at(),
-        dy: &dy.buffer,
-        dy_offset: dy.at(),
-        dx: &dx.buffer,
-        dx_offset: dx.at(),
-    }
-}
 
 /// `tol_scale` multiplies every tolerance (1 up to 1000 columns, the rows the tolerances are
 /// derived for; the f32 row sums' error grows at most linearly with the row).
@@ -49,26 +34,8 @@ fn check_case(
     let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x");
     let y_gpu = Guarded::random(gpu, rng, n, 7, "y");
     let log_y_gpu = Guarded::random(gpu, rng, n, 1, "log y");
-    softmax::softmax_forward(
-        gpu,
-        &x_gpu.buffer,
-        x_gpu.at(),
-        &y_gpu.buffer,
-        y_gpu.at(),
-        r,
-        c,
-    )
-    .unwrap();
-    softmax::log_softmax_forward(
-        gpu,
-        &x_gpu.buffer,
-        x_gpu.at(),
-        &log_y_gpu.buffer,
-        log_y_gpu.at(),
-        r,
-        c,
-    )
-    .unwrap();
+    softmax::softmax_forward(gpu, y_gpu.slice(), x_gpu.slice(), r, c).unwrap();
+    softmax::log_softmax_forward(gpu, log_y_gpu.slice(), x_gpu.slice(), r, c).unwrap();
 
     // Backwards from the reference forward outputs, so they are checked on their own.
     let dy_gpu = Guarded::upload(gpu, rng, &dy, 2, "dy");
@@ -76,9 +43,10 @@ fn check_case(
     let saved_log_y = Guarded::upload(gpu, rng, &want_log_y, 6, "saved log y");
     let dx_gpu = Guarded::random(gpu, rng, n, 9, "dx");
     let log_dx_gpu = Guarded::random(gpu, rng, n, 11, "log dx");
-    let log_dx_buffers = backward_buffers(&saved_log_y, &dy_gpu, &log_dx_gpu);
-    softmax::softmax_backward(gpu, &backward_buffers(&saved_y, &dy_gpu, &dx_gpu), r, c).unwrap();
-    softmax::log_softmax_backward(gpu, &log_dx_buffers, r, c).unwrap();
+    let (dx_s, y_s, dy_s) = (dx_gpu.slice(), saved_y.slice(), dy_gpu.slice());
+    softmax::softmax_backward(gpu, dx_s, y_s, dy_s, r, c).unwrap();
+    let (log_dx_s, log_y_s) = (log_dx_gpu.slice(), saved_log_y.slice());
+    softmax::log_softmax_backward(gpu, log_dx_s, log_y_s, dy_s, r, c).unwrap();
 
     let scaled = |(atol, rtol): (f32, f32)| (atol * tol_scale, rtol * tol_scale);
     let (atol, rtol) = scaled(FORWARD_TOL);
@@ -113,23 +81,33 @@ fn softmax_rejects_bad_ranges() {
     let gpu = gpu();
     let x = gpu.alloc_elements(100, Category::Temporary, "x").unwrap();
     let y = gpu.alloc_elements(100, Category::Temporary, "y").unwrap();
-    // [10, 10] from offset 1 needs elements 1..101 of a 100-element buffer.
-    let err = softmax::softmax_forward(&gpu, &x, 1, &y, 0, 10, 10).unwrap_err();
+    // [10, 10] from offset 1 needs elements 1..101 of a 100-element buffer: no such slice ...
+    let err = x.slice(1, 100).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
-    let b = SoftmaxBackwardBuffers {
-        y: &y,
-        y_offset: 0,
-        dy: &x,
-        dy_offset: 0,
-        dx: &x,
-        dx_offset: 50,
-    };
-    let err = softmax::log_softmax_backward(&gpu, &b, 10, 10).unwrap_err();
-    assert!(err.to_string().contains("dx: elements 50..150"), "{err}");
-    assert!(softmax::softmax_forward(&gpu, &x, 0, &y, 0, u64::MAX, 2).is_err());
+    // ... and the launchers refuse a slice of 99.
+    let x99 = x.slice(1, 99).unwrap();
+    let err = softmax::softmax_forward(&gpu, y.whole(), x99, 10, 10).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err = softmax::softmax_forward(&gpu, y.slice(0, 99).unwrap(), x99, 10, 10).unwrap_err();
+    assert!(err.to_string().contains("x: 99 elements given"), "{err}");
+    // dx at offset 50 of x: elements 50..150.
+    let err = x.slice(50, 100).unwrap_err();
+    assert!(err.to_string().contains("elements 50..150"), "{err}");
+    let dx = x.slice(50, 50).unwrap();
+    let err = softmax::log_softmax_backward(&gpu, dx, y.whole(), x.whole(), 10, 10).unwrap_err();
+    // (Named as the launcher's length check does: by the first slice that differs from dx.)
+    assert!(err.to_string().contains("50 needed"), "{err}");
+    let err = softmax::softmax_backward(&gpu, x.whole(), y.whole(), dx, 10, 10).unwrap_err();
+    assert!(err.to_string().contains("dy: 50 elements given"), "{err}");
+    let (x50, y50) = (x.slice(0, 50).unwrap(), y.slice(0, 50).unwrap());
+    let err = softmax::softmax_backward(&gpu, dx, y50, x50, 10, 10).unwrap_err();
+    assert!(err.to_string().contains("y: 50 elements given"), "{err}");
+    assert!(softmax::softmax_forward(&gpu, y.whole(), x.whole(), u64::MAX, 2).is_err());
     // Empty work records nothing and succeeds.
-    softmax::softmax_forward(&gpu, &x, 100, &y, 100, 0, 7).unwrap();
-    softmax::softmax_backward(&gpu, &b, 5, 0).unwrap();
+    let (x_end, y_end) = (x.slice(100, 0).unwrap(), y.slice(100, 0).unwrap());
+    softmax::softmax_forward(&gpu, y_end, x_end, 0, 7).unwrap();
+    softmax::softmax_backward(&gpu, x_end, y_end, x_end, 5, 0).unwrap();
 }
 
 // Loop limit ("Loop limit on lavapipe" in kernels/mod.rs): checked before the ranges, so
@@ -142,32 +120,25 @@ fn softmax_refuses_rows_over_the_loop_limit() {
     };
     let largest = largest_within(limit, softmax::loop_iterations);
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
+    let t = t.whole();
     let over = largest + 1;
     assert_loop_limit(
-        softmax::softmax_forward(&gpu, &t, 0, &t, 0, 1, over),
+        softmax::softmax_forward(&gpu, t, t, 1, over),
         "cols",
         largest,
     );
     assert_loop_limit(
-        softmax::log_softmax_forward(&gpu, &t, 0, &t, 0, 3, over),
-        "cols",
-        largest,
-    );
-    let b = SoftmaxBackwardBuffers {
-        y: &t,
-        y_offset: 0,
-        dy: &t,
-        dy_offset: 0,
-        dx: &t,
-        dx_offset: 0,
-    };
-    assert_loop_limit(
-        softmax::softmax_backward(&gpu, &b, 1, over),
+        softmax::log_softmax_forward(&gpu, t, t, 3, over),
         "cols",
         largest,
     );
     assert_loop_limit(
-        softmax::log_softmax_backward(&gpu, &b, 1, over),
+        softmax::softmax_backward(&gpu, t, t, t, 1, over),
+        "cols",
+        largest,
+    );
+    assert_loop_limit(
+        softmax::log_softmax_backward(&gpu, t, t, t, 1, over),
         "cols",
         largest,
     );
@@ -187,16 +158,7 @@ fn softmax_at_the_loop_limit_matches_reference() {
     x[..10].fill(f32::NEG_INFINITY);
     let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 2, "x");
     let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y");
-    softmax::softmax_forward(
-        &gpu,
-        &x_gpu.buffer,
-        x_gpu.at(),
-        &y_gpu.buffer,
-        y_gpu.at(),
-        1,
-        21,
-    )
-    .unwrap();
+    softmax::softmax_forward(&gpu, y_gpu.slice(), x_gpu.slice(), 1, 21).unwrap();
     let want = reference::softmax::softmax(&x, 1, 21);
     let (atol, rtol) = FORWARD_TOL;
     y_gpu.check(&gpu, "softmax of a masked row", &want, atol, rtol);

@@ -2,7 +2,7 @@
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
-use plimsoll_kernels_wgsl::{Category, reference};
+use plimsoll_kernels_wgsl::{Category, Error, reference};
 
 use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
@@ -45,7 +45,9 @@ fn check(gpu: &plimsoll_kernels_wgsl::Gpu, rng: &mut Rng, op: UnaryOp, exponent:
     let y0 = rng.vec_f32(len + 4, -9.0, 9.0);
     let x_gpu = gpu.upload(&x_buf, Category::Activation, "x").unwrap();
     let y_gpu = gpu.upload(&y0, Category::Activation, "y").unwrap();
-    unary::forward(gpu, op, &y_gpu, 2, &x_gpu, 3, len as u64, exponent).unwrap();
+    let n = len as u64;
+    let (y_s, x_s) = (y_gpu.slice(2, n).unwrap(), x_gpu.slice(3, n).unwrap());
+    unary::forward(gpu, op, y_s, x_s, exponent).unwrap();
     let got: Vec<f32> = gpu.read_all(&y_gpu, DEADLINE).unwrap();
     let y = reference::unary::forward(op, &x, exponent);
     let mut want = y0.clone();
@@ -60,24 +62,13 @@ fn check(gpu: &plimsoll_kernels_wgsl::Gpu, rng: &mut Rng, op: UnaryOp, exponent:
     let dy_gpu = gpu.upload(&dy_buf, Category::Gradient, "dy").unwrap();
     let dx0 = rng.vec_f32(len + 6, -9.0, 9.0);
     let dx_gpu = gpu.upload(&dx0, Category::Gradient, "dx").unwrap();
-    let (saved, saved_gpu, saved_offset) = if op.backward_uses_output() {
-        (&got[2..2 + len], &y_gpu, 2)
+    let (saved, saved_s) = if op.backward_uses_output() {
+        (&got[2..2 + len], y_s)
     } else {
-        (&x[..], &x_gpu, 3)
+        (&x[..], x_s)
     };
-    unary::backward(
-        gpu,
-        op,
-        &dx_gpu,
-        5,
-        saved_gpu,
-        saved_offset,
-        &dy_gpu,
-        1,
-        len as u64,
-        exponent,
-    )
-    .unwrap();
+    let (dx_s, dy_s) = (dx_gpu.slice(5, n).unwrap(), dy_gpu.slice(1, n).unwrap());
+    unary::backward(gpu, op, dx_s, saved_s, dy_s, exponent).unwrap();
     let got_dx: Vec<f32> = gpu.read_all(&dx_gpu, DEADLINE).unwrap();
     let mut want_dx = dx0.clone();
     want_dx[5..5 + len].copy_from_slice(&reference::unary::backward(op, saved, &dy, exponent));
@@ -112,10 +103,27 @@ fn unary_rejects_a_range_outside_the_buffer() {
     let gpu = gpu();
     let x = gpu.alloc_elements(100, Category::Temporary, "x").unwrap();
     let y = gpu.alloc_elements(50, Category::Temporary, "y").unwrap();
-    let err = unary::forward(&gpu, UnaryOp::Exp, &y, 0, &x, 0, 100, 0.0).unwrap_err();
+    // 100 outputs in a 50-element buffer: the slice cannot be made ...
+    let err = y.slice(0, 100).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
-    let err = unary::backward(&gpu, UnaryOp::Relu, &x, 0, &x, 1, &y, 0, 100, 0.0).unwrap_err();
+    // ... and the launcher refuses an output shorter than the input.
+    let err = unary::forward(&gpu, UnaryOp::Exp, y.whole(), x.whole(), 0.0).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    // (Named as the launcher's length check does: by the first slice that differs from y.)
+    assert!(err.to_string().contains("x: 100 elements given"), "{err}");
+    assert!(err.to_string().contains("50 needed"), "{err}");
+    // saved = elements 1..101 of a 100-element buffer: refused when the slice is made ...
+    let err = x.slice(1, 100).unwrap_err();
     assert!(err.to_string().contains("outside buffer"), "{err}");
+    // ... and the backward refuses slices of different lengths.
+    let saved = x.slice(1, 99).unwrap();
+    let err = unary::backward(&gpu, UnaryOp::Relu, x.whole(), saved, x.whole(), 0.0).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    let err =
+        unary::backward(&gpu, UnaryOp::Relu, x.whole(), x.whole(), y.whole(), 0.0).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     // Empty work is fine and records nothing.
-    unary::forward(&gpu, UnaryOp::Exp, &y, 50, &x, 100, 0, 0.0).unwrap();
+    let (y_end, x_end) = (y.slice(50, 0).unwrap(), x.slice(100, 0).unwrap());
+    unary::forward(&gpu, UnaryOp::Exp, y_end, x_end, 0.0).unwrap();
 }

@@ -6,7 +6,6 @@ use super::*;
 
 #[test]
 fn unary_backward_matches_finite_differences() {
-    use unary::UnaryOp;
     for op in UnaryOp::ALL {
         for exponent in [3.0f64, 2.5, -1.5, 0.0] {
             if op != UnaryOp::Pow && exponent != 3.0 {
@@ -47,29 +46,26 @@ fn unary_hand_worked_values() {
     assert_eq!(unary::gelu(0.0), 0.0);
     assert_eq!(unary::sigmoid(0.0), 0.5);
     // (-2)^3 = -8, (-2)^2 = 4, 4^0.5 = 2, 0^0 = 1, (-2)^0.5 = NaN
-    let y = unary::forward(unary::UnaryOp::Pow, &[-2.0], 3.0);
+    let y = unary::forward(UnaryOp::Pow, &[-2.0], 3.0);
     assert_eq!(y, [-8.0]);
-    assert_eq!(unary::forward(unary::UnaryOp::Pow, &[-2.0], 2.0), [4.0]);
-    assert_eq!(
-        unary::forward(unary::UnaryOp::Pow, &[4.0, 0.0], 0.5)[0],
-        2.0
-    );
-    assert_eq!(unary::forward(unary::UnaryOp::Pow, &[0.0], 0.0), [1.0]);
-    assert!(unary::forward(unary::UnaryOp::Pow, &[-2.0], 0.5)[0].is_nan());
+    assert_eq!(unary::forward(UnaryOp::Pow, &[-2.0], 2.0), [4.0]);
+    assert_eq!(unary::forward(UnaryOp::Pow, &[4.0, 0.0], 0.5)[0], 2.0);
+    assert_eq!(unary::forward(UnaryOp::Pow, &[0.0], 0.0), [1.0]);
+    assert!(unary::forward(UnaryOp::Pow, &[-2.0], 0.5)[0].is_nan());
     // relu'(0) = 0 and |x|'(0) = 0, as PyTorch
     assert_eq!(
         unary::relu_backward(&[0.0, 2.0, -1.0], &[5.0, 5.0, 5.0]),
         [0.0, 5.0, 0.0]
     );
     assert_eq!(
-        unary::backward(unary::UnaryOp::Abs, &[0.0, -3.0], &[5.0, 5.0], 0.0),
+        unary::backward(UnaryOp::Abs, &[0.0, -3.0], &[5.0, 5.0], 0.0),
         [0.0, -5.0]
     );
     // tanh' from y = 0.5: 1 - 0.25 = 0.75; sigmoid' from y = 0.5: 0.25
     assert_eq!(unary::tanh_backward(&[0.5], &[2.0]), [1.5]);
     assert_eq!(unary::sigmoid_backward(&[0.5], &[2.0]), [0.5]);
     // extreme inputs stay finite where the function is
-    let big = unary::forward(unary::UnaryOp::Sigmoid, &[-100.0, 100.0], 0.0);
+    let big = unary::forward(UnaryOp::Sigmoid, &[-100.0, 100.0], 0.0);
     assert!(big[0] >= 0.0 && big[0] < 1e-40 && big[1] == 1.0, "{big:?}");
     assert_eq!(
         unary::gelu_backward(&[-30.0, 30.0], &[1.0, 1.0]),
@@ -79,15 +75,9 @@ fn unary_hand_worked_values() {
 
 #[test]
 fn unary_shader_codes_are_the_documented_order() {
-    let codes: Vec<u32> = unary::UnaryOp::ALL
-        .iter()
-        .map(|op| op.shader_code())
-        .collect();
+    let codes: Vec<u32> = UnaryOp::ALL.iter().map(|op| op.shader_code()).collect();
     assert_eq!(codes, (0..10).collect::<Vec<_>>());
-    let codes: Vec<u32> = binary::BinaryOp::ALL
-        .iter()
-        .map(|op| op.shader_code())
-        .collect();
+    let codes: Vec<u32> = BinaryOp::ALL.iter().map(|op| op.shader_code()).collect();
     assert_eq!(codes, (0..6).collect::<Vec<_>>());
 }
 
@@ -96,51 +86,37 @@ fn unary_shader_codes_are_the_documented_order() {
 #[test]
 fn binary_broadcast_hand_worked() {
     // [2,3] + [3]: b is repeated over rows; strides b = [0, 1]
-    let shape = binary::Broadcast::new(&[2, 3], &[3]).expect("compatible");
+    let shape = Broadcast::new(&[2, 3], &[3]).expect("compatible");
     assert_eq!(shape.out_shape, [2, 3]);
     assert_eq!(shape.a_strides, [3, 1]);
     assert_eq!(shape.b_strides, [0, 1]);
     let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-    let out = binary::broadcast(binary::BinaryOp::Add, &a, &[10.0, 20.0, 30.0], &shape);
+    let out = binary::broadcast(BinaryOp::Add, &a, &[10.0, 20.0, 30.0], &shape);
     assert_eq!(out, [11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
     // [2,1] * [1,3] -> [2,3] outer product
-    let shape = binary::Broadcast::new(&[2, 1], &[1, 3]).expect("compatible");
+    let shape = Broadcast::new(&[2, 1], &[1, 3]).expect("compatible");
     assert_eq!(shape.out_shape, [2, 3]);
-    let out = binary::broadcast(
-        binary::BinaryOp::Mul,
-        &[2.0, 3.0],
-        &[1.0, 10.0, 100.0],
-        &shape,
-    );
+    let out = binary::broadcast(BinaryOp::Mul, &[2.0, 3.0], &[1.0, 10.0, 100.0], &shape);
     assert_eq!(out, [2.0, 20.0, 200.0, 3.0, 30.0, 300.0]);
-    assert!(binary::Broadcast::new(&[2, 3], &[2]).is_none());
+    assert!(Broadcast::new(&[2, 3], &[2]).is_none());
     // scalar forms: 1 - 5 = -4 and 5 - 1 = 4; max/min propagate NaN
-    assert_eq!(
-        binary::scalar_rhs(binary::BinaryOp::Sub, &[1.0], 5.0),
-        [-4.0]
-    );
-    assert_eq!(
-        binary::scalar_lhs(binary::BinaryOp::Sub, 5.0, &[1.0]),
-        [4.0]
-    );
-    assert!(binary::BinaryOp::Max.apply(f32::NAN, 1.0).is_nan());
-    assert!(binary::BinaryOp::Min.apply(1.0, f32::NAN).is_nan());
+    assert_eq!(binary::scalar_rhs(BinaryOp::Sub, &[1.0], 5.0), [-4.0]);
+    assert_eq!(binary::scalar_lhs(BinaryOp::Sub, 5.0, &[1.0]), [4.0]);
+    assert!(BinaryOp::Max.apply(f32::NAN, 1.0).is_nan());
+    assert!(BinaryOp::Min.apply(1.0, f32::NAN).is_nan());
     // max tie: half of dy to each side (PyTorch maximum)
-    assert_eq!(
-        binary::BinaryOp::Max.apply_backward(2.0, 2.0, 1.0),
-        (0.5, 0.5)
-    );
+    assert_eq!(BinaryOp::Max.apply_backward(2.0, 2.0, 1.0), (0.5, 0.5));
 }
 
 #[test]
 fn binary_backward_with_sum_to_shape_matches_finite_differences() {
     let mut rng = Rng(0x5eed_0001);
     let (a_shape, b_shape) = ([2usize, 1, 3], [4usize, 1]);
-    let shape = binary::Broadcast::new(&a_shape, &b_shape).expect("compatible");
+    let shape = Broadcast::new(&a_shape, &b_shape).expect("compatible");
     let a = rng.vec(6, 0.5, 2.0);
     let b = rng.vec(4, 0.5, 2.0);
     let w = rng.vec(shape.len(), -1.0, 1.0);
-    for op in binary::BinaryOp::ALL {
+    for op in BinaryOp::ALL {
         let (da_full, db_full) = binary::backward(op, &a, &b, &w, &shape);
         let da = reduce::sum_to_shape(&da_full, &shape.out_shape, &a_shape).expect("reducible");
         let db = reduce::sum_to_shape(&db_full, &shape.out_shape, &b_shape).expect("reducible");
@@ -157,10 +133,10 @@ fn binary_backward_with_sum_to_shape_matches_finite_differences() {
 fn reduce_hand_worked() {
     // x of shape [2, 3, 2] = 0..12; axis 1: view [outer 2, axis 3, inner 2]
     let x: Vec<f32> = (0..12).map(|v| v as f32).collect();
-    let view = reduce::AxisView::of_shape(&[2, 3, 2], 1).expect("axis in range");
+    let view = AxisView::of_shape(&[2, 3, 2], 1).expect("axis in range");
     assert_eq!(
         view,
-        reduce::AxisView {
+        AxisView {
             outer: 2,
             axis_len: 3,
             inner: 2

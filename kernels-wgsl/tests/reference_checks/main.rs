@@ -9,6 +9,11 @@ use plimsoll_kernels_wgsl::reference::{
     binary, convert, cross_entropy, embedding, layer_norm, nonfinite, optimizer, reduce, softmax,
     unary,
 };
+// The types the references take live with their launchers.
+use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast};
+use plimsoll_kernels_wgsl::kernels::optimizer::{AdamWConfig, SgdConfig};
+use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
+use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 
 /// Seeded xorshift: values in [lo, hi).
 struct Rng(u64);

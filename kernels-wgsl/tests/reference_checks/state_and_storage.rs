@@ -45,7 +45,7 @@ fn adamw_one_step_by_hand() {
     // p <- 1 * (1 - 0.1*0.01) = 0.999; m = 0.1 * 0.5 = 0.05; v = 0.001 * 0.25 = 0.00025;
     // bc1 = 0.1, bc2 = 0.001: m_hat = 0.5, sqrt(v_hat) = 0.5;
     // p <- 0.999 - 0.1 * 0.5 / (0.5 + 1e-8) = 0.999 - 0.09999999800 = 0.8990000020
-    let config = optimizer::AdamWConfig {
+    let config = AdamWConfig {
         lr: 0.1,
         beta1: 0.9,
         beta2: 0.999,
@@ -58,7 +58,7 @@ fn adamw_one_step_by_hand() {
     assert!((m[0] - 0.05).abs() < 1e-8 && (v[0] - 0.000_25).abs() < 1e-10);
     // the first AdamW step moves every coordinate by about lr (sign of g), whatever |g|
     let (mut p, mut m, mut v) = (vec![0.0f32; 3], vec![0.0f32; 3], vec![0.0f32; 3]);
-    let config = optimizer::AdamWConfig {
+    let config = AdamWConfig {
         weight_decay: 0.0,
         ..config
     };
@@ -88,7 +88,7 @@ fn sgd_steps_by_hand() {
     // nesterov: step 1: update = 1 + 0.9*1 = 1.9, p = 0.81; step 2: buf = 1.9,
     //           update = 1 + 0.9*1.9 = 2.71, p = 0.81 - 0.271 = 0.539
     for (nesterov, want) in [(false, [0.9f32, 0.71]), (true, [0.81, 0.539])] {
-        let config = optimizer::SgdConfig {
+        let config = SgdConfig {
             lr: 0.1,
             momentum: 0.9,
             dampening: 0.0,
@@ -112,7 +112,7 @@ fn sgd_steps_by_hand() {
     // weight decay 0.5, dampening 0.5, no momentum buffer on step 1 dampening:
     // step 1: g = 1 + 0.5*1 = 1.5, buf = 1.5, p = 1 - 0.15 = 0.85
     // step 2: g = 1 + 0.5*0.85 = 1.425, buf = 0.9*1.5 + 0.5*1.425 = 2.0625, p = 0.85 - 0.20625
-    let config = optimizer::SgdConfig {
+    let config = SgdConfig {
         lr: 0.1,
         momentum: 0.9,
         dampening: 0.5,
@@ -127,7 +127,7 @@ fn sgd_steps_by_hand() {
         "{p:?} {buf:?}"
     );
     // no momentum: plain p -= lr * g * grad_scale (grad_scale 0.5 unscales)
-    let config = optimizer::SgdConfig {
+    let config = SgdConfig {
         momentum: 0.0,
         weight_decay: 0.0,
         ..config

@@ -5,8 +5,7 @@
 use std::collections::BTreeMap;
 
 use plimsoll_autograd::Tensor;
-use plimsoll_kernels_wgsl::kernels::optimizer::{AdamWBuffers, adamw_step};
-use plimsoll_kernels_wgsl::reference::optimizer as reference;
+use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, AdamWStep, adamw_step};
 
 use super::{Optimizer, check_state_shape, split_state, zeros_state};
 use crate::error::{Error, Result};
@@ -41,8 +40,8 @@ impl Default for AdamWConfig {
 
 impl AdamWConfig {
     /// The kernel's (f64) configuration.
-    pub fn to_reference(&self) -> reference::AdamWConfig {
-        reference::AdamWConfig {
+    pub fn to_reference(&self) -> kernel::AdamWConfig {
+        kernel::AdamWConfig {
             lr: f64::from(self.lr),
             beta1: f64::from(self.beta1),
             beta2: f64::from(self.beta2),
@@ -108,27 +107,18 @@ impl Optimizer for AdamW {
             };
             check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
             check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)?;
-            let (p, param_offset) = param.storage();
-            let (g, grad_offset) = grad.storage();
-            let (m, exp_avg_offset) = moments.exp_avg.storage();
-            let (v, exp_avg_sq_offset) = moments.exp_avg_sq.storage();
-            let buffers = AdamWBuffers {
-                param: p,
-                param_offset,
-                grad: g,
-                grad_offset,
-                exp_avg: m,
-                exp_avg_offset,
-                exp_avg_sq: v,
-                exp_avg_sq_offset,
+            let launch = AdamWStep {
+                config,
+                step,
+                grad_scale: self.grad_scale,
             };
             adamw_step(
                 param.gpu(),
-                &buffers,
-                param.numel() as u64,
-                &config,
-                step,
-                self.grad_scale,
+                &launch,
+                param.elements()?,
+                grad.elements()?,
+                moments.exp_avg.elements()?,
+                moments.exp_avg_sq.elements()?,
             )?;
         }
         self.steps = step;

@@ -43,17 +43,8 @@ pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f32) -> Result<f32>
         let coefficient = max_norm / (norm + 1e-6);
         for (_, p) in params {
             let Some(g) = p.grad() else { continue };
-            let (buffer, offset) = g.storage();
-            scalar_rhs(
-                g.gpu(),
-                BinaryOp::Mul,
-                buffer,
-                offset,
-                buffer,
-                offset,
-                g.numel() as u64,
-                coefficient,
-            )?;
+            let elements = g.elements()?;
+            scalar_rhs(g.gpu(), BinaryOp::Mul, elements, elements, coefficient)?;
         }
     }
     Ok(norm)

@@ -78,16 +78,7 @@ fn zeros_state(param: &Tensor, label: &str) -> Result<Tensor> {
 /// A copy of `source` in a fresh `Category::OptimizerState` buffer labelled `label`.
 fn copy_state(source: &Tensor, label: &str) -> Result<Tensor> {
     let kept = zeros_state(source, label)?;
-    let (src, src_offset) = source.storage();
-    let (dst, dst_offset) = kept.storage();
-    copy::copy(
-        source.gpu(),
-        src,
-        src_offset,
-        dst,
-        dst_offset,
-        source.numel() as u64,
-    )?;
+    copy::copy(source.gpu(), kept.elements()?, source.elements()?)?;
     Ok(kept)
 }
 

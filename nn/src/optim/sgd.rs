@@ -4,8 +4,7 @@
 use std::collections::BTreeMap;
 
 use plimsoll_autograd::Tensor;
-use plimsoll_kernels_wgsl::kernels::optimizer::{SgdBuffers, sgd_step};
-use plimsoll_kernels_wgsl::reference::optimizer as reference;
+use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, SgdStep, sgd_step};
 
 use super::{Optimizer, check_state_shape, split_state, zeros_state};
 use crate::error::Result;
@@ -39,8 +38,8 @@ impl Default for SgdConfig {
 
 impl SgdConfig {
     /// The kernel's (f64) configuration.
-    pub fn to_reference(&self) -> reference::SgdConfig {
-        reference::SgdConfig {
+    pub fn to_reference(&self) -> kernel::SgdConfig {
+        kernel::SgdConfig {
             lr: f64::from(self.lr),
             momentum: f64::from(self.momentum),
             dampening: f64::from(self.dampening),
@@ -99,30 +98,18 @@ impl Optimizer for Sgd {
             } else {
                 None
             };
-            let (p, p_offset) = param.storage();
-            let (g, g_offset) = grad.storage();
-            let (m, m_offset) = match momentum {
-                Some(t) => {
-                    let (b, o) = t.storage();
-                    (Some(b), o)
-                }
-                None => (None, 0),
+            let launch = SgdStep {
+                config,
+                first_step,
+                grad_scale: self.grad_scale,
             };
-            let buffers = SgdBuffers {
-                param: p,
-                param_offset: p_offset,
-                grad: g,
-                grad_offset: g_offset,
-                momentum_buf: m,
-                momentum_buf_offset: m_offset,
-            };
+            let momentum = momentum.map(Tensor::elements).transpose()?;
             sgd_step(
                 param.gpu(),
-                &buffers,
-                param.numel() as u64,
-                &config,
-                first_step,
-                self.grad_scale,
+                &launch,
+                param.elements()?,
+                grad.elements()?,
+                momentum,
             )?;
         }
         self.steps += 1;

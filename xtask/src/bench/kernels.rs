@@ -11,10 +11,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryOp};
+use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
 use plimsoll_kernels_wgsl::kernels::{copy, fill, reduce};
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
 
 use super::Report;
 
@@ -77,7 +77,7 @@ fn median(times: &mut [f64]) -> f64 {
 /// A buffer of `len` f32 filled with `value` (never zeros, so no operand is trivially sparse).
 fn filled(gpu: &Gpu, len: usize, value: f32, label: &str) -> Result<DeviceBuffer> {
     let buffer = gpu.alloc_elements(len as u64, Category::Temporary, label)?;
-    fill::fill(gpu, &buffer, 0, len as u64, value)?;
+    fill::fill(gpu, buffer.whole(), value)?;
     Ok(buffer)
 }
 
@@ -112,16 +112,24 @@ fn pipelines_cold(report: &mut Report) -> Result<()> {
     let mut timed: Vec<(String, f64)> = vec![
         (
             "fill::fill".into(),
-            time_once(gpu, || Ok(fill::fill(gpu, c, 0, 64, 2.0)?))?,
+            time_once(gpu, || Ok(fill::fill(gpu, c.whole(), 2.0)?))?,
         ),
         (
             "copy::copy".into(),
-            time_once(gpu, || Ok(copy::copy(gpu, b, 0, c, 0, 32)?))?,
+            time_once(gpu, || {
+                Ok(copy::copy(gpu, c.slice(0, 32)?, b.slice(0, 32)?)?)
+            })?,
         ),
         (
             "copy::strided_copy".into(),
             time_once(gpu, || {
-                Ok(copy::strided_copy(gpu, b, 0, &[4, 4], &[1, 4], c, 0)?)
+                Ok(copy::strided_copy(
+                    gpu,
+                    c.slice(0, 16)?,
+                    b.whole(),
+                    &[4, 4],
+                    &[1, 4],
+                )?)
             })?,
         ),
     ];
@@ -136,7 +144,9 @@ fn pipelines_cold(report: &mut Report) -> Result<()> {
             let name = format!("matmul::{} ta={trans_a} tb={trans_b}", entry_name(&d));
             timed.push((
                 name,
-                time_once(gpu, || Ok(matmul::matmul(gpu, c, b, b, &d)?))?,
+                time_once(gpu, || {
+                    Ok(matmul::matmul(gpu, &d, c.whole(), b.whole(), b.whole())?)
+                })?,
             ));
         }
     }
@@ -155,7 +165,9 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
     for (size, runs) in [(256, 5), (512, 5), (1024, 5), (2048, 3)] {
         let d = MatmulDims::dense(1, size, size, size);
         let [c, a, b] = matmul_buffers(gpu, &d)?;
-        let seconds = median_seconds(gpu, runs, || Ok(matmul::matmul(gpu, &c, &a, &b, &d)?))?;
+        let seconds = median_seconds(gpu, runs, || {
+            Ok(matmul::matmul(gpu, &d, c.whole(), a.whole(), b.whole())?)
+        })?;
         report.push(
             format!("matmul/square {size}^3 [{}]", entry_name(&d)),
             gflops(&d, seconds),
@@ -170,14 +182,32 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
 fn matmul_checked_vs_unchecked(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let d = MatmulDims::dense(1, 1024, 1024, 1024);
     let [c, a, b] = matmul_buffers(gpu, &d)?;
-    time_once(gpu, || Ok(matmul::matmul_unchecked(gpu, &c, &a, &b, &d)?))?;
-    time_once(gpu, || Ok(matmul::matmul(gpu, &c, &a, &b, &d)?))?;
+    time_once(gpu, || {
+        Ok(matmul::matmul_unchecked(
+            gpu,
+            &d,
+            c.whole(),
+            a.whole(),
+            b.whole(),
+        )?)
+    })?;
+    time_once(gpu, || {
+        Ok(matmul::matmul(gpu, &d, c.whole(), a.whole(), b.whole())?)
+    })?;
     let (mut unchecked, mut checked) = (Vec::new(), Vec::new());
     for _ in 0..7 {
         unchecked.push(time_once(gpu, || {
-            Ok(matmul::matmul_unchecked(gpu, &c, &a, &b, &d)?)
+            Ok(matmul::matmul_unchecked(
+                gpu,
+                &d,
+                c.whole(),
+                a.whole(),
+                b.whole(),
+            )?)
         })?);
-        checked.push(time_once(gpu, || Ok(matmul::matmul(gpu, &c, &a, &b, &d)?))?);
+        checked.push(time_once(gpu, || {
+            Ok(matmul::matmul(gpu, &d, c.whole(), a.whole(), b.whole())?)
+        })?);
     }
     let (unchecked, checked) = (median(&mut unchecked), median(&mut checked));
     report.push(
@@ -230,7 +260,9 @@ fn matmul_mlp(gpu: &Gpu, report: &mut Report) -> Result<()> {
             mlp_product(&format!("dW{layer}"), input, b, output, (true, false)),
         ] {
             let [c, x, y] = matmul_buffers(gpu, &d)?;
-            let seconds = median_seconds(gpu, 5, || Ok(matmul::matmul(gpu, &c, &x, &y, &d)?))?;
+            let seconds = median_seconds(gpu, 5, || {
+                Ok(matmul::matmul(gpu, &d, c.whole(), x.whole(), y.whole())?)
+            })?;
             report.push(
                 format!("matmul/mlp/{label}"),
                 gflops(&d, seconds),
@@ -260,7 +292,7 @@ fn matmul_mlp(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let run_step = |launch: Launch| {
         time_once(gpu, || {
             for (d, [c, x, y]) in step.iter().zip(&buffers) {
-                launch(gpu, c, x, y, d)?;
+                launch(gpu, d, c.whole(), x.whole(), y.whole())?;
             }
             Ok(())
         })
@@ -291,12 +323,12 @@ fn matmul_mlp(gpu: &Gpu, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-type Launch = fn(
+type Launch = for<'a> fn(
     &Gpu,
-    &DeviceBuffer,
-    &DeviceBuffer,
-    &DeviceBuffer,
     &MatmulDims,
+    DeviceSlice<'a>,
+    DeviceSlice<'a>,
+    DeviceSlice<'a>,
 ) -> plimsoll_kernels_wgsl::Result<()>;
 
 fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
@@ -304,9 +336,9 @@ fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let src = filled(gpu, len as usize, 1.5, "bench src")?;
     let dst = filled(gpu, len as usize, 0.0, "bench dst")?;
     let bytes = (len * 4) as f64;
-    let seconds = median_seconds(gpu, 5, || Ok(fill::fill(gpu, &dst, 0, len, 2.5)?))?;
+    let seconds = median_seconds(gpu, 5, || Ok(fill::fill(gpu, dst.whole(), 2.5)?))?;
     report.push("elementwise/fill 16M f32", bytes / seconds / 1e9, "GB/s");
-    let seconds = median_seconds(gpu, 5, || Ok(copy::copy(gpu, &src, 0, &dst, 0, len)?))?;
+    let seconds = median_seconds(gpu, 5, || Ok(copy::copy(gpu, dst.whole(), src.whole())?))?;
     report.push(
         "elementwise/copy 16M f32",
         2.0 * bytes / seconds / 1e9,
@@ -314,17 +346,17 @@ fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
     );
     let shape = [len as usize];
     let seconds = median_seconds(gpu, 5, || {
+        let dims = BinaryDims {
+            op: BinaryOp::Add,
+            a_shape: &shape,
+            b_shape: &shape,
+        };
         Ok(binary::broadcast(
             gpu,
-            BinaryOp::Add,
-            &dst,
-            0,
-            &src,
-            0,
-            &shape,
-            &src,
-            0,
-            &shape,
+            &dims,
+            dst.whole(),
+            src.whole(),
+            src.whole(),
         )?)
     })?;
     report.push(
@@ -332,7 +364,9 @@ fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
         3.0 * bytes / seconds / 1e9,
         "GB/s",
     );
-    let seconds = median_seconds(gpu, 5, || Ok(reduce::sum_all(gpu, &dst, 0, &src, 0, len)?))?;
+    let seconds = median_seconds(gpu, 5, || {
+        Ok(reduce::sum_all(gpu, dst.slice(0, 1)?, src.whole())?)
+    })?;
     report.push(
         "reduce/sum_all 16M f32",
         (bytes + 4.0) / seconds / 1e9,
@@ -342,12 +376,11 @@ fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let side = 4096usize;
     for axis in [1, 0] {
         let seconds = median_seconds(gpu, 5, || {
+            let out = dst.slice(0, side as u64)?;
             Ok(reduce::sum_axis(
                 gpu,
-                &dst,
-                0,
-                &src,
-                0,
+                out,
+                src.whole(),
                 &[side, side],
                 axis,
             )?)
@@ -367,7 +400,7 @@ fn dispatch_overhead(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let buffer = filled(gpu, 64, 0.0, "bench tiny")?;
     let seconds = median_seconds(gpu, 5, || {
         for i in 0..TINY_DISPATCHES {
-            fill::fill(gpu, &buffer, 0, 64, i as f32)?;
+            fill::fill(gpu, buffer.whole(), i as f32)?;
         }
         Ok(())
     })?;
