@@ -1,5 +1,6 @@
 //! Memory, read from the allocator's per-category statistics.
 
+use plimsoll_allocator::TraceEventKind;
 use plimsoll_autograd::{Category, Result, Tensor, TensorOptions, no_grad};
 
 use crate::common::{allocated, fresh_gpu, param, peak, reset_peaks, total_allocated, values};
@@ -50,6 +51,103 @@ fn after_backward_no_saved_activation_remains() {
         "backward scratch is freed"
     );
     assert!(allocated(&gpu, Category::Gradient) >= 3 * 33 * 33 * 4);
+}
+
+/// Release at last use, watched *during* backward (the test above looks only after it returns,
+/// which a backward that kept every saved tensor until its end would pass too).
+///
+/// A chain of n = 16 layers `h_k = tanh(h_{k-1} + b_k)`, `x` and every `b_k` of shape
+/// (R, C) = (320, 1024): S = 320 · 1024 · 4 B = 1 310 720 B per tensor, over the allocator's
+/// 1 MiB small-request limit, so each gets a block of exactly S (no granule rounding or unsplit
+/// remainder blurs the count). `add` saves nothing and `tanh` saves its output, so the forward
+/// leaves in Activation the n saved outputs y_1..y_n and the scalar loss L (one block of
+/// `block_alignment` bytes): n·S + L.
+///
+/// Backward visits tanh_n, add_n, tanh_{n-1}, add_{n-1}, ... Released at last use, y_k goes
+/// right after tanh_k's backward, and only then does add_k's backward create b_k's gradient
+/// (Gradient, S). So Activation + Gradient runs n·S + L, (n-1)·S + L, n·S + L, ... and its peak
+/// over the whole backward is n·S + L = 16 · 1 310 720 + 256 = 20 971 776 B (with a 256 B
+/// alignment). Were the saved tensors kept until backward returns, the gradients would pile up
+/// on all of them: 2n·S + L = 41 943 296 B once b_1's gradient is made. (Temporary
+/// scratch, the incoming gradients and tanh's dx, is left out: it is not what release at last
+/// use decides.) The peak is replayed from the allocator's trace of the backward.
+#[test]
+fn backward_frees_each_saved_activation_at_its_last_use() {
+    const LAYERS: u64 = 16;
+    const SHAPE: [usize; 2] = [320, 1024];
+    let tensor_bytes = (SHAPE[0] * SHAPE[1] * 4) as u64; // S
+    let gpu = fresh_gpu();
+    let loss_bytes = gpu.block_alignment(); // L: one f32 in one aligned block
+    let x = Tensor::from_slice(&gpu, &values(1, SHAPE[0] * SHAPE[1], -1.0, 1.0), &SHAPE).unwrap();
+    let biases: Vec<Tensor> = (0..LAYERS)
+        .map(|k| {
+            param(
+                &gpu,
+                &values(100 + k, SHAPE[0] * SHAPE[1], -0.1, 0.1),
+                &SHAPE,
+            )
+        })
+        .collect();
+    let mut h = x.clone();
+    for b in &biases {
+        h = h.add(b).unwrap().tanh().unwrap();
+    }
+    let loss = h.sum_all().unwrap();
+    drop(h); // now only tanh's nodes hold the y_k
+
+    let saved_bytes = LAYERS * tensor_bytes + loss_bytes; // n·S + L
+    let before = allocated(&gpu, Category::Activation) + allocated(&gpu, Category::Gradient);
+    assert_eq!(
+        before,
+        saved_bytes,
+        "the forward keeps the {LAYERS} tanh outputs and the loss:\n{}",
+        gpu.memory_summary()
+    );
+
+    gpu.with_allocator(|a| a.set_trace_capacity(1 << 20));
+    loss.backward().unwrap();
+    gpu.flush("stats").unwrap();
+    let trace = gpu.with_allocator(|a| {
+        let trace = a.trace().clone();
+        a.set_trace_capacity(0);
+        trace
+    });
+    assert_eq!(
+        trace.events.len() as u64,
+        trace.recorded,
+        "the trace kept every event of the backward"
+    );
+    let mut live = before;
+    let mut peak = (before, "before backward".to_string());
+    for event in &trace.events {
+        if !matches!(
+            event.category,
+            Some(Category::Activation | Category::Gradient)
+        ) {
+            continue;
+        }
+        match event.kind {
+            TraceEventKind::Allocate => live += event.size_bytes,
+            TraceEventKind::Free => live -= event.size_bytes,
+            _ => continue,
+        }
+        if live > peak.0 {
+            let label = event.label.as_deref().unwrap_or("?");
+            peak = (
+                live,
+                format!("event {} ({:?} {label})", event.event, event.kind),
+            );
+        }
+    }
+    assert_eq!(
+        peak.0, saved_bytes,
+        "Activation + Gradient peaked during backward at {} B, after {}; release at last use \
+         keeps it at {LAYERS} x {tensor_bytes} + {loss_bytes} = {saved_bytes} B",
+        peak.0, peak.1
+    );
+    // At the end: the loss (still held) and one gradient per bias.
+    assert_eq!(allocated(&gpu, Category::Activation), loss_bytes);
+    assert_eq!(allocated(&gpu, Category::Gradient), LAYERS * tensor_bytes);
 }
 
 #[test]
