@@ -46,27 +46,69 @@ fn a_step_past_the_deadline_saves_the_last_good_state_and_reports_the_submission
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Only one parameter's gradient is non-finite, and it is neither the first parameter nor the
+/// last: the error must name that one. (A NaN in the data would make every gradient NaN, and
+/// "the first parameter" would then be whatever comes first in module order.)
+///
+/// Why the gradient is planted rather than produced by the data: IEEE arithmetic spreads any
+/// non-finite value in the forward into every later value (inf * 0 = NaN), so no input makes
+/// just one gradient non-finite. Planting works because gradients accumulate with `+=`: a
+/// backward of `sum(inf * w)` before the step leaves `dw = inf` everywhere, the step's own
+/// backward adds finite values to it, and every other parameter gets only finite gradients.
 #[test]
-fn a_nan_stops_the_step_and_names_the_first_parameter() {
+fn a_non_finite_gradient_stops_the_step_and_names_its_parameter() {
     let gpu = gpu();
-    let spec = adam_spec(&[8, 16, 4]);
-    let mut data = data(32, 8, 4);
-    data.features_mut()[5] = f32::NAN;
-    let mut trainer = Trainer::new(&gpu, config(32, 16, 1, 1e-3), &spec, data, None).unwrap();
+    let spec = adam_spec(&[8, 16, 16, 4]);
+    let mut trainer =
+        Trainer::new(&gpu, config(32, 16, 1, 1e-3), &spec, data(32, 8, 4), None).unwrap();
+    let names: Vec<&str> = trainer
+        .parameters()
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"
+        ]
+    );
     let before = values(trainer.parameters());
+    let (poisoned_name, poisoned) = trainer.parameters()[2].clone();
+    poisoned
+        .mul_scalar(f32::INFINITY)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert!(
+        poisoned
+            .grad()
+            .unwrap()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .all(|g| g.is_infinite()),
+        "d sum(inf * w) / dw = inf"
+    );
+    drop(poisoned);
     let err = trainer.step().unwrap_err();
     match &err {
         Error::NonFinite {
             step,
+            loss,
             first_parameter,
-            ..
         } => {
             assert_eq!(*step, 1);
-            assert_eq!(first_parameter.as_deref(), Some("0.weight"));
+            assert!(
+                loss.is_finite(),
+                "the data is clean, so the loss is finite: {loss}"
+            );
+            assert_eq!(first_parameter.as_deref(), Some(poisoned_name.as_str()));
         }
         other => panic!("expected NonFinite, got {other}"),
     }
-    assert!(err.to_string().contains("0.weight"));
+    assert!(err.to_string().contains(&poisoned_name), "{err}");
     assert_eq!(
         values(trainer.parameters()),
         before,
