@@ -1,33 +1,80 @@
-//! Budget first: the dry run's predicted peak is within 10% of the measured one, and a small
-//! budget makes the plan choose a smaller micro-batch.
+//! Budget first: the dry run's predicted peak is within 4% of the measured one on its activation
+//! part (the peak minus the fixed state), and a small budget makes the plan choose a smaller
+//! micro-batch.
 
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
 use common::*;
+use plimsoll_kernels_wgsl::Category;
 use plimsoll_trainer::{CheckpointPolicy, Trainer};
 
+/// Bytes of the model's fixed state under AdamW: each weight and bias, rounded up to the
+/// allocator's block alignment, held four times (parameter, gradient, first and second moment).
+fn fixed_state_bytes(widths: &[usize], alignment: u64) -> u64 {
+    let block = |elements: usize| (elements as u64 * 4).div_ceil(alignment) * alignment;
+    let parameters: u64 = widths
+        .windows(2)
+        .map(|w| block(w[0] * w[1]) + block(w[1]))
+        .sum();
+    4 * parameters
+}
+
+/// The plan's prediction against the measured peak, judged on the part that depends on the
+/// micro-batch: a deep thin MLP with a big batch, so saved activations are most of the peak.
+///
+/// Widths 32 -> 64 x5 -> 10, effective batch 1024 (one micro-batch). Fixed state: 19 402
+/// parameters, about 76 KiB each for the parameters, their gradients and Adam's two moments,
+/// so about 300 KiB. Activations: every hidden layer keeps (1024, 64) f32 tensors of 256 KiB
+/// (its matmul input and its ReLU input), so about 3 MiB: the fixed state is under a tenth of
+/// the peak. The activation part of the peak is `peak - fixed`, and the prediction must hit it
+/// within 4%: a per-sample figure off by 10%, or one that ignored activations, fails.
 #[test]
-fn predicted_peak_is_within_ten_percent_of_the_measured_one() {
+fn predicted_activation_peak_is_within_four_percent_of_the_measured_one() {
     let gpu = gpu();
-    let spec = adam_spec(&[64, 512, 512, 10]);
-    let mut config = config(128, 1, 3, 1e-3);
+    let widths = [32, 64, 64, 64, 64, 64, 10];
+    let spec = adam_spec(&widths);
+    let mut config = config(1024, 1, 3, 1e-3);
     config.micro_batch = None;
-    let mut trainer = Trainer::new(&gpu, config, &spec, data(512, 64, 10), None).unwrap();
+    let mut trainer = Trainer::new(&gpu, config, &spec, data(1024, 32, 10), None).unwrap();
     let plan = trainer.plan().unwrap().clone();
-    assert_eq!(plan.micro_batch, 128, "{plan}");
+    assert_eq!(plan.micro_batch, 1024, "{plan}");
     assert_eq!(plan.segment_len, 0, "{plan}");
     let mut measured = 0;
     for _ in 0..3 {
         let report = trainer.step().unwrap();
         measured = measured.max(report.peak_allocated_bytes);
     }
-    let predicted = plan.predicted_peak_bytes as f64;
-    let error = (predicted - measured as f64).abs() / measured as f64;
+
+    let fixed = fixed_state_bytes(&widths, gpu.block_alignment());
+    // The shapes above, checked against what the allocator holds after a step: the parameters
+    // and Adam's two moments (gradients are cleared by then). Requested bytes, since a block may
+    // keep a remainder too small to split off.
+    let (parameter, optimizer) = gpu.with_allocator(|a| {
+        let stats = a.stats();
+        (
+            stats.category(Category::Parameter).requested_bytes,
+            stats.category(Category::OptimizerState).requested_bytes,
+        )
+    });
+    let parameter_bytes = 4 * spec.parameter_count() as u64;
+    assert_eq!(
+        (parameter, optimizer),
+        (parameter_bytes, 2 * parameter_bytes)
+    );
     assert!(
-        error <= 0.10,
-        "predicted {predicted}, measured {measured} ({:.1}%)\n{plan}",
+        measured > 10 * fixed,
+        "activations dominate: peak {measured}, fixed {fixed}"
+    );
+
+    let predicted_activations = plan.predicted_peak_bytes as f64 - fixed as f64;
+    let measured_activations = measured as f64 - fixed as f64;
+    let error = (predicted_activations - measured_activations).abs() / measured_activations;
+    assert!(
+        error <= 0.04,
+        "activation part: predicted {predicted_activations}, measured {measured_activations} \
+         ({:.1}% off; fixed state {fixed})\n{plan}",
         100.0 * error
     );
 }
