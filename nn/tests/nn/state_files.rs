@@ -90,6 +90,102 @@ fn save_then_load_round_trips_bit_exactly() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Set in the child process of [`an_interrupted_save_leaves_the_previous_file_intact`]: the
+/// path it saves over.
+#[cfg(unix)]
+const INTERRUPTED_SAVE_PATH: &str = "PLIMSOLL_NN_TEST_INTERRUPTED_SAVE_PATH";
+
+/// Elements of the tensor saved by the interrupted-save test: 256 KiB of data, four times what
+/// the child may write.
+#[cfg(unix)]
+const INTERRUPTED_ELEMENTS: usize = 64 * 1024;
+
+/// A crash in the middle of a save leaves the previous file as it was. The first save runs
+/// here; the second runs in a child process (this test again, told so by
+/// [`INTERRUPTED_SAVE_PATH`]) under a file-size limit of 64 KiB (`ulimit -f 128`, 512-byte
+/// blocks), so the kernel kills it with SIGXFSZ a quarter of the way through writing the file:
+/// a real crash mid-write, with no hook in the library. An atomic save has then written only
+/// its temporary file, so the previous file still loads with the previous values, bit for bit;
+/// a save that wrote to the final path would leave it truncated to 64 KiB.
+#[cfg(unix)]
+#[test]
+fn an_interrupted_save_leaves_the_previous_file_intact() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Command;
+    /// SIGXFSZ on Linux and the BSDs: a write past the file-size limit.
+    const SIGXFSZ: i32 = 25;
+    let ramp = |scale: f32| -> Vec<f32> {
+        (0..INTERRUPTED_ELEMENTS)
+            .map(|i| scale * (i as f32 - 1000.5))
+            .collect()
+    };
+    if let Some(path) = std::env::var_os(INTERRUPTED_SAVE_PATH) {
+        // The child: save other values over the file; the limit kills it during the write.
+        let w = param(&gpu(), &ramp(-3.0), &[INTERRUPTED_ELEMENTS], "w");
+        state::save(
+            PathBuf::from(path).as_path(),
+            &[("w".into(), w)],
+            &metadata(),
+        )
+        .unwrap();
+        return; // unreachable under the limit; the parent then reports the clean exit
+    }
+    let dir = folder("interrupted");
+    let path = dir.join("state.safetensors");
+    let previous = ramp(0.25);
+    let w = param(&gpu(), &previous, &[INTERRUPTED_ELEMENTS], "w");
+    state::save(&path, &[("w".into(), w)], &metadata()).unwrap();
+    let full_bytes = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        full_bytes > 4 * 65536,
+        "the file ({full_bytes} B) outgrows the limit"
+    );
+
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -c 0 && ulimit -f 128 && exec "$0" "$@""#)
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "state_files::an_interrupted_save_leaves_the_previous_file_intact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(INTERRUPTED_SAVE_PATH, &path)
+        // Mesa's shader cache is a file too: under the limit it could kill the child early.
+        .env("MESA_SHADER_CACHE_DISABLE", "true")
+        .output()
+        .unwrap();
+    let child_output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
+    assert_eq!(
+        child.status.signal(),
+        Some(SIGXFSZ),
+        "the child save must die writing past the limit ({}):\n{child_output}",
+        child.status
+    );
+
+    let loaded = state::load(&path).unwrap_or_else(|e| {
+        panic!("the previous file must survive the interrupted save, but it does not load: {e}")
+    });
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(loaded.metadata, metadata());
+    assert_eq!(loaded.tensors["w"].shape, [INTERRUPTED_ELEMENTS]);
+    assert!(
+        bits(&loaded.tensors["w"].data) == bits(&previous),
+        "the previous file must hold the previous values bit for bit"
+    );
+    // The child did die mid-write: its temporary file holds exactly what the limit let through.
+    let written = std::fs::metadata(dir.join("state.safetensors.tmp"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    assert_eq!(written, 65536, "the interrupted save's temporary file");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn file_layout_is_plain_safetensors() {
     // An independent reader: 8-byte little-endian header length, a JSON object whose entries
