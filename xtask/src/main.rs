@@ -4,21 +4,28 @@
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
 
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 
 mod bench;
 
-const HELP: &str = "\
+/// The help text; the suite list comes from [`bench::SUITES`], so it cannot fall behind.
+fn help() -> String {
+    format!(
+        "\
 cargo xtask <task>
 
 Tasks:
   ci               cargo fmt --check, cargo clippy -D warnings, cargo test (what CI runs)
   bench <suite>    run a benchmark suite (always in release), print a table and write
-                   target/bench/<suite>.json; suites: allocator, kernels, all
+                   target/bench/<suite>.json; suites: {suites}, all
   help             this text
-";
+",
+        suites = bench::SUITES.join(", "),
+    )
+}
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -33,12 +40,12 @@ fn main() -> ExitCode {
 fn run(args: Vec<String>) -> Result<()> {
     match args.first().map(String::as_str) {
         None | Some("help" | "--help" | "-h") => {
-            print!("{HELP}");
+            print!("{}", help());
             Ok(())
         }
         Some("ci") => ci(),
         Some("bench") => bench::run(&args[1..]),
-        Some(other) => bail!("unknown task `{other}`\n\n{HELP}"),
+        Some(other) => bail!("unknown task `{other}`\n\n{}", help()),
     }
 }
 
@@ -74,4 +81,10 @@ pub(crate) fn cargo(args: &[&str]) -> Result<()> {
         bail!("`cargo {}` failed ({status})", args.join(" "));
     }
     Ok(())
+}
+
+/// The workspace root: `xtask/Cargo.toml` sits one level below it.
+pub(crate) fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }

@@ -2,8 +2,6 @@
 //! `target/bench/<suite>.json` in the one format every suite shares:
 //! `{"suite": "allocator", "results": [{"name": "...", "value": 1.0, "unit": "..."}]}`.
 
-use std::path::PathBuf;
-
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
@@ -52,7 +50,8 @@ impl Report {
     }
 }
 
-const SUITES: &[&str] = &["allocator", "kernels", "train"];
+/// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).
+pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "train"];
 
 /// `cargo xtask bench [suite]`. In a debug build it re-runs itself through
 /// `cargo run --release`, so no figure ever comes from unoptimised code.
@@ -94,17 +93,11 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 fn write(report: &Report) -> Result<()> {
-    let dir = workspace_root().join("target").join("bench");
+    let dir = crate::workspace_root().join("target").join("bench");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join(format!("{}.json", report.suite));
     let json = serde_json::to_string_pretty(report)?;
     std::fs::write(&path, json + "\n").with_context(|| format!("writing {}", path.display()))?;
     println!("wrote {}", path.display());
     Ok(())
-}
-
-pub(crate) fn workspace_root() -> PathBuf {
-    // xtask/Cargo.toml sits one level below the workspace root.
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }

@@ -166,7 +166,7 @@ fn first_step_cold(report: &mut Report) -> Result<()> {
         "--bin",
         "plimsoll",
     ])?;
-    let exe = super::workspace_root()
+    let exe = crate::workspace_root()
         .join("target")
         .join("release")
         .join("plimsoll");
