@@ -1,6 +1,8 @@
 //! `cargo xtask`: the project's tasks, in Rust so they run the same everywhere.
 //!
-//! - `cargo xtask ci` does what CI does: format check, clippy with warnings as errors, all tests.
+//! - `cargo xtask ci` does what CI does: the line limit (no non-test source file over
+//!   [`line_limit::MAX_LINES`] lines; which files count is in [`line_limit`]), format check, clippy
+//!   with warnings as errors, all tests.
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
 
@@ -10,6 +12,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 
 mod bench;
+mod line_limit;
 
 /// The help text; the suite list comes from [`bench::SUITES`], so it cannot fall behind.
 fn help() -> String {
@@ -18,11 +21,18 @@ fn help() -> String {
 cargo xtask <task>
 
 Tasks:
-  ci               cargo fmt --check, cargo clippy -D warnings, cargo test (what CI runs)
+  ci               what CI runs, stopping at the first failure:
+                   1. no non-test source file over {max} lines (every .rs under a crate's src/,
+                      except under tests/, benches/ or examples/ and files named tests.rs or
+                      *_tests.rs)
+                   2. cargo fmt --check
+                   3. cargo clippy --workspace --all-targets -D warnings
+                   4. cargo test --workspace
   bench <suite>    run a benchmark suite (always in release), print a table and write
                    target/bench/<suite>.json; suites: {suites}, all
   help             this text
 ",
+        max = line_limit::MAX_LINES,
         suites = bench::SUITES.join(", "),
     )
 }
@@ -49,8 +59,10 @@ fn run(args: Vec<String>) -> Result<()> {
     }
 }
 
-/// Runs each CI step in order and stops at the first failure.
+/// Runs each CI step in order and stops at the first failure: the line limit first (it takes
+/// milliseconds and needs no build), then the cargo steps.
 fn ci() -> Result<()> {
+    line_limit::check(&workspace_root())?;
     let steps: [&[&str]; 3] = [
         &["fmt", "--all", "--check"],
         &[
