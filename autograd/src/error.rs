@@ -55,7 +55,7 @@ pub enum Error {
     /// `backward` from a tensor with more than one element and no seed gradient.
     #[error(
         "backward from a non-scalar tensor of shape {shape:?} needs a seed gradient of that \
-         shape (backward_with_grad), or reduce it to a scalar first (sum, mean)"
+         shape (Tensor::backward_with), or reduce it to a scalar first (sum, mean)"
     )]
     NonScalarBackward {
         /// Shape of the tensor backward was called on.

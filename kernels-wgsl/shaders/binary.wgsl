@@ -27,7 +27,7 @@
 //   Each *_offset is the element offset of that tensor in the segment its binding holds (block
 //   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
 //   groups are cached per segment, and every index adds its binding's offset.
-// Bindings (group 0; all storage read_write, WGPU30.md §4):
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4):
 //   broadcast:  0 params, 1 a: array<f32>, 2 b: array<f32>, 3 out: array<f32> [out_offset ..+ n]
 //   scalar_rhs / scalar_lhs: 0 params, 1 a: array<f32> [a_offset ..+ n],
 //               2 y: array<f32> [y_offset ..+ n]

@@ -1,7 +1,7 @@
 // convert: f32 <-> IEEE binary16 storage, two halves per u32 word, element 2i in the LOW half
 // of word i (the layout of a little-endian [u16]); an odd count leaves the last word's high
 // half 0. Uses the core builtins pack2x16float / unpack2x16float: no SHADER_F16 feature
-// (WGPU30.md §6). naga does require the CAPABILITY SHADER_FLOAT16_IN_FLOAT32, which wgpu grants
+// (docs/wgpu.md §6). naga does require the CAPABILITY SHADER_FLOAT16_IN_FLOAT32, which wgpu grants
 // on adapters with DownlevelFlags::SHADER_F16_IN_F32 (all Vulkan ones, lavapipe included; not
 // WebGL2). Reference: src/reference/convert.rs.
 //
@@ -18,7 +18,7 @@
 //   { n: u32 (element count), src_offset: u32, dst_offset: u32, _pad0: u32 }
 //   src_offset, dst_offset: element (f32 or u32 word) offsets of binding 1 and binding 2's tensors
 //   in the segments those bindings hold (block offset + tensor offset, from the launcher).
-// Bindings (group 0; all storage read_write, WGPU30.md §4; each binds a WHOLE segment, not the
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; each binds a WHOLE segment, not the
 // tensor, so bind groups are cached per segment; every index adds its binding's offset):
 //   f32_to_f16: 0 params, 1 src: array<f32> [src_offset ..+ n],
 //               2 dst_words: array<u32> [dst_offset ..+ ceil(n/2)]

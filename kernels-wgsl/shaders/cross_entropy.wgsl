@@ -10,7 +10,7 @@
 //             loss, e.g. 1.0 from backward()), broadcast to every row; = 1: per-row [rows].
 //             scale = 1/rows for a mean reduction, 1 for sum/none (host constant).
 // A target >= cols is invalid: that row's loss and all its dlogits are NaN (no out-of-bounds
-// read; the nonfinite check reports it). The launcher does not validate targets on the host:
+// read; the mean loss turns NaN, which the trainer's read-back refuses). The launcher does not validate targets on the host:
 // they live on the device, and reading them back would stall the batch.
 //
 // One invocation per ROW, looping over columns (as softmax.wgsl: clarity, no barriers): the
@@ -28,7 +28,7 @@
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset).
 //   forward reads rows, cols, smoothing, logits_offset, targets_offset, losses_offset.
-// Bindings (group 0; all storage read_write, WGPU30.md §4; each the WHOLE segment buffer):
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; each the WHOLE segment buffer):
 //   forward:  0 params, 1 logits: array<f32> [rows*cols], 2 targets: array<u32> [rows],
 //             3 losses: array<f32> [rows]
 //   backward: 0 params, 1 logits, 2 targets, 3 dloss: array<f32> [1 or rows],

@@ -2,7 +2,7 @@
 // a [vocab, dim] table gradient. Reference: src/reference/embedding.rs.
 //
 //   gather:      out[t, j] = table[ids[t], j]; an id >= vocab gathers NaN (no out-of-bounds
-//                read; the nonfinite check reports it).
+//                read; the NaN reaches the loss, which the trainer's read-back refuses).
 //   scatter_add: dtable[v, j] = sum over t with ids[t] == v of dy[t, j] (ascending t); rows no
 //                id refers to get 0; WRITTEN (=), not accumulated. No float atomics (WGSL has
 //                none): one invocation per dtable ELEMENT loops over all ids, so the sum order is
@@ -17,7 +17,7 @@
 //   Element index of each tensor in its binding (the launcher's segment_index: block offset +
 //   tensor offset): src = binding 1 (gather: table, scatter_add: dy), ids = binding 2,
 //   dst = binding 3 (gather: out, scatter_add: dtable).
-// Bindings (group 0; all storage read_write, WGPU30.md §4; each the WHOLE segment buffer):
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; each the WHOLE segment buffer):
 //   gather:      0 params, 1 table: array<f32> [vocab*dim], 2 ids: array<u32> [tokens],
 //                3 out: array<f32> [tokens*dim]
 //   scatter_add: 0 params, 1 dy: array<f32> [tokens*dim], 2 ids: array<u32> [tokens],

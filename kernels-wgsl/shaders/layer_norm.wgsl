@@ -20,7 +20,7 @@
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset); each entry point reads the offsets of the
 //   tensors it binds.
-// Bindings (group 0; all storage read_write, WGPU30.md §4; all array<f32>; each the WHOLE
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; all array<f32>; each the WHOLE
 // segment buffer):
 //   forward:         0 params, 1 x [rows*cols], 2 gamma [cols], 3 beta [cols],
 //                    4 y [rows*cols], 5 mean [rows], 6 rstd [rows]

@@ -11,7 +11,7 @@
 //   x_offset, flags_offset: element offsets of x and of the two flag words in the segments their
 //   bindings hold (block offset + tensor offset, from the launcher). The index written to the
 //   flags is relative to x_offset (the index within the tensor).
-// Bindings (group 0; all storage read_write, WGPU30.md §4; each binds a WHOLE segment, not the
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; each binds a WHOLE segment, not the
 // tensor, so bind groups are cached per segment; every index adds its binding's offset):
 //   0 params, 1 x: array<f32> [x_offset ..+ n], 2 flags: array<atomic<u32>>
 //   [flags_offset ..+ 2] (a DeviceBuffer of u32 words like any other)

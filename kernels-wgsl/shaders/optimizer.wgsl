@@ -26,7 +26,7 @@
 //          _pad1: u32, _pad2: u32 }
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset).
-// Bindings (group 0; all storage read_write, WGPU30.md §4; all array<f32> [n]; each the WHOLE
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; all array<f32> [n]; each the WHOLE
 // segment buffer):
 //   sgd:   0 sgd_params, 1 param, 2 grad, 3 momentum_buf (not touched when momentum == 0: bind
 //          any buffer, e.g. grad again — both bindings are read_write, which wgpu allows)

@@ -29,7 +29,7 @@
 //   groups are cached per segment, and every index below adds its binding's offset (the index
 //   formulas in "Entry points" are relative to those offsets). Arg-max indices are NOT offset:
 //   they are positions along the axis (or in the flattened tensor), as in the reference.
-// Bindings (group 0; all storage read_write, WGPU30.md §4):
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4):
 //   sum_axis, mean_axis, sum_all, mean_all: 0 params, 1 src: array<f32>, 2 dst: array<f32>
 //   max_axis, max_all: 0 params, 1 src: array<f32>, 2 dst: array<f32>, 3 idx_out: array<u32>
 //   max_backward:      0 params, 1 dy: array<f32> [outer*inner], 2 idx_in: array<u32>

@@ -24,7 +24,7 @@
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset); the forward uses x_offset, y_offset, the
 //   backward y_offset, dy_offset, dx_offset.
-// Bindings (group 0; all storage read_write, WGPU30.md §4; each the WHOLE segment buffer):
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; each the WHOLE segment buffer):
 //   *_forward:  0 params, 1 x: array<f32> [rows*cols], 2 y: array<f32> [rows*cols]
 //   *_backward: 0 params, 1 y: array<f32> (the forward OUTPUT), 2 dy: array<f32>,
 //               3 dx: array<f32>, each [rows*cols]

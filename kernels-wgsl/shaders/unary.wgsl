@@ -18,7 +18,7 @@
 //   n = element count; exponent used only by pow. Each *_offset is the element offset of that
 //   tensor in the segment its binding holds (block offset + tensor offset, from the launcher);
 //   forward reads x_offset, y_offset; backward saved_offset, dy_offset, dx_offset.
-// Bindings (group 0; all storage bindings read_write, see WGPU30.md §4; each binds a WHOLE
+// Bindings (group 0; all storage bindings read_write, see docs/wgpu.md §4; each binds a WHOLE
 // segment, not the tensor, so bind groups are cached per segment; every index adds its offset):
 //   forward:  0 params, 1 x: array<f32> [x_offset ..+ n], 2 y: array<f32> [y_offset ..+ n]
 //   backward: 0 params, 1 saved: array<f32> [saved_offset ..+ n],

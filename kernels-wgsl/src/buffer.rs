@@ -222,7 +222,7 @@ impl Gpu {
     }
 
     /// Writes `data` at element `offset` (4-byte elements). If the open batch uses `buffer` (or
-    /// used its bytes under an earlier holder), the batch is submitted first, so the write cannot overtake recorded work (WGPU30.md §4); that
+    /// used its bytes under an earlier holder), the batch is submitted first, so the write cannot overtake recorded work (docs/wgpu.md §4); that
     /// submit may wait for room within [`Gpu::default_deadline`] ([`Error::Timeout`] past it).
     pub fn write<T: bytemuck::Pod>(
         &self,

@@ -4,14 +4,14 @@
 //! All device polling goes through `poll_device`, the only call of `wgpu::Device::poll` in the
 //! workspace: it contains the panic `poll` raises on device loss (`catch_unwind`) and maps wgpu's
 //! results. Waits are cut into slices of at most [`WAIT_SLICE`], so a waiting thread never holds
-//! wgpu's device lock for long (WGPU30.md pitfall 4) and notices device loss between slices.
+//! wgpu's device lock for long (docs/wgpu.md pitfall 4) and notices device loss between slices.
 //!
 //! # Deadlines everywhere, including submit and drop
 //!
 //! Two wgpu calls block without a limit of their own, and both are put under a deadline here:
 //!
 //! - **`queue.submit`** blocks in the driver while earlier work runs (lavapipe's `vkQueueSubmit`
-//!   waits for the previous submission, WGPU30.md pitfall 2). Policy: at most
+//!   waits for the previous submission, docs/wgpu.md pitfall 2). Policy: at most
 //!   [`Gpu::max_submissions_in_flight`] submissions are in flight (default 1 on a CPU adapter,
 //!   2 on a GPU; [`crate::GpuOptions::max_submissions_in_flight`]). Before a submit, the oldest
 //!   in-flight submission is waited for, in slices, *with the batch lock released* and within the

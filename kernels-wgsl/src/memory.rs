@@ -188,7 +188,7 @@ impl SegmentSource for WgpuSegments {
             r.push(segment.uid);
         }
         // Dropped, not destroyed: wgpu keeps it alive for in-flight work, and `destroy` would
-        // block behind a polling thread (WGPU30.md pitfall 4).
+        // block behind a polling thread (docs/wgpu.md pitfall 4).
         drop(segment);
     }
 }

@@ -114,7 +114,7 @@ fn make_layout(device: &wgpu::Device, storage_bindings: u32) -> Layout {
         count: None,
     }];
     // read_write everywhere: tensors share segments, and one buffer bound read-only and read-write
-    // in one dispatch is a validation error (WGPU30.md §4).
+    // in one dispatch is a validation error (docs/wgpu.md §4).
     entries.extend(
         (1..=storage_bindings).map(|binding| wgpu::BindGroupLayoutEntry {
             binding,

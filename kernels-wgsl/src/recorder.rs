@@ -21,7 +21,7 @@
 //! (storage-binding count, chunk, segments) and are cached: no bind group is created on the hot
 //! path once the segments exist.
 //!
-//! Host/GPU ordering (the `write_buffer` hazard, WGPU30.md §4). Invariant: *no
+//! Host/GPU ordering (the `write_buffer` hazard, docs/wgpu.md §4). Invariant: *no
 //! `queue.write_buffer` can overtake recorded-but-unsubmitted work on the same bytes.* wgpu runs a
 //! `write_buffer` before every command of the next submit, so only host writes can overtake; GPU
 //! work recorded later in the same batch runs after earlier work on the same bytes (wgpu inserts

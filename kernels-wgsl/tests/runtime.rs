@@ -186,7 +186,7 @@ fn dispatches_are_batched_into_one_submission() {
     assert_close("batched fills", &got, &want, 0.0, 0.0);
 }
 
-/// The `write_buffer` hazard (WGPU30.md §4), first shown on raw wgpu: a write issued after a
+/// The `write_buffer` hazard (docs/wgpu.md §4), first shown on raw wgpu: a write issued after a
 /// recorded-but-unsubmitted read overtakes it.
 #[test]
 fn naive_write_buffer_overtakes_recorded_work() {

@@ -1,5 +1,5 @@
 //! Every `shaders/*.wgsl` parses and validates with naga (the WGSL front end wgpu uses), and
-//! every storage binding is `read_write` (WGPU30.md §4: a read-only binding of an arena buffer
+//! every storage binding is `read_write` (docs/wgpu.md §4: a read-only binding of an arena buffer
 //! that another binding of the same dispatch writes is a wgpu validation error).
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,7 +12,7 @@ use naga::valid::{Capabilities, ValidationFlags, Validator};
 /// `SHADER_FLOAT16_IN_FLOAT32`, which wgpu grants when the adapter reports
 /// `DownlevelFlags::SHADER_F16_IN_F32` (every Vulkan adapter, lavapipe included; see
 /// wgpu-naga-bridge). `convert.wgsl` needs it for `pack2x16float` / `unpack2x16float`; no device
-/// *feature* is needed (WGPU30.md §6).
+/// *feature* is needed (docs/wgpu.md §6).
 fn capabilities() -> Capabilities {
     Capabilities::default() | Capabilities::SHADER_FLOAT16_IN_FLOAT32
 }

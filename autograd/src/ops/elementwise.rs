@@ -68,7 +68,7 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
     })
 }
 
-/// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `op_kind` when needed.
+/// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `recorded` when needed.
 fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<Tensor> {
     let name = binary_name(op);
     x.expect_dtype(name, DType::F32)?;

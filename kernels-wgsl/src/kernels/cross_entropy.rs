@@ -4,7 +4,8 @@
 //!
 //! Targets are *not* validated on the host: they live on the device, and checking them would
 //! need a read-back that stalls the batch. A target `>= cols` makes that row's loss and all its
-//! `dlogits` NaN (the shader never reads out of bounds); the `nonfinite` check reports it.
+//! `dlogits` NaN (the shader never reads out of bounds): the loss is NaN, which the caller sees
+//! in its read-back (the trainer's step refuses a non-finite loss).
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};

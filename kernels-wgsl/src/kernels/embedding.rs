@@ -3,8 +3,8 @@
 //! reference: [`crate::reference::embedding`].
 //!
 //! Ids live on the device and are not validated on the host (that would need a read-back): an id
-//! `>= vocab` gathers a row of NaN and contributes nothing to the backward; the `nonfinite` check
-//! reports it. [`scatter_add`] is deterministic (one invocation per table element sums the
+//! `>= vocab` gathers a row of NaN and contributes nothing to the backward; the NaN reaches the
+//! loss, which the trainer's read-back refuses. [`scatter_add`] is deterministic (one invocation per table element sums the
 //! matching tokens in ascending order, no float atomics) and costs `vocab * dim * tokens`
 //! compares: fine for the vocabularies here.
 

@@ -3,8 +3,8 @@
 //! `label_smoothing`: the target distribution is `q = (1 - eps) onehot(t) + eps / cols`).
 //!
 //! The forward writes one loss per row; the mean is a `reduce::mean_all` on top. A target
-//! `>= cols` is invalid: that row's loss and gradients are NaN (loud, and caught by the
-//! `nonfinite` check), never an out-of-bounds read. Computed in `f64`.
+//! `>= cols` is invalid: that row's loss and gradients are NaN (loud: the mean loss is NaN),
+//! never an out-of-bounds read. Computed in `f64`.
 
 /// Row max and log-sum-exp of one row, in `f64`: `lse = max + log sum_j exp(x_j - max)`.
 fn log_sum_exp(row: &[f32]) -> f64 {

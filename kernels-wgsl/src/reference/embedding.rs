@@ -1,6 +1,6 @@
 //! CPU reference for `embedding`: gather rows of a `[vocab, dim]` table by `u32` ids, and the
 //! backward scatter-add into a `[vocab, dim]` table gradient. An id `>= vocab` gathers a row of
-//! NaN (loud, caught by `nonfinite`) and contributes nothing to the backward.
+//! NaN (loud: it reaches the loss) and contributes nothing to the backward.
 
 /// `out[t, j] = table[ids[t], j]`, or NaN if `ids[t] >= vocab`. Output `[ids.len(), dim]`.
 pub fn gather(table: &[f32], ids: &[u32], vocab: usize, dim: usize) -> Vec<f32> {

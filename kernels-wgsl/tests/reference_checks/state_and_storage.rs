@@ -173,7 +173,7 @@ fn f16_round_trips_and_hand_worked_bits() {
     for (a, b) in exact.iter().zip(&back) {
         assert_eq!(a.to_bits(), b.to_bits(), "{a} round-tripped to {b}");
     }
-    // 0.1 = 0x2E66.66.. in half units -> 0x2e66 = 0.099975586 (WGPU30.md §6)
+    // 0.1 = 0x2E66.66.. in half units -> 0x2e66 = 0.099975586 (docs/wgpu.md §6)
     assert_eq!(convert::f32_to_f16_bits(0.1), 0x2e66);
     assert_eq!(convert::round_to_f16(&[0.1]), [0.099_975_586]);
     // layout: [1.0, -2.5] -> 0xc1003c00 (element 0 in the low half); odd length: high half 0

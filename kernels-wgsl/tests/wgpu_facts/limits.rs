@@ -91,7 +91,7 @@ fn loop_iteration_limit_matches_what_the_adapter_does() {
             kernel: &LOOPS,
             overrides: &[],
             params: bytemuck::cast_slice(&params),
-            buffers: &[&out],
+            buffers: &[out.whole()],
             workgroups: [1, 1, 1],
         })
         .unwrap();
