@@ -68,6 +68,10 @@ pub(crate) fn backward_op(
         Op::Mul { lhs, rhs } => two(broadcast_pair(BinaryOp::Mul, s, g, lhs, rhs)?),
         // d(a/b)/da = 1/b, d(a/b)/db = -a/b²
         Op::Div { lhs, rhs } => two(broadcast_pair(BinaryOp::Div, s, g, lhs, rhs)?),
+        // d max(a,b)/da = [a > b], d/db = [b > a]; a tie splits g evenly
+        Op::Maximum { lhs, rhs } => two(broadcast_pair(BinaryOp::Max, s, g, lhs, rhs)?),
+        // d min(a,b)/da = [a < b], d/db = [b < a]; a tie splits g evenly
+        Op::Minimum { lhs, rhs } => two(broadcast_pair(BinaryOp::Min, s, g, lhs, rhs)?),
         // d(x+s)/dx = 1
         Op::AddScalar { .. } => one(g.clone()),
         // d(x*s)/dx = s

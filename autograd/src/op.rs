@@ -41,6 +41,20 @@ pub enum Op {
         /// Shape of `b`.
         rhs: Shape,
     },
+    /// `max(a, b)`, broadcasting. Saves `a`, `b`.
+    Maximum {
+        /// Shape of `a`.
+        lhs: Shape,
+        /// Shape of `b`.
+        rhs: Shape,
+    },
+    /// `min(a, b)`, broadcasting. Saves `a`, `b`.
+    Minimum {
+        /// Shape of `a`.
+        lhs: Shape,
+        /// Shape of `b`.
+        rhs: Shape,
+    },
     /// `x + s`. Saves nothing.
     AddScalar {
         /// `s`.

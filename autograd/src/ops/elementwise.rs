@@ -59,12 +59,8 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         BinaryOp::Sub => attach(out, Op::Sub { lhs, rhs }, &[a, b], Saved::default()),
         BinaryOp::Mul => attach(out, Op::Mul { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
         BinaryOp::Div => attach(out, Op::Div { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
-        BinaryOp::Max | BinaryOp::Min => {
-            return Err(Error::InvalidArgument {
-                op: name,
-                message: "no autograd rule".to_string(),
-            });
-        }
+        BinaryOp::Max => attach(out, Op::Maximum { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
+        BinaryOp::Min => attach(out, Op::Minimum { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
     })
 }
 
@@ -90,7 +86,8 @@ fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<T
 }
 
 /// `f(x)` elementwise, recorded when needed.
-fn unary(x: &Tensor, op: UnaryOp, exponent: f32, name: &'static str) -> Result<Tensor> {
+fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
+    let name = op.name();
     x.expect_dtype(name, DType::F32)?;
     let recording = records(&[x]);
     let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
@@ -120,6 +117,24 @@ impl Tensor {
     /// `self * rhs`, broadcasting.
     pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
         binary(self, rhs, BinaryOp::Mul)
+    }
+
+    /// `max(self, rhs)` elementwise, broadcasting; NaN if either is NaN (PyTorch's `maximum`).
+    /// On a tie the gradient is split evenly between both sides.
+    pub fn maximum(&self, rhs: &Tensor) -> Result<Tensor> {
+        binary(self, rhs, BinaryOp::Max)
+    }
+
+    /// `min(self, rhs)` elementwise, broadcasting; NaN if either is NaN (PyTorch's `minimum`).
+    /// On a tie the gradient is split evenly between both sides.
+    pub fn minimum(&self, rhs: &Tensor) -> Result<Tensor> {
+        binary(self, rhs, BinaryOp::Min)
+    }
+
+    /// `op(self)` for any [`UnaryOp`] (`exponent` is used by [`UnaryOp::Pow`] only): what the
+    /// named methods below call, and how a test visits every op.
+    pub fn unary(&self, op: UnaryOp, exponent: f32) -> Result<Tensor> {
+        unary(self, op, exponent)
     }
 
     /// `self / rhs`, broadcasting.
@@ -157,49 +172,54 @@ impl Tensor {
         scalar(self, BinaryOp::Div, s, false, Op::ScalarDiv { scalar: s })
     }
 
+    /// `|self|` (gradient `sign(x)`, 0 at 0, as PyTorch).
+    pub fn abs(&self) -> Result<Tensor> {
+        unary(self, UnaryOp::Abs, 0.0)
+    }
+
     /// `-self`.
     pub fn neg(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Neg, 0.0, "neg")
+        unary(self, UnaryOp::Neg, 0.0)
     }
 
     /// `exp(self)`.
     pub fn exp(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Exp, 0.0, "exp")
+        unary(self, UnaryOp::Exp, 0.0)
     }
 
     /// Natural logarithm.
     pub fn log(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Log, 0.0, "log")
+        unary(self, UnaryOp::Log, 0.0)
     }
 
     /// Square root.
     pub fn sqrt(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Sqrt, 0.0, "sqrt")
+        unary(self, UnaryOp::Sqrt, 0.0)
     }
 
     /// `self ^ exponent` elementwise.
     pub fn powf(&self, exponent: f32) -> Result<Tensor> {
-        unary(self, UnaryOp::Pow, exponent, "pow")
+        unary(self, UnaryOp::Pow, exponent)
     }
 
     /// `max(self, 0)`.
     pub fn relu(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Relu, 0.0, "relu")
+        unary(self, UnaryOp::Relu, 0.0)
     }
 
     /// GELU (tanh approximation).
     pub fn gelu(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Gelu, 0.0, "gelu")
+        unary(self, UnaryOp::Gelu, 0.0)
     }
 
     /// `tanh(self)`.
     pub fn tanh(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Tanh, 0.0, "tanh")
+        unary(self, UnaryOp::Tanh, 0.0)
     }
 
     /// `1 / (1 + exp(-self))`.
     pub fn sigmoid(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Sigmoid, 0.0, "sigmoid")
+        unary(self, UnaryOp::Sigmoid, 0.0)
     }
 }
 

@@ -48,6 +48,22 @@ impl UnaryOp {
         UnaryOp::Pow,
     ];
 
+    /// The op's name (PyTorch's, lower case): the label of what it allocates, and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Gelu => "gelu",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Pow => "pow",
+        }
+    }
+
     /// The value of the WGSL `override OP: u32` in `shaders/unary.wgsl`.
     pub fn shader_code(self) -> u32 {
         self as u32
