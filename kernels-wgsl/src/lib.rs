@@ -13,7 +13,8 @@
 //! (`DeviceBuffer`, upload, read-back), [`fence`] (fences, the one poll function), [`recorder`]
 //! (batches, params arena), [`pipeline`] (cache, binding convention), [`slice`]
 //! ([`DeviceSlice`], what every launcher takes), [`kernels`] (launchers and how to add one),
-//! [`reference`](mod@reference) (CPU oracles).
+//! [`reference`](mod@reference) (CPU oracles), [`random`] (SplitMix64, the workspace's one
+//! host generator), [`testing`] (what every crate's tests share).
 
 pub mod buffer;
 pub mod device;
@@ -22,9 +23,11 @@ pub mod fence;
 pub mod kernels;
 pub mod memory;
 pub mod pipeline;
+pub mod random;
 pub mod recorder;
 pub mod reference;
 pub mod slice;
+pub mod testing;
 
 pub use buffer::DeviceBuffer;
 pub use device::{AdapterSummary, Gpu, GpuOptions};

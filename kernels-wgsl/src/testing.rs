@@ -1,0 +1,123 @@
+//! Test support shared by every crate's test suites (a dev-dependency for autograd, nn and the
+//! trainer): the device, the tolerant comparison, seeded inputs and the test deadline. Kept in
+//! one place so that NaN handling, tolerances and "no adapter" messages cannot drift apart.
+//!
+//! Not for production code: [`gpu`] panics when there is no adapter, which is what a test wants
+//! (fail loudly, never skip) and what a library must never do.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::device::{Gpu, GpuOptions};
+
+pub use crate::random::SplitMix64 as Rng;
+
+/// Deadline for waits and read-backs in tests: generous for lavapipe on two busy cores.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The device shared by every test of this process that does not read allocator statistics
+/// (they also exercise concurrent recording and read-backs from several test threads).
+///
+/// # Panics
+/// When no adapter can be opened; the message says how to install lavapipe.
+pub fn gpu() -> Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(fresh_gpu).clone()
+}
+
+/// A device of its own (empty allocator and pipeline cache), with [`GpuOptions::from_env`].
+///
+/// # Panics
+/// As [`gpu`].
+pub fn fresh_gpu() -> Gpu {
+    gpu_with(GpuOptions::from_env())
+}
+
+/// A device of its own with `options` (e.g. a small memory budget).
+///
+/// # Panics
+/// As [`gpu`].
+pub fn gpu_with(options: GpuOptions) -> Gpu {
+    match Gpu::with_options(options) {
+        Ok(gpu) => gpu,
+        Err(e) => panic!(
+            "GPU tests need an adapter: {e}\n(on a machine without a GPU: \
+             apt-get install mesa-vulkan-drivers libvulkan1)"
+        ),
+    }
+}
+
+/// Whether `got` is within `atol + rtol * |want|` of `want`. A NaN matches only a NaN, and an
+/// infinity only the same infinity.
+pub fn close(got: f64, want: f64, atol: f64, rtol: f64) -> bool {
+    if want.is_nan() || got.is_nan() {
+        want.is_nan() && got.is_nan()
+    } else if want.is_infinite() {
+        got == want
+    } else {
+        (got - want).abs() <= atol + rtol * want.abs()
+    }
+}
+
+/// Asserts [`close`] elementwise (`want` in f32 or f64); on failure names the first mismatch,
+/// its index and the number of mismatches.
+///
+/// # Panics
+/// When the lengths differ or an element is not close.
+#[track_caller]
+pub fn assert_close<W: Copy + Into<f64>>(
+    name: &str,
+    got: &[f32],
+    want: &[W],
+    atol: f64,
+    rtol: f64,
+) {
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{name}: length {} != {}",
+        got.len(),
+        want.len()
+    );
+    let bad = |(g, w): (&f32, &W)| !close(f64::from(*g), (*w).into(), atol, rtol);
+    let mismatches = got.iter().zip(want).filter(|&p| bad(p)).count();
+    if let Some(i) = got.iter().zip(want).position(bad) {
+        panic!(
+            "{name}: {mismatches} of {} elements differ; first at index {i}: got {}, want {} \
+             (atol {atol}, rtol {rtol})",
+            got.len(),
+            got[i],
+            want[i].into()
+        );
+    }
+}
+
+/// `v` widened to f64.
+pub fn to_f64(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_handles_nan_infinity_and_tolerances() {
+        assert!(close(f64::NAN, f64::NAN, 0.0, 0.0));
+        assert!(!close(1.0, f64::NAN, 1.0, 1.0));
+        assert!(!close(f64::NAN, 1.0, 1.0, 1.0));
+        assert!(close(f64::INFINITY, f64::INFINITY, 0.0, 0.0));
+        assert!(!close(f64::NEG_INFINITY, f64::INFINITY, 1.0, 1.0));
+        assert!(!close(1e30, f64::INFINITY, 1.0, 1.0));
+        assert!(close(1.1, 1.0, 0.1 + 1e-12, 0.0));
+        assert!(!close(1.2, 1.0, 0.1, 0.0));
+        assert!(close(110.0, 100.0, 0.0, 0.1));
+        assert!(!close(111.0, 100.0, 0.0, 0.1));
+    }
+
+    #[test]
+    #[should_panic(expected = "1 of 3 elements differ; first at index 1")]
+    fn assert_close_names_the_first_mismatch() {
+        assert_close("x", &[1.0, 2.0, 3.0], &[1.0f32, 2.5, 3.0], 0.1, 0.0);
+    }
+}
