@@ -5,19 +5,17 @@
 //! Convention: `g` is the gradient of the node's output; the result holds one entry per input,
 //! in input order (`None`: no gradient for that input, e.g. integer targets).
 
-use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
 use smallvec::{SmallVec, smallvec};
 
 use crate::error::Result;
 use crate::op::Op;
-use crate::ops::elementwise::{binary_grads, missing_saved, sum_to, unary_grad};
+use crate::ops::elementwise::{binary_grads, sum_to, unary_grad};
 use crate::ops::matmul::matmul_grads;
 use crate::ops::nn::{
     cross_entropy_grad, dropout_grad, embedding_grad, layer_norm_grads, softmax_grad,
 };
 use crate::ops::reduce::{max_grad, mean_grad, sum_grad};
 use crate::ops::shape::{inverse, pad_slice, split};
-use crate::tape::Saved;
 use crate::tensor::{GradSlot, Tensor};
 
 /// Gradients of a node's inputs, in input order.
@@ -31,47 +29,28 @@ fn two((da, db): (Tensor, Tensor)) -> Result<Grads> {
     Ok(smallvec![Some(da), Some(db)])
 }
 
-/// The `binary` kernel's gradients at the output shape, summed down to each operand's shape.
-fn broadcast_pair(
-    op: BinaryOp,
-    s: &[Tensor],
-    g: &Tensor,
-    lhs: &[usize],
-    rhs: &[usize],
-) -> Result<(Tensor, Tensor)> {
-    let (da, db) = binary_grads(op, s, g)?;
-    Ok((sum_to(&da, lhs)?, sum_to(&db, rhs)?))
-}
-
-fn first(s: &[Tensor]) -> Result<&Tensor> {
-    s.first().ok_or_else(|| missing_saved("scalar_div"))
-}
-
 /// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
 /// input `i` wants one (only checkpoints use it to skip work; elsewhere it is cheap to compute).
 /// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
 /// directly and return `None` for that input (matmul does, saving a temporary and a copy).
 pub(crate) fn backward_op(
     op: &Op,
-    saved: &Saved,
     g: &Tensor,
     needs: &[bool],
     leaves: &[Option<&GradSlot>],
 ) -> Result<Grads> {
-    let s = saved.tensors.as_slice();
     match op {
         // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
         Op::Add { lhs, rhs } => two((sum_to(g, lhs)?, sum_to(g, rhs)?)),
         // d(a-b)/da = 1, d(a-b)/db = -1
         Op::Sub { lhs, rhs } => two((sum_to(g, lhs)?, sum_to(&g.neg()?, rhs)?)),
-        // d(a*b)/da = b, d(a*b)/db = a
-        Op::Mul { lhs, rhs } => two(broadcast_pair(BinaryOp::Mul, s, g, lhs, rhs)?),
-        // d(a/b)/da = 1/b, d(a/b)/db = -a/b²
-        Op::Div { lhs, rhs } => two(broadcast_pair(BinaryOp::Div, s, g, lhs, rhs)?),
-        // d max(a,b)/da = [a > b], d/db = [b > a]; a tie splits g evenly
-        Op::Maximum { lhs, rhs } => two(broadcast_pair(BinaryOp::Max, s, g, lhs, rhs)?),
-        // d min(a,b)/da = [a < b], d/db = [b < a]; a tie splits g evenly
-        Op::Minimum { lhs, rhs } => two(broadcast_pair(BinaryOp::Min, s, g, lhs, rhs)?),
+        // d(a*b) = (b, a); d(a/b) = (1/b, -a/b²); d max(a,b) = ([a > b], [b > a]) and
+        // d min(a,b) = ([a < b], [b < a]), a tie splitting g evenly: the binary kernel's rule at
+        // the output shape, then each summed over the axes it was broadcast along
+        Op::Binary { op, a, b } => {
+            let (da, db) = binary_grads(*op, a, b, g)?;
+            two((sum_to(&da, &a.shape)?, sum_to(&db, &b.shape)?))
+        }
         // d(x+s)/dx = 1
         Op::AddScalar { .. } => one(g.clone()),
         // d(x*s)/dx = s
@@ -81,12 +60,16 @@ pub(crate) fn backward_op(
         // d(s-x)/dx = -1
         Op::ScalarSub { .. } => one(g.neg()?),
         // d(s/x)/dx = -s/x²
-        Op::ScalarDiv { scalar } => one(g.mul(&first(s)?.powf(-2.0)?)?.mul_scalar(-scalar)?),
+        Op::ScalarDiv { scalar, x } => one(g.mul(&x.powf(-2.0)?)?.mul_scalar(-scalar)?),
         // d f(x)/dx = f'(x), from the saved x (or y = f(x) for exp, tanh, sigmoid)
-        Op::Unary { op, exponent } => one(unary_grad(*op, *exponent, s, g)?),
+        Op::Unary {
+            op,
+            exponent,
+            saved,
+        } => one(unary_grad(*op, *exponent, saved, g)?),
         // dA = G·Bᵀ, dB = Aᵀ·G (summed over the batch for a shared operand)
-        Op::Matmul { lhs, rhs } => {
-            let (da, db) = matmul_grads(g, s, lhs, rhs, leaves)?;
+        Op::Matmul { a, b } => {
+            let (da, db) = matmul_grads(g, a, b, leaves)?;
             Ok(smallvec![da, db])
         }
         // dx = permute(g, perm⁻¹)
@@ -98,28 +81,41 @@ pub(crate) fn backward_op(
         // d(mean_axes x)/dx = 1/n: g/n repeated along the reduced axes
         Op::Mean { input, axes } => one(mean_grad(g, input, axes)?),
         // d(max_k x)/dx_k = 1 at the arg-max, 0 elsewhere
-        Op::Max { input, axis } => one(max_grad(g, s, input, *axis)?),
+        Op::Max {
+            input,
+            axis,
+            indices,
+        } => one(max_grad(g, indices, input, *axis)?),
         // dx = y ⊙ (g - Σ_j g_j y_j) per row
-        Op::Softmax { cols } => one(softmax_grad(g, s, *cols, false)?),
+        Op::Softmax { cols, y } => one(softmax_grad(g, y, *cols, false)?),
         // dx = g - softmax(x) Σ_j g_j per row
-        Op::LogSoftmax { cols } => one(softmax_grad(g, s, *cols, true)?),
+        Op::LogSoftmax { cols, y } => one(softmax_grad(g, y, *cols, true)?),
         // dlogits = (softmax(x) - q) · g / rows; the integer targets get none
         Op::CrossEntropy {
             rows,
             cols,
             smoothing,
-        } => Ok(smallvec![
-            Some(cross_entropy_grad(g, s, *rows, *cols, *smoothing)?),
-            None
-        ]),
+            logits,
+            targets,
+        } => {
+            let dlogits = cross_entropy_grad(g, logits, targets, (*rows, *cols), *smoothing)?;
+            Ok(smallvec![Some(dlogits), None])
+        }
         // dx = rstd (ĝ - mean ĝ - x̂ mean(ĝ x̂)) with ĝ = g γ; dγ = Σ_rows g x̂; dβ = Σ_rows g
-        Op::LayerNorm { rows, cols } => Ok(layer_norm_grads(g, s, *rows, *cols)?
+        Op::LayerNorm {
+            rows,
+            cols,
+            x,
+            gamma,
+            mean,
+            rstd,
+        } => Ok(layer_norm_grads(g, [x, gamma, mean, rstd], *rows, *cols)?
             .into_iter()
             .map(Some)
             .collect()),
         // dtable[v] = Σ_{t: ids[t] = v} g[t]; the ids get none
-        Op::Embedding { vocab, dim } => {
-            Ok(smallvec![Some(embedding_grad(g, s, *vocab, *dim)?), None])
+        Op::Embedding { vocab, dim, ids } => {
+            Ok(smallvec![Some(embedding_grad(g, ids, *vocab, *dim)?), None])
         }
         // dx = g ⊙ mask / (1 - p), the mask redrawn from the seed
         Op::Dropout { p, seed } => one(dropout_grad(g, *p, *seed)?),
@@ -128,6 +124,6 @@ pub(crate) fn backward_op(
         // dx = g placed in zeros at the slice's position
         Op::Slice { input, axis, start } => one(pad_slice(g, input, *axis, *start)?),
         // the segment run again with a tape, and back-propagated through
-        Op::Checkpoint { .. } => crate::checkpoint::backward(saved, g, needs),
+        Op::Checkpoint { inputs, replay } => crate::checkpoint::backward(inputs, replay, g, needs),
     }
 }

@@ -12,10 +12,10 @@ use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::copy;
 
 use crate::backward::Grads;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad, rng_state, set_rng_state};
-use crate::op::Op;
-use crate::tape::{Saved, attach, backward_from};
+use crate::op::{Op, Replay};
+use crate::tape::{attach, backward_from};
 use crate::tensor::{Autograd, Tensor};
 
 /// A recomputable segment: a pure function of its inputs (and of captured tensors that do not
@@ -61,28 +61,25 @@ where
         "checkpoint",
     )?;
     copy::copy(&out.gpu, kept.elements()?, out.elements()?)?;
-    let saved = Saved {
-        tensors: values.into_iter().collect(),
-        segment: Some((Arc::new(f), rng)),
-    };
     let op = Op::Checkpoint {
-        inputs: inputs.len(),
+        inputs: values.into_iter().collect(),
+        replay: Replay {
+            function: Arc::new(f),
+            rng,
+        },
     };
-    Ok(attach(kept, op, inputs, saved))
+    Ok(attach(kept, op, inputs))
 }
 
 /// Backward of a checkpoint node: recompute with a tape from fresh leaves, back-propagate `g`,
 /// and return the leaves' gradients.
-pub(crate) fn backward(saved: &Saved, g: &Tensor, needs: &[bool]) -> Result<Grads> {
-    let (segment, rng) = saved
-        .segment
-        .as_ref()
-        .ok_or_else(|| Error::InvalidArgument {
-            op: "checkpoint",
-            message: "the node lost its segment (internal error)".to_string(),
-        })?;
-    let leaves: Vec<Tensor> = saved
-        .tensors
+pub(crate) fn backward(
+    inputs: &[Tensor],
+    replay: &Replay,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<Grads> {
+    let leaves: Vec<Tensor> = inputs
         .iter()
         .zip(needs.iter().chain(std::iter::repeat(&false)))
         .map(|(t, &need)| {
@@ -95,10 +92,10 @@ pub(crate) fn backward(saved: &Saved, g: &Tensor, needs: &[bool]) -> Result<Grad
         })
         .collect();
     let outer_rng = rng_state();
-    set_rng_state(*rng);
+    set_rng_state(replay.rng);
     let out = {
         let _grad = enable_grad();
-        segment.run(&leaves)
+        replay.function.run(&leaves)
     };
     set_rng_state(outer_rng);
     let out = out?;

@@ -1,143 +1,139 @@
-//! [`Op`]: what a node did, as plain data (shapes, axes, scalars). The derivative of each variant
-//! is one arm of `backward::backward_op`; what each variant saves is written on it
-//! (saved tensors live in the node, not here).
+//! [`Op`]: what a node did (shapes, axes, scalars) and what it saved for its backward. A saved
+//! tensor is a field of its variant, so `backward::backward_op` unpacks it by pattern: a
+//! derivative cannot ask for a tensor its op did not save. Saved tensors are detached (they hold
+//! storage, never graph) and are dropped with the op, right after the node's backward.
 
+use std::sync::Arc;
+
+use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use smallvec::SmallVec;
 
-use crate::tensor::Shape;
+use crate::checkpoint::Segment;
+use crate::tensor::{Shape, Tensor};
 
 /// Axes of a reduction or a permutation.
 pub type Axes = SmallVec<[usize; 6]>;
 
 /// One recorded operation. Inputs are in the order the op took them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub enum Op {
-    /// `a + b`, broadcasting. Saves nothing.
+    /// `a + b`, broadcasting.
     Add {
         /// Shape of `a`.
         lhs: Shape,
         /// Shape of `b`.
         rhs: Shape,
     },
-    /// `a - b`, broadcasting. Saves nothing.
+    /// `a - b`, broadcasting.
     Sub {
         /// Shape of `a`.
         lhs: Shape,
         /// Shape of `b`.
         rhs: Shape,
     },
-    /// `a * b`, broadcasting. Saves `a`, `b`.
-    Mul {
-        /// Shape of `a`.
-        lhs: Shape,
-        /// Shape of `b`.
-        rhs: Shape,
+    /// `a op b`, broadcasting, for the ops whose derivative reads the operands (mul, div,
+    /// maximum, minimum).
+    Binary {
+        /// Which op.
+        op: BinaryOp,
+        /// `a` (its shape is the operand's).
+        a: Tensor,
+        /// `b`.
+        b: Tensor,
     },
-    /// `a / b`, broadcasting. Saves `a`, `b`.
-    Div {
-        /// Shape of `a`.
-        lhs: Shape,
-        /// Shape of `b`.
-        rhs: Shape,
-    },
-    /// `max(a, b)`, broadcasting. Saves `a`, `b`.
-    Maximum {
-        /// Shape of `a`.
-        lhs: Shape,
-        /// Shape of `b`.
-        rhs: Shape,
-    },
-    /// `min(a, b)`, broadcasting. Saves `a`, `b`.
-    Minimum {
-        /// Shape of `a`.
-        lhs: Shape,
-        /// Shape of `b`.
-        rhs: Shape,
-    },
-    /// `x + s`. Saves nothing.
+    /// `x + s`.
     AddScalar {
         /// `s`.
         scalar: f32,
     },
-    /// `x * s`. Saves nothing.
+    /// `x * s`.
     MulScalar {
         /// `s`.
         scalar: f32,
     },
-    /// `x / s`. Saves nothing.
+    /// `x / s`.
     DivScalar {
         /// `s`.
         scalar: f32,
     },
-    /// `s - x`. Saves nothing.
+    /// `s - x`.
     ScalarSub {
         /// `s`.
         scalar: f32,
     },
-    /// `s / x`. Saves `x`.
+    /// `s / x`.
     ScalarDiv {
         /// `s`.
         scalar: f32,
+        /// `x`.
+        x: Tensor,
     },
-    /// `f(x)` elementwise (neg, exp, log, sqrt, pow, relu, gelu, tanh, sigmoid). Saves the output
-    /// for exp, tanh and sigmoid, else the input (`UnaryOp::backward_uses_output`).
+    /// `f(x)` elementwise, any [`UnaryOp`].
     Unary {
         /// Which function.
         op: UnaryOp,
         /// The exponent of `Pow` (0 otherwise).
         exponent: f32,
+        /// The output `y` if [`UnaryOp::backward_uses_output`] (exp, tanh, sigmoid), else `x`.
+        saved: Tensor,
     },
     /// Batched `a · b`: `[.., m, k] · [.., k, n]`, either side may be a 2-D matrix shared by every
-    /// batch. Saves `a`, `b`.
+    /// batch.
     Matmul {
-        /// Shape of `a`.
-        lhs: Shape,
-        /// Shape of `b`.
-        rhs: Shape,
+        /// `a`.
+        a: Tensor,
+        /// `b`.
+        b: Tensor,
     },
-    /// Axes reordered: output axis `i` is input axis `perm[i]`. Saves nothing.
+    /// Axes reordered: output axis `i` is input axis `perm[i]`.
     Permute {
         /// The permutation.
         perm: Axes,
     },
-    /// Same elements, new shape (a view). Saves nothing.
+    /// Same elements, new shape (a view).
     Reshape {
         /// The input's shape.
         input: Shape,
     },
-    /// Sum over `axes`. Saves nothing.
+    /// Sum over `axes`.
     Sum {
         /// The input's shape.
         input: Shape,
         /// The reduced axes, ascending.
         axes: Axes,
     },
-    /// Mean over `axes`. Saves nothing.
+    /// Mean over `axes`.
     Mean {
         /// The input's shape.
         input: Shape,
         /// The reduced axes, ascending.
         axes: Axes,
     },
-    /// Max over one axis. Saves the arg-max indices (u32).
+    /// Max over one axis.
     Max {
         /// The input's shape.
         input: Shape,
         /// The reduced axis.
         axis: usize,
+        /// The arg-max along the axis (u32, the output's shape with the axis kept).
+        indices: Tensor,
     },
-    /// Softmax over the last axis. Saves the output.
+    /// Softmax over the last axis.
     Softmax {
         /// Length of the last axis.
         cols: usize,
+        /// The output.
+        y: Tensor,
     },
-    /// Log-softmax over the last axis. Saves the output.
+    /// Log-softmax over the last axis.
     LogSoftmax {
         /// Length of the last axis.
         cols: usize,
+        /// The output.
+        y: Tensor,
     },
-    /// Mean cross-entropy of `[rows, cols]` logits with u32 targets. Saves logits and targets.
+    /// Mean cross-entropy of `[rows, cols]` logits with u32 targets.
     CrossEntropy {
         /// Rows (samples).
         rows: usize,
@@ -145,36 +141,50 @@ pub enum Op {
         cols: usize,
         /// Label smoothing.
         smoothing: f32,
+        /// The logits.
+        logits: Tensor,
+        /// The targets (u32).
+        targets: Tensor,
     },
-    /// Layer norm over the last axis with `gamma`, `beta`. Saves `x`, `gamma`, mean, rstd.
+    /// Layer norm over the last axis with `gamma`, `beta`.
     LayerNorm {
         /// Rows (all but the last axis).
         rows: usize,
         /// Length of the last axis.
         cols: usize,
+        /// The input.
+        x: Tensor,
+        /// The scale.
+        gamma: Tensor,
+        /// Each row's mean (`[rows]`).
+        mean: Tensor,
+        /// Each row's `1/sqrt(var + eps)` (`[rows]`).
+        rstd: Tensor,
     },
-    /// Rows of a `[vocab, dim]` table gathered by u32 ids. Saves the ids.
+    /// Rows of a `[vocab, dim]` table gathered by u32 ids.
     Embedding {
         /// Rows of the table.
         vocab: usize,
         /// Columns of the table.
         dim: usize,
+        /// The ids (u32).
+        ids: Tensor,
     },
-    /// Inverted dropout with the mask of `seed`. Saves nothing: backward redraws the same mask.
+    /// Inverted dropout with the mask of `seed` (backward redraws the same mask).
     Dropout {
         /// Probability of zeroing an element.
         p: f32,
         /// The mask's seed.
         seed: u64,
     },
-    /// Inputs joined along `axis`. Saves nothing.
+    /// Inputs joined along `axis`.
     Concat {
         /// The axis.
         axis: usize,
         /// Each input's extent along `axis`.
         sizes: SmallVec<[usize; 4]>,
     },
-    /// `len` entries from `start` along `axis`. Saves nothing.
+    /// `len` entries from `start` along `axis`.
     Slice {
         /// The input's shape.
         input: Shape,
@@ -183,10 +193,27 @@ pub enum Op {
         /// First entry kept.
         start: usize,
     },
-    /// A checkpointed segment. Saves its inputs, its function and the random state; backward
-    /// runs the function again with a tape.
+    /// A checkpointed segment; backward runs its function again with a tape.
     Checkpoint {
-        /// Number of inputs.
-        inputs: usize,
+        /// The segment's inputs.
+        inputs: SmallVec<[Tensor; 4]>,
+        /// Its function and the random state at its forward.
+        replay: Replay,
     },
+}
+
+/// What a checkpoint needs to run its segment again: the function and the thread's random
+/// state when it first ran (so dropout draws the same masks).
+#[derive(Clone)]
+pub struct Replay {
+    /// The segment.
+    pub(crate) function: Arc<dyn Segment>,
+    /// [`crate::grad_mode::rng_state`] at the forward.
+    pub(crate) rng: u64,
+}
+
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay").field("rng", &self.rng).finish()
+    }
 }

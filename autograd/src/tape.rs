@@ -1,15 +1,15 @@
 //! The tape: [`Node`]s recorded in execution order, and the backward walk over them.
 //!
 //! Ownership follows the tensors: a non-leaf [`Tensor`] holds an `Arc` to the node that made it;
-//! a node holds its [`Op`] (plain data), the tensors it saved, and edges to its inputs' nodes or
+//! a node holds its [`Op`] (which carries the tensors it saved) and edges to its inputs' nodes or
 //! leaf gradient slots. Nodes never hold their outputs, so a tensor that no node saved is freed
 //! as soon as the user drops it, and dropping the loss without calling backward frees the whole
 //! graph. [`Node`]'s `Drop` is iterative, so a 10 000-node chain cannot overflow the stack.
 //!
 //! Backward collects the reachable nodes with an explicit stack, orders them by sequence number
 //! (execution order) descending, and runs one exhaustive `match` per node
-//! (`backward::backward_op`). Right after a node's backward its saved tensors are
-//! dropped: a tensor saved by several nodes (an `Arc`-shared storage) is freed after the last of
+//! (`backward::backward_op`). Right after a node's backward its op, and with it the saved
+//! tensors, is dropped: a tensor saved by several nodes (an `Arc`-shared storage) is freed after the last of
 //! them. Each node's incoming gradient is dropped once consumed. Without `retain_graph` the
 //! nodes are marked released and emptied; a second backward through them is
 //! [`Error::BackwardTwice`].
@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use plimsoll_kernels_wgsl::Category;
 use smallvec::SmallVec;
 
-use crate::checkpoint::Segment;
 use crate::error::{Error, Result};
 use crate::grad_mode::{is_grad_enabled, no_grad};
 use crate::op::Op;
@@ -41,28 +40,10 @@ pub(crate) enum Edge {
     Node(Arc<Node>),
 }
 
-/// What a node keeps for its backward.
-#[derive(Clone, Default)]
-pub(crate) struct Saved {
-    /// Saved tensors, detached (they hold storage, never graph).
-    pub(crate) tensors: SmallVec<[Tensor; 4]>,
-    /// A checkpointed segment's function and the random state at its forward.
-    pub(crate) segment: Option<(Arc<dyn Segment>, u64)>,
-}
-
-impl Saved {
-    /// Saves detached clones of `tensors`.
-    pub(crate) fn of(tensors: &[&Tensor]) -> Saved {
-        Saved {
-            tensors: tensors.iter().map(|t| t.detach()).collect(),
-            segment: None,
-        }
-    }
-}
-
-/// Mutable part of a node. Invariant: `released` implies `saved` is `None` and `inputs` empty.
+/// Mutable part of a node. Invariant: `released` implies `op` is `None` and `inputs` empty.
 struct NodeState {
-    saved: Option<Saved>,
+    /// What the node did and saved; taken (and so freed) by the backward that releases it.
+    op: Option<Op>,
     inputs: SmallVec<[Edge; 2]>,
     released: bool,
 }
@@ -71,7 +52,6 @@ struct NodeState {
 pub struct Node {
     /// Execution order (unique, increasing).
     pub(crate) sequence: u64,
-    pub(crate) op: Op,
     /// Shape of the node's output (its incoming gradient's shape).
     pub(crate) output_shape: crate::Shape,
     state: Mutex<NodeState>,
@@ -124,15 +104,14 @@ pub(crate) fn output_category(recording: bool) -> Category {
     }
 }
 
-/// Makes `output` the output of a new node for `op` over `inputs`, keeping `saved` (call only
-/// when [`records`] said so, so that `no_grad` saves nothing).
-pub(crate) fn attach(mut output: Tensor, op: Op, inputs: &[&Tensor], saved: Saved) -> Tensor {
+/// Makes `output` the output of a new node for `op` (with what it saved) over `inputs` (call
+/// only when [`records`] said so, so that `no_grad` saves nothing).
+pub(crate) fn attach(mut output: Tensor, op: Op, inputs: &[&Tensor]) -> Tensor {
     let node = Node {
         sequence: NEXT_SEQUENCE.fetch_add(1, Ordering::Relaxed),
-        op,
         output_shape: output.shape.clone(),
         state: Mutex::new(NodeState {
-            saved: Some(saved),
+            op: Some(op),
             inputs: inputs.iter().map(|t| edge_of(t)).collect(),
             released: false,
         }),
@@ -204,19 +183,19 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
     let mut incoming: HashMap<u64, Tensor> = HashMap::new();
     incoming.insert(root.sequence, seed);
     for node in &nodes {
-        let (saved, inputs) = {
+        let (op, inputs) = {
             let mut state = lock(&node.state);
             if retain_graph {
-                (state.saved.clone(), state.inputs.clone())
+                (state.op.clone(), state.inputs.clone())
             } else {
                 state.released = true;
-                (state.saved.take(), std::mem::take(&mut state.inputs))
+                (state.op.take(), std::mem::take(&mut state.inputs))
             }
         };
         let Some(grad) = incoming.remove(&node.sequence) else {
             continue; // no gradient reached this node (every path to it was constant)
         };
-        let saved = saved.ok_or(Error::BackwardTwice)?;
+        let op = op.ok_or(Error::BackwardTwice)?;
         if grad.shape != node.output_shape {
             return Err(Error::SeedShape {
                 shape: node.output_shape.to_vec(),
@@ -234,10 +213,10 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
                 _ => None,
             })
             .collect();
-        let grads = crate::backward::backward_op(&node.op, &saved, &grad, &needs, &leaves)?;
-        // The saved tensors and the incoming gradient are released here, right after their
+        let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves)?;
+        // The op's saved tensors and the incoming gradient are released here, right after their
         // last use.
-        drop(saved);
+        drop(op);
         drop(grad);
         for (edge, g) in inputs.iter().zip(grads) {
             let Some(g) = g else { continue };

@@ -8,10 +8,10 @@ use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp, Broadca
 use plimsoll_kernels_wgsl::kernels::reduce;
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::op::Op;
 use crate::ops::mismatch;
-use crate::tape::{Saved, attach, output_category, records};
+use crate::tape::{attach, output_category, records};
 use crate::tensor::{DType, Tensor};
 
 fn binary_name(op: BinaryOp) -> &'static str {
@@ -54,14 +54,16 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         return Ok(out);
     }
     let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
-    Ok(match op {
-        BinaryOp::Add => attach(out, Op::Add { lhs, rhs }, &[a, b], Saved::default()),
-        BinaryOp::Sub => attach(out, Op::Sub { lhs, rhs }, &[a, b], Saved::default()),
-        BinaryOp::Mul => attach(out, Op::Mul { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
-        BinaryOp::Div => attach(out, Op::Div { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
-        BinaryOp::Max => attach(out, Op::Maximum { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
-        BinaryOp::Min => attach(out, Op::Minimum { lhs, rhs }, &[a, b], Saved::of(&[a, b])),
-    })
+    let recorded = match op {
+        BinaryOp::Add => Op::Add { lhs, rhs },
+        BinaryOp::Sub => Op::Sub { lhs, rhs },
+        BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => Op::Binary {
+            op,
+            a: a.detach(),
+            b: b.detach(),
+        },
+    };
+    Ok(attach(out, recorded, &[a, b]))
 }
 
 /// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `recorded` when needed.
@@ -78,11 +80,7 @@ fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<T
     if !recording {
         return Ok(out);
     }
-    let saved = match recorded {
-        Op::ScalarDiv { .. } => Saved::of(&[x]),
-        _ => Saved::default(),
-    };
-    Ok(attach(out, recorded, &[x], saved))
+    Ok(attach(out, recorded, &[x]))
 }
 
 /// `f(x)` elementwise, recorded when needed.
@@ -96,11 +94,16 @@ fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
         return Ok(out);
     }
     let saved = if op.backward_uses_output() {
-        Saved::of(&[&out])
+        out.detach()
     } else {
-        Saved::of(&[x])
+        x.detach()
     };
-    Ok(attach(out, Op::Unary { op, exponent }, &[x], saved))
+    let recorded = Op::Unary {
+        op,
+        exponent,
+        saved,
+    };
+    Ok(attach(out, recorded, &[x]))
 }
 
 impl Tensor {
@@ -169,7 +172,8 @@ impl Tensor {
 
     /// `s / self`.
     pub fn scalar_div(&self, s: f32) -> Result<Tensor> {
-        scalar(self, BinaryOp::Div, s, false, Op::ScalarDiv { scalar: s })
+        let x = self.detach();
+        scalar(self, BinaryOp::Div, s, false, Op::ScalarDiv { scalar: s, x })
     }
 
     /// `|self|` (gradient `sign(x)`, 0 at 0, as PyTorch).
@@ -236,12 +240,13 @@ pub(crate) fn sum_to(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
 }
 
 /// The gradients of `a op b` with respect to `a` and `b`, at the output shape (`binary` backward
-/// kernel; `saved` = `[a, b]`).
-pub(crate) fn binary_grads(op: BinaryOp, saved: &[Tensor], g: &Tensor) -> Result<(Tensor, Tensor)> {
-    let (a, b) = match saved {
-        [a, b, ..] => (a, b),
-        _ => return Err(missing_saved(binary_name(op))),
-    };
+/// kernel).
+pub(crate) fn binary_grads(
+    op: BinaryOp,
+    a: &Tensor,
+    b: &Tensor,
+    g: &Tensor,
+) -> Result<(Tensor, Tensor)> {
     let da = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "binary grad")?;
     let db = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "binary grad")?;
     let dims = BinaryDims {
@@ -262,14 +267,8 @@ pub(crate) fn binary_grads(op: BinaryOp, saved: &[Tensor], g: &Tensor) -> Result
     Ok((da, db))
 }
 
-/// `dx = g * f'(.)` for a unary op (`saved` = `[x]` or `[y]`).
-pub(crate) fn unary_grad(
-    op: UnaryOp,
-    exponent: f32,
-    saved: &[Tensor],
-    g: &Tensor,
-) -> Result<Tensor> {
-    let s = saved.first().ok_or_else(|| missing_saved("unary"))?;
+/// `dx = g * f'(.)` for a unary op (`s` = `x`, or `y` when the op's backward uses its output).
+pub(crate) fn unary_grad(op: UnaryOp, exponent: f32, s: &Tensor, g: &Tensor) -> Result<Tensor> {
     let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "unary grad")?;
     unary::backward(
         &g.gpu,
@@ -312,12 +311,4 @@ pub(crate) fn add_into(target: &Tensor, g: &Tensor) -> Result<()> {
         g.elements()?,
     )?;
     Ok(())
-}
-
-/// The error for a node whose saved tensors are not what its op expects (an internal bug).
-pub(crate) fn missing_saved(op: &'static str) -> Error {
-    Error::InvalidArgument {
-        op,
-        message: "the node's saved tensors are missing (internal error)".to_string(),
-    }
 }

@@ -8,7 +8,7 @@ use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 use crate::error::Result;
 use crate::op::Op;
 use crate::ops::mismatch;
-use crate::tape::{Saved, attach, output_category, records};
+use crate::tape::{attach, output_category, records};
 use crate::tensor::{DType, GradSlot, Shape, Tensor, lock, numel};
 
 /// How a matmul of two shapes runs: `batch` products of `m×k · k×n`; `shared_*` marks an
@@ -156,29 +156,25 @@ impl Tensor {
             return Ok(out);
         }
         let op = Op::Matmul {
-            lhs: self.shape.clone(),
-            rhs: rhs.shape.clone(),
+            a: self.detach(),
+            b: rhs.detach(),
         };
-        Ok(attach(out, op, &[self, rhs], Saved::of(&[self, rhs])))
+        Ok(attach(out, op, &[self, rhs]))
     }
 }
 
-/// The gradients `(dA, dB) = (G · Bᵀ, Aᵀ · G)` of a matmul (`saved` = `[a, b]`), summed over
+/// The gradients `(dA, dB) = (G · Bᵀ, Aᵀ · G)` of a matmul of `a` and `b`, summed over
 /// the batch for a shared operand. Transposes are the kernel's flags, never copies. `leaves[i]`
 /// is operand `i`'s gradient slot when it is a leaf: its gradient is then written (or accumulated)
 /// straight into the slot and returned as `None` (see `Product::gradient`), except a shared A's,
 /// which needs a sum over the batch first.
 pub(crate) fn matmul_grads(
     g: &Tensor,
-    saved: &[Tensor],
-    lhs: &[usize],
-    rhs: &[usize],
+    a: &Tensor,
+    b: &Tensor,
     leaves: &[Option<&GradSlot>],
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-    let (a, b) = match saved {
-        [a, b, ..] => (a, b),
-        _ => return Err(crate::ops::elementwise::missing_saved("matmul")),
-    };
+    let (lhs, rhs) = (&a.shape[..], &b.shape[..]);
     let leaf = |i: usize| leaves.get(i).copied().flatten();
     let (p, _) = plan(lhs, rhs)?;
     let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);

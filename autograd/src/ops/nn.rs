@@ -10,9 +10,8 @@ use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce, softmax};
 use crate::error::{Error, Result};
 use crate::grad_mode::next_seed;
 use crate::op::Op;
-use crate::ops::elementwise::missing_saved;
 use crate::ops::mismatch;
-use crate::tape::{Saved, attach, output_category, records};
+use crate::tape::{attach, output_category, records};
 use crate::tensor::{DType, Shape, Tensor};
 
 /// `(rows, cols)` of a tensor seen as a matrix over its last axis.
@@ -46,13 +45,13 @@ fn softmax_like(x: &Tensor, log: bool) -> Result<Tensor> {
     if !recording {
         return Ok(out);
     }
+    let y = out.detach();
     let op = if log {
-        Op::LogSoftmax { cols }
+        Op::LogSoftmax { cols, y }
     } else {
-        Op::Softmax { cols }
+        Op::Softmax { cols, y }
     };
-    let saved = Saved::of(&[&out]);
-    Ok(attach(out, op, &[x], saved))
+    Ok(attach(out, op, &[x]))
 }
 
 impl Tensor {
@@ -104,13 +103,10 @@ impl Tensor {
             rows,
             cols,
             smoothing,
+            logits: self.detach(),
+            targets: targets.detach(),
         };
-        Ok(attach(
-            out,
-            op,
-            &[self, targets],
-            Saved::of(&[self, targets]),
-        ))
+        Ok(attach(out, op, &[self, targets]))
     }
 
     /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, `gamma` and
@@ -149,13 +145,15 @@ impl Tensor {
         if !recording {
             return Ok(out);
         }
-        let saved = Saved::of(&[self, gamma, &mean, &rstd]);
-        Ok(attach(
-            out,
-            Op::LayerNorm { rows, cols },
-            &[self, gamma, beta],
-            saved,
-        ))
+        let op = Op::LayerNorm {
+            rows,
+            cols,
+            x: self.detach(),
+            gamma: gamma.detach(),
+            mean,
+            rstd,
+        };
+        Ok(attach(out, op, &[self, gamma, beta]))
     }
 
     /// Rows of this `[vocab, dim]` table picked by u32 `ids` (any shape): `[ids.., dim]`. An id
@@ -191,12 +189,12 @@ impl Tensor {
         if !recording {
             return Ok(out);
         }
-        Ok(attach(
-            out,
-            Op::Embedding { vocab, dim },
-            &[self, ids],
-            Saved::of(&[ids]),
-        ))
+        let op = Op::Embedding {
+            vocab,
+            dim,
+            ids: ids.detach(),
+        };
+        Ok(attach(out, op, &[self, ids]))
     }
 
     /// Inverted dropout: each element zeroed with probability `p`, the rest scaled by
@@ -227,12 +225,7 @@ impl Tensor {
         if !recording {
             return Ok(out);
         }
-        Ok(attach(
-            out,
-            Op::Dropout { p, seed },
-            &[self],
-            Saved::default(),
-        ))
+        Ok(attach(out, Op::Dropout { p, seed }, &[self]))
     }
 }
 
@@ -249,9 +242,8 @@ pub(crate) fn dropout_grad(g: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
     Ok(dx)
 }
 
-/// The gradient of softmax (`log`: log-softmax) from the saved output.
-pub(crate) fn softmax_grad(g: &Tensor, saved: &[Tensor], cols: usize, log: bool) -> Result<Tensor> {
-    let y = saved.first().ok_or_else(|| missing_saved("softmax"))?;
+/// The gradient of softmax (`log`: log-softmax) from its output `y`.
+pub(crate) fn softmax_grad(g: &Tensor, y: &Tensor, cols: usize, log: bool) -> Result<Tensor> {
     let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "softmax grad")?;
     let rows = (g.numel() / cols.max(1)) as u64;
     let launch = if log {
@@ -270,17 +262,15 @@ pub(crate) fn softmax_grad(g: &Tensor, saved: &[Tensor], cols: usize, log: bool)
     Ok(dx)
 }
 
-/// The gradient of mean cross-entropy with respect to the logits (`saved` = logits, targets).
+/// The gradient of mean cross-entropy of `[rows, cols]` `logits` against `targets` with respect
+/// to the logits.
 pub(crate) fn cross_entropy_grad(
     g: &Tensor,
-    saved: &[Tensor],
-    rows: usize,
-    cols: usize,
+    logits: &Tensor,
+    targets: &Tensor,
+    (rows, cols): (usize, usize),
     smoothing: f32,
 ) -> Result<Tensor> {
-    let [logits, targets, ..] = saved else {
-        return Err(missing_saved("cross_entropy"));
-    };
     let dx = Tensor::empty(
         &g.gpu,
         &logits.shape,
@@ -306,16 +296,13 @@ pub(crate) fn cross_entropy_grad(
     Ok(dx)
 }
 
-/// The gradients `(dx, dgamma, dbeta)` of layer norm (`saved` = x, gamma, mean, rstd).
+/// The gradients `(dx, dgamma, dbeta)` of layer norm from what its forward saved.
 pub(crate) fn layer_norm_grads(
     g: &Tensor,
-    saved: &[Tensor],
+    [x, gamma, mean, rstd]: [&Tensor; 4],
     rows: usize,
     cols: usize,
 ) -> Result<[Tensor; 3]> {
-    let [x, gamma, mean, rstd, ..] = saved else {
-        return Err(missing_saved("layer_norm"));
-    };
     let t = Category::Temporary;
     let dx = Tensor::empty(&g.gpu, &x.shape, t, "layer_norm grad")?;
     let dgamma = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
@@ -340,14 +327,8 @@ pub(crate) fn layer_norm_grads(
     Ok([dx, dgamma, dbeta])
 }
 
-/// The gradient of an embedding table (`saved` = ids): rows of `g` added up per id.
-pub(crate) fn embedding_grad(
-    g: &Tensor,
-    saved: &[Tensor],
-    vocab: usize,
-    dim: usize,
-) -> Result<Tensor> {
-    let ids = saved.first().ok_or_else(|| missing_saved("embedding"))?;
+/// The gradient of an embedding table: rows of `g` added up per id of `ids`.
+pub(crate) fn embedding_grad(g: &Tensor, ids: &Tensor, vocab: usize, dim: usize) -> Result<Tensor> {
     let dtable = Tensor::empty(&g.gpu, &[vocab, dim], Category::Temporary, "embedding grad")?;
     let (dy, ids) = (g.elements()?, ids.elements()?);
     embedding::scatter_add(

@@ -6,7 +6,7 @@ use plimsoll_kernels_wgsl::kernels::reduce;
 
 use crate::error::{Error, Result};
 use crate::op::{Axes, Op};
-use crate::tape::{Saved, attach, output_category, records};
+use crate::tape::{attach, output_category, records};
 use crate::tensor::{DType, Shape, Tensor, numel};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -92,7 +92,7 @@ fn reduction(x: &Tensor, axes: &[usize], keepdim: bool, kind: Kind) -> Result<Te
         Kind::Sum => Op::Sum { input, axes },
         Kind::Mean => Op::Mean { input, axes },
     };
-    Ok(attach(out, op, &[x], Saved::default()))
+    Ok(attach(out, op, &[x]))
 }
 
 impl Tensor {
@@ -142,8 +142,9 @@ impl Tensor {
         let op = Op::Max {
             input: self.shape.clone(),
             axis,
+            indices,
         };
-        Ok(attach(out, op, &[self], Saved::of(&[&indices])))
+        Ok(attach(out, op, &[self]))
     }
 }
 
@@ -159,16 +160,13 @@ pub(crate) fn mean_grad(g: &Tensor, input: &[usize], axes: &[usize]) -> Result<T
     sum_grad(g, input, axes)?.mul_scalar(1.0 / count.max(1) as f32)
 }
 
-/// The gradient of a max: `g` scattered to the arg-max (`saved` = `[indices]`).
+/// The gradient of a max: `g` scattered to the arg-max `indices`.
 pub(crate) fn max_grad(
     g: &Tensor,
-    saved: &[Tensor],
+    indices: &Tensor,
     input: &[usize],
     axis: usize,
 ) -> Result<Tensor> {
-    let indices = saved
-        .first()
-        .ok_or_else(|| crate::ops::elementwise::missing_saved("max"))?;
     let dx = Tensor::empty(&g.gpu, input, Category::Temporary, "max grad")?;
     let (dy, indices) = (g.elements()?, indices.elements()?);
     reduce::max_backward(&g.gpu, dx.elements()?, dy, indices, input, axis)?;

@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use crate::error::{Error, Result};
 use crate::op::{Axes, Op};
 use crate::ops::mismatch;
-use crate::tape::{Saved, attach, output_category, records};
+use crate::tape::{attach, output_category, records};
 use crate::tensor::{DType, Shape, Tensor, numel};
 
 /// Row-major strides of `shape`, in elements.
@@ -73,7 +73,7 @@ impl Tensor {
         let op = Op::Reshape {
             input: self.shape.clone(),
         };
-        Ok(attach(out, op, &[self], Saved::default()))
+        Ok(attach(out, op, &[self]))
     }
 
     /// Axes reordered: output axis `i` is input axis `perm[i]` (a copy).
@@ -110,7 +110,7 @@ impl Tensor {
         let op = Op::Permute {
             perm: perm.iter().copied().collect(),
         };
-        Ok(attach(out, op, &[self], Saved::default()))
+        Ok(attach(out, op, &[self]))
     }
 
     /// Axes `dim0` and `dim1` swapped (a copy).
@@ -163,7 +163,7 @@ impl Tensor {
             axis,
             start,
         };
-        Ok(attach(out, op, &[self], Saved::default()))
+        Ok(attach(out, op, &[self]))
     }
 
     /// `tensors` joined along `axis` (equal extents elsewhere).
@@ -193,12 +193,7 @@ impl Tensor {
         if !recording {
             return Ok(out);
         }
-        Ok(attach(
-            out,
-            Op::Concat { axis, sizes },
-            tensors,
-            Saved::default(),
-        ))
+        Ok(attach(out, Op::Concat { axis, sizes }, tensors))
     }
 }
 
