@@ -31,19 +31,15 @@ pub type Shape = SmallVec<[usize; 6]>;
 pub enum DType {
     /// 32-bit float: every differentiable op computes in it.
     F32,
-    /// 16-bit float storage, two per 4-byte word (`pack2x16float`); for mixed-precision
-    /// activations. No op takes it yet: they return [`Error::DTypeMismatch`].
-    F16,
     /// 32-bit unsigned integers: class targets, token ids. Never requires grad.
     U32,
 }
 
 impl DType {
-    /// Bytes per element (F16: 2, packed two to a word).
+    /// Bytes per element.
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F32 | DType::U32 => 4,
-            DType::F16 => 2,
         }
     }
 }
