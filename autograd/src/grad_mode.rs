@@ -4,6 +4,8 @@
 
 use std::cell::Cell;
 
+use plimsoll_kernels_wgsl::random::SplitMix64;
+
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
     static RNG_STATE: Cell<u64> = const { Cell::new(0x005E_ED0F_D1CE) };
@@ -55,19 +57,12 @@ pub fn set_rng_state(state: u64) {
     RNG_STATE.with(|s| s.set(state));
 }
 
-/// Draws the next 64-bit seed from this thread's random state (SplitMix64).
+/// Draws the next 64-bit seed from this thread's random state (one SplitMix64 step).
 pub fn next_seed() -> u64 {
     RNG_STATE.with(|s| {
-        let state = s.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        s.set(state);
-        splitmix64(state)
+        let mut rng = SplitMix64::new(s.get());
+        let seed = rng.next_u64();
+        s.set(rng.state());
+        seed
     })
-}
-
-/// The SplitMix64 output function.
-pub(crate) fn splitmix64(state: u64) -> u64 {
-    let mut z = state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }

@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use plimsoll_kernels_wgsl::kernels::{copy, fill};
+use plimsoll_kernels_wgsl::random::{GOLDEN_GAMMA, mix};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
-use crate::grad_mode::splitmix64;
 use crate::tape::{self, Node};
 
 /// A tensor shape: extents, outermost first.
@@ -465,6 +465,6 @@ impl Tensor {
 
 /// Uniform `[0, 1)` value number `index` of the stream `seed` (24 random bits).
 fn unit_f32(seed: u64, index: u64) -> f32 {
-    let bits = splitmix64(splitmix64(seed) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let bits = mix(mix(seed) ^ index.wrapping_mul(GOLDEN_GAMMA));
     (bits >> 40) as f32 / (1u64 << 24) as f32
 }

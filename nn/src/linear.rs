@@ -2,6 +2,7 @@
 //! directly, no transpose), seeded initialisation ([`Init`]).
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::random::{GOLDEN_GAMMA, mix};
 
 use crate::error::{Error, Result};
 use crate::module::Module;
@@ -36,12 +37,10 @@ pub struct Linear {
     training: bool,
 }
 
-/// A seed derived from `seed` for a second tensor of the same module (SplitMix64 step).
+/// A seed derived from `seed` for a second tensor of the same module: output `index + 1` of
+/// the SplitMix64 stream seeded with `seed`, computed directly.
 pub(crate) fn derive_seed(seed: u64, index: u64) -> u64 {
-    let mut z = seed.wrapping_add(index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    mix(seed.wrapping_add(index.wrapping_add(1).wrapping_mul(GOLDEN_GAMMA)))
 }
 
 impl Linear {

@@ -11,6 +11,7 @@ use std::path::Path;
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::random::SplitMix64;
 
 use crate::error::{Error, Result};
 
@@ -24,25 +25,16 @@ pub struct Dataset {
     num_classes: usize,
 }
 
-/// SplitMix64: the one random-number generator of the trainer (data order, synthetic data).
-pub fn splitmix64(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The permutation of `0..len` used in epoch `epoch` of a run seeded with `seed` (Fisher-Yates).
 pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
-    let mut state = seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03);
-    shuffled(len, &mut state)
+    let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    shuffled(len, &mut rng)
 }
 
-fn shuffled(len: usize, state: &mut u64) -> Vec<usize> {
+fn shuffled(len: usize, rng: &mut SplitMix64) -> Vec<usize> {
     let mut order: Vec<usize> = (0..len).collect();
     for i in (1..len).rev() {
-        let j = (splitmix64(state) % (i as u64 + 1)) as usize;
+        let j = rng.below(i as u64 + 1) as usize;
         order.swap(i, j);
     }
     order
@@ -87,16 +79,15 @@ impl Dataset {
         num_classes: usize,
         seed: u64,
     ) -> Result<Self> {
-        let mut state = seed;
-        let mut unit = move || (splitmix64(&mut state) >> 11) as f64 / (1u64 << 53) as f64;
+        let mut rng = SplitMix64::new(seed);
         let mut features = Vec::with_capacity(len * feature_dim);
         for _ in 0..len * feature_dim {
-            let u1 = 1.0 - unit();
-            let u2 = unit();
+            let u1 = 1.0 - rng.unit_f64();
+            let u2 = rng.unit_f64();
             features.push(((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32);
         }
         let labels = (0..len)
-            .map(|_| (unit() * num_classes as f64) as u32 % num_classes.max(1) as u32)
+            .map(|_| (rng.unit_f64() * num_classes as f64) as u32 % num_classes.max(1) as u32)
             .collect();
         Dataset::new(features, labels, feature_dim, num_classes)
     }
@@ -185,8 +176,7 @@ impl Dataset {
     /// Splits off a test set of `round(len * test_fraction)` samples, chosen by a shuffle with
     /// `seed`; returns `(train, test)`.
     pub fn split(&self, test_fraction: f64, seed: u64) -> (Dataset, Dataset) {
-        let mut state = seed;
-        let order = shuffled(self.len(), &mut state);
+        let order = shuffled(self.len(), &mut SplitMix64::new(seed));
         let test_len = ((self.len() as f64) * test_fraction).round() as usize;
         let (test, train) = order.split_at(test_len.min(self.len()));
         (self.subset(train), self.subset(test))
