@@ -127,23 +127,3 @@ pub fn backward(op: UnaryOp, saved: &[f32], dy: &[f32], exponent: f32) -> Vec<f3
         .map(|(&s, &g)| apply_backward(op, f64::from(s), f64::from(g), f64::from(exponent)) as f32)
         .collect()
 }
-
-/// `dx = dy * [x > 0]`.
-pub fn relu_backward(x: &[f32], dy: &[f32]) -> Vec<f32> {
-    backward(UnaryOp::Relu, x, dy, 0.0)
-}
-
-/// `dx = dy * gelu'(x)` (tanh approximation).
-pub fn gelu_backward(x: &[f32], dy: &[f32]) -> Vec<f32> {
-    backward(UnaryOp::Gelu, x, dy, 0.0)
-}
-
-/// `dx = dy * (1 - y^2)` from the forward output `y = tanh(x)`.
-pub fn tanh_backward(y: &[f32], dy: &[f32]) -> Vec<f32> {
-    backward(UnaryOp::Tanh, y, dy, 0.0)
-}
-
-/// `dx = dy * y (1 - y)` from the forward output `y = sigmoid(x)`.
-pub fn sigmoid_backward(y: &[f32], dy: &[f32]) -> Vec<f32> {
-    backward(UnaryOp::Sigmoid, y, dy, 0.0)
-}

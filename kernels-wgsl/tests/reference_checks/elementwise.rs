@@ -54,7 +54,7 @@ fn unary_hand_worked_values() {
     assert!(unary::forward(UnaryOp::Pow, &[-2.0], 0.5)[0].is_nan());
     // relu'(0) = 0 and |x|'(0) = 0, as PyTorch
     assert_eq!(
-        unary::relu_backward(&[0.0, 2.0, -1.0], &[5.0, 5.0, 5.0]),
+        unary::backward(UnaryOp::Relu, &[0.0, 2.0, -1.0], &[5.0, 5.0, 5.0], 0.0),
         [0.0, 5.0, 0.0]
     );
     assert_eq!(
@@ -62,13 +62,13 @@ fn unary_hand_worked_values() {
         [0.0, -5.0]
     );
     // tanh' from y = 0.5: 1 - 0.25 = 0.75; sigmoid' from y = 0.5: 0.25
-    assert_eq!(unary::tanh_backward(&[0.5], &[2.0]), [1.5]);
-    assert_eq!(unary::sigmoid_backward(&[0.5], &[2.0]), [0.5]);
+    assert_eq!(unary::backward(UnaryOp::Tanh, &[0.5], &[2.0], 0.0), [1.5]);
+    assert_eq!(unary::backward(UnaryOp::Sigmoid, &[0.5], &[2.0], 0.0), [0.5]);
     // extreme inputs stay finite where the function is
     let big = unary::forward(UnaryOp::Sigmoid, &[-100.0, 100.0], 0.0);
     assert!(big[0] >= 0.0 && big[0] < 1e-40 && big[1] == 1.0, "{big:?}");
     assert_eq!(
-        unary::gelu_backward(&[-30.0, 30.0], &[1.0, 1.0]),
+        unary::backward(UnaryOp::Gelu, &[-30.0, 30.0], &[1.0, 1.0], 0.0),
         [0.0, 1.0]
     );
 }
