@@ -12,8 +12,6 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::cell::OnceCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -21,7 +19,7 @@ use std::sync::{Arc, Barrier};
 use plimsoll_kernels_wgsl::kernels::fill::fill;
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
 
-use common::{DEADLINE, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, fresh_gpu};
 
 /// Threads reading back at once.
 const THREADS: usize = 16;
@@ -38,7 +36,7 @@ fn pattern(thread: usize, read: usize, len: usize) -> Vec<u32> {
 /// read must return its own buffer's data, never `Error::Map` ("map callback did not run").
 #[test]
 fn concurrent_read_backs_from_one_gpu_each_get_their_own_data() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let barrier = Arc::new(Barrier::new(THREADS + 1));
     let stop = Arc::new(AtomicBool::new(false));
     // A monitor thread that keeps polling (as `recent_submissions` does) retires submissions and
@@ -96,7 +94,7 @@ fn concurrent_read_backs_from_one_gpu_each_get_their_own_data() {
 /// reading a loss while a second thread drives the optimizer).
 #[test]
 fn reads_race_with_flush_and_wait_on_another_thread() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let data: Vec<u32> = (0..256).collect();
     let buffer = Arc::new(gpu.upload(&data, Category::Parameter, "shared").unwrap());
     let barrier = Arc::new(Barrier::new(2));
@@ -168,7 +166,7 @@ fn in_child_process(test: &str) -> bool {
 /// snatch-lock trace, itself a thread-local, was already destroyed.
 fn drop_in_thread_local_destructor(work: fn(&Gpu, &DeviceBuffer)) {
     std::thread::spawn(move || {
-        let gpu = FIRST_GPU.with(|g| g.get_or_init(gpu).clone());
+        let gpu = FIRST_GPU.with(|g| g.get_or_init(fresh_gpu).clone());
         let buffer = gpu
             .upload(&[1.0f32; 64], Category::Parameter, "tls weights")
             .unwrap();
@@ -210,7 +208,7 @@ fn buffer_owning_the_last_gpu_reference_dropped_in_a_thread_local_destructor() {
     {
         std::thread::spawn(|| {
             FIRST_BUFFER.with(|_| {});
-            let gpu = gpu();
+            let gpu = fresh_gpu();
             let buffer = gpu
                 .upload(&[5u32; 32], Category::Activation, "last owner")
                 .unwrap();

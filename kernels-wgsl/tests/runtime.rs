@@ -3,17 +3,15 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use plimsoll_allocator::OomCause;
 use plimsoll_kernels_wgsl::pipeline::RuntimeChecks;
 use plimsoll_kernels_wgsl::{Category, Dispatch, Error, GpuOptions, Kernel, kernels};
 
-use common::{DEADLINE, Rng, assert_close, gpu, gpu_with};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, gpu_with};
 
 #[test]
 fn adapter_info_and_limits_are_exposed() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let info = gpu.adapter();
     assert!(!info.name.is_empty());
     assert!(gpu.limits().max_storage_buffer_binding_size > 0);
@@ -64,7 +62,7 @@ fn budget_too_small_is_out_of_memory_and_earlier_data_survives() {
 /// `SourceFailed` and wgpu's message; earlier data survives and the device stays usable.
 #[test]
 fn segment_refused_by_wgpu_is_out_of_memory_and_the_device_stays_usable() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let mut rng = Rng::new(11);
     let data = rng.vec_f32(100_000, -1.0, 1.0);
     let kept = gpu
@@ -117,7 +115,7 @@ fn segment_refused_by_wgpu_is_out_of_memory_and_the_device_stays_usable() {
 
 #[test]
 fn bad_requests_are_typed_errors() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     assert!(matches!(
         gpu.alloc(0, Category::Temporary, "zero"),
         Err(Error::Allocation(_))
@@ -142,7 +140,7 @@ fn bad_requests_are_typed_errors() {
 
 #[test]
 fn bad_shader_is_a_validation_error_not_a_panic() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     const BAD: Kernel = Kernel {
         stem: "bad_shader_test",
         wgsl: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
@@ -169,7 +167,7 @@ fn bad_shader_is_a_validation_error_not_a_panic() {
 
 #[test]
 fn dispatches_are_batched_into_one_submission() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let buf = gpu
         .alloc_elements(1000, Category::Temporary, "batched")
         .unwrap();
@@ -190,7 +188,7 @@ fn dispatches_are_batched_into_one_submission() {
 /// recorded-but-unsubmitted read overtakes it.
 #[test]
 fn naive_write_buffer_overtakes_recorded_work() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let (device, queue) = (gpu.device(), gpu.queue());
     let usage =
         wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
@@ -240,7 +238,7 @@ fn naive_write_buffer_overtakes_recorded_work() {
 /// the recorded read sees A's data and B holds its own.
 #[test]
 fn freed_block_is_reused_at_once_and_an_upload_into_it_submits_first() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
     let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
     gpu.synchronize(DEADLINE).unwrap();
@@ -265,7 +263,7 @@ fn freed_block_is_reused_at_once_and_an_upload_into_it_submits_first() {
 /// values and `seen_b` B's, and the batch was never submitted in between.
 #[test]
 fn block_freed_and_reallocated_within_one_batch_is_reused_with_correct_data() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let seen_a = gpu
         .alloc_elements(256, Category::Temporary, "seen A")
         .unwrap();
@@ -301,7 +299,7 @@ fn block_freed_and_reallocated_within_one_batch_is_reused_with_correct_data() {
 
 #[test]
 fn upload_into_a_buffer_the_open_batch_reads_submits_first() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let a = gpu.upload(&[1.0f32; 64], Category::Temporary, "A").unwrap();
     let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
     kernels::copy::copy(&gpu, seen.whole(), a.whole()).unwrap();
@@ -312,7 +310,7 @@ fn upload_into_a_buffer_the_open_batch_reads_submits_first() {
 
 #[test]
 fn after_device_loss_every_call_is_device_lost() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let buf = gpu
         .alloc_elements(16, Category::Temporary, "before loss")
         .unwrap();

@@ -6,15 +6,13 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use plimsoll_kernels_wgsl::pipeline::RuntimeChecks;
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Dispatch, Error, Gpu, Kernel};
 
-use common::{DEADLINE, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, fresh_gpu};
 
 /// How long one calibrated spin dispatch runs: a real margin over the tiny deadlines below.
 const SPIN_TARGET: Duration = Duration::from_secs(2);
@@ -89,7 +87,7 @@ const WARM_UP: Spin = Spin {
 /// workgroups, linearly).
 fn spinner() -> (Gpu, DeviceBuffer, Spin) {
     static CALIBRATED: OnceLock<Spin> = OnceLock::new();
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let out = gpu
         .alloc_elements(64, Category::Temporary, "spin out")
         .unwrap();

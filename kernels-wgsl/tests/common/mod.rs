@@ -1,97 +1,10 @@
-//! Helpers shared by the GPU test binaries: `gpu()`, `assert_close`, a seeded RNG, a deadline,
-//! and `Guarded` / `upload_u32_at` (tensors at an offset inside guard elements).
+//! Helpers of the kernel test binaries beyond `plimsoll_kernels_wgsl::testing` (the device,
+//! `assert_close`, the seeded RNG, the deadline): `Guarded` / `upload_u32_at` (tensors at an
+//! offset inside guard elements) and the loop-limit checks.
 #![allow(dead_code)]
 
-use std::time::Duration;
-
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu, GpuOptions};
-
-/// Deadline for waits and read-backs in tests: generous for lavapipe on two busy cores.
-pub const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Opens the default adapter (or `PLIMSOLL_ADAPTER`). Fails the test, never skips it, when there
-/// is none; the error says how to install lavapipe.
-pub fn gpu() -> Gpu {
-    gpu_with(GpuOptions::from_env())
-}
-
-/// Opens an adapter with `options` (e.g. a small memory budget); fails like [`gpu`].
-pub fn gpu_with(options: GpuOptions) -> Gpu {
-    match Gpu::with_options(options) {
-        Ok(gpu) => gpu,
-        Err(e) => panic!(
-            "GPU tests need an adapter: {e}\n(on a machine without a GPU: \
-             apt-get install mesa-vulkan-drivers libvulkan1)"
-        ),
-    }
-}
-
-/// Asserts `|got - want| <= atol + rtol * |want|` elementwise; prints the first mismatch, its
-/// index and the number of mismatches. NaNs must match NaNs.
-#[track_caller]
-pub fn assert_close(name: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{name}: length {} != {}",
-        got.len(),
-        want.len()
-    );
-    let bad = |g: f32, w: f32| {
-        if w.is_nan() || g.is_nan() {
-            !(w.is_nan() && g.is_nan())
-        } else if w.is_infinite() {
-            g != w
-        } else {
-            (g - w).abs() > atol + rtol * w.abs()
-        }
-    };
-    let mismatches = got.iter().zip(want).filter(|(g, w)| bad(**g, **w)).count();
-    if let Some(i) = got.iter().zip(want).position(|(g, w)| bad(*g, *w)) {
-        panic!(
-            "{name}: {mismatches} of {} elements differ; first at index {i}: got {}, want {} \
-             (atol {atol}, rtol {rtol})",
-            got.len(),
-            got[i],
-            want[i]
-        );
-    }
-}
-
-/// A small seeded generator (SplitMix64): reproducible inputs without extra dependencies.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn f32_in(&mut self, lo: f32, hi: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * unit
-    }
-
-    /// `len` values uniform in `[lo, hi)`.
-    pub fn vec_f32(&mut self, len: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..len).map(|_| self.f32_in(lo, hi)).collect()
-    }
-
-    /// Uniform in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
 
 /// Random elements kept after each guarded range.
 const GUARD_AFTER: usize = 5;
@@ -140,7 +53,7 @@ impl Guarded {
     /// Reads the buffer back; asserts the range is within `atol + rtol*|want|` of `want` and
     /// every guard is unchanged (exactly). Returns the range.
     #[track_caller]
-    pub fn check(&self, gpu: &Gpu, name: &str, want: &[f32], atol: f32, rtol: f32) -> Vec<f32> {
+    pub fn check(&self, gpu: &Gpu, name: &str, want: &[f32], atol: f64, rtol: f64) -> Vec<f32> {
         let all: Vec<f32> = gpu.read_all(&self.buffer, DEADLINE).unwrap();
         let range = self.offset..self.offset + self.len;
         assert_close(name, &all[range.clone()], want, atol, rtol);

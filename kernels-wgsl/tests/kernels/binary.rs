@@ -3,15 +3,14 @@
 
 use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp, Broadcast};
 use plimsoll_kernels_wgsl::kernels::{fill, reduce};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
-
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
 /// `(atol, rtol)`: add, sub, mul and the max/min selections are exact in f32 (the reference
 /// computes in f32 too); division may be 2.5 ULP off on Vulkan, so 2e-6 relative (~16 ULP);
 /// atol 1e-7 for the -a/b^2 products that land near zero.
-const ATOL: f32 = 1e-7;
-const RTOL: f32 = 2e-6;
+const ATOL: f64 = 1e-7;
+const RTOL: f64 = 2e-6;
 
 /// Operands for `op`: divisors kept away from 0; max/min drawn from a few integers so ties are
 /// common, with a NaN planted in `a` (NaN must win and, in the backward, split like a tie).
@@ -121,7 +120,7 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
         // Sums of n / operand_len terms accumulated in f32 (see reduce::sum_atol).
         let terms = (n / operand_len.max(1)).max(1);
         let largest = full.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let atol = crate::reduce::sum_atol(terms, largest);
+        let atol = crate::reduce::sum_atol(terms, f64::from(largest));
         assert_close(
             &format!("{name} sum_to_shape {label}"),
             &got,

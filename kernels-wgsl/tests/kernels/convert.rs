@@ -3,9 +3,8 @@
 
 use plimsoll_kernels_wgsl::kernels::convert;
 use plimsoll_kernels_wgsl::reference::convert as cpu;
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
-
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
 /// Random normal-range halves (|x| in [1e-3, 1000]: devices may flush f16 subnormals, the
 /// reference keeps them), with the special values planted at the front.

@@ -1,6 +1,5 @@
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, kernels, reference};
-
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
 #[test]
 fn copy_matches_reference() {

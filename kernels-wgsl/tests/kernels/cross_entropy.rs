@@ -1,16 +1,17 @@
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::largest_within;
+use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note, upload_u32_at};
+use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note, upload_u32_at};
 
 // Tolerances. Loss: lse and the row mean are f32 sums of <= 1000 terms on the GPU (f64 in the
 // reference) of magnitude <= ~8, so the absolute error of a loss of size ~log(cols) + 8 stays
 // near 1e-6 (atol 1e-5, rtol 1e-5). Gradient: softmax_j - q_j with exp(x - lse) accurate to a
 // few ulp once lse is (abs error ~1e-6), i.e. relative ~2e-6 of p_j <= 1, times g*scale <= 2:
 // atol 4e-6, rtol 1e-4.
-const LOSS_TOL: (f32, f32) = (1e-5, 1e-5);
-const GRAD_TOL: (f32, f32) = (4e-6, 1e-4);
+const LOSS_TOL: (f64, f64) = (1e-5, 1e-5);
+const GRAD_TOL: (f64, f64) = (4e-6, 1e-4);
 
 /// What the backward's `dloss` holds (the launcher tells them apart by its length).
 #[derive(Clone, Copy, Debug)]

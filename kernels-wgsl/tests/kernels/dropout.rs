@@ -1,6 +1,5 @@
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, kernels, reference};
-
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
 #[test]
 fn dropout_matches_reference() {

@@ -1,16 +1,15 @@
 use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::largest_within;
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-use crate::common::{
-    DEADLINE, Guarded, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note, upload_u32_at,
-};
+use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note, upload_u32_at};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
 // in ascending token order (f64 in the reference): the bound n^2 * 2^-24 ~ 1e-3 is loose; the
 // rounding errors of <= 129 partial sums of size <= ~10 add up like a random walk,
 // ~sqrt(129) * 10 * 2^-24 ~ 7e-6: atol 2e-5, rtol 1e-5.
-const SCATTER_TOL: (f32, f32) = (2e-5, 1e-5);
+const SCATTER_TOL: (f64, f64) = (2e-5, 1e-5);
 
 fn check_case(gpu: &Gpu, rng: &mut Rng, tokens: usize, vocab: usize, dim: usize) {
     let name = |what: &str| format!("embedding {what} tokens {tokens} vocab {vocab} dim {dim}");

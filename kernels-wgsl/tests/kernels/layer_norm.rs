@@ -1,8 +1,9 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
+use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
+use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note};
 
 const EPS: f32 = 1e-5;
 
@@ -12,10 +13,10 @@ const EPS: f32 = 1e-5;
 // rstd reaches 1/sqrt(eps) ~ 316 when cols = 1). Backward (fed the reference's mean/rstd): dx
 // subtracts two f32 row means of g and g*xhat (<= 1000 terms): absolute error ~rstd * 1e-5,
 // atol 5e-5; dgamma/dbeta sum <= 129 rows in f32: rtol 1e-4, atol 2e-5.
-const Y_TOL: (f32, f32) = (2e-5, 1e-4);
-const STATS_TOL: (f32, f32) = (1e-6, 2e-5);
-const DX_TOL: (f32, f32) = (5e-5, 1e-4);
-const DPARAM_TOL: (f32, f32) = (2e-5, 1e-4);
+const Y_TOL: (f64, f64) = (2e-5, 1e-4);
+const STATS_TOL: (f64, f64) = (1e-6, 2e-5);
+const DX_TOL: (f64, f64) = (5e-5, 1e-4);
+const DPARAM_TOL: (f64, f64) = (2e-5, 1e-4);
 
 fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
     let name = |what: &str| format!("layer_norm {what} [{rows}, {cols}]");

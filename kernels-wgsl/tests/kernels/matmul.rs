@@ -3,9 +3,10 @@
 
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, DeviceSlice, Error, Gpu, reference};
 
-use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note};
+use crate::common::{assert_loop_limit, loop_limit_or_note};
 
 /// What C holds before a non-accumulating launch: any element the kernel fails to write shows.
 const POISON: f32 = 12345.0;
@@ -16,7 +17,7 @@ const POISON: f32 = 12345.0;
 /// these cases: at most 0.5·eps·K (K = 63), 0.28·eps·K (K = 1024, |error| 3.4e-5). 4·eps·K leaves
 /// 8× head-room and stays far below the error of a dropped or doubled product (|a·b| ≈ 0.25 on
 /// average). `rtol` 1e-6 covers the rounding of `C + alpha·A·B` when accumulating.
-const ATOL_EPS_PER_K: f32 = 4.0;
+const ATOL_EPS_PER_K: f64 = 4.0;
 
 /// The entry point the launcher takes for `dims` on these operands: [`entry_point`], demoted to
 /// `main_scalar` when A's or B's first element is not a multiple of 4 elements into its segment
@@ -66,7 +67,10 @@ fn check(
     let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
     let mut want = c_init;
     reference::matmul::matmul_into(&a[off_a..], &b[off_b..], &mut want[off_c..], dims);
-    let atol = ATOL_EPS_PER_K * f32::EPSILON * dims.k.max(1) as f32 * dims.alpha.abs().max(1.0);
+    let atol = ATOL_EPS_PER_K
+        * f64::from(f32::EPSILON)
+        * dims.k.max(1) as f64
+        * f64::from(dims.alpha.abs().max(1.0));
     let name = format!("matmul {dims:?} offsets {offsets:?} ({entry:?})");
     assert_close(&name, &got, &want, atol, 1e-6);
     entry

@@ -2,9 +2,8 @@
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
 use plimsoll_kernels_wgsl::kernels::nonfinite::{self, NO_INDEX};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, reference};
-
-use crate::common::{DEADLINE, Rng, gpu};
 
 #[test]
 fn nonfinite_matches_reference() {

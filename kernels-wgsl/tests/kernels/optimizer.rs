@@ -1,7 +1,8 @@
 use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWConfig, AdamWStep, SgdConfig, SgdStep};
+use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-use crate::common::{Guarded, Rng, gpu};
+use crate::common::Guarded;
 
 const LENS: [usize; 4] = [1, 255, 1000, 10_007];
 const STEPS: u64 = 4;
@@ -12,9 +13,9 @@ const STEPS: u64 = 4;
 // value: rtol 1e-5 (~80 ulp). The atol covers values that cancel to near 0 (p - lr*g,
 // b*buf + g): a few ulp of the O(1) operands per step, 1e-6 for parameters and first moments;
 // second moments are sums of non-negative terms ~(1 - beta2) g^2 (no cancellation): 1e-10.
-const PARAM_TOL: (f32, f32) = (1e-6, 1e-5);
-const MOMENT_TOL: (f32, f32) = (1e-6, 1e-5);
-const SECOND_MOMENT_TOL: (f32, f32) = (1e-10, 1e-5);
+const PARAM_TOL: (f64, f64) = (1e-6, 1e-5);
+const MOMENT_TOL: (f64, f64) = (1e-6, 1e-5);
+const SECOND_MOMENT_TOL: (f64, f64) = (1e-10, 1e-5);
 
 fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale: f32) {
     let name = |what: &str, step: u64| format!("sgd {what} len {len} step {step} {config:?}");

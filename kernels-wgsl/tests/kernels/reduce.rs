@@ -4,9 +4,10 @@
 use plimsoll_kernels_wgsl::kernels::reduce::{self, AxisView};
 use plimsoll_kernels_wgsl::kernels::{check_loop_limit, largest_within};
 use plimsoll_kernels_wgsl::reference::reduce as cpu;
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
-use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_note};
+use crate::common::{assert_loop_limit, loop_limit_or_note};
 
 /// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
 /// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
@@ -15,8 +16,8 @@ use crate::common::{DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_li
 /// several sigma over hundreds of outputs. (1000 terms of |x| <= 2: 2.4e-4 on sums of typical
 /// size 36, i.e. ~1e-5 relative.) The GPU's sum_all splits the sum into 256 strided chunks and a
 /// tree, which is only more accurate.
-pub fn sum_atol(terms: usize, max_abs: f32) -> f32 {
-    2.0 * (f32::EPSILON / 2.0) * max_abs * terms as f32 + 1e-7
+pub fn sum_atol(terms: usize, max_abs: f64) -> f64 {
+    2.0 * (f64::from(f32::EPSILON) / 2.0) * max_abs * terms as f64 + 1e-7
 }
 
 /// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.

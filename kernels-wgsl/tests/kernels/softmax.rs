@@ -1,8 +1,9 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::softmax;
+use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
+use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note};
 
 // Tolerances. The GPU accumulates in f32 and lavapipe's exp/log are accurate to a few ulp; the
 // reference works in f64. Softmax values are <= 1 and their row sum has at most 1000 terms
@@ -10,9 +11,9 @@ use crate::common::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_note};
 // absolute error ~ulp(|x - max| + log(cols)) <= ~1e-6 for |x| <= 4 (atol 1e-5). The backwards
 // take the reference forward's output as input and differ only in the f32 dot/sum of <= 1000
 // terms of magnitude <= 1: absolute error <= ~1e-5 (atol 2e-5 where terms cancel).
-const FORWARD_TOL: (f32, f32) = (1e-6, 1e-4);
-const LOG_FORWARD_TOL: (f32, f32) = (1e-5, 1e-5);
-const BACKWARD_TOL: (f32, f32) = (2e-5, 1e-4);
+const FORWARD_TOL: (f64, f64) = (1e-6, 1e-4);
+const LOG_FORWARD_TOL: (f64, f64) = (1e-5, 1e-5);
+const BACKWARD_TOL: (f64, f64) = (2e-5, 1e-4);
 
 /// `tol_scale` multiplies every tolerance (1 up to 1000 columns, the rows the tolerances are
 /// derived for; the f32 row sums' error grows at most linearly with the row).
@@ -21,7 +22,7 @@ fn check_case(
     rng: &mut Rng,
     (rows, cols): (usize, usize),
     (x_lo, x_hi): (f32, f32),
-    tol_scale: f32,
+    tol_scale: f64,
 ) {
     let n = rows * cols;
     let (r, c) = (rows as u64, cols as u64);
@@ -48,7 +49,7 @@ fn check_case(
     let (log_dx_s, log_y_s) = (log_dx_gpu.slice(), saved_log_y.slice());
     softmax::log_softmax_backward(gpu, log_dx_s, log_y_s, dy_s, r, c).unwrap();
 
-    let scaled = |(atol, rtol): (f32, f32)| (atol * tol_scale, rtol * tol_scale);
+    let scaled = |(atol, rtol): (f64, f64)| (atol * tol_scale, rtol * tol_scale);
     let (atol, rtol) = scaled(FORWARD_TOL);
     y_gpu.check(gpu, &name("softmax"), &want_y, atol, rtol);
     let (atol, rtol) = scaled(LOG_FORWARD_TOL);
@@ -152,7 +153,7 @@ fn softmax_at_the_loop_limit_matches_reference() {
     let cols = largest_within(limit, softmax::loop_iterations) as usize;
     // Measured: log_softmax off by 1.7e-4 at 262_071 columns (f32 sum); a truncated row would be
     // off by O(1).
-    check_case(&gpu, &mut rng, (2, cols), (-4.0, 4.0), cols as f32 / 1000.0);
+    check_case(&gpu, &mut rng, (2, cols), (-4.0, 4.0), cols as f64 / 1000.0);
     // A masked row (leading -inf, as a causal mask gives) through the online max/sum recurrence.
     let mut x = rng.vec_f32(21, -4.0, 4.0);
     x[..10].fill(f32::NEG_INFINITY);

@@ -2,9 +2,8 @@
 // Helpers outside #[test] fns unwrap too: a failed unwrap is a failed test.
 
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, reference};
-
-use crate::common::{DEADLINE, Rng, assert_close, gpu};
 
 /// Odd sizes, none a multiple of the 256-wide workgroup except by accident; 70_001 needs 274
 /// workgroups.
@@ -26,7 +25,7 @@ fn input(rng: &mut Rng, op: UnaryOp, exponent: f32, len: usize) -> Vec<f32> {
 /// absolute near 1), so ~1e-6 relative; rtol 1e-5 leaves a 10x margin, and atol 1e-6 covers
 /// log near 1 and the cancellation in 1 - y^2 and y (1 - y) (an absolute f32 rounding of ~1e-7
 /// times |dy| <= 2).
-fn tolerance(op: UnaryOp) -> (f32, f32) {
+fn tolerance(op: UnaryOp) -> (f64, f64) {
     match op {
         UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => (0.0, 0.0),
         _ => (1e-6, 1e-5),

@@ -63,7 +63,10 @@ fn unary_hand_worked_values() {
     );
     // tanh' from y = 0.5: 1 - 0.25 = 0.75; sigmoid' from y = 0.5: 0.25
     assert_eq!(unary::backward(UnaryOp::Tanh, &[0.5], &[2.0], 0.0), [1.5]);
-    assert_eq!(unary::backward(UnaryOp::Sigmoid, &[0.5], &[2.0], 0.0), [0.5]);
+    assert_eq!(
+        unary::backward(UnaryOp::Sigmoid, &[0.5], &[2.0], 0.0),
+        [0.5]
+    );
     // extreme inputs stay finite where the function is
     let big = unary::forward(UnaryOp::Sigmoid, &[-100.0, 100.0], 0.0);
     assert!(big[0] >= 0.0 && big[0] < 1e-40 && big[1] == 1.0, "{big:?}");
@@ -110,12 +113,12 @@ fn binary_broadcast_hand_worked() {
 
 #[test]
 fn binary_backward_with_sum_to_shape_matches_finite_differences() {
-    let mut rng = Rng(0x5eed_0001);
+    let mut rng = Rng::new(0x5eed_0001);
     let (a_shape, b_shape) = ([2usize, 1, 3], [4usize, 1]);
     let shape = Broadcast::new(&a_shape, &b_shape).expect("compatible");
-    let a = rng.vec(6, 0.5, 2.0);
-    let b = rng.vec(4, 0.5, 2.0);
-    let w = rng.vec(shape.len(), -1.0, 1.0);
+    let a = rng.vec_f32(6, 0.5, 2.0);
+    let b = rng.vec_f32(4, 0.5, 2.0);
+    let w = rng.vec_f32(shape.len(), -1.0, 1.0);
     for op in BinaryOp::ALL {
         let (da_full, db_full) = binary::backward(op, &a, &b, &w, &shape);
         let da = reduce::sum_to_shape(&da_full, &shape.out_shape, &a_shape).expect("reducible");

@@ -14,30 +14,7 @@ use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast};
 use plimsoll_kernels_wgsl::kernels::optimizer::{AdamWConfig, SgdConfig};
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
-
-/// Seeded xorshift: values in [lo, hi).
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        lo + (hi - lo) * ((self.0 >> 40) as f32 / (1u64 << 24) as f32)
-    }
-    fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform(lo, hi)).collect()
-    }
-}
-
-/// Asserts `|got - want| <= atol + rtol |want|` elementwise, naming the first mismatch.
-fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= atol + rtol * w.abs();
-        assert!(ok, "{what}: first mismatch at {i}: got {g}, want {w}");
-    }
-}
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close};
 
 /// Central-difference gradient of the scalar `loss(x)` with respect to every element of `x`.
 /// The step is taken in `f32` and the actual `(x+h) - (x-h)` is the denominator.

@@ -19,9 +19,9 @@ fn softmax_hand_worked_and_identities() {
     let y_big = softmax::softmax(&[1001.0, 1002.0, 1003.0], 1, 3);
     assert_close("softmax shifted", &y_big, &y, 1e-7, 1e-6);
     // log_softmax = log(softmax), rows sum to 1
-    let mut rng = Rng(0x5eed_0002);
+    let mut rng = Rng::new(0x5eed_0002);
     let (rows, cols) = (3, 7);
-    let x = rng.vec(rows * cols, -4.0, 4.0);
+    let x = rng.vec_f32(rows * cols, -4.0, 4.0);
     let s = softmax::softmax(&x, rows, cols);
     let ls = softmax::log_softmax(&x, rows, cols);
     let log_s: Vec<f32> = s.iter().map(|v| v.ln()).collect();
@@ -33,10 +33,10 @@ fn softmax_hand_worked_and_identities() {
 
 #[test]
 fn softmax_backwards_match_finite_differences() {
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = Rng::new(0x5eed_0003);
     let (rows, cols) = (3, 5);
-    let x = rng.vec(rows * cols, -2.0, 2.0);
-    let w = rng.vec(rows * cols, -1.0, 1.0);
+    let x = rng.vec_f32(rows * cols, -2.0, 2.0);
+    let w = rng.vec_f32(rows * cols, -1.0, 1.0);
     let y = softmax::softmax(&x, rows, cols);
     let analytic = softmax::softmax_backward(&y, &w, rows, cols);
     let numeric = numeric_gradient(&x, 1e-3, |x| dot(&w, &softmax::softmax(x, rows, cols)));
@@ -79,9 +79,9 @@ fn cross_entropy_hand_worked() {
 
 #[test]
 fn cross_entropy_backward_matches_finite_differences() {
-    let mut rng = Rng(0x5eed_0004);
+    let mut rng = Rng::new(0x5eed_0004);
     let (rows, cols) = (4, 6);
-    let x = rng.vec(rows * cols, -3.0, 3.0);
+    let x = rng.vec_f32(rows * cols, -3.0, 3.0);
     let targets = [0u32, 5, 2, 2];
     for smoothing in [0.0f32, 0.1] {
         // mean reduction: L = (1/rows) sum_r l_r, dloss = 0.7 (a device scalar), scale = 1/rows
@@ -92,7 +92,7 @@ fn cross_entropy_backward_matches_finite_differences() {
         });
         assert_close("ce backward mean", &analytic, &numeric, 1e-3, 1e-3);
         // per-row dloss (reduction none)
-        let w = rng.vec(rows, -1.0, 1.0);
+        let w = rng.vec_f32(rows, -1.0, 1.0);
         let analytic = cross_entropy::backward(&x, &targets, rows, cols, smoothing, &w, 1.0);
         let numeric = numeric_gradient(&x, 1e-3, |x| {
             dot(
@@ -123,12 +123,12 @@ fn layer_norm_hand_worked() {
 
 #[test]
 fn layer_norm_backward_matches_finite_differences() {
-    let mut rng = Rng(0x5eed_0005);
+    let mut rng = Rng::new(0x5eed_0005);
     let (rows, cols, eps) = (3, 5, 1e-5);
-    let x = rng.vec(rows * cols, -2.0, 2.0);
-    let gamma = rng.vec(cols, 0.5, 1.5);
-    let beta = rng.vec(cols, -0.5, 0.5);
-    let w = rng.vec(rows * cols, -1.0, 1.0);
+    let x = rng.vec_f32(rows * cols, -2.0, 2.0);
+    let gamma = rng.vec_f32(cols, 0.5, 1.5);
+    let beta = rng.vec_f32(cols, -0.5, 0.5);
+    let w = rng.vec_f32(rows * cols, -1.0, 1.0);
     let f = layer_norm::forward(&x, &gamma, &beta, rows, cols, eps);
     let b = layer_norm::backward(&x, &gamma, &f.mean, &f.rstd, &w, rows, cols);
     let loss = |x: &[f32], g: &[f32], bt: &[f32]| {

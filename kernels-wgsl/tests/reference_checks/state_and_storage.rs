@@ -20,11 +20,11 @@ fn embedding_gather_and_scatter_are_adjoint() {
         [100.0, 1000.0, 0.0, 0.0, 3.0, 30.0]
     );
     // <gather(T), dy> = <T, scatter_add(dy)>: scatter_add is the transpose of gather
-    let mut rng = Rng(0x5eed_0006);
+    let mut rng = Rng::new(0x5eed_0006);
     let (vocab, dim) = (7, 3);
     let ids = [6u32, 1, 1, 0, 3, 6, 6];
-    let t = rng.vec(vocab * dim, -1.0, 1.0);
-    let dy = rng.vec(ids.len() * dim, -1.0, 1.0);
+    let t = rng.vec_f32(vocab * dim, -1.0, 1.0);
+    let dy = rng.vec_f32(ids.len() * dim, -1.0, 1.0);
     let lhs = dot(&embedding::gather(&t, &ids, vocab, dim), &dy);
     let rhs = dot(&t, &embedding::scatter_add(&ids, &dy, vocab, dim));
     assert!((lhs - rhs).abs() < 1e-5, "{lhs} vs {rhs}");

@@ -1,14 +1,11 @@
 //! Probes of the wgpu 30 and lavapipe behaviour the crate is built on, each named after the fact
 //! in `docs/wgpu.md` it shows (section or pitfall number in the test's doc comment). They drive
-//! wgpu directly, on a raw device opened on the same adapter as `common::gpu()`, so that a change
+//! wgpu directly, on a raw device opened on the same adapter as `testing::gpu()`, so that a change
 //! in wgpu or the driver shows up here as a failed test rather than as a wrong answer in a kernel.
 //! Facts that only hold on lavapipe are checked only there, and the test says so on other
 //! adapters. One module per section of `docs/wgpu.md`; `blocking` holds pitfalls 2 and 4.
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-#[path = "../common/mod.rs"]
-mod common;
 
 mod bindings;
 mod blocking;
@@ -19,7 +16,7 @@ mod limits;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{DEADLINE, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, gpu};
 
 /// Errors that reached the raw device's uncaptured-error handler.
 type ErrorLog = Arc<Mutex<Vec<String>>>;
@@ -31,7 +28,7 @@ struct Raw {
     adapter_limits: wgpu::Limits,
 }
 
-/// Opens a second device on the adapter `common::gpu()` picks, with `features` and the adapter's
+/// Opens a second device on the adapter `testing::gpu()` picks, with `features` and the adapter's
 /// limits; with a handler that logs uncaptured errors when `log` is given, with none otherwise.
 fn raw_device(features: wgpu::Features, log: Option<&ErrorLog>) -> Raw {
     let wanted = gpu().adapter().clone();
@@ -44,7 +41,7 @@ fn raw_device(features: wgpu::Features, log: Option<&ErrorLog>) -> Raw {
             let i = a.get_info();
             i.name == wanted.name && i.backend == wanted.backend
         })
-        .expect("the adapter common::gpu() uses");
+        .expect("the adapter testing::gpu() uses");
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("wgpu_facts"),
         required_features: features,
