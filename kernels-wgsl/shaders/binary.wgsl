@@ -14,13 +14,9 @@
 //   backward:   da[i] = dy[i] * d(a op b)/da, db[i] = dy[i] * d(a op b)/db, both OUTPUT-shaped
 //               (reduce each to its operand's shape with reduce.wgsl sum_axis, one axis at a time)
 //
-// Params (uniform, 144 bytes):
-//   { n: u32, rank: u32, scalar: f32, a_offset: u32,
-//     b_offset: u32, out_offset: u32, y_offset: u32, dy_offset: u32,
-//     da_offset: u32, db_offset: u32, _pad0: u32, _pad1: u32,
-//     shape_lo: vec4<u32>, shape_hi: vec4<u32>,          // output dims 0..3, 4..7 (0 = outermost)
-//     a_strides_lo: vec4<u32>, a_strides_hi: vec4<u32>,  // element stride of a per output dim,
-//     b_strides_lo: vec4<u32>, b_strides_hi: vec4<u32> } //   0 where that operand is broadcast
+// Params (uniform, 144 bytes; declared in src/kernels/binary.rs): n, rank, scalar, the element
+// offset of each binding, then shape, a_strides, b_strides as array<vec4<u32>, 2> (dim d at
+// [d / 4][d % 4], 0 = outermost; a stride is 0 where that operand is broadcast).
 //   n = output element count = product of the first `rank` dims (rank <= 8; entries at index
 //   >= rank are ignored, write 0). ia = a_offset + sum_d idx_d * a_strides[d], idx = row-major
 //   multi-index of i. The scalar entry points read only n, scalar, a_offset and y_offset.
@@ -38,31 +34,13 @@
 // (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
 // 256: elementwise work, no shared memory.
 
-struct Params {
-    n: u32,
-    rank: u32,
-    scalar: f32,
-    a_offset: u32,
-    b_offset: u32,
-    out_offset: u32,
-    y_offset: u32,
-    dy_offset: u32,
-    da_offset: u32,
-    db_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    shape_lo: vec4<u32>,
-    shape_hi: vec4<u32>,
-    a_strides_lo: vec4<u32>,
-    a_strides_hi: vec4<u32>,
-    b_strides_lo: vec4<u32>,
-    b_strides_hi: vec4<u32>,
-}
 
 override OP: u32;
 
 const WG: u32 = 256u;
 
+// `Params` (and its layout) is declared once, in src/kernels/binary.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b: array<f32>;
@@ -84,24 +62,17 @@ fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }
 
-fn pick(lo: vec4<u32>, hi: vec4<u32>, d: u32) -> u32 {
-    if (d < 4u) {
-        return lo[d];
-    }
-    return hi[d - 4u];
-}
-
 // Indices into a and b (offsets included) of output element i (row-major over the output shape).
 fn operand_offsets(i: u32) -> vec2<u32> {
     var rest = i;
     var offsets = vec2<u32>(params.a_offset, params.b_offset);
     for (var k = 0u; k < params.rank; k++) {
         let d = params.rank - 1u - k;
-        let extent = pick(params.shape_lo, params.shape_hi, d);
+        let extent = params.shape[d / 4u][d % 4u];
         let idx = rest % extent;
         rest = rest / extent;
-        offsets.x += idx * pick(params.a_strides_lo, params.a_strides_hi, d);
-        offsets.y += idx * pick(params.b_strides_lo, params.b_strides_hi, d);
+        offsets.x += idx * params.a_strides[d / 4u][d % 4u];
+        offsets.y += idx * params.b_strides[d / 4u][d % 4u];
     }
     return offsets;
 }

@@ -28,15 +28,11 @@
 // (65535, ceil(groups / 65535), 1); w = gid.x + gid.y * num_workgroups.x * 256;
 // `w >= words` returns.
 
-struct Params {
-    n: u32,
-    src_offset: u32,
-    dst_offset: u32,
-    _pad0: u32,
-}
 
 const WG: u32 = 256u;
 
+// `Params` (and its layout) is declared once, in src/kernels/convert.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst_words: array<u32>;

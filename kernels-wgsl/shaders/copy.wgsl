@@ -12,16 +12,9 @@
 // Bounds check: i >= len returns; the launcher checked both ranges against their buffers.
 
 // One Params for both entry points; `copy` ignores rank, shape and strides.
-struct Params {
-    rank: u32,
-    len: u32,
-    src_offset: u32,
-    dst_offset: u32,
-    // Up to 8 dims packed 4 per vec4 (uniform arrays need 16-byte elements); 6 are used.
-    shape: array<vec4<u32>, 2>,
-    src_strides: array<vec4<u32>, 2>,
-}
 
+// `Params` (and its layout) is declared once, in src/kernels/copy.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<u32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<u32>;

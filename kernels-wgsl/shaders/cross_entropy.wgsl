@@ -37,23 +37,11 @@
 // Dispatch: groups = ceil(rows / 64); (groups, 1, 1) if <= 65535 else
 // (65535, ceil(groups / 65535), 1); r = gid.x + gid.y * num_workgroups.x * 64; `r >= rows` returns.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    dloss_stride: u32,
-    smoothing: f32,
-    scale: f32,
-    logits_offset: u32,
-    targets_offset: u32,
-    losses_offset: u32,
-    dloss_offset: u32,
-    dlogits_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
 
 const WG: u32 = 64u;
 
+// `Params` (and its layout) is declared once, in src/kernels/cross_entropy.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> targets: array<u32>;

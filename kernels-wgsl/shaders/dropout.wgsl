@@ -15,17 +15,9 @@
 // Workgroup: 256 invocations, 1-D; the grid may be 2-D (i = gid.x + gid.y * groups.x * 256).
 // Bounds check: invocations with i >= len return; the launcher checked both ranges.
 
-struct Params {
-    len: u32,
-    x_offset: u32,
-    y_offset: u32,
-    seed_lo: u32,
-    seed_hi: u32,
-    p: f32,
-    scale: f32,
-    _pad: u32,
-}
 
+// `Params` (and its layout) is declared once, in src/kernels/dropout.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;

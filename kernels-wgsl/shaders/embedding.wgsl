@@ -31,19 +31,11 @@
 // per pass (in order) and the rest in a loop of 7 guarded steps: tokens / 8 + 1 + 8 passes
 // (kernels::embedding::loop_iterations; the launcher refuses more than the adapter's limit).
 
-struct Params {
-    tokens: u32,
-    dim: u32,
-    vocab: u32,
-    src_offset: u32,
-    ids_offset: u32,
-    dst_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
 
 const WG: u32 = 256u;
 
+// `Params` (and its layout) is declared once, in src/kernels/embedding.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> table: array<f32>;
 @group(0) @binding(2) var<storage, read_write> ids: array<u32>;

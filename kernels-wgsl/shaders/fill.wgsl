@@ -9,13 +9,9 @@
 //   i = gid.x + gid.y * num_workgroups.x * 256 (see kernels::grid_1d).
 // Bounds check: invocations with i >= len return; the launcher checked offset + len <= buffer.
 
-struct Params {
-    offset: u32,
-    len: u32,
-    value_bits: u32,
-    _pad: u32,
-}
 
+// `Params` (and its layout) is declared once, in src/kernels/fill.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
 

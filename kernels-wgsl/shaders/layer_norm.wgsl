@@ -38,27 +38,11 @@
 // rows / 8 + 1 + 8 (backward_params): kernels::layer_norm::{row_loop_iterations,
 // column_loop_iterations}; the launcher refuses more than the adapter's limit.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    x_offset: u32,
-    gamma_offset: u32,
-    beta_offset: u32,
-    y_offset: u32,
-    mean_offset: u32,
-    rstd_offset: u32,
-    dy_offset: u32,
-    dx_offset: u32,
-    dgamma_offset: u32,
-    dbeta_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
 const WG: u32 = 64u;
 
+// `Params` (and its layout) is declared once, in src/kernels/layer_norm.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 // forward
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;

@@ -48,11 +48,8 @@
 // create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked()); measured 1.3-2x faster in a
 // scratch bench but only 1.01-1.05x in `cargo xtask bench kernels`, so the launcher keeps checks on.
 
-struct Params {
-    m: u32, n: u32, k: u32, batch: u32,
-    stride_a: u32, stride_b: u32, stride_c: u32, offset_a: u32,
-    offset_b: u32, offset_c: u32, flags: u32, alpha: f32,
-}
+// `Params` (and its layout) is declared once, in src/kernels/matmul.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read_write> b: array<f32>;

@@ -18,15 +18,11 @@
 // Dispatch: groups = ceil(n / 256); (groups, 1, 1) if <= 65535 else
 // (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
 
-struct Params {
-    n: u32,
-    x_offset: u32,
-    flags_offset: u32,
-    _pad0: u32,
-}
 
 const WG: u32 = 256u;
 
+// `Params` (and its layout) is declared once, in src/kernels/nonfinite.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> flags: array<atomic<u32>>;

@@ -35,42 +35,12 @@
 // Dispatch: groups = ceil(n / 256); (groups, 1, 1) if <= 65535 else
 // (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
 
-struct SgdParams {
-    n: u32,
-    lr: f32,
-    momentum: f32,
-    one_minus_dampening: f32,
-    weight_decay: f32,
-    grad_scale: f32,
-    nesterov: u32,
-    first_step: u32,
-    param_offset: u32,
-    grad_offset: u32,
-    momentum_offset: u32,
-    _pad0: u32,
-}
 
-struct AdamWParams {
-    n: u32,
-    decay_factor: f32,
-    one_minus_beta1: f32,
-    beta2: f32,
-    one_minus_beta2: f32,
-    step_size: f32,
-    bias_correction2_sqrt: f32,
-    eps: f32,
-    grad_scale: f32,
-    param_offset: u32,
-    grad_offset: u32,
-    exp_avg_offset: u32,
-    exp_avg_sq_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
 const WG: u32 = 256u;
 
+// `Params` (and its layout) is declared once, in src/kernels/optimizer.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> sgd_params: SgdParams;
 @group(0) @binding(0) var<uniform> adamw_params: AdamWParams;
 @group(0) @binding(1) var<storage, read_write> param: array<f32>;

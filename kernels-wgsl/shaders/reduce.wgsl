@@ -44,21 +44,9 @@
 //   *_all: EXACTLY ONE workgroup, dispatch (1, 1, 1): 256 invocations sum strided chunks, then a
 //     fixed-order tree in workgroup memory (8 barriers; deterministic). Accumulation is f32.
 
-struct Params {
-    outer: u32,
-    axis_len: u32,
-    inner: u32,
-    src_offset: u32,
-    dst_offset: u32,
-    idx_out_offset: u32,
-    dy_offset: u32,
-    idx_in_offset: u32,
-    dx_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-}
 
+// `Params` (and its layout) is declared once, in src/kernels/reduce.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;

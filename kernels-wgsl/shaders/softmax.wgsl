@@ -33,19 +33,11 @@
 // (65535, ceil(groups / 65535), 1); r = gid.x + gid.y * num_workgroups.x * 64; `r >= rows`
 // returns. 64 invocations per workgroup: each does a whole row, so small groups spread rows.
 
-struct Params {
-    rows: u32,
-    cols: u32,
-    x_offset: u32,
-    y_offset: u32,
-    dy_offset: u32,
-    dx_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
 
 const WG: u32 = 64u;
 
+// `Params` (and its layout) is declared once, in src/kernels/softmax.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;

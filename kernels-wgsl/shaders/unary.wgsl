@@ -33,21 +33,13 @@
 // negative bases with integer exponents, 0^p and p = 0 explicitly (WGSL pow leaves them
 // indeterminate); tanh and gelu' are guarded for large |x| (no exp overflow to NaN).
 
-struct Params {
-    n: u32,
-    exponent: f32,
-    x_offset: u32,
-    y_offset: u32,
-    saved_offset: u32,
-    dy_offset: u32,
-    dx_offset: u32,
-    _pad0: u32,
-}
 
 override OP: u32;
 
 const WG: u32 = 256u;
 
+// `Params` (and its layout) is declared once, in src/kernels/unary.rs (`shader_params!`),
+// and prepended to this file when the module is created.
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;

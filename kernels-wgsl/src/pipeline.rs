@@ -20,12 +20,16 @@ use crate::error::{Error, Result};
 /// Largest `Params` struct a kernel may declare, in bytes (the uniform binding's size).
 pub const PARAMS_BYTES: u64 = 256;
 
-/// A compute kernel: one entry point of one WGSL file. Declared as a `const` next to its launcher.
+/// A compute kernel: one entry point of one WGSL file. Declared as a `const` next to its launcher
+/// with [`Kernel::new`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Kernel {
     /// Shader stem: `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `reference::<stem>`.
     pub stem: &'static str,
-    /// The WGSL source, `include_str!("../../shaders/<stem>.wgsl")`.
+    /// The WGSL declaration of the uniform `Params` struct(s), from `shader_params!` in the
+    /// launcher: the one definition of their layout, prepended to `wgsl`.
+    pub params: &'static str,
+    /// The WGSL source, `include_str!("../../shaders/<stem>.wgsl")` (without `Params`).
     pub wgsl: &'static str,
     /// Entry point (`@compute fn <entry>`).
     pub entry: &'static str,
@@ -35,6 +39,89 @@ pub struct Kernel {
     /// [`RuntimeChecks::ON`] for every kernel unless its audit says otherwise.
     pub runtime_checks: RuntimeChecks,
 }
+
+impl Kernel {
+    /// The kernel for entry point `entry` of `wgsl` (whose `Params` are declared by `params`),
+    /// with `storage_bindings` storage buffers and wgpu's runtime checks on.
+    pub const fn new(
+        stem: &'static str,
+        params: &'static str,
+        wgsl: &'static str,
+        entry: &'static str,
+        storage_bindings: u32,
+    ) -> Kernel {
+        Kernel {
+            stem,
+            params,
+            wgsl,
+            entry,
+            storage_bindings,
+            runtime_checks: RuntimeChecks::ON,
+        }
+    }
+
+    /// Another entry point of the same shader, with `storage_bindings` storage buffers.
+    pub const fn entry(self, entry: &'static str, storage_bindings: u32) -> Kernel {
+        Kernel {
+            entry,
+            storage_bindings,
+            ..self
+        }
+    }
+
+    /// The shader module's source: the `Params` declarations, then the WGSL file.
+    pub fn source(&self) -> String {
+        format!("{}\n{}", self.params, self.wgsl)
+    }
+}
+
+/// The WGSL type of a `Params` field: its Rust type's name (`u32`, `f32`, `i32`, which WGSL
+/// spells the same), or the literal given after `=` in `shader_params!`.
+macro_rules! wgsl_type {
+    ($ty:ty) => {
+        stringify!($ty)
+    };
+    ($ty:ty, $wgsl:literal) => {
+        $wgsl
+    };
+}
+pub(crate) use wgsl_type;
+
+/// Declares a kernel family's uniform `Params` struct(s) once, for both sides: the
+/// `#[repr(C)]` Pod struct its launcher fills, and `const PARAMS_WGSL: &str`, the same struct in
+/// WGSL, which [`Kernel::new`] takes and the pipeline prepends to the shader. A field's WGSL type
+/// is its Rust type's name unless given as `field: RustType = "wgsl type"`. Each struct must be
+/// padded (explicit `_pad` fields) to a multiple of 16 bytes and at most [`PARAMS_BYTES`]; a
+/// compile-time assertion checks it.
+macro_rules! shader_params {
+    ($(
+        $(#[$meta:meta])*
+        struct $name:ident {
+            $( $(#[$field_meta:meta])* $field:ident : $ty:ty $(= $wgsl:literal)? ),* $(,)?
+        }
+    )+) => {
+        $(
+            $(#[$meta])*
+            #[repr(C)]
+            #[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+            struct $name {
+                $( $(#[$field_meta])* $field: $ty ),*
+            }
+            const _: () = assert!(
+                std::mem::size_of::<$name>() % 16 == 0
+                    && std::mem::size_of::<$name>() as u64 <= $crate::pipeline::PARAMS_BYTES,
+                "a Params struct must be padded to a multiple of 16 bytes, at most PARAMS_BYTES"
+            );
+        )+
+        /// The WGSL declaration of this family's `Params` struct(s) (see `shader_params!`).
+        const PARAMS_WGSL: &str = concat!($(
+            "struct ", stringify!($name), " {\n",
+            $( "    ", stringify!($field), ": ", $crate::pipeline::wgsl_type!($ty $(, $wgsl)?), ",\n", )*
+            "}\n",
+        )+);
+    };
+}
+pub(crate) use shader_params;
 
 /// wgpu's runtime checks on a kernel's shader module: storage accesses clamped to the bound
 /// segment, loops bounded. [`RuntimeChecks::ON`] is the default and the only value code outside
@@ -147,7 +234,7 @@ fn make_layout(device: &wgpu::Device, storage_bindings: u32) -> Layout {
 fn create_module(device: &wgpu::Device, kernel: &Kernel) -> wgpu::ShaderModule {
     let descriptor = wgpu::ShaderModuleDescriptor {
         label: Some(kernel.stem),
-        source: wgpu::ShaderSource::Wgsl(kernel.wgsl.into()),
+        source: wgpu::ShaderSource::Wgsl(kernel.source().into()),
     };
     if kernel.runtime_checks.is_on() {
         return device.create_shader_module(descriptor);

@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use plimsoll_allocator::OomCause;
-use plimsoll_kernels_wgsl::pipeline::RuntimeChecks;
 use plimsoll_kernels_wgsl::{Category, Dispatch, Error, GpuOptions, Kernel, kernels};
 
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, gpu_with};
@@ -141,13 +140,13 @@ fn bad_requests_are_typed_errors() {
 #[test]
 fn bad_shader_is_a_validation_error_not_a_panic() {
     let gpu = fresh_gpu();
-    const BAD: Kernel = Kernel {
-        stem: "bad_shader_test",
-        wgsl: "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
-        entry: "main",
-        storage_bindings: 0,
-        runtime_checks: RuntimeChecks::ON,
-    };
+    const BAD: Kernel = Kernel::new(
+        "bad_shader_test",
+        "",
+        "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
+        "main",
+        0,
+    );
     let err = gpu
         .dispatch(Dispatch {
             kernel: &BAD,

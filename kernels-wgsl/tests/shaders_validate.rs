@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use naga::valid::{Capabilities, ValidationFlags, Validator};
+use plimsoll_kernels_wgsl::kernels;
 
 /// The capabilities wgpu gives naga on our adapters: the defaults, plus
 /// `SHADER_FLOAT16_IN_FLOAT32`, which wgpu grants when the adapter reports
@@ -28,32 +29,53 @@ fn shader_files() -> Vec<PathBuf> {
     files
 }
 
-fn parse(path: &PathBuf) -> Result<naga::Module, String> {
-    let source = std::fs::read_to_string(path).map_err(|e| format!("read: {e}"))?;
-    naga::front::wgsl::parse_str(&source)
-        .map_err(|e| e.emit_to_string_with_path(&source, &path.display().to_string()))
+/// One kernel per shader stem (every entry point of a stem shares its module), with the module's
+/// full source: the launcher's `Params` declarations, then the file.
+fn shader_modules() -> Vec<(String, String)> {
+    let mut modules: Vec<(String, String)> = Vec::new();
+    for kernel in kernels::ALL {
+        let name = format!("shaders/{}.wgsl", kernel.stem);
+        if !modules.iter().any(|(n, _)| *n == name) {
+            modules.push((name, kernel.source()));
+        }
+    }
+    modules
+}
+
+fn parse(name: &str, source: &str) -> Result<naga::Module, String> {
+    naga::front::wgsl::parse_str(source).map_err(|e| e.emit_to_string_with_path(source, name))
+}
+
+#[test]
+fn every_shader_file_belongs_to_a_kernel() {
+    for path in shader_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            kernels::ALL.iter().any(|k| k.wgsl == text),
+            "{} is not the source of any kernel in kernels::ALL (so nothing validates it)",
+            path.display()
+        );
+    }
 }
 
 #[test]
 fn every_shader_parses_and_validates() {
-    let files = shader_files();
-    assert!(!files.is_empty(), "no shaders found under shaders/");
+    let modules = shader_modules();
+    assert!(!modules.is_empty(), "no kernels in kernels::ALL");
     let mut failures = Vec::new();
-    for path in &files {
-        let module = match parse(path) {
+    for (name, source) in &modules {
+        let module = match parse(name, source) {
             Ok(module) => module,
             Err(message) => {
-                failures.push(format!("{}: parse error:\n{message}", path.display()));
+                failures.push(format!("{name}: parse error:\n{message}"));
                 continue;
             }
         };
         let mut validator = Validator::new(ValidationFlags::all(), capabilities());
         if let Err(error) = validator.validate(&module) {
-            let source = std::fs::read_to_string(path).unwrap_or_default();
             failures.push(format!(
-                "{}: validation error:\n{}",
-                path.display(),
-                error.emit_to_string_with_path(&source, &path.display().to_string())
+                "{name}: validation error:\n{}",
+                error.emit_to_string_with_path(source, name)
             ));
         }
     }
@@ -63,8 +85,8 @@ fn every_shader_parses_and_validates() {
 #[test]
 fn every_storage_binding_is_read_write() {
     let mut failures = Vec::new();
-    for path in &shader_files() {
-        let Ok(module) = parse(path) else {
+    for (name, source) in &shader_modules() {
+        let Ok(module) = parse(name, source) else {
             continue; // reported by every_shader_parses_and_validates
         };
         for (_, var) in module.global_variables.iter() {
@@ -72,8 +94,7 @@ fn every_storage_binding_is_read_write() {
                 && !access.contains(naga::StorageAccess::STORE)
             {
                 failures.push(format!(
-                    "{}: storage binding `{}` is not read_write",
-                    path.display(),
+                    "{name}: storage binding `{}` is not read_write",
                     var.name.as_deref().unwrap_or("?")
                 ));
             }
@@ -82,22 +103,38 @@ fn every_storage_binding_is_read_write() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The WGSL layout of every uniform `Params` struct is the packed `#[repr(C)]` layout of the
+/// Rust struct it was generated from: a multiple of 16 bytes, and no member placed after padding
+/// that Rust would not insert (e.g. a `vec4` after three `u32`s, which WGSL aligns to 16).
 #[test]
-fn every_uniform_params_struct_is_a_multiple_of_16_bytes() {
+fn every_uniform_params_struct_has_the_rust_layout() {
     let mut failures = Vec::new();
-    for path in &shader_files() {
-        let Ok(module) = parse(path) else {
+    for (name, source) in &shader_modules() {
+        let Ok(module) = parse(name, source) else {
             continue;
         };
         for (_, var) in module.global_variables.iter() {
-            if var.space == naga::AddressSpace::Uniform {
-                let size = module.types[var.ty].inner.size(module.to_ctx());
-                if size % 16 != 0 {
-                    failures.push(format!(
-                        "{}: uniform `{}` is {size} bytes, not a multiple of 16",
-                        path.display(),
-                        var.name.as_deref().unwrap_or("?")
-                    ));
+            if var.space != naga::AddressSpace::Uniform {
+                continue;
+            }
+            let ty = &module.types[var.ty];
+            let size = ty.inner.size(module.to_ctx());
+            if size % 16 != 0 {
+                failures.push(format!(
+                    "{name}: uniform is {size} bytes, not a multiple of 16"
+                ));
+            }
+            if let naga::TypeInner::Struct { members, .. } = &ty.inner {
+                let mut packed = 0;
+                for member in members {
+                    if member.offset != packed {
+                        failures.push(format!(
+                            "{name}: member `{}` at WGSL offset {}, packed offset {packed}",
+                            member.name.as_deref().unwrap_or("?"),
+                            member.offset
+                        ));
+                    }
+                    packed = member.offset + module.types[member.ty].inner.size(module.to_ctx());
                 }
             }
         }

@@ -31,6 +31,7 @@ const MAX_ITERATIONS: u32 = 60_000;
 /// its count). `out` is bound whole; `offset` is its place in it.
 const SPIN: Kernel = Kernel {
     stem: "spin_test",
+    params: "",
     wgsl: r"
 struct Params { seed: u32, iterations: u32, offset: u32, _pad: u32 }
 @group(0) @binding(0) var<uniform> params: Params;

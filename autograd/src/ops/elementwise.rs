@@ -173,7 +173,13 @@ impl Tensor {
     /// `s / self`.
     pub fn scalar_div(&self, s: f32) -> Result<Tensor> {
         let x = self.detach();
-        scalar(self, BinaryOp::Div, s, false, Op::ScalarDiv { scalar: s, x })
+        scalar(
+            self,
+            BinaryOp::Div,
+            s,
+            false,
+            Op::ScalarDiv { scalar: s, x },
+        )
     }
 
     /// `|self|` (gradient `sign(x)`, 0 at 0, as PyTorch).

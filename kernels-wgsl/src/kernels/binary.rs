@@ -11,7 +11,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// A binary op; [`BinaryOp::shader_code`] is the value of the `OP` override in `shaders/binary.wgsl`.
@@ -133,54 +133,42 @@ impl Broadcast {
 pub const MAX_RANK: usize = 8;
 
 /// The `broadcast` entry point: bindings `a`, `b`, `out`.
-pub const BROADCAST: Kernel = Kernel {
-    stem: "binary",
-    wgsl: include_str!("../../shaders/binary.wgsl"),
-    entry: "broadcast",
-    storage_bindings: 3,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const BROADCAST: Kernel = Kernel::new(
+    "binary",
+    PARAMS_WGSL,
+    include_str!("../../shaders/binary.wgsl"),
+    "broadcast",
+    3,
+);
 
 /// The `scalar_rhs` entry point (`a op s`): bindings `a`, `y`.
-pub const SCALAR_RHS: Kernel = Kernel {
-    entry: "scalar_rhs",
-    storage_bindings: 2,
-    ..BROADCAST
-};
+pub const SCALAR_RHS: Kernel = BROADCAST.entry("scalar_rhs", 2);
 
 /// The `scalar_lhs` entry point (`s op a`): bindings `a`, `y`.
-pub const SCALAR_LHS: Kernel = Kernel {
-    entry: "scalar_lhs",
-    storage_bindings: 2,
-    ..BROADCAST
-};
+pub const SCALAR_LHS: Kernel = BROADCAST.entry("scalar_lhs", 2);
 
 /// The `backward` entry point: bindings `a`, `b`, `dy`, `da`, `db`.
-pub const BACKWARD: Kernel = Kernel {
-    entry: "backward",
-    storage_bindings: 5,
-    ..BROADCAST
-};
+pub const BACKWARD: Kernel = BROADCAST.entry("backward", 5);
 
-/// Mirrors `Params` in `binary.wgsl` (shared by every entry point; unused fields are 0).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    rank: u32,
-    scalar: f32,
-    a_offset: u32,
-    b_offset: u32,
-    out_offset: u32,
-    y_offset: u32,
-    dy_offset: u32,
-    da_offset: u32,
-    db_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    shape: [u32; MAX_RANK],
-    a_strides: [u32; MAX_RANK],
-    b_strides: [u32; MAX_RANK],
+shader_params! {
+    /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).
+    struct Params {
+        n: u32,
+        rank: u32,
+        scalar: f32,
+        a_offset: u32,
+        b_offset: u32,
+        out_offset: u32,
+        y_offset: u32,
+        dy_offset: u32,
+        da_offset: u32,
+        db_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        shape: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
+        a_strides: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
+        b_strides: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
+    }
 }
 
 fn overrides(op: BinaryOp) -> [(&'static str, f64); 1] {

@@ -6,32 +6,29 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32).
-pub const F32_TO_F16: Kernel = Kernel {
-    stem: "convert",
-    wgsl: include_str!("../../shaders/convert.wgsl"),
-    entry: "f32_to_f16",
-    storage_bindings: 2,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const F32_TO_F16: Kernel = Kernel::new(
+    "convert",
+    PARAMS_WGSL,
+    include_str!("../../shaders/convert.wgsl"),
+    "f32_to_f16",
+    2,
+);
 
 /// The `f16_to_f32` entry point: bindings `src_words` (u32), `dst` (f32).
-pub const F16_TO_F32: Kernel = Kernel {
-    entry: "f16_to_f32",
-    ..F32_TO_F16
-};
+pub const F16_TO_F32: Kernel = F32_TO_F16.entry("f16_to_f32", 2);
 
-/// Mirrors `Params` in `convert.wgsl` (both entry points).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    src_offset: u32,
-    dst_offset: u32,
-    _pad0: u32,
+shader_params! {
+    /// The `Params` of `convert.wgsl` (both entry points).
+    struct Params {
+        n: u32,
+        src_offset: u32,
+        dst_offset: u32,
+        _pad0: u32,
+    }
 }
 
 /// Number of `u32` words holding `len` halves: `ceil(len / 2)`.

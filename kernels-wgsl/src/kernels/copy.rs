@@ -5,37 +5,34 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Most dimensions `strided_copy` takes.
 pub const MAX_RANK: usize = 6;
 
 /// The `copy` entry point.
-pub const COPY: Kernel = Kernel {
-    stem: "copy",
-    wgsl: include_str!("../../shaders/copy.wgsl"),
-    entry: "copy",
-    storage_bindings: 2,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const COPY: Kernel = Kernel::new(
+    "copy",
+    PARAMS_WGSL,
+    include_str!("../../shaders/copy.wgsl"),
+    "copy",
+    2,
+);
 
 /// The `strided_copy` entry point.
-pub const STRIDED_COPY: Kernel = Kernel {
-    entry: "strided_copy",
-    ..COPY
-};
+pub const STRIDED_COPY: Kernel = COPY.entry("strided_copy", 2);
 
-/// Mirrors `Params` in `copy.wgsl` (shared by both entry points).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rank: u32,
-    len: u32,
-    src_offset: u32,
-    dst_offset: u32,
-    shape: [u32; 8],
-    src_strides: [u32; 8],
+shader_params! {
+    /// The `Params` of `copy.wgsl` (shared by both entry points).
+    struct Params {
+        rank: u32,
+        len: u32,
+        src_offset: u32,
+        dst_offset: u32,
+        shape: [u32; 8] = "array<vec4<u32>, 2>",
+        src_strides: [u32; 8] = "array<vec4<u32>, 2>",
+    }
 }
 
 /// Records `dst[i] = src[i]` for every element (the lengths must match). `src` and `dst` may lie

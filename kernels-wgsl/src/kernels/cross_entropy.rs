@@ -10,27 +10,23 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::Kernel;
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of both entry points (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// The `forward` entry point.
-pub const FORWARD: Kernel = Kernel {
-    stem: "cross_entropy",
-    wgsl: include_str!("../../shaders/cross_entropy.wgsl"),
-    entry: "forward",
-    storage_bindings: 3,
-    runtime_checks: crate::pipeline::RuntimeChecks::ON,
-};
+pub const FORWARD: Kernel = Kernel::new(
+    "cross_entropy",
+    PARAMS_WGSL,
+    include_str!("../../shaders/cross_entropy.wgsl"),
+    "forward",
+    3,
+);
 
 /// The `backward` entry point.
-pub const BACKWARD: Kernel = Kernel {
-    entry: "backward",
-    storage_bindings: 4,
-    ..FORWARD
-};
+pub const BACKWARD: Kernel = FORWARD.entry("backward", 4);
 
 /// Loop passes one invocation of [`forward`] or [`backward`] runs at most for rows of `cols`
 /// classes: two unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on
@@ -40,22 +36,22 @@ pub const fn loop_iterations(cols: u64) -> u64 {
     2 * loop_passes(cols)
 }
 
-/// Mirrors `Params` in `cross_entropy.wgsl` (shared by both entry points).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    cols: u32,
-    dloss_stride: u32,
-    smoothing: f32,
-    scale: f32,
-    logits_offset: u32,
-    targets_offset: u32,
-    losses_offset: u32,
-    dloss_offset: u32,
-    dlogits_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
+shader_params! {
+    /// The `Params` of `cross_entropy.wgsl` (shared by both entry points).
+    struct Params {
+        rows: u32,
+        cols: u32,
+        dloss_stride: u32,
+        smoothing: f32,
+        scale: f32,
+        logits_offset: u32,
+        targets_offset: u32,
+        losses_offset: u32,
+        dloss_offset: u32,
+        dlogits_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
 }
 
 /// The shape and smoothing of a cross-entropy launch.

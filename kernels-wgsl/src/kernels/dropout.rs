@@ -6,30 +6,30 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `dropout` entry point.
-pub const KERNEL: Kernel = Kernel {
-    stem: "dropout",
-    wgsl: include_str!("../../shaders/dropout.wgsl"),
-    entry: "dropout",
-    storage_bindings: 2,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const KERNEL: Kernel = Kernel::new(
+    "dropout",
+    PARAMS_WGSL,
+    include_str!("../../shaders/dropout.wgsl"),
+    "dropout",
+    2,
+);
 
-/// Mirrors `Params` in `dropout.wgsl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    len: u32,
-    x_offset: u32,
-    y_offset: u32,
-    seed_lo: u32,
-    seed_hi: u32,
-    p: f32,
-    scale: f32,
-    _pad: u32,
+shader_params! {
+    /// The `Params` of `dropout.wgsl`.
+    struct Params {
+        len: u32,
+        x_offset: u32,
+        y_offset: u32,
+        seed_lo: u32,
+        seed_hi: u32,
+        p: f32,
+        scale: f32,
+        _pad: u32,
+    }
 }
 
 /// Records `y[i] = keep(seed, i) ? x[i] / (1 - p) : 0` for every element (the lengths must

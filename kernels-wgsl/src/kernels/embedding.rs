@@ -11,23 +11,20 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::Kernel;
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `gather` entry point.
-pub const GATHER: Kernel = Kernel {
-    stem: "embedding",
-    wgsl: include_str!("../../shaders/embedding.wgsl"),
-    entry: "gather",
-    storage_bindings: 3,
-    runtime_checks: crate::pipeline::RuntimeChecks::ON,
-};
+pub const GATHER: Kernel = Kernel::new(
+    "embedding",
+    PARAMS_WGSL,
+    include_str!("../../shaders/embedding.wgsl"),
+    "gather",
+    3,
+);
 
 /// The `scatter_add` entry point.
-pub const SCATTER_ADD: Kernel = Kernel {
-    entry: "scatter_add",
-    ..GATHER
-};
+pub const SCATTER_ADD: Kernel = GATHER.entry("scatter_add", 3);
 
 /// Loop passes one invocation of [`scatter_add`] runs for `tokens` ids: one unrolled loop
 /// ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in [`crate::kernels`]).
@@ -37,18 +34,18 @@ pub const fn loop_iterations(tokens: u64) -> u64 {
     loop_passes(tokens)
 }
 
-/// Mirrors `Params` in `embedding.wgsl` (shared by both entry points).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    tokens: u32,
-    dim: u32,
-    vocab: u32,
-    src_offset: u32,
-    ids_offset: u32,
-    dst_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
+shader_params! {
+    /// The `Params` of `embedding.wgsl` (shared by both entry points).
+    struct Params {
+        tokens: u32,
+        dim: u32,
+        vocab: u32,
+        src_offset: u32,
+        ids_offset: u32,
+        dst_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
 }
 
 /// `a * b`, or an error naming `op` and `what` when it overflows.

@@ -4,26 +4,26 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `fill` entry point.
-pub const KERNEL: Kernel = Kernel {
-    stem: "fill",
-    wgsl: include_str!("../../shaders/fill.wgsl"),
-    entry: "fill",
-    storage_bindings: 1,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const KERNEL: Kernel = Kernel::new(
+    "fill",
+    PARAMS_WGSL,
+    include_str!("../../shaders/fill.wgsl"),
+    "fill",
+    1,
+);
 
-/// Mirrors `Params` in `fill.wgsl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    offset: u32,
-    len: u32,
-    value_bits: u32,
-    _pad: u32,
+shader_params! {
+    /// The `Params` of `fill.wgsl`.
+    struct Params {
+        offset: u32,
+        len: u32,
+        value_bits: u32,
+        _pad: u32,
+    }
 }
 
 /// Records `out[i] = value` for every element of `out` (f32).

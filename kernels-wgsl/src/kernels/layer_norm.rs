@@ -10,7 +10,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::Kernel;
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of every entry point (`@workgroup_size(64)`: each invocation loops over a whole
@@ -18,25 +18,19 @@ use crate::slice::DeviceSlice;
 pub const WORKGROUP: u32 = 64;
 
 /// The `forward` entry point.
-pub const FORWARD: Kernel = Kernel {
-    stem: "layer_norm",
-    wgsl: include_str!("../../shaders/layer_norm.wgsl"),
-    entry: "forward",
-    storage_bindings: 6,
-    runtime_checks: crate::pipeline::RuntimeChecks::ON,
-};
+pub const FORWARD: Kernel = Kernel::new(
+    "layer_norm",
+    PARAMS_WGSL,
+    include_str!("../../shaders/layer_norm.wgsl"),
+    "forward",
+    6,
+);
 
 /// The `backward_input` entry point (`dx`).
-pub const BACKWARD_INPUT: Kernel = Kernel {
-    entry: "backward_input",
-    ..FORWARD
-};
+pub const BACKWARD_INPUT: Kernel = FORWARD.entry("backward_input", 6);
 
 /// The `backward_params` entry point (`dgamma`, `dbeta`).
-pub const BACKWARD_PARAMS: Kernel = Kernel {
-    entry: "backward_params",
-    ..FORWARD
-};
+pub const BACKWARD_PARAMS: Kernel = FORWARD.entry("backward_params", 6);
 
 /// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
 /// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see
@@ -62,26 +56,26 @@ pub struct LayerNormDims {
     pub eps: f32,
 }
 
-/// Mirrors `Params` in `layer_norm.wgsl` (shared by the three entry points).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    x_offset: u32,
-    gamma_offset: u32,
-    beta_offset: u32,
-    y_offset: u32,
-    mean_offset: u32,
-    rstd_offset: u32,
-    dy_offset: u32,
-    dx_offset: u32,
-    dgamma_offset: u32,
-    dbeta_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+shader_params! {
+    /// The `Params` of `layer_norm.wgsl` (shared by the three entry points).
+    struct Params {
+        rows: u32,
+        cols: u32,
+        eps: f32,
+        x_offset: u32,
+        gamma_offset: u32,
+        beta_offset: u32,
+        y_offset: u32,
+        mean_offset: u32,
+        rstd_offset: u32,
+        dy_offset: u32,
+        dx_offset: u32,
+        dgamma_offset: u32,
+        dbeta_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
 }
 
 /// Checks the dimensions and the loop limits; returns `rows * cols`.

@@ -15,7 +15,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, RuntimeChecks, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
@@ -101,42 +101,39 @@ impl MatmulDims {
 }
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
-pub const MAIN: Kernel = Kernel {
-    stem: "matmul",
-    wgsl: include_str!("../../shaders/matmul.wgsl"),
-    entry: "main",
-    storage_bindings: 3,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const MAIN: Kernel = Kernel::new(
+    "matmul",
+    PARAMS_WGSL,
+    include_str!("../../shaders/matmul.wgsl"),
+    "main",
+    3,
+);
 
 /// The any-shape entry point.
-pub const MAIN_SCALAR: Kernel = Kernel {
-    entry: "main_scalar",
-    ..MAIN
-};
+pub const MAIN_SCALAR: Kernel = MAIN.entry("main_scalar", 3);
 
 /// Outputs per workgroup along each of M and N: `main` (8×8 invocations × 16×16 outputs).
 const TILE_MAIN: u64 = 128;
 /// Outputs per workgroup along each of M and N: `main_scalar` (8×8 invocations × 4×4 outputs).
 const TILE_SCALAR: u64 = 32;
 
-/// Mirrors `Params` in `matmul.wgsl` (48 bytes; all offsets and strides in elements).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    batch: u32,
-    stride_a: u32,
-    stride_b: u32,
-    stride_c: u32,
-    offset_a: u32,
-    offset_b: u32,
-    offset_c: u32,
-    /// Bit 0: accumulate (`C += ..`).
-    flags: u32,
-    alpha: f32,
+shader_params! {
+    /// The `Params` of `matmul.wgsl` (48 bytes; all offsets and strides in elements).
+    struct Params {
+        m: u32,
+        n: u32,
+        k: u32,
+        batch: u32,
+        stride_a: u32,
+        stride_b: u32,
+        stride_c: u32,
+        offset_a: u32,
+        offset_b: u32,
+        offset_c: u32,
+        /// Bit 0: accumulate (`C += ..`).
+        flags: u32,
+        alpha: f32,
+    }
 }
 
 /// Which entry point of `matmul.wgsl` a launch uses.

@@ -111,6 +111,46 @@ pub mod reduce;
 pub mod softmax;
 pub mod unary;
 
+/// Every kernel of the crate, one per entry point: what the shader validation test checks and
+/// what a warm-up may compile before a run's first step.
+pub const ALL: &[Kernel] = &[
+    binary::BROADCAST,
+    binary::SCALAR_RHS,
+    binary::SCALAR_LHS,
+    binary::BACKWARD,
+    convert::F32_TO_F16,
+    convert::F16_TO_F32,
+    copy::COPY,
+    copy::STRIDED_COPY,
+    cross_entropy::FORWARD,
+    cross_entropy::BACKWARD,
+    dropout::KERNEL,
+    embedding::GATHER,
+    embedding::SCATTER_ADD,
+    fill::KERNEL,
+    layer_norm::FORWARD,
+    layer_norm::BACKWARD_INPUT,
+    layer_norm::BACKWARD_PARAMS,
+    matmul::MAIN,
+    matmul::MAIN_SCALAR,
+    nonfinite::KERNEL,
+    optimizer::SGD,
+    optimizer::ADAMW,
+    reduce::SUM_AXIS,
+    reduce::MEAN_AXIS,
+    reduce::MAX_AXIS,
+    reduce::MAX_BACKWARD,
+    reduce::SUM_ALL,
+    reduce::MEAN_ALL,
+    reduce::MAX_ALL,
+    softmax::SOFTMAX_FORWARD,
+    softmax::LOG_SOFTMAX_FORWARD,
+    softmax::SOFTMAX_BACKWARD,
+    softmax::LOG_SOFTMAX_BACKWARD,
+    unary::FORWARD,
+    unary::BACKWARD,
+];
+
 /// Workgroup size of the elementwise kernels (matches `@workgroup_size(256)` in their WGSL).
 pub const ELEMENTWISE_WORKGROUP: u32 = 256;
 

@@ -14,7 +14,7 @@ use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::fill::fill_u32;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 pub use crate::reference::nonfinite::NO_INDEX;
 use crate::slice::DeviceSlice;
 
@@ -22,22 +22,22 @@ use crate::slice::DeviceSlice;
 pub const FLAG_WORDS: u64 = 2;
 
 /// The `check` entry point: bindings `x`, `flags`.
-pub const KERNEL: Kernel = Kernel {
-    stem: "nonfinite",
-    wgsl: include_str!("../../shaders/nonfinite.wgsl"),
-    entry: "check",
-    storage_bindings: 2,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const KERNEL: Kernel = Kernel::new(
+    "nonfinite",
+    PARAMS_WGSL,
+    include_str!("../../shaders/nonfinite.wgsl"),
+    "check",
+    2,
+);
 
-/// Mirrors `Params` in `nonfinite.wgsl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    x_offset: u32,
-    flags_offset: u32,
-    _pad0: u32,
+shader_params! {
+    /// The `Params` of `nonfinite.wgsl`.
+    struct Params {
+        n: u32,
+        x_offset: u32,
+        flags_offset: u32,
+        _pad0: u32,
+    }
 }
 
 /// Records `flags = [0, NO_INDEX]` (nothing found yet); `flags` holds [`FLAG_WORDS`] words.

@@ -8,63 +8,57 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::Kernel;
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `sgd` entry point.
-pub const SGD: Kernel = Kernel {
-    stem: "optimizer",
-    wgsl: include_str!("../../shaders/optimizer.wgsl"),
-    entry: "sgd",
-    storage_bindings: 3,
-    runtime_checks: crate::pipeline::RuntimeChecks::ON,
-};
+pub const SGD: Kernel = Kernel::new(
+    "optimizer",
+    PARAMS_WGSL,
+    include_str!("../../shaders/optimizer.wgsl"),
+    "sgd",
+    3,
+);
 
 /// The `adamw` entry point.
-pub const ADAMW: Kernel = Kernel {
-    entry: "adamw",
-    storage_bindings: 4,
-    ..SGD
-};
+pub const ADAMW: Kernel = SGD.entry("adamw", 4);
 
-/// Mirrors `SgdParams` in `optimizer.wgsl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct SgdParams {
-    n: u32,
-    lr: f32,
-    momentum: f32,
-    one_minus_dampening: f32,
-    weight_decay: f32,
-    grad_scale: f32,
-    nesterov: u32,
-    first_step: u32,
-    param_offset: u32,
-    grad_offset: u32,
-    momentum_offset: u32,
-    _pad0: u32,
-}
+shader_params! {
+    /// The `SgdParams` of `optimizer.wgsl`.
+    struct SgdParams {
+        n: u32,
+        lr: f32,
+        momentum: f32,
+        one_minus_dampening: f32,
+        weight_decay: f32,
+        grad_scale: f32,
+        nesterov: u32,
+        first_step: u32,
+        param_offset: u32,
+        grad_offset: u32,
+        momentum_offset: u32,
+        _pad0: u32,
+    }
 
-/// Mirrors `AdamWParams` in `optimizer.wgsl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct AdamWParams {
-    n: u32,
-    decay_factor: f32,
-    one_minus_beta1: f32,
-    beta2: f32,
-    one_minus_beta2: f32,
-    step_size: f32,
-    bias_correction2_sqrt: f32,
-    eps: f32,
-    grad_scale: f32,
-    param_offset: u32,
-    grad_offset: u32,
-    exp_avg_offset: u32,
-    exp_avg_sq_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+    /// The `AdamWParams` of `optimizer.wgsl`.
+    struct AdamWParams {
+        n: u32,
+        decay_factor: f32,
+        one_minus_beta1: f32,
+        beta2: f32,
+        one_minus_beta2: f32,
+        step_size: f32,
+        bias_correction2_sqrt: f32,
+        eps: f32,
+        grad_scale: f32,
+        param_offset: u32,
+        grad_offset: u32,
+        exp_avg_offset: u32,
+        exp_avg_sq_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
 }
 
 /// SGD hyper-parameters (PyTorch names).

@@ -13,7 +13,7 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
@@ -81,69 +81,48 @@ pub const fn all_loop_iterations(len: u64) -> u64 {
 const ALL_WORKGROUP: u64 = 256;
 
 /// The `sum_axis` entry point: bindings `src`, `dst`.
-pub const SUM_AXIS: Kernel = Kernel {
-    stem: "reduce",
-    wgsl: include_str!("../../shaders/reduce.wgsl"),
-    entry: "sum_axis",
-    storage_bindings: 2,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const SUM_AXIS: Kernel = Kernel::new(
+    "reduce",
+    PARAMS_WGSL,
+    include_str!("../../shaders/reduce.wgsl"),
+    "sum_axis",
+    2,
+);
 
 /// The `mean_axis` entry point: bindings `src`, `dst`.
-pub const MEAN_AXIS: Kernel = Kernel {
-    entry: "mean_axis",
-    ..SUM_AXIS
-};
+pub const MEAN_AXIS: Kernel = SUM_AXIS.entry("mean_axis", 2);
 
 /// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
-pub const MAX_AXIS: Kernel = Kernel {
-    entry: "max_axis",
-    storage_bindings: 3,
-    ..SUM_AXIS
-};
+pub const MAX_AXIS: Kernel = SUM_AXIS.entry("max_axis", 3);
 
 /// The `max_backward` entry point: bindings `dy`, `idx_in`, `dx`.
-pub const MAX_BACKWARD: Kernel = Kernel {
-    entry: "max_backward",
-    storage_bindings: 3,
-    ..SUM_AXIS
-};
+pub const MAX_BACKWARD: Kernel = SUM_AXIS.entry("max_backward", 3);
 
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const SUM_ALL: Kernel = Kernel {
-    entry: "sum_all",
-    ..SUM_AXIS
-};
+pub const SUM_ALL: Kernel = SUM_AXIS.entry("sum_all", 2);
 
 /// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const MEAN_ALL: Kernel = Kernel {
-    entry: "mean_all",
-    ..SUM_AXIS
-};
+pub const MEAN_ALL: Kernel = SUM_AXIS.entry("mean_all", 2);
 
 /// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
-pub const MAX_ALL: Kernel = Kernel {
-    entry: "max_all",
-    storage_bindings: 3,
-    ..SUM_AXIS
-};
+pub const MAX_ALL: Kernel = SUM_AXIS.entry("max_all", 3);
 
-/// Mirrors `Params` in `reduce.wgsl` (shared by every entry point; unused offsets are 0).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    outer: u32,
-    axis_len: u32,
-    inner: u32,
-    src_offset: u32,
-    dst_offset: u32,
-    idx_out_offset: u32,
-    dy_offset: u32,
-    idx_in_offset: u32,
-    dx_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
+shader_params! {
+    /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).
+    struct Params {
+        outer: u32,
+        axis_len: u32,
+        inner: u32,
+        src_offset: u32,
+        dst_offset: u32,
+        idx_out_offset: u32,
+        dy_offset: u32,
+        idx_in_offset: u32,
+        dx_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
 }
 
 impl Params {

@@ -9,39 +9,29 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_1d, loop_passes, same_len};
-use crate::pipeline::Kernel;
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// The `softmax_forward` entry point.
-pub const SOFTMAX_FORWARD: Kernel = Kernel {
-    stem: "softmax",
-    wgsl: include_str!("../../shaders/softmax.wgsl"),
-    entry: "softmax_forward",
-    storage_bindings: 2,
-    runtime_checks: crate::pipeline::RuntimeChecks::ON,
-};
+pub const SOFTMAX_FORWARD: Kernel = Kernel::new(
+    "softmax",
+    PARAMS_WGSL,
+    include_str!("../../shaders/softmax.wgsl"),
+    "softmax_forward",
+    2,
+);
 
 /// The `log_softmax_forward` entry point.
-pub const LOG_SOFTMAX_FORWARD: Kernel = Kernel {
-    entry: "log_softmax_forward",
-    ..SOFTMAX_FORWARD
-};
+pub const LOG_SOFTMAX_FORWARD: Kernel = SOFTMAX_FORWARD.entry("log_softmax_forward", 2);
 
 /// The `softmax_backward` entry point.
-pub const SOFTMAX_BACKWARD: Kernel = Kernel {
-    entry: "softmax_backward",
-    storage_bindings: 3,
-    ..SOFTMAX_FORWARD
-};
+pub const SOFTMAX_BACKWARD: Kernel = SOFTMAX_FORWARD.entry("softmax_backward", 3);
 
 /// The `log_softmax_backward` entry point.
-pub const LOG_SOFTMAX_BACKWARD: Kernel = Kernel {
-    entry: "log_softmax_backward",
-    ..SOFTMAX_BACKWARD
-};
+pub const LOG_SOFTMAX_BACKWARD: Kernel = SOFTMAX_BACKWARD.entry("log_softmax_backward", 3);
 
 /// Loop passes one invocation of any `softmax` entry point runs for rows of `cols` columns: two
 /// unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in
@@ -51,18 +41,18 @@ pub const fn loop_iterations(cols: u64) -> u64 {
     2 * loop_passes(cols)
 }
 
-/// Mirrors `Params` in `softmax.wgsl` (shared by the four entry points).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    rows: u32,
-    cols: u32,
-    x_offset: u32,
-    y_offset: u32,
-    dy_offset: u32,
-    dx_offset: u32,
-    _pad0: u32,
-    _pad1: u32,
+shader_params! {
+    /// The `Params` of `softmax.wgsl` (shared by the four entry points).
+    struct Params {
+        rows: u32,
+        cols: u32,
+        x_offset: u32,
+        y_offset: u32,
+        dy_offset: u32,
+        dx_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
 }
 
 /// Records `y = softmax(x)` per row of the `[rows, cols]` matrices `x` and `y`.

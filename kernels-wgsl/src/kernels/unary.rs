@@ -5,7 +5,7 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, RuntimeChecks};
+use crate::pipeline::{Kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in `shaders/unary.wgsl`.
@@ -76,33 +76,29 @@ impl UnaryOp {
 }
 
 /// The `forward` entry point: bindings `x`, `y`.
-pub const FORWARD: Kernel = Kernel {
-    stem: "unary",
-    wgsl: include_str!("../../shaders/unary.wgsl"),
-    entry: "forward",
-    storage_bindings: 2,
-    runtime_checks: RuntimeChecks::ON,
-};
+pub const FORWARD: Kernel = Kernel::new(
+    "unary",
+    PARAMS_WGSL,
+    include_str!("../../shaders/unary.wgsl"),
+    "forward",
+    2,
+);
 
 /// The `backward` entry point: bindings `saved`, `dy`, `dx`.
-pub const BACKWARD: Kernel = Kernel {
-    entry: "backward",
-    storage_bindings: 3,
-    ..FORWARD
-};
+pub const BACKWARD: Kernel = FORWARD.entry("backward", 3);
 
-/// Mirrors `Params` in `unary.wgsl` (shared by both entry points; unused offsets are 0).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    n: u32,
-    exponent: f32,
-    x_offset: u32,
-    y_offset: u32,
-    saved_offset: u32,
-    dy_offset: u32,
-    dx_offset: u32,
-    _pad0: u32,
+shader_params! {
+    /// The `Params` of `unary.wgsl` (shared by both entry points; unused offsets are 0).
+    struct Params {
+        n: u32,
+        exponent: f32,
+        x_offset: u32,
+        y_offset: u32,
+        saved_offset: u32,
+        dy_offset: u32,
+        dx_offset: u32,
+        _pad0: u32,
+    }
 }
 
 fn overrides(op: UnaryOp) -> [(&'static str, f64); 1] {

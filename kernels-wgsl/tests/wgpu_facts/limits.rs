@@ -38,6 +38,7 @@ fn device_gets_the_adapters_limits() {
 /// Counts its own passes through three loops in a row (one invocation).
 const LOOPS: Kernel = Kernel {
     stem: "loop_limit_probe",
+    params: "",
     wgsl: r"
 struct Params { n0: u32, n1: u32, n2: u32, offset: u32 }
 @group(0) @binding(0) var<uniform> params: Params;
