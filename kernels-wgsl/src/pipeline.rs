@@ -35,6 +35,9 @@ pub struct Kernel {
     pub entry: &'static str,
     /// Number of storage bindings (`@binding(1)` to `@binding(N)`).
     pub storage_bindings: u32,
+    /// Invocations per workgroup (the entry point's `@workgroup_size`, x only): how
+    /// [`crate::kernels::launch_1d`] sizes its grid.
+    pub workgroup_size: u32,
     /// Whether wgpu injects bounds checks and loop bounding into the shader module:
     /// [`RuntimeChecks::ON`] for every kernel unless its audit says otherwise.
     pub runtime_checks: RuntimeChecks,
@@ -42,13 +45,15 @@ pub struct Kernel {
 
 impl Kernel {
     /// The kernel for entry point `entry` of `wgsl` (whose `Params` are declared by `params`),
-    /// with `storage_bindings` storage buffers and wgpu's runtime checks on.
+    /// with `storage_bindings` storage buffers, `workgroup_size` invocations per workgroup and
+    /// wgpu's runtime checks on. Launchers declare theirs with `kernel!`.
     pub const fn new(
         stem: &'static str,
         params: &'static str,
         wgsl: &'static str,
         entry: &'static str,
         storage_bindings: u32,
+        workgroup_size: u32,
     ) -> Kernel {
         Kernel {
             stem,
@@ -56,16 +61,8 @@ impl Kernel {
             wgsl,
             entry,
             storage_bindings,
+            workgroup_size,
             runtime_checks: RuntimeChecks::ON,
-        }
-    }
-
-    /// Another entry point of the same shader, with `storage_bindings` storage buffers.
-    pub const fn entry(self, entry: &'static str, storage_bindings: u32) -> Kernel {
-        Kernel {
-            entry,
-            storage_bindings,
-            ..self
         }
     }
 
@@ -122,6 +119,23 @@ macro_rules! shader_params {
     };
 }
 pub(crate) use shader_params;
+
+/// `kernel!(stem, entry, storage_bindings, workgroup_size)`: the [`Kernel`] for entry point
+/// `entry` of `shaders/<stem>.wgsl`, with the launcher module's `PARAMS_WGSL` (from
+/// `shader_params!`). Used in `src/kernels/<stem>.rs`.
+macro_rules! kernel {
+    ($stem:literal, $entry:literal, $storage_bindings:literal, $workgroup_size:expr) => {
+        $crate::pipeline::Kernel::new(
+            $stem,
+            PARAMS_WGSL,
+            include_str!(concat!("../../shaders/", $stem, ".wgsl")),
+            $entry,
+            $storage_bindings,
+            $workgroup_size,
+        )
+    };
+}
+pub(crate) use kernel;
 
 /// wgpu's runtime checks on a kernel's shader module: storage accesses clamped to the bound
 /// segment, loops bounded. [`RuntimeChecks::ON`] is the default and the only value code outside

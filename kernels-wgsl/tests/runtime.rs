@@ -146,6 +146,7 @@ fn bad_shader_is_a_validation_error_not_a_panic() {
         "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
         "main",
         0,
+        1,
     );
     let err = gpu
         .dispatch(Dispatch {

@@ -141,3 +141,29 @@ fn every_uniform_params_struct_has_the_rust_layout() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Each kernel's `workgroup_size` (what `launch_1d` sizes its grid with) is its entry point's
+/// `@workgroup_size` (x by y by z invocations).
+#[test]
+fn every_kernel_states_its_entry_points_workgroup_size() {
+    let mut failures = Vec::new();
+    for kernel in kernels::ALL {
+        let name = format!("{}::{}", kernel.stem, kernel.entry);
+        let Ok(module) = parse(&name, &kernel.source()) else {
+            continue;
+        };
+        match module.entry_points.iter().find(|e| e.name == kernel.entry) {
+            None => failures.push(format!("{name}: no such entry point")),
+            Some(entry) => {
+                let [x, y, z] = entry.workgroup_size;
+                if x * y * z != kernel.workgroup_size {
+                    failures.push(format!(
+                        "{name}: @workgroup_size({x}, {y}, {z}), kernel says {}",
+                        kernel.workgroup_size
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

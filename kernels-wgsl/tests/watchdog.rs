@@ -49,6 +49,7 @@ fn spin(@builtin(global_invocation_id) gid: vec3<u32>) {
 }",
     entry: "spin",
     storage_bindings: 1,
+    workgroup_size: 64,
     runtime_checks: RuntimeChecks::ON,
 };
 

@@ -11,7 +11,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// A binary op; [`BinaryOp::shader_code`] is the value of the `OP` override in `shaders/binary.wgsl`.
@@ -133,22 +133,16 @@ impl Broadcast {
 pub const MAX_RANK: usize = 8;
 
 /// The `broadcast` entry point: bindings `a`, `b`, `out`.
-pub const BROADCAST: Kernel = Kernel::new(
-    "binary",
-    PARAMS_WGSL,
-    include_str!("../../shaders/binary.wgsl"),
-    "broadcast",
-    3,
-);
+pub const BROADCAST: Kernel = kernel!("binary", "broadcast", 3, ELEMENTWISE_WORKGROUP);
 
 /// The `scalar_rhs` entry point (`a op s`): bindings `a`, `y`.
-pub const SCALAR_RHS: Kernel = BROADCAST.entry("scalar_rhs", 2);
+pub const SCALAR_RHS: Kernel = kernel!("binary", "scalar_rhs", 2, ELEMENTWISE_WORKGROUP);
 
 /// The `scalar_lhs` entry point (`s op a`): bindings `a`, `y`.
-pub const SCALAR_LHS: Kernel = BROADCAST.entry("scalar_lhs", 2);
+pub const SCALAR_LHS: Kernel = kernel!("binary", "scalar_lhs", 2, ELEMENTWISE_WORKGROUP);
 
 /// The `backward` entry point: bindings `a`, `b`, `dy`, `da`, `db`.
-pub const BACKWARD: Kernel = BROADCAST.entry("backward", 5);
+pub const BACKWARD: Kernel = kernel!("binary", "backward", 5, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).
@@ -270,15 +264,7 @@ pub fn broadcast(
         ..shaped_params(&shape)
     };
     let overrides = overrides(dims.op);
-    launch_1d(
-        gpu,
-        &BROADCAST,
-        &overrides,
-        &params,
-        &[a, b, out],
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &BROADCAST, &overrides, &params, &[a, b, out], len)
 }
 
 fn scalar(
@@ -297,15 +283,7 @@ fn scalar(
         y_offset: out.index(),
         ..Params::default()
     };
-    launch_1d(
-        gpu,
-        kernel,
-        &overrides(op),
-        &params,
-        &[a, out],
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, kernel, &overrides(op), &params, &[a, out], len)
 }
 
 /// Records `out[i] = a[i] op s` for every element (the lengths must match; in place allowed).
@@ -358,13 +336,5 @@ pub fn backward(
     };
     let overrides = overrides(dims.op);
     let buffers = [a, b, dy, da, db];
-    launch_1d(
-        gpu,
-        &BACKWARD,
-        &overrides,
-        &params,
-        &buffers,
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &BACKWARD, &overrides, &params, &buffers, len)
 }

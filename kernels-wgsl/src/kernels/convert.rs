@@ -6,20 +6,14 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32).
-pub const F32_TO_F16: Kernel = Kernel::new(
-    "convert",
-    PARAMS_WGSL,
-    include_str!("../../shaders/convert.wgsl"),
-    "f32_to_f16",
-    2,
-);
+pub const F32_TO_F16: Kernel = kernel!("convert", "f32_to_f16", 2, ELEMENTWISE_WORKGROUP);
 
 /// The `f16_to_f32` entry point: bindings `src_words` (u32), `dst` (f32).
-pub const F16_TO_F32: Kernel = F32_TO_F16.entry("f16_to_f32", 2);
+pub const F16_TO_F32: Kernel = kernel!("convert", "f16_to_f32", 2, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `convert.wgsl` (both entry points).
@@ -50,15 +44,7 @@ fn convert(
         dst_offset: dst.index(),
         _pad0: 0,
     };
-    launch_1d(
-        gpu,
-        kernel,
-        &[],
-        &params,
-        &[src, dst],
-        f16_words(len),
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, kernel, &[], &params, &[src, dst], f16_words(len))
 }
 
 /// Records `words = pack_f16(x)`: `words` holds `ceil(x.len() / 2)` u32 words (round to

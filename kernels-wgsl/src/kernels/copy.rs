@@ -5,23 +5,17 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Most dimensions `strided_copy` takes.
 pub const MAX_RANK: usize = 6;
 
 /// The `copy` entry point.
-pub const COPY: Kernel = Kernel::new(
-    "copy",
-    PARAMS_WGSL,
-    include_str!("../../shaders/copy.wgsl"),
-    "copy",
-    2,
-);
+pub const COPY: Kernel = kernel!("copy", "copy", 2, ELEMENTWISE_WORKGROUP);
 
 /// The `strided_copy` entry point.
-pub const STRIDED_COPY: Kernel = COPY.entry("strided_copy", 2);
+pub const STRIDED_COPY: Kernel = kernel!("copy", "strided_copy", 2, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `copy.wgsl` (shared by both entry points).
@@ -45,15 +39,7 @@ pub fn copy(gpu: &Gpu, dst: DeviceSlice<'_>, src: DeviceSlice<'_>) -> Result<()>
         dst_offset: dst.index(),
         ..Params::default()
     };
-    launch_1d(
-        gpu,
-        &COPY,
-        &[],
-        &params,
-        &[src, dst],
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &COPY, &[], &params, &[src, dst], len)
 }
 
 /// Records the gather `dst[i] = src[Σ_d coord_d(i) * src_strides[d]]`, `coord(i)` being `i`
@@ -97,13 +83,5 @@ pub fn strided_copy(
     };
     params.shape[..shape.len()].copy_from_slice(shape);
     params.src_strides[..shape.len()].copy_from_slice(src_strides);
-    launch_1d(
-        gpu,
-        &STRIDED_COPY,
-        &[],
-        &params,
-        &[src, dst],
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &STRIDED_COPY, &[], &params, &[src, dst], len)
 }

@@ -10,23 +10,17 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of both entry points (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// The `forward` entry point.
-pub const FORWARD: Kernel = Kernel::new(
-    "cross_entropy",
-    PARAMS_WGSL,
-    include_str!("../../shaders/cross_entropy.wgsl"),
-    "forward",
-    3,
-);
+pub const FORWARD: Kernel = kernel!("cross_entropy", "forward", 3, ROW_WORKGROUP);
 
 /// The `backward` entry point.
-pub const BACKWARD: Kernel = FORWARD.entry("backward", 4);
+pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", 4, ROW_WORKGROUP);
 
 /// Loop passes one invocation of [`forward`] or [`backward`] runs at most for rows of `cols`
 /// classes: two unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on
@@ -123,15 +117,7 @@ pub fn forward(
         ..Params::default()
     };
     let buffers = [logits, targets, losses];
-    launch_1d(
-        gpu,
-        &FORWARD,
-        &[],
-        &params,
-        &buffers,
-        dims.rows.min(len),
-        ROW_WORKGROUP,
-    )
+    launch_1d(gpu, &FORWARD, &[], &params, &buffers, dims.rows.min(len))
 }
 
 /// Records `dlogits[r, j] = (softmax(x_r)_j - q_j) * dloss[r or 0] * scale`, with
@@ -178,13 +164,5 @@ pub fn backward(
         ..Params::default()
     };
     let buffers = [logits, targets, dloss, dlogits];
-    launch_1d(
-        gpu,
-        &BACKWARD,
-        &[],
-        &params,
-        &buffers,
-        dims.rows.min(len),
-        ROW_WORKGROUP,
-    )
+    launch_1d(gpu, &BACKWARD, &[], &params, &buffers, dims.rows.min(len))
 }

@@ -6,17 +6,11 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `dropout` entry point.
-pub const KERNEL: Kernel = Kernel::new(
-    "dropout",
-    PARAMS_WGSL,
-    include_str!("../../shaders/dropout.wgsl"),
-    "dropout",
-    2,
-);
+pub const KERNEL: Kernel = kernel!("dropout", "dropout", 2, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `dropout.wgsl`.
@@ -52,13 +46,5 @@ pub fn dropout(gpu: &Gpu, y: DeviceSlice<'_>, x: DeviceSlice<'_>, p: f32, seed: 
         scale: crate::reference::dropout::scale(p),
         _pad: 0,
     };
-    launch_1d(
-        gpu,
-        &KERNEL,
-        &[],
-        &params,
-        &[x, y],
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &KERNEL, &[], &params, &[x, y], len)
 }

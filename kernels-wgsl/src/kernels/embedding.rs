@@ -11,20 +11,14 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `gather` entry point.
-pub const GATHER: Kernel = Kernel::new(
-    "embedding",
-    PARAMS_WGSL,
-    include_str!("../../shaders/embedding.wgsl"),
-    "gather",
-    3,
-);
+pub const GATHER: Kernel = kernel!("embedding", "gather", 3, ELEMENTWISE_WORKGROUP);
 
 /// The `scatter_add` entry point.
-pub const SCATTER_ADD: Kernel = GATHER.entry("scatter_add", 3);
+pub const SCATTER_ADD: Kernel = kernel!("embedding", "scatter_add", 3, ELEMENTWISE_WORKGROUP);
 
 /// Loop passes one invocation of [`scatter_add`] runs for `tokens` ids: one unrolled loop
 /// ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in [`crate::kernels`]).
@@ -82,15 +76,7 @@ pub fn gather(
         ..Params::default()
     };
     let buffers = [table, ids, out];
-    launch_1d(
-        gpu,
-        &GATHER,
-        &[],
-        &params,
-        &buffers,
-        out_len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &GATHER, &[], &params, &buffers, out_len)
 }
 
 /// Records `dtable[v, j] = sum_{t, ids[t] == v} dy[t, j]` for every `v < vocab`, `j < dim`, from
@@ -123,13 +109,5 @@ pub fn scatter_add(
         ..Params::default()
     };
     let buffers = [dy, ids, dtable];
-    launch_1d(
-        gpu,
-        &SCATTER_ADD,
-        &[],
-        &params,
-        &buffers,
-        table_len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &SCATTER_ADD, &[], &params, &buffers, table_len)
 }

@@ -4,17 +4,11 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `fill` entry point.
-pub const KERNEL: Kernel = Kernel::new(
-    "fill",
-    PARAMS_WGSL,
-    include_str!("../../shaders/fill.wgsl"),
-    "fill",
-    1,
-);
+pub const KERNEL: Kernel = kernel!("fill", "fill", 1, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `fill.wgsl`.
@@ -39,13 +33,5 @@ pub fn fill_u32(gpu: &Gpu, out: DeviceSlice<'_>, value: u32) -> Result<()> {
         value_bits: value,
         _pad: 0,
     };
-    launch_1d(
-        gpu,
-        &KERNEL,
-        &[],
-        &params,
-        &[out],
-        out.len(),
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &KERNEL, &[], &params, &[out], out.len())
 }

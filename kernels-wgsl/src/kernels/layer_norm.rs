@@ -10,7 +10,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of every entry point (`@workgroup_size(64)`: each invocation loops over a whole
@@ -18,19 +18,13 @@ use crate::slice::DeviceSlice;
 pub const WORKGROUP: u32 = 64;
 
 /// The `forward` entry point.
-pub const FORWARD: Kernel = Kernel::new(
-    "layer_norm",
-    PARAMS_WGSL,
-    include_str!("../../shaders/layer_norm.wgsl"),
-    "forward",
-    6,
-);
+pub const FORWARD: Kernel = kernel!("layer_norm", "forward", 6, WORKGROUP);
 
 /// The `backward_input` entry point (`dx`).
-pub const BACKWARD_INPUT: Kernel = FORWARD.entry("backward_input", 6);
+pub const BACKWARD_INPUT: Kernel = kernel!("layer_norm", "backward_input", 6, WORKGROUP);
 
 /// The `backward_params` entry point (`dgamma`, `dbeta`).
-pub const BACKWARD_PARAMS: Kernel = FORWARD.entry("backward_params", 6);
+pub const BACKWARD_PARAMS: Kernel = kernel!("layer_norm", "backward_params", 6, WORKGROUP);
 
 /// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
 /// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see
@@ -143,15 +137,7 @@ pub fn forward(
         ..Params::default()
     };
     let buffers = [x, gamma, beta, y, mean, rstd];
-    launch_1d(
-        gpu,
-        &FORWARD,
-        &[],
-        &params,
-        &buffers,
-        rows.min(len),
-        WORKGROUP,
-    )
+    launch_1d(gpu, &FORWARD, &[], &params, &buffers, rows.min(len))
 }
 
 /// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
@@ -195,24 +181,8 @@ pub fn backward(
         ..Params::default()
     };
     let buffers = [x, gamma, mean, rstd, dy, dx];
-    launch_1d(
-        gpu,
-        &BACKWARD_INPUT,
-        &[],
-        &params,
-        &buffers,
-        rows.min(len),
-        WORKGROUP,
-    )?;
+    launch_1d(gpu, &BACKWARD_INPUT, &[], &params, &buffers, rows.min(len))?;
     // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does.
     let buffers = [x, mean, rstd, dy, dgamma, dbeta];
-    launch_1d(
-        gpu,
-        &BACKWARD_PARAMS,
-        &[],
-        &params,
-        &buffers,
-        cols,
-        WORKGROUP,
-    )
+    launch_1d(gpu, &BACKWARD_PARAMS, &[], &params, &buffers, cols)
 }

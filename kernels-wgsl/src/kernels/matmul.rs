@@ -15,7 +15,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
-use crate::pipeline::{Kernel, RuntimeChecks, shader_params};
+use crate::pipeline::{Kernel, RuntimeChecks, kernel, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
@@ -101,16 +101,10 @@ impl MatmulDims {
 }
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
-pub const MAIN: Kernel = Kernel::new(
-    "matmul",
-    PARAMS_WGSL,
-    include_str!("../../shaders/matmul.wgsl"),
-    "main",
-    3,
-);
+pub const MAIN: Kernel = kernel!("matmul", "main", 3, 64);
 
 /// The any-shape entry point.
-pub const MAIN_SCALAR: Kernel = MAIN.entry("main_scalar", 3);
+pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", 3, 64);
 
 /// Outputs per workgroup along each of M and N: `main` (8×8 invocations × 16×16 outputs).
 const TILE_MAIN: u64 = 128;

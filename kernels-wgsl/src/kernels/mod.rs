@@ -171,9 +171,9 @@ pub fn grid_1d(gpu: &Gpu, len: u64, workgroup_size: u32) -> Result<[u32; 3]> {
     Ok([x as u32, y as u32, 1])
 }
 
-/// Records `kernel` over `len` invocations in groups of `workgroup_size` ([`grid_1d`]), with
-/// `params` (the shader's `Params`, as a `#[repr(C)]` Pod struct) and `buffers` for bindings
-/// `1..=N`; records nothing when `len` is 0.
+/// Records `kernel` over `len` invocations in groups of its workgroup size ([`grid_1d`]), with
+/// `params` (its `Params`, from `shader_params!`) and `buffers` for bindings `1..=N`; records
+/// nothing when `len` is 0.
 pub fn launch_1d<P: bytemuck::Pod>(
     gpu: &Gpu,
     kernel: &Kernel,
@@ -181,7 +181,6 @@ pub fn launch_1d<P: bytemuck::Pod>(
     params: &P,
     buffers: &[DeviceSlice<'_>],
     len: u64,
-    workgroup_size: u32,
 ) -> Result<()> {
     if len == 0 {
         return Ok(());
@@ -191,7 +190,7 @@ pub fn launch_1d<P: bytemuck::Pod>(
         overrides,
         params: bytemuck::bytes_of(params),
         buffers,
-        workgroups: grid_1d(gpu, len, workgroup_size)?,
+        workgroups: grid_1d(gpu, len, kernel.workgroup_size)?,
     })
 }
 

@@ -14,7 +14,7 @@ use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::fill::fill_u32;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 pub use crate::reference::nonfinite::NO_INDEX;
 use crate::slice::DeviceSlice;
 
@@ -22,13 +22,7 @@ use crate::slice::DeviceSlice;
 pub const FLAG_WORDS: u64 = 2;
 
 /// The `check` entry point: bindings `x`, `flags`.
-pub const KERNEL: Kernel = Kernel::new(
-    "nonfinite",
-    PARAMS_WGSL,
-    include_str!("../../shaders/nonfinite.wgsl"),
-    "check",
-    2,
-);
+pub const KERNEL: Kernel = kernel!("nonfinite", "check", 2, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `nonfinite.wgsl`.
@@ -58,15 +52,7 @@ pub fn accumulate(gpu: &Gpu, flags: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Resu
         flags_offset: flags.index(),
         _pad0: 0,
     };
-    launch_1d(
-        gpu,
-        &KERNEL,
-        &[],
-        &params,
-        &[x, flags],
-        x.len(),
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &KERNEL, &[], &params, &[x, flags], x.len())
 }
 
 /// Records [`reset_flags`] then [`accumulate`]: afterwards `flags` is

@@ -8,20 +8,14 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `sgd` entry point.
-pub const SGD: Kernel = Kernel::new(
-    "optimizer",
-    PARAMS_WGSL,
-    include_str!("../../shaders/optimizer.wgsl"),
-    "sgd",
-    3,
-);
+pub const SGD: Kernel = kernel!("optimizer", "sgd", 3, ELEMENTWISE_WORKGROUP);
 
 /// The `adamw` entry point.
-pub const ADAMW: Kernel = SGD.entry("adamw", 4);
+pub const ADAMW: Kernel = kernel!("optimizer", "adamw", 4, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `SgdParams` of `optimizer.wgsl`.
@@ -234,15 +228,7 @@ pub fn sgd_step(
         _pad0: 0,
     };
     let buffers = [param, grad, momentum_buf];
-    launch_1d(
-        gpu,
-        &SGD,
-        &[],
-        &params,
-        &buffers,
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &SGD, &[], &params, &buffers, len)
 }
 
 /// Records one AdamW step on `param` (PyTorch's `torch.optim.AdamW`), all slices of one
@@ -290,13 +276,5 @@ pub fn adamw_step(
         ..AdamWParams::default()
     };
     let buffers = [param, grad, exp_avg, exp_avg_sq];
-    launch_1d(
-        gpu,
-        &ADAMW,
-        &[],
-        &params,
-        &buffers,
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &ADAMW, &[], &params, &buffers, len)
 }

@@ -13,7 +13,7 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
@@ -81,31 +81,25 @@ pub const fn all_loop_iterations(len: u64) -> u64 {
 const ALL_WORKGROUP: u64 = 256;
 
 /// The `sum_axis` entry point: bindings `src`, `dst`.
-pub const SUM_AXIS: Kernel = Kernel::new(
-    "reduce",
-    PARAMS_WGSL,
-    include_str!("../../shaders/reduce.wgsl"),
-    "sum_axis",
-    2,
-);
+pub const SUM_AXIS: Kernel = kernel!("reduce", "sum_axis", 2, AXIS_WORKGROUP);
 
 /// The `mean_axis` entry point: bindings `src`, `dst`.
-pub const MEAN_AXIS: Kernel = SUM_AXIS.entry("mean_axis", 2);
+pub const MEAN_AXIS: Kernel = kernel!("reduce", "mean_axis", 2, AXIS_WORKGROUP);
 
 /// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
-pub const MAX_AXIS: Kernel = SUM_AXIS.entry("max_axis", 3);
+pub const MAX_AXIS: Kernel = kernel!("reduce", "max_axis", 3, AXIS_WORKGROUP);
 
 /// The `max_backward` entry point: bindings `dy`, `idx_in`, `dx`.
-pub const MAX_BACKWARD: Kernel = SUM_AXIS.entry("max_backward", 3);
+pub const MAX_BACKWARD: Kernel = kernel!("reduce", "max_backward", 3, ELEMENTWISE_WORKGROUP);
 
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const SUM_ALL: Kernel = SUM_AXIS.entry("sum_all", 2);
+pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", 2, ALL_WORKGROUP as u32);
 
 /// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const MEAN_ALL: Kernel = SUM_AXIS.entry("mean_all", 2);
+pub const MEAN_ALL: Kernel = kernel!("reduce", "mean_all", 2, ALL_WORKGROUP as u32);
 
 /// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
-pub const MAX_ALL: Kernel = SUM_AXIS.entry("max_all", 3);
+pub const MAX_ALL: Kernel = kernel!("reduce", "max_all", 3, ALL_WORKGROUP as u32);
 
 shader_params! {
     /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).
@@ -192,7 +186,7 @@ fn axis_reduction(
         dst_offset: out.index(),
         ..Params::of_view(view)
     };
-    launch_1d(gpu, kernel, &[], &params, &[x, out], count, AXIS_WORKGROUP)
+    launch_1d(gpu, kernel, &[], &params, &[x, out], count)
 }
 
 /// Records `out` (shape `shape` without `axis`, i.e. `[outer, inner]`) `= sum` of `x`
@@ -244,15 +238,7 @@ pub fn max_axis(
         idx_out_offset: indices.index(),
         ..Params::of_view(view)
     };
-    launch_1d(
-        gpu,
-        &MAX_AXIS,
-        &[],
-        &params,
-        &[x, out, indices],
-        count,
-        AXIS_WORKGROUP,
-    )
+    launch_1d(gpu, &MAX_AXIS, &[], &params, &[x, out, indices], count)
 }
 
 /// Records the backward of [`max_axis`]: `dx[o, k, i] = dy[o, i]` where `k == indices[o, i]`, else
@@ -278,15 +264,7 @@ pub fn max_backward(
         ..Params::of_view(view)
     };
     let buffers = [dy, indices, dx];
-    launch_1d(
-        gpu,
-        &MAX_BACKWARD,
-        &[],
-        &params,
-        &buffers,
-        count,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &MAX_BACKWARD, &[], &params, &buffers, count)
 }
 
 /// One-workgroup reduction of `x` into the one element of `out` (and the flat arg-max into the

@@ -9,29 +9,24 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_1d, loop_passes, same_len};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// The `softmax_forward` entry point.
-pub const SOFTMAX_FORWARD: Kernel = Kernel::new(
-    "softmax",
-    PARAMS_WGSL,
-    include_str!("../../shaders/softmax.wgsl"),
-    "softmax_forward",
-    2,
-);
+pub const SOFTMAX_FORWARD: Kernel = kernel!("softmax", "softmax_forward", 2, ROW_WORKGROUP);
 
 /// The `log_softmax_forward` entry point.
-pub const LOG_SOFTMAX_FORWARD: Kernel = SOFTMAX_FORWARD.entry("log_softmax_forward", 2);
+pub const LOG_SOFTMAX_FORWARD: Kernel = kernel!("softmax", "log_softmax_forward", 2, ROW_WORKGROUP);
 
 /// The `softmax_backward` entry point.
-pub const SOFTMAX_BACKWARD: Kernel = SOFTMAX_FORWARD.entry("softmax_backward", 3);
+pub const SOFTMAX_BACKWARD: Kernel = kernel!("softmax", "softmax_backward", 3, ROW_WORKGROUP);
 
 /// The `log_softmax_backward` entry point.
-pub const LOG_SOFTMAX_BACKWARD: Kernel = SOFTMAX_BACKWARD.entry("log_softmax_backward", 3);
+pub const LOG_SOFTMAX_BACKWARD: Kernel =
+    kernel!("softmax", "log_softmax_backward", 3, ROW_WORKGROUP);
 
 /// Loop passes one invocation of any `softmax` entry point runs for rows of `cols` columns: two
 /// unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in
@@ -134,15 +129,7 @@ fn forward(
         y_offset: y.index(),
         ..Params::default()
     };
-    launch_1d(
-        gpu,
-        kernel,
-        &[],
-        &params,
-        &[x, y],
-        rows.min(len),
-        ROW_WORKGROUP,
-    )
+    launch_1d(gpu, kernel, &[], &params, &[x, y], rows.min(len))
 }
 
 fn backward(
@@ -164,13 +151,5 @@ fn backward(
         dx_offset: dx.index(),
         ..Params::default()
     };
-    launch_1d(
-        gpu,
-        kernel,
-        &[],
-        &params,
-        &[y, dy, dx],
-        rows.min(len),
-        ROW_WORKGROUP,
-    )
+    launch_1d(gpu, kernel, &[], &params, &[y, dy, dx], rows.min(len))
 }

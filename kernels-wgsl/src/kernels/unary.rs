@@ -5,7 +5,7 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in `shaders/unary.wgsl`.
@@ -76,16 +76,10 @@ impl UnaryOp {
 }
 
 /// The `forward` entry point: bindings `x`, `y`.
-pub const FORWARD: Kernel = Kernel::new(
-    "unary",
-    PARAMS_WGSL,
-    include_str!("../../shaders/unary.wgsl"),
-    "forward",
-    2,
-);
+pub const FORWARD: Kernel = kernel!("unary", "forward", 2, ELEMENTWISE_WORKGROUP);
 
 /// The `backward` entry point: bindings `saved`, `dy`, `dx`.
-pub const BACKWARD: Kernel = FORWARD.entry("backward", 3);
+pub const BACKWARD: Kernel = kernel!("unary", "backward", 3, ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `unary.wgsl` (shared by both entry points; unused offsets are 0).
@@ -122,15 +116,7 @@ pub fn forward(
         y_offset: y.index(),
         ..Params::default()
     };
-    launch_1d(
-        gpu,
-        &FORWARD,
-        &overrides(op),
-        &params,
-        &[x, y],
-        len,
-        ELEMENTWISE_WORKGROUP,
-    )
+    launch_1d(gpu, &FORWARD, &overrides(op), &params, &[x, y], len)
 }
 
 /// Records `dx[i] = dy[i] * f'(.)` for every element (the lengths must match), where `saved`
@@ -163,6 +149,5 @@ pub fn backward(
         &params,
         &[saved, dy, dx],
         len,
-        ELEMENTWISE_WORKGROUP,
     )
 }

@@ -52,6 +52,7 @@ fn count() {
 }",
     entry: "count",
     storage_bindings: 1,
+    workgroup_size: 1,
     runtime_checks: RuntimeChecks::ON,
 };
 
