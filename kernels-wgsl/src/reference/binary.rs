@@ -7,21 +7,29 @@
 //! gives half of `dy` to each side (as PyTorch).
 
 use crate::kernels::binary::{BinaryOp, Broadcast};
+use crate::reference::{narrow, widen};
 
 /// The CPU math of each op (the oracle the kernel tests and gradient checks use).
 impl BinaryOp {
-    /// `a op b` for one element pair.
-    pub fn apply(self, a: f32, b: f32) -> f32 {
+    /// `a op b` for one element pair, in `f64` (the gradient checks differentiate it).
+    pub fn apply_f64(self, a: f64, b: f64) -> f64 {
         match self {
             BinaryOp::Add => a + b,
             BinaryOp::Sub => a - b,
             BinaryOp::Mul => a * b,
             BinaryOp::Div => a / b,
-            BinaryOp::Max if a.is_nan() || b.is_nan() => f32::NAN,
+            BinaryOp::Max if a.is_nan() || b.is_nan() => f64::NAN,
             BinaryOp::Max => a.max(b),
-            BinaryOp::Min if a.is_nan() || b.is_nan() => f32::NAN,
+            BinaryOp::Min if a.is_nan() || b.is_nan() => f64::NAN,
             BinaryOp::Min => a.min(b),
         }
+    }
+
+    /// `a op b` for one element pair: [`BinaryOp::apply_f64`] rounded to `f32`, which is exactly
+    /// the `f32` operation (`f64` carries more than twice `f32`'s 24 bits, so rounding twice
+    /// gives the correctly rounded `f32` sum, difference, product and quotient).
+    pub fn apply(self, a: f32, b: f32) -> f32 {
+        self.apply_f64(f64::from(a), f64::from(b)) as f32
     }
 
     /// `(d(a op b)/da * dy, d(a op b)/db * dy)` for one element pair.
@@ -52,14 +60,19 @@ fn split_by_winner(a_wins: bool, b_wins: bool, dy: f32) -> (f32, f32) {
     }
 }
 
-/// `out[i] = a[ia] op b[ib]` over the broadcast output, row-major.
-pub fn broadcast(op: BinaryOp, a: &[f32], b: &[f32], shape: &Broadcast) -> Vec<f32> {
+/// `out[i] = a[ia] op b[ib]` over the broadcast output, row-major, in `f64`.
+pub fn broadcast_f64(op: BinaryOp, a: &[f64], b: &[f64], shape: &Broadcast) -> Vec<f64> {
     (0..shape.len())
         .map(|i| {
             let (ia, ib) = shape.operand_offsets(i);
-            op.apply(a[ia], b[ib])
+            op.apply_f64(a[ia], b[ib])
         })
         .collect()
+}
+
+/// [`broadcast_f64`] on `f32` data (exact in `f32`: see [`BinaryOp::apply`]).
+pub fn broadcast(op: BinaryOp, a: &[f32], b: &[f32], shape: &Broadcast) -> Vec<f32> {
+    narrow(&broadcast_f64(op, &widen(a), &widen(b), shape))
 }
 
 /// `out[i] = a[i] op s`.

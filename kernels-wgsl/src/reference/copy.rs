@@ -1,10 +1,11 @@
-//! CPU reference for `copy` (contiguous) and `strided_copy` (an N-d gather by strides).
+//! CPU reference for `copy` (contiguous) and `strided_copy` (an N-d gather by strides). Generic
+//! over the element: the kernel tests copy `f32`, the gradient checks `f64`.
 
 /// `dst[dst_offset + i] = src[src_offset + i]` for `i` in `0..len`.
 ///
 /// # Panics
 /// If a range is out of bounds (a test bug).
-pub fn copy(src: &[f32], src_offset: usize, dst: &mut [f32], dst_offset: usize, len: usize) {
+pub fn copy<T: Copy>(src: &[T], src_offset: usize, dst: &mut [T], dst_offset: usize, len: usize) {
     dst[dst_offset..dst_offset + len].copy_from_slice(&src[src_offset..src_offset + len]);
 }
 
@@ -14,12 +15,12 @@ pub fn copy(src: &[f32], src_offset: usize, dst: &mut [f32], dst_offset: usize, 
 ///
 /// # Panics
 /// If `shape` and `src_strides` differ in length or an index is out of bounds (a test bug).
-pub fn strided_copy(
-    src: &[f32],
+pub fn strided_copy<T: Copy>(
+    src: &[T],
     src_offset: usize,
     shape: &[usize],
     src_strides: &[usize],
-    dst: &mut [f32],
+    dst: &mut [T],
     dst_offset: usize,
 ) {
     assert_eq!(shape.len(), src_strides.len(), "one stride per dimension");

@@ -4,28 +4,22 @@
 //!
 //! The forward writes one loss per row; the mean is a `reduce::mean_all` on top. A target
 //! `>= cols` is invalid: that row's loss and gradients are NaN (loud: the mean loss is NaN),
-//! never an out-of-bounds read. Computed in `f64`.
+//! never an out-of-bounds read. Computed in `f64` ([`forward_f64`], [`backward_f64`]); the `f32`
+//! entry points round each result once.
 
-/// Row max and log-sum-exp of one row, in `f64`: `lse = max + log sum_j exp(x_j - max)`.
-fn log_sum_exp(row: &[f32]) -> f64 {
-    let max = row
-        .iter()
-        .map(|&v| f64::from(v))
-        .fold(f64::NEG_INFINITY, f64::max);
-    let sum: f64 = row.iter().map(|&v| (f64::from(v) - max).exp()).sum();
-    max + sum.ln()
-}
+use crate::reference::softmax::log_sum_exp;
+use crate::reference::{narrow, widen};
 
 /// Per-row loss `l_r = -sum_j q_j log p_j = (1 - eps)(lse - x_t) + eps (lse - mean_j x_j)`,
 /// `p = softmax(x_r)`, or NaN if `targets[r] >= cols`.
-pub fn forward(
-    logits: &[f32],
+pub fn forward_f64(
+    logits: &[f64],
     targets: &[u32],
     rows: usize,
     cols: usize,
-    smoothing: f32,
-) -> Vec<f32> {
-    let eps = f64::from(smoothing);
+    smoothing: f64,
+) -> Vec<f64> {
+    let eps = smoothing;
     logits
         .chunks_exact(cols)
         .zip(targets)
@@ -33,11 +27,11 @@ pub fn forward(
         .map(|(row, &t)| {
             let t = t as usize;
             if t >= cols {
-                return f32::NAN;
+                return f64::NAN;
             }
             let lse = log_sum_exp(row);
-            let mean_x = row.iter().map(|&v| f64::from(v)).sum::<f64>() / cols as f64;
-            ((1.0 - eps) * (lse - f64::from(row[t])) + eps * (lse - mean_x)) as f32
+            let mean_x = row.iter().sum::<f64>() / cols as f64;
+            (1.0 - eps) * (lse - row[t]) + eps * (lse - mean_x)
         })
         .collect()
 }
@@ -47,16 +41,16 @@ pub fn forward(
 /// `dloss` holds either one value (the gradient of a reduced loss, broadcast to every row) or
 /// `rows` values (per-row losses); `scale` is `1/rows` for a mean reduction, else 1. Rows with
 /// an invalid target get NaN.
-pub fn backward(
-    logits: &[f32],
+pub fn backward_f64(
+    logits: &[f64],
     targets: &[u32],
     rows: usize,
     cols: usize,
-    smoothing: f32,
-    dloss: &[f32],
-    scale: f32,
-) -> Vec<f32> {
-    let eps = f64::from(smoothing);
+    smoothing: f64,
+    dloss: &[f64],
+    scale: f64,
+) -> Vec<f64> {
+    let eps = smoothing;
     let per_row = dloss.len() != 1;
     let mut dx = Vec::with_capacity(rows * cols);
     for (r, (row, &t)) in logits
@@ -67,15 +61,53 @@ pub fn backward(
     {
         let t = t as usize;
         if t >= cols {
-            dx.extend(std::iter::repeat_n(f32::NAN, cols));
+            dx.extend(std::iter::repeat_n(f64::NAN, cols));
             continue;
         }
-        let g = f64::from(dloss[if per_row { r } else { 0 }]) * f64::from(scale);
+        let g = dloss[if per_row { r } else { 0 }] * scale;
         let lse = log_sum_exp(row);
         for (j, &v) in row.iter().enumerate() {
             let q = if j == t { 1.0 - eps } else { 0.0 } + eps / cols as f64;
-            dx.push((((f64::from(v) - lse).exp() - q) * g) as f32);
+            dx.push(((v - lse).exp() - q) * g);
         }
     }
     dx
+}
+
+/// [`forward_f64`] on `f32` logits.
+pub fn forward(
+    logits: &[f32],
+    targets: &[u32],
+    rows: usize,
+    cols: usize,
+    smoothing: f32,
+) -> Vec<f32> {
+    narrow(&forward_f64(
+        &widen(logits),
+        targets,
+        rows,
+        cols,
+        f64::from(smoothing),
+    ))
+}
+
+/// [`backward_f64`] on `f32` data.
+pub fn backward(
+    logits: &[f32],
+    targets: &[u32],
+    rows: usize,
+    cols: usize,
+    smoothing: f32,
+    dloss: &[f32],
+    scale: f32,
+) -> Vec<f32> {
+    narrow(&backward_f64(
+        &widen(logits),
+        targets,
+        rows,
+        cols,
+        f64::from(smoothing),
+        &widen(dloss),
+        f64::from(scale),
+    ))
 }

@@ -3,14 +3,16 @@
 //! `sum_to_shape` (the backward of a broadcast).
 //!
 //! An axis reduction views the tensor as `[outer, axis_len, inner]` ([`AxisView`]) and writes
-//! `[outer, inner]`. Sums accumulate in `f64`. Max: NaN beats every number (the result is NaN,
-//! as in PyTorch); among equal values the first index wins.
+//! `[outer, inner]`. Sums accumulate in `f64`; the axis reductions have `*_f64` entry points
+//! (autograd's gradient checks) of which the `f32` ones are thin wrappers. Max: NaN beats every
+//! number (the result is NaN, as in PyTorch); among equal values the first index wins.
 
 use crate::kernels::reduce::AxisView;
+use crate::reference::{narrow, widen};
 
 /// Whether `(v, i)` beats the current best `(best, best_i)` for max: NaN beats numbers, a larger
 /// value beats a smaller one, and among equals (or NaNs) the smaller index wins.
-pub fn max_beats(v: f32, i: u32, best: f32, best_i: u32) -> bool {
+pub fn max_beats_f64(v: f64, i: u32, best: f64, best_i: u32) -> bool {
     match (v.is_nan(), best.is_nan()) {
         (true, false) => true,
         (false, true) => false,
@@ -19,44 +21,38 @@ pub fn max_beats(v: f32, i: u32, best: f32, best_i: u32) -> bool {
     }
 }
 
-/// `out[o, i] = sum_k x[o, k, i]` (f64 accumulation).
-pub fn sum_axis(x: &[f32], view: AxisView) -> Vec<f32> {
+/// [`max_beats_f64`] for `f32` values (widening keeps order and NaN).
+pub fn max_beats(v: f32, i: u32, best: f32, best_i: u32) -> bool {
+    max_beats_f64(f64::from(v), i, f64::from(best), best_i)
+}
+
+/// `out[o, i] = sum_k x[o, k, i]`.
+pub fn sum_axis_f64(x: &[f64], view: AxisView) -> Vec<f64> {
     let mut out = Vec::with_capacity(view.output_len());
     for o in 0..view.outer {
         for i in 0..view.inner {
-            let s: f64 = (0..view.axis_len)
-                .map(|k| f64::from(x[view.offset(o, k, i)]))
-                .sum();
-            out.push(s as f32);
+            out.push((0..view.axis_len).map(|k| x[view.offset(o, k, i)]).sum());
         }
     }
     out
 }
 
 /// `out[o, i] = (1/axis_len) sum_k x[o, k, i]`.
-pub fn mean_axis(x: &[f32], view: AxisView) -> Vec<f32> {
-    let mut out = Vec::with_capacity(view.output_len());
-    for o in 0..view.outer {
-        for i in 0..view.inner {
-            let s: f64 = (0..view.axis_len)
-                .map(|k| f64::from(x[view.offset(o, k, i)]))
-                .sum();
-            out.push((s / view.axis_len as f64) as f32);
-        }
-    }
-    out
+pub fn mean_axis_f64(x: &[f64], view: AxisView) -> Vec<f64> {
+    let n = view.axis_len as f64;
+    sum_axis_f64(x, view).into_iter().map(|s| s / n).collect()
 }
 
-/// `(values[o, i], indices[o, i]) = (max_k x[o, k, i], argmax_k)`; see [`max_beats`].
-pub fn max_axis(x: &[f32], view: AxisView) -> (Vec<f32>, Vec<u32>) {
+/// `(values[o, i], indices[o, i]) = (max_k x[o, k, i], argmax_k)`; see [`max_beats_f64`].
+pub fn max_axis_f64(x: &[f64], view: AxisView) -> (Vec<f64>, Vec<u32>) {
     let mut values = Vec::with_capacity(view.output_len());
     let mut indices = Vec::with_capacity(view.output_len());
     for o in 0..view.outer {
         for i in 0..view.inner {
-            let (mut best, mut best_k) = (f32::NEG_INFINITY, u32::MAX);
+            let (mut best, mut best_k) = (f64::NEG_INFINITY, u32::MAX);
             for k in 0..view.axis_len {
                 let v = x[view.offset(o, k, i)];
-                if max_beats(v, k as u32, best, best_k) {
+                if max_beats_f64(v, k as u32, best, best_k) {
                     (best, best_k) = (v, k as u32);
                 }
             }
@@ -65,6 +61,22 @@ pub fn max_axis(x: &[f32], view: AxisView) -> (Vec<f32>, Vec<u32>) {
         }
     }
     (values, indices)
+}
+
+/// [`sum_axis_f64`] on `f32` data (accumulated in `f64`, rounded once).
+pub fn sum_axis(x: &[f32], view: AxisView) -> Vec<f32> {
+    narrow(&sum_axis_f64(&widen(x), view))
+}
+
+/// [`mean_axis_f64`] on `f32` data.
+pub fn mean_axis(x: &[f32], view: AxisView) -> Vec<f32> {
+    narrow(&mean_axis_f64(&widen(x), view))
+}
+
+/// [`max_axis_f64`] on `f32` data (every value is one of the inputs: no rounding).
+pub fn max_axis(x: &[f32], view: AxisView) -> (Vec<f32>, Vec<u32>) {
+    let (values, indices) = max_axis_f64(&widen(x), view);
+    (narrow(&values), indices)
 }
 
 /// `sum_j x[j]` over all elements (f64 accumulation).

@@ -6,8 +6,8 @@ use plimsoll_kernels_wgsl::kernels::{fill, reduce};
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
-/// `(atol, rtol)`: add, sub, mul and the max/min selections are exact in f32 (the reference
-/// computes in f32 too); division may be 2.5 ULP off on Vulkan, so 2e-6 relative (~16 ULP);
+/// `(atol, rtol)`: add, sub, mul and the max/min selections are exact in f32 (the reference's
+/// f64 result rounded once is the correctly rounded f32 result); division may be 2.5 ULP off on Vulkan, so 2e-6 relative (~16 ULP);
 /// atol 1e-7 for the -a/b^2 products that land near zero.
 const ATOL: f64 = 1e-7;
 const RTOL: f64 = 2e-6;
