@@ -2,8 +2,9 @@
 //! without: identical gradients (same dropout masks) and a lower activation peak.
 
 use plimsoll_autograd::{Category, Gpu, Result, Tensor, checkpoint, manual_seed};
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, fresh_gpu};
 
-use crate::common::{fresh_gpu, param, peak, reset_peaks, values};
+use crate::common::{param, peak, reset_peaks};
 
 const LAYERS: usize = 16;
 const WIDTH: usize = 24;
@@ -17,12 +18,21 @@ fn layer(h: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 fn run(gpu: &Gpu, checkpointed: bool) -> (Vec<Vec<f32>>, u64) {
     let params: Vec<(Tensor, Tensor)> = (0..LAYERS as u64)
         .map(|i| {
-            let w = param(gpu, &values(i, WIDTH * WIDTH, -0.4, 0.4), &[WIDTH, WIDTH]);
-            let b = param(gpu, &values(100 + i, WIDTH, -0.1, 0.1), &[WIDTH]);
+            let w = param(
+                gpu,
+                &Rng::new(i).vec_f32(WIDTH * WIDTH, -0.4, 0.4),
+                &[WIDTH, WIDTH],
+            );
+            let b = param(gpu, &Rng::new(100 + i).vec_f32(WIDTH, -0.1, 0.1), &[WIDTH]);
             (w, b)
         })
         .collect();
-    let x = Tensor::from_slice(gpu, &values(7, BATCH * WIDTH, -1.0, 1.0), &[BATCH, WIDTH]).unwrap();
+    let x = Tensor::from_slice(
+        gpu,
+        &Rng::new(7).vec_f32(BATCH * WIDTH, -1.0, 1.0),
+        &[BATCH, WIDTH],
+    )
+    .unwrap();
     let targets: Vec<u32> = (0..BATCH as u32).map(|i| (i * 7) % WIDTH as u32).collect();
     let targets = Tensor::from_indices(gpu, &targets, &[BATCH]).unwrap();
     manual_seed(1234);
@@ -97,14 +107,14 @@ fn checkpoint_gradients_flow_to_inputs_and_captured_parameters() {
         .collect();
     let want_x: Vec<f64> = (0..3).map(|i| dy[i] * wv[i]).collect();
     let want_w: Vec<f64> = (0..3).map(|i| dy[i] * xv[i]).collect();
-    crate::common::assert_close(
+    assert_close(
         "dx",
         &x.grad().unwrap().to_vec().unwrap(),
         &want_x,
         1e-6,
         1e-5,
     );
-    crate::common::assert_close(
+    assert_close(
         "dw",
         &w.grad().unwrap().to_vec().unwrap(),
         &want_w,

@@ -1,8 +1,9 @@
 //! Typed errors: second backward, non-scalar backward, mismatched shapes, no graph.
 
 use plimsoll_autograd::{Error, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::testing::gpu;
 
-use crate::common::{gpu, param};
+use crate::common::param;
 
 #[test]
 fn second_backward_without_retain_graph_is_backward_twice() {

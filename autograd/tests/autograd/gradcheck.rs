@@ -1,35 +1,36 @@
-//! Gradient check for every op: the GPU backward against central finite differences in f64 of
-//! CPU reference forwards, over random small shapes (proptest, 16 cases per op). The loss is
-//! `L = Σ op(inputs) ⊙ w` with fixed random `w`, so every output element's gradient matters.
-//! The forward is checked against the same reference on the way.
+//! Gradient check for every op: the GPU backward against central finite differences of the f64
+//! forwards in `plimsoll_kernels_wgsl::reference` (the oracle the kernel tests use too), over
+//! random small shapes (proptest, 16 cases). The loss is `L = Σ op(inputs) ⊙ w` with fixed
+//! random `w`, so every output element's gradient matters. The forward is checked against the
+//! same reference on the way. Unary and binary ops are visited from `UnaryOp::ALL` and
+//! `BinaryOp::ALL`, every op in every case, so a new op is checked without a new table row.
 
 use plimsoll_autograd::{Result, Tensor};
-use plimsoll_kernels_wgsl::kernels::binary::Broadcast;
+use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
+use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
+use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
-use plimsoll_kernels_wgsl::reference;
+use plimsoll_kernels_wgsl::reference::{
+    binary, copy, cross_entropy, dropout, layer_norm, matmul, reduce, softmax, unary,
+};
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
 
-use crate::common::{assert_close, gpu, param, values};
+use crate::common::param;
 
 /// Finite-difference step (f64 forwards: truncation ~h², rounding ~1e-16/h).
 const STEP: f64 = 1e-4;
 
 /// One input: values and shape.
 type Input = (Vec<f32>, Vec<usize>);
-/// A binary op: name, GPU method, f64 scalar function.
-type BinaryCase = (
-    &'static str,
-    fn(&Tensor, &Tensor) -> Result<Tensor>,
-    fn(f64, f64) -> f64,
-);
-/// A scalar form: name, GPU method, f64 function of (x, s).
+/// A scalar form: name, GPU method, the binary op it computes, and whether the scalar is its
+/// right operand (`x op s`) or its left one (`s op x`).
 type ScalarCase = (
     &'static str,
     fn(&Tensor, f32) -> Result<Tensor>,
-    fn(f64, f64) -> f64,
+    BinaryOp,
+    bool,
 );
-/// A unary op: reference op, GPU method, input range.
-type UnaryCase = (UnaryOp, fn(&Tensor) -> Result<Tensor>, f32, f32);
 
 /// Checks `gpu_op` (forward and backward) against `cpu_op` (f64) at `inputs`.
 fn check(
@@ -53,7 +54,7 @@ fn check(
         1e-4,
         1e-4,
     );
-    let w = values(want.len() as u64 + 17, want.len(), -1.0, 1.0);
+    let w = Rng::new(want.len() as u64 + 17).vec_f32(want.len(), -1.0, 1.0);
     let w_tensor = Tensor::from_slice(&gpu, &w, out.shape()).unwrap();
     out.mul(&w_tensor)
         .unwrap()
@@ -95,98 +96,64 @@ fn check(
     }
 }
 
-// ---- f64 CPU forwards ----
-
-fn broadcast64(
-    a: &[f64],
-    sa: &[usize],
-    b: &[f64],
-    sb: &[usize],
-    f: impl Fn(f64, f64) -> f64,
-) -> Vec<f64> {
-    let shape = Broadcast::new(sa, sb).unwrap();
-    (0..shape.len())
-        .map(|i| {
-            let (ia, ib) = shape.operand_offsets(i);
-            f(a[ia], b[ib])
-        })
-        .collect()
-}
-
-fn strides(shape: &[usize]) -> Vec<usize> {
-    plimsoll_kernels_wgsl::kernels::binary::contiguous_strides(shape)
-}
-
-fn permute64(x: &[f64], shape: &[usize], perm: &[usize]) -> Vec<f64> {
-    let st = strides(shape);
-    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-    let n: usize = out_shape.iter().product();
-    (0..n)
-        .map(|mut i| {
-            let mut src = 0;
-            for d in (0..out_shape.len()).rev() {
-                src += (i % out_shape[d]) * st[perm[d]];
-                i /= out_shape[d];
-            }
-            x[src]
-        })
-        .collect()
-}
+// ---- input domains and GPU methods (the math is in `reference`) ----
 
 /// `[outer, axis, inner]` of `shape` at `axis`.
-fn split_at(shape: &[usize], axis: usize) -> (usize, usize, usize) {
-    (
-        shape[..axis].iter().product(),
-        shape[axis],
-        shape[axis + 1..].iter().product(),
-    )
+fn view(shape: &[usize], axis: usize) -> AxisView {
+    AxisView::of_shape(shape, axis).unwrap()
 }
 
-fn reduce64(x: &[f64], shape: &[usize], axis: usize, f: impl Fn(&[f64]) -> f64) -> Vec<f64> {
-    let (outer, n, inner) = split_at(shape, axis);
-    let mut out = Vec::new();
-    for o in 0..outer {
-        for i in 0..inner {
-            let column: Vec<f64> = (0..n).map(|k| x[(o * n + k) * inner + i]).collect();
-            out.push(f(&column));
-        }
-    }
+/// `x` (row-major, `shape`) with its axes permuted: output axis `d` is input axis `perm[d]`.
+fn permute64(x: &[f64], shape: &[usize], perm: &[usize]) -> Vec<f64> {
+    let strides = contiguous_strides(shape);
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let src_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
+    let mut out = vec![0.0; x.len()];
+    copy::strided_copy(x, 0, &out_shape, &src_strides, &mut out, 0);
     out
 }
 
-fn rows64(x: &[f64], cols: usize, f: impl Fn(&[f64]) -> Vec<f64>) -> Vec<f64> {
-    x.chunks(cols).flat_map(f).collect()
+/// The tensor method of each binary op. Exhaustive, so a new op does not compile until its
+/// method is here; the check then covers it.
+fn binary_method(op: BinaryOp) -> fn(&Tensor, &Tensor) -> Result<Tensor> {
+    match op {
+        BinaryOp::Add => Tensor::add,
+        BinaryOp::Sub => Tensor::sub,
+        BinaryOp::Mul => Tensor::mul,
+        BinaryOp::Div => Tensor::div,
+        BinaryOp::Max => Tensor::maximum,
+        BinaryOp::Min => Tensor::minimum,
+    }
 }
 
-fn log_softmax_row(r: &[f64]) -> Vec<f64> {
-    let m = r.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let lse = m + r.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
-    r.iter().map(|v| v - lse).collect()
+/// Where the gradient check of `op` draws its inputs: `(low, high, both_signs)`, values in
+/// `[low, high)`, each negated at random when `both_signs`. Every op not named gets the default.
+fn unary_domain(op: UnaryOp) -> (f32, f32, bool) {
+    match op {
+        // ln, sqrt and x^2.5 are real (and smooth) only for x > 0.
+        UnaryOp::Log | UnaryOp::Sqrt => (0.3, 3.0, false),
+        UnaryOp::Pow => (0.3, 2.0, false),
+        // A kink at 0: both signs, but never within a finite-difference step of it.
+        UnaryOp::Relu | UnaryOp::Abs => (0.05, 2.0, true),
+        // Wide enough to reach the tails.
+        UnaryOp::Gelu | UnaryOp::Sigmoid => (-3.0, 3.0, false),
+        _ => (-2.0, 2.0, false),
+    }
 }
 
-fn matmul64(
-    a: &[f64],
-    b: &[f64],
-    batch: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    shared: (bool, bool),
-) -> Vec<f64> {
-    let mut c = vec![0.0; batch * m * n];
-    for bi in 0..batch {
-        let (oa, ob) = (
-            if shared.0 { 0 } else { bi * m * k },
-            if shared.1 { 0 } else { bi * k * n },
-        );
-        for i in 0..m {
-            for j in 0..n {
-                c[(bi * m + i) * n + j] =
-                    (0..k).map(|l| a[oa + i * k + l] * b[ob + l * n + j]).sum();
+/// `len` inputs for `op`, drawn from [`unary_domain`].
+fn unary_input(op: UnaryOp, seed: u64, len: usize) -> Vec<f32> {
+    let (low, high, both_signs) = unary_domain(op);
+    let mut rng = Rng::new(seed);
+    let mut x = rng.vec_f32(len, low, high);
+    if both_signs {
+        for v in &mut x {
+            if rng.below(2) == 0 {
+                *v = -*v;
             }
         }
     }
-    c
+    x
 }
 
 fn dims() -> impl Strategy<Value = (usize, usize, usize)> {
@@ -205,56 +172,61 @@ proptest! {
     #![proptest_config(cfg())]
 
     #[test]
-    fn gradcheck_binary_broadcast((r, c, _) in dims(), seed in any::<u64>(), which in 0usize..4, row in any::<bool>()) {
-        let a = (values(seed, r * c, -2.0, 2.0), vec![r, c]);
+    fn gradcheck_binary_broadcast((r, c, _) in dims(), seed in any::<u64>(), row in any::<bool>()) {
         // b broadcasts along rows ([c]) or columns ([r, 1]); denominators kept away from 0.
-        let sb = if row { vec![c] } else { vec![r, 1] };
-        let b = (values(seed ^ 1, sb.iter().product(), 0.5, 2.0), sb);
-        let (sa, sbb) = (a.1.clone(), b.1.clone());
-        let ops: [BinaryCase; 4] = [
-            ("add", Tensor::add, |x, y| x + y),
-            ("sub", Tensor::sub, |x, y| x - y),
-            ("mul", Tensor::mul, |x, y| x * y),
-            ("div", Tensor::div, |x, y| x / y),
-        ];
-        let (name, g, f) = ops[which];
-        check(name, &[a, b], |t| g(&t[0], &t[1]), |x| broadcast64(&x[0], &sa, &x[1], &sbb, f));
+        let (sa, sb) = (vec![r, c], if row { vec![c] } else { vec![r, 1] });
+        let shape = Broadcast::new(&sa, &sb).unwrap();
+        let b = Rng::new(seed ^ 1).vec_f32(sb.iter().product(), 0.5, 2.0);
+        for op in BinaryOp::ALL {
+            let mut a = Rng::new(seed).vec_f32(r * c, -2.0, 2.0);
+            if matches!(op, BinaryOp::Max | BinaryOp::Min) {
+                // max and min have a kink where a = b (and split ties): keep every pair 0.1 apart,
+                // far beyond the finite-difference step.
+                for i in 0..shape.len() {
+                    let (ia, ib) = shape.operand_offsets(i);
+                    if (a[ia] - b[ib]).abs() < 0.1 {
+                        a[ia] = b[ib] + 0.2;
+                    }
+                }
+            }
+            let cpu = |x: &[Vec<f64>]| binary::broadcast_f64(op, &x[0], &x[1], &shape);
+            let method = binary_method(op);
+            let inputs = [(a, sa.clone()), (b.clone(), sb.clone())];
+            check(&format!("{op:?}"), &inputs, |t| method(&t[0], &t[1]), cpu);
+        }
     }
 
     #[test]
     fn gradcheck_scalar_forms((r, c, _) in dims(), seed in any::<u64>(), which in 0usize..6) {
-        let x = (values(seed, r * c, 0.5, 2.0), vec![r, c]);
+        let x = (Rng::new(seed).vec_f32(r * c, 0.5, 2.0), vec![r, c]);
         let s = 1.75f32;
         let ops: [ScalarCase; 6] = [
-            ("add_scalar", Tensor::add_scalar, |x, s| x + s),
-            ("sub_scalar", Tensor::sub_scalar, |x, s| x - s),
-            ("mul_scalar", Tensor::mul_scalar, |x, s| x * s),
-            ("div_scalar", Tensor::div_scalar, |x, s| x / s),
-            ("scalar_sub", Tensor::scalar_sub, |x, s| s - x),
-            ("scalar_div", Tensor::scalar_div, |x, s| s / x),
+            ("add_scalar", Tensor::add_scalar, BinaryOp::Add, true),
+            ("sub_scalar", Tensor::sub_scalar, BinaryOp::Sub, true),
+            ("mul_scalar", Tensor::mul_scalar, BinaryOp::Mul, true),
+            ("div_scalar", Tensor::div_scalar, BinaryOp::Div, true),
+            ("scalar_sub", Tensor::scalar_sub, BinaryOp::Sub, false),
+            ("scalar_div", Tensor::scalar_div, BinaryOp::Div, false),
         ];
-        let (name, g, f) = ops[which];
-        check(name, &[x], |t| g(&t[0], s), |x| x[0].iter().map(|&v| f(v, f64::from(s))).collect());
+        let (name, g, op, scalar_rhs) = ops[which];
+        let s64 = f64::from(s);
+        let cpu = |x: &[Vec<f64>]| {
+            x[0].iter()
+                .map(|&v| if scalar_rhs { op.apply_f64(v, s64) } else { op.apply_f64(s64, v) })
+                .collect()
+        };
+        check(name, &[x], |t| g(&t[0], s), cpu);
     }
 
     #[test]
-    fn gradcheck_unary((r, c, d) in dims(), seed in any::<u64>(), which in 0usize..9) {
-        let table: [UnaryCase; 9] = [
-            (UnaryOp::Neg, Tensor::neg, -2.0, 2.0),
-            (UnaryOp::Exp, Tensor::exp, -2.0, 2.0),
-            (UnaryOp::Log, Tensor::log, 0.3, 3.0),
-            (UnaryOp::Sqrt, Tensor::sqrt, 0.3, 3.0),
-            (UnaryOp::Pow, |t| t.powf(2.5), 0.3, 2.0),
-            (UnaryOp::Relu, Tensor::relu, -2.0, 2.0),
-            (UnaryOp::Gelu, Tensor::gelu, -3.0, 3.0),
-            (UnaryOp::Tanh, Tensor::tanh, -2.0, 2.0),
-            (UnaryOp::Sigmoid, Tensor::sigmoid, -3.0, 3.0),
-        ];
-        let (op, g, lo, hi) = table[which];
-        let x = (values(seed, r * c * d, lo, hi), vec![r, c, d]);
-        let exponent = if op == UnaryOp::Pow { 2.5 } else { 0.0 };
-        let cpu = move |x: &[Vec<f64>]| x[0].iter().map(|&v| reference::unary::apply(op, v, exponent)).collect();
-        check(&format!("{op:?}"), &[x], |t| g(&t[0]), cpu);
+    fn gradcheck_unary((r, c, d) in dims(), seed in any::<u64>()) {
+        for op in UnaryOp::ALL {
+            let x = (unary_input(op, seed, r * c * d), vec![r, c, d]);
+            let exponent = if op == UnaryOp::Pow { 2.5 } else { 0.0 };
+            let e64 = f64::from(exponent);
+            let cpu = |x: &[Vec<f64>]| x[0].iter().map(|&v| unary::apply(op, v, e64)).collect();
+            check(&format!("{op:?}"), &[x], |t| t[0].unary(op, exponent), cpu);
+        }
     }
 
     #[test]
@@ -263,15 +235,21 @@ proptest! {
         let shared = (layout == 2, layout == 1);
         let sa = if shared.0 { vec![m, k] } else { vec![b, m, k] };
         let sb = if shared.1 { vec![k, n] } else { vec![b, k, n] };
-        let a = (values(seed, sa.iter().product(), -1.0, 1.0), sa);
-        let bb = (values(seed ^ 3, sb.iter().product(), -1.0, 1.0), sb);
-        check("matmul", &[a, bb], |t| t[0].matmul(&t[1]), |x| matmul64(&x[0], &x[1], b, m, k, n, shared));
+        // A batch stride of 0 gives every batch the same matrix.
+        let dims = MatmulDims {
+            batch_stride_a: if shared.0 { 0 } else { m * k },
+            batch_stride_b: if shared.1 { 0 } else { k * n },
+            ..MatmulDims::dense(b, m, n, k)
+        };
+        let a = (Rng::new(seed).vec_f32(sa.iter().product(), -1.0, 1.0), sa);
+        let bb = (Rng::new(seed ^ 3).vec_f32(sb.iter().product(), -1.0, 1.0), sb);
+        check("matmul", &[a, bb], |t| t[0].matmul(&t[1]), |x| matmul::matmul_f64(&x[0], &x[1], &dims));
     }
 
     #[test]
     fn gradcheck_shape_ops((r, c, d) in dims(), seed in any::<u64>(), which in 0usize..4) {
         let shape = vec![r, c, d];
-        let x = (values(seed, r * c * d, -2.0, 2.0), shape.clone());
+        let x = (Rng::new(seed).vec_f32(r * c * d, -2.0, 2.0), shape.clone());
         match which {
             0 => check("transpose", &[x], |t| t[0].transpose(0, 2), |x| permute64(&x[0], &shape, &[2, 1, 0])),
             1 => check("permute", &[x], |t| t[0].permute(&[1, 2, 0]), |x| permute64(&x[0], &shape, &[1, 2, 0])),
@@ -293,8 +271,8 @@ proptest! {
 
     #[test]
     fn gradcheck_concat((r, c, d) in dims(), c2 in 1usize..4, seed in any::<u64>()) {
-        let a = (values(seed, r * c * d, -2.0, 2.0), vec![r, c, d]);
-        let b = (values(seed ^ 5, r * c2 * d, -2.0, 2.0), vec![r, c2, d]);
+        let a = (Rng::new(seed).vec_f32(r * c * d, -2.0, 2.0), vec![r, c, d]);
+        let b = (Rng::new(seed ^ 5).vec_f32(r * c2 * d, -2.0, 2.0), vec![r, c2, d]);
         let cpu = |x: &[Vec<f64>]| {
             let mut out = Vec::new();
             for o in 0..r {
@@ -309,47 +287,45 @@ proptest! {
     #[test]
     fn gradcheck_reductions((r, c, d) in dims(), seed in any::<u64>(), axis in 0usize..3, which in 0usize..4) {
         let shape = vec![r, c, d];
-        let x = (values(seed, r * c * d, -2.0, 2.0), shape.clone());
-        let sum = |v: &[f64]| v.iter().sum::<f64>();
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-        let max = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let x = (Rng::new(seed).vec_f32(r * c * d, -2.0, 2.0), shape.clone());
+        let along = view(&shape, axis);
         match which {
-            0 => check("sum axis", &[x], |t| t[0].sum(&[axis], false), |x| reduce64(&x[0], &shape, axis, sum)),
-            1 => check("mean axis", &[x], |t| t[0].mean(&[axis], true), |x| reduce64(&x[0], &shape, axis, mean)),
-            2 => check("max axis", &[x], |t| t[0].max(axis, false), |x| reduce64(&x[0], &shape, axis, max)),
+            0 => check("sum axis", &[x], |t| t[0].sum(&[axis], false), |x| reduce::sum_axis_f64(&x[0], along)),
+            1 => check("mean axis", &[x], |t| t[0].mean(&[axis], true), |x| reduce::mean_axis_f64(&x[0], along)),
+            2 => check("max axis", &[x], |t| t[0].max(axis, false), |x| reduce::max_axis_f64(&x[0], along).0),
             _ => {
                 // two axes, then everything
-                let two = |x: &[Vec<f64>]| { let s = reduce64(&x[0], &shape, 2, sum); reduce64(&s, &[r, c], 0, sum) };
+                let two = |x: &[Vec<f64>]| {
+                    let s = reduce::sum_axis_f64(&x[0], view(&shape, 2));
+                    reduce::sum_axis_f64(&s, view(&[r, c], 0))
+                };
                 check("sum axes 0,2", std::slice::from_ref(&x), |t| t[0].sum(&[0, 2], false), two);
-                check("mean all", &[x], |t| t[0].mean_all(), |x| vec![mean(&x[0])]);
+                let all = view(&[r * c * d], 0);
+                check("mean all", &[x], |t| t[0].mean_all(), |x| reduce::mean_axis_f64(&x[0], all));
             }
         }
     }
 
     #[test]
     fn gradcheck_softmax((r, c, _) in dims(), seed in any::<u64>(), log in any::<bool>()) {
-        let x = (values(seed, r * c, -2.0, 2.0), vec![r, c]);
+        let x = (Rng::new(seed).vec_f32(r * c, -2.0, 2.0), vec![r, c]);
         if log {
-            check("log_softmax", &[x], |t| t[0].log_softmax(), |x| rows64(&x[0], c, log_softmax_row));
+            check("log_softmax", &[x], |t| t[0].log_softmax(), |x| softmax::log_softmax_f64(&x[0], r, c));
         } else {
-            let softmax = |row: &[f64]| log_softmax_row(row).into_iter().map(f64::exp).collect();
-            check("softmax", &[x], |t| t[0].softmax(), |x| rows64(&x[0], c, softmax));
+            check("softmax", &[x], |t| t[0].softmax(), |x| softmax::softmax_f64(&x[0], r, c));
         }
     }
 
     #[test]
     fn gradcheck_cross_entropy((r, c, _) in dims(), seed in any::<u64>(), smooth in any::<bool>()) {
-        let x = (values(seed, r * c, -2.0, 2.0), vec![r, c]);
+        let x = (Rng::new(seed).vec_f32(r * c, -2.0, 2.0), vec![r, c]);
         let targets: Vec<u32> = (0..r).map(|i| ((seed >> (i % 32)) as usize % c) as u32).collect();
         let eps = if smooth { 0.1 } else { 0.0 };
         let t_gpu = Tensor::from_indices(&gpu(), &targets, &[r]).unwrap();
+        // the mean over rows of the per-row losses
         let cpu = |x: &[Vec<f64>]| {
-            let total: f64 = x[0].chunks(c).zip(&targets).map(|(row, &t)| {
-                let lp = log_softmax_row(row);
-                let mean_lp = lp.iter().sum::<f64>() / c as f64;
-                -(1.0 - eps) * lp[t as usize] - eps * mean_lp
-            }).sum();
-            vec![total / r as f64]
+            let losses = cross_entropy::forward_f64(&x[0], &targets, r, c, eps);
+            reduce::mean_axis_f64(&losses, view(&[r], 0))
         };
         check("cross_entropy", &[x], |t| t[0].cross_entropy(&t_gpu, eps as f32), cpu);
     }
@@ -357,21 +333,16 @@ proptest! {
     #[test]
     fn gradcheck_layer_norm((r, c, _) in dims(), extra in 1usize..4, seed in any::<u64>()) {
         let c = c + extra; // at least 2 columns: a row of 1 has zero variance
-        let x = (values(seed, r * c, -2.0, 2.0), vec![r, c]);
-        let gamma = (values(seed ^ 7, c, 0.5, 1.5), vec![c]);
-        let beta = (values(seed ^ 9, c, -0.5, 0.5), vec![c]);
-        let cpu = |x: &[Vec<f64>]| rows64(&x[0], c, |row| {
-            let m = row.iter().sum::<f64>() / c as f64;
-            let var = row.iter().map(|v| (v - m).powi(2)).sum::<f64>() / c as f64;
-            let rstd = 1.0 / (var + 1e-5).sqrt();
-            row.iter().enumerate().map(|(j, v)| (v - m) * rstd * x[1][j] + x[2][j]).collect()
-        });
+        let x = (Rng::new(seed).vec_f32(r * c, -2.0, 2.0), vec![r, c]);
+        let gamma = (Rng::new(seed ^ 7).vec_f32(c, 0.5, 1.5), vec![c]);
+        let beta = (Rng::new(seed ^ 9).vec_f32(c, -0.5, 0.5), vec![c]);
+        let cpu = |x: &[Vec<f64>]| layer_norm::forward_f64(&x[0], &x[1], &x[2], r, c, 1e-5).y;
         check("layer_norm", &[x, gamma, beta], |t| t[0].layer_norm(&t[1], &t[2], 1e-5), cpu);
     }
 
     #[test]
     fn gradcheck_embedding((vocab, dim, tokens) in dims(), seed in any::<u64>()) {
-        let table = (values(seed, vocab * dim, -1.0, 1.0), vec![vocab, dim]);
+        let table = (Rng::new(seed).vec_f32(vocab * dim, -1.0, 1.0), vec![vocab, dim]);
         let ids: Vec<u32> = (0..tokens + 2).map(|i| ((seed >> (3 * i)) as usize % vocab) as u32).collect();
         let ids_gpu = Tensor::from_indices(&gpu(), &ids, &[ids.len()]).unwrap();
         let cpu = |x: &[Vec<f64>]| ids.iter().flat_map(|&id| x[0][id as usize * dim..(id as usize + 1) * dim].to_vec()).collect();
@@ -380,19 +351,22 @@ proptest! {
 
     #[test]
     fn gradcheck_dropout((r, c, d) in dims(), seed in any::<u64>(), p in 0.0f32..0.8) {
-        let x = (values(seed, r * c * d, -2.0, 2.0), vec![r, c, d]);
-        let scale = f64::from(reference::dropout::scale(p));
+        let x = (Rng::new(seed).vec_f32(r * c * d, -2.0, 2.0), vec![r, c, d]);
+        let scale = f64::from(dropout::scale(p));
         let cpu = |x: &[Vec<f64>]| x[0].iter().enumerate()
-            .map(|(i, &v)| if reference::dropout::keep(seed, i as u32, p) { v * scale } else { 0.0 })
+            .map(|(i, &v)| if dropout::keep(seed, i as u32, p) { v * scale } else { 0.0 })
             .collect();
         check("dropout", &[x], |t| t[0].dropout_with_seed(p, seed), cpu);
     }
 
     #[test]
     fn gradcheck_checkpoint((r, c, _) in dims(), seed in any::<u64>()) {
-        let x = (values(seed, r * c, -1.0, 1.0), vec![r, c]);
-        let w = (values(seed ^ 11, c * c, -1.0, 1.0), vec![c, c]);
-        let cpu = |x: &[Vec<f64>]| matmul64(&x[0], &x[1], 1, r, c, c, (false, false)).into_iter().map(f64::tanh).collect();
+        let x = (Rng::new(seed).vec_f32(r * c, -1.0, 1.0), vec![r, c]);
+        let w = (Rng::new(seed ^ 11).vec_f32(c * c, -1.0, 1.0), vec![c, c]);
+        let dims = MatmulDims::dense(1, r, c, c);
+        let cpu = |x: &[Vec<f64>]| matmul::matmul_f64(&x[0], &x[1], &dims).into_iter()
+            .map(|v| unary::apply(UnaryOp::Tanh, v, 0.0))
+            .collect();
         let f = |t: &[Tensor]| plimsoll_autograd::checkpoint(&[&t[0], &t[1]], |xs: &[Tensor]| xs[0].matmul(&xs[1])?.tanh());
         check("checkpoint", &[x, w], f, cpu);
     }

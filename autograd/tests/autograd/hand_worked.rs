@@ -1,8 +1,9 @@
 //! Hand-worked gradients, with the derivation in a comment.
 
 use plimsoll_autograd::{Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::testing::{assert_close, gpu};
 
-use crate::common::{assert_close, gpu, param};
+use crate::common::param;
 
 fn grad(t: &Tensor) -> Vec<f32> {
     t.grad().unwrap().to_vec().unwrap()

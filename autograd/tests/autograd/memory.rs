@@ -2,8 +2,9 @@
 
 use plimsoll_allocator::TraceEventKind;
 use plimsoll_autograd::{Category, Result, Tensor, TensorOptions, no_grad};
+use plimsoll_kernels_wgsl::testing::{Rng, fresh_gpu};
 
-use crate::common::{allocated, fresh_gpu, param, peak, reset_peaks, total_allocated, values};
+use crate::common::{allocated, param, peak, reset_peaks, total_allocated};
 
 /// A 3-layer MLP's mean-squared loss; every intermediate is dropped on return.
 fn mlp_loss(x: &Tensor, weights: &[Tensor]) -> Result<Tensor> {
@@ -16,7 +17,7 @@ fn mlp_loss(x: &Tensor, weights: &[Tensor]) -> Result<Tensor> {
 
 fn weights(gpu: &plimsoll_autograd::Gpu) -> Vec<Tensor> {
     (0..3)
-        .map(|i| param(gpu, &values(i, 33 * 33, -0.3, 0.3), &[33, 33]))
+        .map(|i| param(gpu, &Rng::new(i).vec_f32(33 * 33, -0.3, 0.3), &[33, 33]))
         .collect()
 }
 
@@ -24,7 +25,7 @@ fn weights(gpu: &plimsoll_autograd::Gpu) -> Vec<Tensor> {
 fn after_backward_no_saved_activation_remains() {
     let gpu = fresh_gpu();
     let ws = weights(&gpu);
-    let x = Tensor::from_slice(&gpu, &values(9, 7 * 33, -1.0, 1.0), &[7, 33]).unwrap();
+    let x = Tensor::from_slice(&gpu, &Rng::new(9).vec_f32(7 * 33, -1.0, 1.0), &[7, 33]).unwrap();
     let loss = mlp_loss(&x, &ws).unwrap();
     let saving = gpu.with_allocator(|a| a.stats().category(Category::Activation).live_allocations);
     assert!(saving >= 6, "the graph saves activations ({saving} live)");
@@ -78,12 +79,17 @@ fn backward_frees_each_saved_activation_at_its_last_use() {
     let tensor_bytes = (SHAPE[0] * SHAPE[1] * 4) as u64; // S
     let gpu = fresh_gpu();
     let loss_bytes = gpu.block_alignment(); // L: one f32 in one aligned block
-    let x = Tensor::from_slice(&gpu, &values(1, SHAPE[0] * SHAPE[1], -1.0, 1.0), &SHAPE).unwrap();
+    let x = Tensor::from_slice(
+        &gpu,
+        &Rng::new(1).vec_f32(SHAPE[0] * SHAPE[1], -1.0, 1.0),
+        &SHAPE,
+    )
+    .unwrap();
     let biases: Vec<Tensor> = (0..LAYERS)
         .map(|k| {
             param(
                 &gpu,
-                &values(100 + k, SHAPE[0] * SHAPE[1], -0.1, 0.1),
+                &Rng::new(100 + k).vec_f32(SHAPE[0] * SHAPE[1], -0.1, 0.1),
                 &SHAPE,
             )
         })
@@ -154,7 +160,7 @@ fn backward_frees_each_saved_activation_at_its_last_use() {
 fn no_grad_forward_saves_nothing() {
     let gpu = fresh_gpu();
     let ws = weights(&gpu);
-    let x = Tensor::from_slice(&gpu, &values(9, 7 * 33, -1.0, 1.0), &[7, 33]).unwrap();
+    let x = Tensor::from_slice(&gpu, &Rng::new(9).vec_f32(7 * 33, -1.0, 1.0), &[7, 33]).unwrap();
     reset_peaks(&gpu);
     let loss = {
         let _g = no_grad();
@@ -169,7 +175,7 @@ fn no_grad_forward_saves_nothing() {
 fn dropping_the_loss_without_backward_frees_the_graph() {
     let gpu = fresh_gpu();
     let ws = weights(&gpu);
-    let x = Tensor::from_slice(&gpu, &values(9, 7 * 33, -1.0, 1.0), &[7, 33]).unwrap();
+    let x = Tensor::from_slice(&gpu, &Rng::new(9).vec_f32(7 * 33, -1.0, 1.0), &[7, 33]).unwrap();
     let before = total_allocated(&gpu);
     let loss = mlp_loss(&x, &ws).unwrap();
     assert!(total_allocated(&gpu) > before);
@@ -180,7 +186,7 @@ fn dropping_the_loss_without_backward_frees_the_graph() {
 #[test]
 fn unsaved_outputs_are_freed_when_dropped() {
     let gpu = fresh_gpu();
-    let w = param(&gpu, &values(1, 1000, -1.0, 1.0), &[1000]);
+    let w = param(&gpu, &Rng::new(1).vec_f32(1000, -1.0, 1.0), &[1000]);
     // add_scalar saves nothing: its output, dropped by the user, is gone although the graph lives.
     let y = w.add_scalar(1.0).unwrap();
     let z = y.mul_scalar(2.0).unwrap();
