@@ -1,77 +1,16 @@
-//! Shared helpers: the device, a seeded generator, tolerant comparison, and the module check
-//! (GPU forward and backward against an f64 CPU reference).
+//! Helpers of the nn tests beyond `plimsoll_kernels_wgsl::testing` (the shared device, the
+//! comparison, the seeded RNG): the module check (GPU forward and backward against an f64 CPU
+//! reference) and the f64 references of composite modules, built on
+//! `plimsoll_kernels_wgsl::reference` (the one reference of each op).
 #![allow(dead_code)]
 
-use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
-use plimsoll_kernels_wgsl::GpuOptions;
+use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
+use plimsoll_kernels_wgsl::reference::{matmul, softmax};
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, to_f64};
 use plimsoll_nn::{Module, zero_grad};
-
-/// The device of this test thread (one per thread: concurrent read-backs from one `Gpu` can
-/// report "map callback did not run", a known kernels-wgsl issue). Fails, never skips, without
-/// an adapter.
-pub fn gpu() -> Gpu {
-    thread_local! {
-        static GPU: OnceCell<&'static Gpu> = const { OnceCell::new() };
-    }
-    GPU.with(|g| {
-        (*g.get_or_init(|| {
-            let gpu = Gpu::with_options(GpuOptions::from_env()).unwrap_or_else(|e| {
-                panic!(
-                    "GPU tests need an adapter: {e}\n(on a machine without a GPU: \
-                     apt-get install mesa-vulkan-drivers libvulkan1)"
-                )
-            });
-            Box::leak(Box::new(gpu))
-        }))
-        .clone()
-    })
-}
-
-/// SplitMix64, for seeded test data.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[low, high)`.
-    pub fn f32(&mut self, low: f32, high: f32) -> f32 {
-        let unit = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
-        low + (high - low) * unit
-    }
-
-    pub fn vec(&mut self, len: usize, low: f32, high: f32) -> Vec<f32> {
-        (0..len).map(|_| self.f32(low, high)).collect()
-    }
-}
-
-/// Asserts `|got - want| <= atol + rtol * |want|` elementwise; prints the first mismatch.
-pub fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64, rtol: f64) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let g = f64::from(g);
-        assert!(
-            (g - w).abs() <= atol + rtol * w.abs(),
-            "{what}: first mismatch at {i}: got {g}, want {w} (atol {atol}, rtol {rtol})"
-        );
-    }
-}
-
-pub fn to_f64(v: &[f32]) -> Vec<f64> {
-    v.iter().map(|&x| f64::from(x)).collect()
-}
 
 /// Parameter values by name, in f64.
 pub type Params = BTreeMap<String, Vec<f64>>;
@@ -104,7 +43,7 @@ pub fn check_module(
     assert_close("forward", &y.to_vec().unwrap(), &want, 1e-4, 1e-3);
 
     let mut rng = Rng::new(99);
-    let r = rng.vec(y.numel(), -1.0, 1.0);
+    let r = rng.vec_f32(y.numel(), -1.0, 1.0);
     let r_t = Tensor::from_slice(x.gpu(), &r, y.shape()).unwrap();
     y.mul(&r_t).unwrap().sum_all().unwrap().backward().unwrap();
     let r64 = to_f64(&r);
@@ -168,42 +107,17 @@ pub fn param(gpu: &Gpu, data: &[f32], shape: &[usize], label: &str) -> Tensor {
     Tensor::from_slice_with(gpu, data, shape, TensorOptions::parameter(label)).unwrap()
 }
 
-// ---- f64 CPU references (row-major) ----
+// ---- f64 CPU references of composite modules (row-major) ----
 
 /// `x · w + b`: `x` `[rows, k]`, `w` `[k, n]`, `b` `[n]` (or empty).
 pub fn linear(x: &[f64], w: &[f64], b: &[f64], k: usize, n: usize) -> Vec<f64> {
-    let rows = x.len() / k;
-    let mut y = vec![0.0; rows * n];
-    for r in 0..rows {
-        for j in 0..n {
-            let mut s = b.get(j).copied().unwrap_or(0.0);
-            for i in 0..k {
-                s += x[r * k + i] * w[i * n + j];
-            }
-            y[r * n + j] = s;
+    let mut y = matmul::matmul_f64(x, w, &MatmulDims::dense(1, x.len() / k, n, k));
+    if !b.is_empty() {
+        for row in y.chunks_mut(n) {
+            row.iter_mut().zip(b).for_each(|(v, bias)| *v += bias);
         }
     }
     y
-}
-
-/// Layer norm over rows of `dim` (biased variance).
-pub fn layer_norm(x: &[f64], g: &[f64], b: &[f64], dim: usize, eps: f64) -> Vec<f64> {
-    let mut y = vec![0.0; x.len()];
-    for (row, out) in x.chunks(dim).zip(y.chunks_mut(dim)) {
-        let mean = row.iter().sum::<f64>() / dim as f64;
-        let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / dim as f64;
-        let rstd = 1.0 / (var + eps).sqrt();
-        for i in 0..dim {
-            out[i] = (row[i] - mean) * rstd * g[i] + b[i];
-        }
-    }
-    y
-}
-
-/// GELU, tanh approximation.
-pub fn gelu(x: f64) -> f64 {
-    let c = (2.0 / std::f64::consts::PI).sqrt();
-    0.5 * x * (1.0 + (c * (x + 0.044715 * x.powi(3))).tanh())
 }
 
 /// Causal multi-head attention over `[batch, time, dim]` with `p` holding `{prefix}qkv.*` and
@@ -227,17 +141,16 @@ pub fn attention(
                 qkv[(b * time + t) * 3 * dim + which * dim + h * hd + d]
             };
             for t in 0..time {
+                // query t attends to keys 0..=t
                 let scores: Vec<f64> = (0..=t)
                     .map(|s| {
                         (0..hd).map(|d| at(t, 0, d) * at(s, 1, d)).sum::<f64>() / (hd as f64).sqrt()
                     })
                     .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let z: f64 = e.iter().sum();
+                let weights = softmax::softmax_f64(&scores, 1, t + 1);
                 for d in 0..hd {
                     y[(b * time + t) * dim + h * hd + d] =
-                        (0..=t).map(|s| e[s] / z * at(s, 2, d)).sum();
+                        (0..=t).map(|s| weights[s] * at(s, 2, d)).sum();
                 }
             }
         }

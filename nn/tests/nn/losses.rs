@@ -1,15 +1,17 @@
 //! Losses against f64 CPU references (forward and gradient).
 
 use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::reference::cross_entropy;
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::loss;
 
-use crate::common::{Rng, assert_close, gpu, input, to_f64};
+use crate::common::input;
 
 #[test]
 fn mse_matches_reference() {
     let gpu = gpu();
-    let pred = Rng::new(30).vec(7, -2.0, 2.0);
-    let target = Rng::new(31).vec(7, -2.0, 2.0);
+    let pred = Rng::new(30).vec_f32(7, -2.0, 2.0);
+    let target = Rng::new(31).vec_f32(7, -2.0, 2.0);
     let p = input(&gpu, &pred, &[7]);
     let t = Tensor::from_slice(&gpu, &target, &[7]).unwrap();
     let l = loss::mse(&p, &t).unwrap();
@@ -43,32 +45,21 @@ fn mse_matches_reference() {
 fn cross_entropy_matches_reference() {
     let gpu = gpu();
     let (rows, classes) = (4, 5);
-    let logits = Rng::new(32).vec(rows * classes, -3.0, 3.0);
+    let logits = Rng::new(32).vec_f32(rows * classes, -3.0, 3.0);
     let targets = [1u32, 4, 0, 4];
     for smoothing in [0.0f32, 0.1] {
         let x = input(&gpu, &logits, &[rows, classes]);
         let t = Tensor::from_indices(&gpu, &targets, &[rows]).unwrap();
         let l = loss::cross_entropy(&x, &t, smoothing).unwrap();
         // Per row: q = (1 - s) onehot(target) + s / C; loss = -sum_c q_c log softmax_c;
-        // d loss / d logit_c = (softmax_c - q_c) / rows.
+        // d loss / d logit_c = (softmax_c - q_c) / rows (the reference's mean-reduced backward).
         let s = f64::from(smoothing);
-        let mut total = 0.0;
-        let mut grad = vec![0.0; rows * classes];
-        for r in 0..rows {
-            let row = to_f64(&logits[r * classes..(r + 1) * classes]);
-            let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = row.iter().map(|v| (v - max).exp()).sum();
-            for c in 0..classes {
-                let log_p = row[c] - max - z.ln();
-                let q = if c == targets[r] as usize {
-                    1.0 - s
-                } else {
-                    0.0
-                } + s / classes as f64;
-                total -= q * log_p;
-                grad[r * classes + c] = (log_p.exp() - q) / rows as f64;
-            }
-        }
+        let logits64 = to_f64(&logits);
+        let losses = cross_entropy::forward_f64(&logits64, &targets, rows, classes, s);
+        let total: f64 = losses.iter().sum();
+        let scale = 1.0 / rows as f64;
+        let grad =
+            cross_entropy::backward_f64(&logits64, &targets, rows, classes, s, &[1.0], scale);
         assert_close(
             "cross_entropy",
             &[l.item().unwrap()],

@@ -1,14 +1,15 @@
 //! Each module's forward and backward against an f64 CPU reference, parameter names, modes.
 
 use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
+use plimsoll_kernels_wgsl::reference::{layer_norm, unary};
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
     Activation, CausalSelfAttention, Dropout, Embedding, Init, LayerNorm, Linear, Module,
     ResidualMlpBlock, Sequential, TransformerBlock, mlp, zero_grad,
 };
 
-use crate::common::{
-    Params, Rng, assert_close, attention, check_module, gelu, gpu, input, layer_norm, linear,
-};
+use crate::common::{Params, attention, check_module, input, linear};
 
 fn names(m: &dyn Module) -> Vec<String> {
     m.parameters().into_iter().map(|(n, _)| n).collect()
@@ -20,13 +21,13 @@ fn linear_matches_reference() {
     let layer = Linear::new(&gpu, 5, 3, true, Init::KaimingUniform, 1).unwrap();
     assert_eq!(names(&layer), ["weight", "bias"]);
     assert_eq!(layer.weight().shape(), [5, 3]);
-    let x = input(&gpu, &Rng::new(2).vec(2 * 4 * 5, -1.0, 1.0), &[2, 4, 5]);
+    let x = input(&gpu, &Rng::new(2).vec_f32(2 * 4 * 5, -1.0, 1.0), &[2, 4, 5]);
     check_module(&layer, &x, true, &|p: &Params, x: &[f64]| {
         linear(x, &p["weight"], &p["bias"], 5, 3)
     });
     let no_bias = Linear::new(&gpu, 4, 2, false, Init::XavierUniform, 3).unwrap();
     assert_eq!(names(&no_bias), ["weight"]);
-    let x = input(&gpu, &Rng::new(4).vec(3 * 4, -1.0, 1.0), &[3, 4]);
+    let x = input(&gpu, &Rng::new(4).vec_f32(3 * 4, -1.0, 1.0), &[3, 4]);
     check_module(&no_bias, &x, true, &|p: &Params, x: &[f64]| {
         linear(x, &p["weight"], &[], 4, 2)
     });
@@ -66,14 +67,14 @@ fn layer_norm_matches_reference() {
     let ln = LayerNorm::new(&gpu, 6, 1e-5).unwrap();
     // Non-trivial scale and shift, so their gradients are tested against something.
     ln.weight()
-        .write_from_slice(&Rng::new(5).vec(6, 0.5, 1.5))
+        .write_from_slice(&Rng::new(5).vec_f32(6, 0.5, 1.5))
         .unwrap();
     ln.bias()
-        .write_from_slice(&Rng::new(6).vec(6, -0.5, 0.5))
+        .write_from_slice(&Rng::new(6).vec_f32(6, -0.5, 0.5))
         .unwrap();
-    let x = input(&gpu, &Rng::new(7).vec(3 * 6, -2.0, 2.0), &[3, 6]);
+    let x = input(&gpu, &Rng::new(7).vec_f32(3 * 6, -2.0, 2.0), &[3, 6]);
     check_module(&ln, &x, true, &|p: &Params, x: &[f64]| {
-        layer_norm(x, &p["weight"], &p["bias"], 6, 1e-5)
+        layer_norm::forward_f64(x, &p["weight"], &p["bias"], x.len() / 6, 6, 1e-5).y
     });
 }
 
@@ -97,19 +98,18 @@ fn embedding_matches_reference() {
 #[test]
 fn activations_match_reference() {
     let gpu = gpu();
-    let data = Rng::new(8).vec(10, -3.0, 3.0);
-    type Case = (Box<dyn Module>, fn(f64) -> f64);
-    let cases: [Case; 4] = [
-        (Box::new(plimsoll_nn::Relu), |v| v.max(0.0)),
-        (Box::new(plimsoll_nn::Gelu), gelu),
-        (Box::new(plimsoll_nn::Tanh), f64::tanh),
-        (Box::new(plimsoll_nn::Sigmoid), |v| 1.0 / (1.0 + (-v).exp())),
+    let data = Rng::new(8).vec_f32(10, -3.0, 3.0);
+    let cases: [(Box<dyn Module>, UnaryOp); 4] = [
+        (Box::new(plimsoll_nn::Relu), UnaryOp::Relu),
+        (Box::new(plimsoll_nn::Gelu), UnaryOp::Gelu),
+        (Box::new(plimsoll_nn::Tanh), UnaryOp::Tanh),
+        (Box::new(plimsoll_nn::Sigmoid), UnaryOp::Sigmoid),
     ];
-    for (module, f) in cases {
+    for (module, op) in cases {
         let x = input(&gpu, &data, &[2, 5]);
         assert!(module.parameters().is_empty());
         check_module(module.as_ref(), &x, true, &|_: &Params, x: &[f64]| {
-            x.iter().map(|&v| f(v)).collect()
+            x.iter().map(|&v| unary::apply(op, v, 0.0)).collect()
         });
     }
 }
@@ -141,7 +141,7 @@ fn attention_matches_reference() {
     );
     let x = input(
         &gpu,
-        &Rng::new(13).vec(batch * time * dim, -1.0, 1.0),
+        &Rng::new(13).vec_f32(batch * time * dim, -1.0, 1.0),
         &[batch, time, dim],
     );
     check_module(&attn, &x, true, &|p: &Params, x: &[f64]| {
@@ -173,9 +173,10 @@ fn residual_mlp_block_matches_reference() {
             "fc2.bias"
         ]
     );
-    let x = input(&gpu, &Rng::new(15).vec(3 * dim, -1.0, 1.0), &[3, dim]);
+    let x = input(&gpu, &Rng::new(15).vec_f32(3 * dim, -1.0, 1.0), &[3, dim]);
     check_module(&block, &x, true, &|p: &Params, x: &[f64]| {
-        let h = layer_norm(x, &p["ln.weight"], &p["ln.bias"], dim, 1e-5);
+        let rows = x.len() / dim;
+        let h = layer_norm::forward_f64(x, &p["ln.weight"], &p["ln.bias"], rows, dim, 1e-5).y;
         let h: Vec<f64> = linear(&h, &p["fc1.weight"], &p["fc1.bias"], dim, hidden)
             .iter()
             .map(|v| v.tanh())
@@ -194,13 +195,14 @@ fn transformer_reference(
     heads: usize,
     hidden: usize,
 ) -> Vec<f64> {
-    let h = layer_norm(x, &p["ln1.weight"], &p["ln1.bias"], dim, 1e-5);
+    let rows = x.len() / dim;
+    let h = layer_norm::forward_f64(x, &p["ln1.weight"], &p["ln1.bias"], rows, dim, 1e-5).y;
     let a = attention(p, "attn.", &h, time, dim, heads);
     let x: Vec<f64> = x.iter().zip(a).map(|(a, b)| a + b).collect();
-    let h = layer_norm(&x, &p["ln2.weight"], &p["ln2.bias"], dim, 1e-5);
+    let h = layer_norm::forward_f64(&x, &p["ln2.weight"], &p["ln2.bias"], rows, dim, 1e-5).y;
     let h: Vec<f64> = linear(&h, &p["mlp.fc1.weight"], &p["mlp.fc1.bias"], dim, hidden)
         .into_iter()
-        .map(gelu)
+        .map(unary::gelu)
         .collect();
     let h = linear(&h, &p["mlp.fc2.weight"], &p["mlp.fc2.bias"], hidden, dim);
     x.iter().zip(h).map(|(a, b)| a + b).collect()
@@ -230,7 +232,7 @@ fn transformer_block_matches_reference() {
     );
     let x = input(
         &gpu,
-        &Rng::new(17).vec(batch * time * dim, -1.0, 1.0),
+        &Rng::new(17).vec_f32(batch * time * dim, -1.0, 1.0),
         &[batch, time, dim],
     );
     check_module(&block, &x, true, &|p: &Params, x: &[f64]| {
@@ -244,7 +246,7 @@ fn mlp_matches_reference_and_names_children() {
     let net = mlp(&gpu, &[3, 5, 2], Activation::Relu, 18).unwrap();
     assert_eq!(net.len(), 3);
     assert_eq!(names(&net), ["0.weight", "0.bias", "2.weight", "2.bias"]);
-    let x = input(&gpu, &Rng::new(19).vec(4 * 3, -1.0, 1.0), &[4, 3]);
+    let x = input(&gpu, &Rng::new(19).vec_f32(4 * 3, -1.0, 1.0), &[4, 3]);
     check_module(&net, &x, true, &|p: &Params, x: &[f64]| {
         let h: Vec<f64> = linear(x, &p["0.weight"], &p["0.bias"], 3, 5)
             .into_iter()
@@ -269,7 +271,7 @@ fn checkpointed_sequential_equals_plain() {
     let params = net.parameters();
     let x = Tensor::from_slice(
         &gpu,
-        &Rng::new(23).vec(time * dim, -1.0, 1.0),
+        &Rng::new(23).vec_f32(time * dim, -1.0, 1.0),
         &[1, time, dim],
     )
     .unwrap();
@@ -293,7 +295,7 @@ fn checkpointed_sequential_equals_plain() {
             assert_close(
                 &format!("{name} (segment_len {segment_len})"),
                 a,
-                &crate::common::to_f64(b),
+                &to_f64(b),
                 1e-5,
                 1e-4,
             );

@@ -2,11 +2,12 @@
 //! state naming and round trip; clipping; schedules.
 
 use plimsoll_autograd::{Category, Gpu, Tensor};
+use plimsoll_kernels_wgsl::testing::{assert_close, gpu};
 use plimsoll_nn::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };
 
-use crate::common::{assert_close, gpu, param};
+use crate::common::param;
 
 /// Sets `p.grad = g` (backward of `sum(p * g)`), after clearing it.
 fn set_grad(gpu: &Gpu, p: &Tensor, g: &[f32]) {

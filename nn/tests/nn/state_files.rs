@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use plimsoll_autograd::{Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::testing::gpu;
 use plimsoll_nn::state::{self, MAX_HEADER_BYTES};
 use plimsoll_nn::{Error, Init, Linear, Module};
 
-use crate::common::{gpu, param};
+use crate::common::param;
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
