@@ -39,18 +39,8 @@ override OP: u32;
 
 const WG: u32 = 256u;
 
-// `Params` (and its layout) is declared once, in src/kernels/binary.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/binary.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> a: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-// scalar_rhs / scalar_lhs output
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-// backward
-@group(0) @binding(3) var<storage, read_write> dy: array<f32>;
-@group(0) @binding(4) var<storage, read_write> da: array<f32>;
-@group(0) @binding(5) var<storage, read_write> db: array<f32>;
 
 var<private> nan_bits: u32 = 0x7fc00000u;
 

@@ -31,14 +31,8 @@
 
 const WG: u32 = 256u;
 
-// `Params` (and its layout) is declared once, in src/kernels/convert.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/convert.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dst_words: array<u32>;
-// f16_to_f32
-@group(0) @binding(1) var<storage, read_write> src_words: array<u32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 
 fn word_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;

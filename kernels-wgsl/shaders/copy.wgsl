@@ -13,11 +13,8 @@
 
 // One Params for both entry points; `copy` ignores rank, shape and strides.
 
-// `Params` (and its layout) is declared once, in src/kernels/copy.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/copy.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> src: array<u32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<u32>;
 
 const WORKGROUP_SIZE: u32 = 256u;
 

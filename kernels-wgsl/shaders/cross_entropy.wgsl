@@ -40,15 +40,8 @@
 
 const WG: u32 = 64u;
 
-// `Params` (and its layout) is declared once, in src/kernels/cross_entropy.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/cross_entropy.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> logits: array<f32>;
-@group(0) @binding(2) var<storage, read_write> targets: array<u32>;
-@group(0) @binding(3) var<storage, read_write> losses: array<f32>;
-// backward
-@group(0) @binding(3) var<storage, read_write> dloss: array<f32>;
-@group(0) @binding(4) var<storage, read_write> dlogits: array<f32>;
 
 var<private> nan_bits: u32 = 0x7fc00000u;
 

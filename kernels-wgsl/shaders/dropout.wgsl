@@ -16,11 +16,8 @@
 // Bounds check: invocations with i >= len return; the launcher checked both ranges.
 
 
-// `Params` (and its layout) is declared once, in src/kernels/dropout.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/dropout.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
 
 const WORKGROUP_SIZE: u32 = 256u;
 

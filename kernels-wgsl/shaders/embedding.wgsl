@@ -34,15 +34,8 @@
 
 const WG: u32 = 256u;
 
-// `Params` (and its layout) is declared once, in src/kernels/embedding.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/embedding.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> table: array<f32>;
-@group(0) @binding(2) var<storage, read_write> ids: array<u32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-// scatter_add (ids as above)
-@group(0) @binding(1) var<storage, read_write> dy: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dtable: array<f32>;
 
 var<private> nan_bits: u32 = 0x7fc00000u;
 

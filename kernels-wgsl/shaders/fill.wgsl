@@ -10,10 +10,8 @@
 // Bounds check: invocations with i >= len return; the launcher checked offset + len <= buffer.
 
 
-// `Params` (and its layout) is declared once, in src/kernels/fill.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/fill.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> out: array<u32>;
 
 const WORKGROUP_SIZE: u32 = 256u;
 

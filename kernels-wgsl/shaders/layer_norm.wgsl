@@ -41,27 +41,8 @@
 
 const WG: u32 = 64u;
 
-// `Params` (and its layout) is declared once, in src/kernels/layer_norm.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/layer_norm.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-// forward
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> gamma: array<f32>;
-@group(0) @binding(3) var<storage, read_write> beta: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-@group(0) @binding(5) var<storage, read_write> mean_out: array<f32>;
-@group(0) @binding(6) var<storage, read_write> rstd_out: array<f32>;
-// backward_input (x, gamma as above)
-@group(0) @binding(3) var<storage, read_write> bi_mean: array<f32>;
-@group(0) @binding(4) var<storage, read_write> bi_rstd: array<f32>;
-@group(0) @binding(5) var<storage, read_write> bi_dy: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dx: array<f32>;
-// backward_params (x as above)
-@group(0) @binding(2) var<storage, read_write> bp_mean: array<f32>;
-@group(0) @binding(3) var<storage, read_write> bp_rstd: array<f32>;
-@group(0) @binding(4) var<storage, read_write> bp_dy: array<f32>;
-@group(0) @binding(5) var<storage, read_write> dgamma: array<f32>;
-@group(0) @binding(6) var<storage, read_write> dbeta: array<f32>;
 
 fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;

@@ -48,14 +48,8 @@
 // create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked()); measured 1.3-2x faster in a
 // scratch bench but only 1.01-1.05x in `cargo xtask bench kernels`, so the launcher keeps checks on.
 
-// `Params` (and its layout) is declared once, in src/kernels/matmul.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/matmul.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> a: array<f32>;
-@group(0) @binding(2) var<storage, read_write> b: array<f32>;
-@group(0) @binding(3) var<storage, read_write> c: array<f32>;
-@group(0) @binding(1) var<storage, read_write> a_v4: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> b_v4: array<vec4<f32>>;
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
 

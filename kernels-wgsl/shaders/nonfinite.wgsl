@@ -21,11 +21,8 @@
 
 const WG: u32 = 256u;
 
-// `Params` (and its layout) is declared once, in src/kernels/nonfinite.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/nonfinite.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> flags: array<atomic<u32>>;
 
 @compute @workgroup_size(256)
 fn check(@builtin(global_invocation_id) gid: vec3<u32>,

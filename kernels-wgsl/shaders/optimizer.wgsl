@@ -39,16 +39,8 @@
 
 const WG: u32 = 256u;
 
-// `Params` (and its layout) is declared once, in src/kernels/optimizer.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/optimizer.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> sgd_params: SgdParams;
-@group(0) @binding(0) var<uniform> adamw_params: AdamWParams;
-@group(0) @binding(1) var<storage, read_write> param: array<f32>;
-@group(0) @binding(2) var<storage, read_write> grad: array<f32>;
-@group(0) @binding(3) var<storage, read_write> momentum_buf: array<f32>;
-// adamw (param, grad as above)
-@group(0) @binding(3) var<storage, read_write> exp_avg: array<f32>;
-@group(0) @binding(4) var<storage, read_write> exp_avg_sq: array<f32>;
 
 fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;

@@ -45,16 +45,8 @@
 //     fixed-order tree in workgroup memory (8 barriers; deterministic). Accumulation is f32.
 
 
-// `Params` (and its layout) is declared once, in src/kernels/reduce.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/reduce.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dst: array<f32>;
-@group(0) @binding(3) var<storage, read_write> idx_out: array<u32>;
-// max_backward
-@group(0) @binding(1) var<storage, read_write> dy: array<f32>;
-@group(0) @binding(2) var<storage, read_write> idx_in: array<u32>;
-@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
 
 // Mesa's lavapipe (llvmpipe) silently stops looping after 65535 loop iterations per invocation,
 // counted over ALL loops of the shader (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, one counter per

@@ -36,15 +36,8 @@
 
 const WG: u32 = 64u;
 
-// `Params` (and its layout) is declared once, in src/kernels/softmax.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/softmax.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-// backward: y at binding 1 (forward output), then dy, dx
-@group(0) @binding(1) var<storage, read_write> y_saved: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dy: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
 
 fn row_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;

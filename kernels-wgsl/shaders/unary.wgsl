@@ -38,15 +38,8 @@ override OP: u32;
 
 const WG: u32 = 256u;
 
-// `Params` (and its layout) is declared once, in src/kernels/unary.rs (`shader_params!`),
+// `Params` and the bindings are declared in src/kernels/unary.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
-@group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-// backward only (bindings 1..3 of the backward entry point)
-@group(0) @binding(1) var<storage, read_write> saved: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dy: array<f32>;
-@group(0) @binding(3) var<storage, read_write> dx: array<f32>;
 
 // Run-time NaN / infinity (a constant expression would be rejected as a non-finite literal).
 var<private> nan_bits: u32 = 0x7fc00000u;

@@ -20,8 +20,20 @@ use crate::error::{Error, Result};
 /// Largest `Params` struct a kernel may declare, in bytes (the uniform binding's size).
 pub const PARAMS_BYTES: u64 = 256;
 
+/// One binding of a kernel: the name and WGSL type its shader uses (`array<f32>`,
+/// `array<u32>`, ...; the uniform's is its `Params` struct).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Binding {
+    /// The variable's name in the shader.
+    pub name: &'static str,
+    /// Its WGSL type (storage bindings: the array type; the uniform: its struct).
+    pub ty: &'static str,
+}
+
 /// A compute kernel: one entry point of one WGSL file. Declared as a `const` next to its launcher
-/// with [`Kernel::new`].
+/// with `kernel!`, which states its bindings; the pipeline declares them (and `Params`) in front
+/// of the shader, so the binding convention lives in one place (every storage binding
+/// `read_write`, docs/wgpu.md §4; the uniform at binding 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Kernel {
     /// Shader stem: `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `reference::<stem>`.
@@ -29,13 +41,18 @@ pub struct Kernel {
     /// The WGSL declaration of the uniform `Params` struct(s), from `shader_params!` in the
     /// launcher: the one definition of their layout, prepended to `wgsl`.
     pub params: &'static str,
-    /// The WGSL source, `include_str!("../../shaders/<stem>.wgsl")` (without `Params`).
+    /// The WGSL source, `include_str!("../../shaders/<stem>.wgsl")` (without declarations).
     pub wgsl: &'static str,
     /// Entry point (`@compute fn <entry>`).
     pub entry: &'static str,
-    /// Number of storage bindings (`@binding(1)` to `@binding(N)`).
+    /// The uniform at `@binding(0)`.
+    pub uniform: Binding,
+    /// The storage buffers at `@binding(1)` to `@binding(N)`, in order: what the launcher's
+    /// `Dispatch::buffers` holds. Empty for a kernel whose WGSL declares its own bindings (tests).
+    pub bindings: &'static [Binding],
+    /// Number of storage bindings (`bindings.len()`, or what the WGSL declares itself).
     pub storage_bindings: u32,
-    /// Invocations per workgroup (the entry point's `@workgroup_size`, x only): how
+    /// Invocations per workgroup (the entry point's `@workgroup_size`, x by y by z): how
     /// [`crate::kernels::launch_1d`] sizes its grid.
     pub workgroup_size: u32,
     /// Whether wgpu injects bounds checks and loop bounding into the shader module:
@@ -44,15 +61,16 @@ pub struct Kernel {
 }
 
 impl Kernel {
-    /// The kernel for entry point `entry` of `wgsl` (whose `Params` are declared by `params`),
-    /// with `storage_bindings` storage buffers, `workgroup_size` invocations per workgroup and
+    /// The kernel for entry point `entry` of `wgsl`, whose `Params` are declared by `params`,
+    /// with `uniform` and the storage `bindings`, `workgroup_size` invocations per workgroup and
     /// wgpu's runtime checks on. Launchers declare theirs with `kernel!`.
     pub const fn new(
         stem: &'static str,
         params: &'static str,
         wgsl: &'static str,
         entry: &'static str,
-        storage_bindings: u32,
+        uniform: Binding,
+        bindings: &'static [Binding],
         workgroup_size: u32,
     ) -> Kernel {
         Kernel {
@@ -60,15 +78,43 @@ impl Kernel {
             params,
             wgsl,
             entry,
-            storage_bindings,
+            uniform,
+            bindings,
+            storage_bindings: bindings.len() as u32,
             workgroup_size,
             runtime_checks: RuntimeChecks::ON,
         }
     }
 
-    /// The shader module's source: the `Params` declarations, then the WGSL file.
+    /// The shader module's source: the `Params` declarations, the bindings of every entry
+    /// point of the stem (from [`crate::kernels::ALL`]; entry points may reuse a binding number
+    /// under another name, WGSL allows it as long as no entry point uses both), then the file.
     pub fn source(&self) -> String {
-        format!("{}\n{}", self.params, self.wgsl)
+        let mut declarations = String::new();
+        let mut declared: Vec<(usize, Binding)> = Vec::new();
+        let family = crate::kernels::ALL.iter().filter(|k| k.stem == self.stem);
+        for kernel in family.chain(std::iter::once(self)) {
+            if kernel.bindings.is_empty() {
+                continue;
+            }
+            let storage = kernel.bindings.iter().enumerate().map(|(i, b)| (i + 1, *b));
+            for (index, binding) in std::iter::once((0, kernel.uniform)).chain(storage) {
+                if declared.contains(&(index, binding)) {
+                    continue;
+                }
+                let space = if index == 0 {
+                    "uniform"
+                } else {
+                    "storage, read_write"
+                };
+                declarations += &format!(
+                    "@group(0) @binding({index}) var<{space}> {}: {};\n",
+                    binding.name, binding.ty
+                );
+                declared.push((index, binding));
+            }
+        }
+        format!("{}\n{declarations}\n{}", self.params, self.wgsl)
     }
 }
 
@@ -120,18 +166,44 @@ macro_rules! shader_params {
 }
 pub(crate) use shader_params;
 
-/// `kernel!(stem, entry, storage_bindings, workgroup_size)`: the [`Kernel`] for entry point
-/// `entry` of `shaders/<stem>.wgsl`, with the launcher module's `PARAMS_WGSL` (from
-/// `shader_params!`). Used in `src/kernels/<stem>.rs`.
+/// The WGSL type of a storage binding: `array<f32>` unless given.
+macro_rules! storage_type {
+    () => {
+        "array<f32>"
+    };
+    ($ty:literal) => {
+        $ty
+    };
+}
+pub(crate) use storage_type;
+
+/// `kernel!(stem, entry, [a, b: "array<u32>", out], workgroup_size)`: the [`Kernel`] for entry
+/// point `entry` of `shaders/<stem>.wgsl`, with the module's `PARAMS_WGSL` (from
+/// `shader_params!`), the uniform `params: Params` (or `name: Struct` after the entry), and its
+/// storage bindings in order (`array<f32>` unless a type is given). Used in
+/// `src/kernels/<stem>.rs`.
 macro_rules! kernel {
-    ($stem:literal, $entry:literal, $storage_bindings:literal, $workgroup_size:expr) => {
+    ($stem:literal, $entry:literal, [$($name:ident $(: $ty:literal)?),* $(,)?], $wg:expr) => {
+        $crate::pipeline::kernel!($stem, $entry, params: Params, [$($name $(: $ty)?),*], $wg)
+    };
+    (
+        $stem:literal,
+        $entry:literal,
+        $uniform:ident : $params:ident,
+        [$($name:ident $(: $ty:literal)?),* $(,)?],
+        $wg:expr
+    ) => {
         $crate::pipeline::Kernel::new(
             $stem,
             PARAMS_WGSL,
             include_str!(concat!("../../shaders/", $stem, ".wgsl")),
             $entry,
-            $storage_bindings,
-            $workgroup_size,
+            $crate::pipeline::Binding { name: stringify!($uniform), ty: stringify!($params) },
+            &[$($crate::pipeline::Binding {
+                name: stringify!($name),
+                ty: $crate::pipeline::storage_type!($($ty)?),
+            }),*],
+            $wg,
         )
     };
 }

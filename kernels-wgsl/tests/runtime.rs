@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use plimsoll_allocator::OomCause;
+use plimsoll_kernels_wgsl::pipeline::Binding;
 use plimsoll_kernels_wgsl::{Category, Dispatch, Error, GpuOptions, Kernel, kernels};
 
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, gpu_with};
@@ -145,7 +146,11 @@ fn bad_shader_is_a_validation_error_not_a_panic() {
         "",
         "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
         "main",
-        0,
+        Binding {
+            name: "params",
+            ty: "Params",
+        },
+        &[],
         1,
     );
     let err = gpu

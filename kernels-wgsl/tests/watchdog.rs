@@ -9,7 +9,7 @@
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use plimsoll_kernels_wgsl::pipeline::RuntimeChecks;
+use plimsoll_kernels_wgsl::pipeline::{Binding, RuntimeChecks};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Dispatch, Error, Gpu, Kernel};
 
 use plimsoll_kernels_wgsl::testing::{DEADLINE, fresh_gpu};
@@ -48,6 +48,11 @@ fn spin(@builtin(global_invocation_id) gid: vec3<u32>) {
     out[params.offset + gid.x % 64u] = h;
 }",
     entry: "spin",
+    uniform: Binding {
+        name: "params",
+        ty: "Params",
+    },
+    bindings: &[],
     storage_bindings: 1,
     workgroup_size: 64,
     runtime_checks: RuntimeChecks::ON,

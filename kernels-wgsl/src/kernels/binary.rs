@@ -133,16 +133,21 @@ impl Broadcast {
 pub const MAX_RANK: usize = 8;
 
 /// The `broadcast` entry point: bindings `a`, `b`, `out`.
-pub const BROADCAST: Kernel = kernel!("binary", "broadcast", 3, ELEMENTWISE_WORKGROUP);
+pub const BROADCAST: Kernel = kernel!("binary", "broadcast", [a, b, out], ELEMENTWISE_WORKGROUP);
 
 /// The `scalar_rhs` entry point (`a op s`): bindings `a`, `y`.
-pub const SCALAR_RHS: Kernel = kernel!("binary", "scalar_rhs", 2, ELEMENTWISE_WORKGROUP);
+pub const SCALAR_RHS: Kernel = kernel!("binary", "scalar_rhs", [a, y], ELEMENTWISE_WORKGROUP);
 
 /// The `scalar_lhs` entry point (`s op a`): bindings `a`, `y`.
-pub const SCALAR_LHS: Kernel = kernel!("binary", "scalar_lhs", 2, ELEMENTWISE_WORKGROUP);
+pub const SCALAR_LHS: Kernel = kernel!("binary", "scalar_lhs", [a, y], ELEMENTWISE_WORKGROUP);
 
 /// The `backward` entry point: bindings `a`, `b`, `dy`, `da`, `db`.
-pub const BACKWARD: Kernel = kernel!("binary", "backward", 5, ELEMENTWISE_WORKGROUP);
+pub const BACKWARD: Kernel = kernel!(
+    "binary",
+    "backward",
+    [a, b, dy, da, db],
+    ELEMENTWISE_WORKGROUP
+);
 
 shader_params! {
     /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).

@@ -10,10 +10,12 @@ use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32).
-pub const F32_TO_F16: Kernel = kernel!("convert", "f32_to_f16", 2, ELEMENTWISE_WORKGROUP);
+pub const F32_TO_F16: Kernel =
+    kernel!("convert", "f32_to_f16", [src, dst_words: "array<u32>"], ELEMENTWISE_WORKGROUP);
 
 /// The `f16_to_f32` entry point: bindings `src_words` (u32), `dst` (f32).
-pub const F16_TO_F32: Kernel = kernel!("convert", "f16_to_f32", 2, ELEMENTWISE_WORKGROUP);
+pub const F16_TO_F32: Kernel =
+    kernel!("convert", "f16_to_f32", [src_words: "array<u32>", dst], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `convert.wgsl` (both entry points).

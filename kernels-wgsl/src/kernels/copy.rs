@@ -12,10 +12,12 @@ use crate::slice::DeviceSlice;
 pub const MAX_RANK: usize = 6;
 
 /// The `copy` entry point.
-pub const COPY: Kernel = kernel!("copy", "copy", 2, ELEMENTWISE_WORKGROUP);
+pub const COPY: Kernel =
+    kernel!("copy", "copy", [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
 
 /// The `strided_copy` entry point.
-pub const STRIDED_COPY: Kernel = kernel!("copy", "strided_copy", 2, ELEMENTWISE_WORKGROUP);
+pub const STRIDED_COPY: Kernel =
+    kernel!("copy", "strided_copy", [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `copy.wgsl` (shared by both entry points).

@@ -17,10 +17,11 @@ use crate::slice::DeviceSlice;
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// The `forward` entry point.
-pub const FORWARD: Kernel = kernel!("cross_entropy", "forward", 3, ROW_WORKGROUP);
+pub const FORWARD: Kernel =
+    kernel!("cross_entropy", "forward", [logits, targets: "array<u32>", losses], ROW_WORKGROUP);
 
 /// The `backward` entry point.
-pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", 4, ROW_WORKGROUP);
+pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
 
 /// Loop passes one invocation of [`forward`] or [`backward`] runs at most for rows of `cols`
 /// classes: two unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on

@@ -10,7 +10,7 @@ use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `dropout` entry point.
-pub const KERNEL: Kernel = kernel!("dropout", "dropout", 2, ELEMENTWISE_WORKGROUP);
+pub const KERNEL: Kernel = kernel!("dropout", "dropout", [x, y], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `dropout.wgsl`.

@@ -15,10 +15,12 @@ use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `gather` entry point.
-pub const GATHER: Kernel = kernel!("embedding", "gather", 3, ELEMENTWISE_WORKGROUP);
+pub const GATHER: Kernel =
+    kernel!("embedding", "gather", [table, ids: "array<u32>", out], ELEMENTWISE_WORKGROUP);
 
 /// The `scatter_add` entry point.
-pub const SCATTER_ADD: Kernel = kernel!("embedding", "scatter_add", 3, ELEMENTWISE_WORKGROUP);
+pub const SCATTER_ADD: Kernel =
+    kernel!("embedding", "scatter_add", [dy, ids: "array<u32>", dtable], ELEMENTWISE_WORKGROUP);
 
 /// Loop passes one invocation of [`scatter_add`] runs for `tokens` ids: one unrolled loop
 /// ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in [`crate::kernels`]).

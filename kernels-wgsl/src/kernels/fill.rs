@@ -8,7 +8,7 @@ use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `fill` entry point.
-pub const KERNEL: Kernel = kernel!("fill", "fill", 1, ELEMENTWISE_WORKGROUP);
+pub const KERNEL: Kernel = kernel!("fill", "fill", [out: "array<u32>"], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `fill.wgsl`.

@@ -18,13 +18,28 @@ use crate::slice::DeviceSlice;
 pub const WORKGROUP: u32 = 64;
 
 /// The `forward` entry point.
-pub const FORWARD: Kernel = kernel!("layer_norm", "forward", 6, WORKGROUP);
+pub const FORWARD: Kernel = kernel!(
+    "layer_norm",
+    "forward",
+    [x, gamma, beta, y, mean_out, rstd_out],
+    WORKGROUP
+);
 
 /// The `backward_input` entry point (`dx`).
-pub const BACKWARD_INPUT: Kernel = kernel!("layer_norm", "backward_input", 6, WORKGROUP);
+pub const BACKWARD_INPUT: Kernel = kernel!(
+    "layer_norm",
+    "backward_input",
+    [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
+    WORKGROUP
+);
 
 /// The `backward_params` entry point (`dgamma`, `dbeta`).
-pub const BACKWARD_PARAMS: Kernel = kernel!("layer_norm", "backward_params", 6, WORKGROUP);
+pub const BACKWARD_PARAMS: Kernel = kernel!(
+    "layer_norm",
+    "backward_params",
+    [x, bp_mean, bp_rstd, bp_dy, dgamma, dbeta],
+    WORKGROUP
+);
 
 /// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
 /// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see

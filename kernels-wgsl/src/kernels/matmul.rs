@@ -101,10 +101,11 @@ impl MatmulDims {
 }
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
-pub const MAIN: Kernel = kernel!("matmul", "main", 3, 64);
+pub const MAIN: Kernel =
+    kernel!("matmul", "main", [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c], 64);
 
 /// The any-shape entry point.
-pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", 3, 64);
+pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", [a, b, c], 64);
 
 /// Outputs per workgroup along each of M and N: `main` (8×8 invocations × 16×16 outputs).
 const TILE_MAIN: u64 = 128;

@@ -22,7 +22,8 @@ use crate::slice::DeviceSlice;
 pub const FLAG_WORDS: u64 = 2;
 
 /// The `check` entry point: bindings `x`, `flags`.
-pub const KERNEL: Kernel = kernel!("nonfinite", "check", 2, ELEMENTWISE_WORKGROUP);
+pub const KERNEL: Kernel =
+    kernel!("nonfinite", "check", [x, flags: "array<atomic<u32>>"], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `nonfinite.wgsl`.

@@ -12,10 +12,10 @@ use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The `sgd` entry point.
-pub const SGD: Kernel = kernel!("optimizer", "sgd", 3, ELEMENTWISE_WORKGROUP);
+pub const SGD: Kernel = kernel!("optimizer", "sgd", sgd_params: SgdParams, [param, grad, momentum_buf], ELEMENTWISE_WORKGROUP);
 
 /// The `adamw` entry point.
-pub const ADAMW: Kernel = kernel!("optimizer", "adamw", 4, ELEMENTWISE_WORKGROUP);
+pub const ADAMW: Kernel = kernel!("optimizer", "adamw", adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `SgdParams` of `optimizer.wgsl`.

@@ -81,25 +81,28 @@ pub const fn all_loop_iterations(len: u64) -> u64 {
 const ALL_WORKGROUP: u64 = 256;
 
 /// The `sum_axis` entry point: bindings `src`, `dst`.
-pub const SUM_AXIS: Kernel = kernel!("reduce", "sum_axis", 2, AXIS_WORKGROUP);
+pub const SUM_AXIS: Kernel = kernel!("reduce", "sum_axis", [src, dst], AXIS_WORKGROUP);
 
 /// The `mean_axis` entry point: bindings `src`, `dst`.
-pub const MEAN_AXIS: Kernel = kernel!("reduce", "mean_axis", 2, AXIS_WORKGROUP);
+pub const MEAN_AXIS: Kernel = kernel!("reduce", "mean_axis", [src, dst], AXIS_WORKGROUP);
 
 /// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
-pub const MAX_AXIS: Kernel = kernel!("reduce", "max_axis", 3, AXIS_WORKGROUP);
+pub const MAX_AXIS: Kernel =
+    kernel!("reduce", "max_axis", [src, dst, idx_out: "array<u32>"], AXIS_WORKGROUP);
 
 /// The `max_backward` entry point: bindings `dy`, `idx_in`, `dx`.
-pub const MAX_BACKWARD: Kernel = kernel!("reduce", "max_backward", 3, ELEMENTWISE_WORKGROUP);
+pub const MAX_BACKWARD: Kernel =
+    kernel!("reduce", "max_backward", [dy, idx_in: "array<u32>", dx], ELEMENTWISE_WORKGROUP);
 
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", 2, ALL_WORKGROUP as u32);
+pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", [src, dst], ALL_WORKGROUP as u32);
 
 /// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const MEAN_ALL: Kernel = kernel!("reduce", "mean_all", 2, ALL_WORKGROUP as u32);
+pub const MEAN_ALL: Kernel = kernel!("reduce", "mean_all", [src, dst], ALL_WORKGROUP as u32);
 
 /// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
-pub const MAX_ALL: Kernel = kernel!("reduce", "max_all", 3, ALL_WORKGROUP as u32);
+pub const MAX_ALL: Kernel =
+    kernel!("reduce", "max_all", [src, dst, idx_out: "array<u32>"], ALL_WORKGROUP as u32);
 
 shader_params! {
     /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).

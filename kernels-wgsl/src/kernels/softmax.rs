@@ -16,17 +16,27 @@ use crate::slice::DeviceSlice;
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// The `softmax_forward` entry point.
-pub const SOFTMAX_FORWARD: Kernel = kernel!("softmax", "softmax_forward", 2, ROW_WORKGROUP);
+pub const SOFTMAX_FORWARD: Kernel = kernel!("softmax", "softmax_forward", [x, y], ROW_WORKGROUP);
 
 /// The `log_softmax_forward` entry point.
-pub const LOG_SOFTMAX_FORWARD: Kernel = kernel!("softmax", "log_softmax_forward", 2, ROW_WORKGROUP);
+pub const LOG_SOFTMAX_FORWARD: Kernel =
+    kernel!("softmax", "log_softmax_forward", [x, y], ROW_WORKGROUP);
 
 /// The `softmax_backward` entry point.
-pub const SOFTMAX_BACKWARD: Kernel = kernel!("softmax", "softmax_backward", 3, ROW_WORKGROUP);
+pub const SOFTMAX_BACKWARD: Kernel = kernel!(
+    "softmax",
+    "softmax_backward",
+    [y_saved, dy, dx],
+    ROW_WORKGROUP
+);
 
 /// The `log_softmax_backward` entry point.
-pub const LOG_SOFTMAX_BACKWARD: Kernel =
-    kernel!("softmax", "log_softmax_backward", 3, ROW_WORKGROUP);
+pub const LOG_SOFTMAX_BACKWARD: Kernel = kernel!(
+    "softmax",
+    "log_softmax_backward",
+    [y_saved, dy, dx],
+    ROW_WORKGROUP
+);
 
 /// Loop passes one invocation of any `softmax` entry point runs for rows of `cols` columns: two
 /// unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in

@@ -76,10 +76,10 @@ impl UnaryOp {
 }
 
 /// The `forward` entry point: bindings `x`, `y`.
-pub const FORWARD: Kernel = kernel!("unary", "forward", 2, ELEMENTWISE_WORKGROUP);
+pub const FORWARD: Kernel = kernel!("unary", "forward", [x, y], ELEMENTWISE_WORKGROUP);
 
 /// The `backward` entry point: bindings `saved`, `dy`, `dx`.
-pub const BACKWARD: Kernel = kernel!("unary", "backward", 3, ELEMENTWISE_WORKGROUP);
+pub const BACKWARD: Kernel = kernel!("unary", "backward", [saved, dy, dx], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `unary.wgsl` (shared by both entry points; unused offsets are 0).

@@ -1,6 +1,6 @@
 //! §3: limits, and the loop limit wgpu does not report.
 
-use plimsoll_kernels_wgsl::pipeline::RuntimeChecks;
+use plimsoll_kernels_wgsl::pipeline::{Binding, RuntimeChecks};
 use plimsoll_kernels_wgsl::{Category, Dispatch, Kernel};
 
 use crate::{DEADLINE, gpu, raw_device};
@@ -51,6 +51,11 @@ fn count() {
     out[params.offset] = c0; out[params.offset + 1u] = c1; out[params.offset + 2u] = c2;
 }",
     entry: "count",
+    uniform: Binding {
+        name: "params",
+        ty: "Params",
+    },
+    bindings: &[],
     storage_bindings: 1,
     workgroup_size: 1,
     runtime_checks: RuntimeChecks::ON,
