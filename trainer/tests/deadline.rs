@@ -8,12 +8,13 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{Error, Trainer};
 
 #[test]
 fn a_step_past_the_deadline_saves_the_last_good_state_and_reports_the_submissions() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let dir = temp_dir("deadline");
     let spec = adam_spec(&[64, 256, 10]);
     let mut config = config(64, 64, 10, 1e-3);
@@ -57,7 +58,7 @@ fn a_step_past_the_deadline_saves_the_last_good_state_and_reports_the_submission
 /// backward adds finite values to it, and every other parameter gets only finite gradients.
 #[test]
 fn a_non_finite_gradient_stops_the_step_and_names_its_parameter() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let spec = adam_spec(&[8, 16, 16, 4]);
     let mut trainer =
         Trainer::new(&gpu, config(32, 16, 1, 1e-3), &spec, data(32, 8, 4), None).unwrap();
@@ -118,7 +119,7 @@ fn a_non_finite_gradient_stops_the_step_and_names_its_parameter() {
 
 #[test]
 fn a_step_reads_back_once() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let spec = adam_spec(&[16, 32, 4]);
     let mut trainer =
         Trainer::new(&gpu, config(32, 8, 3, 1e-3), &spec, data(64, 16, 4), None).unwrap();

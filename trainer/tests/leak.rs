@@ -7,11 +7,12 @@ mod common;
 
 use common::*;
 use plimsoll_autograd::{Category, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::{Error, LeakPolicy, Trainer};
 
 #[test]
 fn a_retained_tensor_is_named() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let spec = adam_spec(&[8, 16, 4]);
     let mut trainer =
         Trainer::new(&gpu, config(16, 8, 4, 1e-3), &spec, data(64, 8, 4), None).unwrap();
@@ -33,7 +34,7 @@ fn a_retained_tensor_is_named() {
 
 #[test]
 fn warn_policy_logs_the_leak_and_goes_on() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let spec = adam_spec(&[8, 16, 4]);
     let mut config = config(16, 16, 4, 1e-3);
     config.leak_policy = LeakPolicy::Warn;

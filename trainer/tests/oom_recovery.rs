@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use plimsoll_autograd::{Category, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::{Silent, Trainer};
 
 /// Activations of (1024, 1024) f32 are 4 MiB: dedicated segments, so reserved bytes follow them.
@@ -16,7 +17,7 @@ const BATCH: usize = 1024;
 type Values = Vec<(String, Vec<f32>)>;
 
 fn run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     // SGD: Adam's m / sqrt(v) magnifies summation-order differences of near-zero gradients.
     let spec = sgd_spec(&[32, 1024, 10]);
     let mut config = config(BATCH, micro, 3, 0.05);
@@ -40,12 +41,12 @@ fn out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
         .find(|l| l.contains("out of memory at micro-batch 1024"));
     assert!(split.is_some(), "no split in the log: {log:#?}");
     assert!(split.unwrap().contains("micro-batch 512"));
-    assert_close(&constrained, &full, 1e-5);
+    assert_params_close(&constrained, &full, 1e-5);
 }
 
 #[test]
 fn out_of_memory_at_micro_batch_one_reaches_the_user() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let spec = adam_spec(&[32, 1024, 10]);
     let mut config = config(4, 4, 1, 1e-3);
     config.leak_policy = plimsoll_trainer::LeakPolicy::Off;

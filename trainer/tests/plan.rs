@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::{CheckpointPolicy, Trainer};
 
 /// Bytes of the model's fixed state under AdamW: each weight and bias, rounded up to the
@@ -32,7 +33,7 @@ fn fixed_state_bytes(widths: &[usize], alignment: u64) -> u64 {
 /// within 4%: a per-sample figure off by 10%, or one that ignored activations, fails.
 #[test]
 fn predicted_activation_peak_is_within_four_percent_of_the_measured_one() {
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let widths = [32, 64, 64, 64, 64, 64, 10];
     let spec = adam_spec(&widths);
     let mut config = config(1024, 1, 3, 1e-3);
@@ -85,7 +86,7 @@ fn small_budget_gives_a_smaller_micro_batch() {
     let mut config = config(256, 1, 1, 1e-3);
     config.micro_batch = None;
     config.checkpointing = CheckpointPolicy::None;
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let full = Trainer::new(&gpu, config.clone(), &spec, data(512, 64, 10), None).unwrap();
     let full_plan = full.plan().unwrap().clone();
     assert_eq!(full_plan.micro_batch, 256, "{full_plan}");
@@ -94,7 +95,7 @@ fn small_budget_gives_a_smaller_micro_batch() {
     // A budget where only about half the batch fits.
     let budget = ((model.predict(128) as f64) / plimsoll_trainer::plan::HEADROOM) as u64;
     config.memory_budget_bytes = Some(budget);
-    let gpu = common::gpu();
+    let gpu = fresh_gpu();
     let small = Trainer::new(&gpu, config, &spec, data(512, 64, 10), None).unwrap();
     let plan = small.plan().unwrap();
     assert!(plan.micro_batch < 256 && plan.micro_batch >= 64, "{plan}");

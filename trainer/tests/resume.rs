@@ -8,6 +8,7 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::*;
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{RunLength, Silent, Trainer};
 
@@ -16,13 +17,13 @@ fn a_resumed_run_is_bit_identical() {
     let spec = adam_spec(&[10, 24, 24, 3]);
     let data = data(40, 10, 3); // 3 steps per epoch of 16: the run crosses epochs
     let straight = {
-        let gpu = gpu();
+        let gpu = fresh_gpu();
         let mut t = Trainer::new(&gpu, config(16, 8, 7, 1e-2), &spec, data.clone(), None).unwrap();
         t.run(&mut Silent).unwrap();
         values(t.parameters())
     };
     let dir = temp_dir("resume");
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let mut first = config(16, 8, 4, 1e-2);
     first.checkpoint_dir = Some(dir.clone());
     let mut t = Trainer::new(&gpu, first.clone(), &spec, data.clone(), None).unwrap();
@@ -42,7 +43,7 @@ fn a_resumed_run_is_bit_identical() {
 #[test]
 fn the_stop_flag_saves_and_ends_the_run() {
     let dir = temp_dir("stop");
-    let gpu = gpu();
+    let gpu = fresh_gpu();
     let mut config = config(16, 16, 50, 1e-2);
     config.checkpoint_dir = Some(dir.clone());
     let mut t = Trainer::new(&gpu, config, &adam_spec(&[10, 8, 3]), data(40, 10, 3), None).unwrap();

@@ -1,22 +1,17 @@
-//! Helpers shared by the trainer's tests: a fresh Gpu per test, small synthetic data, small
-//! models, and parameter comparison.
+//! Helpers shared by the trainer's tests: small synthetic data, small models, and parameter
+//! comparison. Each test takes a device of its own (`testing::fresh_gpu()`): the trainer checks
+//! for leaked blocks after every step, which another test's tensors on a shared device would be.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::testing::close;
 use plimsoll_nn::{Activation, AdamWConfig, LrSchedule, SgdConfig};
 use plimsoll_trainer::{
     CheckpointPolicy, Dataset, LeakPolicy, ModelSpec, OptimizerSpec, RunLength, TrainConfig,
 };
-
-/// A fresh device (one per test: read-backs from one shared Gpu across threads are avoided).
-pub fn gpu() -> Gpu {
-    Gpu::new().expect(
-        "no GPU adapter: install Mesa's lavapipe (apt-get install mesa-vulkan-drivers libvulkan1)",
-    )
-}
 
 /// `len` synthetic samples with `dim` features and `classes` classes.
 pub fn data(len: usize, dim: usize, classes: usize) -> Dataset {
@@ -73,19 +68,27 @@ pub fn values(params: &[(String, Tensor)]) -> Vec<(String, Vec<f32>)> {
 }
 
 /// Asserts, for every tensor, `|a_i - b_i| <= rtol * max(|a_i|, |b_i|, max_j |a_j|)`: relative to
-/// the element or, for near-zero elements, to the tensor's largest magnitude (its max norm).
-/// Prints the first mismatch.
-pub fn assert_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], rtol: f32) {
+/// the element or, for near-zero elements, to the tensor's largest magnitude (its max norm),
+/// judged by `testing::close` (so a NaN or an infinity must be matched exactly; magnitudes are
+/// taken over finite values only). Prints the first mismatch.
+pub fn assert_params_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], rtol: f64) {
     assert_eq!(a.len(), b.len());
+    let magnitude = |v: f32| {
+        if v.is_finite() {
+            f64::from(v.abs())
+        } else {
+            0.0
+        }
+    };
     for ((na, va), (nb, vb)) in a.iter().zip(b) {
         assert_eq!(na, nb);
-        let scale = va.iter().fold(0f32, |m, v| m.max(v.abs()));
-        for (i, (x, y)) in va.iter().zip(vb).enumerate() {
-            let tol = rtol * x.abs().max(y.abs()).max(scale);
+        let scale = va.iter().fold(0f64, |m, &v| m.max(magnitude(v)));
+        for (i, (&x, &y)) in va.iter().zip(vb).enumerate() {
+            let tol = rtol * magnitude(x).max(magnitude(y)).max(scale);
             assert!(
-                (x - y).abs() <= tol,
+                close(f64::from(x), f64::from(y), tol, 0.0),
                 "{na}[{i}]: {x} vs {y} (difference {}, tolerance {tol})",
-                (x - y).abs()
+                (f64::from(x) - f64::from(y)).abs()
             );
         }
     }
