@@ -120,6 +120,17 @@ pub(crate) fn attach(mut output: Tensor, op: Op, inputs: &[&Tensor]) -> Tensor {
     output
 }
 
+/// `output`, made the output of a new node for `op()` over `inputs` when [`records`] says an op
+/// over them records; otherwise `output` as it is, and `op` (with the tensors it would save)
+/// is never built.
+pub(crate) fn record(output: Tensor, inputs: &[&Tensor], op: impl FnOnce() -> Op) -> Tensor {
+    if records(inputs) {
+        attach(output, op(), inputs)
+    } else {
+        output
+    }
+}
+
 /// Entry point of [`Tensor::backward`].
 pub(crate) fn backward(root: &Tensor, seed: Option<&Tensor>, retain_graph: bool) -> Result<()> {
     let _no_grad = no_grad();

@@ -11,7 +11,7 @@ use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 use crate::error::Result;
 use crate::op::Op;
 use crate::ops::mismatch;
-use crate::tape::{attach, output_category, records};
+use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, Tensor};
 
 fn binary_name(op: BinaryOp) -> &'static str {
@@ -50,24 +50,28 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         b_shape: &b.shape,
     };
     binary::broadcast(&a.gpu, &dims, out.elements()?, a.elements()?, b.elements()?)?;
-    if !recording {
-        return Ok(out);
-    }
-    let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
-    let recorded = match op {
-        BinaryOp::Add => Op::Add { lhs, rhs },
-        BinaryOp::Sub => Op::Sub { lhs, rhs },
-        BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => Op::Binary {
-            op,
-            a: a.detach(),
-            b: b.detach(),
-        },
-    };
-    Ok(attach(out, recorded, &[a, b]))
+    Ok(record(out, &[a, b], || {
+        let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
+        match op {
+            BinaryOp::Add => Op::Add { lhs, rhs },
+            BinaryOp::Sub => Op::Sub { lhs, rhs },
+            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => Op::Binary {
+                op,
+                a: a.detach(),
+                b: b.detach(),
+            },
+        }
+    }))
 }
 
-/// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `recorded` when needed.
-fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<Tensor> {
+/// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `recorded()` when needed.
+fn scalar(
+    x: &Tensor,
+    op: BinaryOp,
+    s: f32,
+    rhs: bool,
+    recorded: impl FnOnce() -> Op,
+) -> Result<Tensor> {
     let name = binary_name(op);
     x.expect_dtype(name, DType::F32)?;
     let recording = records(&[x]);
@@ -77,10 +81,7 @@ fn scalar(x: &Tensor, op: BinaryOp, s: f32, rhs: bool, recorded: Op) -> Result<T
     } else {
         binary::scalar_lhs(&x.gpu, op, out.elements()?, s, x.elements()?)?;
     }
-    if !recording {
-        return Ok(out);
-    }
-    Ok(attach(out, recorded, &[x]))
+    Ok(record(out, &[x], recorded))
 }
 
 /// `f(x)` elementwise, recorded when needed.
@@ -90,20 +91,16 @@ fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
     let recording = records(&[x]);
     let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
     unary::forward(&x.gpu, op, out.elements()?, x.elements()?, exponent)?;
-    if !recording {
-        return Ok(out);
-    }
     let saved = if op.backward_uses_output() {
         out.detach()
     } else {
         x.detach()
     };
-    let recorded = Op::Unary {
+    Ok(record(out, &[x], || Op::Unary {
         op,
         exponent,
         saved,
-    };
-    Ok(attach(out, recorded, &[x]))
+    }))
 }
 
 impl Tensor {
@@ -147,7 +144,7 @@ impl Tensor {
 
     /// `self + s`.
     pub fn add_scalar(&self, s: f32) -> Result<Tensor> {
-        scalar(self, BinaryOp::Add, s, true, Op::AddScalar { scalar: s })
+        scalar(self, BinaryOp::Add, s, true, || Op::AddScalar { scalar: s })
     }
 
     /// `self - s`.
@@ -157,80 +154,69 @@ impl Tensor {
 
     /// `self * s`.
     pub fn mul_scalar(&self, s: f32) -> Result<Tensor> {
-        scalar(self, BinaryOp::Mul, s, true, Op::MulScalar { scalar: s })
+        scalar(self, BinaryOp::Mul, s, true, || Op::MulScalar { scalar: s })
     }
 
     /// `self / s`.
     pub fn div_scalar(&self, s: f32) -> Result<Tensor> {
-        scalar(self, BinaryOp::Div, s, true, Op::DivScalar { scalar: s })
+        scalar(self, BinaryOp::Div, s, true, || Op::DivScalar { scalar: s })
     }
 
     /// `s - self`.
     pub fn scalar_sub(&self, s: f32) -> Result<Tensor> {
-        scalar(self, BinaryOp::Sub, s, false, Op::ScalarSub { scalar: s })
+        scalar(self, BinaryOp::Sub, s, false, || Op::ScalarSub {
+            scalar: s,
+        })
     }
 
     /// `s / self`.
     pub fn scalar_div(&self, s: f32) -> Result<Tensor> {
-        let x = self.detach();
-        scalar(
-            self,
-            BinaryOp::Div,
-            s,
-            false,
-            Op::ScalarDiv { scalar: s, x },
-        )
-    }
-
-    /// `|self|` (gradient `sign(x)`, 0 at 0, as PyTorch).
-    pub fn abs(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Abs, 0.0)
-    }
-
-    /// `-self`.
-    pub fn neg(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Neg, 0.0)
-    }
-
-    /// `exp(self)`.
-    pub fn exp(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Exp, 0.0)
-    }
-
-    /// Natural logarithm.
-    pub fn log(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Log, 0.0)
-    }
-
-    /// Square root.
-    pub fn sqrt(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Sqrt, 0.0)
+        let recorded = || Op::ScalarDiv {
+            scalar: s,
+            x: self.detach(),
+        };
+        scalar(self, BinaryOp::Div, s, false, recorded)
     }
 
     /// `self ^ exponent` elementwise.
     pub fn powf(&self, exponent: f32) -> Result<Tensor> {
         unary(self, UnaryOp::Pow, exponent)
     }
+}
 
+/// The named methods of the unary ops without a parameter: `name => UnaryOp variant`.
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident),* $(,)?) => {
+        impl Tensor {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> Result<Tensor> {
+                    unary(self, UnaryOp::$op, 0.0)
+                }
+            )*
+        }
+    };
+}
+
+unary_methods! {
+    /// `|self|` (gradient `sign(x)`, 0 at 0, as PyTorch).
+    abs => Abs,
+    /// `-self`.
+    neg => Neg,
+    /// `exp(self)`.
+    exp => Exp,
+    /// Natural logarithm.
+    log => Log,
+    /// Square root.
+    sqrt => Sqrt,
     /// `max(self, 0)`.
-    pub fn relu(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Relu, 0.0)
-    }
-
+    relu => Relu,
     /// GELU (tanh approximation).
-    pub fn gelu(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Gelu, 0.0)
-    }
-
+    gelu => Gelu,
     /// `tanh(self)`.
-    pub fn tanh(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Tanh, 0.0)
-    }
-
+    tanh => Tanh,
     /// `1 / (1 + exp(-self))`.
-    pub fn sigmoid(&self) -> Result<Tensor> {
-        unary(self, UnaryOp::Sigmoid, 0.0)
-    }
+    sigmoid => Sigmoid,
 }
 
 // ---- helpers of backward (grad mode is off there, so nothing below records) ----

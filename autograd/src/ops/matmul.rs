@@ -8,7 +8,7 @@ use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 use crate::error::Result;
 use crate::op::Op;
 use crate::ops::mismatch;
-use crate::tape::{attach, output_category, records};
+use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, GradSlot, Shape, Tensor, lock, numel};
 
 /// How a matmul of two shapes runs: `batch` products of `m×k · k×n`; `shared_*` marks an
@@ -152,14 +152,10 @@ impl Tensor {
             strides: (stride_a, p.k * p.n),
         };
         let out = product.new_tensor(self, rhs, &shape, output_category(recording))?;
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::Matmul {
+        Ok(record(out, &[self, rhs], || Op::Matmul {
             a: self.detach(),
             b: rhs.detach(),
-        };
-        Ok(attach(out, op, &[self, rhs]))
+        }))
     }
 }
 

@@ -5,13 +5,14 @@
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
-use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce, softmax};
+use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxKind};
+use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce};
 
 use crate::error::{Error, Result};
 use crate::grad_mode::next_seed;
 use crate::op::Op;
 use crate::ops::mismatch;
-use crate::tape::{attach, output_category, records};
+use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, Shape, Tensor};
 
 /// `(rows, cols)` of a tensor seen as a matrix over its last axis.
@@ -30,28 +31,18 @@ fn softmax_like(x: &Tensor, log: bool) -> Result<Tensor> {
     let (rows, cols) = rows_cols(name, x)?;
     let recording = records(&[x]);
     let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
-    let launch = if log {
-        softmax::log_softmax_forward
+    let kind = if log {
+        SoftmaxKind::LogSoftmax
     } else {
-        softmax::softmax_forward
+        SoftmaxKind::Softmax
     };
-    launch(
-        &x.gpu,
-        out.elements()?,
-        x.elements()?,
-        rows as u64,
-        cols as u64,
-    )?;
-    if !recording {
-        return Ok(out);
-    }
+    let (y, x_elements) = (out.elements()?, x.elements()?);
+    softmax::forward(&x.gpu, kind, y, x_elements, rows as u64, cols as u64)?;
     let y = out.detach();
-    let op = if log {
-        Op::LogSoftmax { cols, y }
-    } else {
-        Op::Softmax { cols, y }
-    };
-    Ok(attach(out, op, &[x]))
+    Ok(record(out, &[x], || match log {
+        true => Op::LogSoftmax { cols, y },
+        false => Op::Softmax { cols, y },
+    }))
 }
 
 impl Tensor {
@@ -96,17 +87,13 @@ impl Tensor {
         )?;
         let out = Tensor::empty(&self.gpu, &[], output_category(recording), "cross_entropy")?;
         reduce::mean_all(&self.gpu, out.elements()?, losses.elements()?)?;
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::CrossEntropy {
+        Ok(record(out, &[self, targets], || Op::CrossEntropy {
             rows,
             cols,
             smoothing,
             logits: self.detach(),
             targets: targets.detach(),
-        };
-        Ok(attach(out, op, &[self, targets]))
+        }))
     }
 
     /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, `gamma` and
@@ -142,18 +129,14 @@ impl Tensor {
             gamma.elements()?,
             beta.elements()?,
         )?;
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::LayerNorm {
+        Ok(record(out, &[self, gamma, beta], || Op::LayerNorm {
             rows,
             cols,
             x: self.detach(),
             gamma: gamma.detach(),
             mean,
             rstd,
-        };
-        Ok(attach(out, op, &[self, gamma, beta]))
+        }))
     }
 
     /// Rows of this `[vocab, dim]` table picked by u32 `ids` (any shape): `[ids.., dim]`. An id
@@ -186,15 +169,11 @@ impl Tensor {
             vocab_u64,
             dim_u64,
         )?;
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::Embedding {
+        Ok(record(out, &[self, ids], || Op::Embedding {
             vocab,
             dim,
             ids: ids.detach(),
-        };
-        Ok(attach(out, op, &[self, ids]))
+        }))
     }
 
     /// Inverted dropout: each element zeroed with probability `p`, the rest scaled by
@@ -222,10 +201,7 @@ impl Tensor {
             "dropout",
         )?;
         dropout_raw(self, &out, p, seed)?;
-        if !recording {
-            return Ok(out);
-        }
-        Ok(attach(out, Op::Dropout { p, seed }, &[self]))
+        Ok(record(out, &[self], || Op::Dropout { p, seed }))
     }
 }
 
@@ -246,19 +222,13 @@ pub(crate) fn dropout_grad(g: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
 pub(crate) fn softmax_grad(g: &Tensor, y: &Tensor, cols: usize, log: bool) -> Result<Tensor> {
     let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "softmax grad")?;
     let rows = (g.numel() / cols.max(1)) as u64;
-    let launch = if log {
-        softmax::log_softmax_backward
+    let kind = if log {
+        SoftmaxKind::LogSoftmax
     } else {
-        softmax::softmax_backward
+        SoftmaxKind::Softmax
     };
-    launch(
-        &g.gpu,
-        dx.elements()?,
-        y.elements()?,
-        g.elements()?,
-        rows,
-        cols as u64,
-    )?;
+    let (y, dy) = (y.elements()?, g.elements()?);
+    softmax::backward(&g.gpu, kind, dx.elements()?, y, dy, rows, cols as u64)?;
     Ok(dx)
 }
 

@@ -6,7 +6,7 @@ use plimsoll_kernels_wgsl::kernels::reduce;
 
 use crate::error::{Error, Result};
 use crate::op::{Axes, Op};
-use crate::tape::{attach, output_category, records};
+use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, Shape, Tensor, numel};
 
 #[derive(Clone, Copy, PartialEq)]
@@ -84,15 +84,13 @@ fn reduction(x: &Tensor, axes: &[usize], keepdim: bool, kind: Kind) -> Result<Te
     let recording = records(&[x]);
     let out = reduce_axes(x, &axes, kind, output_category(recording))?;
     let out = out.view(&reduced_shape(&x.shape, &axes, keepdim), out.offset);
-    if !recording {
-        return Ok(out);
-    }
-    let input = x.shape.clone();
-    let op = match kind {
-        Kind::Sum => Op::Sum { input, axes },
-        Kind::Mean => Op::Mean { input, axes },
-    };
-    Ok(attach(out, op, &[x]))
+    Ok(record(out, &[x], || {
+        let input = x.shape.clone();
+        match kind {
+            Kind::Sum => Op::Sum { input, axes },
+            Kind::Mean => Op::Mean { input, axes },
+        }
+    }))
 }
 
 impl Tensor {
@@ -136,15 +134,11 @@ impl Tensor {
             axis,
         )?;
         let out = out.view(&reduced_shape(&self.shape, &axes, keepdim), 0);
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::Max {
+        Ok(record(out, &[self], || Op::Max {
             input: self.shape.clone(),
             axis,
             indices,
-        };
-        Ok(attach(out, op, &[self]))
+        }))
     }
 }
 

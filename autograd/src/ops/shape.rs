@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use crate::error::{Error, Result};
 use crate::op::{Axes, Op};
 use crate::ops::mismatch;
-use crate::tape::{attach, output_category, records};
+use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, Shape, Tensor, numel};
 
 /// Row-major strides of `shape`, in elements.
@@ -67,13 +67,9 @@ impl Tensor {
             ));
         }
         let out = self.view(shape, self.offset);
-        if !records(&[self]) {
-            return Ok(out);
-        }
-        let op = Op::Reshape {
+        Ok(record(out, &[self], || Op::Reshape {
             input: self.shape.clone(),
-        };
-        Ok(attach(out, op, &[self]))
+        }))
     }
 
     /// Axes reordered: output axis `i` is input axis `perm[i]` (a copy).
@@ -104,13 +100,9 @@ impl Tensor {
             output_category(recording),
             "permute",
         )?;
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::Permute {
+        Ok(record(out, &[self], || Op::Permute {
             perm: perm.iter().copied().collect(),
-        };
-        Ok(attach(out, op, &[self]))
+        }))
     }
 
     /// Axes `dim0` and `dim1` swapped (a copy).
@@ -155,15 +147,11 @@ impl Tensor {
                 "slice",
             )?
         };
-        if !recording {
-            return Ok(out);
-        }
-        let op = Op::Slice {
+        Ok(record(out, &[self], || Op::Slice {
             input: self.shape.clone(),
             axis,
             start,
-        };
-        Ok(attach(out, op, &[self]))
+        }))
     }
 
     /// `tensors` joined along `axis` (equal extents elsewhere).
@@ -190,10 +178,7 @@ impl Tensor {
         let sizes: SmallVec<[usize; 4]> = tensors.iter().map(|t| t.shape[axis]).collect();
         let recording = records(tensors);
         let out = concat_raw(tensors, axis, output_category(recording))?;
-        if !recording {
-            return Ok(out);
-        }
-        Ok(attach(out, Op::Concat { axis, sizes }, tensors))
+        Ok(record(out, tensors, || Op::Concat { axis, sizes }))
     }
 }
 

@@ -60,74 +60,29 @@ shader_params! {
     }
 }
 
-/// Records `y = softmax(x)` per row of the `[rows, cols]` matrices `x` and `y`.
-pub fn softmax_forward(
+/// Which of the two row normalisations a launch computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftmaxKind {
+    /// `softmax(x)_j = exp(x_j) / sum_k exp(x_k)`.
+    Softmax,
+    /// `log_softmax(x)_j = x_j - log sum_k exp(x_k)`.
+    LogSoftmax,
+}
+
+/// Records `y = softmax(x)` (or `log_softmax(x)`) per row of the `[rows, cols]` matrices `x`
+/// and `y`.
+pub fn forward(
     gpu: &Gpu,
+    kind: SoftmaxKind,
     y: DeviceSlice<'_>,
     x: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    forward(gpu, &SOFTMAX_FORWARD, y, x, rows, cols)
-}
-
-/// Records `y = log_softmax(x)` per row, as [`softmax_forward`].
-pub fn log_softmax_forward(
-    gpu: &Gpu,
-    y: DeviceSlice<'_>,
-    x: DeviceSlice<'_>,
-    rows: u64,
-    cols: u64,
-) -> Result<()> {
-    forward(gpu, &LOG_SOFTMAX_FORWARD, y, x, rows, cols)
-}
-
-/// Records `dx = y * (dy - sum_j dy_j y_j)` per row (`y` the softmax output), all `[rows, cols]`.
-pub fn softmax_backward(
-    gpu: &Gpu,
-    dx: DeviceSlice<'_>,
-    y: DeviceSlice<'_>,
-    dy: DeviceSlice<'_>,
-    rows: u64,
-    cols: u64,
-) -> Result<()> {
-    backward(gpu, &SOFTMAX_BACKWARD, [dx, y, dy], rows, cols)
-}
-
-/// Records `dx = dy - exp(y) * sum_j dy_j` per row (`y` the log-softmax output).
-pub fn log_softmax_backward(
-    gpu: &Gpu,
-    dx: DeviceSlice<'_>,
-    y: DeviceSlice<'_>,
-    dy: DeviceSlice<'_>,
-    rows: u64,
-    cols: u64,
-) -> Result<()> {
-    backward(gpu, &LOG_SOFTMAX_BACKWARD, [dx, y, dy], rows, cols)
-}
-
-/// `rows * cols` after the loop-limit check, or an error naming `op` when it overflows.
-fn checked_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64) -> Result<u64> {
-    let len = rows
-        .checked_mul(cols)
-        .ok_or_else(|| Error::InvalidArgument {
-            op,
-            message: format!("[{rows}, {cols}] has more than u64::MAX elements"),
-        })?;
-    if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
-    }
-    Ok(len)
-}
-
-fn forward(
-    gpu: &Gpu,
-    kernel: &'static Kernel,
-    y: DeviceSlice<'_>,
-    x: DeviceSlice<'_>,
-    rows: u64,
-    cols: u64,
-) -> Result<()> {
+    let kernel = match kind {
+        SoftmaxKind::Softmax => &SOFTMAX_FORWARD,
+        SoftmaxKind::LogSoftmax => &LOG_SOFTMAX_FORWARD,
+    };
     let op = kernel.entry;
     let len = checked_len(gpu, op, rows, cols)?;
     same_len(op, &[("y", y), ("x", x)])?;
@@ -142,13 +97,22 @@ fn forward(
     launch_1d(gpu, kernel, &[], &params, &[x, y], rows.min(len))
 }
 
-fn backward(
+/// Records the backward from the forward's *output* `y`, all `[rows, cols]`:
+/// `dx = y * (dy - sum_j dy_j y_j)` for softmax, `dx = dy - exp(y) * sum_j dy_j` for
+/// log-softmax.
+pub fn backward(
     gpu: &Gpu,
-    kernel: &'static Kernel,
-    [dx, y, dy]: [DeviceSlice<'_>; 3],
+    kind: SoftmaxKind,
+    dx: DeviceSlice<'_>,
+    y: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
     rows: u64,
     cols: u64,
 ) -> Result<()> {
+    let kernel = match kind {
+        SoftmaxKind::Softmax => &SOFTMAX_BACKWARD,
+        SoftmaxKind::LogSoftmax => &LOG_SOFTMAX_BACKWARD,
+    };
     let op = kernel.entry;
     let len = checked_len(gpu, op, rows, cols)?;
     same_len(op, &[("dx", dx), ("y", y), ("dy", dy)])?;
@@ -162,4 +126,18 @@ fn backward(
         ..Params::default()
     };
     launch_1d(gpu, kernel, &[], &params, &[y, dy, dx], rows.min(len))
+}
+
+/// `rows * cols` after the loop-limit check, or an error naming `op` when it overflows.
+fn checked_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64) -> Result<u64> {
+    let len = rows
+        .checked_mul(cols)
+        .ok_or_else(|| Error::InvalidArgument {
+            op,
+            message: format!("[{rows}, {cols}] has more than u64::MAX elements"),
+        })?;
+    if rows > 0 {
+        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+    }
+    Ok(len)
 }

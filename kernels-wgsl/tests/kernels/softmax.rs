@@ -1,5 +1,5 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::kernels::softmax;
+use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxKind};
 use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
@@ -35,8 +35,24 @@ fn check_case(
     let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x");
     let y_gpu = Guarded::random(gpu, rng, n, 7, "y");
     let log_y_gpu = Guarded::random(gpu, rng, n, 1, "log y");
-    softmax::softmax_forward(gpu, y_gpu.slice(), x_gpu.slice(), r, c).unwrap();
-    softmax::log_softmax_forward(gpu, log_y_gpu.slice(), x_gpu.slice(), r, c).unwrap();
+    softmax::forward(
+        gpu,
+        SoftmaxKind::Softmax,
+        y_gpu.slice(),
+        x_gpu.slice(),
+        r,
+        c,
+    )
+    .unwrap();
+    softmax::forward(
+        gpu,
+        SoftmaxKind::LogSoftmax,
+        log_y_gpu.slice(),
+        x_gpu.slice(),
+        r,
+        c,
+    )
+    .unwrap();
 
     // Backwards from the reference forward outputs, so they are checked on their own.
     let dy_gpu = Guarded::upload(gpu, rng, &dy, 2, "dy");
@@ -45,9 +61,9 @@ fn check_case(
     let dx_gpu = Guarded::random(gpu, rng, n, 9, "dx");
     let log_dx_gpu = Guarded::random(gpu, rng, n, 11, "log dx");
     let (dx_s, y_s, dy_s) = (dx_gpu.slice(), saved_y.slice(), dy_gpu.slice());
-    softmax::softmax_backward(gpu, dx_s, y_s, dy_s, r, c).unwrap();
+    softmax::backward(gpu, SoftmaxKind::Softmax, dx_s, y_s, dy_s, r, c).unwrap();
     let (log_dx_s, log_y_s) = (log_dx_gpu.slice(), saved_log_y.slice());
-    softmax::log_softmax_backward(gpu, log_dx_s, log_y_s, dy_s, r, c).unwrap();
+    softmax::backward(gpu, SoftmaxKind::LogSoftmax, log_dx_s, log_y_s, dy_s, r, c).unwrap();
 
     let scaled = |(atol, rtol): (f64, f64)| (atol * tol_scale, rtol * tol_scale);
     let (atol, rtol) = scaled(FORWARD_TOL);
@@ -88,27 +104,55 @@ fn softmax_rejects_bad_ranges() {
     assert!(err.to_string().contains("outside buffer"), "{err}");
     // ... and the launchers refuse a slice of 99.
     let x99 = x.slice(1, 99).unwrap();
-    let err = softmax::softmax_forward(&gpu, y.whole(), x99, 10, 10).unwrap_err();
+    let err = softmax::forward(&gpu, SoftmaxKind::Softmax, y.whole(), x99, 10, 10).unwrap_err();
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let err = softmax::softmax_forward(&gpu, y.slice(0, 99).unwrap(), x99, 10, 10).unwrap_err();
+    let err = softmax::forward(
+        &gpu,
+        SoftmaxKind::Softmax,
+        y.slice(0, 99).unwrap(),
+        x99,
+        10,
+        10,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("x: 99 elements given"), "{err}");
     // dx at offset 50 of x: elements 50..150.
     let err = x.slice(50, 100).unwrap_err();
     assert!(err.to_string().contains("elements 50..150"), "{err}");
     let dx = x.slice(50, 50).unwrap();
-    let err = softmax::log_softmax_backward(&gpu, dx, y.whole(), x.whole(), 10, 10).unwrap_err();
+    let err = softmax::backward(
+        &gpu,
+        SoftmaxKind::LogSoftmax,
+        dx,
+        y.whole(),
+        x.whole(),
+        10,
+        10,
+    )
+    .unwrap_err();
     // (Named as the launcher's length check does: by the first slice that differs from dx.)
     assert!(err.to_string().contains("50 needed"), "{err}");
-    let err = softmax::softmax_backward(&gpu, x.whole(), y.whole(), dx, 10, 10).unwrap_err();
+    let err = softmax::backward(&gpu, SoftmaxKind::Softmax, x.whole(), y.whole(), dx, 10, 10)
+        .unwrap_err();
     assert!(err.to_string().contains("dy: 50 elements given"), "{err}");
     let (x50, y50) = (x.slice(0, 50).unwrap(), y.slice(0, 50).unwrap());
-    let err = softmax::softmax_backward(&gpu, dx, y50, x50, 10, 10).unwrap_err();
+    let err = softmax::backward(&gpu, SoftmaxKind::Softmax, dx, y50, x50, 10, 10).unwrap_err();
     assert!(err.to_string().contains("y: 50 elements given"), "{err}");
-    assert!(softmax::softmax_forward(&gpu, y.whole(), x.whole(), u64::MAX, 2).is_err());
+    assert!(
+        softmax::forward(
+            &gpu,
+            SoftmaxKind::Softmax,
+            y.whole(),
+            x.whole(),
+            u64::MAX,
+            2
+        )
+        .is_err()
+    );
     // Empty work records nothing and succeeds.
     let (x_end, y_end) = (x.slice(100, 0).unwrap(), y.slice(100, 0).unwrap());
-    softmax::softmax_forward(&gpu, y_end, x_end, 0, 7).unwrap();
-    softmax::softmax_backward(&gpu, x_end, y_end, x_end, 5, 0).unwrap();
+    softmax::forward(&gpu, SoftmaxKind::Softmax, y_end, x_end, 0, 7).unwrap();
+    softmax::backward(&gpu, SoftmaxKind::Softmax, x_end, y_end, x_end, 5, 0).unwrap();
 }
 
 // Loop limit ("Loop limit on lavapipe" in kernels/mod.rs): checked before the ranges, so
@@ -124,22 +168,22 @@ fn softmax_refuses_rows_over_the_loop_limit() {
     let t = t.whole();
     let over = largest + 1;
     assert_loop_limit(
-        softmax::softmax_forward(&gpu, t, t, 1, over),
+        softmax::forward(&gpu, SoftmaxKind::Softmax, t, t, 1, over),
         "cols",
         largest,
     );
     assert_loop_limit(
-        softmax::log_softmax_forward(&gpu, t, t, 3, over),
+        softmax::forward(&gpu, SoftmaxKind::LogSoftmax, t, t, 3, over),
         "cols",
         largest,
     );
     assert_loop_limit(
-        softmax::softmax_backward(&gpu, t, t, t, 1, over),
+        softmax::backward(&gpu, SoftmaxKind::Softmax, t, t, t, 1, over),
         "cols",
         largest,
     );
     assert_loop_limit(
-        softmax::log_softmax_backward(&gpu, t, t, t, 1, over),
+        softmax::backward(&gpu, SoftmaxKind::LogSoftmax, t, t, t, 1, over),
         "cols",
         largest,
     );
@@ -159,7 +203,15 @@ fn softmax_at_the_loop_limit_matches_reference() {
     x[..10].fill(f32::NEG_INFINITY);
     let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 2, "x");
     let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y");
-    softmax::softmax_forward(&gpu, y_gpu.slice(), x_gpu.slice(), 1, 21).unwrap();
+    softmax::forward(
+        &gpu,
+        SoftmaxKind::Softmax,
+        y_gpu.slice(),
+        x_gpu.slice(),
+        1,
+        21,
+    )
+    .unwrap();
     let want = reference::softmax::softmax(&x, 1, 21);
     let (atol, rtol) = FORWARD_TOL;
     y_gpu.check(&gpu, "softmax of a masked row", &want, atol, rtol);

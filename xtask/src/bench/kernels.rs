@@ -182,32 +182,17 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
 fn matmul_checked_vs_unchecked(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let d = MatmulDims::dense(1, 1024, 1024, 1024);
     let [c, a, b] = matmul_buffers(gpu, &d)?;
-    time_once(gpu, || {
-        Ok(matmul::matmul_unchecked(
-            gpu,
-            &d,
-            c.whole(),
-            a.whole(),
-            b.whole(),
-        )?)
-    })?;
-    time_once(gpu, || {
-        Ok(matmul::matmul(gpu, &d, c.whole(), a.whole(), b.whole())?)
-    })?;
+    let run = |launch: Launch| {
+        time_once(gpu, || {
+            Ok(launch(gpu, &d, c.whole(), a.whole(), b.whole())?)
+        })
+    };
+    run(matmul::matmul_unchecked)?;
+    run(matmul::matmul)?;
     let (mut unchecked, mut checked) = (Vec::new(), Vec::new());
     for _ in 0..7 {
-        unchecked.push(time_once(gpu, || {
-            Ok(matmul::matmul_unchecked(
-                gpu,
-                &d,
-                c.whole(),
-                a.whole(),
-                b.whole(),
-            )?)
-        })?);
-        checked.push(time_once(gpu, || {
-            Ok(matmul::matmul(gpu, &d, c.whole(), a.whole(), b.whole())?)
-        })?);
+        unchecked.push(run(matmul::matmul_unchecked)?);
+        checked.push(run(matmul::matmul)?);
     }
     let (unchecked, checked) = (median(&mut unchecked), median(&mut checked));
     report.push(
