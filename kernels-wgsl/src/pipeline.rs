@@ -86,6 +86,25 @@ impl Kernel {
         }
     }
 
+    /// A kernel whose WGSL declares its own uniform and `storage_bindings` storage bindings
+    /// (probes and tests; the crate's kernels use `kernel!`).
+    pub const fn standalone(
+        stem: &'static str,
+        wgsl: &'static str,
+        entry: &'static str,
+        storage_bindings: u32,
+        workgroup_size: u32,
+    ) -> Kernel {
+        let uniform = Binding {
+            name: "params",
+            ty: "Params",
+        };
+        Kernel {
+            storage_bindings,
+            ..Kernel::new(stem, "", wgsl, entry, uniform, &[], workgroup_size)
+        }
+    }
+
     /// The shader module's source: the `Params` declarations, the bindings of every entry
     /// point of the stem (from [`crate::kernels::ALL`]; entry points may reuse a binding number
     /// under another name, WGSL allows it as long as no entry point uses both), then the file.

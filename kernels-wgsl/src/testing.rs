@@ -8,7 +8,9 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, GpuOptions};
+use plimsoll_allocator::Category;
 
 pub use crate::random::SplitMix64 as Rng;
 
@@ -44,6 +46,17 @@ pub fn gpu_with(options: GpuOptions) -> Gpu {
             "GPU tests need an adapter: {e}\n(on a machine without a GPU: \
              apt-get install mesa-vulkan-drivers libvulkan1)"
         ),
+    }
+}
+
+/// `len` uninitialised 4-byte elements of [`Category::Temporary`] memory labelled `label`.
+///
+/// # Panics
+/// When the allocation fails (a test's scratch buffer must exist).
+pub fn scratch(gpu: &Gpu, len: u64, label: &str) -> DeviceBuffer {
+    match gpu.alloc_elements(len, Category::Temporary, label) {
+        Ok(buffer) => buffer,
+        Err(e) => panic!("scratch buffer {label:?} of {len} elements: {e}"),
     }
 }
 

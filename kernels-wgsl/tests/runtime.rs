@@ -4,10 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use plimsoll_allocator::OomCause;
-use plimsoll_kernels_wgsl::pipeline::Binding;
 use plimsoll_kernels_wgsl::{Category, Dispatch, Error, GpuOptions, Kernel, kernels};
 
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, gpu_with};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, gpu_with, scratch};
 
 #[test]
 fn adapter_info_and_limits_are_exposed() {
@@ -141,16 +140,11 @@ fn bad_requests_are_typed_errors() {
 #[test]
 fn bad_shader_is_a_validation_error_not_a_panic() {
     let gpu = fresh_gpu();
-    const BAD: Kernel = Kernel::new(
+    const BAD: Kernel = Kernel::standalone(
         "bad_shader_test",
-        "",
         "@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }",
         "main",
-        Binding {
-            name: "params",
-            ty: "Params",
-        },
-        &[],
+        0,
         1,
     );
     let err = gpu
@@ -173,9 +167,7 @@ fn bad_shader_is_a_validation_error_not_a_panic() {
 #[test]
 fn dispatches_are_batched_into_one_submission() {
     let gpu = fresh_gpu();
-    let buf = gpu
-        .alloc_elements(1000, Category::Temporary, "batched")
-        .unwrap();
+    let buf = scratch(&gpu, 1000, "batched");
     for k in 0..10 {
         kernels::fill::fill(&gpu, buf.slice(k * 100, 100).unwrap(), k as f32).unwrap();
     }
@@ -269,12 +261,8 @@ fn freed_block_is_reused_at_once_and_an_upload_into_it_submits_first() {
 #[test]
 fn block_freed_and_reallocated_within_one_batch_is_reused_with_correct_data() {
     let gpu = fresh_gpu();
-    let seen_a = gpu
-        .alloc_elements(256, Category::Temporary, "seen A")
-        .unwrap();
-    let seen_b = gpu
-        .alloc_elements(256, Category::Temporary, "seen B")
-        .unwrap();
+    let seen_a = scratch(&gpu, 256, "seen A");
+    let seen_b = scratch(&gpu, 256, "seen B");
     gpu.synchronize(DEADLINE).unwrap();
     let a = gpu.alloc_elements(256, Category::Temporary, "A").unwrap();
     kernels::fill::fill(&gpu, a.whole(), 1.5).unwrap();
@@ -316,9 +304,7 @@ fn upload_into_a_buffer_the_open_batch_reads_submits_first() {
 #[test]
 fn after_device_loss_every_call_is_device_lost() {
     let gpu = fresh_gpu();
-    let buf = gpu
-        .alloc_elements(16, Category::Temporary, "before loss")
-        .unwrap();
+    let buf = scratch(&gpu, 16, "before loss");
     gpu.synchronize(DEADLINE).unwrap();
     gpu.destroy();
     assert!(matches!(

@@ -9,10 +9,9 @@
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use plimsoll_kernels_wgsl::pipeline::{Binding, RuntimeChecks};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Dispatch, Error, Gpu, Kernel};
 
-use plimsoll_kernels_wgsl::testing::{DEADLINE, fresh_gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, fresh_gpu, scratch};
 
 /// How long one calibrated spin dispatch runs: a real margin over the tiny deadlines below.
 const SPIN_TARGET: Duration = Duration::from_secs(2);
@@ -29,10 +28,9 @@ const MAX_ITERATIONS: u32 = 60_000;
 /// Each iteration runs 64 rounds of an integer hash, so few iterations make a long dispatch (with
 /// one cheap step per iteration, llvmpipe's loop cap held the old spin to about 80 ms whatever
 /// its count). `out` is bound whole; `offset` is its place in it.
-const SPIN: Kernel = Kernel {
-    stem: "spin_test",
-    params: "",
-    wgsl: r"
+const SPIN: Kernel = Kernel::standalone(
+    "spin_test",
+    r"
 struct Params { seed: u32, iterations: u32, offset: u32, _pad: u32 }
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
@@ -47,16 +45,10 @@ fn spin(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     out[params.offset + gid.x % 64u] = h;
 }",
-    entry: "spin",
-    uniform: Binding {
-        name: "params",
-        ty: "Params",
-    },
-    bindings: &[],
-    storage_bindings: 1,
-    workgroup_size: 64,
-    runtime_checks: RuntimeChecks::ON,
-};
+    "spin",
+    1,
+    64,
+);
 
 /// A calibrated spin: `iterations` per invocation over `workgroups` workgroups of 64.
 #[derive(Debug, Clone, Copy)]
@@ -95,9 +87,7 @@ const WARM_UP: Spin = Spin {
 fn spinner() -> (Gpu, DeviceBuffer, Spin) {
     static CALIBRATED: OnceLock<Spin> = OnceLock::new();
     let gpu = fresh_gpu();
-    let out = gpu
-        .alloc_elements(64, Category::Temporary, "spin out")
-        .unwrap();
+    let out = scratch(&gpu, 64, "spin out");
     // Compile this device's pipeline (lavapipe JITs on the first dispatch) before timing.
     spin(&gpu, &out, WARM_UP);
     gpu.synchronize(DEADLINE).unwrap();

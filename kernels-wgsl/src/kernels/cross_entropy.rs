@@ -9,7 +9,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
+use crate::kernels::{check_loop_limit, launch_1d};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -24,11 +24,11 @@ pub const FORWARD: Kernel =
 pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
 
 /// Loop passes one invocation of [`forward`] or [`backward`] runs at most for rows of `cols`
-/// classes: two unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on
-/// lavapipe" in [`crate::kernels`]). Both refuse more than the adapter's limit with
-/// [`Error::LoopLimit`] (on lavapipe: `cols <= 262_071`).
+/// classes: the same two unrolled column loops as softmax's (the row max, then the sum of
+/// exponentials), so [`crate::kernels::softmax::loop_iterations`]. Both refuse more than the
+/// adapter's limit with [`Error::LoopLimit`] (on lavapipe: `cols <= 262_071`).
 pub const fn loop_iterations(cols: u64) -> u64 {
-    2 * loop_passes(cols)
+    crate::kernels::softmax::loop_iterations(cols)
 }
 
 shader_params! {

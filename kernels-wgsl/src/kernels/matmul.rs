@@ -66,24 +66,24 @@ impl MatmulDims {
         }
     }
 
-    /// Element index of logical `op(A)[i][l]` for batch `bi`.
+    /// Element index of logical `op(A)[i][l]` for batch `bi` (stored `m×k`, or `k×m` transposed).
     pub(crate) fn a_index(&self, bi: usize, i: usize, l: usize) -> usize {
-        let base = bi * self.batch_stride_a;
-        if self.trans_a {
-            base + l * self.m + i
-        } else {
-            base + i * self.k + l
-        }
+        stored_index(
+            bi * self.batch_stride_a,
+            self.trans_a,
+            (i, l),
+            (self.k, self.m),
+        )
     }
 
-    /// Element index of logical `op(B)[l][j]` for batch `bi`.
+    /// Element index of logical `op(B)[l][j]` for batch `bi` (stored `k×n`, or `n×k` transposed).
     pub(crate) fn b_index(&self, bi: usize, l: usize, j: usize) -> usize {
-        let base = bi * self.batch_stride_b;
-        if self.trans_b {
-            base + j * self.k + l
-        } else {
-            base + l * self.n + j
-        }
+        stored_index(
+            bi * self.batch_stride_b,
+            self.trans_b,
+            (l, j),
+            (self.n, self.k),
+        )
     }
 
     /// Element index of `C[i][j]` for batch `bi`.
@@ -97,6 +97,21 @@ impl MatmulDims {
             return 0;
         }
         self.c_index(self.batch - 1, self.m - 1, self.n - 1) + 1
+    }
+}
+
+/// Index of logical element `(row, col)` of a row-major operand stored from `base`, rows of
+/// `widths.0` elements, or transposed (stored `(col, row)`) with rows of `widths.1`.
+fn stored_index(
+    base: usize,
+    trans: bool,
+    (row, col): (usize, usize),
+    widths: (usize, usize),
+) -> usize {
+    if trans {
+        base + col * widths.1 + row
+    } else {
+        base + row * widths.0 + col
     }
 }
 

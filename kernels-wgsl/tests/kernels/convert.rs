@@ -3,7 +3,7 @@
 
 use plimsoll_kernels_wgsl::kernels::convert;
 use plimsoll_kernels_wgsl::reference::convert as cpu;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
 /// Random normal-range halves (|x| in [1e-3, 1000]: devices may flush f16 subnormals, the
@@ -89,9 +89,7 @@ fn convert_matches_reference() {
 fn convert_rejects_a_range_outside_the_buffer() {
     let gpu = gpu();
     let x = gpu.alloc_elements(9, Category::Temporary, "x").unwrap();
-    let words = gpu
-        .alloc_elements(5, Category::Temporary, "halves")
-        .unwrap();
+    let words = scratch(&gpu, 5, "halves");
     convert::f32_to_f16(&gpu, words.whole(), x.whole()).unwrap(); // 9 halves fit in 5 words
     // 5 words from offset 1 of 5: no such slice; the 4 that fit are too few for 9 halves.
     let err = words.slice(1, 5).unwrap_err();

@@ -1,6 +1,6 @@
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note, upload_u32_at};
@@ -104,13 +104,9 @@ fn cross_entropy_matches_reference() {
 #[test]
 fn cross_entropy_rejects_bad_arguments() {
     let gpu = gpu();
-    let logits = gpu
-        .alloc_elements(100, Category::Temporary, "logits")
-        .unwrap();
+    let logits = scratch(&gpu, 100, "logits");
     let targets = upload_u32_at(&gpu, &[0; 10], 0, "targets");
-    let losses = gpu
-        .alloc_elements(10, Category::Temporary, "losses")
-        .unwrap();
+    let losses = scratch(&gpu, 10, "losses");
     let dims = |rows, cols, smoothing| CrossEntropyDims {
         rows,
         cols,

@@ -1,4 +1,4 @@
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, kernels, reference};
 
 #[test]
@@ -13,9 +13,7 @@ fn dropout_matches_reference() {
     ] {
         let x = rng.vec_f32(len, -2.0, 2.0);
         let x_gpu = gpu.upload(&x, Category::Temporary, "x").unwrap();
-        let y_gpu = gpu
-            .alloc_elements(len as u64 + 3, Category::Temporary, "y")
-            .unwrap();
+        let y_gpu = scratch(&gpu, len as u64 + 3, "y");
         let y = y_gpu.slice(3, len as u64).unwrap();
         kernels::dropout::dropout(&gpu, y, x_gpu.whole(), p, seed).unwrap();
         let got: Vec<f32> = gpu.read(&y_gpu, 3, len as u64, DEADLINE).unwrap();

@@ -1,6 +1,6 @@
 use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note, upload_u32_at};
@@ -54,9 +54,7 @@ fn embedding_matches_reference() {
 #[test]
 fn embedding_rejects_bad_ranges() {
     let gpu = gpu();
-    let table = gpu
-        .alloc_elements(40, Category::Temporary, "table")
-        .unwrap();
+    let table = scratch(&gpu, 40, "table");
     let ids = upload_u32_at(&gpu, &[0, 1, 2], 0, "ids");
     let out = gpu.alloc_elements(30, Category::Temporary, "out").unwrap();
     let (tw, iw, ow) = (table.whole(), ids.whole(), out.whole());
@@ -105,9 +103,7 @@ fn embedding_refuses_tokens_over_the_loop_limit() {
     let largest = largest_within(limit, embedding::loop_iterations);
     // The token count is the ids' length: a real buffer of `largest + 1` ids; the rest are tiny
     // (the loop limit is checked before their lengths).
-    let ids = gpu
-        .alloc_elements(largest + 1, Category::Temporary, "ids")
-        .unwrap();
+    let ids = scratch(&gpu, largest + 1, "ids");
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
     let t = t.whole();
     assert_loop_limit(
@@ -132,9 +128,7 @@ fn embedding_at_the_loop_limit_matches_reference() {
     let want = reference::embedding::scatter_add(&ids, &dy, vocab, dim);
     let dy_gpu = gpu.upload(&dy, Category::Temporary, "dy").unwrap();
     let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids");
-    let dtable = gpu
-        .alloc_elements((vocab * dim) as u64, Category::Temporary, "dtable")
-        .unwrap();
+    let dtable = scratch(&gpu, (vocab * dim) as u64, "dtable");
     let (v, d) = (vocab as u64, dim as u64);
     embedding::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, d).unwrap();
     let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE).unwrap();

@@ -1,6 +1,6 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
-use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
 use crate::common::{Guarded, assert_loop_limit, loop_limit_or_note};
@@ -108,9 +108,7 @@ fn dims(rows: u64, cols: u64) -> LayerNormDims {
 fn layer_norm_rejects_bad_arguments() {
     let gpu = gpu();
     let big = gpu.alloc_elements(120, Category::Temporary, "big").unwrap();
-    let small = gpu
-        .alloc_elements(10, Category::Temporary, "small")
-        .unwrap();
+    let small = scratch(&gpu, 10, "small");
     let (b100, s10) = (big.slice(0, 100).unwrap(), small.whole());
     layer_norm::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, s10, s10).unwrap();
     let err =
@@ -213,9 +211,7 @@ fn layer_norm_at_the_loop_limit_matches_reference() {
         up(&vec![0.0; rows], "mean"),
         up(&dy, "dy"),
     );
-    let dx = gpu
-        .alloc_elements((rows * cols) as u64, Category::Temporary, "dx")
-        .unwrap();
+    let dx = scratch(&gpu, (rows * cols) as u64, "dx");
     let dgamma = Guarded::random(&gpu, &mut rng, cols, 2, "dgamma");
     let dbeta = Guarded::random(&gpu, &mut rng, cols, 1, "dbeta");
     let (gamma, rstd) = (

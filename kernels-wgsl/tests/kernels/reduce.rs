@@ -4,7 +4,7 @@
 use plimsoll_kernels_wgsl::kernels::reduce::{self, AxisView};
 use plimsoll_kernels_wgsl::kernels::{check_loop_limit, largest_within};
 use plimsoll_kernels_wgsl::reference::reduce as cpu;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
 use crate::common::{assert_loop_limit, loop_limit_or_note};
@@ -385,9 +385,7 @@ fn reduce_all_refuses_lengths_over_the_loop_limit() {
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
         return;
     }
-    let long = gpu
-        .alloc_elements(largest + 1, Category::Temporary, "long")
-        .unwrap();
+    let long = scratch(&gpu, largest + 1, "long");
     let x = long.whole();
     assert_loop_limit(reduce::sum_all(&gpu, t.whole(), x), "len", largest);
     assert_loop_limit(reduce::mean_all(&gpu, t.whole(), x), "len", largest);

@@ -50,14 +50,7 @@ fn one_buffer_bound_read_and_read_write_in_one_dispatch_is_a_validation_error() 
                     },
                 ],
             });
-            let mut enc = raw.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                pass.set_pipeline(&pipe);
-                pass.set_bind_group(0, &group, &[]);
-                pass.dispatch_workgroups(1, 1, 1);
-            }
-            raw.queue.submit([enc.finish()])
+            raw.submit_one_workgroup(&pipe, &group)
         });
         if expect_error {
             let message = error.map(|e| e.to_string()).unwrap_or_default();

@@ -59,14 +59,7 @@ fn pack2x16float_needs_no_shader_f16_feature() {
             layout: &pipe.get_bind_group_layout(0),
             entries: &entries,
         });
-        let mut enc = raw.device.create_command_encoder(&Default::default());
-        {
-            let mut pass = enc.begin_compute_pass(&Default::default());
-            pass.set_pipeline(&pipe);
-            pass.set_bind_group(0, &group, &[]);
-            pass.dispatch_workgroups(1, 1, 1);
-        }
-        raw.queue.submit([enc.finish()])
+        raw.submit_one_workgroup(&pipe, &group)
     });
     assert!(error.is_none(), "{error:?}");
     let got_words: Vec<u32> = bytemuck::pod_collect_to_vec(&read_back(&raw, &words, 0, 16));

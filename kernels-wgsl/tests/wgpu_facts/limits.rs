@@ -1,7 +1,7 @@
 //! §3: limits, and the loop limit wgpu does not report.
 
-use plimsoll_kernels_wgsl::pipeline::{Binding, RuntimeChecks};
-use plimsoll_kernels_wgsl::{Category, Dispatch, Kernel};
+use plimsoll_kernels_wgsl::testing::scratch;
+use plimsoll_kernels_wgsl::{Dispatch, Kernel};
 
 use crate::{DEADLINE, gpu, raw_device};
 
@@ -36,10 +36,9 @@ fn device_gets_the_adapters_limits() {
 }
 
 /// Counts its own passes through three loops in a row (one invocation).
-const LOOPS: Kernel = Kernel {
-    stem: "loop_limit_probe",
-    params: "",
-    wgsl: r"
+const LOOPS: Kernel = Kernel::standalone(
+    "loop_limit_probe",
+    r"
 struct Params { n0: u32, n1: u32, n2: u32, offset: u32 }
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read_write> out: array<u32>;
@@ -50,16 +49,10 @@ fn count() {
     var c2 = 0u; for (var i = 0u; i < params.n2; i++) { c2 += 1u; }
     out[params.offset] = c0; out[params.offset + 1u] = c1; out[params.offset + 2u] = c2;
 }",
-    entry: "count",
-    uniform: Binding {
-        name: "params",
-        ty: "Params",
-    },
-    bindings: &[],
-    storage_bindings: 1,
-    workgroup_size: 1,
-    runtime_checks: RuntimeChecks::ON,
-};
+    "count",
+    1,
+    1,
+);
 
 /// What the loops of one invocation run under a budget of `limit` passes shared by all of them:
 /// a loop of `n` iterations costs `n + 1` passes; once the budget is spent the loop running
@@ -82,9 +75,7 @@ fn loop_model(limit: Option<u64>, asked: [u32; 3]) -> [u32; 3] {
 #[test]
 fn loop_iteration_limit_matches_what_the_adapter_does() {
     let gpu = gpu();
-    let out = gpu
-        .alloc_elements(3, Category::Temporary, "loop counts")
-        .unwrap();
+    let out = scratch(&gpu, 3, "loop counts");
     let limit = gpu.loop_iteration_limit();
     for asked in [
         [65_535, 0, 0],

@@ -132,3 +132,21 @@ fn is_done(raw: &Raw, index: &wgpu::SubmissionIndex) -> bool {
         Err(e) => panic!("poll: {e}"),
     }
 }
+
+impl Raw {
+    /// Records one workgroup of `pipe` with bind group `group` in a pass of its own and submits it.
+    fn submit_one_workgroup(
+        &self,
+        pipe: &wgpu::ComputePipeline,
+        group: &wgpu::BindGroup,
+    ) -> wgpu::SubmissionIndex {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipe);
+            pass.set_bind_group(0, group, &[]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        self.queue.submit([enc.finish()])
+    }
+}
