@@ -15,8 +15,10 @@ use crate::error::Result;
 use crate::kernels::fill::fill_u32;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, kernel, shader_params};
-pub use crate::reference::nonfinite::NO_INDEX;
 use crate::slice::DeviceSlice;
+
+/// The `first_index` word when no element is non-finite.
+pub const NO_INDEX: u32 = u32::MAX;
 
 /// Number of `u32` flag words: `[any, first_index]`.
 pub const FLAG_WORDS: u64 = 2;

@@ -2,8 +2,7 @@
 //! such index. The shader's flag buffer is `[any: u32, first_index: u32]`, initialised by the
 //! launcher to `[0, NO_INDEX]`; several dispatches into the same flags accumulate.
 
-/// The `first_index` word when no element is non-finite.
-pub const NO_INDEX: u32 = u32::MAX;
+pub use crate::kernels::nonfinite::NO_INDEX;
 
 /// Index of the first NaN or infinity, if any.
 pub fn first_nonfinite(x: &[f32]) -> Option<usize> {
