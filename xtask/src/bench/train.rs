@@ -166,8 +166,12 @@ fn first_step_cold(report: &mut Report) -> Result<()> {
         "--bin",
         "plimsoll",
     ])?;
+    // Where cargo put it: CARGO_TARGET_DIR when set (relative to the workspace), else target/.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "target".into());
     let exe = crate::workspace_root()
-        .join("target")
+        .join(target)
         .join("release")
         .join("plimsoll");
     let start = Instant::now();
