@@ -10,7 +10,7 @@ use smallvec::{SmallVec, smallvec};
 use crate::error::Result;
 use crate::op::Op;
 use crate::ops::elementwise::{binary_grads, sum_to, unary_grad};
-use crate::ops::matmul::matmul_grads;
+use crate::ops::matmul::{matmul_grads, matmul_transposed_grads};
 use crate::ops::nn::{
     cross_entropy_grad, dropout_grad, embedding_grad, layer_norm_grads, softmax_grad,
 };
@@ -70,6 +70,11 @@ pub(crate) fn backward_op(
         // dA = G·Bᵀ, dB = Aᵀ·G (summed over the batch for a shared operand)
         Op::Matmul { a, b } => {
             let (da, db) = matmul_grads(g, a, b, leaves)?;
+            Ok(smallvec![da, db])
+        }
+        // C = A·Bᵀ: dA = G·B, dB = Gᵀ·A (the rows of A folded into one matrix)
+        Op::MatmulTransposed { a, b } => {
+            let (da, db) = matmul_transposed_grads(g, a, b, leaves)?;
             Ok(smallvec![da, db])
         }
         // dx = permute(g, perm⁻¹)

@@ -86,6 +86,13 @@ pub enum Op {
         /// `b`.
         b: Tensor,
     },
+    /// `a · bᵀ`: `[.., k] · [n, k]ᵀ` (a linear layer's weight in PyTorch's layout).
+    MatmulTransposed {
+        /// `a`.
+        a: Tensor,
+        /// `b`, `[n, k]`.
+        b: Tensor,
+    },
     /// Axes reordered: output axis `i` is input axis `perm[i]`.
     Permute {
         /// The permutation.

@@ -276,10 +276,17 @@ impl Tensor {
         seed: u64,
         options: TensorOptions<'_>,
     ) -> Result<Self> {
-        let data: Vec<f32> = (0..numel(shape) as u64)
-            .map(|i| low + (high - low) * unit_f32(seed, i))
-            .collect();
+        let data = Self::uniform_values(numel(shape), low, high, seed);
         Self::from_slice_with(gpu, &data, shape, options)
+    }
+
+    /// The `len` host values [`Tensor::uniform`] fills a tensor with, in row-major order (for a
+    /// caller that lays them out itself, e.g. a layer keeping its initialisation across a change
+    /// of weight layout).
+    pub fn uniform_values(len: usize, low: f32, high: f32, seed: u64) -> Vec<f32> {
+        (0..len as u64)
+            .map(|i| low + (high - low) * unit_f32(seed, i))
+            .collect()
     }
 
     /// Normal values with `mean` and `std`, from `seed` (Box-Muller over [`Tensor::uniform`]'s

@@ -157,6 +157,66 @@ impl Tensor {
             b: rhs.detach(),
         }))
     }
+
+    /// `self · rhsᵀ` for a `[.., k]` tensor and a `[n, k]` matrix shared by every row: `[.., n]`.
+    /// PyTorch's `x @ W.T` for an `nn.Linear` weight `W` stored `[out, in]`; the transpose is the
+    /// kernel's flag, never a copy.
+    pub fn matmul_transposed(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.expect_dtype("matmul_transposed", DType::F32)?;
+        rhs.expect_dtype("matmul_transposed", DType::F32)?;
+        let (rows, n, k) = transposed_plan(&self.shape, &rhs.shape)?;
+        let mut shape: Shape = self.shape[..self.shape.len() - 1].iter().copied().collect();
+        shape.push(n);
+        let product = Product {
+            dims: (1, rows, n, k),
+            trans: (false, true),
+            strides: (0, 0),
+        };
+        let category = output_category(records(&[self, rhs]));
+        let out = product.new_tensor(self, rhs, &shape, category)?;
+        Ok(record(out, &[self, rhs], || Op::MatmulTransposed {
+            a: self.detach(),
+            b: rhs.detach(),
+        }))
+    }
+}
+
+/// `(rows, n, k)` of `[.., k] · [n, k]ᵀ`, or the mismatch.
+fn transposed_plan(lhs: &[usize], rhs: &[usize]) -> Result<(usize, usize, usize)> {
+    let bad = |hint| mismatch("matmul_transposed", lhs, rhs, hint);
+    match (lhs.last(), rhs) {
+        (Some(&k), &[n, k2]) if k == k2 => Ok((numel(lhs) / k.max(1), n, k)),
+        (Some(_), &[_, _]) => Err(bad("[.., k] x [n, k]ᵀ: the last dimensions must match")),
+        _ => Err(bad("[.., k] x [n, k]ᵀ: the right operand is a 2-D matrix")),
+    }
+}
+
+/// The gradients of `a · bᵀ` (`a` `[.., k]`, `b` `[n, k]`, `g` `[.., n]`), with the rows of `a`
+/// folded into one matrix: `dA = G · B`, `dB = Gᵀ · A`; leaf slots are written straight into,
+/// as [`matmul_grads`] does.
+pub(crate) fn matmul_transposed_grads(
+    g: &Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    leaves: &[Option<&GradSlot>],
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    let leaf = |i: usize| leaves.get(i).copied().flatten();
+    let (rows, n, k) = transposed_plan(&a.shape, &b.shape)?;
+    // dA = G · B: (rows×n)·(n×k).
+    let da_product = Product {
+        dims: (1, rows, k, n),
+        trans: (false, false),
+        strides: (0, 0),
+    };
+    let da = da_product.gradient(g, b, &a.shape, leaf(0))?;
+    // dB = Gᵀ · A: (n×rows)·(rows×k).
+    let db_product = Product {
+        dims: (1, n, k, rows),
+        trans: (true, false),
+        strides: (0, 0),
+    };
+    let db = db_product.gradient(g, a, &b.shape, leaf(1))?;
+    Ok((da, db))
 }
 
 /// The gradients `(dA, dB) = (G · Bᵀ, Aᵀ · G)` of a matmul of `a` and `b`, summed over

@@ -247,6 +247,17 @@ proptest! {
     }
 
     #[test]
+    fn gradcheck_matmul_transposed((b, m, k) in dims(), n in 1usize..6, seed in any::<u64>(), rank in 1usize..4) {
+        // x [.., k] of rank 1, 2 or 3 against W [n, k]: y = x · Wᵀ (PyTorch's linear layer).
+        let sx: Vec<usize> = [b, m, k][3 - rank..].to_vec();
+        let rows: usize = sx[..rank - 1].iter().product();
+        let dims = MatmulDims { trans_b: true, ..MatmulDims::dense(1, rows, n, k) };
+        let x = (Rng::new(seed).vec_f32(rows * k, -1.0, 1.0), sx);
+        let w = (Rng::new(seed ^ 5).vec_f32(n * k, -1.0, 1.0), vec![n, k]);
+        check("matmul_transposed", &[x, w], |t| t[0].matmul_transposed(&t[1]), |x| matmul::matmul_f64(&x[0], &x[1], &dims));
+    }
+
+    #[test]
     fn gradcheck_shape_ops((r, c, d) in dims(), seed in any::<u64>(), which in 0usize..4) {
         let shape = vec![r, c, d];
         let x = (Rng::new(seed).vec_f32(r * c * d, -2.0, 2.0), shape.clone());
