@@ -12,7 +12,7 @@ use crate::module::{Module, prefixed};
 const MASKED_SCORE: f32 = -1e9;
 
 /// Causal multi-head self-attention over `[batch, time, dim]`. Parameters: `qkv.weight`
-/// `[dim, 3 dim]`, `qkv.bias`, `proj.weight` `[dim, dim]`, `proj.bias`.
+/// `[3 dim, dim]`, `qkv.bias`, `proj.weight` `[dim, dim]`, `proj.bias` (PyTorch's `[out, in]`).
 #[derive(Debug, Clone)]
 pub struct CausalSelfAttention {
     qkv: Linear,
@@ -49,7 +49,7 @@ impl CausalSelfAttention {
         self.heads
     }
 
-    /// The input projection to queries, keys and values (`[dim, 3 dim]`, in that order).
+    /// The input projection to queries, keys and values (`[3 dim, dim]`: queries, keys, values, in that order).
     pub fn qkv(&self) -> &Linear {
         &self.qkv
     }

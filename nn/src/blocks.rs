@@ -14,7 +14,7 @@ use crate::norm::LayerNorm;
 const LAYER_NORM_EPS: f32 = 1e-5;
 
 /// `x + fc2(act(fc1(ln(x))))` over `[.., dim]`. Parameters: `ln.weight`, `ln.bias`,
-/// `fc1.weight` `[dim, hidden]`, `fc1.bias`, `fc2.weight` `[hidden, dim]`, `fc2.bias`.
+/// `fc1.weight` `[hidden, dim]`, `fc1.bias`, `fc2.weight` `[dim, hidden]`, `fc2.bias`.
 #[derive(Debug, Clone)]
 pub struct ResidualMlpBlock {
     ln: LayerNorm,

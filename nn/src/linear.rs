@@ -1,5 +1,6 @@
-//! [`Linear`]: `y = x · W + b` with `W` of shape `[in, out]` (row-major inputs multiply it
-//! directly, no transpose), seeded initialisation ([`Init`]).
+//! [`Linear`]: `y = x · Wᵀ + b` with `W` of shape `[out, in]`, PyTorch's `nn.Linear` layout
+//! (so saved weights load into a PyTorch model as they are; the transpose is the matmul kernel's
+//! flag, never a copy), seeded initialisation ([`Init`]).
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::random::{GOLDEN_GAMMA, mix};
@@ -18,7 +19,8 @@ pub enum Init {
 }
 
 impl Init {
-    /// The bound `b` of the uniform distribution for a `[fan_in, fan_out]` weight.
+    /// The bound `b` of the uniform distribution for a weight with `fan_in` inputs and `fan_out`
+    /// outputs.
     pub fn bound(self, fan_in: usize, fan_out: usize) -> f32 {
         match self {
             Init::KaimingUniform => (6.0 / fan_in as f64).sqrt() as f32,
@@ -27,10 +29,10 @@ impl Init {
     }
 }
 
-/// A fully connected layer. Parameters: `weight` `[in, out]`, `bias` `[out]` (optional).
+/// A fully connected layer. Parameters: `weight` `[out, in]`, `bias` `[out]` (optional).
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// `[in_features, out_features]`.
+    /// `[out_features, in_features]`.
     weight: Tensor,
     /// `[out_features]`, when the layer has a bias.
     bias: Option<Tensor>,
@@ -65,12 +67,19 @@ impl Linear {
             });
         }
         let b = init.bound(in_features, out_features);
-        let weight = Tensor::uniform(
+        // Drawn in [in, out] order and stored transposed: a seed gives the same layer it gave
+        // before the weight moved to PyTorch's [out, in] layout.
+        let drawn = Tensor::uniform_values(in_features * out_features, -b, b, seed);
+        let mut values = vec![0.0; drawn.len()];
+        for (i, row) in drawn.chunks(out_features).enumerate() {
+            for (o, &v) in row.iter().enumerate() {
+                values[o * in_features + i] = v;
+            }
+        }
+        let weight = Tensor::from_slice_with(
             gpu,
-            &[in_features, out_features],
-            -b,
-            b,
-            seed,
+            &values,
+            &[out_features, in_features],
             TensorOptions::parameter("linear.weight"),
         )?;
         let bias = if bias {
@@ -93,18 +102,18 @@ impl Linear {
         })
     }
 
-    /// A layer with the given weight `[in, out]` and bias `[out]` (taken as they are: pass
+    /// A layer with the given weight `[out, in]` and bias `[out]` (taken as they are: pass
     /// parameter leaves to train them). Errors: shapes that do not fit.
     pub fn from_tensors(weight: Tensor, bias: Option<Tensor>) -> Result<Linear> {
         let ok = weight.rank() == 2
             && bias
                 .as_ref()
-                .is_none_or(|b| b.shape() == [weight.shape()[1]]);
+                .is_none_or(|b| b.shape() == [weight.shape()[0]]);
         if !ok {
             return Err(Error::InvalidConfig {
                 what: "Linear::from_tensors",
                 message: format!(
-                    "weight {:?} must be [in, out] and bias {:?} [out]",
+                    "weight {:?} must be [out, in] and bias {:?} [out]",
                     weight.shape(),
                     bias.as_ref().map(|b| b.shape().to_vec())
                 ),
@@ -117,7 +126,7 @@ impl Linear {
         })
     }
 
-    /// The weight, `[in, out]`.
+    /// The weight, `[out, in]`.
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
@@ -129,17 +138,17 @@ impl Linear {
 
     /// Input width.
     pub fn in_features(&self) -> usize {
-        self.weight.shape()[0]
+        self.weight.shape()[1]
     }
 
     /// Output width.
     pub fn out_features(&self) -> usize {
-        self.weight.shape()[1]
+        self.weight.shape()[0]
     }
 }
 
 impl Module for Linear {
-    /// `x · W + b` for `x` of shape `[.., in]`, giving `[.., out]`.
+    /// `x · Wᵀ + b` for `x` of shape `[.., in]`, giving `[.., out]`.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
             return Err(Error::InputShape {
@@ -148,14 +157,8 @@ impl Module for Linear {
                 found: x.shape().to_vec(),
             });
         }
-        // (.., in) · (in, out): matmul takes the shared right operand as one matrix.
-        let y = if x.rank() == 1 {
-            x.reshape(&[1, self.in_features()])?
-                .matmul(&self.weight)?
-                .reshape(&[self.out_features()])?
-        } else {
-            x.matmul(&self.weight)?
-        };
+        // (.., in) · (out, in)ᵀ, the rows of x folded into one matrix.
+        let y = x.matmul_transposed(&self.weight)?;
         match &self.bias {
             Some(b) => Ok(y.add(b)?),
             None => Ok(y),

@@ -69,7 +69,7 @@ pub fn save(
     );
     let mut metadata = BTreeMap::new();
     let mut put = |k: &str, v: String| metadata.insert(k.to_string(), v);
-    put("format", "plimsoll-trainer/1".to_string());
+    put("format", FORMAT.to_string());
     put("step", position.step.to_string());
     put("epoch", position.epoch.to_string());
     put("batch_in_epoch", position.batch_in_epoch.to_string());
@@ -97,6 +97,10 @@ fn meta<T: std::str::FromStr>(loaded: &LoadedState, path: &Path, key: &str) -> R
         })
 }
 
+/// The `format` metadata this version writes and reads. Version 2: linear weights in PyTorch's
+/// `[out, in]` layout (version 1 stored `[in, out]`, which would load a square layer transposed).
+pub const FORMAT: &str = "plimsoll-trainer/2";
+
 /// Loads `path` into `params` and `optimizer`; returns the saved position.
 pub fn load(
     gpu: &Gpu,
@@ -105,6 +109,17 @@ pub fn load(
     optimizer: &mut dyn Optimizer,
 ) -> Result<RunPosition> {
     let loaded = state::load(path)?;
+    let format = loaded.metadata.get("format").map(String::as_str);
+    if format != Some(FORMAT) {
+        return Err(Error::invalid(
+            path.display().to_string(),
+            format!(
+                "checkpoint format {} is not {FORMAT} (version 1 stored linear weights [in, out], \
+                 this version [out, in]); train again from scratch",
+                format.unwrap_or("(none)")
+            ),
+        ));
+    }
     let position = RunPosition {
         step: meta(&loaded, path, "step")?,
         epoch: meta(&loaded, path, "epoch")?,

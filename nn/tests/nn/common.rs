@@ -109,9 +109,14 @@ pub fn param(gpu: &Gpu, data: &[f32], shape: &[usize], label: &str) -> Tensor {
 
 // ---- f64 CPU references of composite modules (row-major) ----
 
-/// `x · w + b`: `x` `[rows, k]`, `w` `[k, n]`, `b` `[n]` (or empty).
+/// `x · wᵀ + b`: `x` `[rows, k]`, `w` `[n, k]` (PyTorch's layout), `b` `[n]` (or empty).
 pub fn linear(x: &[f64], w: &[f64], b: &[f64], k: usize, n: usize) -> Vec<f64> {
-    let mut y = matmul::matmul_f64(x, w, &MatmulDims::dense(1, x.len() / k, n, k));
+    // y = x · Wᵀ with W stored [n, k] (PyTorch's nn.Linear layout).
+    let dims = MatmulDims {
+        trans_b: true,
+        ..MatmulDims::dense(1, x.len() / k, n, k)
+    };
+    let mut y = matmul::matmul_f64(x, w, &dims);
     if !b.is_empty() {
         for row in y.chunks_mut(n) {
             row.iter_mut().zip(b).for_each(|(v, bias)| *v += bias);

@@ -20,7 +20,7 @@ fn linear_matches_reference() {
     let gpu = gpu();
     let layer = Linear::new(&gpu, 5, 3, true, Init::KaimingUniform, 1).unwrap();
     assert_eq!(names(&layer), ["weight", "bias"]);
-    assert_eq!(layer.weight().shape(), [5, 3]);
+    assert_eq!(layer.weight().shape(), [3, 5]); // [out, in], as PyTorch
     let x = input(&gpu, &Rng::new(2).vec_f32(2 * 4 * 5, -1.0, 1.0), &[2, 4, 5]);
     check_module(&layer, &x, true, &|p: &Params, x: &[f64]| {
         linear(x, &p["weight"], &p["bias"], 5, 3)
@@ -317,5 +317,6 @@ fn set_training_reaches_every_child() {
     let y = net.forward(&x).unwrap().to_vec().unwrap();
     let p = net.parameters();
     let (w, b) = (p[0].1.to_vec().unwrap(), p[1].1.to_vec().unwrap());
-    assert_eq!(y, vec![w[0] + w[2] + b[0], w[1] + w[3] + b[1]]);
+    // W is [out, in]: row o holds output o's weights.
+    assert_eq!(y, vec![w[0] + w[1] + b[0], w[2] + w[3] + b[1]]);
 }
