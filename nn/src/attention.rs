@@ -11,8 +11,9 @@ use crate::module::{Module, prefixed};
 /// below any real score, so `exp` of it is exactly 0 in f32.
 const MASKED_SCORE: f32 = -1e9;
 
-/// Causal multi-head self-attention over `[batch, time, dim]`. Parameters: `qkv.weight`
-/// `[3 dim, dim]`, `qkv.bias`, `proj.weight` `[dim, dim]`, `proj.bias` (PyTorch's `[out, in]`).
+/// Causal multi-head self-attention over `[batch, time, dim]`. Parameters, under nanoGPT's
+/// names: `c_attn.weight` `[3 dim, dim]` (queries, keys, values), `c_attn.bias`,
+/// `c_proj.weight` `[dim, dim]`, `c_proj.bias` (PyTorch's `[out, in]`).
 #[derive(Debug, Clone)]
 pub struct CausalSelfAttention {
     qkv: Linear,
@@ -39,6 +40,35 @@ impl CausalSelfAttention {
         Ok(CausalSelfAttention {
             qkv: Linear::new(gpu, dim, 3 * dim, true, init, derive_seed(seed, 1))?,
             proj: Linear::new(gpu, dim, dim, true, init, derive_seed(seed, 2))?,
+            heads,
+            training: true,
+        })
+    }
+
+    /// Attention from its two projections: `qkv` (`dim` to `3 dim`) and `proj` (`dim` to
+    /// `dim`). Errors: shapes that do not fit, `heads` not dividing `dim`.
+    pub fn from_parts(qkv: Linear, proj: Linear, heads: usize) -> Result<CausalSelfAttention> {
+        let dim = proj.out_features();
+        let fits = qkv.in_features() == dim
+            && qkv.out_features() == 3 * dim
+            && proj.in_features() == dim
+            && heads > 0
+            && dim.is_multiple_of(heads);
+        if !fits {
+            return Err(Error::InvalidConfig {
+                what: "CausalSelfAttention::from_parts",
+                message: format!(
+                    "qkv {} -> {}, proj {} -> {dim}, {heads} heads: need qkv dim -> 3 dim, proj \
+                     dim -> dim, and heads dividing dim",
+                    qkv.in_features(),
+                    qkv.out_features(),
+                    proj.in_features()
+                ),
+            });
+        }
+        Ok(CausalSelfAttention {
+            qkv,
+            proj,
             heads,
             training: true,
         })
@@ -122,8 +152,8 @@ impl Module for CausalSelfAttention {
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = prefixed("qkv", self.qkv.parameters());
-        p.extend(prefixed("proj", self.proj.parameters()));
+        let mut p = prefixed("c_attn", self.qkv.parameters());
+        p.extend(prefixed("c_proj", self.proj.parameters()));
         p
     }
 

@@ -80,9 +80,9 @@ impl Module for ResidualMlpBlock {
     }
 }
 
-/// A pre-norm transformer block over `[batch, time, dim]`: `x = x + attn(ln1(x))`, then
-/// `x = x + fc2(gelu(fc1(ln2(x))))`. Parameters: `ln1.*`, `attn.qkv.*`, `attn.proj.*`,
-/// `ln2.*`, `mlp.fc1.*`, `mlp.fc2.*`.
+/// A pre-norm transformer block over `[batch, time, dim]`: `x = x + attn(ln_1(x))`, then
+/// `x = x + c_proj(gelu(c_fc(ln_2(x))))`. Parameters under nanoGPT's names: `ln_1.*`,
+/// `attn.c_attn.*`, `attn.c_proj.*`, `ln_2.*`, `mlp.c_fc.*`, `mlp.c_proj.*`.
 #[derive(Debug, Clone)]
 pub struct TransformerBlock {
     ln1: LayerNorm,
@@ -115,6 +115,44 @@ impl TransformerBlock {
     }
 }
 
+impl TransformerBlock {
+    /// A block from its parts (e.g. initialised as nanoGPT does). Errors: widths that do not fit
+    /// `ln1`'s.
+    pub fn from_parts(
+        ln1: LayerNorm,
+        attn: CausalSelfAttention,
+        ln2: LayerNorm,
+        fc1: Linear,
+        fc2: Linear,
+    ) -> Result<TransformerBlock> {
+        let dim = ln1.weight().numel();
+        let fits = ln2.weight().numel() == dim
+            && attn.proj().out_features() == dim
+            && fc1.in_features() == dim
+            && fc2.in_features() == fc1.out_features()
+            && fc2.out_features() == dim;
+        if !fits {
+            return Err(crate::error::Error::InvalidConfig {
+                what: "TransformerBlock::from_parts",
+                message: format!(
+                    "width {dim}: the norms, attention and MLP ({} -> {} -> {}) must agree",
+                    fc1.in_features(),
+                    fc1.out_features(),
+                    fc2.out_features()
+                ),
+            });
+        }
+        Ok(TransformerBlock {
+            ln1,
+            attn,
+            ln2,
+            fc1,
+            fc2,
+            training: true,
+        })
+    }
+}
+
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
@@ -123,11 +161,11 @@ impl Module for TransformerBlock {
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = prefixed("ln1", self.ln1.parameters());
+        let mut p = prefixed("ln_1", self.ln1.parameters());
         p.extend(prefixed("attn", self.attn.parameters()));
-        p.extend(prefixed("ln2", self.ln2.parameters()));
-        p.extend(prefixed("mlp.fc1", self.fc1.parameters()));
-        p.extend(prefixed("mlp.fc2", self.fc2.parameters()));
+        p.extend(prefixed("ln_2", self.ln2.parameters()));
+        p.extend(prefixed("mlp.c_fc", self.fc1.parameters()));
+        p.extend(prefixed("mlp.c_proj", self.fc2.parameters()));
         p
     }
 

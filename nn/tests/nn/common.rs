@@ -125,8 +125,8 @@ pub fn linear(x: &[f64], w: &[f64], b: &[f64], k: usize, n: usize) -> Vec<f64> {
     y
 }
 
-/// Causal multi-head attention over `[batch, time, dim]` with `p` holding `{prefix}qkv.*` and
-/// `{prefix}proj.*`.
+/// Causal multi-head attention over `[batch, time, dim]` with `p` holding `{prefix}c_attn.*` and
+/// `{prefix}c_proj.*`.
 pub fn attention(
     p: &Params,
     prefix: &str,
@@ -136,7 +136,7 @@ pub fn attention(
     heads: usize,
 ) -> Vec<f64> {
     let get = |n: &str| &p[&format!("{prefix}{n}")];
-    let qkv = linear(x, get("qkv.weight"), get("qkv.bias"), dim, 3 * dim);
+    let qkv = linear(x, get("c_attn.weight"), get("c_attn.bias"), dim, 3 * dim);
     let batch = x.len() / (time * dim);
     let hd = dim / heads;
     let mut y = vec![0.0; x.len()];
@@ -160,5 +160,5 @@ pub fn attention(
             }
         }
     }
-    linear(&y, get("proj.weight"), get("proj.bias"), dim, dim)
+    linear(&y, get("c_proj.weight"), get("c_proj.bias"), dim, dim)
 }

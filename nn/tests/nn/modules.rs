@@ -137,7 +137,12 @@ fn attention_matches_reference() {
     let attn = CausalSelfAttention::new(&gpu, dim, heads, 12).unwrap();
     assert_eq!(
         names(&attn),
-        ["qkv.weight", "qkv.bias", "proj.weight", "proj.bias"]
+        [
+            "c_attn.weight",
+            "c_attn.bias",
+            "c_proj.weight",
+            "c_proj.bias"
+        ]
     );
     let x = input(
         &gpu,
@@ -196,15 +201,21 @@ fn transformer_reference(
     hidden: usize,
 ) -> Vec<f64> {
     let rows = x.len() / dim;
-    let h = layer_norm::forward_f64(x, &p["ln1.weight"], &p["ln1.bias"], rows, dim, 1e-5).y;
+    let h = layer_norm::forward_f64(x, &p["ln_1.weight"], &p["ln_1.bias"], rows, dim, 1e-5).y;
     let a = attention(p, "attn.", &h, time, dim, heads);
     let x: Vec<f64> = x.iter().zip(a).map(|(a, b)| a + b).collect();
-    let h = layer_norm::forward_f64(&x, &p["ln2.weight"], &p["ln2.bias"], rows, dim, 1e-5).y;
-    let h: Vec<f64> = linear(&h, &p["mlp.fc1.weight"], &p["mlp.fc1.bias"], dim, hidden)
+    let h = layer_norm::forward_f64(&x, &p["ln_2.weight"], &p["ln_2.bias"], rows, dim, 1e-5).y;
+    let h: Vec<f64> = linear(&h, &p["mlp.c_fc.weight"], &p["mlp.c_fc.bias"], dim, hidden)
         .into_iter()
         .map(unary::gelu)
         .collect();
-    let h = linear(&h, &p["mlp.fc2.weight"], &p["mlp.fc2.bias"], hidden, dim);
+    let h = linear(
+        &h,
+        &p["mlp.c_proj.weight"],
+        &p["mlp.c_proj.bias"],
+        hidden,
+        dim,
+    );
     x.iter().zip(h).map(|(a, b)| a + b).collect()
 }
 
@@ -216,18 +227,18 @@ fn transformer_block_matches_reference() {
     assert_eq!(
         names(&block),
         [
-            "ln1.weight",
-            "ln1.bias",
-            "attn.qkv.weight",
-            "attn.qkv.bias",
-            "attn.proj.weight",
-            "attn.proj.bias",
-            "ln2.weight",
-            "ln2.bias",
-            "mlp.fc1.weight",
-            "mlp.fc1.bias",
-            "mlp.fc2.weight",
-            "mlp.fc2.bias"
+            "ln_1.weight",
+            "ln_1.bias",
+            "attn.c_attn.weight",
+            "attn.c_attn.bias",
+            "attn.c_proj.weight",
+            "attn.c_proj.bias",
+            "ln_2.weight",
+            "ln_2.bias",
+            "mlp.c_fc.weight",
+            "mlp.c_fc.bias",
+            "mlp.c_proj.weight",
+            "mlp.c_proj.bias"
         ]
     );
     let x = input(
@@ -266,7 +277,7 @@ fn checkpointed_sequential_equals_plain() {
         .push(Dropout::new(0.25))
         .push(TransformerBlock::new(&gpu, dim, 2, 16, 21).unwrap())
         .push(Linear::new(&gpu, dim, 5, true, Init::XavierUniform, 22).unwrap());
-    assert_eq!(names(&net)[0], "0.ln1.weight");
+    assert_eq!(names(&net)[0], "0.ln_1.weight");
     assert_eq!(names(&net).last().unwrap(), "3.bias");
     let params = net.parameters();
     let x = Tensor::from_slice(
