@@ -37,6 +37,24 @@ impl Embedding {
         })
     }
 
+    /// A table with the given `[vocab, dim]` weight (taken as it is: pass a parameter leaf to
+    /// train it). Errors: a weight that is not a non-empty matrix.
+    pub fn from_weight(weight: Tensor) -> Result<Embedding> {
+        if weight.rank() != 2 || weight.numel() == 0 {
+            return Err(Error::InvalidConfig {
+                what: "Embedding::from_weight",
+                message: format!(
+                    "weight {:?} must be a non-empty [vocab, dim]",
+                    weight.shape()
+                ),
+            });
+        }
+        Ok(Embedding {
+            weight,
+            training: true,
+        })
+    }
+
     /// The table, `[vocab, dim]`.
     pub fn weight(&self) -> &Tensor {
         &self.weight

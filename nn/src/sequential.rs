@@ -102,7 +102,7 @@ impl Sequential {
 }
 
 /// An nn error inside a checkpointed segment, which must return autograd's error type.
-fn into_autograd(e: Error) -> plimsoll_autograd::Error {
+pub(crate) fn into_autograd(e: Error) -> plimsoll_autograd::Error {
     match e {
         Error::Autograd(e) => e,
         Error::Kernel(e) => plimsoll_autograd::Error::Kernel(e),

@@ -192,7 +192,7 @@ fn residual_mlp_block_matches_reference() {
 }
 
 /// The f64 reference of a pre-norm transformer block.
-fn transformer_reference(
+pub fn transformer_reference(
     p: &Params,
     x: &[f64],
     time: usize,

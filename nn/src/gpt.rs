@@ -1,0 +1,228 @@
+//! [`Gpt`]: a decoder-only transformer in the shape of nanoGPT (Karpathy): token and position
+//! embeddings, pre-norm [`TransformerBlock`]s of causal self-attention and a 4x GELU MLP, a final
+//! layer norm, and an output head tied to the token embedding (`logits = h · wteᵀ`).
+//!
+//! Parameters carry nanoGPT's names and PyTorch's layouts (`transformer.wte.weight`,
+//! `transformer.h.0.attn.c_attn.weight` `[3C, C]`, ...), and are initialised as nanoGPT does:
+//! `N(0, 0.02)` for linear weights and embeddings, `N(0, 0.02 / sqrt(2 n_layer))` for the
+//! residual projections (`attn.c_proj`, `mlp.c_proj`), zero biases, unit layer-norm scales.
+//! [`Gpt::state_dict`] adds the tied `lm_head.weight`, so a saved file loads into nanoGPT's
+//! `GPT(GPTConfig(bias=True, ...))` with `load_state_dict(..., strict=True)`.
+
+use plimsoll_autograd::{Gpu, Tensor, TensorOptions, checkpoint};
+
+use crate::attention::CausalSelfAttention;
+use crate::blocks::TransformerBlock;
+use crate::embedding::Embedding;
+use crate::error::{Error, Result};
+use crate::linear::{Linear, derive_seed};
+use crate::module::{Module, prefixed};
+use crate::norm::LayerNorm;
+use crate::sequential::into_autograd;
+
+/// The layer-norm epsilon (PyTorch's default, as nanoGPT).
+const LAYER_NORM_EPS: f32 = 1e-5;
+/// nanoGPT's initialisation scale.
+const INIT_STD: f32 = 0.02;
+
+/// The shape of a [`Gpt`], nanoGPT's `GPTConfig` (with `bias=True`, no dropout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GptConfig {
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// The longest context (positions of `wpe`).
+    pub block_size: usize,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Attention heads per block (dividing `n_embd`).
+    pub n_head: usize,
+    /// Width.
+    pub n_embd: usize,
+}
+
+impl GptConfig {
+    /// Checks the figures: all positive, `n_head` dividing `n_embd`.
+    pub fn validate(&self) -> Result<()> {
+        let figures = [
+            self.vocab_size,
+            self.block_size,
+            self.n_layer,
+            self.n_head,
+            self.n_embd,
+        ];
+        if figures.contains(&0) || !self.n_embd.is_multiple_of(self.n_head.max(1)) {
+            return Err(Error::InvalidConfig {
+                what: "GptConfig",
+                message: format!(
+                    "{self:?}: every figure must be at least 1 and n_head must divide n_embd"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Parameter elements (the tied head counted once), as nanoGPT's `get_num_params` with
+    /// the position embedding included.
+    pub fn parameter_count(&self) -> usize {
+        let c = self.n_embd;
+        let block =
+            2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (4 * c * c + 4 * c) + (4 * c * c + c);
+        self.vocab_size * c + self.block_size * c + self.n_layer * block + 2 * c
+    }
+}
+
+/// nanoGPT's character-level GPT. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Gpt {
+    config: GptConfig,
+    wte: Embedding,
+    wpe: Embedding,
+    blocks: Vec<TransformerBlock>,
+    ln_f: LayerNorm,
+    training: bool,
+}
+
+/// A parameter leaf `[shape]` drawn from `N(0, std)` with `seed`, labelled `label`.
+fn normal(gpu: &Gpu, shape: &[usize], std: f32, seed: u64, label: &str) -> Result<Tensor> {
+    let options = TensorOptions::parameter(label);
+    Ok(Tensor::normal(gpu, shape, 0.0, std, seed, options)?)
+}
+
+/// A `inputs -> outputs` linear layer initialised as nanoGPT does (`N(0, std)` weight, zero
+/// bias).
+fn linear(gpu: &Gpu, inputs: usize, outputs: usize, std: f32, seed: u64) -> Result<Linear> {
+    let weight = normal(gpu, &[outputs, inputs], std, seed, "linear.weight")?;
+    let bias = Tensor::zeros(gpu, &[outputs], TensorOptions::parameter("linear.bias"))?;
+    Linear::from_tensors(weight, Some(bias))
+}
+
+impl Gpt {
+    /// A model of `config`, initialised from `seed` (see the module docs). Errors: a config
+    /// [`GptConfig::validate`] refuses.
+    pub fn new(gpu: &Gpu, config: GptConfig, seed: u64) -> Result<Gpt> {
+        config.validate()?;
+        let c = config.n_embd;
+        let residual_std = INIT_STD / (2.0 * config.n_layer as f32).sqrt();
+        let table = |rows: usize, index: u64, label: &str| -> Result<Embedding> {
+            let weight = normal(gpu, &[rows, c], INIT_STD, derive_seed(seed, index), label)?;
+            Embedding::from_weight(weight)
+        };
+        let wte = table(config.vocab_size, 0, "transformer.wte.weight")?;
+        let wpe = table(config.block_size, 1, "transformer.wpe.weight")?;
+        let blocks = (0..config.n_layer)
+            .map(|i| {
+                let s = |k: u64| derive_seed(seed, 16 + 8 * i as u64 + k);
+                let attn = CausalSelfAttention::from_parts(
+                    linear(gpu, c, 3 * c, INIT_STD, s(0))?,
+                    linear(gpu, c, c, residual_std, s(1))?,
+                    config.n_head,
+                )?;
+                TransformerBlock::from_parts(
+                    LayerNorm::new(gpu, c, LAYER_NORM_EPS)?,
+                    attn,
+                    LayerNorm::new(gpu, c, LAYER_NORM_EPS)?,
+                    linear(gpu, c, 4 * c, INIT_STD, s(2))?,
+                    linear(gpu, 4 * c, c, residual_std, s(3))?,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Gpt {
+            config,
+            wte,
+            wpe,
+            blocks,
+            ln_f: LayerNorm::new(gpu, c, LAYER_NORM_EPS)?,
+            training: true,
+        })
+    }
+
+    /// The model's shape.
+    pub fn config(&self) -> GptConfig {
+        self.config
+    }
+
+    /// Logits `[batch, time, vocab]` of u32 token ids `[batch, time]` (`time <= block_size`),
+    /// running each run of `segment_len` blocks through autograd's checkpoint (0: none).
+    pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        let &[_, time] = ids.shape() else {
+            return Err(Error::InputShape {
+                module: "Gpt",
+                expected: "[batch, time] u32 token ids".to_string(),
+                found: ids.shape().to_vec(),
+            });
+        };
+        if time == 0 || time > self.config.block_size {
+            return Err(Error::InputShape {
+                module: "Gpt",
+                expected: format!("[batch, time] with 1 <= time <= {}", self.config.block_size),
+                found: ids.shape().to_vec(),
+            });
+        }
+        let positions: Vec<u32> = (0..time as u32).collect();
+        let positions = Tensor::from_indices(ids.gpu(), &positions, &[time])?;
+        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        let segment = if segment_len == 0 {
+            self.blocks.len()
+        } else {
+            segment_len
+        };
+        for run in self.blocks.chunks(segment.max(1)) {
+            x = if segment_len == 0 {
+                run.iter().try_fold(x, |h, block| block.forward(&h))?
+            } else {
+                let run: Vec<TransformerBlock> = run.to_vec();
+                checkpoint(&[&x], move |xs: &[Tensor]| {
+                    let mut h = xs.first().cloned().ok_or_else(|| {
+                        plimsoll_autograd::Error::InvalidArgument {
+                            op: "Gpt::forward_checkpointed",
+                            message: "segment called without its input".to_string(),
+                        }
+                    })?;
+                    for block in &run {
+                        h = block.forward(&h).map_err(into_autograd)?;
+                    }
+                    Ok(h)
+                })?
+            };
+        }
+        let h = self.ln_f.forward(&x)?;
+        Ok(h.matmul_transposed(self.wte.weight())?)
+    }
+
+    /// The parameters under nanoGPT's names plus `lm_head.weight`, the head tied to
+    /// `transformer.wte.weight` (the same tensor twice): what a file must hold for nanoGPT's
+    /// `load_state_dict(..., strict=True)`.
+    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut p = self.parameters();
+        p.push(("lm_head.weight".to_string(), self.wte.weight().clone()));
+        p
+    }
+}
+
+impl Module for Gpt {
+    /// Logits of token ids without checkpointing ([`Gpt::forward_checkpointed`]).
+    fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        self.forward_checkpointed(ids, 0)
+    }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = prefixed("transformer.wte", self.wte.parameters());
+        p.extend(prefixed("transformer.wpe", self.wpe.parameters()));
+        for (i, block) in self.blocks.iter().enumerate() {
+            p.extend(prefixed(&format!("transformer.h.{i}"), block.parameters()));
+        }
+        p.extend(prefixed("transformer.ln_f", self.ln_f.parameters()));
+        p
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.training = training;
+        for block in &mut self.blocks {
+            block.set_training(training);
+        }
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+}

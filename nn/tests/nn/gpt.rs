@@ -1,0 +1,137 @@
+//! The GPT against an f64 reference built from the reference's layer norm, the block reference
+//! and the tied head; its names, state dict and checkpointed backward.
+
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::reference::layer_norm;
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
+use plimsoll_nn::{Gpt, GptConfig, Module, parameter_count};
+
+use crate::common::{Params, check_module, linear};
+use crate::modules::transformer_reference;
+
+const TINY: GptConfig = GptConfig {
+    vocab_size: 11,
+    block_size: 6,
+    n_layer: 2,
+    n_head: 2,
+    n_embd: 8,
+};
+
+/// nanoGPT's forward in f64: embeddings, blocks, final norm, logits `h · wteᵀ`.
+fn gpt_reference(p: &Params, ids: &[f64], cfg: GptConfig, time: usize) -> Vec<f64> {
+    let c = cfg.n_embd;
+    let (wte, wpe) = (&p["transformer.wte.weight"], &p["transformer.wpe.weight"]);
+    let mut x = Vec::with_capacity(ids.len() * c);
+    for (i, &id) in ids.iter().enumerate() {
+        let (id, t) = (id as usize, i % time);
+        x.extend((0..c).map(|j| wte[id * c + j] + wpe[t * c + j]));
+    }
+    for layer in 0..cfg.n_layer {
+        let prefix = format!("transformer.h.{layer}.");
+        let block: Params = p
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|r| (r.to_string(), v.clone())))
+            .collect();
+        x = transformer_reference(&block, &x, time, c, cfg.n_head, 4 * c);
+    }
+    let (g, b) = (&p["transformer.ln_f.weight"], &p["transformer.ln_f.bias"]);
+    let h = layer_norm::forward_f64(&x, g, b, ids.len(), c, 1e-5).y;
+    linear(&h, wte, &[], c, cfg.vocab_size)
+}
+
+fn ids(batch: usize, time: usize, seed: u64) -> (Vec<u32>, Tensor) {
+    let mut rng = Rng::new(seed);
+    let ids: Vec<u32> = (0..batch * time)
+        .map(|_| rng.below(TINY.vocab_size as u64) as u32)
+        .collect();
+    let tensor = Tensor::from_indices(&gpu(), &ids, &[batch, time]).unwrap();
+    (ids, tensor)
+}
+
+#[test]
+fn gpt_matches_reference_with_a_tied_head() {
+    let gpu = gpu();
+    let model = Gpt::new(&gpu, TINY, 3).unwrap();
+    assert_eq!(parameter_count(&model), TINY.parameter_count());
+    let time = 5;
+    let (_, x) = ids(2, time, 4);
+    check_module(&model, &x, false, &|p: &Params, ids: &[f64]| {
+        gpt_reference(p, ids, TINY, time)
+    });
+}
+
+#[test]
+fn gpt_names_are_nanogpts_and_the_state_dict_ties_the_head() {
+    let model = Gpt::new(&gpu(), TINY, 5).unwrap();
+    let names: Vec<String> = model.parameters().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names[..3],
+        [
+            "transformer.wte.weight",
+            "transformer.wpe.weight",
+            "transformer.h.0.ln_1.weight"
+        ]
+    );
+    assert!(names.contains(&"transformer.h.1.attn.c_attn.weight".to_string()));
+    assert!(names.contains(&"transformer.h.1.mlp.c_proj.bias".to_string()));
+    assert_eq!(names.last().unwrap(), "transformer.ln_f.bias");
+    let state = model.state_dict();
+    let (_, head) = state.iter().find(|(n, _)| n == "lm_head.weight").unwrap();
+    let (_, wte) = state
+        .iter()
+        .find(|(n, _)| n == "transformer.wte.weight")
+        .unwrap();
+    assert_eq!(head.to_vec().unwrap(), wte.to_vec().unwrap());
+    assert_eq!(head.shape(), [11, 8]);
+    let c_attn = &model.parameters()[4].1;
+    assert_eq!(c_attn.shape(), [24, 8], "PyTorch's [out, in]");
+}
+
+#[test]
+fn gpt_refuses_bad_configs_and_inputs() {
+    let bad = GptConfig { n_head: 3, ..TINY };
+    assert!(
+        Gpt::new(&gpu(), bad, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("n_head")
+    );
+    let model = Gpt::new(&gpu(), TINY, 0).unwrap();
+    let (_, too_long) = ids(1, 6, 1);
+    assert!(model.forward(&too_long).is_ok());
+    let long = Tensor::from_indices(&gpu(), &[0; 7], &[1, 7]).unwrap();
+    assert!(
+        model
+            .forward(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("time <= 6")
+    );
+}
+
+/// Checkpointing every block gives the same gradients as keeping every activation.
+#[test]
+fn checkpointed_blocks_give_the_same_gradients() {
+    let gpu = gpu();
+    let (_, x) = ids(2, 6, 9);
+    let grads = |segment: usize| {
+        let model = Gpt::new(&gpu, TINY, 7).unwrap();
+        let logits = model.forward_checkpointed(&x, segment).unwrap();
+        logits
+            .mul(&logits)
+            .unwrap()
+            .mean_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        model
+            .parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.grad().unwrap().to_vec().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    let (plain, checkpointed) = (grads(0), grads(1));
+    for ((name, a), (_, b)) in plain.iter().zip(&checkpointed) {
+        assert_close(name, b, a, 1e-6, 1e-5);
+    }
+}
