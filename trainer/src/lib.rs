@@ -17,7 +17,7 @@
 //!
 //! It is not a layer library (that is `plimsoll-nn`) and knows only classifiers trained with
 //! cross-entropy. Map: [`config`], [`data`], [`model`], [`step`], [`plan`], [`leak`],
-//! [`checkpoint_io`], [`metrics`], [`trainer`], [`error`].
+//! [`checkpoint_io`], [`metrics`], [`trainer`], [`text`], [`error`].
 
 pub mod checkpoint_io;
 pub mod config;
@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod step;
+pub mod text;
 pub mod trainer;
 
 pub use config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
@@ -36,4 +37,5 @@ pub use error::{Error, Result};
 pub use metrics::{JsonLines, Observer, Silent, StepReport};
 pub use model::{ModelSpec, OptimizerSpec};
 pub use plan::MemoryPlan;
+pub use text::{CharCorpus, TokenWindows};
 pub use trainer::{RunSummary, Trainer};
