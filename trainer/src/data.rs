@@ -8,12 +8,15 @@
 
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::random::SplitMix64;
 
 use crate::error::{Error, Result};
+use crate::task::{Batch, Data};
+use crate::text::TokenWindows;
 
 /// An in-memory classification dataset. Invariant: `features.len() == labels.len() *
 /// feature_dim` and every label is `< num_classes`.
@@ -195,10 +198,16 @@ impl Dataset {
             num_classes: self.num_classes,
         }
     }
+}
 
-    /// Uploads the samples `indices` as `(features (B, D) f32, labels (B) u32)`, both
-    /// `Category::Input`. Indices out of range are an error.
-    pub fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<(Tensor, Tensor)> {
+impl Data for Dataset {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The rows `indices` as features `[n, d]` f32 (`Category::Input`) and labels `[n]` u32.
+    /// Indices out of range are an error.
+    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
         let d = self.feature_dim;
         let mut features = Vec::with_capacity(indices.len() * d);
         let mut labels = Vec::with_capacity(indices.len());
@@ -206,7 +215,7 @@ impl Dataset {
             let row = self.features.get(i * d..(i + 1) * d).ok_or_else(|| {
                 Error::invalid(
                     "batch",
-                    format!("sample {i} of a dataset of {}", self.len()),
+                    format!("sample {i} of a dataset of {}", self.labels.len()),
                 )
             })?;
             features.extend_from_slice(row);
@@ -217,9 +226,112 @@ impl Dataset {
             label: "batch features",
             requires_grad: false,
         };
-        let x = Tensor::from_slice_with(gpu, &features, &[indices.len(), d], options)?;
-        let y = Tensor::from_indices(gpu, &labels, &[indices.len()])?;
-        Ok((x, y))
+        Ok(Batch {
+            inputs: Tensor::from_slice_with(gpu, &features, &[indices.len(), d], options)?,
+            targets: Tensor::from_indices(gpu, &labels, &[indices.len()])?,
+        })
+    }
+
+    fn input_width(&self) -> usize {
+        self.feature_dim
+    }
+
+    fn classes(&self) -> usize {
+        self.num_classes
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} rows of {} features, {} classes",
+            self.labels.len(),
+            self.feature_dim,
+            self.num_classes
+        )
+    }
+}
+
+/// Windows of `context` tokens of a token sequence, each paired with the next `context` tokens:
+/// every window (training, drawn in a seeded order) or `count` evenly spaced ones (a fixed
+/// validation set).
+#[derive(Debug, Clone)]
+pub struct TokenData {
+    tokens: Arc<Vec<u32>>,
+    context: usize,
+    vocab: usize,
+    /// Start of sample `i`: `starts[i]`, or `i` when `None` (every window).
+    starts: Option<Vec<usize>>,
+}
+
+impl TokenData {
+    /// Every window of `tokens` (ids below `vocab`). Errors: a context the sequence cannot
+    /// hold.
+    pub fn windows(tokens: Arc<Vec<u32>>, context: usize, vocab: usize) -> Result<TokenData> {
+        TokenWindows::new(&tokens, context)?;
+        Ok(TokenData {
+            tokens,
+            context,
+            vocab,
+            starts: None,
+        })
+    }
+
+    /// `count` windows evenly spaced over `tokens` (all of them if there are fewer).
+    pub fn evenly_spaced(
+        tokens: Arc<Vec<u32>>,
+        context: usize,
+        vocab: usize,
+        count: usize,
+    ) -> Result<TokenData> {
+        let all = TokenWindows::new(&tokens, context)?.len();
+        let count = count.clamp(1, all);
+        let starts = (0..count).map(|i| i * all / count).collect();
+        Ok(TokenData {
+            tokens,
+            context,
+            vocab,
+            starts: Some(starts),
+        })
+    }
+
+    fn start(&self, i: usize) -> usize {
+        match &self.starts {
+            Some(s) => s.get(i).copied().unwrap_or(usize::MAX),
+            None => i,
+        }
+    }
+}
+
+impl Data for TokenData {
+    fn len(&self) -> usize {
+        match &self.starts {
+            Some(s) => s.len(),
+            None => self.tokens.len() - self.context,
+        }
+    }
+
+    /// The windows `indices` as inputs and targets, `[n, context]` u32 each.
+    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
+        let starts: Vec<usize> = indices.iter().map(|&i| self.start(i)).collect();
+        let (inputs, targets) =
+            TokenWindows::new(&self.tokens, self.context)?.upload(gpu, &starts)?;
+        Ok(Batch { inputs, targets })
+    }
+
+    fn input_width(&self) -> usize {
+        self.context
+    }
+
+    fn classes(&self) -> usize {
+        self.vocab
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} windows of {} tokens over a vocabulary of {}",
+            self.len(),
+            self.context,
+            self.vocab
+        )
     }
 }
 

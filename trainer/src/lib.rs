@@ -15,8 +15,9 @@
 //! - non-finite values stop the step and name the first parameter ([`step`]);
 //! - checkpoints are atomic safetensors files and resume bit-identically ([`checkpoint_io`]).
 //!
-//! It is not a layer library (that is `plimsoll-nn`) and knows only classifiers trained with
-//! cross-entropy. Map: [`config`], [`data`], [`model`], [`step`], [`plan`], [`leak`],
+//! It is not a layer library (that is `plimsoll-nn`): it trains whatever a [`Recipe`] builds on
+//! whatever [`Data`] holds ([`task`]); the MLP classifier and nanoGPT's GPT come with it
+//! ([`model`]). Map: [`task`], [`config`], [`data`], [`model`], [`step`], [`plan`], [`leak`],
 //! [`checkpoint_io`], [`metrics`], [`trainer`], [`text`], [`error`].
 
 pub mod checkpoint_io;
@@ -28,14 +29,16 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod step;
+pub mod task;
 pub mod text;
 pub mod trainer;
 
 pub use config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
-pub use data::Dataset;
+pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
 pub use metrics::{JsonLines, Observer, Silent, StepReport};
-pub use model::{ModelSpec, OptimizerSpec};
+pub use model::{GptSpec, ModelSpec, OptimizerSpec};
 pub use plan::MemoryPlan;
+pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
 pub use trainer::{RunSummary, Trainer};

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::task::Evaluation;
 
 /// One step's figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -43,8 +44,8 @@ pub struct StepReport {
 pub trait Observer {
     /// After every step.
     fn on_step(&mut self, report: &StepReport);
-    /// After an evaluation: `accuracy` in `[0, 1]` on the test set.
-    fn on_eval(&mut self, epoch: u64, step: u64, accuracy: f32);
+    /// After an evaluation of the evaluation set.
+    fn on_eval(&mut self, epoch: u64, step: u64, evaluation: &Evaluation);
     /// A log line (out-of-memory recovery, leak warning, checkpoint saved, interruption).
     fn on_log(&mut self, line: &str);
 }
@@ -55,7 +56,7 @@ pub struct Silent;
 
 impl Observer for Silent {
     fn on_step(&mut self, _: &StepReport) {}
-    fn on_eval(&mut self, _: u64, _: u64, _: f32) {}
+    fn on_eval(&mut self, _: u64, _: u64, _: &Evaluation) {}
     fn on_log(&mut self, _: &str) {}
 }
 

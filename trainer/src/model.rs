@@ -1,10 +1,15 @@
-//! [`ModelSpec`]: what to build (an MLP classifier and its optimizer), so the memory plan can
-//! build a throwaway copy for its dry run and the trainer the real one, identically.
+//! The two models the trainer ships with, as [`Recipe`]s: [`ModelSpec`], an MLP classifier over a
+//! table, and [`GptSpec`], nanoGPT's character-level GPT over token windows. Each builds its
+//! model and optimizer identically every time, so the memory plan can dry-run a throwaway copy.
 
-use plimsoll_autograd::Gpu;
-use plimsoll_nn::{Activation, AdamW, AdamWConfig, Optimizer, Sequential, Sgd, SgdConfig, mlp};
+use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_nn::{
+    Activation, AdamW, AdamWConfig, Gpt, GptConfig, Module, Optimizer, Sequential, Sgd, SgdConfig,
+    loss, mlp,
+};
 
 use crate::error::{Error, Result};
+use crate::task::{Batch, Data, EvalSums, Model, Recipe};
 
 /// Which optimizer, with its hyper-parameters (the learning rate is set by the schedule).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -13,6 +18,16 @@ pub enum OptimizerSpec {
     AdamW(AdamWConfig),
     /// SGD with optional momentum.
     Sgd(SgdConfig),
+}
+
+impl OptimizerSpec {
+    /// A fresh optimizer.
+    pub fn build(&self) -> Box<dyn Optimizer> {
+        match *self {
+            OptimizerSpec::AdamW(c) => Box::new(AdamW::new(c)),
+            OptimizerSpec::Sgd(c) => Box::new(Sgd::new(c)),
+        }
+    }
 }
 
 /// An MLP classifier `widths[0] -> ... -> widths[last]` and its optimizer.
@@ -29,38 +44,212 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    /// Builds the model and a fresh optimizer on `gpu`.
-    pub fn build(&self, gpu: &Gpu) -> Result<(Sequential, Box<dyn Optimizer>)> {
-        let net = mlp(gpu, &self.widths, self.activation, self.seed)?;
-        let optimizer: Box<dyn Optimizer> = match self.optimizer {
-            OptimizerSpec::AdamW(c) => Box::new(AdamW::new(c)),
-            OptimizerSpec::Sgd(c) => Box::new(Sgd::new(c)),
-        };
-        Ok((net, optimizer))
+    /// Builds the network alone.
+    pub fn network(&self, gpu: &Gpu) -> Result<Sequential> {
+        Ok(mlp(gpu, &self.widths, self.activation, self.seed)?)
     }
 
     /// Number of children of the built `Sequential` (Linear and activation modules).
     pub fn children(&self) -> usize {
         (2 * self.widths.len()).saturating_sub(3)
     }
+}
 
-    /// Parameter elements (weights and biases).
-    pub fn parameter_count(&self) -> usize {
+impl Recipe for ModelSpec {
+    fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+        let model = MlpModel {
+            net: self.network(gpu)?,
+        };
+        Ok((Box::new(model), self.optimizer.build()))
+    }
+
+    fn blocks(&self) -> usize {
+        self.children()
+    }
+
+    fn parameter_count(&self) -> usize {
         self.widths.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
     }
 
-    /// Checks the widths against a dataset's features and classes.
-    pub fn check_fits(&self, feature_dim: usize, num_classes: usize) -> Result<()> {
+    fn check(&self, data: &dyn Data) -> Result<()> {
+        let (features, classes) = (data.input_width(), data.classes());
         match (self.widths.first(), self.widths.last()) {
-            (Some(&i), Some(&o)) if i == feature_dim && o >= num_classes => Ok(()),
+            (Some(&i), Some(&o)) if i == features && o >= classes => Ok(()),
             _ => Err(Error::invalid(
                 "model",
                 format!(
-                    "widths {:?} do not fit data with {feature_dim} features and \
-                     {num_classes} classes",
+                    "widths {:?} do not fit data with {features} features and {classes} classes",
                     self.widths
                 ),
             )),
         }
+    }
+
+    fn describe(&self) -> String {
+        let widths: Vec<String> = self.widths.iter().map(usize::to_string).collect();
+        format!("MLP {}", widths.join("-"))
+    }
+}
+
+/// A built MLP classifier: cross-entropy of its logits.
+pub struct MlpModel {
+    net: Sequential,
+}
+
+/// Sums of one chunk's per-row cross-entropy and arg-max hits, from `[rows, classes]` logits.
+fn classifier_sums(logits: &[f32], targets: &[u32], classes: usize) -> EvalSums {
+    let mut sums = EvalSums {
+        correct: Some(0),
+        ..EvalSums::default()
+    };
+    for (row, &t) in logits.chunks(classes.max(1)).zip(targets) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lse = f64::from(max)
+            + row
+                .iter()
+                .map(|&v| (f64::from(v) - f64::from(max)).exp())
+                .sum::<f64>()
+                .ln();
+        let target = row.get(t as usize).map_or(f64::NAN, |&v| f64::from(v));
+        let best =
+            row.iter().enumerate().fold(
+                (0, f32::NEG_INFINITY),
+                |b, (j, &v)| if v > b.1 { (j, v) } else { b },
+            );
+        sums.count += 1;
+        sums.loss_sum += lse - target;
+        sums.correct = sums.correct.map(|c| c + u64::from(best.0 as u32 == t));
+    }
+    sums
+}
+
+impl Model for MlpModel {
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.net.parameters()
+    }
+
+    fn loss(&self, batch: &Batch, segment_len: usize, label_smoothing: f32) -> Result<Tensor> {
+        let logits = self.net.forward_checkpointed(&batch.inputs, segment_len)?;
+        Ok(loss::cross_entropy(
+            &logits,
+            &batch.targets,
+            label_smoothing,
+        )?)
+    }
+
+    fn evaluate(&self, batch: &Batch) -> Result<EvalSums> {
+        let logits = self.net.forward(&batch.inputs)?;
+        let classes = *logits.shape().last().unwrap_or(&1);
+        let values = logits.to_vec()?;
+        drop(logits);
+        Ok(classifier_sums(
+            &values,
+            &batch.targets.to_vec_u32()?,
+            classes,
+        ))
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.net.set_training(training);
+    }
+}
+
+/// nanoGPT's character-level GPT ([`plimsoll_nn::Gpt`]) and its optimizer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GptSpec {
+    /// The model's shape.
+    pub config: GptConfig,
+    /// Initialisation seed.
+    pub seed: u64,
+    /// The optimizer.
+    pub optimizer: OptimizerSpec,
+}
+
+impl Recipe for GptSpec {
+    fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+        let model = GptModel {
+            gpt: Gpt::new(gpu, self.config, self.seed)?,
+        };
+        Ok((Box::new(model), self.optimizer.build()))
+    }
+
+    fn blocks(&self) -> usize {
+        self.config.n_layer
+    }
+
+    fn parameter_count(&self) -> usize {
+        self.config.parameter_count()
+    }
+
+    fn check(&self, data: &dyn Data) -> Result<()> {
+        let (context, vocab) = (data.input_width(), data.classes());
+        if context > self.config.block_size || vocab > self.config.vocab_size {
+            return Err(Error::invalid(
+                "model",
+                format!(
+                    "a GPT of block size {} and vocabulary {} cannot read windows of {context} \
+                     tokens over {vocab} symbols",
+                    self.config.block_size, self.config.vocab_size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let c = self.config;
+        format!(
+            "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}",
+            c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size
+        )
+    }
+}
+
+/// A built GPT: the mean next-token cross-entropy over every position of every window.
+pub struct GptModel {
+    gpt: Gpt,
+}
+
+impl GptModel {
+    /// The network.
+    pub fn gpt(&self) -> &Gpt {
+        &self.gpt
+    }
+
+    /// `[n·t, vocab]` logits and `[n·t]` targets of `batch`.
+    fn flat(&self, batch: &Batch, segment_len: usize) -> Result<(Tensor, Tensor)> {
+        let logits = self.gpt.forward_checkpointed(&batch.inputs, segment_len)?;
+        let tokens = batch.targets.numel();
+        let vocab = self.gpt.config().vocab_size;
+        Ok((
+            logits.reshape(&[tokens, vocab])?,
+            batch.targets.reshape(&[tokens])?,
+        ))
+    }
+}
+
+impl Model for GptModel {
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.gpt.parameters()
+    }
+
+    fn loss(&self, batch: &Batch, segment_len: usize, label_smoothing: f32) -> Result<Tensor> {
+        let (logits, targets) = self.flat(batch, segment_len)?;
+        Ok(loss::cross_entropy(&logits, &targets, label_smoothing)?)
+    }
+
+    fn evaluate(&self, batch: &Batch) -> Result<EvalSums> {
+        let (logits, targets) = self.flat(batch, 0)?;
+        let mean = loss::cross_entropy(&logits, &targets, 0.0)?.item()?;
+        let count = targets.numel() as u64;
+        Ok(EvalSums {
+            count,
+            loss_sum: f64::from(mean) * count as f64,
+            correct: None,
+        })
+    }
+
+    fn set_training(&mut self, training: bool) {
+        self.gpt.set_training(training);
     }
 }

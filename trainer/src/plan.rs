@@ -11,13 +11,11 @@ use std::fmt;
 use plimsoll_allocator::format_bytes;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::Category;
-use plimsoll_nn::Module;
 
 use crate::config::{CheckpointPolicy, TrainConfig};
-use crate::data::Dataset;
 use crate::error::{Error, Result};
-use crate::model::ModelSpec;
 use crate::step::{StepInputs, run_step};
+use crate::task::{Data, Recipe};
 
 /// Fraction of the budget a planned step's allocated peak may use.
 pub const HEADROOM: f64 = 0.85;
@@ -154,14 +152,14 @@ pub fn segment_name(segment_len: usize) -> String {
 /// out-of-memory recovery had to lower it, and whether it did).
 fn probe(
     gpu: &Gpu,
-    spec: &ModelSpec,
-    data: &Dataset,
+    spec: &dyn Recipe,
+    data: &dyn Data,
     config: &TrainConfig,
     segment_len: usize,
     micro_batch: usize,
 ) -> Result<(Probe, bool)> {
-    let (net, mut optimizer) = spec.build(gpu)?;
-    let params = net.parameters();
+    let (model, mut optimizer) = spec.build(gpu)?;
+    let params = model.parameters();
     let indices: Vec<usize> = (0..config.effective_batch.min(data.len())).collect();
     let indices = &indices[..micro_batch.min(indices.len())];
     let lr = config.schedule.lr_at(0);
@@ -172,7 +170,7 @@ fn probe(
         gpu.with_allocator(|a| a.reset_peaks());
         let inputs = StepInputs {
             gpu,
-            net: &net,
+            model: model.as_ref(),
             params: &params,
             data,
             segment_len,
@@ -196,7 +194,7 @@ fn probe(
             measured = Some((p, !result.recoveries.is_empty()));
         }
     }
-    drop((params, net, optimizer));
+    drop((params, model, optimizer));
     gpu.flush("plan")?;
     measured.ok_or_else(|| Error::invalid("plan", "no probe ran"))
 }
@@ -204,8 +202,8 @@ fn probe(
 /// Fits a [`PeakModel`] for `segment_len` from two probes (or one, at micro-batch 1).
 fn fit(
     gpu: &Gpu,
-    spec: &ModelSpec,
-    data: &Dataset,
+    spec: &dyn Recipe,
+    data: &dyn Data,
     config: &TrainConfig,
     segment_len: usize,
     probes: &mut Vec<Probe>,
@@ -262,8 +260,8 @@ fn fixed_bytes(p: &Probe) -> u64 {
 /// Plans the run of `spec` on `data` under `config` (dry runs on `gpu` under its budget).
 pub fn plan(
     gpu: &Gpu,
-    spec: &ModelSpec,
-    data: &Dataset,
+    spec: &dyn Recipe,
+    data: &dyn Data,
     config: &TrainConfig,
 ) -> Result<MemoryPlan> {
     config.validate()?;
@@ -274,7 +272,7 @@ pub fn plan(
         CheckpointPolicy::None => vec![0],
         CheckpointPolicy::EveryBlocks(k) => vec![k],
         CheckpointPolicy::Automatic => {
-            let sqrt = (spec.children() as f64).sqrt().ceil() as usize;
+            let sqrt = (spec.blocks() as f64).sqrt().ceil() as usize;
             vec![0, sqrt.max(1)]
         }
     };

@@ -23,21 +23,21 @@
 
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
-use plimsoll_nn::{Optimizer, Sequential, loss, zero_grad};
+use plimsoll_nn::{Optimizer, zero_grad};
 
-use crate::data::Dataset;
 use crate::error::{Error, Result};
+use crate::task::{Data, Model};
 
 /// What one step needs besides the optimizer.
 pub struct StepInputs<'a> {
     /// The device.
     pub gpu: &'a Gpu,
     /// The model.
-    pub net: &'a Sequential,
+    pub model: &'a dyn Model,
     /// Its parameters (handles), in module order.
     pub params: &'a [(String, Tensor)],
     /// Where the samples come from.
-    pub data: &'a Dataset,
+    pub data: &'a dyn Data,
     /// Children per checkpointed segment; 0: no checkpointing.
     pub segment_len: usize,
     /// Cross-entropy label smoothing.
@@ -74,10 +74,11 @@ pub fn accumulate_gradients(
     // upload that lands in bytes the open batch used submits that batch first (kernels-wgsl's
     // rule), so no explicit submit is needed here.
     for chunk in indices.chunks(micro_batch.max(1)) {
-        let (x, y) = inputs.data.upload(inputs.gpu, chunk)?;
-        let logits = inputs.net.forward_checkpointed(&x, inputs.segment_len)?;
-        let mean = loss::cross_entropy(&logits, &y, inputs.label_smoothing)?;
-        drop(logits);
+        let batch = inputs.data.upload(inputs.gpu, chunk)?;
+        let mean = inputs
+            .model
+            .loss(&batch, inputs.segment_len, inputs.label_smoothing)?;
+        drop(batch);
         let scaled = mean.mul_scalar(chunk.len() as f32 / batch_len)?;
         drop(mean);
         scaled.backward()?;

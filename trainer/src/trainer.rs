@@ -11,17 +11,17 @@ use std::time::Instant;
 
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
-use plimsoll_nn::{Module, Optimizer, Sequential};
+use plimsoll_nn::Optimizer;
 
 use crate::checkpoint_io::{self, RunPosition};
 use crate::config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
-use crate::data::{Dataset, epoch_order};
+use crate::data::epoch_order;
 use crate::error::{Error, Result};
 use crate::leak;
 use crate::metrics::{Observer, StepReport};
-use crate::model::ModelSpec;
 use crate::plan::{MemoryPlan, plan};
 use crate::step::{StepInputs, run_step};
+use crate::task::{Data, EvalSums, Evaluation, Model, Recipe};
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,8 +30,8 @@ pub struct RunSummary {
     pub steps: u64,
     /// The last loss.
     pub last_loss: Option<f32>,
-    /// The last test accuracy.
-    pub last_accuracy: Option<f32>,
+    /// The last evaluation.
+    pub last_evaluation: Option<Evaluation>,
     /// Whether the stop flag ended it early.
     pub interrupted: bool,
     /// The last checkpoint written.
@@ -42,11 +42,15 @@ pub struct RunSummary {
 pub struct Trainer {
     gpu: Gpu,
     config: TrainConfig,
-    net: Sequential,
+    model: Box<dyn Model>,
     params: Vec<(String, Tensor)>,
     optimizer: Box<dyn Optimizer>,
-    train: Dataset,
-    test: Option<Dataset>,
+    train: Box<dyn Data>,
+    test: Option<Box<dyn Data>>,
+    /// The data order of `order_epoch` (a permutation of the training samples), kept so a
+    /// step does not shuffle a million windows again.
+    order: Vec<usize>,
+    order_epoch: Option<u64>,
     /// Invariant: `1 <= micro_batch <= config.effective_batch`.
     micro_batch: usize,
     segment_len: usize,
@@ -58,17 +62,24 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// Prepares a run: applies the budget and deadline to `gpu`, plans memory when something is
-    /// left to choose (no micro-batch given, or automatic checkpointing), builds the model.
+    /// Prepares a run of the model `recipe` builds on `train` (evaluated on `test`): applies the
+    /// budget and deadline to `gpu`, plans memory when something is left to choose (no
+    /// micro-batch given, or automatic checkpointing), builds the model.
     pub fn new(
         gpu: &Gpu,
         config: TrainConfig,
-        spec: &ModelSpec,
-        train: Dataset,
-        test: Option<Dataset>,
+        recipe: &dyn Recipe,
+        train: impl Data + 'static,
+        test: Option<Box<dyn Data>>,
     ) -> Result<Trainer> {
         config.validate()?;
-        spec.check_fits(train.feature_dim(), train.num_classes())?;
+        recipe.check(&train)?;
+        if let Some(test) = &test {
+            recipe.check(test.as_ref())?;
+            if test.is_empty() {
+                return Err(Error::invalid("data", "the evaluation set is empty"));
+            }
+        }
         if train.is_empty() {
             return Err(Error::invalid("data", "the training set is empty"));
         }
@@ -80,7 +91,7 @@ impl Trainer {
         let needs_plan =
             config.micro_batch.is_none() || config.checkpointing == CheckpointPolicy::Automatic;
         let plan = if needs_plan {
-            Some(plan(gpu, spec, &train, &config)?)
+            Some(plan(gpu, recipe, &train, &config)?)
         } else {
             None
         };
@@ -94,8 +105,8 @@ impl Trainer {
                 },
             ),
         };
-        let (net, optimizer) = spec.build(gpu)?;
-        let params = net.parameters();
+        let (model, optimizer) = recipe.build(gpu)?;
+        let params = model.parameters();
         let position = RunPosition {
             step: 0,
             epoch: 0,
@@ -111,11 +122,13 @@ impl Trainer {
         Ok(Trainer {
             gpu: gpu.clone(),
             config,
-            net,
+            model,
             params,
             optimizer,
-            train,
+            train: Box::new(train),
             test,
+            order: Vec::new(),
+            order_epoch: None,
             micro_batch,
             segment_len,
             plan,
@@ -214,20 +227,26 @@ impl Trainer {
     pub fn step(&mut self) -> Result<StepReport> {
         let start = Instant::now();
         let effective = self.config.effective_batch;
-        let order = epoch_order(self.train.len(), self.config.seed, self.position.epoch);
+        if self.order_epoch != Some(self.position.epoch) {
+            self.order = epoch_order(self.train.len(), self.config.seed, self.position.epoch);
+            self.order_epoch = Some(self.position.epoch);
+        }
         let first = self.position.batch_in_epoch * effective;
-        let indices = order
-            .get(first..(first + effective).min(order.len()))
-            .ok_or_else(|| Error::invalid("data position", format!("batch at sample {first}")))?;
+        let indices = self
+            .order
+            .get(first..(first + effective).min(self.order.len()))
+            .ok_or_else(|| Error::invalid("data position", format!("batch at sample {first}")))?
+            .to_vec();
+        let indices = indices.as_slice();
         let step = self.position.step + 1;
         let lr = self.config.schedule.lr_at(self.position.step);
         set_rng_state(self.position.rng_state);
         self.gpu.with_allocator(|a| a.reset_peaks());
         let inputs = StepInputs {
             gpu: &self.gpu,
-            net: &self.net,
+            model: self.model.as_ref(),
             params: &self.params,
-            data: &self.train,
+            data: self.train.as_ref(),
             segment_len: self.segment_len,
             label_smoothing: self.config.label_smoothing,
             step,
@@ -347,46 +366,52 @@ impl Trainer {
         Ok(Some(path))
     }
 
-    /// Test-set accuracy in `[0, 1]` (forward in evaluation mode without a graph), or `None`
-    /// without a test set.
-    pub fn evaluate(&mut self) -> Result<Option<f32>> {
+    /// The evaluation set's mean loss (and accuracy, for classifiers), forward in evaluation
+    /// mode without a graph, or `None` without an evaluation set. A chunk that runs out of
+    /// memory is split in two and the evaluation goes on (logged); only a single sample that
+    /// does not fit is an error.
+    pub fn evaluate(&mut self) -> Result<Option<Evaluation>> {
         let Some(test) = &self.test else {
             return Ok(None);
         };
         let _no_grad = no_grad();
-        self.net.set_training(false);
-        let classes = test.num_classes();
-        let mut correct = 0usize;
-        let chunk = self.config.effective_batch.max(256);
+        self.model.set_training(false);
         let indices: Vec<usize> = (0..test.len()).collect();
-        let mut outcome = Ok(());
-        for part in indices.chunks(chunk) {
-            let result = (|| -> Result<Vec<f32>> {
-                let (x, _) = test.upload(&self.gpu, part)?;
-                Ok(self.net.forward(&x)?.to_vec()?)
-            })();
-            match result {
-                Ok(logits) => {
-                    for (row, &i) in logits.chunks(classes.max(1)).zip(part) {
-                        let best =
-                            row.iter()
-                                .enumerate()
-                                .fold(
-                                    (0, f32::NEG_INFINITY),
-                                    |b, (j, &v)| if v > b.1 { (j, v) } else { b },
-                                );
-                        correct += usize::from(best.0 as u32 == test.labels()[i]);
-                    }
-                }
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
+        let mut chunk = self.micro_batch.max(1);
+        let mut sums = EvalSums::default();
+        let mut at = 0;
+        let mut notes = Vec::new();
+        let outcome = loop {
+            let Some(part) = indices.get(at..(at + chunk).min(indices.len())) else {
+                break Ok(());
+            };
+            if part.is_empty() {
+                break Ok(());
             }
-        }
-        self.net.set_training(true);
+            let result = test
+                .upload(&self.gpu, part)
+                .and_then(|batch| self.model.evaluate(&batch));
+            match result {
+                Ok(s) => {
+                    sums = sums + s;
+                    at += part.len();
+                }
+                Err(e) if e.is_out_of_memory() && chunk > 1 => {
+                    self.gpu.flush("evaluation out-of-memory recovery")?;
+                    let smaller = chunk.div_ceil(2);
+                    notes.push(format!(
+                        "evaluation: out of memory at {chunk} samples per chunk; going on with \
+                         {smaller}"
+                    ));
+                    chunk = smaller;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.model.set_training(true);
+        self.log.extend(notes);
         outcome?;
-        Ok(Some(correct as f32 / test.len().max(1) as f32))
+        Ok(Some(sums.into()))
     }
 
     fn deliver_log(&mut self, observer: &mut dyn Observer) {
@@ -403,7 +428,7 @@ impl Trainer {
         let mut summary = RunSummary {
             steps: self.position.step,
             last_loss: None,
-            last_accuracy: None,
+            last_evaluation: None,
             interrupted: false,
             checkpoint: None,
         };
@@ -425,9 +450,10 @@ impl Trainer {
                 Some(k) => report.step % k.max(1) == 0,
                 None => epoch_done,
             };
-            if eval_due && let Some(acc) = self.evaluate()? {
-                observer.on_eval(report.epoch, report.step, acc);
-                summary.last_accuracy = Some(acc);
+            if eval_due && let Some(evaluation) = self.evaluate()? {
+                self.deliver_log(observer);
+                observer.on_eval(report.epoch, report.step, &evaluation);
+                summary.last_evaluation = Some(evaluation);
             }
             if let Some(k) = self.config.checkpoint_interval_steps
                 && report.step % k.max(1) == 0

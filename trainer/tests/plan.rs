@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
+use plimsoll_trainer::Recipe;
 use plimsoll_trainer::{CheckpointPolicy, Trainer};
 
 /// Bytes of the model's fixed state under AdamW: each weight and bias, rounded up to the

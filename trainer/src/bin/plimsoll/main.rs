@@ -20,8 +20,8 @@ use plimsoll_kernels_wgsl::GpuOptions;
 use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
-    CheckpointPolicy, Dataset, Error, JsonLines, LeakPolicy, ModelSpec, OptimizerSpec, Result,
-    RunLength, TrainConfig, Trainer,
+    CheckpointPolicy, Data, Dataset, Error, JsonLines, LeakPolicy, ModelSpec, OptimizerSpec,
+    Recipe, Result, RunLength, TrainConfig, Trainer,
 };
 
 use progress::Progress;
@@ -329,11 +329,12 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
     println!(
         "training {} ({} parameters) on {}",
         job.name,
-        job.spec.parameter_count(),
+        Recipe::parameter_count(&job.spec),
         gpu.adapter()
     );
     let checkpoint_dir = job.config.checkpoint_dir.clone();
-    let mut trainer = Trainer::new(&gpu, job.config, &job.spec, job.train, job.test)?;
+    let test = job.test.map(|t| Box::new(t) as Box<dyn Data>);
+    let mut trainer = Trainer::new(&gpu, job.config, &job.spec, job.train, test)?;
     if common.resume {
         let Some(dir) = checkpoint_dir else {
             return Err(Error::invalid("--resume", "needs --checkpoint-dir"));
@@ -386,8 +387,8 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
             .map(|l| format!(", final loss {l:.4}"))
             .unwrap_or_default(),
         summary
-            .last_accuracy
-            .map(|a| format!(", test accuracy {:.2}%", 100.0 * a))
+            .last_evaluation
+            .map(|e| format!(", {}", progress::describe(&e)))
             .unwrap_or_default(),
         progress.first_step_done.unwrap_or_default().as_secs_f64()
     );

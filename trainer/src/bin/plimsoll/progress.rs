@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use plimsoll_allocator::format_bytes;
-use plimsoll_trainer::{JsonLines, Observer, StepReport};
+use plimsoll_trainer::{Evaluation, JsonLines, Observer, StepReport};
 
 /// Progress bar and metrics file.
 pub struct Progress {
@@ -73,15 +73,23 @@ impl Observer for Progress {
         }
     }
 
-    fn on_eval(&mut self, epoch: u64, step: u64, accuracy: f32) {
+    fn on_eval(&mut self, epoch: u64, step: u64, evaluation: &Evaluation) {
         self.line(format!(
-            "epoch {:>3} (step {step:>5}): test accuracy {:.2}%",
+            "epoch {:>3} (step {step:>5}): {}",
             epoch + 1,
-            100.0 * accuracy
+            describe(evaluation)
         ));
     }
 
     fn on_log(&mut self, line: &str) {
         self.line(line.to_string());
+    }
+}
+
+/// `test accuracy 97.49%` for a classifier, `validation loss 1.9876` otherwise.
+pub fn describe(evaluation: &Evaluation) -> String {
+    match evaluation.accuracy {
+        Some(a) => format!("test accuracy {:.2}%", 100.0 * a),
+        None => format!("validation loss {:.4}", evaluation.loss),
     }
 }

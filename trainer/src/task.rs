@@ -1,0 +1,133 @@
+//! What the trainer trains, behind three traits, so that nothing in the loop names a model or a
+//! data set:
+//!
+//! - [`Recipe`]: how to build a model and its optimizer (the trainer builds the real one, the
+//!   memory plan throwaway copies for its dry runs);
+//! - [`Model`]: a built model: its parameters, the mean loss of a micro-batch (recorded for
+//!   backward, with a checkpointing choice), and the evaluation sums of a chunk;
+//! - [`Data`]: samples the trainer draws micro-batches from, by index.
+//!
+//! Implementations: the MLP classifier ([`crate::model::ModelSpec`]) on a table
+//! ([`crate::Dataset`]), and nanoGPT's character-level GPT ([`crate::model::GptSpec`]) on token
+//! windows ([`crate::data::TokenData`]).
+
+use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_nn::Optimizer;
+
+use crate::error::Result;
+
+/// A micro-batch on the device: the model's inputs and the loss's targets.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Inputs (features `[n, d]` f32, or token ids `[n, t]` u32).
+    pub inputs: Tensor,
+    /// Targets (class ids `[n]`, or next tokens `[n, t]`, u32).
+    pub targets: Tensor,
+}
+
+/// Samples a run trains or evaluates on.
+pub trait Data: Send + Sync {
+    /// Number of samples.
+    fn len(&self) -> usize;
+
+    /// Whether there is no sample.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The samples `indices` (each `< len()`) as one micro-batch on the device.
+    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch>;
+
+    /// Values per input sample: features of a row, or tokens of a window.
+    fn input_width(&self) -> usize;
+
+    /// Distinct targets: classes, or the vocabulary.
+    fn classes(&self) -> usize;
+
+    /// What a sample is, for messages (`1437 rows of 64 features, 10 classes`).
+    fn describe(&self) -> String;
+}
+
+/// Sums a model gives for one evaluated chunk; the trainer adds them up over the set.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EvalSums {
+    /// Samples evaluated (rows, or predicted tokens).
+    pub count: u64,
+    /// Sum of the per-sample losses.
+    pub loss_sum: f64,
+    /// Correct predictions, for classifiers.
+    pub correct: Option<u64>,
+}
+
+impl std::ops::Add for EvalSums {
+    type Output = EvalSums;
+
+    /// Sums of two chunks together.
+    fn add(self, other: EvalSums) -> EvalSums {
+        EvalSums {
+            count: self.count + other.count,
+            loss_sum: self.loss_sum + other.loss_sum,
+            correct: match (self.correct, other.correct) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+}
+
+/// An evaluation of a whole set.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Evaluation {
+    /// Mean loss per sample.
+    pub loss: f32,
+    /// Fraction correct, for classifiers.
+    pub accuracy: Option<f32>,
+    /// Samples evaluated.
+    pub samples: u64,
+}
+
+impl From<EvalSums> for Evaluation {
+    fn from(s: EvalSums) -> Evaluation {
+        let n = s.count.max(1) as f64;
+        Evaluation {
+            loss: (s.loss_sum / n) as f32,
+            accuracy: s.correct.map(|c| (c as f64 / n) as f32),
+            samples: s.count,
+        }
+    }
+}
+
+/// A built model.
+pub trait Model: Send {
+    /// Every trainable parameter with its name, in a stable order (the optimizer's, the
+    /// checkpoint's and the non-finite check's).
+    fn parameters(&self) -> Vec<(String, Tensor)>;
+
+    /// The mean loss of `batch` (recorded for backward), running every run of `segment_len`
+    /// blocks through autograd's checkpoint (0: none), with `label_smoothing`.
+    fn loss(&self, batch: &Batch, segment_len: usize, label_smoothing: f32) -> Result<Tensor>;
+
+    /// The evaluation sums of `batch` (called under `no_grad`, in evaluation mode).
+    fn evaluate(&self, batch: &Batch) -> Result<EvalSums>;
+
+    /// Switches training (`true`) or evaluation mode.
+    fn set_training(&mut self, training: bool);
+}
+
+/// How to build a model and its optimizer.
+pub trait Recipe: Send + Sync {
+    /// A fresh model and optimizer on `gpu` (the same every time: seeded).
+    fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)>;
+
+    /// Units that checkpointing can recompute (the segment lengths the plan tries divide them).
+    fn blocks(&self) -> usize;
+
+    /// Parameter elements.
+    fn parameter_count(&self) -> usize;
+
+    /// Checks that the model fits `data` (widths, classes, vocabulary, context).
+    fn check(&self, data: &dyn Data) -> Result<()>;
+
+    /// One line for the log (`MLP 64-128-10`, `GPT 4 layers x 128`).
+    fn describe(&self) -> String;
+}
