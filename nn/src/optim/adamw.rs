@@ -24,6 +24,9 @@ pub struct AdamWConfig {
     pub eps: f32,
     /// Decoupled weight decay: `p *= 1 - lr * weight_decay` (0 gives Adam).
     pub weight_decay: f32,
+    /// Decay only tensors of two or more dimensions (weights and embeddings, not biases and
+    /// norm gains), as nanoGPT's parameter groups do; `false` (PyTorch's default) decays all.
+    pub decay_matrices_only: bool,
 }
 
 impl Default for AdamWConfig {
@@ -34,6 +37,7 @@ impl Default for AdamWConfig {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 1e-2,
+            decay_matrices_only: false,
         }
     }
 }
@@ -107,6 +111,11 @@ impl Optimizer for AdamW {
             };
             check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
             check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)?;
+            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
+            let config = kernel::AdamWConfig {
+                weight_decay: if decays { config.weight_decay } else { 0.0 },
+                ..config
+            };
             let launch = AdamWStep {
                 config,
                 step,

@@ -106,6 +106,7 @@ fn adamw_two_steps_by_hand_and_state_round_trip() {
         beta2: 0.999,
         eps: 1e-8,
         weight_decay: 0.1,
+        decay_matrices_only: false,
     };
     let mut opt = AdamW::new(config);
     // Step 1 (g = 0.5): p *= 1 - lr wd = 0.99; m = 0.1 * 0.5 = 0.05; v = 0.001 * 0.25 = 0.00025;
@@ -271,4 +272,36 @@ fn schedules_at_key_steps() {
     };
     assert_eq!(no_warmup.lr_at(0), 2.0);
     assert!((no_warmup.lr_at(2) - 1.0).abs() < 1e-6);
+}
+
+/// nanoGPT's groups: with `decay_matrices_only`, a matrix decays and a vector does not. With a
+/// zero gradient Adam's step is 0 (m = v = 0), so only the decay moves a parameter:
+/// `p *= 1 - lr * wd = 1 - 0.1 * 0.5 = 0.95`.
+#[test]
+fn adamw_decays_only_matrices_when_asked() {
+    let gpu = gpu();
+    let matrix = param(&gpu, &[1.0, 2.0], &[1, 2], "m");
+    let vector = param(&gpu, &[1.0, 2.0], &[2], "v");
+    let params = vec![
+        ("m".to_string(), matrix.clone()),
+        ("v".to_string(), vector.clone()),
+    ];
+    let config = AdamWConfig {
+        lr: 0.1,
+        weight_decay: 0.5,
+        decay_matrices_only: true,
+        ..AdamWConfig::default()
+    };
+    let mut opt = AdamW::new(config);
+    set_grad(&gpu, &matrix, &[0.0, 0.0]);
+    set_grad(&gpu, &vector, &[0.0, 0.0]);
+    opt.step(&params).unwrap();
+    assert_close(
+        "matrix",
+        &matrix.to_vec().unwrap(),
+        &[0.95, 1.9],
+        1e-7,
+        1e-6,
+    );
+    assert_close("vector", &vector.to_vec().unwrap(), &[1.0, 2.0], 0.0, 0.0);
 }
