@@ -74,6 +74,8 @@ pub struct TrainConfig {
     pub leak_policy: LeakPolicy,
     /// Label smoothing of the cross-entropy loss.
     pub label_smoothing: f32,
+    /// Clip the global gradient norm to this (`None`: no clipping).
+    pub clip_grad_norm: Option<f32>,
 }
 
 impl Default for TrainConfig {
@@ -93,6 +95,7 @@ impl Default for TrainConfig {
             checkpoint_interval_steps: None,
             leak_policy: LeakPolicy::Warn,
             label_smoothing: 0.0,
+            clip_grad_norm: None,
         }
     }
 }
@@ -127,6 +130,14 @@ impl TrainConfig {
             return Err(Error::invalid(
                 "deadline",
                 "the fence deadline must be positive",
+            ));
+        }
+        if let Some(max) = self.clip_grad_norm
+            && !(max.is_finite() && max > 0.0)
+        {
+            return Err(Error::invalid(
+                "clip-grad-norm",
+                format!("{max} must be positive and finite (1.0 is usual)"),
             ));
         }
         if !(0.0..1.0).contains(&self.label_smoothing) {

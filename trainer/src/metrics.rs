@@ -20,6 +20,8 @@ pub struct StepReport {
     pub loss: f32,
     /// The learning rate used.
     pub lr: f32,
+    /// The global gradient norm (before clipping).
+    pub grad_norm: f32,
     /// Samples in the batch.
     pub samples: usize,
     /// Samples per forward/backward.

@@ -175,6 +175,7 @@ fn probe(
             data,
             segment_len,
             label_smoothing: config.label_smoothing,
+            clip_grad_norm: config.clip_grad_norm,
             step: 0,
         };
         let result = run_step(&inputs, optimizer.as_mut(), indices, micro_batch, lr)?;

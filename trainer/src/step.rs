@@ -17,9 +17,10 @@
 //! next micro-batch's upload likely lands in them, and an upload into bytes the open batch used
 //! would submit it anyway (kernels-wgsl's host/GPU ordering rule).
 //!
-//! The one read-back: after the last backward, one tensor `[loss, sum(g_0), sum(g_1), ...]` is read
-//! back. A NaN or infinity in a gradient propagates into its sum, so this names the first
-//! parameter whose gradient is not finite, and the step is refused before the update.
+//! The one read-back: after the last backward, one tensor `[loss, sum(g_0²), sum(g_1²), ...]` is
+//! read back. A NaN or infinity in a gradient propagates into its sum of squares, so this names
+//! the first parameter whose gradient is not finite, and the step is refused before the update;
+//! the sums also give the global gradient norm, so clipping costs no extra wait.
 
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
@@ -42,6 +43,9 @@ pub struct StepInputs<'a> {
     pub segment_len: usize,
     /// Cross-entropy label smoothing.
     pub label_smoothing: f32,
+    /// Largest global gradient norm: larger gradients are scaled down to it (inside the fused
+    /// update, through the optimizer's gradient scale: no extra pass or wait).
+    pub clip_grad_norm: Option<f32>,
     /// The step number (1-based), for messages.
     pub step: u64,
 }
@@ -57,6 +61,8 @@ pub struct StepResult {
     pub micro_batches: usize,
     /// Samples in the batch.
     pub samples: usize,
+    /// The global gradient norm before clipping (`sqrt` of the sum of every gradient's squares).
+    pub grad_norm: f32,
     /// One line per out-of-memory recovery (`micro-batch 64 -> 32`).
     pub recoveries: Vec<String>,
 }
@@ -95,18 +101,27 @@ pub fn accumulate_gradients(
     loss_sum.ok_or_else(|| Error::invalid("step", "an empty batch"))
 }
 
-/// Reads `[loss, sum(grad) per parameter]` in one wait; returns the loss and the first
-/// parameter (in module order) whose gradient is not finite.
-pub fn read_loss_and_check(
-    loss_sum: &Tensor,
-    params: &[(String, Tensor)],
-) -> Result<(f32, Option<String>)> {
+/// What the step's one read-back says.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReadBack {
+    /// Mean loss over the batch.
+    pub loss: f32,
+    /// The first parameter (in module order) whose gradient is not finite.
+    pub first_nonfinite: Option<String>,
+    /// The global gradient norm.
+    pub grad_norm: f32,
+}
+
+/// Reads `[loss, sum(grad²) per parameter]` in one wait: the loss, the first parameter whose
+/// gradient is not finite (a NaN or infinity propagates into its sum of squares), and the
+/// global gradient norm.
+pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
     let _no_grad = no_grad();
     let mut parts = vec![loss_sum.reshape(&[1])?];
     let mut names = Vec::new();
     for (name, p) in params {
         if let Some(g) = p.grad() {
-            parts.push(g.sum_all()?.reshape(&[1])?);
+            parts.push(g.mul(&g)?.sum_all()?.reshape(&[1])?);
             names.push(name.as_str());
         }
     }
@@ -115,13 +130,18 @@ pub fn read_loss_and_check(
     drop(parts);
     let values = all.to_vec()?;
     let loss = values.first().copied().unwrap_or(f32::NAN);
-    let first_bad = values
+    let first_nonfinite = values
         .iter()
         .skip(1)
         .zip(names)
         .find(|(v, _)| !v.is_finite())
         .map(|(_, name)| name.to_string());
-    Ok((loss, first_bad))
+    let squares: f64 = values.iter().skip(1).map(|&v| f64::from(v)).sum();
+    Ok(StepReadBack {
+        loss,
+        first_nonfinite,
+        grad_norm: squares.sqrt() as f32,
+    })
 }
 
 /// One optimizer step over the samples `indices` with learning rate `lr`, starting from
@@ -176,19 +196,29 @@ fn run_step_inner(
             Err(e) => return Err(e),
         }
     };
-    let (loss, first_parameter) = read_loss_and_check(&loss_sum, inputs.params)?;
+    let read = read_loss_and_check(&loss_sum, inputs.params)?;
     drop(loss_sum);
-    if first_parameter.is_some() || !loss.is_finite() {
+    let loss = read.loss;
+    if read.first_nonfinite.is_some() || !loss.is_finite() {
         return Err(Error::NonFinite {
             step: inputs.step,
             loss,
-            first_parameter,
+            first_parameter: read.first_nonfinite,
         });
     }
+    // torch.nn.utils.clip_grad_norm_'s rule: scale by max / (norm + 1e-6) when norm > max.
+    let scale = match inputs.clip_grad_norm {
+        Some(max) if read.grad_norm > max => max / (read.grad_norm + 1e-6),
+        _ => 1.0,
+    };
     optimizer.set_lr(lr);
-    optimizer.step(inputs.params)?;
+    optimizer.set_grad_scale(scale);
+    let stepped = optimizer.step(inputs.params);
+    optimizer.set_grad_scale(1.0);
+    stepped?;
     Ok(StepResult {
         loss,
+        grad_norm: read.grad_norm,
         micro_batch,
         micro_batches: indices.len().div_ceil(micro_batch),
         samples: indices.len(),

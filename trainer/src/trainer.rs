@@ -249,6 +249,7 @@ impl Trainer {
             data: self.train.as_ref(),
             segment_len: self.segment_len,
             label_smoothing: self.config.label_smoothing,
+            clip_grad_norm: self.config.clip_grad_norm,
             step,
         };
         let result = run_step(
@@ -284,6 +285,7 @@ impl Trainer {
             epoch,
             loss: result.loss,
             lr,
+            grad_norm: result.grad_norm,
             samples: result.samples,
             micro_batch: result.micro_batch,
             micro_batches: result.micro_batches,

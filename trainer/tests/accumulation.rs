@@ -51,3 +51,29 @@ fn checkpointed_backward_gives_the_plain_update() {
         1e-5,
     );
 }
+
+/// Clipping scales the gradients by `max / (norm + 1e-6)` inside the update: with plain SGD that
+/// is the step an unclipped run takes with the learning rate scaled the same way.
+#[test]
+fn clipping_is_the_update_with_gradients_scaled_to_the_norm() {
+    let spec = plimsoll_trainer::ModelSpec {
+        optimizer: plimsoll_trainer::OptimizerSpec::Sgd(plimsoll_nn::SgdConfig::default()),
+        ..sgd_spec(&[12, 24, 5])
+    };
+    let run = |clip: Option<f32>, lr: f32| {
+        let gpu = fresh_gpu();
+        let mut config = config(32, 32, 1, lr);
+        config.clip_grad_norm = clip;
+        let mut trainer = Trainer::new(&gpu, config, &spec, data(80, 12, 5), None).unwrap();
+        let report = trainer.step().unwrap();
+        (report.grad_norm, values(trainer.parameters()))
+    };
+    let (norm, unclipped) = run(None, 0.05);
+    assert!(norm > 0.05, "the test needs a norm above the clip: {norm}");
+    let (clipped_norm, clipped) = run(Some(0.05), 0.05);
+    assert_eq!(clipped_norm, norm, "the norm is reported before clipping");
+    let (_, scaled_lr) = run(None, 0.05 * 0.05 / (norm + 1e-6));
+    assert_params_close(&clipped, &scaled_lr, 1e-5);
+    // And clipping changed something.
+    assert!(unclipped != clipped);
+}
