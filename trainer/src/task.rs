@@ -48,6 +48,28 @@ pub trait Data: Send + Sync {
     fn describe(&self) -> String;
 }
 
+impl<D: Data + ?Sized> Data for Box<D> {
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+
+    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
+        (**self).upload(gpu, indices)
+    }
+
+    fn input_width(&self) -> usize {
+        (**self).input_width()
+    }
+
+    fn classes(&self) -> usize {
+        (**self).classes()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+}
+
 /// Sums a model gives for one evaluated chunk; the trainer adds them up over the set.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EvalSums {

@@ -8,6 +8,7 @@
 //! non-zero exit code.
 
 mod progress;
+mod workloads;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,14 +18,13 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
-use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
-    CheckpointPolicy, Data, Dataset, Error, JsonLines, LeakPolicy, ModelSpec, OptimizerSpec,
-    Recipe, Result, RunLength, TrainConfig, Trainer,
+    CheckpointPolicy, Error, JsonLines, LeakPolicy, Result, TrainConfig, Trainer,
 };
 
 use progress::Progress;
+use workloads::job;
 
 #[derive(Parser)]
 #[command(
@@ -57,6 +57,8 @@ enum Workload {
     Digits(DigitsArgs),
     /// The peer benchmark: MLP 784-1024-1024-1024-10, ReLU, Adam, batch 128, synthetic data.
     MlpBench(BenchArgs),
+    /// A character-level GPT (nanoGPT's CPU configuration) on the bundled Shakespeare plays.
+    Shakespeare(ShakespeareArgs),
 }
 
 #[derive(Args)]
@@ -99,6 +101,19 @@ struct CommonArgs {
     /// What the after-step leak check does: `off`, `warn` or `error`.
     #[arg(long, default_value = "warn", value_parser = parse_leak)]
     leak_check: LeakPolicy,
+    /// Linear warm-up steps of the learning rate, then cosine decay to --min-lr over the run
+    /// (default: the workload's; 0 with no --min-lr: a constant rate).
+    #[arg(long)]
+    warmup_steps: Option<u64>,
+    /// The learning rate the cosine decay ends at (default: the workload's).
+    #[arg(long)]
+    min_lr: Option<f32>,
+    /// Clip the global gradient norm to this (default: the workload's; 0: no clipping).
+    #[arg(long)]
+    clip_grad_norm: Option<f32>,
+    /// AdamW weight decay, on weights and embeddings only (default: the workload's).
+    #[arg(long)]
+    weight_decay: Option<f32>,
 }
 
 #[derive(Args)]
@@ -115,6 +130,39 @@ struct DigitsArgs {
     #[arg(long, default_value = "128", value_delimiter = ',')]
     hidden: Vec<usize>,
     /// The data (gzip CSV: 64 pixels then the label per line).
+    #[arg(long)]
+    data: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ShakespeareArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 2000)]
+    steps: u64,
+    /// Windows per optimizer step.
+    #[arg(long, default_value_t = 12)]
+    batch: usize,
+    /// Tokens per window (the model's block size).
+    #[arg(long, default_value_t = 64)]
+    context: usize,
+    /// Transformer blocks.
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    /// Attention heads (dividing --width).
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Model width.
+    #[arg(long, default_value_t = 128)]
+    width: usize,
+    /// Evaluate the validation loss every N steps (and at the end).
+    #[arg(long, default_value_t = 250)]
+    eval_every: u64,
+    /// Validation windows, evenly spaced over the last 10% of the text.
+    #[arg(long, default_value_t = 240)]
+    eval_windows: usize,
+    /// Train on this text file (UTF-8, optionally .gz) instead of the bundled plays.
     #[arg(long)]
     data: Option<PathBuf>,
 }
@@ -178,123 +226,6 @@ fn parse_leak(s: &str) -> std::result::Result<LeakPolicy, String> {
     }
 }
 
-/// Everything a workload decides: the model, the data, the configuration.
-struct Job {
-    name: &'static str,
-    spec: ModelSpec,
-    train: Dataset,
-    test: Option<Dataset>,
-    config: TrainConfig,
-}
-
-fn digits_data(path: Option<PathBuf>) -> Result<Dataset> {
-    let path = path.unwrap_or_else(|| {
-        let local = PathBuf::from("data/digits.csv.gz");
-        if local.exists() {
-            local
-        } else {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../data/digits.csv.gz"
-            ))
-        }
-    });
-    let mut data = Dataset::from_csv_gz(&path)?;
-    data.scale(1.0 / 16.0);
-    Ok(data)
-}
-
-/// The shared options; `default_dir`: the checkpoint directory when none is given.
-fn base_config(
-    common: &CommonArgs,
-    default_dir: Option<&str>,
-    batch: usize,
-    lr: f32,
-) -> TrainConfig {
-    TrainConfig {
-        effective_batch: batch,
-        micro_batch: common.micro_batch,
-        schedule: LrSchedule::Constant {
-            lr: common.lr.unwrap_or(lr),
-        },
-        seed: common.seed,
-        memory_budget_bytes: common.memory_budget,
-        checkpointing: common.checkpointing,
-        fence_deadline: Duration::from_millis(common.deadline_ms.max(1)),
-        checkpoint_dir: common
-            .checkpoint_dir
-            .clone()
-            .or_else(|| default_dir.map(PathBuf::from)),
-        checkpoint_interval_steps: common.checkpoint_every,
-        leak_policy: common.leak_check,
-        ..TrainConfig::default()
-    }
-}
-
-fn adam() -> OptimizerSpec {
-    OptimizerSpec::AdamW(AdamWConfig {
-        weight_decay: 0.0,
-        ..AdamWConfig::default()
-    })
-}
-
-fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
-    Ok(match workload {
-        Workload::Digits(a) => {
-            let data = digits_data(a.data)?;
-            let (train, test) = data.split(0.2, 1234);
-            let mut widths = vec![train.feature_dim()];
-            widths.extend(a.hidden.iter().copied().filter(|&w| w > 0));
-            widths.push(train.num_classes());
-            let mut config = base_config(&a.common, Some("target/plimsoll/digits"), a.batch, 2e-3);
-            config.length = RunLength::Epochs(a.epochs);
-            let spec = ModelSpec {
-                widths,
-                activation: Activation::Relu,
-                seed: a.common.seed,
-                optimizer: adam(),
-            };
-            let job = Job {
-                name: "digits",
-                spec,
-                train,
-                test: Some(test),
-                config,
-            };
-            (job, a.common)
-        }
-        Workload::MlpBench(a) => {
-            let train = Dataset::synthetic(a.batch * 4, 784, 10, a.common.seed)?;
-            let mut widths = vec![784];
-            widths.extend(std::iter::repeat_n(1024, a.layers));
-            widths.push(10);
-            let mut config = base_config(&a.common, None, a.batch, 1e-3);
-            config.length = RunLength::Steps(a.steps);
-            if a.common.memory_budget.is_none() {
-                // The peer workload runs plain batches of 128; plan only under a budget.
-                config.micro_batch = Some(a.common.micro_batch.unwrap_or(a.batch));
-                if config.checkpointing == CheckpointPolicy::Automatic {
-                    config.checkpointing = CheckpointPolicy::None;
-                }
-            }
-            let spec = ModelSpec {
-                widths,
-                activation: Activation::Relu,
-                seed: a.common.seed,
-                optimizer: adam(),
-            };
-            let job = Job {
-                name: "mlp-bench",
-                spec,
-                train,
-                test: None,
-                config,
-            };
-            (job, a.common)
-        }
-    })
-}
-
 fn open_gpu(common: &CommonArgs) -> Result<Gpu> {
     let from_env = GpuOptions::from_env();
     let options = GpuOptions {
@@ -317,7 +248,7 @@ fn plan_only(workload: Workload) -> Result<()> {
         micro_batch: common.micro_batch,
         ..job.config
     };
-    let plan = plimsoll_trainer::plan::plan(&gpu, &job.spec, &job.train, &config)?;
+    let plan = plimsoll_trainer::plan::plan(&gpu, job.spec.as_ref(), &job.train, &config)?;
     println!("{} on {}", job.name, gpu.adapter());
     println!("{plan}");
     Ok(())
@@ -329,12 +260,11 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
     println!(
         "training {} ({} parameters) on {}",
         job.name,
-        Recipe::parameter_count(&job.spec),
+        job.spec.parameter_count(),
         gpu.adapter()
     );
     let checkpoint_dir = job.config.checkpoint_dir.clone();
-    let test = job.test.map(|t| Box::new(t) as Box<dyn Data>);
-    let mut trainer = Trainer::new(&gpu, job.config, &job.spec, job.train, test)?;
+    let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
     if common.resume {
         let Some(dir) = checkpoint_dir else {
             return Err(Error::invalid("--resume", "needs --checkpoint-dir"));

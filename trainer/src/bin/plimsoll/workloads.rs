@@ -1,0 +1,255 @@
+//! The workloads of `plimsoll train` and `plimsoll plan`: each decides the model, the data and
+//! the configuration of its run ([`Job`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
+use plimsoll_trainer::{
+    CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec, OptimizerSpec, Recipe,
+    Result, RunLength, TokenData, TrainConfig,
+};
+
+use crate::{CommonArgs, Workload};
+
+/// Everything a workload decides: the model, the data, the configuration.
+pub struct Job {
+    /// The workload's name.
+    pub name: &'static str,
+    /// What to build.
+    pub spec: Box<dyn Recipe>,
+    /// Training samples.
+    pub train: Box<dyn Data>,
+    /// Evaluation samples.
+    pub test: Option<Box<dyn Data>>,
+    /// The run.
+    pub config: TrainConfig,
+}
+
+/// A workload's defaults for the optimisation flags.
+struct Defaults {
+    lr: f32,
+    warmup_steps: u64,
+    min_lr: Option<f32>,
+    clip_grad_norm: Option<f32>,
+    weight_decay: f32,
+}
+
+fn digits_data(path: Option<PathBuf>) -> Result<Dataset> {
+    let path = path.unwrap_or_else(|| {
+        let local = PathBuf::from("data/digits.csv.gz");
+        if local.exists() {
+            local
+        } else {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../data/digits.csv.gz"
+            ))
+        }
+    });
+    let mut data = Dataset::from_csv_gz(&path)?;
+    data.scale(1.0 / 16.0);
+    Ok(data)
+}
+
+/// The shared options over a workload's `defaults`; `default_dir`: the checkpoint directory
+/// when none is given; `steps`: the run's length in steps, for the schedule's decay.
+fn base_config(
+    common: &CommonArgs,
+    default_dir: Option<&str>,
+    batch: usize,
+    steps: u64,
+    defaults: &Defaults,
+) -> Result<TrainConfig> {
+    let lr = common.lr.unwrap_or(defaults.lr);
+    let warmup_steps = common.warmup_steps.unwrap_or(defaults.warmup_steps);
+    let min_lr = common.min_lr.or(defaults.min_lr);
+    for (flag, value) in [("--lr", Some(lr)), ("--min-lr", min_lr)] {
+        if let Some(v) = value
+            && !(v.is_finite() && v >= 0.0)
+        {
+            return Err(Error::invalid(flag, format!("{v} must be finite and >= 0")));
+        }
+    }
+    let schedule = match (warmup_steps, min_lr) {
+        (0, None) => LrSchedule::Constant { lr },
+        (warmup_steps, min_lr) => LrSchedule::WarmupCosine {
+            peak_lr: lr,
+            warmup_steps,
+            total_steps: steps,
+            min_lr: min_lr.unwrap_or(lr),
+        },
+    };
+    let clip_grad_norm = common
+        .clip_grad_norm
+        .or(defaults.clip_grad_norm)
+        .filter(|&c| c != 0.0);
+    Ok(TrainConfig {
+        effective_batch: batch,
+        micro_batch: common.micro_batch,
+        schedule,
+        seed: common.seed,
+        memory_budget_bytes: common.memory_budget,
+        checkpointing: common.checkpointing,
+        fence_deadline: Duration::from_millis(common.deadline_ms.max(1)),
+        checkpoint_dir: common
+            .checkpoint_dir
+            .clone()
+            .or_else(|| default_dir.map(PathBuf::from)),
+        checkpoint_interval_steps: common.checkpoint_every,
+        leak_policy: common.leak_check,
+        clip_grad_norm,
+        ..TrainConfig::default()
+    })
+}
+
+/// AdamW with `betas`, the workload's (or the flag's) weight decay on matrices only.
+fn adamw(common: &CommonArgs, defaults: &Defaults, beta2: f32) -> Result<OptimizerSpec> {
+    let weight_decay = common.weight_decay.unwrap_or(defaults.weight_decay);
+    if !(weight_decay.is_finite() && weight_decay >= 0.0) {
+        return Err(Error::invalid(
+            "--weight-decay",
+            format!("{weight_decay} must be finite and >= 0"),
+        ));
+    }
+    Ok(OptimizerSpec::AdamW(AdamWConfig {
+        beta2,
+        weight_decay,
+        decay_matrices_only: true,
+        ..AdamWConfig::default()
+    }))
+}
+
+/// The MLP workloads' defaults: Adam, a constant rate.
+fn mlp_defaults(lr: f32) -> Defaults {
+    Defaults {
+        lr,
+        warmup_steps: 0,
+        min_lr: None,
+        clip_grad_norm: None,
+        weight_decay: 0.0,
+    }
+}
+
+/// The job of `workload`, and its shared options.
+pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
+    Ok(match workload {
+        Workload::Digits(a) => {
+            let data = digits_data(a.data)?;
+            let (train, test) = data.split(0.2, 1234);
+            let mut widths = vec![train.feature_dim()];
+            widths.extend(a.hidden.iter().copied().filter(|&w| w > 0));
+            widths.push(train.num_classes());
+            let steps = a.epochs * train.len().div_ceil(a.batch.max(1)) as u64;
+            let defaults = mlp_defaults(2e-3);
+            let dir = Some("target/plimsoll/digits");
+            let mut config = base_config(&a.common, dir, a.batch, steps, &defaults)?;
+            config.length = RunLength::Epochs(a.epochs);
+            let spec = ModelSpec {
+                widths,
+                activation: Activation::Relu,
+                seed: a.common.seed,
+                optimizer: adamw(&a.common, &defaults, 0.999)?,
+            };
+            let job = Job {
+                name: "digits",
+                spec: Box::new(spec),
+                train: Box::new(train),
+                test: Some(Box::new(test)),
+                config,
+            };
+            (job, a.common)
+        }
+        Workload::MlpBench(a) => {
+            let train = Dataset::synthetic(a.batch * 4, 784, 10, a.common.seed)?;
+            let mut widths = vec![784];
+            widths.extend(std::iter::repeat_n(1024, a.layers));
+            widths.push(10);
+            let defaults = mlp_defaults(1e-3);
+            let mut config = base_config(&a.common, None, a.batch, a.steps, &defaults)?;
+            config.length = RunLength::Steps(a.steps);
+            if a.common.memory_budget.is_none() {
+                // The peer workload runs plain batches of 128; plan only under a budget.
+                config.micro_batch = Some(a.common.micro_batch.unwrap_or(a.batch));
+                if config.checkpointing == CheckpointPolicy::Automatic {
+                    config.checkpointing = CheckpointPolicy::None;
+                }
+            }
+            let spec = ModelSpec {
+                widths,
+                activation: Activation::Relu,
+                seed: a.common.seed,
+                optimizer: adamw(&a.common, &defaults, 0.999)?,
+            };
+            let job = Job {
+                name: "mlp-bench",
+                spec: Box::new(spec),
+                train: Box::new(train),
+                test: None,
+                config,
+            };
+            (job, a.common)
+        }
+        Workload::Shakespeare(a) => {
+            let corpus = match &a.data {
+                None => CharCorpus::shakespeare()?,
+                Some(path) => {
+                    let what = path.display().to_string();
+                    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                    if bytes.starts_with(&[0x1f, 0x8b]) {
+                        CharCorpus::from_gz(&what, &bytes, 0.1)?
+                    } else {
+                        let text = String::from_utf8(bytes)
+                            .map_err(|e| Error::invalid(&what, format!("not UTF-8 text: {e}")))?;
+                        CharCorpus::from_text(&what, &text, 0.1)?
+                    }
+                }
+            };
+            let vocab = corpus.vocab_size();
+            let train = TokenData::windows(Arc::new(corpus.train().to_vec()), a.context, vocab)?;
+            let val = TokenData::evenly_spaced(
+                Arc::new(corpus.val().to_vec()),
+                a.context,
+                vocab,
+                a.eval_windows,
+            )?;
+            // nanoGPT's CPU configuration (its README): lr 1e-3, 100 warm-up steps, cosine to
+            // 1e-4 over the run, clipping at 1.0, AdamW betas (0.9, 0.99), weight decay 0.1.
+            let defaults = Defaults {
+                lr: 1e-3,
+                warmup_steps: 100,
+                min_lr: Some(1e-4),
+                clip_grad_norm: Some(1.0),
+                weight_decay: 0.1,
+            };
+            let dir = Some("target/plimsoll/shakespeare");
+            let mut config = base_config(&a.common, dir, a.batch, a.steps, &defaults)?;
+            config.length = RunLength::Steps(a.steps);
+            config.eval_interval_steps = Some(a.eval_every.max(1));
+            let spec = GptSpec {
+                config: GptConfig {
+                    vocab_size: vocab,
+                    block_size: a.context,
+                    n_layer: a.layers,
+                    n_head: a.heads,
+                    n_embd: a.width,
+                },
+                seed: a.common.seed,
+                optimizer: adamw(&a.common, &defaults, 0.99)?,
+            };
+            spec.config.validate()?;
+            let job = Job {
+                name: "shakespeare",
+                spec: Box::new(spec),
+                train: Box::new(train),
+                test: Some(Box::new(val)),
+                config,
+            };
+            (job, a.common)
+        }
+    })
+}
