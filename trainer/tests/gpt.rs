@@ -147,3 +147,32 @@ fn evaluation_is_the_mean_loss_over_every_validation_token() {
     let diff = (evaluation.loss - want).abs();
     assert!(diff <= 1e-5 * want.abs(), "{} vs {want}", evaluation.loss);
 }
+
+/// Greedy sampling (top-k 1) picks, at every position, the arg-max of the logits one causal
+/// forward of the whole generated text gives at the position before: what the model predicts
+/// from exactly the text before it.
+#[test]
+fn greedy_samples_are_the_causal_arg_max() {
+    use plimsoll_nn::{Gpt, Module};
+    use plimsoll_trainer::{SampleOptions, sample};
+    let gpu = fresh_gpu();
+    let gpt = Gpt::new(&gpu, spec(sgd()).config, 3).unwrap();
+    let options = SampleOptions {
+        tokens: 5,
+        temperature: 0.7,
+        top_k: Some(1),
+        seed: 1,
+    };
+    let out = sample(&gpt, &[4, 2], &options).unwrap();
+    assert_eq!(out.len(), 7);
+    assert_eq!(out[..2], [4, 2]);
+    let ids = plimsoll_autograd::Tensor::from_indices(&gpu, &out, &[1, 7]).unwrap();
+    let logits = gpt.forward(&ids).unwrap().to_vec().unwrap();
+    for i in 2..7 {
+        let row = &logits[(i - 1) * VOCAB..i * VOCAB];
+        let best = (0..VOCAB).fold(0, |b, j| if row[j] > row[b] { j } else { b });
+        assert_eq!(out[i] as usize, best, "position {i}");
+    }
+    let again = sample(&gpt, &[4, 2], &options).unwrap();
+    assert_eq!(again, out);
+}

@@ -8,6 +8,7 @@
 //! non-zero exit code.
 
 mod progress;
+mod sampling;
 mod workloads;
 
 use std::path::PathBuf;
@@ -49,6 +50,8 @@ enum Command {
         #[command(subcommand)]
         workload: Workload,
     },
+    /// Generate text from a trained `shakespeare` model (its latest checkpoint).
+    Sample(sampling::SampleArgs),
 }
 
 #[derive(Subcommand)]
@@ -335,6 +338,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Train { workload } => train(workload, started),
         Command::Plan { workload } => plan_only(workload),
+        Command::Sample(args) => sampling::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,164 @@
+//! Text from a trained GPT: autoregressive sampling with temperature and top-k, as nanoGPT's
+//! `generate` (the context cropped to the block size, the last position's logits divided by the
+//! temperature, all but the `k` largest set aside, a draw from the softmax). Runs under
+//! `no_grad`; every forward's read-back waits within the device's deadline.
+
+use plimsoll_autograd::{Tensor, no_grad};
+use plimsoll_kernels_wgsl::random::SplitMix64;
+use plimsoll_nn::{Gpt, Module};
+
+use crate::error::{Error, Result};
+
+/// How to sample.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleOptions {
+    /// Tokens to generate after the prompt.
+    pub tokens: usize,
+    /// Divides the logits: below 1 sharper, above 1 flatter.
+    pub temperature: f32,
+    /// Draw only among the `k` most likely tokens (`None`: all).
+    pub top_k: Option<usize>,
+    /// Seed of the draws.
+    pub seed: u64,
+}
+
+impl SampleOptions {
+    /// Checks the figures.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return Err(Error::invalid(
+                "--temperature",
+                format!(
+                    "{} must be positive and finite (1.0 is neutral)",
+                    self.temperature
+                ),
+            ));
+        }
+        if self.top_k == Some(0) {
+            return Err(Error::invalid("--top-k", "0 leaves nothing to draw from"));
+        }
+        Ok(())
+    }
+}
+
+/// The token drawn from `logits` with `options`' temperature and top-k, `u` uniform in
+/// `[0, 1)`. Ties keep the lower token; a row with no finite logit gives token 0.
+pub fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, u: f64) -> u32 {
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    order.truncate(top_k.unwrap_or(logits.len()).max(1));
+    let max = f64::from(logits[order[0]]);
+    let weights: Vec<f64> = order
+        .iter()
+        .map(|&i| ((f64::from(logits[i]) - max) / f64::from(temperature)).exp())
+        .collect();
+    let total: f64 = weights.iter().sum();
+    if !(total.is_finite() && total > 0.0) {
+        return 0;
+    }
+    let mut target = u * total;
+    for (&i, w) in order.iter().zip(&weights) {
+        if target < *w {
+            return i as u32;
+        }
+        target -= w;
+    }
+    order.last().map_or(0, |&i| i as u32)
+}
+
+/// `prompt` (at least one token) followed by `options.tokens` sampled tokens.
+pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Vec<u32>> {
+    options.validate()?;
+    if prompt.is_empty() {
+        return Err(Error::invalid(
+            "prompt",
+            "give at least one character to start from",
+        ));
+    }
+    let gpu = gpt
+        .parameters()
+        .first()
+        .map(|(_, t)| t.gpu().clone())
+        .ok_or_else(|| Error::invalid("model", "a GPT without parameters"))?;
+    let _no_grad = no_grad();
+    let (block, vocab) = (gpt.config().block_size, gpt.config().vocab_size);
+    let mut rng = SplitMix64::new(options.seed);
+    let mut out = prompt.to_vec();
+    for _ in 0..options.tokens {
+        let context = &out[out.len().saturating_sub(block)..];
+        let ids = Tensor::from_indices(&gpu, context, &[1, context.len()])?;
+        let logits = gpt.forward(&ids)?;
+        let t = context.len();
+        let last = logits.reshape(&[t, vocab])?.slice(0, t - 1, 1)?.to_vec()?;
+        out.push(pick(
+            &last,
+            options.temperature,
+            options.top_k,
+            rng.unit_f64(),
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_one_is_the_arg_max_and_ties_keep_the_lower_token() {
+        let logits = [0.5, 3.0, -1.0, 3.0];
+        for u in [0.0, 0.5, 0.999] {
+            assert_eq!(pick(&logits, 1.0, Some(1), u), 1);
+        }
+    }
+
+    /// With two equal logits and everything else far below, the draw splits at `u = 0.5`; a low
+    /// temperature pushes all the mass onto the largest.
+    #[test]
+    fn draws_follow_the_softmax() {
+        let logits = [1.0, 1.0, -50.0];
+        assert_eq!(pick(&logits, 1.0, None, 0.49), 0);
+        assert_eq!(pick(&logits, 1.0, None, 0.51), 1);
+        let skewed = [1.0, 2.0];
+        // softmax([1, 2] / 0.01): token 1 with probability 1 - e^-100.
+        assert_eq!(pick(&skewed, 0.01, None, 0.999_999), 1);
+        // softmax([1, 2]): token 0 with probability 1 / (1 + e) = 0.2689.
+        assert_eq!(pick(&skewed, 1.0, None, 0.26), 0);
+        assert_eq!(pick(&skewed, 1.0, None, 0.28), 1);
+    }
+
+    #[test]
+    fn bad_options_are_errors() {
+        let ok = SampleOptions {
+            tokens: 1,
+            temperature: 1.0,
+            top_k: None,
+            seed: 0,
+        };
+        assert!(ok.validate().is_ok());
+        assert!(
+            SampleOptions {
+                temperature: 0.0,
+                ..ok
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            SampleOptions {
+                temperature: f32::NAN,
+                ..ok
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            SampleOptions {
+                top_k: Some(0),
+                ..ok
+            }
+            .validate()
+            .is_err()
+        );
+    }
+}
