@@ -122,9 +122,10 @@ mod tests {
         let skewed = [1.0, 2.0];
         // softmax([1, 2] / 0.01): token 1 with probability 1 - e^-100.
         assert_eq!(pick(&skewed, 0.01, None, 0.999_999), 1);
-        // softmax([1, 2]): token 0 with probability 1 / (1 + e) = 0.2689.
-        assert_eq!(pick(&skewed, 1.0, None, 0.26), 0);
-        assert_eq!(pick(&skewed, 1.0, None, 0.28), 1);
+        // softmax([1, 2]): token 1 with probability e / (1 + e) = 0.7311, drawn first (the
+        // candidates are taken most likely first).
+        assert_eq!(pick(&skewed, 1.0, None, 0.72), 1);
+        assert_eq!(pick(&skewed, 1.0, None, 0.74), 0);
     }
 
     #[test]
