@@ -44,3 +44,9 @@ pub use sample::{SampleOptions, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
 pub use trainer::{RunSummary, Trainer};
+
+// What a user of this crate alone needs to define a model and open a device.
+pub use plimsoll_autograd::{Gpu, Tensor, TensorOptions, no_grad};
+pub use plimsoll_kernels_wgsl::GpuOptions;
+/// Layers, losses, optimizers and schedules (`plimsoll-nn`).
+pub use plimsoll_nn as nn;
