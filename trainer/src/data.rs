@@ -98,15 +98,19 @@ impl Dataset {
     /// Reads a gzip CSV of rows `f_1, ..., f_D, label` (integers or floats), e.g. the digits
     /// data: 64 pixels in `0..=16`, then the digit. `num_classes` is the largest label + 1.
     pub fn from_csv_gz(path: &Path) -> Result<Self> {
-        let io = |source| Error::Io {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
+        })?;
+        Self::from_csv_gz_bytes(&path.display().to_string(), &bytes)
+    }
+
+    /// [`Dataset::from_csv_gz`] of a file already in memory; `what` names it in errors.
+    pub fn from_csv_gz_bytes(what: &str, bytes: &[u8]) -> Result<Self> {
         let mut text = String::new();
-        flate2::read::GzDecoder::new(file)
+        flate2::read::GzDecoder::new(bytes)
             .read_to_string(&mut text)
-            .map_err(io)?;
+            .map_err(|e| Error::invalid(what, format!("not gzip-compressed text: {e}")))?;
         let mut features = Vec::new();
         let mut labels = Vec::new();
         let mut feature_dim = None;
@@ -115,17 +119,16 @@ impl Dataset {
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
         {
-            let bad = |message: String| {
-                Error::invalid(format!("{}:{}", path.display(), line_no + 1), message)
-            };
+            let bad = |message: String| Error::invalid(format!("{what}:{}", line_no + 1), message);
             let fields: Vec<&str> = line.split(',').map(str::trim).collect();
             let Some((label, pixels)) = fields.split_last() else {
                 continue;
             };
             if *feature_dim.get_or_insert(pixels.len()) != pixels.len() {
                 return Err(bad(format!(
-                    "{} features, expected {feature_dim:?}",
-                    pixels.len()
+                    "{} features, but the first row has {} (every row needs the same count)",
+                    pixels.len(),
+                    feature_dim.unwrap_or(0)
                 )));
             }
             for p in pixels {
@@ -136,6 +139,9 @@ impl Dataset {
                     .parse::<u32>()
                     .map_err(|e| bad(format!("label {label:?}: {e}")))?,
             );
+        }
+        if labels.is_empty() {
+            return Err(Error::invalid(what, "no samples (an empty file?)"));
         }
         let num_classes = labels.iter().max().map_or(0, |&m| m as usize + 1);
         Dataset::new(features, labels, feature_dim.unwrap_or(0), num_classes)
@@ -249,6 +255,9 @@ impl Data for Dataset {
         )
     }
 }
+
+/// `data/digits.csv.gz`, compiled in so that the command works from any directory.
+pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
 
 /// Windows of `context` tokens of a token sequence, each paired with the next `context` tokens:
 /// every window (training, drawn in a seeded order) or `count` evenly spaced ones (a fixed

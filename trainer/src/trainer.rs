@@ -77,7 +77,13 @@ impl Trainer {
         if let Some(test) = &test {
             recipe.check(test.as_ref())?;
             if test.is_empty() {
-                return Err(Error::invalid("data", "the evaluation set is empty"));
+                return Err(Error::invalid(
+                    "data",
+                    format!(
+                        "the evaluation set is empty ({} training samples); give more data",
+                        train.len()
+                    ),
+                ));
             }
         }
         if train.is_empty() {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
+use plimsoll_trainer::data::DIGITS_CSV_GZ;
 use plimsoll_trainer::{
     CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec, OptimizerSpec, Recipe,
     Result, RunLength, TokenData, TrainConfig,
@@ -37,18 +38,10 @@ struct Defaults {
 }
 
 fn digits_data(path: Option<PathBuf>) -> Result<Dataset> {
-    let path = path.unwrap_or_else(|| {
-        let local = PathBuf::from("data/digits.csv.gz");
-        if local.exists() {
-            local
-        } else {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../data/digits.csv.gz"
-            ))
-        }
-    });
-    let mut data = Dataset::from_csv_gz(&path)?;
+    let mut data = match path {
+        Some(path) => Dataset::from_csv_gz(&path)?,
+        None => Dataset::from_csv_gz_bytes("data/digits.csv.gz", DIGITS_CSV_GZ)?,
+    };
     data.scale(1.0 / 16.0);
     Ok(data)
 }
