@@ -7,6 +7,7 @@
 //! memory plan without training. Errors are one message with the numbers and a hint, and a
 //! non-zero exit code.
 
+mod out;
 mod progress;
 mod sampling;
 mod workloads;
@@ -252,20 +253,20 @@ fn plan_only(workload: Workload) -> Result<()> {
         ..job.config
     };
     let plan = plimsoll_trainer::plan::plan(&gpu, job.spec.as_ref(), &job.train, &config)?;
-    println!("{} on {}", job.name, gpu.adapter());
-    println!("{plan}");
+    out::say(format_args!("{} on {}", job.name, gpu.adapter()));
+    out::say(&plan);
     Ok(())
 }
 
 fn train(workload: Workload, started: Instant) -> Result<()> {
     let (job, common) = job(workload)?;
     let gpu = open_gpu(&common)?;
-    println!(
+    out::say(format_args!(
         "training {} ({} parameters) on {}",
         job.name,
         job.spec.parameter_count(),
         gpu.adapter()
-    );
+    ));
     let checkpoint_dir = job.config.checkpoint_dir.clone();
     let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
     if common.resume {
@@ -285,6 +286,7 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
         trainer.resume(&path)?;
     }
     let stop = trainer.stop_flag();
+    out::stop_on_close(trainer.stop_flag());
     ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
         .map_err(|e| Error::invalid("Ctrl-C handler", e.to_string()))?;
     let metrics = match &common.metrics_out {
@@ -303,16 +305,19 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
     let summary = summary?;
     let seconds = run_start.elapsed().as_secs_f64();
     if summary.interrupted {
-        println!(
-            "interrupted at step {}; saved {}; continue with --resume",
-            summary.steps,
-            summary
-                .checkpoint
-                .as_ref()
-                .map_or("nothing".to_string(), |p| p.display().to_string())
-        );
+        let saved = match &summary.checkpoint {
+            Some(p) => format!("saved {}; continue with --resume", p.display()),
+            None => "nothing saved (no --checkpoint-dir)".to_string(),
+        };
+        let why = if out::closed() {
+            "standard output closed"
+        } else {
+            "interrupted"
+        };
+        // Said on standard error too: standard output may be the pipe that closed.
+        eprintln!("{why} at step {}; {saved}", summary.steps);
     }
-    println!(
+    out::say(format_args!(
         "{} steps in {seconds:.1} s{}{}; first step done {:.2} s after start",
         summary.steps,
         summary
@@ -324,8 +329,8 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
             .map(|e| format!(", {}", progress::describe(&e)))
             .unwrap_or_default(),
         progress.first_step_done.unwrap_or_default().as_secs_f64()
-    );
-    println!("{}", gpu.memory_summary());
+    ));
+    out::say(gpu.memory_summary());
     if let Some(e) = progress.metrics_error.take() {
         return Err(e);
     }

@@ -41,7 +41,7 @@ impl Progress {
     /// Prints a line above the bar (or plainly when the bar is hidden: output is not a terminal).
     fn line(&self, text: String) {
         if self.bar.is_hidden() {
-            println!("{text}");
+            crate::out::say(text);
         } else {
             self.bar.println(text);
         }

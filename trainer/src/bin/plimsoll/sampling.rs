@@ -115,6 +115,6 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     checkpoint_io::load(&gpu, &path, &gpt.parameters(), &mut optimizer)?;
     drop(optimizer);
     let ids = sample(&gpt, &prompt, &options)?;
-    println!("{}", corpus.decode(&ids));
+    crate::out::say(corpus.decode(&ids));
     Ok(())
 }

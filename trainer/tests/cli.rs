@@ -1,0 +1,121 @@
+//! The `plimsoll` command as a user meets it: its reader going away (`plimsoll train | head`)
+//! and SIGTERM both stop the run at a step boundary with its checkpoint saved, never a panic.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the command may take to stop once asked.
+const STOP_DEADLINE: Duration = Duration::from_secs(120);
+
+/// A fresh, empty folder for one test.
+fn folder(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `plimsoll train digits` for many epochs, checkpointing into `dir`, stdout and stderr piped.
+fn long_digits_run(dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args(["train", "digits", "--epochs", "100000", "--checkpoint-dir"])
+        .arg(dir)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads stdout lines until one starts with `epoch` (the first evaluation: steps are running).
+fn wait_for_first_epoch(reader: &mut impl BufRead) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = reader.read_line(&mut line).unwrap();
+        assert!(
+            n > 0,
+            "the command closed its output before its first epoch"
+        );
+        if line.starts_with("epoch") {
+            return;
+        }
+    }
+}
+
+/// Waits for `child` to exit, killing it and failing past [`STOP_DEADLINE`].
+fn wait_with_deadline(child: &mut Child) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > STOP_DEADLINE {
+            let _ = child.kill();
+            panic!("the command did not stop within {STOP_DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut text = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut text);
+    }
+    text
+}
+
+#[test]
+fn a_closed_output_stops_the_run_and_saves_it() {
+    let dir = folder("closed-output");
+    let mut child = long_digits_run(&dir);
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    wait_for_first_epoch(&mut reader);
+    drop(reader); // `| head` exits
+    let status = wait_with_deadline(&mut child);
+    let stderr = stderr_of(&mut child);
+    assert!(
+        status.success(),
+        "the command must stop cleanly when its output closes, got {status}:\n{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("standard output closed at step")
+            && stderr.contains("continue with --resume"),
+        "it says why it stopped and where the run is:\n{stderr}"
+    );
+    assert!(dir.join("latest.safetensors").exists(), "the run is saved");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_stops_the_run_and_saves_it() {
+    let dir = folder("sigterm");
+    let mut child = long_digits_run(&dir);
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    wait_for_first_epoch(&mut reader);
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    // Keep reading so that the command never blocks on a full pipe.
+    let drain = std::thread::spawn(move || reader.lines().map_while(|l| l.ok()).count());
+    let status = wait_with_deadline(&mut child);
+    let stderr = stderr_of(&mut child);
+    let _ = drain.join();
+    assert!(
+        status.success(),
+        "SIGTERM must stop the run at a step boundary, got {status}:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("interrupted at step") && stderr.contains("continue with --resume"),
+        "it says where the run stopped:\n{stderr}"
+    );
+    assert!(dir.join("latest.safetensors").exists(), "the run is saved");
+    let _ = std::fs::remove_dir_all(dir);
+}
