@@ -3,7 +3,7 @@
 //! data), free-form metadata as the `__metadata__` string map. numpy and PyTorch read them
 //! unchanged.
 //!
-//! [`save`] is atomic: it writes `<path>.tmp`, syncs it to disk, renames it over `path` and
+//! [`save`] is atomic: it writes `<path>.<pid>.<n>.tmp`, syncs it to disk, renames it over `path` and
 //! syncs the directory, so a crash leaves the old file or the new one, never half of one.
 //! [`load`] treats the file as hostile: it checks the header length against a cap and against
 //! the file length *before* allocating anything sized by the file's claims, then lets
@@ -93,10 +93,14 @@ fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error
     }
 }
 
-/// `path` with `.tmp` appended to its file name.
+/// `path` with `.<process id>.<n>.tmp` appended to its file name: unique to this save, so two
+/// saves to one path at once (two runs sharing a checkpoint folder, two threads) never write
+/// into the same temporary file, and the last rename wins with a whole file.
 fn temporary_path(path: &Path) -> PathBuf {
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut name = path.as_os_str().to_os_string();
-    name.push(".tmp");
+    name.push(format!(".{}.{n}.tmp", std::process::id()));
     PathBuf::from(name)
 }
 

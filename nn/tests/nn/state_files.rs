@@ -27,6 +27,16 @@ fn raw_file(path: &PathBuf, header: &str, data: &[u8]) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// The sizes of the temporary files a save left in `dir` (names ending `.tmp`).
+fn temporary_files(dir: &PathBuf) -> Vec<u64> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .map(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
+        .collect()
+}
+
 fn metadata() -> BTreeMap<String, String> {
     BTreeMap::from([
         ("step".to_string(), "42".to_string()),
@@ -58,7 +68,7 @@ fn save_then_load_round_trips_bit_exactly() {
     let tensors = vec![("blocks.0.a".to_string(), a.clone()), ("b".to_string(), b)];
     state::save(&path, &tensors, &metadata()).unwrap();
     assert!(
-        !dir.join("model.safetensors.tmp").exists(),
+        temporary_files(&dir).is_empty(),
         "the temporary file is renamed away"
     );
     let loaded = state::load(&path).unwrap();
@@ -180,10 +190,45 @@ fn an_interrupted_save_leaves_the_previous_file_intact() {
         "the previous file must hold the previous values bit for bit"
     );
     // The child did die mid-write: its temporary file holds exactly what the limit let through.
-    let written = std::fs::metadata(dir.join("state.safetensors.tmp"))
-        .map(|m| m.len())
-        .unwrap_or(0);
-    assert_eq!(written, 65536, "the interrupted save's temporary file");
+    assert_eq!(
+        temporary_files(&dir),
+        [65536],
+        "the interrupted save's temporary file"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn saves_to_one_path_at_once_leave_one_whole_file() {
+    // Two runs sharing a checkpoint folder: each writer's file must arrive whole. With one
+    // shared temporary name, a rename can move a file another writer is still filling.
+    let dir = folder("concurrent");
+    let path = dir.join("latest.safetensors");
+    let n = 200_000;
+    let values = |k: usize| vec![k as f32; n];
+    std::thread::scope(|scope| {
+        for k in 0..4 {
+            let path = &path;
+            scope.spawn(move || {
+                let w = param(&gpu(), &values(k), &[n], "w");
+                for _ in 0..5 {
+                    state::save(path, &[("w".into(), w.clone())], &metadata()).unwrap();
+                    let loaded = state::load(path).unwrap_or_else(|e| {
+                        panic!("a file saved while others save must load: {e}")
+                    });
+                    let data = &loaded.tensors["w"].data;
+                    assert!(
+                        data.iter().all(|&v| v == data[0]) && data.len() == n,
+                        "the file mixes two writers' values"
+                    );
+                }
+            });
+        }
+    });
+    assert!(
+        temporary_files(&dir).is_empty(),
+        "every temporary file renamed away"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
