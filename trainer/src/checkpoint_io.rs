@@ -21,11 +21,14 @@ use crate::error::{Error, Result};
 /// File name of the latest checkpoint inside the checkpoint directory.
 pub const LATEST: &str = "latest.safetensors";
 
+/// File name of the checkpoint with the lowest evaluation loss so far.
+pub const BEST: &str = "best.safetensors";
+
 const PARAM_PREFIX: &str = "param.";
 const OPTIM_PREFIX: &str = "optim.";
 
 /// Where a run stands: everything besides tensors that resuming needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunPosition {
     /// Steps completed.
     pub step: u64,
@@ -39,6 +42,8 @@ pub struct RunPosition {
     pub seed: u64,
     /// The micro-batch in use (after any out-of-memory recovery).
     pub micro_batch: usize,
+    /// The lowest evaluation loss so far (the one in `best.safetensors`), if any.
+    pub best_eval_loss: Option<f32>,
 }
 
 /// The path of the latest checkpoint in `dir`.
@@ -46,9 +51,16 @@ pub fn latest_path(dir: &Path) -> PathBuf {
     dir.join(LATEST)
 }
 
-/// Saves parameters, optimizer state and `position` to `dir/latest.safetensors`, atomically.
+/// The path of the best checkpoint in `dir`.
+pub fn best_path(dir: &Path) -> PathBuf {
+    dir.join(BEST)
+}
+
+/// Saves parameters, optimizer state and `position` to `dir/<file>` ([`LATEST`] or [`BEST`]),
+/// atomically.
 pub fn save(
     dir: &Path,
+    file: &str,
     params: &[(String, Tensor)],
     optimizer: &dyn Optimizer,
     position: &RunPosition,
@@ -77,7 +89,11 @@ pub fn save(
     put("seed", position.seed.to_string());
     put("micro_batch", position.micro_batch.to_string());
     put("optimizer_steps", optimizer.step_count().to_string());
-    let path = latest_path(dir);
+    if let Some(best) = position.best_eval_loss {
+        // Display prints the shortest text that parses back to the same f32.
+        put("best_eval_loss", best.to_string());
+    }
+    let path = dir.join(file);
     state::save(&path, &tensors, &metadata)?;
     Ok(path)
 }
@@ -127,6 +143,10 @@ pub fn load(
         rng_state: meta(&loaded, path, "rng_state")?,
         seed: meta(&loaded, path, "seed")?,
         micro_batch: meta(&loaded, path, "micro_batch")?,
+        best_eval_loss: match loaded.metadata.get("best_eval_loss") {
+            None => None,
+            Some(_) => Some(meta(&loaded, path, "best_eval_loss")?),
+        },
     };
     let optimizer_steps: u64 = meta(&loaded, path, "optimizer_steps")?;
     let bad = |message: String| Error::invalid(path.display().to_string(), message);

@@ -37,13 +37,13 @@ pub mod trainer;
 pub use config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
-pub use metrics::{JsonLines, Observer, Silent, StepReport};
+pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
 pub use model::{GptSpec, ModelSpec, OptimizerSpec};
 pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
-pub use trainer::{RunSummary, Trainer};
+pub use trainer::{LOSS_WINDOW, RunSummary, Trainer};
 
 // What a user of this crate alone needs to define a model and open a device.
 pub use plimsoll_autograd::{Gpu, Tensor, TensorOptions, no_grad};

@@ -18,6 +18,9 @@ pub struct StepReport {
     pub epoch: u64,
     /// Mean loss over the effective batch.
     pub loss: f32,
+    /// Mean of `loss` over the last [`LOSS_WINDOW`](crate::trainer::LOSS_WINDOW) steps (fewer
+    /// at the start of a run or of a resumed run): what the progress bar shows.
+    pub loss_mean: f32,
     /// The learning rate used.
     pub lr: f32,
     /// The global gradient norm (before clipping).
@@ -40,6 +43,36 @@ pub struct StepReport {
     pub peak_allocated_bytes: u64,
     /// Peak reserved bytes during the step.
     pub peak_reserved_bytes: u64,
+}
+
+/// One evaluation, as a line of `--metrics-out` (beside the step lines, which have no
+/// `eval_loss`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalRecord {
+    /// The step after which it ran.
+    pub step: u64,
+    /// That step's epoch (0-based).
+    pub epoch: u64,
+    /// Mean loss per sample over the evaluation set.
+    pub eval_loss: f32,
+    /// Fraction correct, for classifiers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_accuracy: Option<f32>,
+    /// Samples evaluated.
+    pub eval_samples: u64,
+}
+
+impl EvalRecord {
+    /// The record of `evaluation` after `step` of `epoch`.
+    pub fn new(epoch: u64, step: u64, evaluation: &Evaluation) -> Self {
+        EvalRecord {
+            step,
+            epoch,
+            eval_loss: evaluation.loss,
+            eval_accuracy: evaluation.accuracy,
+            eval_samples: evaluation.samples,
+        }
+    }
 }
 
 /// Receives a run's progress (the `plimsoll` command draws a progress bar from it).

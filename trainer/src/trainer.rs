@@ -4,6 +4,7 @@
 //! state on timeout), the non-finite check, periodic and final checkpoints, evaluation and a
 //! clean stop when the stop flag (Ctrl-C) is raised.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,9 @@ pub struct RunSummary {
     pub interrupted: bool,
     /// The last checkpoint written.
     pub checkpoint: Option<PathBuf>,
+    /// The lowest evaluation loss of the run (resumed runs included), saved as
+    /// `best.safetensors` when there is a checkpoint directory.
+    pub best_eval_loss: Option<f32>,
 }
 
 /// A training run in progress. See the module docs.
@@ -59,7 +63,12 @@ pub struct Trainer {
     log: Vec<String>,
     delivered_log: usize,
     stop: Arc<AtomicBool>,
+    /// The last [`LOSS_WINDOW`] step losses, for [`StepReport::loss_mean`].
+    recent_losses: VecDeque<f32>,
 }
+
+/// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
+pub const LOSS_WINDOW: usize = 20;
 
 impl Trainer {
     /// Prepares a run of the model `recipe` builds on `train` (evaluated on `test`): applies the
@@ -120,6 +129,7 @@ impl Trainer {
             rng_state: rng_state(),
             seed: config.seed,
             micro_batch,
+            best_eval_loss: None,
         };
         let mut log = Vec::new();
         if let Some(p) = &plan {
@@ -141,6 +151,7 @@ impl Trainer {
             position,
             log,
             delivered_log: 0,
+            recent_losses: VecDeque::with_capacity(LOSS_WINDOW),
             stop: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -286,10 +297,16 @@ impl Trainer {
         self.check_leaks(step)?;
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
         let step_ms = start.elapsed().as_secs_f64() * 1e3;
+        if self.recent_losses.len() == LOSS_WINDOW {
+            self.recent_losses.pop_front();
+        }
+        self.recent_losses.push_back(result.loss);
+        let loss_mean = self.recent_losses.iter().sum::<f32>() / self.recent_losses.len() as f32;
         Ok(StepReport {
             step,
             epoch,
             loss: result.loss,
+            loss_mean,
             lr,
             grad_norm: result.grad_norm,
             samples: result.samples,
@@ -364,14 +381,52 @@ impl Trainer {
         let Some(dir) = self.config.checkpoint_dir.clone() else {
             return Ok(None);
         };
-        let path =
-            checkpoint_io::save(&dir, &self.params, self.optimizer.as_ref(), &self.position)?;
+        let path = checkpoint_io::save(
+            &dir,
+            checkpoint_io::LATEST,
+            &self.params,
+            self.optimizer.as_ref(),
+            &self.position,
+        )?;
         self.note(format!(
             "saved checkpoint at step {} to {}",
             self.position.step,
             path.display()
         ));
         Ok(Some(path))
+    }
+
+    /// Records `evaluation` if its loss is the lowest so far and then, with a checkpoint
+    /// directory, saves the state as `best.safetensors`. A failed save leaves the previous best.
+    fn keep_if_best(&mut self, evaluation: &Evaluation) -> Result<()> {
+        let loss = evaluation.loss;
+        if !loss.is_finite() || self.position.best_eval_loss.is_some_and(|b| b <= loss) {
+            return Ok(());
+        }
+        let previous = self.position.best_eval_loss.replace(loss);
+        let Some(dir) = self.config.checkpoint_dir.clone() else {
+            return Ok(());
+        };
+        let saved = checkpoint_io::save(
+            &dir,
+            checkpoint_io::BEST,
+            &self.params,
+            self.optimizer.as_ref(),
+            &self.position,
+        );
+        match saved {
+            Ok(path) => {
+                self.note(format!(
+                    "evaluation loss {loss:.4} is the lowest so far; saved {}",
+                    path.display()
+                ));
+                Ok(())
+            }
+            Err(e) => {
+                self.position.best_eval_loss = previous;
+                Err(e)
+            }
+        }
     }
 
     /// The evaluation set's mean loss (and accuracy, for classifiers), forward in evaluation
@@ -439,6 +494,7 @@ impl Trainer {
             last_evaluation: None,
             interrupted: false,
             checkpoint: None,
+            best_eval_loss: self.position.best_eval_loss,
         };
         self.deliver_log(observer);
         while self.position.step < total {
@@ -459,6 +515,7 @@ impl Trainer {
                 None => epoch_done,
             };
             if eval_due && let Some(evaluation) = self.evaluate()? {
+                self.keep_if_best(&evaluation)?;
                 self.deliver_log(observer);
                 observer.on_eval(report.epoch, report.step, &evaluation);
                 summary.last_evaluation = Some(evaluation);
@@ -473,6 +530,7 @@ impl Trainer {
         if let Some(path) = self.save_checkpoint()? {
             summary.checkpoint = Some(path);
         }
+        summary.best_eval_loss = self.position.best_eval_loss;
         self.deliver_log(observer);
         Ok(summary)
     }

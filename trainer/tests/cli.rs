@@ -1,6 +1,8 @@
 //! The `plimsoll` command as a user meets it: its reader going away (`plimsoll train | head`)
 //! and SIGTERM both stop the run at a step boundary with its checkpoint saved, never a panic.
 
+#![allow(clippy::unwrap_used)]
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -117,5 +119,56 @@ fn sigterm_stops_the_run_and_saves_it() {
         "it says where the run stopped:\n{stderr}"
     );
     assert!(dir.join("latest.safetensors").exists(), "the run is saved");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_metrics_file_has_every_step_and_every_evaluation() {
+    let dir = folder("metrics");
+    let out = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args([
+            "train",
+            "digits",
+            "--epochs",
+            "2",
+            "--metrics-out",
+            "m.jsonl",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(dir.join("m.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let steps: Vec<_> = lines
+        .iter()
+        .filter(|l| l.get("loss_mean").is_some())
+        .collect();
+    let evals: Vec<_> = lines
+        .iter()
+        .filter(|l| l.get("eval_loss").is_some())
+        .collect();
+    assert_eq!(steps.len() + evals.len(), lines.len());
+    assert_eq!(steps.len(), 46, "23 steps per epoch");
+    assert_eq!(evals.len(), 2, "one evaluation per epoch");
+    // Each evaluation line carries the accuracy the command printed for that epoch.
+    for (e, epoch) in evals.iter().zip(1..) {
+        let accuracy = 100.0 * e["eval_accuracy"].as_f64().unwrap();
+        let printed = format!(
+            "epoch {epoch:>3} (step {:>5}): test accuracy {accuracy:.2}%",
+            e["step"].as_u64().unwrap()
+        );
+        assert!(stdout.contains(&printed), "{printed:?} not in:\n{stdout}");
+        assert_eq!(e["eval_samples"], 359);
+    }
     let _ = std::fs::remove_dir_all(dir);
 }

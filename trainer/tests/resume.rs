@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use common::*;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
-use plimsoll_trainer::checkpoint_io::latest_path;
-use plimsoll_trainer::{RunLength, Silent, Trainer};
+use plimsoll_trainer::checkpoint_io::{best_path, latest_path};
+use plimsoll_trainer::{Evaluation, LOSS_WINDOW, Observer, RunLength, Silent, StepReport, Trainer};
 
 #[test]
 fn a_resumed_run_is_bit_identical() {
@@ -59,4 +59,117 @@ fn the_stop_flag_saves_and_ends_the_run() {
             .any(|l| l.contains("interrupted after step 1"))
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Records every step report and evaluation.
+#[derive(Default)]
+struct Recorder {
+    steps: Vec<StepReport>,
+    evaluations: Vec<(u64, Evaluation)>,
+}
+
+impl Observer for Recorder {
+    fn on_step(&mut self, r: &StepReport) {
+        self.steps.push(r.clone());
+    }
+    fn on_eval(&mut self, _: u64, step: u64, e: &Evaluation) {
+        self.evaluations.push((step, *e));
+    }
+    fn on_log(&mut self, _: &str) {}
+}
+
+#[test]
+fn best_checkpoint_holds_the_lowest_evaluation_and_survives_resume() {
+    // A learning rate high enough that the evaluation loss goes up as well as down.
+    let spec = adam_spec(&[10, 24, 3]);
+    let (train, test) = (data(48, 10, 3), data(30, 10, 3));
+    let dir = temp_dir("best");
+    let gpu = fresh_gpu();
+    let mut first = config(16, 16, 6, 0.3);
+    first.eval_interval_steps = Some(1);
+    first.checkpoint_dir = Some(dir.clone());
+    let mut t = Trainer::new(
+        &gpu,
+        first.clone(),
+        &spec,
+        train.clone(),
+        Some(Box::new(test.clone())),
+    )
+    .unwrap();
+    let mut seen = Recorder::default();
+    t.run(&mut seen).unwrap();
+    drop(t);
+    let mut second = first;
+    second.length = RunLength::Steps(12);
+    let mut t = Trainer::new(
+        &gpu,
+        second.clone(),
+        &spec,
+        train,
+        Some(Box::new(test.clone())),
+    )
+    .unwrap();
+    t.resume(&latest_path(&dir)).unwrap();
+    let summary = t.run(&mut seen).unwrap();
+    drop(t);
+
+    // The oracle: the lowest of the twelve evaluations the observer saw, the first one on ties.
+    assert_eq!(seen.evaluations.len(), 12);
+    let (best_step, best) = seen
+        .evaluations
+        .iter()
+        .fold(None::<&(u64, Evaluation)>, |b, e| match b {
+            Some(b) if b.1.loss <= e.1.loss => Some(b),
+            _ => Some(e),
+        })
+        .unwrap();
+    let worst = seen
+        .evaluations
+        .iter()
+        .map(|e| e.1.loss)
+        .fold(0.0, f32::max);
+    assert!(worst > best.loss, "the evaluations must differ");
+    assert!(
+        *best_step <= 6,
+        "the test needs its best before the resume, so that a later, worse evaluation could \
+         wrongly replace it: {:?}",
+        seen.evaluations
+    );
+    assert_eq!(summary.best_eval_loss, Some(best.loss));
+    let saved = plimsoll_nn::state::load(&best_path(&dir)).unwrap();
+    assert_eq!(saved.metadata["step"], best_step.to_string());
+    assert_eq!(saved.metadata["best_eval_loss"], best.loss.to_string());
+    // Loading it back gives that model: its evaluation is the recorded one, bit for bit.
+    let mut t = Trainer::new(&gpu, second, &spec, data(48, 10, 3), Some(Box::new(test))).unwrap();
+    t.resume(&best_path(&dir)).unwrap();
+    let again = t.evaluate().unwrap().unwrap();
+    assert_eq!(again.loss.to_bits(), best.loss.to_bits());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_reported_loss_mean_is_the_mean_of_the_last_steps() {
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(
+        &gpu,
+        config(16, 16, 30, 1e-2),
+        &adam_spec(&[10, 8, 3]),
+        data(40, 10, 3),
+        None,
+    )
+    .unwrap();
+    let mut seen = Recorder::default();
+    t.run(&mut seen).unwrap();
+    assert_eq!(seen.steps.len(), 30);
+    for (i, r) in seen.steps.iter().enumerate() {
+        let window = &seen.steps[i.saturating_sub(LOSS_WINDOW - 1)..=i];
+        let naive = window.iter().map(|w| w.loss as f64).sum::<f64>() / window.len() as f64;
+        assert!(
+            (r.loss_mean as f64 - naive).abs() <= 1e-6 * naive.abs().max(1.0),
+            "step {}: loss_mean {} against the mean of the last {} losses {naive}",
+            r.step,
+            r.loss_mean,
+            window.len()
+        );
+    }
 }

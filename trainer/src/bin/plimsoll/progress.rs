@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use plimsoll_allocator::format_bytes;
-use plimsoll_trainer::{Evaluation, JsonLines, Observer, StepReport};
+use plimsoll_trainer::{EvalRecord, Evaluation, JsonLines, Observer, StepReport};
 
 /// Progress bar and metrics file.
 pub struct Progress {
@@ -47,6 +47,16 @@ impl Progress {
         }
     }
 
+    /// Writes one line of the metrics file; the first failure stops the file (reported at the end).
+    fn record(&mut self, record: &impl serde::Serialize) {
+        if let Some(m) = &mut self.metrics
+            && let Err(e) = m.write(record)
+        {
+            self.metrics_error.get_or_insert(e);
+            self.metrics = None;
+        }
+    }
+
     /// Removes the bar.
     pub fn finish(&self) {
         self.bar.finish_and_clear();
@@ -59,21 +69,18 @@ impl Observer for Progress {
             .get_or_insert_with(|| self.started.elapsed());
         self.bar.set_position(r.step);
         self.bar.set_message(format!(
-            "loss {:.4} | {:.0} samples/s | alloc {} | reserved {}",
-            r.loss,
+            "loss {:.4} (mean of {} steps) | {:.0} samples/s | alloc {} | reserved {}",
+            r.loss_mean,
+            r.step.min(plimsoll_trainer::LOSS_WINDOW as u64),
             r.samples_per_s,
             format_bytes(r.allocated_bytes),
             format_bytes(r.reserved_bytes)
         ));
-        if let Some(m) = &mut self.metrics
-            && let Err(e) = m.write(r)
-        {
-            self.metrics_error.get_or_insert(e);
-            self.metrics = None;
-        }
+        self.record(r);
     }
 
     fn on_eval(&mut self, epoch: u64, step: u64, evaluation: &Evaluation) {
+        self.record(&EvalRecord::new(epoch, step, evaluation));
         self.line(format!(
             "epoch {:>3} (step {step:>5}): {}",
             epoch + 1,
