@@ -1,8 +1,8 @@
 //! The trainer's promises on a tiny GPT (2 layers, width 32) over token windows: k micro-batches
 //! give the update of one batch, checkpointed blocks give the plain update, a resumed run is
-//! bit-identical, out-of-memory recovery keeps the update, evaluation is the mean loss over
-//! every validation token, and every step passes the leak check (`config` makes a leak an
-//! error).
+//! bit-identical, out-of-memory recovery keeps the update (in training and in evaluation), a
+//! step past its deadline saves the state before it, evaluation is the mean loss over every
+//! validation token, and every step passes the leak check (`config` makes a leak an error).
 
 #![allow(clippy::unwrap_used)]
 
@@ -175,4 +175,110 @@ fn greedy_samples_are_the_causal_arg_max() {
     }
     let again = sample(&gpt, &[4, 2], &options).unwrap();
     assert_eq!(again, out);
+}
+
+/// Windows per batch in the out-of-memory tests: the MLP's hidden activations, 4096 tokens of
+/// width 128, are 2 MiB, so they take dedicated segments and reserved bytes follow them.
+const OOM_BATCH: usize = 512;
+
+type Values = Vec<(String, Vec<f32>)>;
+
+/// Trains 3 steps of `OOM_BATCH` windows; returns the parameters, peak reserved bytes, log.
+fn oom_run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
+    let gpu = fresh_gpu();
+    let mut config = config(OOM_BATCH, micro, 3, 0.05);
+    config.memory_budget_bytes = budget;
+    let mut trainer = Trainer::new(&gpu, config, &spec(sgd()), windows(2000), None).unwrap();
+    trainer.run(&mut Silent).unwrap();
+    let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
+    (values(trainer.parameters()), peak, trainer.log().to_vec())
+}
+
+#[test]
+fn gpt_out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
+    let (full, full_peak, _) = oom_run(OOM_BATCH, None);
+    let (_, half_peak, _) = oom_run(OOM_BATCH / 2, None);
+    assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");
+    let budget = (full_peak + half_peak) / 2;
+    let (constrained, constrained_peak, log) = oom_run(OOM_BATCH, Some(budget));
+    assert!(constrained_peak <= budget, "{constrained_peak} > {budget}");
+    assert!(
+        log.iter().any(
+            |l| l.contains("out of memory at micro-batch 512") && l.contains("micro-batch 256")
+        ),
+        "no split in the log: {log:#?}"
+    );
+    assert_params_close(&constrained, &full, 1e-5);
+}
+
+/// An evaluation chunk that does not fit is split and the evaluation goes on: the result is the
+/// unconstrained one, and the log says so.
+#[test]
+fn gpt_evaluation_out_of_memory_splits_the_chunk_and_keeps_the_result() {
+    let val = TokenData::evenly_spaced(tokens(3000, 9), CONTEXT, VOCAB, OOM_BATCH).unwrap();
+    // Peak reserved bytes of one evaluation with chunks of `micro` windows, and its result.
+    let evaluate = |micro: usize, budget: Option<u64>| {
+        let gpu = fresh_gpu();
+        let mut trainer = Trainer::new(
+            &gpu,
+            config(OOM_BATCH, micro, 1, 0.05),
+            &spec(sgd()),
+            windows(2000),
+            Some(Box::new(val.clone())),
+        )
+        .unwrap();
+        if let Some(b) = budget {
+            gpu.set_memory_budget(b);
+        }
+        gpu.with_allocator(|a| a.reset_peaks());
+        let evaluation = trainer.evaluate().unwrap().unwrap();
+        let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
+        (evaluation, peak, trainer.log().to_vec())
+    };
+    let (whole, whole_peak, _) = evaluate(OOM_BATCH, None);
+    let (_, half_peak, _) = evaluate(OOM_BATCH / 2, None);
+    assert!(half_peak < whole_peak, "{half_peak} vs {whole_peak}");
+    let (split, split_peak, log) = evaluate(OOM_BATCH, Some((whole_peak + half_peak) / 2));
+    assert!(split_peak < whole_peak);
+    assert!(
+        log.iter()
+            .any(|l| l.contains("evaluation: out of memory at 512 samples per chunk")),
+        "no split in the log: {log:#?}"
+    );
+    assert_eq!(split.samples, whole.samples);
+    let diff = (split.loss - whole.loss).abs();
+    assert!(
+        diff <= 1e-5 * whole.loss,
+        "{} vs {}",
+        split.loss,
+        whole.loss
+    );
+}
+
+/// A GPT step past the fence deadline is a timeout naming the step, after saving the state of
+/// the step before; resuming from it gives exactly that state.
+#[test]
+fn a_gpt_step_past_the_deadline_saves_the_last_good_state() {
+    let gpu = fresh_gpu();
+    let dir = temp_dir("gpt-deadline");
+    let mut config = config(64, 64, 10, 0.05);
+    config.checkpoint_dir = Some(dir.clone());
+    let spec = spec(sgd());
+    let mut trainer = Trainer::new(&gpu, config.clone(), &spec, windows(400), None).unwrap();
+    trainer.step().unwrap();
+    let good = values(trainer.parameters());
+    gpu.set_default_deadline(std::time::Duration::from_micros(1));
+    let err = trainer.step().unwrap_err();
+    gpu.set_default_deadline(std::time::Duration::from_secs(60));
+    assert!(err.is_timeout(), "{err}");
+    assert!(
+        matches!(err, plimsoll_trainer::Error::StepTimeout { step: 2, .. }),
+        "{err}"
+    );
+    config.checkpoint_dir = None;
+    let mut resumed = Trainer::new(&gpu, config, &spec, windows(400), None).unwrap();
+    resumed.resume(&latest_path(&dir)).unwrap();
+    assert_eq!(resumed.position().step, 1);
+    assert_eq!(values(resumed.parameters()), good);
+    let _ = std::fs::remove_dir_all(&dir);
 }
