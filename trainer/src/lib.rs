@@ -43,7 +43,7 @@ pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
-pub use trainer::{LOSS_WINDOW, RunSummary, Trainer};
+pub use trainer::{LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};
 
 // What a user of this crate alone needs to define a model and open a device.
 pub use plimsoll_autograd::{Gpu, Tensor, TensorOptions, no_grad};

@@ -249,6 +249,10 @@ impl Model for GptModel {
         })
     }
 
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.gpt.state_dict()
+    }
+
     fn set_training(&mut self, training: bool) {
         self.gpt.set_training(training);
     }

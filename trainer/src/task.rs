@@ -134,6 +134,13 @@ pub trait Model: Send {
 
     /// Switches training (`true`) or evaluation mode.
     fn set_training(&mut self, training: bool);
+
+    /// What the exported `model.safetensors` holds: the names and layouts of the matching
+    /// PyTorch model's `state_dict()`, so that `load_state_dict(..., strict=True)` takes it.
+    /// By default the parameters; a model with tied weights lists each name of the shared tensor.
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.parameters()
+    }
 }
 
 /// How to build a model and its optimizer.

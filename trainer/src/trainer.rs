@@ -4,8 +4,8 @@
 //! state on timeout), the non-finite check, periodic and final checkpoints, evaluation and a
 //! clean stop when the stop flag (Ctrl-C) is raised.
 
-use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -66,6 +66,10 @@ pub struct Trainer {
     /// The last [`LOSS_WINDOW`] step losses, for [`StepReport::loss_mean`].
     recent_losses: VecDeque<f32>,
 }
+
+/// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
+/// a run (see [`Trainer::export_model`]).
+pub const MODEL_FILE: &str = "model.safetensors";
 
 /// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
 pub const LOSS_WINDOW: usize = 20;
@@ -396,6 +400,15 @@ impl Trainer {
         Ok(Some(path))
     }
 
+    /// Writes the model alone to `path` for PyTorch: the [`Model::state_dict`] names and
+    /// layouts, F32, `{"format": "pt"}` metadata as `safetensors.torch.save_file` writes
+    /// (`load_state_dict(safetensors.torch.load_file(path), strict=True)` reads it). Atomic.
+    pub fn export_model(&self, path: &Path) -> Result<()> {
+        let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
+        plimsoll_nn::state::save(path, &self.model.state_dict(), &metadata)?;
+        Ok(())
+    }
+
     /// Records `evaluation` if its loss is the lowest so far and then, with a checkpoint
     /// directory, saves the state as `best.safetensors`. A failed save leaves the previous best.
     fn keep_if_best(&mut self, evaluation: &Evaluation) -> Result<()> {
@@ -531,6 +544,14 @@ impl Trainer {
             summary.checkpoint = Some(path);
         }
         summary.best_eval_loss = self.position.best_eval_loss;
+        if let Some(dir) = self.config.checkpoint_dir.clone() {
+            let path = dir.join(MODEL_FILE);
+            self.export_model(&path)?;
+            self.note(format!(
+                "exported the model for PyTorch to {}",
+                path.display()
+            ));
+        }
         self.deliver_log(observer);
         Ok(summary)
     }

@@ -282,3 +282,62 @@ fn a_gpt_step_past_the_deadline_saves_the_last_good_state() {
     assert_eq!(values(resumed.parameters()), good);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The exported `model.safetensors` is what nanoGPT's `GPT(config).state_dict()` holds for this
+/// configuration (its names, in PyTorch's `[out, in]` layout, `lm_head.weight` beside the tied
+/// `transformer.wte.weight`), with the trained values.
+#[test]
+fn the_exported_gpt_has_nanogpts_state_dict() {
+    let gpu = fresh_gpu();
+    let dir = temp_dir("gpt-export");
+    let mut config = config(6, 6, 2, 0.05);
+    config.checkpoint_dir = Some(dir.clone());
+    let mut trainer = Trainer::new(&gpu, config, &spec(sgd()), windows(200), None).unwrap();
+    trainer.run(&mut Silent).unwrap();
+    let saved = plimsoll_nn::state::load(&dir.join(plimsoll_trainer::MODEL_FILE)).unwrap();
+    // Transcribed from nanoGPT's model.py (n_layer 2, n_embd C = 32, bias=True, flash
+    // attention, so no `attn.bias` mask buffer): name -> shape.
+    let c = 32;
+    let mut want: Vec<(String, Vec<usize>)> = vec![
+        ("transformer.wte.weight".into(), vec![VOCAB, c]),
+        ("transformer.wpe.weight".into(), vec![CONTEXT, c]),
+        ("transformer.ln_f.weight".into(), vec![c]),
+        ("transformer.ln_f.bias".into(), vec![c]),
+        ("lm_head.weight".into(), vec![VOCAB, c]),
+    ];
+    for i in 0..2 {
+        for (name, shape) in [
+            ("ln_1.weight", vec![c]),
+            ("ln_1.bias", vec![c]),
+            ("attn.c_attn.weight", vec![3 * c, c]),
+            ("attn.c_attn.bias", vec![3 * c]),
+            ("attn.c_proj.weight", vec![c, c]),
+            ("attn.c_proj.bias", vec![c]),
+            ("ln_2.weight", vec![c]),
+            ("ln_2.bias", vec![c]),
+            ("mlp.c_fc.weight", vec![4 * c, c]),
+            ("mlp.c_fc.bias", vec![4 * c]),
+            ("mlp.c_proj.weight", vec![c, 4 * c]),
+            ("mlp.c_proj.bias", vec![c]),
+        ] {
+            want.push((format!("transformer.h.{i}.{name}"), shape));
+        }
+    }
+    want.sort();
+    let mut got: Vec<(String, Vec<usize>)> = saved
+        .tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shape.clone()))
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+    assert_eq!(saved.metadata.get("format").map(String::as_str), Some("pt"));
+    for (name, values) in values(trainer.parameters()) {
+        assert_eq!(saved.tensors[&name].data, values, "{name}");
+    }
+    assert_eq!(
+        saved.tensors["lm_head.weight"].data, saved.tensors["transformer.wte.weight"].data,
+        "the head is tied"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use common::*;
@@ -172,4 +173,40 @@ fn the_reported_loss_mean_is_the_mean_of_the_last_steps() {
             window.len()
         );
     }
+}
+
+/// The exported MLP is what `torch.nn.Sequential(Linear(10, 24), ReLU(), Linear(24, 3))`'s
+/// `state_dict()` holds: `<index>.weight` as `[out, in]` and `<index>.bias`, with the values.
+#[test]
+fn the_exported_mlp_has_sequentials_state_dict() {
+    let gpu = fresh_gpu();
+    let dir = temp_dir("mlp-export");
+    let mut config = config(16, 16, 2, 1e-2);
+    config.checkpoint_dir = Some(dir.clone());
+    let mut t = Trainer::new(
+        &gpu,
+        config,
+        &adam_spec(&[10, 24, 3]),
+        data(40, 10, 3),
+        None,
+    )
+    .unwrap();
+    t.run(&mut Silent).unwrap();
+    let saved = plimsoll_nn::state::load(&dir.join(plimsoll_trainer::MODEL_FILE)).unwrap();
+    let shapes: BTreeMap<&str, &[usize]> = saved
+        .tensors
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.shape.as_slice()))
+        .collect();
+    let want: BTreeMap<&str, &[usize]> = BTreeMap::from([
+        ("0.weight", &[24, 10][..]),
+        ("0.bias", &[24][..]),
+        ("2.weight", &[3, 24][..]),
+        ("2.bias", &[3][..]),
+    ]);
+    assert_eq!(shapes, want);
+    for (name, values) in values(t.parameters()) {
+        assert_eq!(saved.tensors[&name].data, values, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
