@@ -98,6 +98,23 @@ pub fn save(
     Ok(path)
 }
 
+/// Writes `record` (what the run was told: see `TrainConfig::to_json`) as pretty JSON to
+/// `dir/<name>`, atomically (a temporary file, then a rename).
+pub fn save_record(dir: &Path, name: &str, record: &serde_json::Value) -> Result<PathBuf> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+    let text = serde_json::to_string_pretty(record)
+        .map_err(|e| Error::invalid(path.display().to_string(), e.to_string()))?;
+    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    Ok(path)
+}
+
 fn meta<T: std::str::FromStr>(loaded: &LoadedState, path: &Path, key: &str) -> Result<T> {
     loaded
         .metadata

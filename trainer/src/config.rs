@@ -101,6 +101,28 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// Every setting as JSON, for the record a run keeps of itself (`run.json`). Numbers stay
+    /// numbers; the schedule and the policies are written as their Rust values.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "effective_batch": self.effective_batch,
+            "micro_batch": self.micro_batch,
+            "length": format!("{:?}", self.length),
+            "schedule": format!("{:?}", self.schedule),
+            "seed": self.seed,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "checkpointing": format!("{:?}", self.checkpointing),
+            "fence_deadline_ms": self.fence_deadline.as_millis() as u64,
+            "save_deadline_ms": self.save_deadline.as_millis() as u64,
+            "eval_interval_steps": self.eval_interval_steps,
+            "checkpoint_dir": self.checkpoint_dir,
+            "checkpoint_interval_steps": self.checkpoint_interval_steps,
+            "leak_policy": format!("{:?}", self.leak_policy),
+            "label_smoothing": self.label_smoothing,
+            "clip_grad_norm": self.clip_grad_norm,
+        })
+    }
+
     /// Checks the numbers that must hold before a run starts.
     pub fn validate(&self) -> Result<()> {
         if self.effective_batch == 0 {

@@ -87,7 +87,13 @@ impl Recipe for ModelSpec {
 
     fn describe(&self) -> String {
         let widths: Vec<String> = self.widths.iter().map(usize::to_string).collect();
-        format!("MLP {}", widths.join("-"))
+        format!(
+            "MLP {}, {:?}, seed {}; {:?}",
+            widths.join("-"),
+            self.activation,
+            self.seed,
+            self.optimizer
+        )
     }
 }
 
@@ -199,8 +205,8 @@ impl Recipe for GptSpec {
     fn describe(&self) -> String {
         let c = self.config;
         format!(
-            "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}",
-            c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size
+            "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}, seed {}; {:?}",
+            c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, self.seed, self.optimizer
         )
     }
 }

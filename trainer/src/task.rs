@@ -157,6 +157,7 @@ pub trait Recipe: Send + Sync {
     /// Checks that the model fits `data` (widths, classes, vocabulary, context).
     fn check(&self, data: &dyn Data) -> Result<()>;
 
-    /// One line for the log (`MLP 64-128-10`, `GPT 4 layers x 128`).
+    /// One line naming the model and its optimizer, for the log and the run record
+    /// (`MLP 64-128-10, Relu, seed 0; Adam(..)`).
     fn describe(&self) -> String;
 }

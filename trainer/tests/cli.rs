@@ -134,6 +134,7 @@ fn the_metrics_file_has_every_step_and_every_evaluation() {
             "--metrics-out",
             "m.jsonl",
         ])
+        .args(["--checkpoint-dir", "ck", "--clip-grad-norm", "0.5"])
         .current_dir(&dir)
         .stdin(Stdio::null())
         .output()
@@ -169,6 +170,20 @@ fn the_metrics_file_has_every_step_and_every_evaluation() {
         );
         assert!(stdout.contains(&printed), "{printed:?} not in:\n{stdout}");
         assert_eq!(e["eval_samples"], 359);
+    }
+    // The run keeps a record of what it was told, and its files.
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("ck/run.json")).unwrap()).unwrap();
+    assert_eq!(record["workload"], "digits");
+    assert_eq!(record["parameters"], 9610);
+    assert_eq!(record["config"]["length"], "Epochs(2)");
+    assert_eq!(record["config"]["clip_grad_norm"], 0.5);
+    assert_eq!(record["command"][8], "ck");
+    for file in ["latest", "best", "model"] {
+        assert!(
+            dir.join(format!("ck/{file}.safetensors")).exists(),
+            "{file}"
+        );
     }
     let _ = std::fs::remove_dir_all(dir);
 }

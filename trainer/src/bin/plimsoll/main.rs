@@ -268,6 +268,9 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
         gpu.adapter()
     ));
     let checkpoint_dir = job.config.checkpoint_dir.clone();
+    if let Some(dir) = &checkpoint_dir {
+        record_run(dir, &job, &gpu, common.resume)?;
+    }
     let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
     if common.resume {
         let Some(dir) = checkpoint_dir else {
@@ -334,6 +337,29 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
     if let Some(e) = progress.metrics_error.take() {
         return Err(e);
     }
+    Ok(())
+}
+
+/// Writes what this run was told into its checkpoint folder: `run.json`, or for a resumed run
+/// `run-resumed.json` (the first record stays as it was).
+fn record_run(dir: &std::path::Path, job: &workloads::Job, gpu: &Gpu, resume: bool) -> Result<()> {
+    let record = serde_json::json!({
+        "plimsoll": env!("CARGO_PKG_VERSION"),
+        "command": std::env::args().collect::<Vec<_>>(),
+        "workload": job.name,
+        "model": job.spec.describe(),
+        "parameters": job.spec.parameter_count(),
+        "train_data": job.train.describe(),
+        "eval_data": job.test.as_ref().map(|t| t.describe()),
+        "config": job.config.to_json(),
+        "adapter": gpu.adapter().to_string(),
+    });
+    let name = if resume {
+        "run-resumed.json"
+    } else {
+        "run.json"
+    };
+    plimsoll_trainer::checkpoint_io::save_record(dir, name, &record)?;
     Ok(())
 }
 
