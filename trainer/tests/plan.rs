@@ -1,6 +1,6 @@
-//! Budget first: the dry run's predicted peak is within 4% of the measured one on its activation
-//! part (the peak minus the fixed state), and a small budget makes the plan choose a smaller
-//! micro-batch.
+//! Budget first: the dry run's fitted line predicts the measured peak within 4% on its activation
+//! part (the peak minus the fixed state), the confirmed prediction within 1% of the whole, and a
+//! small budget makes the plan choose a smaller micro-batch.
 
 #![allow(clippy::unwrap_used)]
 
@@ -70,7 +70,9 @@ fn predicted_activation_peak_is_within_four_percent_of_the_measured_one() {
         "activations dominate: peak {measured}, fixed {fixed}"
     );
 
-    let predicted_activations = plan.predicted_peak_bytes as f64 - fixed as f64;
+    // The fitted line alone (two probes at 256 and 512, extrapolated to 1024).
+    let line = plan.models.iter().find(|m| m.segment_len == 0).unwrap();
+    let predicted_activations = line.predict(1024) as f64 - fixed as f64;
     let measured_activations = measured as f64 - fixed as f64;
     let error = (predicted_activations - measured_activations).abs() / measured_activations;
     assert!(
@@ -78,6 +80,16 @@ fn predicted_activation_peak_is_within_four_percent_of_the_measured_one() {
         "activation part: predicted {predicted_activations}, measured {measured_activations} \
          ({:.1}% off; fixed state {fixed})\n{plan}",
         100.0 * error
+    );
+    // The plan's prediction: the line, confirmed by a dry run of the choice itself.
+    let confirmed = plan.predicted_peak_bytes as f64;
+    assert!(
+        (confirmed - measured as f64).abs() <= 0.01 * measured as f64,
+        "confirmed prediction {confirmed} against measured {measured}\n{plan}"
+    );
+    assert!(
+        plan.probes.iter().any(|p| p.micro_batch == 1024),
+        "the choice was probed\n{plan}"
     );
 }
 
