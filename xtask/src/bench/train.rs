@@ -4,7 +4,8 @@
 //! steps, peak allocated and reserved bytes against the analytic minimum; the time from process
 //! start to the end of the first step, measured by spawning `plimsoll train mlp-bench --steps 1`
 //! (cold process: adapter, device, pipelines, plus the process's own exit); and a 12-layer,
-//! 1024-wide MLP with and without activation checkpointing (peak activation bytes, step time).
+//! 1024-wide MLP with and without activation checkpointing (peak activation bytes, step time);
+//! and the Shakespeare GPT (see `train_gpt.rs`).
 //!
 //! Analytic minimum: parameters + gradients + two Adam moments (16 bytes per parameter) plus the
 //! activations that must be live at the start of backward: the input batch, one `(B, 1024)`
@@ -42,6 +43,7 @@ pub fn run() -> Result<Report> {
     peer_workload(&mut report)?;
     first_step_cold(&mut report)?;
     deep_checkpointing(&mut report)?;
+    super::train_gpt::run(&mut report)?;
     Ok(report)
 }
 
@@ -77,12 +79,12 @@ fn analytic_minimum_bytes(widths: &[usize], batch: usize) -> u64 {
     4 * (4 * params + activations) as u64
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn mb(bytes: u64) -> f64 {
+pub(super) fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
@@ -92,7 +94,11 @@ fn floor(met: bool) -> &'static str {
 
 /// Runs `warmup + timed` steps; returns the timed steps' milliseconds and the peaks over all
 /// steps: (allocated, reserved, activation).
-fn steps(trainer: &mut Trainer, warmup: usize, timed: usize) -> Result<(Vec<f64>, [u64; 3])> {
+pub(super) fn steps(
+    trainer: &mut Trainer,
+    warmup: usize,
+    timed: usize,
+) -> Result<(Vec<f64>, [u64; 3])> {
     let mut times = Vec::new();
     let mut peaks = [0u64; 3];
     for i in 0..warmup + timed {
