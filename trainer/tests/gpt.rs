@@ -341,3 +341,29 @@ fn the_exported_gpt_has_nanogpts_state_dict() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Evaluation stays inside the memory plan: chunks of the planned micro-batch under `no_grad`
+/// peak below the planned training step, so a run whose plan fits does not die evaluating.
+#[test]
+fn gpt_evaluation_peaks_under_the_planned_step() {
+    let gpu = fresh_gpu();
+    let val = TokenData::evenly_spaced(tokens(20_000, 9), CONTEXT, VOCAB, 2000).unwrap();
+    let mut config = config(48, 48, 1, 0.05);
+    config.micro_batch = None;
+    let mut trainer = Trainer::new(
+        &gpu,
+        config,
+        &spec(sgd()),
+        windows(2000),
+        Some(Box::new(val)),
+    )
+    .unwrap();
+    let predicted = trainer.plan().unwrap().predicted_peak_bytes;
+    gpu.with_allocator(|a| a.reset_peaks());
+    trainer.evaluate().unwrap().unwrap();
+    let evaluation_peak = gpu.with_allocator(|a| a.stats().peak_allocated_bytes);
+    assert!(
+        evaluation_peak <= predicted,
+        "evaluation peaked at {evaluation_peak} B, over the planned step's {predicted} B"
+    );
+}
