@@ -134,12 +134,16 @@ fn meta<T: std::str::FromStr>(loaded: &LoadedState, path: &Path, key: &str) -> R
 /// `[out, in]` layout (version 1 stored `[in, out]`, which would load a square layer transposed).
 pub const FORMAT: &str = "plimsoll-trainer/2";
 
-/// Loads `path` into `params` and `optimizer`; returns the saved position.
+/// Loads `path` into `params` and `optimizer`; returns the saved position. With
+/// `expected_seed`, a checkpoint saved with another data seed is refused. Everything is checked
+/// (format, position, every parameter's name and shape, the optimizer state) before a single
+/// parameter is written, so a refused checkpoint leaves the model as it was.
 pub fn load(
     gpu: &Gpu,
     path: &Path,
     params: &[(String, Tensor)],
     optimizer: &mut dyn Optimizer,
+    expected_seed: Option<u64>,
 ) -> Result<RunPosition> {
     let loaded = state::load(path)?;
     let format = loaded.metadata.get("format").map(String::as_str);
@@ -167,6 +171,15 @@ pub fn load(
     };
     let optimizer_steps: u64 = meta(&loaded, path, "optimizer_steps")?;
     let bad = |message: String| Error::invalid(path.display().to_string(), message);
+    if let Some(seed) = expected_seed
+        && position.seed != seed
+    {
+        return Err(bad(format!(
+            "saved with data seed {}, this run has {seed}; pass --seed {} to resume it",
+            position.seed, position.seed
+        )));
+    }
+    let mut writes = Vec::with_capacity(params.len());
     for (name, param) in params {
         let saved = loaded
             .tensors
@@ -183,7 +196,7 @@ pub fn load(
                 saved.shape
             )));
         }
-        param.write_from_slice(&saved.data)?;
+        writes.push((param, &saved.data));
     }
     let mut optimizer_state = Vec::new();
     for (key, saved) in &loaded.tensors {
@@ -198,5 +211,8 @@ pub fn load(
         }
     }
     optimizer.load_state(optimizer_state, optimizer_steps)?;
+    for (param, data) in writes {
+        param.write_from_slice(data)?;
+    }
     Ok(position)
 }

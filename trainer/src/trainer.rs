@@ -160,18 +160,17 @@ impl Trainer {
         })
     }
 
-    /// Continues from the checkpoint at `path` (parameters, optimizer state, position).
+    /// Continues from the checkpoint at `path` (parameters, optimizer state, position). A
+    /// checkpoint that does not fit (another model, another data seed) is an error that leaves
+    /// the trainer as it was.
     pub fn resume(&mut self, path: &std::path::Path) -> Result<()> {
-        let position = checkpoint_io::load(&self.gpu, path, &self.params, self.optimizer.as_mut())?;
-        if position.seed != self.config.seed {
-            return Err(Error::invalid(
-                path.display().to_string(),
-                format!(
-                    "saved with data seed {}, this run has {}; pass --seed {} to resume it",
-                    position.seed, self.config.seed, position.seed
-                ),
-            ));
-        }
+        let position = checkpoint_io::load(
+            &self.gpu,
+            path,
+            &self.params,
+            self.optimizer.as_mut(),
+            Some(self.config.seed),
+        )?;
         self.micro_batch = position.micro_batch.clamp(1, self.config.effective_batch);
         self.position = position;
         self.note(format!(

@@ -210,3 +210,54 @@ fn the_exported_mlp_has_sequentials_state_dict() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A checkpoint that does not fit is refused before it writes anything: another data seed, or
+/// a model whose first layer matches and whose last does not.
+#[test]
+fn a_refused_resume_leaves_the_model_as_it_was() {
+    let dir = temp_dir("refused");
+    let gpu = fresh_gpu();
+    let mut saved = config(16, 16, 2, 1e-2);
+    saved.checkpoint_dir = Some(dir.clone());
+    let mut t = Trainer::new(&gpu, saved, &adam_spec(&[10, 24, 3]), data(40, 10, 3), None).unwrap();
+    t.run(&mut Silent).unwrap();
+    drop(t);
+    let path = latest_path(&dir);
+
+    let mut other_seed = config(16, 16, 2, 1e-2);
+    other_seed.seed = 99;
+    let mut t = Trainer::new(
+        &gpu,
+        other_seed,
+        &adam_spec(&[10, 24, 3]),
+        data(40, 10, 3),
+        None,
+    )
+    .unwrap();
+    let before = values(t.parameters());
+    let err = t.resume(&path).unwrap_err().to_string();
+    assert!(err.contains("pass --seed 3"), "{err}");
+    assert_eq!(values(t.parameters()), before, "nothing written");
+    assert_eq!(t.position().step, 0);
+
+    let mut t = Trainer::new(
+        &gpu,
+        config(16, 16, 2, 1e-2),
+        &adam_spec(&[10, 24, 4]),
+        data(40, 10, 4),
+        None,
+    )
+    .unwrap();
+    let before = values(t.parameters());
+    let err = t.resume(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("\"2.weight\" has shape [4, 24], saved [3, 24]"),
+        "{err}"
+    );
+    assert_eq!(
+        values(t.parameters()),
+        before,
+        "0.weight and 0.bias matched, yet nothing written"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
