@@ -29,7 +29,8 @@ use crate::task::{Data, EvalSums, Evaluation, Model, Recipe};
 pub struct RunSummary {
     /// Steps completed in total (including those before a resume).
     pub steps: u64,
-    /// The last loss.
+    /// The training loss at the end: the last step's [`StepReport::loss_mean`] (the mean of
+    /// the last [`LOSS_WINDOW`] steps).
     pub last_loss: Option<f32>,
     /// The last evaluation.
     pub last_evaluation: Option<Evaluation>,
@@ -520,7 +521,7 @@ impl Trainer {
             let report = report?;
             observer.on_step(&report);
             summary.steps = report.step;
-            summary.last_loss = Some(report.loss);
+            summary.last_loss = Some(report.loss_mean);
             let epoch_done = self.position.batch_in_epoch == 0;
             let eval_due = match self.config.eval_interval_steps {
                 Some(k) => report.step % k.max(1) == 0,

@@ -325,7 +325,7 @@ fn train(workload: Workload, started: Instant) -> Result<()> {
         summary.steps,
         summary
             .last_loss
-            .map(|l| format!(", final loss {l:.4}"))
+            .map(|l| format!(", training loss {l:.4} (mean of the last steps)"))
             .unwrap_or_default(),
         summary
             .last_evaluation
