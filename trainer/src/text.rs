@@ -72,6 +72,23 @@ impl CharCorpus {
         Self::from_text(what, &text, val_fraction)
     }
 
+    /// The text in the file at `path` (UTF-8, gzip-compressed or not), split as
+    /// [`CharCorpus::from_text`] does. Errors name the file.
+    pub fn from_file(path: &std::path::Path, val_fraction: f64) -> Result<CharCorpus> {
+        let what = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            Self::from_gz(&what, &bytes, val_fraction)
+        } else {
+            let text = String::from_utf8(bytes)
+                .map_err(|e| Error::invalid(&what, format!("not UTF-8 text: {e}")))?;
+            Self::from_text(&what, &text, val_fraction)
+        }
+    }
+
     /// The bundled plays, 90% for training and the last 10% for validation.
     pub fn shakespeare() -> Result<CharCorpus> {
         Self::from_gz("data/shakespeare.txt.gz", SHAKESPEARE_GZ, 0.1)

@@ -187,3 +187,78 @@ fn the_metrics_file_has_every_step_and_every_evaluation() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `sample` takes the model's shape from the run's record: a run trained with 2 heads samples
+/// without any shape flag, and `--heads 4` (which loads without a shape error, heads being a
+/// reshape) is refused instead of giving garbage.
+#[test]
+fn sample_uses_the_recorded_shape_and_refuses_a_contradicting_flag() {
+    let dir = folder("sample-shape");
+    let plimsoll = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_plimsoll"));
+        c.current_dir(&dir).stdin(Stdio::null());
+        c
+    };
+    let train = plimsoll()
+        .args([
+            "train",
+            "shakespeare",
+            "--steps",
+            "2",
+            "--batch",
+            "2",
+            "--context",
+            "16",
+        ])
+        .args([
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--width",
+            "32",
+            "--eval-every",
+            "2",
+        ])
+        .args(["--eval-windows", "4", "--checkpoint-dir", "ck"])
+        .output()
+        .unwrap();
+    assert!(
+        train.status.success(),
+        "{}",
+        String::from_utf8_lossy(&train.stderr)
+    );
+    let ok = plimsoll()
+        .args([
+            "sample",
+            "--checkpoint-dir",
+            "ck",
+            "--tokens",
+            "20",
+            "--prompt",
+            "KING",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        text.starts_with("KING") && text.chars().count() >= 24,
+        "{text:?}"
+    );
+    let refused = plimsoll()
+        .args(["sample", "--checkpoint-dir", "ck", "--heads", "4"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("--heads") && stderr.contains("trained with 2"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

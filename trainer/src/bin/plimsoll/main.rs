@@ -138,6 +138,80 @@ struct DigitsArgs {
     data: Option<PathBuf>,
 }
 
+/// The shape of a character-level GPT: `train shakespeare` builds it (these defaults when a flag
+/// is absent) and records it in `run.json`; `sample` reads it from there.
+#[derive(Args)]
+struct GptShape {
+    /// Tokens per window, the model's block size [default: 64].
+    #[arg(long)]
+    context: Option<usize>,
+    /// Transformer blocks [default: 4].
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Attention heads, dividing --width [default: 4].
+    #[arg(long)]
+    heads: Option<usize>,
+    /// Model width [default: 128].
+    #[arg(long)]
+    width: Option<usize>,
+}
+
+impl GptShape {
+    /// The defaults: nanoGPT's CPU configuration.
+    const DEFAULT: [usize; 4] = [64, 4, 4, 128];
+    /// The names in `run.json` (and of the flags).
+    const NAMES: [&str; 4] = ["context", "layers", "heads", "width"];
+
+    fn given(&self) -> [Option<usize>; 4] {
+        [self.context, self.layers, self.heads, self.width]
+    }
+
+    /// Context, layers, heads and width: the flags, else `recorded`, else the defaults. A flag
+    /// that contradicts `recorded` (the shape a run was trained with) is an error naming both.
+    fn resolve(&self, recorded: Option<[usize; 4]>) -> Result<[usize; 4]> {
+        let mut shape = recorded.unwrap_or(Self::DEFAULT);
+        for (i, given) in self.given().into_iter().enumerate() {
+            match (given, recorded) {
+                (Some(g), Some(r)) if g != r[i] => {
+                    return Err(Error::invalid(
+                        format!("--{}", Self::NAMES[i]),
+                        format!(
+                            "{g}, but the run was trained with {}; leave the flag out to use \
+                             the run's",
+                            r[i]
+                        ),
+                    ));
+                }
+                (Some(g), _) => shape[i] = g,
+                (None, _) => {}
+            }
+        }
+        Ok(shape)
+    }
+
+    /// The model's configuration over a vocabulary of `vocab_size` characters.
+    fn config(shape: [usize; 4], vocab_size: usize) -> plimsoll_nn::GptConfig {
+        let [block_size, n_layer, n_head, n_embd] = shape;
+        plimsoll_nn::GptConfig {
+            vocab_size,
+            block_size,
+            n_layer,
+            n_head,
+            n_embd,
+        }
+    }
+
+    /// The shape as `run.json` records it.
+    fn record(shape: [usize; 4]) -> serde_json::Value {
+        Self::NAMES
+            .iter()
+            .zip(shape)
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+}
+
 #[derive(Args)]
 struct ShakespeareArgs {
     #[command(flatten)]
@@ -148,18 +222,8 @@ struct ShakespeareArgs {
     /// Windows per optimizer step.
     #[arg(long, default_value_t = 12)]
     batch: usize,
-    /// Tokens per window (the model's block size).
-    #[arg(long, default_value_t = 64)]
-    context: usize,
-    /// Transformer blocks.
-    #[arg(long, default_value_t = 4)]
-    layers: usize,
-    /// Attention heads (dividing --width).
-    #[arg(long, default_value_t = 4)]
-    heads: usize,
-    /// Model width.
-    #[arg(long, default_value_t = 128)]
-    width: usize,
+    #[command(flatten)]
+    shape: GptShape,
     /// Evaluate the validation loss every N steps (and at the end).
     #[arg(long, default_value_t = 250)]
     eval_every: u64,
@@ -353,6 +417,7 @@ fn record_run(dir: &std::path::Path, job: &workloads::Job, gpu: &Gpu, resume: bo
         "eval_data": job.test.as_ref().map(|t| t.describe()),
         "config": job.config.to_json(),
         "adapter": gpu.adapter().to_string(),
+        "gpt": job.gpt_shape.map(GptShape::record),
     });
     let name = if resume {
         "run-resumed.json"

@@ -6,11 +6,14 @@ use std::time::Duration;
 use clap::Args;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
-use plimsoll_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Module};
+use plimsoll_nn::{AdamW, AdamWConfig, Gpt, Module};
 use plimsoll_trainer::checkpoint_io::{self, latest_path};
 use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, sample};
 
-/// The options of `plimsoll sample` (the model flags must match the training run's).
+use crate::GptShape;
+
+/// The options of `plimsoll sample`. The model's shape comes from the run's `run.json`; a shape
+/// flag must agree with it.
 #[derive(Args)]
 pub struct SampleArgs {
     /// The run's checkpoint directory.
@@ -34,18 +37,8 @@ pub struct SampleArgs {
     /// The training text, if it was not the bundled plays (it gives the vocabulary).
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Tokens per window the model was trained with.
-    #[arg(long, default_value_t = 64)]
-    context: usize,
-    /// Transformer blocks of the model.
-    #[arg(long, default_value_t = 4)]
-    layers: usize,
-    /// Attention heads of the model.
-    #[arg(long, default_value_t = 4)]
-    heads: usize,
-    /// Width of the model.
-    #[arg(long, default_value_t = 128)]
-    width: usize,
+    #[command(flatten)]
+    shape: GptShape,
     /// Adapter: backend, type or name substring (default: `PLIMSOLL_ADAPTER`, else the best).
     #[arg(long)]
     adapter: Option<String>,
@@ -55,6 +48,33 @@ pub struct SampleArgs {
     /// Deadline of every GPU wait, in milliseconds.
     #[arg(long, default_value_t = 30_000)]
     deadline_ms: u64,
+}
+
+/// The GPT shape the run in `dir` recorded in its `run.json` (`None` without one, for a run
+/// saved before runs recorded themselves); a file that exists but does not say is an error.
+fn recorded_shape(dir: &std::path::Path) -> Result<Option<[usize; 4]>> {
+    let path = dir.join("run.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(Error::Io { path, source }),
+    };
+    let bad = |why: &str| Error::invalid(path.display().to_string(), why.to_string());
+    let record: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(&format!("not JSON: {e}")))?;
+    let gpt = record
+        .get("gpt")
+        .filter(|g| g.is_object())
+        .ok_or_else(|| bad("records no GPT shape; is this a shakespeare run?"))?;
+    let mut shape = [0; 4];
+    for (value, name) in shape.iter_mut().zip(GptShape::NAMES) {
+        *value = gpt
+            .get(name)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| bad(&format!("the GPT shape lacks a valid {name:?}")))?;
+    }
+    Ok(Some(shape))
 }
 
 /// Loads the latest checkpoint and prints the prompt and its continuation.
@@ -68,20 +88,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     options.validate()?;
     let corpus = match &args.data {
         None => CharCorpus::shakespeare()?,
-        Some(path) => {
-            let bytes = std::fs::read(path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let what = path.display().to_string();
-            if bytes.starts_with(&[0x1f, 0x8b]) {
-                CharCorpus::from_gz(&what, &bytes, 0.1)?
-            } else {
-                let text = String::from_utf8(bytes)
-                    .map_err(|e| Error::invalid(&what, format!("not UTF-8 text: {e}")))?;
-                CharCorpus::from_text(&what, &text, 0.1)?
-            }
-        }
+        Some(path) => CharCorpus::from_file(path, 0.1)?,
     };
     let prompt = corpus.encode(&args.prompt)?;
     let path = latest_path(&args.checkpoint_dir);
@@ -102,13 +109,8 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         default_deadline: Some(Duration::from_millis(args.deadline_ms.max(1))),
         ..GpuOptions::default()
     })?;
-    let config = GptConfig {
-        vocab_size: corpus.vocab_size(),
-        block_size: args.context,
-        n_layer: args.layers,
-        n_head: args.heads,
-        n_embd: args.width,
-    };
+    let shape = args.shape.resolve(recorded_shape(&args.checkpoint_dir)?)?;
+    let config = GptShape::config(shape, corpus.vocab_size());
     let gpt = Gpt::new(&gpu, config, 0)?;
     // The checkpoint holds optimizer state too; it is loaded and dropped.
     let mut optimizer = AdamW::new(AdamWConfig::default());

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
+use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
 use plimsoll_trainer::{
     CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec, OptimizerSpec, Recipe,
     Result, RunLength, TokenData, TrainConfig,
 };
 
-use crate::{CommonArgs, Workload};
+use crate::{CommonArgs, GptShape, Workload};
 
 /// Everything a workload decides: the model, the data, the configuration.
 pub struct Job {
@@ -26,6 +26,8 @@ pub struct Job {
     pub test: Option<Box<dyn Data>>,
     /// The run.
     pub config: TrainConfig,
+    /// A GPT's context, layers, heads and width (recorded in `run.json` for `sample`).
+    pub gpt_shape: Option<[usize; 4]>,
 }
 
 /// A workload's defaults for the optimisation flags.
@@ -125,6 +127,31 @@ fn mlp_defaults(lr: f32) -> Defaults {
     }
 }
 
+/// A ReLU MLP classifier of `widths` trained on `train`, with no evaluation set yet.
+fn mlp_job(
+    name: &'static str,
+    widths: Vec<usize>,
+    seed: u64,
+    optimizer: OptimizerSpec,
+    config: TrainConfig,
+    train: Dataset,
+) -> Job {
+    let spec = ModelSpec {
+        widths,
+        activation: Activation::Relu,
+        seed,
+        optimizer,
+    };
+    Job {
+        name,
+        spec: Box::new(spec),
+        train: Box::new(train),
+        test: None,
+        config,
+        gpt_shape: None,
+    }
+}
+
 /// The job of `workload`, and its shared options.
 pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
     Ok(match workload {
@@ -139,18 +166,11 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             let dir = Some("target/plimsoll/digits");
             let mut config = base_config(&a.common, dir, a.batch, steps, &defaults)?;
             config.length = RunLength::Epochs(a.epochs);
-            let spec = ModelSpec {
-                widths,
-                activation: Activation::Relu,
-                seed: a.common.seed,
-                optimizer: adamw(&a.common, &defaults, 0.999)?,
-            };
+            let optimizer = adamw(&a.common, &defaults, 0.999)?;
+            let job = mlp_job("digits", widths, a.common.seed, optimizer, config, train);
             let job = Job {
-                name: "digits",
-                spec: Box::new(spec),
-                train: Box::new(train),
                 test: Some(Box::new(test)),
-                config,
+                ..job
             };
             (job, a.common)
         }
@@ -169,44 +189,22 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                     config.checkpointing = CheckpointPolicy::None;
                 }
             }
-            let spec = ModelSpec {
-                widths,
-                activation: Activation::Relu,
-                seed: a.common.seed,
-                optimizer: adamw(&a.common, &defaults, 0.999)?,
-            };
-            let job = Job {
-                name: "mlp-bench",
-                spec: Box::new(spec),
-                train: Box::new(train),
-                test: None,
-                config,
-            };
+            let optimizer = adamw(&a.common, &defaults, 0.999)?;
+            let job = mlp_job("mlp-bench", widths, a.common.seed, optimizer, config, train);
             (job, a.common)
         }
         Workload::Shakespeare(a) => {
             let corpus = match &a.data {
                 None => CharCorpus::shakespeare()?,
-                Some(path) => {
-                    let what = path.display().to_string();
-                    let bytes = std::fs::read(path).map_err(|source| Error::Io {
-                        path: path.clone(),
-                        source,
-                    })?;
-                    if bytes.starts_with(&[0x1f, 0x8b]) {
-                        CharCorpus::from_gz(&what, &bytes, 0.1)?
-                    } else {
-                        let text = String::from_utf8(bytes)
-                            .map_err(|e| Error::invalid(&what, format!("not UTF-8 text: {e}")))?;
-                        CharCorpus::from_text(&what, &text, 0.1)?
-                    }
-                }
+                Some(path) => CharCorpus::from_file(path, 0.1)?,
             };
             let vocab = corpus.vocab_size();
-            let train = TokenData::windows(Arc::new(corpus.train().to_vec()), a.context, vocab)?;
+            let shape = a.shape.resolve(None)?;
+            let context = shape[0];
+            let train = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab)?;
             let val = TokenData::evenly_spaced(
                 Arc::new(corpus.val().to_vec()),
-                a.context,
+                context,
                 vocab,
                 a.eval_windows,
             )?;
@@ -224,13 +222,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             config.length = RunLength::Steps(a.steps);
             config.eval_interval_steps = Some(a.eval_every.max(1));
             let spec = GptSpec {
-                config: GptConfig {
-                    vocab_size: vocab,
-                    block_size: a.context,
-                    n_layer: a.layers,
-                    n_head: a.heads,
-                    n_embd: a.width,
-                },
+                config: GptShape::config(shape, vocab),
                 seed: a.common.seed,
                 optimizer: adamw(&a.common, &defaults, 0.99)?,
             };
@@ -241,6 +233,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                 train: Box::new(train),
                 test: Some(Box::new(val)),
                 config,
+                gpt_shape: Some(shape),
             };
             (job, a.common)
         }
