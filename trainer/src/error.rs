@@ -88,6 +88,19 @@ pub enum Error {
         /// `label (category): size` of each holder, largest first.
         holders: String,
     },
+    /// The memory budget cannot hold the model's parameters.
+    #[error(
+        "memory budget {} cannot hold the model: its {parameters} parameters alone need {}, \
+         before gradients, optimizer state and activations.\nhint: raise --memory-budget or use \
+         a smaller model (a smaller micro-batch or checkpointing does not shrink parameters)",
+        format_bytes(*budget_bytes), format_bytes(4 * *parameters as u64)
+    )]
+    ModelTooLarge {
+        /// The budget.
+        budget_bytes: u64,
+        /// Parameters of the model (f32, 4 bytes each).
+        parameters: usize,
+    },
     /// The memory budget cannot hold even the model's fixed state plus one sample's step.
     #[error(
         "memory budget {} cannot hold one step: predicted peak {} at micro-batch 1 \

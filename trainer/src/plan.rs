@@ -159,7 +159,7 @@ fn probe(
     segment_len: usize,
     micro_batch: usize,
 ) -> Result<(Probe, bool)> {
-    let (model, mut optimizer) = spec.build(gpu)?;
+    let (model, mut optimizer) = crate::task::build_within_budget(spec, gpu)?;
     let params = model.parameters();
     let indices: Vec<usize> = (0..config.effective_batch.min(data.len())).collect();
     let indices = &indices[..micro_batch.min(indices.len())];

@@ -14,7 +14,7 @@
 use plimsoll_autograd::{Gpu, Tensor};
 use plimsoll_nn::Optimizer;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A micro-batch on the device: the model's inputs and the loss's targets.
 #[derive(Debug, Clone)]
@@ -117,6 +117,24 @@ impl From<EvalSums> for Evaluation {
             samples: s.count,
         }
     }
+}
+
+/// `recipe.build(gpu)`, with an out-of-memory while building (the parameters themselves do not
+/// fit the budget) reported as [`Error::ModelTooLarge`], whose advice fits that case.
+pub fn build_within_budget(
+    recipe: &dyn Recipe,
+    gpu: &Gpu,
+) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+    recipe.build(gpu).map_err(|e| {
+        if e.is_out_of_memory() {
+            Error::ModelTooLarge {
+                budget_bytes: gpu.memory_budget_bytes(),
+                parameters: recipe.parameter_count(),
+            }
+        } else {
+            e
+        }
+    })
 }
 
 /// A built model.

@@ -125,7 +125,7 @@ impl Trainer {
                 },
             ),
         };
-        let (model, optimizer) = recipe.build(gpu)?;
+        let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
         let params = model.parameters();
         let position = RunPosition {
             step: 0,

@@ -73,3 +73,31 @@ fn out_of_memory_at_micro_batch_one_reaches_the_user() {
     assert!(message.contains("micro-batch of 1"), "{message}");
     assert!(message.contains("hint"), "{message}");
 }
+
+/// A model whose parameters alone exceed the budget is `ModelTooLarge`, with advice that fits
+/// it (not "reduce the micro-batch", which cannot help), whether the plan runs or not.
+#[test]
+fn parameters_over_the_budget_are_model_too_large() {
+    let spec = adam_spec(&[32, 1024, 10]); // 32·1024 + 1024 + 1024·10 + 10 = 44 042 parameters, 172 KiB
+    for micro in [None, Some(4)] {
+        let gpu = fresh_gpu();
+        let mut config = config(4, 4, 1, 1e-3);
+        config.micro_batch = micro;
+        config.memory_budget_bytes = Some(100 * 1024);
+        let err = match Trainer::new(&gpu, config, &spec, data(8, 32, 10), None) {
+            Ok(_) => panic!("a 172 KiB model fitted a 100 KiB budget"),
+            Err(e) => e,
+        };
+        assert!(
+            matches!(
+                err,
+                plimsoll_trainer::Error::ModelTooLarge {
+                    parameters: 44_042,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("reduce the micro-batch"), "{err}");
+    }
+}
