@@ -44,19 +44,24 @@ impl GptConfig {
     /// Checks the figures: all positive, `n_head` dividing `n_embd`.
     pub fn validate(&self) -> Result<()> {
         let figures = [
-            self.vocab_size,
-            self.block_size,
-            self.n_layer,
-            self.n_head,
-            self.n_embd,
+            ("vocab_size", self.vocab_size),
+            ("block_size", self.block_size),
+            ("n_layer", self.n_layer),
+            ("n_head", self.n_head),
+            ("n_embd", self.n_embd),
         ];
-        if figures.contains(&0) || !self.n_embd.is_multiple_of(self.n_head.max(1)) {
-            return Err(Error::InvalidConfig {
-                what: "GptConfig",
-                message: format!(
-                    "{self:?}: every figure must be at least 1 and n_head must divide n_embd"
-                ),
-            });
+        let invalid = |message: String| Error::InvalidConfig {
+            what: "GptConfig",
+            message,
+        };
+        if let Some((name, _)) = figures.iter().find(|(_, v)| *v == 0) {
+            return Err(invalid(format!("{name} is 0; it must be at least 1")));
+        }
+        if !self.n_embd.is_multiple_of(self.n_head) {
+            return Err(invalid(format!(
+                "n_head {} does not divide n_embd {}; pick a head count that divides the width",
+                self.n_head, self.n_embd
+            )));
         }
         Ok(())
     }

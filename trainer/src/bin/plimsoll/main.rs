@@ -186,6 +186,23 @@ impl GptShape {
                 (None, _) => {}
             }
         }
+        for (value, name) in shape.iter().zip(Self::NAMES) {
+            if *value == 0 {
+                return Err(Error::invalid(
+                    format!("--{name}"),
+                    "0; it must be at least 1",
+                ));
+            }
+        }
+        let [_, _, heads, width] = shape;
+        if !width.is_multiple_of(heads) {
+            return Err(Error::invalid(
+                "--heads",
+                format!(
+                    "{heads} does not divide --width {width}; pick a head count that divides the width"
+                ),
+            ));
+        }
         Ok(shape)
     }
 
