@@ -502,6 +502,30 @@ impl Gpu {
         (names.contains("llvmpipe") || names.contains("lavapipe")).then_some(LAVAPIPE_LOOP_LIMIT)
     }
 
+    /// Builds every pipeline the crate's launchers can ask for ([`crate::kernels::variants`]),
+    /// skipping the 16-bit ones on a device without `SHADER_F16`, and returns how many it
+    /// built. A run calls it before its first step, so shader compilation (seconds on lavapipe)
+    /// happens outside any step's deadline; afterwards every launch finds its pipeline cached.
+    pub fn compile_kernels(&self) -> Result<usize> {
+        let f16 = self.features().contains(wgpu::Features::SHADER_F16);
+        let mut built = 0;
+        for (kernel, overrides) in crate::kernels::variants() {
+            if !f16 && kernel.source().contains("enable f16") {
+                continue;
+            }
+            self.shared
+                .pipelines
+                .get(&self.shared, kernel, &overrides)?;
+            built += 1;
+        }
+        Ok(built)
+    }
+
+    /// Pipelines built so far (each kernel and override set once).
+    pub fn compiled_pipelines(&self) -> usize {
+        self.shared.pipelines.len()
+    }
+
     /// The device's limits (the adapter's own, not wgpu's low defaults).
     pub fn limits(&self) -> &wgpu::Limits {
         &self.shared.limits

@@ -356,6 +356,15 @@ fn create_module(device: &wgpu::Device, kernel: &Kernel) -> wgpu::ShaderModule {
 }
 
 impl PipelineCache {
+    /// Pipelines built so far.
+    pub(crate) fn len(&self) -> usize {
+        self.maps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pipelines
+            .len()
+    }
+
     /// The layout for `storage_bindings` storage buffers (created on first use).
     pub(crate) fn layout(&self, device: &wgpu::Device, storage_bindings: u32) -> Result<Layout> {
         let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());

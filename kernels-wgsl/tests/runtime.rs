@@ -324,3 +324,53 @@ fn after_device_loss_every_call_is_device_lost() {
         Err(Error::DeviceLost { .. })
     ));
 }
+
+/// `compile_kernels` builds every pipeline a launcher can ask for: afterwards, launches of the
+/// override-specialised kernels (a transposed matmul, unary and binary ops) build nothing new.
+#[test]
+fn compiled_kernels_cover_what_the_launchers_ask_for() {
+    use plimsoll_kernels_wgsl::kernels::matmul::{MatmulDims, matmul};
+    use plimsoll_kernels_wgsl::kernels::unary::{UnaryOp, forward};
+    let gpu = fresh_gpu();
+    let built = gpu.compile_kernels().unwrap();
+    assert_eq!(gpu.compiled_pipelines(), built);
+    assert!(
+        built >= kernels::ALL.len(),
+        "{built} pipelines for {} kernels",
+        kernels::ALL.len()
+    );
+    let buf = scratch(&gpu, 3 * 64, "operands");
+    for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+        let dims = MatmulDims {
+            batch: 1,
+            m: 8,
+            n: 8,
+            k: 8,
+            trans_a,
+            trans_b,
+            batch_stride_a: 64,
+            batch_stride_b: 64,
+            batch_stride_c: 64,
+            alpha: 1.0,
+            accumulate: false,
+        };
+        let [c, a, b] = [0, 64, 128].map(|at| buf.slice(at, 64).unwrap());
+        matmul(&gpu, &dims, c, a, b).unwrap();
+    }
+    for op in UnaryOp::ALL {
+        forward(
+            &gpu,
+            op,
+            buf.slice(0, 64).unwrap(),
+            buf.slice(64, 64).unwrap(),
+            2.0,
+        )
+        .unwrap();
+    }
+    gpu.wait(&gpu.flush("launches").unwrap(), DEADLINE).unwrap();
+    assert_eq!(
+        gpu.compiled_pipelines(),
+        built,
+        "a launch built a pipeline compile_kernels missed"
+    );
+}

@@ -151,6 +151,31 @@ pub const ALL: &[Kernel] = &[
     unary::BACKWARD,
 ];
 
+/// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
+/// of override constants its launcher passes (the unary and binary ops' `OP`, matmul's
+/// `TRANS_A`/`TRANS_B`). What [`Gpu::compile_kernels`] builds before a run's first step.
+pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
+    let mut out = Vec::new();
+    for kernel in ALL {
+        if kernel.stem == unary::FORWARD.stem {
+            for op in unary::UnaryOp::ALL {
+                out.push((kernel, unary::overrides(op).to_vec()));
+            }
+        } else if kernel.stem == binary::BROADCAST.stem {
+            for op in binary::BinaryOp::ALL {
+                out.push((kernel, binary::overrides(op).to_vec()));
+            }
+        } else if kernel.stem == matmul::MAIN.stem {
+            for (a, b) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)] {
+                out.push((kernel, vec![("TRANS_A", a), ("TRANS_B", b)]));
+            }
+        } else {
+            out.push((kernel, Vec::new()));
+        }
+    }
+    out
+}
+
 /// Workgroup size of the elementwise kernels (matches `@workgroup_size(256)` in their WGSL).
 pub const ELEMENTWISE_WORKGROUP: u32 = 256;
 

@@ -95,7 +95,8 @@ shader_params! {
     }
 }
 
-fn overrides(op: UnaryOp) -> [(&'static str, f64); 1] {
+/// The override constants of `op`'s pipelines.
+pub(crate) fn overrides(op: UnaryOp) -> [(&'static str, f64); 1] {
     [("OP", f64::from(op.shader_code()))]
 }
 
