@@ -68,11 +68,15 @@ impl GptConfig {
 
     /// Parameter elements (the tied head counted once), as nanoGPT's `get_num_params` with
     /// the position embedding included.
+    /// Saturates at `usize::MAX` for absurd shapes instead of overflowing.
     pub fn parameter_count(&self) -> usize {
-        let c = self.n_embd;
+        let c = self.n_embd as u128;
         let block =
-            2 * 2 * c + (3 * c * c + 3 * c) + (c * c + c) + (4 * c * c + 4 * c) + (4 * c * c + c);
-        self.vocab_size * c + self.block_size * c + self.n_layer * block + 2 * c
+            4 * c + (3 * c * c + 3 * c) + (c * c + c) + (4 * c * c + 4 * c) + (4 * c * c + c);
+        let total = (self.vocab_size as u128 + self.block_size as u128) * c
+            + self.n_layer as u128 * block
+            + 2 * c;
+        usize::try_from(total).unwrap_or(usize::MAX)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Training checkpoints: one safetensors file holding every parameter (`param.<name>`) and every
 //! optimizer-state tensor (`optim.<name>`), with the position of the run in its metadata (step,
-//! epoch, batch within the epoch, autograd random state, data seed, optimizer step count).
+//! epoch, samples consumed within the epoch, autograd random state, data seed, optimizer step count).
 //! Written atomically by `plimsoll_nn::state::save` (a temporary file, then a rename), so a
 //! crash mid-save leaves the previous checkpoint intact.
 //!
@@ -34,8 +34,9 @@ pub struct RunPosition {
     pub step: u64,
     /// The epoch the next step belongs to (0-based).
     pub epoch: u64,
-    /// Batches of that epoch already consumed.
-    pub batch_in_epoch: usize,
+    /// Samples of that epoch already consumed (in the epoch's order). Counted in samples, not
+    /// batches, so a run resumed with another effective batch goes on where it stopped.
+    pub sample_in_epoch: usize,
     /// Autograd's random state (dropout masks) before the next step.
     pub rng_state: u64,
     /// The data-order seed (checked on resume).
@@ -84,7 +85,7 @@ pub fn save(
     put("format", FORMAT.to_string());
     put("step", position.step.to_string());
     put("epoch", position.epoch.to_string());
-    put("batch_in_epoch", position.batch_in_epoch.to_string());
+    put("sample_in_epoch", position.sample_in_epoch.to_string());
     put("rng_state", position.rng_state.to_string());
     put("seed", position.seed.to_string());
     put("micro_batch", position.micro_batch.to_string());
@@ -132,18 +133,30 @@ fn meta<T: std::str::FromStr>(loaded: &LoadedState, path: &Path, key: &str) -> R
 
 /// The `format` metadata this version writes and reads. Version 2: linear weights in PyTorch's
 /// `[out, in]` layout (version 1 stored `[in, out]`, which would load a square layer transposed).
-pub const FORMAT: &str = "plimsoll-trainer/2";
+/// Version 3: the position in samples within the epoch (`sample_in_epoch`), not batches.
+pub const FORMAT: &str = "plimsoll-trainer/3";
 
-/// Loads `path` into `params` and `optimizer`; returns the saved position. With
-/// `expected_seed`, a checkpoint saved with another data seed is refused. Everything is checked
-/// (format, position, every parameter's name and shape, the optimizer state) before a single
-/// parameter is written, so a refused checkpoint leaves the model as it was.
+/// What [`load`] checks beyond names and shapes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadChecks {
+    /// Refuse a checkpoint saved with another data seed.
+    pub expected_seed: Option<u64>,
+    /// Accept a checkpoint without the optimizer's state (the optimizer starts afresh, step
+    /// count included). Without it, a checkpoint past its first step must hold every kind of
+    /// [`Optimizer::state_kinds`] for every parameter.
+    pub reset_optimizer: bool,
+}
+
+/// Loads `path` into `params` and `optimizer`; returns the saved position. Everything is
+/// checked before a single parameter is written, so a refused checkpoint leaves the model as it
+/// was: the format, the position, every parameter's name and shape, that every saved value is
+/// finite, the seed and the optimizer state as `checks` asks.
 pub fn load(
     gpu: &Gpu,
     path: &Path,
     params: &[(String, Tensor)],
     optimizer: &mut dyn Optimizer,
-    expected_seed: Option<u64>,
+    checks: LoadChecks,
 ) -> Result<RunPosition> {
     let loaded = state::load(path)?;
     let format = loaded.metadata.get("format").map(String::as_str);
@@ -151,8 +164,9 @@ pub fn load(
         return Err(Error::invalid(
             path.display().to_string(),
             format!(
-                "checkpoint format {} is not {FORMAT} (version 1 stored linear weights [in, out], \
-                 this version [out, in]); train again from scratch",
+                "checkpoint format {} is not {FORMAT} (an older Plimsoll wrote it: version 1 \
+                 stored linear weights [in, out], version 2 the position in batches); train \
+                 again from scratch",
                 format.unwrap_or("(none)")
             ),
         ));
@@ -160,7 +174,7 @@ pub fn load(
     let position = RunPosition {
         step: meta(&loaded, path, "step")?,
         epoch: meta(&loaded, path, "epoch")?,
-        batch_in_epoch: meta(&loaded, path, "batch_in_epoch")?,
+        sample_in_epoch: meta(&loaded, path, "sample_in_epoch")?,
         rng_state: meta(&loaded, path, "rng_state")?,
         seed: meta(&loaded, path, "seed")?,
         micro_batch: meta(&loaded, path, "micro_batch")?,
@@ -171,7 +185,7 @@ pub fn load(
     };
     let optimizer_steps: u64 = meta(&loaded, path, "optimizer_steps")?;
     let bad = |message: String| Error::invalid(path.display().to_string(), message);
-    if let Some(seed) = expected_seed
+    if let Some(seed) = checks.expected_seed
         && position.seed != seed
     {
         return Err(bad(format!(
@@ -196,11 +210,45 @@ pub fn load(
                 saved.shape
             )));
         }
+        if let Some(at) = saved.data.iter().position(|v| !v.is_finite()) {
+            let count = saved.data.iter().filter(|v| !v.is_finite()).count();
+            return Err(bad(format!(
+                "parameter {name:?} holds {count} non-finite values (the first, {}, at element \
+                 {at}); the run diverged or the file is damaged. Nothing was loaded; resume \
+                 from best.safetensors or an earlier run",
+                saved.data[at]
+            )));
+        }
         writes.push((param, &saved.data));
+    }
+    let kinds = optimizer.state_kinds();
+    if !checks.reset_optimizer && optimizer_steps > 0 {
+        for (name, _) in params {
+            for kind in &kinds {
+                let key = format!("{OPTIM_PREFIX}{kind}.{name}");
+                if !loaded.tensors.contains_key(&key) {
+                    return Err(bad(format!(
+                        "no optimizer state {kind:?} for parameter {name:?} after \
+                         {optimizer_steps} optimizer steps; resuming would restart the \
+                         optimizer's moments. Nothing was loaded; pass --reset-optimizer to \
+                         resume with a fresh optimizer anyway"
+                    )));
+                }
+            }
+        }
     }
     let mut optimizer_state = Vec::new();
     for (key, saved) in &loaded.tensors {
+        if checks.reset_optimizer {
+            break;
+        }
         if let Some(name) = key.strip_prefix(OPTIM_PREFIX) {
+            if saved.data.iter().any(|v| !v.is_finite()) {
+                return Err(bad(format!(
+                    "optimizer state {name:?} holds non-finite values; the file is damaged. \
+                     Nothing was loaded; pass --reset-optimizer to resume with a fresh optimizer"
+                )));
+            }
             let options = TensorOptions {
                 category: Category::OptimizerState,
                 label: name,
@@ -210,7 +258,12 @@ pub fn load(
             optimizer_state.push((name.to_string(), t));
         }
     }
-    optimizer.load_state(optimizer_state, optimizer_steps)?;
+    let steps = if checks.reset_optimizer {
+        0
+    } else {
+        optimizer_steps
+    };
+    optimizer.load_state(optimizer_state, steps)?;
     for (param, data) in writes {
         param.write_from_slice(data)?;
     }

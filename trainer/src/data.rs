@@ -82,9 +82,15 @@ impl Dataset {
         num_classes: usize,
         seed: u64,
     ) -> Result<Self> {
+        let elements = crate::host::product(len, feature_dim);
+        crate::host::check(
+            &format!("{len} synthetic samples of {feature_dim} features"),
+            elements,
+            4,
+        )?;
         let mut rng = SplitMix64::new(seed);
-        let mut features = Vec::with_capacity(len * feature_dim);
-        for _ in 0..len * feature_dim {
+        let mut features = Vec::with_capacity(elements as usize);
+        for _ in 0..elements {
             let u1 = 1.0 - rng.unit_f64();
             let u2 = rng.unit_f64();
             features.push(((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32);

@@ -116,6 +116,21 @@ pub enum Error {
         /// Bytes that do not depend on the micro-batch.
         fixed_bytes: u64,
     },
+    /// A request larger than the host's available memory (or than 2^64 bytes).
+    #[error(
+        "{what} needs {} of host memory, and this machine has {} available.\nhint: ask for \
+         less (a smaller model, batch or data set)",
+        .needed_bytes.map(format_bytes).unwrap_or_else(|| "more than 2^64 bytes".to_string()),
+        .available_bytes.map(format_bytes).unwrap_or_else(|| "an unknown amount".to_string())
+    )]
+    HostMemory {
+        /// What was asked for.
+        what: String,
+        /// Bytes it needs (`None`: the size overflows).
+        needed_bytes: Option<u64>,
+        /// Bytes the host has available (`None`: unknown).
+        available_bytes: Option<u64>,
+    },
     /// Bad configuration or data.
     #[error("{what}: {message}")]
     Invalid {

@@ -24,6 +24,7 @@ pub mod checkpoint_io;
 pub mod config;
 pub mod data;
 pub mod error;
+pub mod host;
 pub mod leak;
 pub mod metrics;
 pub mod model;

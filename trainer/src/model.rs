@@ -68,7 +68,9 @@ impl Recipe for ModelSpec {
     }
 
     fn parameter_count(&self) -> usize {
-        self.widths.windows(2).map(|w| w[0] * w[1] + w[1]).sum()
+        self.widths.windows(2).fold(0usize, |n, w| {
+            n.saturating_add(w[0].saturating_mul(w[1]).saturating_add(w[1]))
+        })
     }
 
     fn check(&self, data: &dyn Data) -> Result<()> {

@@ -119,12 +119,26 @@ impl From<EvalSums> for Evaluation {
     }
 }
 
-/// `recipe.build(gpu)`, with an out-of-memory while building (the parameters themselves do not
-/// fit the budget) reported as [`Error::ModelTooLarge`], whose advice fits that case.
+/// `recipe.build(gpu)`, with parameters that cannot fit the budget (counted first, or an
+/// out-of-memory while building) reported as [`Error::ModelTooLarge`], whose advice fits that
+/// case, and parameters the host cannot initialise as [`Error::HostMemory`].
 pub fn build_within_budget(
     recipe: &dyn Recipe,
     gpu: &Gpu,
 ) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+    let parameters = recipe.parameter_count();
+    let budget_bytes = gpu.memory_budget_bytes();
+    if crate::host::product(parameters, 4) > budget_bytes {
+        return Err(Error::ModelTooLarge {
+            budget_bytes,
+            parameters,
+        });
+    }
+    crate::host::check(
+        &format!("initialising {parameters} parameters"),
+        parameters as u64,
+        4,
+    )?;
     recipe.build(gpu).map_err(|e| {
         if e.is_out_of_memory() {
             Error::ModelTooLarge {

@@ -103,6 +103,19 @@ impl Trainer {
         if train.is_empty() {
             return Err(Error::invalid("data", "the training set is empty"));
         }
+        if let CheckpointPolicy::EveryBlocks(k) = config.checkpointing
+            && k > recipe.blocks()
+        {
+            return Err(Error::invalid(
+                "--checkpointing",
+                format!(
+                    "{k}, but the model has {} checkpointable modules; use a number from 1 to \
+                     {}, auto or none",
+                    recipe.blocks(),
+                    recipe.blocks()
+                ),
+            ));
+        }
         if let Some(budget) = config.memory_budget_bytes {
             gpu.set_memory_budget(budget);
         }
@@ -130,7 +143,7 @@ impl Trainer {
         let position = RunPosition {
             step: 0,
             epoch: 0,
-            batch_in_epoch: 0,
+            sample_in_epoch: 0,
             rng_state: rng_state(),
             seed: config.seed,
             micro_batch,
@@ -162,22 +175,41 @@ impl Trainer {
     }
 
     /// Continues from the checkpoint at `path` (parameters, optimizer state, position). A
-    /// checkpoint that does not fit (another model, another data seed) is an error that leaves
-    /// the trainer as it was.
-    pub fn resume(&mut self, path: &std::path::Path) -> Result<()> {
-        let position = checkpoint_io::load(
+    /// checkpoint that does not fit (another model, another data seed, non-finite values, no
+    /// optimizer state) is an error that leaves the trainer as it was.
+    pub fn resume(&mut self, path: &Path) -> Result<()> {
+        self.resume_with(path, false)
+    }
+
+    /// [`Trainer::resume`]; with `reset_optimizer`, the optimizer's saved state is not loaded
+    /// (and a checkpoint without one is accepted): it starts afresh. A micro-batch given in the
+    /// configuration wins over the checkpoint's; otherwise the checkpoint's (which out-of-memory
+    /// recovery may have lowered) is kept.
+    pub fn resume_with(&mut self, path: &Path, reset_optimizer: bool) -> Result<()> {
+        let checks = checkpoint_io::LoadChecks {
+            expected_seed: Some(self.config.seed),
+            reset_optimizer,
+        };
+        let mut position = checkpoint_io::load(
             &self.gpu,
             path,
             &self.params,
             self.optimizer.as_mut(),
-            Some(self.config.seed),
+            checks,
         )?;
-        self.micro_batch = position.micro_batch.clamp(1, self.config.effective_batch);
+        let micro_batch = self.config.micro_batch.unwrap_or(position.micro_batch);
+        self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
+        position.micro_batch = self.micro_batch;
         self.position = position;
         self.note(format!(
-            "resumed from {} at step {}",
+            "resumed from {} at step {}{}",
             path.display(),
-            position.step
+            position.step,
+            if reset_optimizer {
+                " with a fresh optimizer (--reset-optimizer)"
+            } else {
+                ""
+            }
         ));
         Ok(())
     }
@@ -236,11 +268,29 @@ impl Trainer {
         self.train.len().div_ceil(self.config.effective_batch) as u64
     }
 
-    /// Steps of the whole run.
+    /// Steps of the whole run: the steps done and those left at the current effective batch
+    /// (which a resumed run may have changed).
     pub fn total_steps(&self) -> u64 {
         match self.config.length {
-            RunLength::Epochs(e) => e * self.steps_per_epoch(),
+            RunLength::Epochs(e) => {
+                let p = &self.position;
+                if p.epoch >= e {
+                    return p.step;
+                }
+                let left_in_epoch = (self.train.len().saturating_sub(p.sample_in_epoch))
+                    .div_ceil(self.config.effective_batch)
+                    as u64;
+                p.step + left_in_epoch + (e - p.epoch - 1) * self.steps_per_epoch()
+            }
             RunLength::Steps(s) => s,
+        }
+    }
+
+    /// Whether the run has reached its configured length.
+    pub fn finished(&self) -> bool {
+        match self.config.length {
+            RunLength::Epochs(e) => self.position.epoch >= e,
+            RunLength::Steps(s) => self.position.step >= s,
         }
     }
 
@@ -252,7 +302,7 @@ impl Trainer {
             self.order = epoch_order(self.train.len(), self.config.seed, self.position.epoch);
             self.order_epoch = Some(self.position.epoch);
         }
-        let first = self.position.batch_in_epoch * effective;
+        let first = self.position.sample_in_epoch;
         let indices = self
             .order
             .get(first..(first + effective).min(self.order.len()))
@@ -291,10 +341,10 @@ impl Trainer {
         self.micro_batch = result.micro_batch;
         let epoch = self.position.epoch;
         self.position.step = step;
-        self.position.batch_in_epoch += 1;
-        if self.position.batch_in_epoch as u64 >= self.steps_per_epoch() {
+        self.position.sample_in_epoch += indices.len();
+        if self.position.sample_in_epoch >= self.train.len() {
             self.position.epoch += 1;
-            self.position.batch_in_epoch = 0;
+            self.position.sample_in_epoch = 0;
         }
         self.position.rng_state = rng_state();
         self.position.micro_batch = self.micro_batch;
@@ -500,7 +550,6 @@ impl Trainer {
     /// Runs to the configured length (or until the stop flag), evaluating and checkpointing as
     /// configured; the stop flag saves a checkpoint and returns with `interrupted`.
     pub fn run(&mut self, observer: &mut dyn Observer) -> Result<RunSummary> {
-        let total = self.total_steps();
         let mut summary = RunSummary {
             steps: self.position.step,
             last_loss: None,
@@ -510,7 +559,7 @@ impl Trainer {
             best_eval_loss: self.position.best_eval_loss,
         };
         self.deliver_log(observer);
-        while self.position.step < total {
+        while !self.finished() {
             if self.stop.load(Ordering::SeqCst) {
                 summary.interrupted = true;
                 self.note(format!("interrupted after step {}", self.position.step));
@@ -522,7 +571,7 @@ impl Trainer {
             observer.on_step(&report);
             summary.steps = report.step;
             summary.last_loss = Some(report.loss_mean);
-            let epoch_done = self.position.batch_in_epoch == 0;
+            let epoch_done = self.position.sample_in_epoch == 0;
             let eval_due = match self.config.eval_interval_steps {
                 Some(k) => report.step % k.max(1) == 0,
                 None => epoch_done,

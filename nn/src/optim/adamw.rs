@@ -156,6 +156,10 @@ impl Optimizer for AdamW {
         out
     }
 
+    fn state_kinds(&self) -> Vec<&'static str> {
+        vec!["exp_avg", "exp_avg_sq"]
+    }
+
     fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
         let mut split = split_state(state, &["exp_avg", "exp_avg_sq"])?;
         let mut exp_avg = split.remove("exp_avg").unwrap_or_default();

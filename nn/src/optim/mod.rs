@@ -47,6 +47,11 @@ pub trait Optimizer {
     /// with the optimizer's own.
     fn state(&self) -> Vec<(String, Tensor)>;
 
+    /// The kinds of state kept per parameter once it has been updated (`["exp_avg",
+    /// "exp_avg_sq"]` for AdamW, `["momentum"]` for SGD with momentum, none for plain SGD):
+    /// what a checkpoint of a run past its first step must hold for every parameter.
+    fn state_kinds(&self) -> Vec<&'static str>;
+
     /// Replaces the state with `state` (names as [`Optimizer::state`] gives them; the values are
     /// copied into fresh optimizer-state buffers) and the step count with `step_count`. Errors:
     /// a name this optimizer does not keep, or a parameter with only part of its state.

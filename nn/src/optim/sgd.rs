@@ -135,6 +135,14 @@ impl Optimizer for Sgd {
             .collect()
     }
 
+    fn state_kinds(&self) -> Vec<&'static str> {
+        if self.config.momentum != 0.0 {
+            vec!["momentum"]
+        } else {
+            Vec::new()
+        }
+    }
+
     fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
         let mut split = split_state(state, &["momentum"])?;
         self.momentum = split.remove("momentum").unwrap_or_default();

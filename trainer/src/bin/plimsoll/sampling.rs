@@ -114,7 +114,11 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let gpt = Gpt::new(&gpu, config, 0)?;
     // The checkpoint holds optimizer state too; it is loaded and dropped.
     let mut optimizer = AdamW::new(AdamWConfig::default());
-    checkpoint_io::load(&gpu, &path, &gpt.parameters(), &mut optimizer, None)?;
+    let checks = checkpoint_io::LoadChecks {
+        expected_seed: None,
+        reset_optimizer: true,
+    };
+    checkpoint_io::load(&gpu, &path, &gpt.parameters(), &mut optimizer, checks)?;
     drop(optimizer);
     let ids = sample(&gpt, &prompt, &options)?;
     crate::out::say(corpus.decode(&ids));
