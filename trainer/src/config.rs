@@ -127,7 +127,7 @@ impl TrainConfig {
     pub fn validate(&self) -> Result<()> {
         if self.effective_batch == 0 {
             return Err(Error::invalid(
-                "batch",
+                "--batch",
                 "the effective batch must be at least 1",
             ));
         }
@@ -135,22 +135,22 @@ impl TrainConfig {
             && (m == 0 || m > self.effective_batch)
         {
             return Err(Error::invalid(
-                "micro-batch",
+                "--micro-batch",
                 format!(
-                    "{m} is not between 1 and the effective batch {}",
+                    "{m} is not between 1 and the effective batch (--batch) {}",
                     self.effective_batch
                 ),
             ));
         }
         if let CheckpointPolicy::EveryBlocks(0) = self.checkpointing {
             return Err(Error::invalid(
-                "checkpointing",
+                "--checkpointing",
                 "segments must hold at least one block",
             ));
         }
         if self.fence_deadline.is_zero() {
             return Err(Error::invalid(
-                "deadline",
+                "--deadline-ms",
                 "the fence deadline must be positive",
             ));
         }
@@ -158,7 +158,7 @@ impl TrainConfig {
             && !(max.is_finite() && max > 0.0)
         {
             return Err(Error::invalid(
-                "clip-grad-norm",
+                "--clip-grad-norm",
                 format!("{max} must be positive and finite (1.0 is usual)"),
             ));
         }

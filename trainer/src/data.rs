@@ -101,8 +101,10 @@ impl Dataset {
         Dataset::new(features, labels, feature_dim, num_classes)
     }
 
-    /// Reads a gzip CSV of rows `f_1, ..., f_D, label` (integers or floats), e.g. the digits
-    /// data: 64 pixels in `0..=16`, then the digit. `num_classes` is the largest label + 1.
+    /// Reads a CSV (gzip-compressed or plain) of rows `f_1, ..., f_D, label` (integers or
+    /// floats), e.g. the digits data: 64 pixels in `0..=16`, then the digit. `num_classes` is
+    /// the largest label + 1. A ragged row, a non-number or a label that is not a whole number
+    /// from 0 is an error naming the file and line.
     pub fn from_csv_gz(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|source| Error::Io {
             path: path.to_path_buf(),
@@ -111,12 +113,18 @@ impl Dataset {
         Self::from_csv_gz_bytes(&path.display().to_string(), &bytes)
     }
 
-    /// [`Dataset::from_csv_gz`] of a file already in memory; `what` names it in errors.
+    /// [`Dataset::from_csv_gz`] of a file already in memory (gzip or plain); `what` names it in
+    /// errors.
     pub fn from_csv_gz_bytes(what: &str, bytes: &[u8]) -> Result<Self> {
         let mut text = String::new();
-        flate2::read::GzDecoder::new(bytes)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::invalid(what, format!("not gzip-compressed text: {e}")))?;
+        if bytes.starts_with(&[0x1f, 0x8b]) {
+            flate2::read::GzDecoder::new(bytes)
+                .read_to_string(&mut text)
+                .map_err(|e| Error::invalid(what, format!("damaged gzip: {e}")))?;
+        } else {
+            text = String::from_utf8(bytes.to_vec())
+                .map_err(|e| Error::invalid(what, format!("neither gzip nor UTF-8 text: {e}")))?;
+        }
         let mut features = Vec::new();
         let mut labels = Vec::new();
         let mut feature_dim = None;

@@ -93,7 +93,7 @@ pub enum Error {
         "memory budget {} cannot hold the model: its {parameters} parameters alone need {}, \
          before gradients, optimizer state and activations.\nhint: raise --memory-budget or use \
          a smaller model (a smaller micro-batch or checkpointing does not shrink parameters)",
-        format_bytes(*budget_bytes), format_bytes(4 * *parameters as u64)
+        format_bytes(*budget_bytes), format_bytes((*parameters as u64).saturating_mul(4))
     )]
     ModelTooLarge {
         /// The budget.

@@ -29,6 +29,7 @@ pub mod leak;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod run_dir;
 pub mod sample;
 pub mod step;
 pub mod task;

@@ -153,7 +153,7 @@ impl<'a> TokenWindows<'a> {
     pub fn new(tokens: &'a [u32], context: usize) -> Result<TokenWindows<'a>> {
         if context == 0 || context >= tokens.len() {
             return Err(Error::invalid(
-                "context",
+                "--context",
                 format!(
                     "a context of {context} tokens needs between 1 and {} (the sequence has {} \
                      tokens)",

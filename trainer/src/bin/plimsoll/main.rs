@@ -7,40 +7,39 @@
 //! memory plan without training. Errors are one message with the numbers and a hint, and a
 //! non-zero exit code.
 
+mod flags;
+mod inspect;
 mod out;
 mod progress;
 mod sampling;
+mod train;
 mod workloads;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
-use plimsoll_trainer::checkpoint_io::latest_path;
-use plimsoll_trainer::{
-    CheckpointPolicy, Error, JsonLines, LeakPolicy, Result, TrainConfig, Trainer,
-};
+use plimsoll_trainer::{CheckpointPolicy, Error, LeakPolicy, Result, TrainConfig};
 
-use progress::Progress;
 use workloads::job;
 
 #[derive(Parser)]
 #[command(
     name = "plimsoll",
     version,
-    about = "Train neural networks on wgpu with memory and deadlines first"
+    about = "Train neural networks on wgpu with memory and deadlines first",
+    args_override_self = true
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Train a workload.
     Train {
         #[command(subcommand)]
@@ -51,12 +50,16 @@ enum Command {
         #[command(subcommand)]
         workload: Workload,
     },
-    /// Generate text from a trained `shakespeare` model (its latest checkpoint).
+    /// Generate text from a trained `shakespeare` run.
     Sample(sampling::SampleArgs),
+    /// Test accuracy or validation loss of a run's best or latest checkpoint.
+    Eval(inspect::EvalArgs),
+    /// The runs in a directory, with their step, best evaluation loss and status.
+    Runs(inspect::RunsArgs),
 }
 
-#[derive(Subcommand)]
-enum Workload {
+#[derive(Subcommand, Clone)]
+pub(crate) enum Workload {
     /// An MLP on the bundled digits data (8x8 images, 10 classes).
     Digits(DigitsArgs),
     /// The peer benchmark: MLP 784-1024-1024-1024-10, ReLU, Adam, batch 128, synthetic data.
@@ -65,19 +68,19 @@ enum Workload {
     Shakespeare(ShakespeareArgs),
 }
 
-#[derive(Args)]
-struct CommonArgs {
+#[derive(Args, Clone)]
+pub(crate) struct CommonArgs {
     /// Memory budget, e.g. `64MiB`, `1.5GB`, `100000000` (default: the adapter's).
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = flags::bytes)]
     memory_budget: Option<u64>,
     /// Samples per forward/backward (default: the largest the memory plan allows).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     micro_batch: Option<usize>,
     /// Activation checkpointing: `none`, `auto`, or N (checkpoint every N modules).
-    #[arg(long, default_value = "auto", value_parser = parse_checkpointing)]
+    #[arg(long, default_value = "auto", value_parser = flags::checkpointing)]
     checkpointing: CheckpointPolicy,
-    /// Learning rate (Adam).
-    #[arg(long)]
+    /// Peak learning rate (AdamW) [default: the workload's].
+    #[arg(long, value_parser = flags::positive)]
     lr: Option<f32>,
     /// Seed of the data order and the model's initialisation.
     #[arg(long, default_value_t = 0)]
@@ -87,51 +90,61 @@ struct CommonArgs {
     #[arg(long)]
     adapter: Option<String>,
     /// Deadline of every GPU wait, in milliseconds.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = flags::count_u64)]
     deadline_ms: u64,
-    /// Write one JSON line per step to this file.
+    /// Also write the metrics (one JSON line per step and per evaluation) to this file; the
+    /// run directory always has them in metrics.jsonl.
     #[arg(long)]
     metrics_out: Option<PathBuf>,
-    /// Directory of training checkpoints (default: target/plimsoll/digits for digits; none for
-    /// mlp-bench).
-    #[arg(long)]
-    checkpoint_dir: Option<PathBuf>,
-    /// Save a checkpoint every N steps (always at the end, on Ctrl-C and on timeout).
-    #[arg(long)]
+    /// The run's directory [default: a new runs/<workload>-<date>-<time>]. It must not hold
+    /// another run.
+    #[arg(long, alias = "checkpoint-dir", value_name = "DIR")]
+    run_dir: Option<PathBuf>,
+    /// Save a checkpoint every N steps (always at the end, on Ctrl-C, SIGTERM and on timeout).
+    #[arg(long, value_parser = flags::count_u64)]
     checkpoint_every: Option<u64>,
-    /// Continue from the latest checkpoint in the checkpoint directory.
-    #[arg(long)]
-    resume: bool,
+    /// Continue a run: its directory, or with no value the newest run of this workload under
+    /// runs/. Its settings are kept; a flag given with --resume changes one (recorded in
+    /// run.json), except the model and the seed.
+    #[arg(long, value_name = "RUN")]
+    resume: Option<Option<PathBuf>>,
+    /// With --resume: start the optimizer afresh (its moments and step count), e.g. from a
+    /// checkpoint that holds none.
+    #[arg(long, requires = "resume")]
+    reset_optimizer: bool,
     /// What the after-step leak check does: `off`, `warn` or `error`.
-    #[arg(long, default_value = "warn", value_parser = parse_leak)]
+    #[arg(long, default_value = "warn", value_parser = flags::leak)]
     leak_check: LeakPolicy,
     /// Linear warm-up steps of the learning rate, then cosine decay to --min-lr over the run
     /// (default: the workload's; 0 with no --min-lr: a constant rate).
     #[arg(long)]
     warmup_steps: Option<u64>,
     /// The learning rate the cosine decay ends at (default: the workload's).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::non_negative)]
     min_lr: Option<f32>,
     /// Clip the global gradient norm to this (default: the workload's; 0: no clipping).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::non_negative)]
     clip_grad_norm: Option<f32>,
     /// AdamW weight decay, on weights and embeddings only (default: the workload's).
-    #[arg(long)]
+    #[arg(long, value_parser = flags::non_negative)]
     weight_decay: Option<f32>,
+    /// Without a terminal, print one plain line every N steps [default: about 20 a run].
+    #[arg(long, value_parser = flags::count_u64)]
+    log_every: Option<u64>,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct DigitsArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Passes over the training set.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_parser = flags::count_u64)]
     epochs: u64,
     /// Effective batch (samples per optimizer step).
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = flags::count)]
     batch: usize,
     /// Hidden widths, comma-separated.
-    #[arg(long, default_value = "128", value_delimiter = ',')]
+    #[arg(long, default_value = "128", value_delimiter = ',', value_parser = flags::count)]
     hidden: Vec<usize>,
     /// The data (gzip CSV: 64 pixels then the label per line).
     #[arg(long)]
@@ -140,19 +153,19 @@ struct DigitsArgs {
 
 /// The shape of a character-level GPT: `train shakespeare` builds it (these defaults when a flag
 /// is absent) and records it in `run.json`; `sample` reads it from there.
-#[derive(Args)]
-struct GptShape {
+#[derive(Args, Clone)]
+pub(crate) struct GptShape {
     /// Tokens per window, the model's block size [default: 64].
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     context: Option<usize>,
     /// Transformer blocks [default: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     layers: Option<usize>,
     /// Attention heads, dividing --width [default: 4].
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     heads: Option<usize>,
     /// Model width [default: 128].
-    #[arg(long)]
+    #[arg(long, value_parser = flags::count)]
     width: Option<usize>,
 }
 
@@ -229,89 +242,45 @@ impl GptShape {
     }
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct ShakespeareArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Optimizer steps.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = flags::count_u64)]
     steps: u64,
     /// Windows per optimizer step.
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = 12, value_parser = flags::count)]
     batch: usize,
     #[command(flatten)]
     shape: GptShape,
     /// Evaluate the validation loss every N steps (and at the end).
-    #[arg(long, default_value_t = 250)]
+    #[arg(long, default_value_t = 250, value_parser = flags::count_u64)]
     eval_every: u64,
     /// Validation windows, evenly spaced over the last 10% of the text.
-    #[arg(long, default_value_t = 240)]
+    #[arg(long, default_value_t = 240, value_parser = flags::count)]
     eval_windows: usize,
     /// Train on this text file (UTF-8, optionally .gz) instead of the bundled plays.
     #[arg(long)]
     data: Option<PathBuf>,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct BenchArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Optimizer steps.
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 25, value_parser = flags::count_u64)]
     steps: u64,
     /// Effective batch.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = flags::count)]
     batch: usize,
     /// Hidden layers of width 1024.
     #[arg(long, default_value_t = 3)]
     layers: usize,
 }
 
-fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.trim().parse().map_err(|e| format!("{s:?}: {e}"))?;
-    let scale = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "kib" => 1024.0,
-        "m" | "mb" => 1e6,
-        "mib" => 1024.0 * 1024.0,
-        "g" | "gb" => 1e9,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} (use B, KB, KiB, MB, MiB, GB, GiB)"
-            ));
-        }
-    };
-    Ok((value * scale) as u64)
-}
-
-fn parse_checkpointing(s: &str) -> std::result::Result<CheckpointPolicy, String> {
-    match s {
-        "none" | "off" => Ok(CheckpointPolicy::None),
-        "auto" => Ok(CheckpointPolicy::Automatic),
-        n => match n.parse::<usize>() {
-            Ok(k) if k > 0 => Ok(CheckpointPolicy::EveryBlocks(k)),
-            _ => Err(format!(
-                "{s:?}: use none, auto, or a positive number of modules"
-            )),
-        },
-    }
-}
-
-fn parse_leak(s: &str) -> std::result::Result<LeakPolicy, String> {
-    match s {
-        "off" => Ok(LeakPolicy::Off),
-        "warn" => Ok(LeakPolicy::Warn),
-        "error" => Ok(LeakPolicy::Error),
-        _ => Err(format!("{s:?}: use off, warn or error")),
-    }
-}
-
-fn open_gpu(common: &CommonArgs) -> Result<Gpu> {
+pub(crate) fn open_gpu(common: &CommonArgs) -> Result<Gpu> {
     let from_env = GpuOptions::from_env();
     let options = GpuOptions {
         adapter: common
@@ -339,125 +308,30 @@ fn plan_only(workload: Workload) -> Result<()> {
     Ok(())
 }
 
-fn train(workload: Workload, started: Instant) -> Result<()> {
-    let (job, common) = job(workload)?;
-    let gpu = open_gpu(&common)?;
-    out::say(format_args!(
-        "training {} ({} parameters) on {}",
-        job.name,
-        job.spec.parameter_count(),
-        gpu.adapter()
-    ));
-    let checkpoint_dir = job.config.checkpoint_dir.clone();
-    if let Some(dir) = &checkpoint_dir {
-        record_run(dir, &job, &gpu, common.resume)?;
+/// The exit code of `error`: 2 for a bad flag (as clap's own usage errors), 1 otherwise.
+fn exit_code(error: &Error) -> u8 {
+    match error {
+        Error::Invalid { what, .. } if what.starts_with("--") => 2,
+        _ => 1,
     }
-    let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
-    if common.resume {
-        let Some(dir) = checkpoint_dir else {
-            return Err(Error::invalid("--resume", "needs --checkpoint-dir"));
-        };
-        let path = latest_path(&dir);
-        if !path.exists() {
-            return Err(Error::invalid(
-                "--resume",
-                format!(
-                    "no checkpoint at {}; train without --resume first",
-                    path.display()
-                ),
-            ));
-        }
-        trainer.resume(&path)?;
-    }
-    let stop = trainer.stop_flag();
-    out::stop_on_close(trainer.stop_flag());
-    ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
-        .map_err(|e| Error::invalid("Ctrl-C handler", e.to_string()))?;
-    let metrics = match &common.metrics_out {
-        Some(p) => Some(JsonLines::create(p, common.resume)?),
-        None => None,
-    };
-    let mut progress = Progress::new(
-        trainer.total_steps(),
-        trainer.position().step,
-        metrics,
-        started,
-    );
-    let run_start = Instant::now();
-    let summary = trainer.run(&mut progress);
-    progress.finish();
-    let summary = summary?;
-    let seconds = run_start.elapsed().as_secs_f64();
-    if summary.interrupted {
-        let saved = match &summary.checkpoint {
-            Some(p) => format!("saved {}; continue with --resume", p.display()),
-            None => "nothing saved (no --checkpoint-dir)".to_string(),
-        };
-        let why = if out::closed() {
-            "standard output closed"
-        } else {
-            "interrupted"
-        };
-        // Said on standard error too: standard output may be the pipe that closed.
-        eprintln!("{why} at step {}; {saved}", summary.steps);
-    }
-    out::say(format_args!(
-        "{} steps in {seconds:.1} s{}{}; first step done {:.2} s after start",
-        summary.steps,
-        summary
-            .last_loss
-            .map(|l| format!(", training loss {l:.4} (mean of the last steps)"))
-            .unwrap_or_default(),
-        summary
-            .last_evaluation
-            .map(|e| format!(", {}", progress::describe(&e)))
-            .unwrap_or_default(),
-        progress.first_step_done.unwrap_or_default().as_secs_f64()
-    ));
-    out::say(gpu.memory_summary());
-    if let Some(e) = progress.metrics_error.take() {
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// Writes what this run was told into its checkpoint folder: `run.json`, or for a resumed run
-/// `run-resumed.json` (the first record stays as it was).
-fn record_run(dir: &std::path::Path, job: &workloads::Job, gpu: &Gpu, resume: bool) -> Result<()> {
-    let record = serde_json::json!({
-        "plimsoll": env!("CARGO_PKG_VERSION"),
-        "command": std::env::args().collect::<Vec<_>>(),
-        "workload": job.name,
-        "model": job.spec.describe(),
-        "parameters": job.spec.parameter_count(),
-        "train_data": job.train.describe(),
-        "eval_data": job.test.as_ref().map(|t| t.describe()),
-        "config": job.config.to_json(),
-        "adapter": gpu.adapter().to_string(),
-        "gpt": job.gpt_shape.map(GptShape::record),
-    });
-    let name = if resume {
-        "run-resumed.json"
-    } else {
-        "run.json"
-    };
-    plimsoll_trainer::checkpoint_io::save_record(dir, name, &record)?;
-    Ok(())
 }
 
 fn main() -> ExitCode {
     let started = Instant::now();
-    let cli = Cli::parse();
+    let argv: Vec<String> = std::env::args().collect();
+    let cli = Cli::parse_from(&argv);
     let result = match cli.command {
-        Command::Train { workload } => train(workload, started),
-        Command::Plan { workload } => plan_only(workload),
-        Command::Sample(args) => sampling::run(&args),
+        Command::Train { workload } => train::train(workload, &argv, started),
+        Command::Plan { workload } => plan_only(workload).map(|()| ExitCode::SUCCESS),
+        Command::Sample(args) => sampling::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Eval(args) => inspect::eval(&args).map(|()| ExitCode::SUCCESS),
+        Command::Runs(args) => inspect::runs(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
+            out::warn(format_args!("error: {e}"));
+            ExitCode::from(exit_code(&e))
         }
     }
 }

@@ -7,18 +7,22 @@ use clap::Args;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
 use plimsoll_nn::{AdamW, AdamWConfig, Gpt, Module};
-use plimsoll_trainer::checkpoint_io::{self, latest_path};
+use plimsoll_trainer::checkpoint_io;
 use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, sample};
 
 use crate::GptShape;
+use crate::inspect::{Which, run_or_newest};
 
 /// The options of `plimsoll sample`. The model's shape comes from the run's `run.json`; a shape
 /// flag must agree with it.
 #[derive(Args)]
 pub struct SampleArgs {
-    /// The run's checkpoint directory.
-    #[arg(long, default_value = "target/plimsoll/shakespeare")]
-    checkpoint_dir: PathBuf,
+    /// The run's directory [default: the newest shakespeare run under runs/].
+    #[arg(long, alias = "checkpoint-dir", value_name = "RUN")]
+    run: Option<PathBuf>,
+    /// Which checkpoint of the run.
+    #[arg(long, value_enum, default_value_t = Which::Auto)]
+    checkpoint: Which,
     /// The text to continue.
     #[arg(long, default_value = "\n")]
     prompt: String,
@@ -34,7 +38,7 @@ pub struct SampleArgs {
     /// Seed of the draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The training text, if it was not the bundled plays (it gives the vocabulary).
+    /// The training text (it gives the vocabulary) [default: the run's].
     #[arg(long)]
     data: Option<PathBuf>,
     #[command(flatten)]
@@ -42,11 +46,11 @@ pub struct SampleArgs {
     /// Adapter: backend, type or name substring (default: `PLIMSOLL_ADAPTER`, else the best).
     #[arg(long)]
     adapter: Option<String>,
-    /// Memory budget in bytes (default: the adapter's).
-    #[arg(long)]
+    /// Memory budget, e.g. `64MiB` (default: the adapter's).
+    #[arg(long, value_parser = crate::flags::bytes)]
     memory_budget: Option<u64>,
     /// Deadline of every GPU wait, in milliseconds.
-    #[arg(long, default_value_t = 30_000)]
+    #[arg(long, default_value_t = 30_000, value_parser = crate::flags::count_u64)]
     deadline_ms: u64,
 }
 
@@ -77,7 +81,16 @@ fn recorded_shape(dir: &std::path::Path) -> Result<Option<[usize; 4]>> {
     Ok(Some(shape))
 }
 
-/// Loads the latest checkpoint and prints the prompt and its continuation.
+/// The `--data` the run at `dir` recorded among its arguments, if any.
+fn recorded_data(dir: &std::path::Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(dir.join("run.json")).ok()?;
+    let record: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let args: Vec<String> = serde_json::from_value(record.get("args")?.clone()).ok()?;
+    let at = args.iter().position(|a| a == "--data")?;
+    args.get(at + 1).map(PathBuf::from)
+}
+
+/// Loads the run's checkpoint and prints the prompt and its continuation.
 pub fn run(args: &SampleArgs) -> Result<()> {
     let options = SampleOptions {
         tokens: args.tokens,
@@ -86,22 +99,14 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         seed: args.seed,
     };
     options.validate()?;
-    let corpus = match &args.data {
+    let dir = run_or_newest(args.run.as_deref(), Some("shakespeare"))?;
+    let data = args.data.clone().or_else(|| recorded_data(&dir));
+    let corpus = match &data {
         None => CharCorpus::shakespeare()?,
         Some(path) => CharCorpus::from_file(path, 0.1)?,
     };
     let prompt = corpus.encode(&args.prompt)?;
-    let path = latest_path(&args.checkpoint_dir);
-    if !path.exists() {
-        return Err(Error::invalid(
-            "sample",
-            format!(
-                "no checkpoint at {}; train first (plimsoll train shakespeare) or pass \
-                 --checkpoint-dir",
-                path.display()
-            ),
-        ));
-    }
+    let path = args.checkpoint.path(&dir)?;
     let from_env = GpuOptions::from_env();
     let gpu = Gpu::with_options(GpuOptions {
         adapter: args.adapter.clone().or(from_env.adapter),
@@ -109,7 +114,7 @@ pub fn run(args: &SampleArgs) -> Result<()> {
         default_deadline: Some(Duration::from_millis(args.deadline_ms.max(1))),
         ..GpuOptions::default()
     })?;
-    let shape = args.shape.resolve(recorded_shape(&args.checkpoint_dir)?)?;
+    let shape = args.shape.resolve(recorded_shape(&dir)?)?;
     let config = GptShape::config(shape, corpus.vocab_size());
     let gpt = Gpt::new(&gpu, config, 0)?;
     // The checkpoint holds optimizer state too; it is loaded and dropped.

@@ -1,12 +1,13 @@
 //! The workloads of `plimsoll train` and `plimsoll plan`: each decides the model, the data and
 //! the configuration of its run ([`Job`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
+use plimsoll_trainer::text::SHAKESPEARE_GZ;
 use plimsoll_trainer::{
     CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec, OptimizerSpec, Recipe,
     Result, RunLength, TokenData, TrainConfig,
@@ -28,6 +29,48 @@ pub struct Job {
     pub config: TrainConfig,
     /// A GPT's context, layers, heads and width (recorded in `run.json` for `sample`).
     pub gpt_shape: Option<[usize; 4]>,
+    /// Where the training data came from and its SHA-256 (`run.json`'s `data`; a resumed run
+    /// checks it).
+    pub data: DataSource,
+}
+
+/// The origin of a run's data: a file (absolute path) or the bundled copy, and a checksum of
+/// its bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataSource {
+    /// `bundled data/digits.csv.gz`, an absolute path, or `synthetic ...`.
+    pub source: String,
+    /// SHA-256 of the bytes, hex.
+    pub sha256: String,
+}
+
+impl DataSource {
+    /// The bundled `bytes` (named `name`), or the file at `path`.
+    fn of(path: Option<&Path>, name: &str, bundled: &[u8]) -> Result<DataSource> {
+        use sha2::Digest;
+        let (source, bytes) = match path {
+            None => (
+                format!("bundled {name}"),
+                std::borrow::Cow::Borrowed(bundled),
+            ),
+            Some(p) => {
+                let bytes = std::fs::read(p).map_err(|source| Error::Io {
+                    path: p.to_path_buf(),
+                    source,
+                })?;
+                let abs = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+                (abs.display().to_string(), std::borrow::Cow::Owned(bytes))
+            }
+        };
+        let digest = sha2::Sha256::digest(&bytes);
+        let sha256 = digest.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(DataSource { source, sha256 })
+    }
+
+    /// As `run.json` records it.
+    pub fn record(&self) -> serde_json::Value {
+        serde_json::json!({ "source": self.source, "sha256": self.sha256 })
+    }
 }
 
 /// A workload's defaults for the optimisation flags.
@@ -48,11 +91,10 @@ fn digits_data(path: Option<PathBuf>) -> Result<Dataset> {
     Ok(data)
 }
 
-/// The shared options over a workload's `defaults`; `default_dir`: the checkpoint directory
-/// when none is given; `steps`: the run's length in steps, for the schedule's decay.
+/// The shared options over a workload's `defaults`; `steps`: the run's length in steps, for
+/// the schedule's decay. The checkpoint directory is the run's, set by the caller.
 fn base_config(
     common: &CommonArgs,
-    default_dir: Option<&str>,
     batch: usize,
     steps: u64,
     defaults: &Defaults,
@@ -88,10 +130,7 @@ fn base_config(
         memory_budget_bytes: common.memory_budget,
         checkpointing: common.checkpointing,
         fence_deadline: Duration::from_millis(common.deadline_ms.max(1)),
-        checkpoint_dir: common
-            .checkpoint_dir
-            .clone()
-            .or_else(|| default_dir.map(PathBuf::from)),
+        checkpoint_dir: None,
         checkpoint_interval_steps: common.checkpoint_every,
         leak_policy: common.leak_check,
         clip_grad_norm,
@@ -149,6 +188,10 @@ fn mlp_job(
         test: None,
         config,
         gpt_shape: None,
+        data: DataSource {
+            source: String::new(),
+            sha256: String::new(),
+        },
     }
 }
 
@@ -156,31 +199,37 @@ fn mlp_job(
 pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
     Ok(match workload {
         Workload::Digits(a) => {
+            let source = DataSource::of(a.data.as_deref(), "data/digits.csv.gz", DIGITS_CSV_GZ)?;
             let data = digits_data(a.data)?;
             let (train, test) = data.split(0.2, 1234);
             let mut widths = vec![train.feature_dim()];
             widths.extend(a.hidden.iter().copied().filter(|&w| w > 0));
             widths.push(train.num_classes());
-            let steps = a.epochs * train.len().div_ceil(a.batch.max(1)) as u64;
+            let steps = a
+                .epochs
+                .saturating_mul(train.len().div_ceil(a.batch.max(1)) as u64);
             let defaults = mlp_defaults(2e-3);
-            let dir = Some("target/plimsoll/digits");
-            let mut config = base_config(&a.common, dir, a.batch, steps, &defaults)?;
+            let mut config = base_config(&a.common, a.batch, steps, &defaults)?;
             config.length = RunLength::Epochs(a.epochs);
             let optimizer = adamw(&a.common, &defaults, 0.999)?;
             let job = mlp_job("digits", widths, a.common.seed, optimizer, config, train);
             let job = Job {
                 test: Some(Box::new(test)),
+                data: source,
                 ..job
             };
             (job, a.common)
         }
         Workload::MlpBench(a) => {
-            let train = Dataset::synthetic(a.batch * 4, 784, 10, a.common.seed)?;
+            let samples = a.batch.checked_mul(4).ok_or_else(|| {
+                Error::invalid("--batch", format!("{} is too large to count", a.batch))
+            })?;
+            let train = Dataset::synthetic(samples, 784, 10, a.common.seed)?;
             let mut widths = vec![784];
             widths.extend(std::iter::repeat_n(1024, a.layers));
             widths.push(10);
             let defaults = mlp_defaults(1e-3);
-            let mut config = base_config(&a.common, None, a.batch, a.steps, &defaults)?;
+            let mut config = base_config(&a.common, a.batch, a.steps, &defaults)?;
             config.length = RunLength::Steps(a.steps);
             if a.common.memory_budget.is_none() {
                 // The peer workload runs plain batches of 128; plan only under a budget.
@@ -190,10 +239,19 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                 }
             }
             let optimizer = adamw(&a.common, &defaults, 0.999)?;
-            let job = mlp_job("mlp-bench", widths, a.common.seed, optimizer, config, train);
+            let mut job = mlp_job("mlp-bench", widths, a.common.seed, optimizer, config, train);
+            job.data = DataSource {
+                source: format!(
+                    "synthetic: {samples} samples of 784 features, seed {}",
+                    a.common.seed
+                ),
+                sha256: String::new(),
+            };
             (job, a.common)
         }
         Workload::Shakespeare(a) => {
+            let source =
+                DataSource::of(a.data.as_deref(), "data/shakespeare.txt.gz", SHAKESPEARE_GZ)?;
             let corpus = match &a.data {
                 None => CharCorpus::shakespeare()?,
                 Some(path) => CharCorpus::from_file(path, 0.1)?,
@@ -217,8 +275,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                 clip_grad_norm: Some(1.0),
                 weight_decay: 0.1,
             };
-            let dir = Some("target/plimsoll/shakespeare");
-            let mut config = base_config(&a.common, dir, a.batch, a.steps, &defaults)?;
+            let mut config = base_config(&a.common, a.batch, a.steps, &defaults)?;
             config.length = RunLength::Steps(a.steps);
             config.eval_interval_steps = Some(a.eval_every.max(1));
             let spec = GptSpec {
@@ -234,6 +291,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                 test: Some(Box::new(val)),
                 config,
                 gpt_shape: Some(shape),
+                data: source,
             };
             (job, a.common)
         }

@@ -1,0 +1,116 @@
+//! Flag parsers: every value is checked when it is parsed, so a bad one is a usage error
+//! (exit code 2, clap's message naming the flag) before anything runs.
+
+use plimsoll_trainer::{CheckpointPolicy, LeakPolicy};
+
+type Parsed<T> = std::result::Result<T, String>;
+
+/// A byte count: `64MiB`, `1.5GB`, `100000000`. Negative, non-finite and out-of-range sizes
+/// are refused.
+pub fn bytes(s: &str) -> Parsed<u64> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a size: {e}"))?;
+    let scale = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "kib" => 1024.0,
+        "m" | "mb" => 1e6,
+        "mib" => 1024.0 * 1024.0,
+        "g" | "gb" => 1e9,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} (use B, KB, KiB, MB, MiB, GB, GiB)"
+            ));
+        }
+    };
+    let bytes = value * scale;
+    if !bytes.is_finite() || bytes < 1.0 || bytes >= u64::MAX as f64 {
+        return Err(format!(
+            "{s:?} is not a usable size: give a positive size such as 64MiB"
+        ));
+    }
+    Ok(bytes as u64)
+}
+
+/// `none`, `auto`, or a positive number of modules per checkpointed segment.
+pub fn checkpointing(s: &str) -> Parsed<CheckpointPolicy> {
+    match s {
+        "none" | "off" => Ok(CheckpointPolicy::None),
+        "auto" => Ok(CheckpointPolicy::Automatic),
+        n => match n.parse::<usize>() {
+            Ok(k) if k > 0 => Ok(CheckpointPolicy::EveryBlocks(k)),
+            _ => Err(format!(
+                "{s:?}: use none, auto, or a positive number of modules"
+            )),
+        },
+    }
+}
+
+/// `off`, `warn` or `error`.
+pub fn leak(s: &str) -> Parsed<LeakPolicy> {
+    match s {
+        "off" => Ok(LeakPolicy::Off),
+        "warn" => Ok(LeakPolicy::Warn),
+        "error" => Ok(LeakPolicy::Error),
+        _ => Err(format!("{s:?}: use off, warn or error")),
+    }
+}
+
+fn float(s: &str) -> Parsed<f32> {
+    let v: f32 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err(format!("{s:?} is not finite"))
+    }
+}
+
+/// A finite number above 0 (a learning rate).
+pub fn positive(s: &str) -> Parsed<f32> {
+    let v = float(s)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} must be above 0 (1e-3 is usual)"))
+    }
+}
+
+/// A finite number, 0 or above.
+pub fn non_negative(s: &str) -> Parsed<f32> {
+    let v = float(s)?;
+    if v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{v} must be 0 or above"))
+    }
+}
+
+/// A count of at least 1 that fits the machine's `usize` and is at most `2^40` (larger counts
+/// of samples, widths or tokens cannot be held anyway).
+pub fn count(s: &str) -> Parsed<usize> {
+    let v: u64 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a whole number: {e}"))?;
+    if v == 0 {
+        return Err("must be at least 1".to_string());
+    }
+    if v > 1 << 40 {
+        return Err(format!("{v} is beyond any machine (at most 2^40)"));
+    }
+    usize::try_from(v).map_err(|e| e.to_string())
+}
+
+/// A count of at least 1 (steps, epochs, milliseconds), at most `2^40`.
+pub fn count_u64(s: &str) -> Parsed<u64> {
+    count(s).map(|v| v as u64)
+}

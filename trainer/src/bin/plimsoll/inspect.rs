@@ -1,0 +1,215 @@
+//! `plimsoll eval RUN` and `plimsoll runs`: what a run reached, read back from its directory.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, ValueEnum};
+use plimsoll_trainer::checkpoint_io::{BEST, LATEST};
+use plimsoll_trainer::run_dir;
+use plimsoll_trainer::{Error, Result, Trainer};
+
+use crate::train::{RUNS_ROOT, read_record, recorded_args};
+use crate::{Cli, Command, out};
+
+/// Which checkpoint of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Which {
+    /// `best.safetensors` when the run has one, else `latest.safetensors`.
+    Auto,
+    /// The lowest evaluation loss so far.
+    Best,
+    /// The last saved state.
+    Latest,
+}
+
+impl Which {
+    /// The checkpoint file of `dir` this names.
+    pub fn path(self, dir: &Path) -> Result<PathBuf> {
+        let file = match self {
+            Which::Best => BEST,
+            Which::Latest => LATEST,
+            Which::Auto if dir.join(BEST).exists() => BEST,
+            Which::Auto => LATEST,
+        };
+        let path = dir.join(file);
+        if path.exists() {
+            Ok(path)
+        } else {
+            Err(Error::invalid(
+                "--checkpoint",
+                format!(
+                    "{} does not exist (the run saved no such checkpoint yet)",
+                    path.display()
+                ),
+            ))
+        }
+    }
+}
+
+/// The options of `plimsoll eval`.
+#[derive(Args)]
+pub struct EvalArgs {
+    /// The run's directory [default: the newest run under runs/].
+    run: Option<PathBuf>,
+    /// Which checkpoint to evaluate.
+    #[arg(long, value_enum, default_value_t = Which::Auto)]
+    checkpoint: Which,
+    /// Adapter: backend, type or name substring (default: `PLIMSOLL_ADAPTER`, else the best).
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Memory budget, e.g. `64MiB` (default: the adapter's).
+    #[arg(long, value_parser = crate::flags::bytes)]
+    memory_budget: Option<u64>,
+    /// Deadline of every GPU wait, in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_parser = crate::flags::count_u64)]
+    deadline_ms: u64,
+}
+
+/// The run `given`, or the newest under `runs/` (of `workload`, when given).
+pub fn run_or_newest(given: Option<&Path>, workload: Option<&str>) -> Result<PathBuf> {
+    if let Some(p) = given {
+        if !p.join(run_dir::RUN_FILE).is_file() {
+            return Err(Error::invalid(
+                "run",
+                format!(
+                    "{} is not a run directory (no run.json); `plimsoll runs` lists the runs",
+                    p.display()
+                ),
+            ));
+        }
+        return Ok(p.to_path_buf());
+    }
+    let root = Path::new(RUNS_ROOT);
+    let runs = if root.is_dir() {
+        run_dir::list(root)?
+    } else {
+        Vec::new()
+    };
+    runs.into_iter()
+        .rev()
+        .find(|r| workload.is_none_or(|w| r.workload == w))
+        .map(|r| r.path)
+        .ok_or_else(|| {
+            Error::invalid(
+                "run",
+                format!(
+                    "no {}run under {RUNS_ROOT}/ here; give the run's directory, or train first",
+                    workload.map(|w| format!("{w} ")).unwrap_or_default()
+                ),
+            )
+        })
+}
+
+/// Evaluates a run's checkpoint on its evaluation data and prints the result.
+pub fn eval(args: &EvalArgs) -> Result<()> {
+    let dir = run_or_newest(args.run.as_deref(), None)?;
+    let record = read_record(&dir)?;
+    let name = record
+        .get("workload")
+        .and_then(|w| w.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let mut argv: Vec<String> = ["plimsoll", "train", &name]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    argv.extend(recorded_args(&record, &dir)?);
+    let workload = match Cli::try_parse_from(&argv) {
+        Ok(Cli {
+            command: Command::Train { workload },
+        }) => workload,
+        _ => {
+            return Err(Error::invalid(
+                dir.join("run.json").display().to_string(),
+                "its recorded arguments do not parse; was it written by another version?",
+            ));
+        }
+    };
+    let path = args.checkpoint.path(&dir)?;
+    let (mut job, mut common) = crate::workloads::job(workload)?;
+    if job.test.is_none() {
+        return Err(Error::invalid(
+            "eval",
+            format!("the {name} workload has no evaluation data"),
+        ));
+    }
+    if let Some(saved) = record.get("data").and_then(|d| d.get("sha256"))
+        && saved.as_str() != Some(job.data.sha256.as_str())
+    {
+        return Err(Error::invalid(
+            "eval",
+            format!(
+                "the run's data changed since it trained: {} had sha256 {saved}, now {}",
+                job.data.source, job.data.sha256
+            ),
+        ));
+    }
+    common.adapter = args.adapter.clone();
+    common.memory_budget = args.memory_budget;
+    common.deadline_ms = args.deadline_ms;
+    job.config.memory_budget_bytes = args.memory_budget;
+    // Evaluation only: no plan, no checkpointing; out-of-memory halves the evaluation chunk.
+    job.config.micro_batch = Some(job.config.effective_batch);
+    job.config.checkpointing = plimsoll_trainer::CheckpointPolicy::None;
+    job.config.checkpoint_dir = None;
+    let gpu = crate::open_gpu(&common)?;
+    let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
+    trainer.resume_with(&path, true)?;
+    let step = trainer.position().step;
+    let evaluation = trainer
+        .evaluate()?
+        .ok_or_else(|| Error::invalid("eval", "no evaluation data"))?;
+    out::say(format_args!(
+        "{} ({}, step {step}): {}, loss {:.4} over {} samples",
+        dir.display(),
+        path.file_name()
+            .map(|f| f.to_string_lossy())
+            .unwrap_or_default(),
+        crate::progress::describe(&evaluation),
+        evaluation.loss,
+        evaluation.samples
+    ));
+    Ok(())
+}
+
+/// The options of `plimsoll runs`.
+#[derive(Args)]
+pub struct RunsArgs {
+    /// The folder of runs.
+    #[arg(default_value = RUNS_ROOT)]
+    dir: PathBuf,
+}
+
+/// Lists the runs in a folder.
+pub fn runs(args: &RunsArgs) -> Result<()> {
+    if !args.dir.is_dir() {
+        return Err(Error::invalid(
+            "runs",
+            format!(
+                "{} is not a directory; train first (runs go to {RUNS_ROOT}/) or name the folder",
+                args.dir.display()
+            ),
+        ));
+    }
+    let runs = run_dir::list(&args.dir)?;
+    if runs.is_empty() {
+        out::say(format_args!("no runs in {}", args.dir.display()));
+        return Ok(());
+    }
+    out::say(format_args!(
+        "{:<40} {:<12} {:>7} {:>10}  status",
+        "run", "workload", "step", "best loss"
+    ));
+    for r in runs {
+        out::say(format_args!(
+            "{:<40} {:<12} {:>7} {:>10}  {}",
+            r.path.display(),
+            r.workload,
+            r.step.map(|s| s.to_string()).unwrap_or_else(|| "-".into()),
+            r.best_eval_loss
+                .map(|l| format!("{l:.4}"))
+                .unwrap_or_else(|| "-".into()),
+            r.status
+        ));
+    }
+    Ok(())
+}

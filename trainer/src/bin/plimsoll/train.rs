@@ -1,0 +1,532 @@
+//! `plimsoll train`: a run in its own directory (see `plimsoll_trainer::run_dir`), or the
+//! continuation of one (`--resume RUN`), with signals, progress and the run's records.
+//!
+//! A resumed run is rebuilt from the arguments its `run.json` recorded, with the flags given
+//! alongside `--resume` applied on top (and recorded as changes). The model and the seed cannot
+//! change; data whose checksum changed since the run began is refused unless `--data` is given.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
+
+use clap::Parser;
+use plimsoll_trainer::checkpoint_io::{latest_path, save_record};
+use plimsoll_trainer::run_dir::{self, METRICS_FILE, RUN_FILE, RunDir, SUMMARY_FILE};
+use plimsoll_trainer::{Error, JsonLines, Result, RunSummary, Trainer};
+
+use crate::progress::{self, Mode, Progress};
+use crate::workloads::{Job, job};
+use crate::{Cli, Command, CommonArgs, GptShape, Workload, open_gpu, out};
+
+/// Where runs go unless `--run-dir` says otherwise.
+pub const RUNS_ROOT: &str = "runs";
+
+/// Flags about the run's directory rather than the training: not recorded, not replayed.
+const RUN_FLAGS: [(&str, bool); 4] = [
+    ("--resume", true),
+    ("--run-dir", true),
+    ("--checkpoint-dir", true),
+    ("--reset-optimizer", false),
+];
+
+impl Workload {
+    /// The workload's name on the command line.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::Digits(_) => "digits",
+            Workload::MlpBench(_) => "mlp-bench",
+            Workload::Shakespeare(_) => "shakespeare",
+        }
+    }
+
+    /// The shared options.
+    pub fn common(&self) -> &CommonArgs {
+        match self {
+            Workload::Digits(a) => &a.common,
+            Workload::MlpBench(a) => &a.common,
+            Workload::Shakespeare(a) => &a.common,
+        }
+    }
+}
+
+/// The tokens after `train <workload>` without the run-directory flags, and with a `--data`
+/// path made absolute (a resumed run may start elsewhere).
+fn training_tokens(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut tokens = argv.iter().skip(3).peekable();
+    while let Some(t) = tokens.next() {
+        let (flag, inline) = match t.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v)),
+            _ => (t.as_str(), None),
+        };
+        if let Some((_, takes_value)) = RUN_FLAGS.iter().find(|(f, _)| *f == flag) {
+            if *takes_value && inline.is_none() {
+                // `--resume` may stand alone: its value is the next token unless that is a flag.
+                if tokens.peek().is_some_and(|n| !n.starts_with("--")) {
+                    tokens.next();
+                }
+            }
+            continue;
+        }
+        if flag == "--data" {
+            let value = inline
+                .map(str::to_string)
+                .or_else(|| tokens.next().cloned());
+            if let Some(v) = value {
+                let abs = std::fs::canonicalize(&v)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or(v);
+                out.push("--data".to_string());
+                out.push(abs);
+            }
+            continue;
+        }
+        out.push(t.clone());
+    }
+    out
+}
+
+/// Parses `train <name> <tokens>` into a workload.
+fn parse(name: &str, tokens: &[String]) -> Result<Workload> {
+    let argv = ["plimsoll", "train", name]
+        .into_iter()
+        .map(String::from)
+        .chain(tokens.iter().cloned());
+    match Cli::try_parse_from(argv) {
+        Ok(Cli {
+            command: Command::Train { workload },
+        }) => Ok(workload),
+        Ok(_) => Err(Error::invalid(
+            "--resume",
+            "the run did not record a training",
+        )),
+        Err(e) => Err(Error::invalid(
+            "--resume",
+            format!("the run's recorded arguments no longer parse: {e}"),
+        )),
+    }
+}
+
+/// The newest run of `workload` under `root`.
+pub fn newest_run(root: &Path, workload: &str) -> Result<PathBuf> {
+    let runs = if root.is_dir() {
+        run_dir::list(root)?
+    } else {
+        Vec::new()
+    };
+    runs.into_iter()
+        .rev()
+        .find(|r| r.workload == workload)
+        .map(|r| r.path)
+        .ok_or_else(|| {
+            Error::invalid(
+                "--resume",
+                format!(
+                    "no {workload} run under {}/; give the run's directory (`plimsoll runs` \
+                     lists them)",
+                    root.display()
+                ),
+            )
+        })
+}
+
+/// A run's `run.json`.
+pub fn read_record(dir: &Path) -> Result<serde_json::Value> {
+    let path = dir.join(RUN_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(path.display().to_string(), format!("not JSON: {e}")))
+}
+
+/// The arguments `record` holds (`args`).
+pub fn recorded_args(record: &serde_json::Value, dir: &Path) -> Result<Vec<String>> {
+    record
+        .get("args")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .ok_or_else(|| {
+            Error::invalid(
+                dir.join(RUN_FILE).display().to_string(),
+                "records no arguments (written by an older Plimsoll?); start a new run",
+            )
+        })
+}
+
+/// The settings that differ between the run as recorded and as resumed, as
+/// `name: [before, after]`; an error for those that cannot change.
+fn changes(
+    old: &Job,
+    new: &Job,
+    explicit_data: bool,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let model = |j: &Job| {
+        let d = j.spec.describe();
+        d.split(';').next().unwrap_or_default().to_string()
+    };
+    let invalid = |flag: &str, message: String| Err(Error::invalid(flag, message));
+    if old.config.seed != new.config.seed {
+        return invalid(
+            "--seed",
+            format!(
+                "{}, but the run was started with seed {}; a resumed run keeps its seed",
+                new.config.seed, old.config.seed
+            ),
+        );
+    }
+    if model(old) != model(new) {
+        return invalid(
+            "--resume",
+            format!(
+                "the run trained {}; these flags ask for {}. A resumed run keeps its model; \
+                 start a new run for another",
+                model(old),
+                model(new)
+            ),
+        );
+    }
+    if old.data != new.data && !explicit_data {
+        return invalid(
+            "--resume",
+            format!(
+                "the run's data changed since it began: {} had sha256 {}, now {}. Restore it, \
+                 or pass --data explicitly to go on with the new data (recorded in run.json)",
+                new.data.source, old.data.sha256, new.data.sha256
+            ),
+        );
+    }
+    let mut out = serde_json::Map::new();
+    let (a, b) = (old.config.to_json(), new.config.to_json());
+    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+        for (k, v) in b {
+            if k != "checkpoint_dir" && a.get(k) != Some(v) {
+                out.insert(k.clone(), serde_json::json!([a.get(k), v]));
+            }
+        }
+    }
+    if old.data != new.data {
+        out.insert(
+            "data".into(),
+            serde_json::json!([old.data.record(), new.data.record()]),
+        );
+    }
+    Ok(out)
+}
+
+/// The checks of the configuration that need no device (`Trainer::new` makes them again).
+fn precheck(job: &Job) -> Result<()> {
+    job.config.validate()?;
+    if let plimsoll_trainer::CheckpointPolicy::EveryBlocks(k) = job.config.checkpointing
+        && k > job.spec.blocks()
+    {
+        return Err(Error::invalid(
+            "--checkpointing",
+            format!(
+                "{k}, but the model has {} checkpointable modules; use a number from 1 to {}, \
+                 auto or none",
+                job.spec.blocks(),
+                job.spec.blocks()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// What this run writes to `run.json`.
+fn record(job: &Job, args: &[String], adapter: &str) -> serde_json::Value {
+    serde_json::json!({
+        "plimsoll": env!("CARGO_PKG_VERSION"),
+        "workload": job.name,
+        "args": args,
+        "command": std::env::args().collect::<Vec<_>>(),
+        "started": jiff::Timestamp::now().to_string(),
+        "model": job.spec.describe(),
+        "parameters": job.spec.parameter_count(),
+        "data": job.data.record(),
+        "train_data": job.train.describe(),
+        "eval_data": job.test.as_ref().map(|t| t.describe()),
+        "config": job.config.to_json(),
+        "adapter": adapter,
+        "gpt": job.gpt_shape.map(GptShape::record),
+        "resumes": [],
+    })
+}
+
+/// What [`prepare`] gives: the locked directory, the job, its options, the arguments to record,
+/// and for a resumed run the record of this resumption.
+type Prepared = (
+    RunDir,
+    Job,
+    CommonArgs,
+    Vec<String>,
+    Option<serde_json::Value>,
+);
+
+/// The run's directory and job: a new run, or the one `--resume` names rebuilt with the
+/// explicit flags on top; and for a resumed run the changes to record.
+fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
+    let name = workload.name();
+    let common = workload.common().clone();
+    let explicit = training_tokens(argv);
+    let Some(resume) = common.resume.clone() else {
+        // The job first: bad flags and bad data leave no run directory behind.
+        let (job, common) = job(workload)?;
+        precheck(&job)?;
+        let run = match &common.run_dir {
+            Some(dir) => RunDir::create_at(dir)?,
+            None => {
+                let stamp = jiff::ZonedDateTime::now()
+                    .strftime("%Y%m%d-%H%M%S")
+                    .to_string();
+                RunDir::create_unique(Path::new(RUNS_ROOT), &format!("{name}-{stamp}"))?
+            }
+        };
+        return Ok((run, job, common, explicit, None));
+    };
+    if common.run_dir.is_some() {
+        return Err(Error::invalid(
+            "--run-dir",
+            "a resumed run keeps its directory; give --resume RUN alone",
+        ));
+    }
+    let path = match resume {
+        None => newest_run(Path::new(RUNS_ROOT), name)?,
+        Some(path) => path,
+    };
+    let run = RunDir::open(&path)?;
+    let saved = read_record(&path)?;
+    let saved_workload = saved
+        .get("workload")
+        .and_then(|w| w.as_str())
+        .unwrap_or("?");
+    if saved_workload != name {
+        return Err(Error::invalid(
+            "--resume",
+            format!(
+                "{} is a {saved_workload} run; resume it with `plimsoll train {saved_workload} \
+                 --resume {}`",
+                path.display(),
+                path.display()
+            ),
+        ));
+    }
+    let before = recorded_args(&saved, &path)?;
+    let mut merged = before.clone();
+    merged.extend(explicit.iter().cloned());
+    let explicit_data = explicit.iter().any(|t| t == "--data");
+    let (old, _) = job(parse(name, &before)?)?;
+    let (mut new, mut new_common) = job(parse(name, &merged)?)?;
+    let changed = changes(&old, &new, explicit_data)?;
+    precheck(&new)?;
+    new_common.resume = Some(Some(path));
+    new_common.reset_optimizer = common.reset_optimizer;
+    new.config.checkpoint_dir = None;
+    let resume_record = serde_json::json!({
+        "command": argv,
+        "at": jiff::Timestamp::now().to_string(),
+        "changes": changed,
+        "reset_optimizer": common.reset_optimizer,
+    });
+    Ok((run, new, new_common, merged, Some(resume_record)))
+}
+
+/// Trains; the exit code is 0, or 130 / 143 after SIGINT / SIGTERM (the run saved).
+pub fn train(workload: Workload, argv: &[String], started: Instant) -> Result<ExitCode> {
+    let (run, job, common, args, resumed) = prepare(workload, argv)?;
+    let dir = run.path().to_path_buf();
+    let outcome = train_in(&dir, job, &common, &args, resumed.as_ref(), started);
+    if let Err(e) = &outcome {
+        // The run's record of how it ended; the error itself is what the user sees.
+        let failed = serde_json::json!({ "status": "failed", "error": e.to_string() });
+        let _ = save_record(&dir, SUMMARY_FILE, &failed);
+    }
+    drop(run);
+    if outcome.is_err() && resumed.is_none() && !latest_path(&dir).exists() {
+        // A new run that failed before it saved anything leaves no directory behind: only
+        // the files it wrote are removed, then the folder if that left it empty.
+        for file in [RUN_FILE, METRICS_FILE, SUMMARY_FILE, run_dir::LOCK_FILE] {
+            let _ = std::fs::remove_file(dir.join(file));
+        }
+        let _ = std::fs::remove_dir(&dir);
+        let _ = std::fs::remove_dir(RUNS_ROOT);
+    }
+    outcome
+}
+
+/// [`train`] inside the run's directory `dir` (locked by the caller).
+fn train_in(
+    dir: &Path,
+    mut job: Job,
+    common: &CommonArgs,
+    args: &[String],
+    resumed: Option<&serde_json::Value>,
+    started: Instant,
+) -> Result<ExitCode> {
+    let dir = dir.to_path_buf();
+    let common = common.clone();
+    job.config.checkpoint_dir = Some(dir.clone());
+    let gpu = open_gpu(&common)?;
+    let mut saved = match resumed {
+        Some(_) => read_record(&dir)?,
+        None => record(&job, args, &gpu.adapter().to_string()),
+    };
+    if let Some(r) = resumed {
+        let step = run_dir::checkpoint_metadata(&latest_path(&dir))
+            .and_then(|m| m.get("step").cloned())
+            .unwrap_or_else(|| "?".into());
+        out::say(format_args!("resuming {} at step {step}", dir.display()));
+        if let Some(c) = r.get("changes").and_then(|c| c.as_object())
+            && !c.is_empty()
+        {
+            let list: Vec<String> = c
+                .iter()
+                .map(|(k, v)| format!("{k} {} -> {}", v[0], v[1]))
+                .collect();
+            out::say(format_args!(
+                "changed (recorded in run.json): {}",
+                list.join(", ")
+            ));
+        }
+        saved["args"] = serde_json::json!(args);
+        if let Some(list) = saved.get_mut("resumes").and_then(|l| l.as_array_mut()) {
+            list.push(r.clone());
+        } else {
+            saved["resumes"] = serde_json::json!([r]);
+        }
+    }
+    save_record(&dir, RUN_FILE, &saved)?;
+    out::say(format_args!(
+        "training {} ({} parameters) on {}; run directory {}",
+        job.name,
+        job.spec.parameter_count(),
+        gpu.adapter(),
+        dir.display()
+    ));
+    let mut metrics = vec![JsonLines::create(
+        &dir.join(METRICS_FILE),
+        resumed.is_some(),
+    )?];
+    if let Some(p) = &common.metrics_out {
+        metrics.push(JsonLines::create(p, resumed.is_some())?);
+    }
+    for m in &mut metrics {
+        // A first line now: a file that cannot be written fails before step 1, not after.
+        m.write(&serde_json::json!({"event": if resumed.is_some() { "resume" } else { "start" }, "run": dir}))?;
+    }
+    let compile = Instant::now();
+    out::say("compiling GPU kernels (once per run, outside any step's deadline)");
+    let kernels = gpu.compile_kernels()?;
+    out::say(format_args!(
+        "compiled {kernels} kernels in {:.1} s",
+        compile.elapsed().as_secs_f64()
+    ));
+    let (s, seconds, code) = run_training(job, &gpu, &common, &dir, metrics, started)?;
+    let summary = serde_json::json!({
+        "status": if s.interrupted { "interrupted" } else { "finished" },
+        "steps": s.steps,
+        "training_loss": s.last_loss,
+        "last_evaluation": s.last_evaluation.map(|e| serde_json::json!({
+            "loss": e.loss,
+            "accuracy": e.accuracy,
+        })),
+        "best_eval_loss": s.best_eval_loss,
+        "seconds": seconds,
+    });
+    save_record(&dir, SUMMARY_FILE, &summary)?;
+    out::say(gpu.memory_summary());
+    Ok(code)
+}
+
+/// The training itself, after the run's records are in place.
+fn run_training(
+    job: Job,
+    gpu: &plimsoll_trainer::Gpu,
+    common: &CommonArgs,
+    dir: &Path,
+    metrics: Vec<JsonLines>,
+    started: Instant,
+) -> Result<(RunSummary, f64, ExitCode)> {
+    let mut trainer = Trainer::new(gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
+    if common.resume.is_some() {
+        let path = latest_path(dir);
+        if !path.exists() {
+            return Err(Error::invalid(
+                "--resume",
+                format!(
+                    "{} holds no checkpoint yet (the run stopped before its first save); start \
+                     a new run",
+                    dir.display()
+                ),
+            ));
+        }
+        trainer.resume_with(&path, common.reset_optimizer)?;
+    }
+    let signal = watch_signals(trainer.stop_flag())?;
+    let mode = Mode::detect(common.log_every, trainer.total_steps());
+    let mut progress = Progress::new(
+        mode,
+        trainer.total_steps(),
+        trainer.position().step,
+        metrics,
+        started,
+    );
+    let run_start = Instant::now();
+    let summary = trainer.run(&mut progress);
+    progress.finish();
+    let summary = summary?;
+    let seconds = run_start.elapsed().as_secs_f64();
+    let mut code = ExitCode::SUCCESS;
+    if summary.interrupted {
+        let signal = signal.load(Ordering::SeqCst);
+        let name = if signal == 143 {
+            "SIGTERM"
+        } else {
+            "interrupted (Ctrl-C)"
+        };
+        out::warn(format_args!(
+            "{name} at step {}; saved {}; continue with: plimsoll train {} --resume {}",
+            summary.steps,
+            latest_path(dir).display(),
+            job.name,
+            dir.display()
+        ));
+        code = ExitCode::from(if signal == 143 { 143 } else { 130 });
+    }
+    out::say(format_args!(
+        "{} steps in {seconds:.1} s{}{}; first step done {:.2} s after start",
+        summary.steps,
+        summary
+            .last_loss
+            .map(|l| format!(", training loss {l:.4} (mean of the last steps)"))
+            .unwrap_or_default(),
+        summary
+            .last_evaluation
+            .map(|e| format!(", {}", progress::describe(&e)))
+            .unwrap_or_default(),
+        progress.first_step_done.unwrap_or_default().as_secs_f64()
+    ));
+    if let Some(e) = progress.metrics_error.take() {
+        return Err(e);
+    }
+    Ok((summary, seconds, code))
+}
+
+/// SIGINT and SIGTERM raise `stop` (the run saves after the current step) and set the
+/// returned code to 130 or 143; a second signal while stopping exits at once with that code
+/// (the last checkpoint on disk stays intact: saves are atomic).
+fn watch_signals(stop: Arc<AtomicBool>) -> Result<Arc<AtomicUsize>> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let which = Arc::new(AtomicUsize::new(0));
+    for (signal, code) in [(SIGINT, 130), (SIGTERM, 143)] {
+        let failed = |e: std::io::Error| Error::invalid("signal handler", e.to_string());
+        signal_hook::flag::register_conditional_shutdown(signal, code, Arc::clone(&stop))
+            .map_err(failed)?;
+        signal_hook::flag::register_usize(signal, Arc::clone(&which), code as usize)
+            .map_err(failed)?;
+        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(failed)?;
+    }
+    Ok(which)
+}

@@ -1,0 +1,228 @@
+//! A run is a directory: [`RunDir`] makes one per run (never reusing another run's), holds an
+//! exclusive lock on it while the run writes, and checks it writable before the first step.
+//! [`list`] reads a folder of runs for `plimsoll runs`.
+//!
+//! What a run directory holds (written by the trainer and the `plimsoll` command):
+//! `run.json` (the configuration), `metrics.jsonl`, `latest.safetensors` and
+//! `best.safetensors` (training state: parameters, optimizer, position), `model.safetensors`
+//! (the weights alone, PyTorch's names), `summary.json` (how the run ended), and `lock`.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::checkpoint_io::LATEST;
+use crate::error::{Error, Result};
+
+/// The configuration record of a run.
+pub const RUN_FILE: &str = "run.json";
+/// How the run ended (written at its end).
+pub const SUMMARY_FILE: &str = "summary.json";
+/// The metrics, one JSON line per step and per evaluation.
+pub const METRICS_FILE: &str = "metrics.jsonl";
+/// The lock file.
+pub const LOCK_FILE: &str = "lock";
+
+/// A run's directory, locked for this process while the value lives.
+#[derive(Debug)]
+pub struct RunDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl RunDir {
+    /// A new directory `root/<prefix>` for a run, or `root/<prefix>-2`, `-3`, ... when that
+    /// name is taken (two runs started in the same second get two directories).
+    pub fn create_unique(root: &Path, prefix: &str) -> Result<RunDir> {
+        std::fs::create_dir_all(root).map_err(io(root))?;
+        for n in 1..10_000 {
+            let name = if n == 1 {
+                prefix.to_string()
+            } else {
+                format!("{prefix}-{n}")
+            };
+            let path = root.join(name);
+            match std::fs::create_dir(&path) {
+                Ok(()) => return RunDir::lock(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        Err(Error::invalid(
+            root.display().to_string(),
+            format!("10,000 runs named {prefix}-N already; choose a --run-dir"),
+        ))
+    }
+
+    /// `path` for a new run: created when absent; an existing directory must not hold a run
+    /// already (a run never writes into another run's directory).
+    pub fn create_at(path: &Path) -> Result<RunDir> {
+        std::fs::create_dir_all(path).map_err(io(path))?;
+        let dir = RunDir::lock(path.to_path_buf())?;
+        if path.join(RUN_FILE).exists() || path.join(LATEST).exists() {
+            return Err(Error::invalid(
+                "--run-dir",
+                format!(
+                    "{} holds a run already; continue it with --resume {}, or give a new \
+                     directory",
+                    path.display(),
+                    path.display()
+                ),
+            ));
+        }
+        Ok(dir)
+    }
+
+    /// The existing run at `path`, to continue it: it must hold `run.json`.
+    pub fn open(path: &Path) -> Result<RunDir> {
+        if !path.join(RUN_FILE).is_file() {
+            return Err(Error::invalid(
+                "--resume",
+                format!(
+                    "{} is not a run directory (no {RUN_FILE}); `plimsoll runs` lists the runs",
+                    path.display()
+                ),
+            ));
+        }
+        RunDir::lock(path.to_path_buf())
+    }
+
+    /// Takes the directory's lock (failing at once when another process holds it) and checks
+    /// that files can be created in it.
+    fn lock(path: PathBuf) -> Result<RunDir> {
+        let lock_path = path.join(LOCK_FILE);
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io(&lock_path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                return Err(Error::invalid(
+                    path.display().to_string(),
+                    format!(
+                        "another plimsoll process{} is using this run directory; wait for it \
+                         to finish, or give this run another --run-dir",
+                        if holder.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" (pid {holder})")
+                        }
+                    ),
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
+        }
+        file.set_len(0).map_err(io(&lock_path))?;
+        write!(file, "{}", std::process::id()).map_err(io(&lock_path))?;
+        let dir = RunDir { path, _lock: file };
+        dir.check_writable()?;
+        Ok(dir)
+    }
+
+    /// Creates, writes and removes a probe file: a directory the run could not write into is
+    /// found before the first step, not after the last.
+    pub fn check_writable(&self) -> Result<()> {
+        let probe = self
+            .path
+            .join(format!(".write-probe.{}.tmp", std::process::id()));
+        std::fs::write(&probe, b"plimsoll write probe\n").map_err(io(&probe))?;
+        std::fs::remove_file(&probe).map_err(io(&probe))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What `plimsoll runs` shows of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// The run's directory.
+    pub path: PathBuf,
+    /// The workload (`run.json`'s `workload`).
+    pub workload: String,
+    /// Steps saved in `latest.safetensors` (`None`: no checkpoint yet).
+    pub step: Option<u64>,
+    /// The lowest evaluation loss saved (`best.safetensors`).
+    pub best_eval_loss: Option<f32>,
+    /// `finished`, `interrupted`, `failed`, `running` (its lock is held) or `stopped` (no
+    /// summary and no process: killed, or crashed).
+    pub status: String,
+}
+
+/// The runs directly under `root` (directories holding `run.json`), oldest first by name.
+pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
+    let mut runs = Vec::new();
+    let entries = std::fs::read_dir(root).map_err(io(root))?;
+    for entry in entries {
+        let path = entry.map_err(io(root))?.path();
+        let Ok(text) = std::fs::read_to_string(path.join(RUN_FILE)) else {
+            continue;
+        };
+        let record: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let workload = record
+            .get("workload")
+            .and_then(|w| w.as_str())
+            .unwrap_or("?")
+            .to_string();
+        let meta = checkpoint_metadata(&path.join(LATEST)).unwrap_or_default();
+        let status = match std::fs::read_to_string(path.join(SUMMARY_FILE)) {
+            Ok(s) => serde_json::from_str::<serde_json::Value>(&s)
+                .ok()
+                .and_then(|v| v.get("status").and_then(|s| s.as_str()).map(String::from))
+                .unwrap_or_else(|| "?".to_string()),
+            Err(_) if is_locked(&path) => "running".to_string(),
+            Err(_) => "stopped".to_string(),
+        };
+        runs.push(RunInfo {
+            workload,
+            step: meta.get("step").and_then(|v| v.parse().ok()),
+            best_eval_loss: meta.get("best_eval_loss").and_then(|v| v.parse().ok()),
+            status,
+            path,
+        });
+    }
+    runs.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(runs)
+}
+
+/// Whether another process holds the lock of the run at `path`.
+fn is_locked(path: &Path) -> bool {
+    let Ok(file) = File::open(path.join(LOCK_FILE)) else {
+        return false;
+    };
+    matches!(
+        file.try_lock_shared(),
+        Err(std::fs::TryLockError::WouldBlock)
+    )
+}
+
+/// The `__metadata__` of a safetensors file, read from its header alone.
+pub fn checkpoint_metadata(path: &Path) -> Option<std::collections::BTreeMap<String, String>> {
+    let mut file = File::open(path).ok()?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).ok()?;
+    let len = u64::from_le_bytes(len);
+    if len > 100_000_000 {
+        return None;
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header).ok()?;
+    let header: serde_json::Value = serde_json::from_slice(&header).ok()?;
+    serde_json::from_value(header.get("__metadata__")?.clone()).ok()
+}

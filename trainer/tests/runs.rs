@@ -1,0 +1,299 @@
+//! A run is a directory, driven through the `plimsoll` command: two runs never share one, a
+//! second process on a run fails at once, a resumed run keeps its settings unless a flag
+//! changes them (recorded), what cannot change is refused, a directory that cannot be written
+//! is found before step 1, a crash in the middle of a save leaves a loadable checkpoint, and
+//! no input however wrong ends in a panic (101) or an abort (134).
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// A fresh, empty folder for one test.
+fn folder(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-runs-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn plimsoll(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_plimsoll"));
+    c.current_dir(dir).stdin(Stdio::null());
+    c
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    plimsoll(dir).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Waits until `path` exists (a run has started), up to a minute.
+fn wait_for(path: &Path) {
+    for _ in 0..600 {
+        if path.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{} did not appear", path.display());
+}
+
+#[test]
+fn two_runs_never_share_a_directory() {
+    let dir = folder("two-runs");
+    // Two runs started together without --run-dir get a directory each.
+    let a = plimsoll(&dir)
+        .args(["train", "digits", "--epochs", "1"])
+        .output();
+    let b = plimsoll(&dir)
+        .args(["train", "digits", "--epochs", "1"])
+        .output();
+    assert!(a.unwrap().status.success() && b.unwrap().status.success());
+    let runs: Vec<_> = std::fs::read_dir(dir.join("runs")).unwrap().collect();
+    assert_eq!(runs.len(), 2);
+    // A second process on a run in progress fails at once, naming the holder.
+    let mut first = plimsoll(&dir)
+        .args(["train", "digits", "--epochs", "100000", "--run-dir", "r"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&dir.join("r/run.json"));
+    let pid = first.id().to_string();
+    for args in [
+        &["train", "digits", "--run-dir", "r"][..],
+        &["train", "digits", "--resume", "r"][..],
+    ] {
+        let second = run(&dir, args);
+        let said = text(&second);
+        assert_eq!(second.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("another plimsoll process") && said.contains(&pid),
+            "{said}"
+        );
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // A finished run's directory is not reused for a new run.
+    let again = run(
+        &dir,
+        &["train", "digits", "--epochs", "1", "--run-dir", "r"],
+    );
+    assert!(
+        text(&again).contains("holds a run already"),
+        "{}",
+        text(&again)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_resumed_run_keeps_its_settings_and_records_a_change() {
+    let dir = folder("resume-settings");
+    let first = run(
+        &dir,
+        &["train", "digits", "--epochs", "1", "--run-dir", "r"],
+    );
+    assert!(first.status.success(), "{}", text(&first));
+    // The model and the seed cannot change; nothing is written.
+    for (flag, value, says) in [
+        ("--hidden", "64", "keeps its model"),
+        ("--seed", "5", "keeps its seed"),
+    ] {
+        let o = run(&dir, &["train", "digits", "--resume", "r", flag, value]);
+        assert!(
+            !o.status.success() && text(&o).contains(says),
+            "{}",
+            text(&o)
+        );
+    }
+    assert_eq!(
+        json(&dir.join("r/run.json"))["resumes"],
+        serde_json::json!([])
+    );
+    // The batch can, explicitly: recorded, and the epochs are counted in samples.
+    let second = run(
+        &dir,
+        &[
+            "train", "digits", "--resume", "r", "--epochs", "2", "--batch", "128",
+        ],
+    );
+    let said = text(&second);
+    assert!(second.status.success(), "{said}");
+    assert!(said.contains("effective_batch 64 -> 128"), "{said}");
+    let record = json(&dir.join("r/run.json"));
+    assert_eq!(
+        record["resumes"][0]["changes"]["effective_batch"],
+        serde_json::json!([64, 128])
+    );
+    let metrics = std::fs::read_to_string(dir.join("r/metrics.jsonl")).unwrap();
+    let samples: u64 = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|v| v.get("samples").and_then(|s| s.as_u64()))
+        .sum();
+    assert_eq!(
+        samples,
+        2 * 1438,
+        "two epochs of the 1,438 training samples, each seen once"
+    );
+    assert_eq!(json(&dir.join("r/summary.json"))["steps"], 23 + 12);
+    // Nothing given: the run's own settings (batch 128 now), not the defaults.
+    let third = run(&dir, &["train", "digits", "--resume", "r", "--epochs", "3"]);
+    assert!(
+        !text(&third).contains("effective_batch"),
+        "{}",
+        text(&third)
+    );
+    assert_eq!(json(&dir.join("r/summary.json"))["steps"], 23 + 12 + 12);
+    // eval and runs read it back.
+    let eval = run(&dir, &["eval", "r"]);
+    assert!(
+        text(&eval).contains("step 47): test accuracy"),
+        "{}",
+        text(&eval)
+    );
+    let runs = run(&dir, &["runs", "."]);
+    assert!(
+        text(&runs).contains("finished") && text(&runs).contains("47"),
+        "{}",
+        text(&runs)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn what_a_run_cannot_write_is_found_before_step_1() {
+    let dir = folder("unwritable");
+    std::fs::write(dir.join("a-file"), "not a directory").unwrap();
+    for args in [
+        &["train", "digits", "--run-dir", "a-file/run"][..],
+        &[
+            "train",
+            "digits",
+            "--run-dir",
+            "r",
+            "--metrics-out",
+            "/dev/full",
+        ][..],
+        &[
+            "train",
+            "digits",
+            "--run-dir",
+            "r2",
+            "--metrics-out",
+            "a-file/m.jsonl",
+        ][..],
+    ] {
+        let o = run(&dir, args);
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {said}");
+        assert!(
+            said.contains("error: ") && !said.contains("step e1 "),
+            "{args:?}: {said}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGKILL at moments spread over a run that saves every step: whatever the moment, the
+/// latest checkpoint loads (saves are a temporary file and a rename).
+#[test]
+fn a_crash_in_the_middle_of_a_save_leaves_a_loadable_checkpoint() {
+    let dir = folder("crash");
+    for (i, delay_ms) in [0u64, 7, 23].into_iter().enumerate() {
+        let name = format!("r{i}");
+        let mut child = plimsoll(&dir)
+            .args([
+                "train",
+                "digits",
+                "--epochs",
+                "100000",
+                "--checkpoint-every",
+                "1",
+            ])
+            .args(["--run-dir", &name])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for(&dir.join(&name).join("latest.safetensors"));
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let eval = run(&dir, &["eval", &name, "--checkpoint", "latest"]);
+        assert!(eval.status.success(), "{}", text(&eval));
+        let runs = run(&dir, &["runs", "."]);
+        assert!(text(&runs).contains("stopped"), "{}", text(&runs));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every input from the runs issue's list, and more: an error with exit code 1 or 2 (2 for a
+/// bad flag), never 101 (panic) or 134 (abort).
+#[test]
+fn no_input_panics_or_aborts() {
+    let dir = folder("bad-inputs");
+    std::fs::write(dir.join("ragged.csv"), "1,2,3,0\n1,2,1\n").unwrap();
+    let cases: &[(&[&str], i32)] = &[
+        (&["train", "digits", "--hidden", "100000000"], 1),
+        (&["train", "mlp-bench", "--batch", "10000000"], 1),
+        (
+            &["train", "mlp-bench", "--batch", "18446744073709551615"],
+            2,
+        ),
+        (&["train", "digits", "--lr=-1"], 2),
+        (&["train", "digits", "--lr", "inf"], 2),
+        (&["train", "digits", "--memory-budget=-5MB"], 2),
+        (&["train", "digits", "--checkpointing", "99"], 2),
+        (&["train", "digits", "--epochs", "0"], 2),
+        (
+            &["train", "digits", "--batch", "10", "--micro-batch", "100"],
+            2,
+        ),
+        (&["train", "shakespeare", "--heads", "3"], 2),
+        (&["train", "shakespeare", "--context", "100000000"], 2),
+        (&["train", "shakespeare", "--width", "1099511627776"], 1),
+        (&["train", "digits", "--data", "ragged.csv"], 1),
+        (&["train", "digits", "--data", "missing.csv.gz"], 1),
+        (&["train", "shakespeare", "--data", "/dev/null"], 1),
+        (&["train", "digits", "--deadline-ms", "0"], 2),
+        (&["train", "digits", "--resume", "nowhere"], 2),
+        (&["train", "digits", "--frobnicate"], 2),
+        (&["plan", "digits", "--memory-budget", "1B"], 1),
+        (&["sample", "--run", "nowhere"], 1),
+        (&["eval", "nowhere"], 1),
+        (&["runs", "nowhere"], 1),
+    ];
+    for (args, code) in cases {
+        let o = run(&dir, args);
+        let said = text(&o);
+        assert_eq!(o.status.code(), Some(*code), "{args:?}:\n{said}");
+        if args.contains(&"ragged.csv") {
+            assert!(
+                said.contains("ragged.csv:2: 2 features, but the first row has 3"),
+                "{said}"
+            );
+        }
+        assert!(said.contains("error"), "{args:?}:\n{said}");
+        assert!(!said.contains("panicked"), "{args:?}:\n{said}");
+    }
+    assert!(
+        !dir.join("runs").exists(),
+        "a refused command left a run directory behind"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
