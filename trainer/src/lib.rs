@@ -35,6 +35,7 @@ pub mod step;
 pub mod task;
 pub mod text;
 pub mod trainer;
+mod trainer_files;
 
 pub use config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
 pub use data::{Dataset, TokenData};

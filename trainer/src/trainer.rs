@@ -4,8 +4,8 @@
 //! state on timeout), the non-finite check, periodic and final checkpoints, evaluation and a
 //! clean stop when the stop flag (Ctrl-C) is raised.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::path::{Path, PathBuf};
+use std::collections::VecDeque;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -14,7 +14,7 @@ use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::Optimizer;
 
-use crate::checkpoint_io::{self, RunPosition};
+use crate::checkpoint_io::RunPosition;
 use crate::config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
 use crate::data::epoch_order;
 use crate::error::{Error, Result};
@@ -45,27 +45,27 @@ pub struct RunSummary {
 
 /// A training run in progress. See the module docs.
 pub struct Trainer {
-    gpu: Gpu,
-    config: TrainConfig,
-    model: Box<dyn Model>,
-    params: Vec<(String, Tensor)>,
-    optimizer: Box<dyn Optimizer>,
-    train: Box<dyn Data>,
-    test: Option<Box<dyn Data>>,
+    pub(crate) gpu: Gpu,
+    pub(crate) config: TrainConfig,
+    pub(crate) model: Box<dyn Model>,
+    pub(crate) params: Vec<(String, Tensor)>,
+    pub(crate) optimizer: Box<dyn Optimizer>,
+    pub(crate) train: Box<dyn Data>,
+    pub(crate) test: Option<Box<dyn Data>>,
     /// The data order of `order_epoch` (a permutation of the training samples), kept so a
     /// step does not shuffle a million windows again.
-    order: Vec<usize>,
-    order_epoch: Option<u64>,
+    pub(crate) order: Vec<usize>,
+    pub(crate) order_epoch: Option<u64>,
     /// Invariant: `1 <= micro_batch <= config.effective_batch`.
-    micro_batch: usize,
-    segment_len: usize,
-    plan: Option<MemoryPlan>,
-    position: RunPosition,
-    log: Vec<String>,
-    delivered_log: usize,
-    stop: Arc<AtomicBool>,
+    pub(crate) micro_batch: usize,
+    pub(crate) segment_len: usize,
+    pub(crate) plan: Option<MemoryPlan>,
+    pub(crate) position: RunPosition,
+    pub(crate) log: Vec<String>,
+    pub(crate) delivered_log: usize,
+    pub(crate) stop: Arc<AtomicBool>,
     /// The last [`LOSS_WINDOW`] step losses, for [`StepReport::loss_mean`].
-    recent_losses: VecDeque<f32>,
+    pub(crate) recent_losses: VecDeque<f32>,
 }
 
 /// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
@@ -174,47 +174,7 @@ impl Trainer {
         })
     }
 
-    /// Continues from the checkpoint at `path` (parameters, optimizer state, position). A
-    /// checkpoint that does not fit (another model, another data seed, non-finite values, no
-    /// optimizer state) is an error that leaves the trainer as it was.
-    pub fn resume(&mut self, path: &Path) -> Result<()> {
-        self.resume_with(path, false)
-    }
-
-    /// [`Trainer::resume`]; with `reset_optimizer`, the optimizer's saved state is not loaded
-    /// (and a checkpoint without one is accepted): it starts afresh. A micro-batch given in the
-    /// configuration wins over the checkpoint's; otherwise the checkpoint's (which out-of-memory
-    /// recovery may have lowered) is kept.
-    pub fn resume_with(&mut self, path: &Path, reset_optimizer: bool) -> Result<()> {
-        let checks = checkpoint_io::LoadChecks {
-            expected_seed: Some(self.config.seed),
-            reset_optimizer,
-        };
-        let mut position = checkpoint_io::load(
-            &self.gpu,
-            path,
-            &self.params,
-            self.optimizer.as_mut(),
-            checks,
-        )?;
-        let micro_batch = self.config.micro_batch.unwrap_or(position.micro_batch);
-        self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
-        position.micro_batch = self.micro_batch;
-        self.position = position;
-        self.note(format!(
-            "resumed from {} at step {}{}",
-            path.display(),
-            position.step,
-            if reset_optimizer {
-                " with a fresh optimizer (--reset-optimizer)"
-            } else {
-                ""
-            }
-        ));
-        Ok(())
-    }
-
-    fn note(&mut self, line: String) {
+    pub(crate) fn note(&mut self, line: String) {
         self.log.push(line);
     }
 
@@ -427,68 +387,6 @@ impl Trainer {
             deadline_ms: deadline.as_millis() as u64,
             saved,
             source: Box::new(error),
-        }
-    }
-
-    /// Saves a checkpoint of the current state if a checkpoint directory is configured.
-    pub fn save_checkpoint(&mut self) -> Result<Option<PathBuf>> {
-        let Some(dir) = self.config.checkpoint_dir.clone() else {
-            return Ok(None);
-        };
-        let path = checkpoint_io::save(
-            &dir,
-            checkpoint_io::LATEST,
-            &self.params,
-            self.optimizer.as_ref(),
-            &self.position,
-        )?;
-        self.note(format!(
-            "saved checkpoint at step {} to {}",
-            self.position.step,
-            path.display()
-        ));
-        Ok(Some(path))
-    }
-
-    /// Writes the model alone to `path` for PyTorch: the [`Model::state_dict`] names and
-    /// layouts, F32, `{"format": "pt"}` metadata as `safetensors.torch.save_file` writes
-    /// (`load_state_dict(safetensors.torch.load_file(path), strict=True)` reads it). Atomic.
-    pub fn export_model(&self, path: &Path) -> Result<()> {
-        let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
-        plimsoll_nn::state::save(path, &self.model.state_dict(), &metadata)?;
-        Ok(())
-    }
-
-    /// Records `evaluation` if its loss is the lowest so far and then, with a checkpoint
-    /// directory, saves the state as `best.safetensors`. A failed save leaves the previous best.
-    fn keep_if_best(&mut self, evaluation: &Evaluation) -> Result<()> {
-        let loss = evaluation.loss;
-        if !loss.is_finite() || self.position.best_eval_loss.is_some_and(|b| b <= loss) {
-            return Ok(());
-        }
-        let previous = self.position.best_eval_loss.replace(loss);
-        let Some(dir) = self.config.checkpoint_dir.clone() else {
-            return Ok(());
-        };
-        let saved = checkpoint_io::save(
-            &dir,
-            checkpoint_io::BEST,
-            &self.params,
-            self.optimizer.as_ref(),
-            &self.position,
-        );
-        match saved {
-            Ok(path) => {
-                self.note(format!(
-                    "evaluation loss {loss:.4} is the lowest so far; saved {}",
-                    path.display()
-                ));
-                Ok(())
-            }
-            Err(e) => {
-                self.position.best_eval_loss = previous;
-                Err(e)
-            }
         }
     }
 
