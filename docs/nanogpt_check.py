@@ -4,7 +4,7 @@ loss with nanoGPT's forward written out in numpy (float64), as an independent ch
 the [out, in] layouts and the numerics of `plimsoll train shakespeare`.
 
     pip install numpy safetensors
-    plimsoll train shakespeare --checkpoint-dir run --eval-windows 240
+    plimsoll train shakespeare --run-dir run --eval-windows 240
     python3 docs/nanogpt_check.py run/model.safetensors --heads 4 --eval-windows 240
 
 It prints the mean cross-entropy over the same validation windows Plimsoll evaluates (the last 10%
