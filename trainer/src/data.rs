@@ -127,6 +127,7 @@ impl Dataset {
         }
         let mut features = Vec::new();
         let mut labels = Vec::new();
+        let mut lines = Vec::new();
         let mut feature_dim = None;
         for (line_no, line) in text
             .lines()
@@ -153,11 +154,32 @@ impl Dataset {
                     .parse::<u32>()
                     .map_err(|e| bad(format!("label {label:?}: {e}")))?,
             );
+            lines.push(line_no + 1);
         }
         if labels.is_empty() {
             return Err(Error::invalid(what, "no samples (an empty file?)"));
         }
         let num_classes = labels.iter().max().map_or(0, |&m| m as usize + 1);
+        // The classes are 0..N-1: a label past a class no row has is outside them (a typo
+        // such as 57 among digits would otherwise add 48 empty classes silently).
+        let mut seen = vec![false; num_classes.min(1 << 20)];
+        for &l in &labels {
+            if let Some(s) = seen.get_mut(l as usize) {
+                *s = true;
+            }
+        }
+        if let Some(missing) = seen.iter().position(|s| !s)
+            && let Some(at) = labels.iter().position(|&l| l as usize > missing)
+        {
+            return Err(Error::invalid(
+                format!("{what}:{}", lines[at]),
+                format!(
+                    "label {} is outside the classes: no row has label {missing}, and labels \
+                     must be 0 to N-1",
+                    labels[at]
+                ),
+            ));
+        }
         Dataset::new(features, labels, feature_dim.unwrap_or(0), num_classes)
     }
 

@@ -248,6 +248,7 @@ fn a_crash_in_the_middle_of_a_save_leaves_a_loadable_checkpoint() {
 fn no_input_panics_or_aborts() {
     let dir = folder("bad-inputs");
     std::fs::write(dir.join("ragged.csv"), "1,2,3,0\n1,2,1\n").unwrap();
+    std::fs::write(dir.join("labels.csv"), "1,2,0\n3,4,1\n5,6,57\n").unwrap();
     let cases: &[(&[&str], i32)] = &[
         (&["train", "digits", "--hidden", "100000000"], 1),
         (&["train", "mlp-bench", "--batch", "10000000"], 1),
@@ -269,6 +270,7 @@ fn no_input_panics_or_aborts() {
         (&["train", "shakespeare", "--width", "1099511627776"], 1),
         (&["train", "digits", "--data", "ragged.csv"], 1),
         (&["train", "digits", "--data", "missing.csv.gz"], 1),
+        (&["train", "digits", "--data", "labels.csv"], 1),
         (&["train", "shakespeare", "--data", "/dev/null"], 1),
         (&["train", "digits", "--deadline-ms", "0"], 2),
         (&["train", "digits", "--resume", "nowhere"], 2),
@@ -282,6 +284,12 @@ fn no_input_panics_or_aborts() {
         let o = run(&dir, args);
         let said = text(&o);
         assert_eq!(o.status.code(), Some(*code), "{args:?}:\n{said}");
+        if args.contains(&"labels.csv") {
+            assert!(
+                said.contains("labels.csv:3: label 57 is outside the classes"),
+                "{said}"
+            );
+        }
         if args.contains(&"ragged.csv") {
             assert!(
                 said.contains("ragged.csv:2: 2 features, but the first row has 3"),
