@@ -215,8 +215,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_vocabulary_is_the_sorted_characters_and_encoding_round_trips() {
-        let corpus = CharCorpus::from_text("t", "hello world\n", 0.25).unwrap();
+    fn the_vocabulary_is_the_sorted_characters_and_encoding_round_trips() -> Result<()> {
+        let corpus = CharCorpus::from_text("t", "hello world\n", 0.25)?;
         assert_eq!(
             corpus.vocab(),
             ['\n', ' ', 'd', 'e', 'h', 'l', 'o', 'r', 'w']
@@ -225,37 +225,40 @@ mod tests {
         assert_eq!(corpus.val().len(), 3);
         assert_eq!(corpus.decode(corpus.train()), "hello wor");
         assert_eq!(corpus.decode(corpus.val()), "ld\n");
-        assert_eq!(corpus.decode(&corpus.encode("world").unwrap()), "world");
+        assert_eq!(corpus.decode(&corpus.encode("world")?), "world");
         let err = corpus.encode("hex").unwrap_err().to_string();
         assert!(err.contains("'x' at position 2"), "{err}");
+        Ok(())
     }
 
     #[test]
-    fn bad_splits_and_contexts_are_errors() {
+    fn bad_splits_and_contexts_are_errors() -> Result<()> {
         assert!(CharCorpus::from_text("t", "", 0.1).is_err());
         assert!(CharCorpus::from_text("t", "a", 0.1).is_err()); // no character to validate on
         assert!(CharCorpus::from_text("t", "abcd", 1.0).is_err());
         let tokens = [0, 1, 2, 3];
         assert!(TokenWindows::new(&tokens, 0).is_err());
         assert!(TokenWindows::new(&tokens, 4).is_err());
-        let windows = TokenWindows::new(&tokens, 3).unwrap();
+        let windows = TokenWindows::new(&tokens, 3)?;
         assert_eq!(windows.len(), 1);
         assert!(windows.gather(&[1]).is_err());
+        Ok(())
     }
 
     #[test]
-    fn windows_pair_each_input_with_the_next_token() {
+    fn windows_pair_each_input_with_the_next_token() -> Result<()> {
         let tokens: Vec<u32> = (10..20).collect();
-        let windows = TokenWindows::new(&tokens, 3).unwrap();
+        let windows = TokenWindows::new(&tokens, 3)?;
         assert_eq!(windows.len(), 7);
-        let (x, y) = windows.gather(&[0, 6]).unwrap();
+        let (x, y) = windows.gather(&[0, 6])?;
         assert_eq!(x, [10, 11, 12, 16, 17, 18]);
         assert_eq!(y, [11, 12, 13, 17, 18, 19]);
+        Ok(())
     }
 
     #[test]
-    fn shakespeare_is_bundled_and_split_ninety_ten() {
-        let corpus = CharCorpus::shakespeare().unwrap();
+    fn shakespeare_is_bundled_and_split_ninety_ten() -> Result<()> {
+        let corpus = CharCorpus::shakespeare()?;
         let total = corpus.train().len() + corpus.val().len();
         assert_eq!(
             total, 1_423_258,
@@ -264,5 +267,6 @@ mod tests {
         assert_eq!(corpus.train().len(), total * 9 / 10);
         assert!(corpus.vocab_size() > 60 && corpus.vocab_size() < 100);
         assert!(corpus.decode(&corpus.train()[..2000]).contains('\n'));
+        Ok(())
     }
 }
