@@ -201,6 +201,19 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
     Ok(runs)
 }
 
+/// The newest run under `root` (of `workload`, when given): names sort by start time. `None`
+/// when there is none, or no `root`.
+pub fn newest(root: &Path, workload: Option<&str>) -> Result<Option<PathBuf>> {
+    if !root.is_dir() {
+        return Ok(None);
+    }
+    Ok(list(root)?
+        .into_iter()
+        .rev()
+        .find(|r| workload.is_none_or(|w| r.workload == w))
+        .map(|r| r.path))
+}
+
 /// Whether another process holds the lock of the run at `path`.
 fn is_locked(path: &Path) -> bool {
     let Ok(file) = File::open(path.join(LOCK_FILE)) else {

@@ -2,13 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, ValueEnum};
+use clap::{Args, ValueEnum};
 use plimsoll_trainer::checkpoint_io::{BEST, LATEST};
 use plimsoll_trainer::run_dir;
 use plimsoll_trainer::{Error, Result, Trainer};
 
+use crate::out;
 use crate::train::{RUNS_ROOT, read_record, recorded_args};
-use crate::{Cli, Command, out};
 
 /// Which checkpoint of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -53,15 +53,8 @@ pub struct EvalArgs {
     /// Which checkpoint to evaluate.
     #[arg(long, value_enum, default_value_t = Which::Auto)]
     checkpoint: Which,
-    /// Adapter: backend, type or name substring (default: `PLIMSOLL_ADAPTER`, else the best).
-    #[arg(long)]
-    adapter: Option<String>,
-    /// Memory budget, e.g. `64MiB` (default: the adapter's).
-    #[arg(long, value_parser = crate::flags::bytes)]
-    memory_budget: Option<u64>,
-    /// Deadline of every GPU wait, in milliseconds.
-    #[arg(long, default_value_t = 30_000, value_parser = crate::flags::count_u64)]
-    deadline_ms: u64,
+    #[command(flatten)]
+    device: crate::DeviceArgs,
 }
 
 /// The run `given`, or the newest under `runs/` (of `workload`, when given).
@@ -78,25 +71,15 @@ pub fn run_or_newest(given: Option<&Path>, workload: Option<&str>) -> Result<Pat
         }
         return Ok(p.to_path_buf());
     }
-    let root = Path::new(RUNS_ROOT);
-    let runs = if root.is_dir() {
-        run_dir::list(root)?
-    } else {
-        Vec::new()
-    };
-    runs.into_iter()
-        .rev()
-        .find(|r| workload.is_none_or(|w| r.workload == w))
-        .map(|r| r.path)
-        .ok_or_else(|| {
-            Error::invalid(
-                "run",
-                format!(
-                    "no {}run under {RUNS_ROOT}/ here; give the run's directory, or train first",
-                    workload.map(|w| format!("{w} ")).unwrap_or_default()
-                ),
-            )
-        })
+    run_dir::newest(Path::new(RUNS_ROOT), workload)?.ok_or_else(|| {
+        Error::invalid(
+            "run",
+            format!(
+                "no {}run under {RUNS_ROOT}/ here; give the run's directory, or train first",
+                workload.map(|w| format!("{w} ")).unwrap_or_default()
+            ),
+        )
+    })
 }
 
 /// Evaluates a run's checkpoint on its evaluation data and prints the result.
@@ -108,22 +91,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         .and_then(|w| w.as_str())
         .unwrap_or_default()
         .to_string();
-    let mut argv: Vec<String> = ["plimsoll", "train", &name]
-        .into_iter()
-        .map(String::from)
-        .collect();
-    argv.extend(recorded_args(&record, &dir)?);
-    let workload = match Cli::try_parse_from(&argv) {
-        Ok(Cli {
-            command: Command::Train { workload },
-        }) => workload,
-        _ => {
-            return Err(Error::invalid(
-                dir.join("run.json").display().to_string(),
-                "its recorded arguments do not parse; was it written by another version?",
-            ));
-        }
-    };
+    let workload = crate::train::parse(&name, &recorded_args(&record, &dir)?)?;
     let path = args.checkpoint.path(&dir)?;
     let (mut job, mut common) = crate::workloads::job(workload)?;
     if job.test.is_none() {
@@ -143,15 +111,13 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             ),
         ));
     }
-    common.adapter = args.adapter.clone();
-    common.memory_budget = args.memory_budget;
-    common.deadline_ms = args.deadline_ms;
-    job.config.memory_budget_bytes = args.memory_budget;
+    common.device = args.device.clone();
+    job.config.memory_budget_bytes = args.device.memory_budget;
     // Evaluation only: no plan, no checkpointing; out-of-memory halves the evaluation chunk.
     job.config.micro_batch = Some(job.config.effective_batch);
     job.config.checkpointing = plimsoll_trainer::CheckpointPolicy::None;
     job.config.checkpoint_dir = None;
-    let gpu = crate::open_gpu(&common)?;
+    let gpu = common.device.open()?;
     let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
     trainer.resume_with(&path, true)?;
     let step = trainer.position().step;

@@ -68,11 +68,48 @@ pub(crate) enum Workload {
     Shakespeare(ShakespeareArgs),
 }
 
+/// The device options every command that opens a device takes.
 #[derive(Args, Clone)]
-pub(crate) struct CommonArgs {
+pub(crate) struct DeviceArgs {
     /// Memory budget, e.g. `64MiB`, `1.5GB`, `100000000` (default: the adapter's).
     #[arg(long, value_parser = flags::bytes)]
     memory_budget: Option<u64>,
+    /// Adapter: backend (`vulkan`), type (`cpu`, `discrete`) or name substring (default:
+    /// `PLIMSOLL_ADAPTER`, else the best one).
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Deadline of every GPU wait, in milliseconds.
+    #[arg(long, default_value_t = 30_000, value_parser = flags::count_u64)]
+    deadline_ms: u64,
+}
+
+impl DeviceArgs {
+    /// Opens the device these options name (the adapter from `PLIMSOLL_ADAPTER` when none).
+    pub(crate) fn open(&self) -> Result<Gpu> {
+        let from_env = GpuOptions::from_env();
+        let options = GpuOptions {
+            adapter: self
+                .adapter
+                .clone()
+                .filter(|s| !s.trim().is_empty())
+                .or(from_env.adapter),
+            memory_budget_bytes: self.memory_budget,
+            default_deadline: Some(self.deadline()),
+            ..GpuOptions::default()
+        };
+        Ok(Gpu::with_options(options)?)
+    }
+
+    /// The deadline of every GPU wait.
+    pub(crate) fn deadline(&self) -> Duration {
+        Duration::from_millis(self.deadline_ms.max(1))
+    }
+}
+
+#[derive(Args, Clone)]
+pub(crate) struct CommonArgs {
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Samples per forward/backward (default: the largest the memory plan allows).
     #[arg(long, value_parser = flags::count)]
     micro_batch: Option<usize>,
@@ -85,13 +122,6 @@ pub(crate) struct CommonArgs {
     /// Seed of the data order and the model's initialisation.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Adapter: backend (`vulkan`), type (`cpu`, `discrete`) or name substring (default:
-    /// `PLIMSOLL_ADAPTER`, else the best one).
-    #[arg(long)]
-    adapter: Option<String>,
-    /// Deadline of every GPU wait, in milliseconds.
-    #[arg(long, default_value_t = 30_000, value_parser = flags::count_u64)]
-    deadline_ms: u64,
     /// Also write the metrics (one JSON line per step and per evaluation) to this file; the
     /// run directory always has them in metrics.jsonl.
     #[arg(long)]
@@ -280,24 +310,9 @@ struct BenchArgs {
     layers: usize,
 }
 
-pub(crate) fn open_gpu(common: &CommonArgs) -> Result<Gpu> {
-    let from_env = GpuOptions::from_env();
-    let options = GpuOptions {
-        adapter: common
-            .adapter
-            .clone()
-            .filter(|s| !s.trim().is_empty())
-            .or(from_env.adapter),
-        memory_budget_bytes: common.memory_budget,
-        default_deadline: Some(Duration::from_millis(common.deadline_ms.max(1))),
-        ..GpuOptions::default()
-    };
-    Ok(Gpu::with_options(options)?)
-}
-
 fn plan_only(workload: Workload) -> Result<()> {
     let (job, common) = job(workload)?;
-    let gpu = open_gpu(&common)?;
+    let gpu = common.device.open()?;
     let config = TrainConfig {
         micro_batch: common.micro_batch,
         ..job.config

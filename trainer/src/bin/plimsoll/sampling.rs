@@ -1,17 +1,15 @@
 //! `plimsoll sample`: text from a trained character-level GPT.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
-use plimsoll_autograd::Gpu;
-use plimsoll_kernels_wgsl::GpuOptions;
 use plimsoll_nn::{AdamW, AdamWConfig, Gpt, Module};
 use plimsoll_trainer::checkpoint_io;
 use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, sample};
 
 use crate::GptShape;
 use crate::inspect::{Which, run_or_newest};
+use crate::train::{read_record, recorded_args};
 
 /// The options of `plimsoll sample`. The model's shape comes from the run's `run.json`; a shape
 /// flag must agree with it.
@@ -43,15 +41,8 @@ pub struct SampleArgs {
     data: Option<PathBuf>,
     #[command(flatten)]
     shape: GptShape,
-    /// Adapter: backend, type or name substring (default: `PLIMSOLL_ADAPTER`, else the best).
-    #[arg(long)]
-    adapter: Option<String>,
-    /// Memory budget, e.g. `64MiB` (default: the adapter's).
-    #[arg(long, value_parser = crate::flags::bytes)]
-    memory_budget: Option<u64>,
-    /// Deadline of every GPU wait, in milliseconds.
-    #[arg(long, default_value_t = 30_000, value_parser = crate::flags::count_u64)]
-    deadline_ms: u64,
+    #[command(flatten)]
+    device: crate::DeviceArgs,
 }
 
 /// The GPT shape the run in `dir` recorded in its `run.json` (`None` without one, for a run
@@ -82,12 +73,10 @@ fn recorded_shape(dir: &std::path::Path) -> Result<Option<[usize; 4]>> {
 }
 
 /// The `--data` the run at `dir` recorded among its arguments, if any.
-fn recorded_data(dir: &std::path::Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(dir.join("run.json")).ok()?;
-    let record: serde_json::Value = serde_json::from_str(&text).ok()?;
-    let args: Vec<String> = serde_json::from_value(record.get("args")?.clone()).ok()?;
-    let at = args.iter().position(|a| a == "--data")?;
-    args.get(at + 1).map(PathBuf::from)
+fn recorded_data(dir: &std::path::Path) -> Result<Option<PathBuf>> {
+    let args = recorded_args(&read_record(dir)?, dir)?;
+    let at = args.iter().position(|a| a == "--data");
+    Ok(at.and_then(|at| args.get(at + 1)).map(PathBuf::from))
 }
 
 /// Loads the run's checkpoint and prints the prompt and its continuation.
@@ -100,20 +89,17 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     };
     options.validate()?;
     let dir = run_or_newest(args.run.as_deref(), Some("shakespeare"))?;
-    let data = args.data.clone().or_else(|| recorded_data(&dir));
+    let data = match &args.data {
+        Some(d) => Some(d.clone()),
+        None => recorded_data(&dir)?,
+    };
     let corpus = match &data {
         None => CharCorpus::shakespeare()?,
         Some(path) => CharCorpus::from_file(path, 0.1)?,
     };
     let prompt = corpus.encode(&args.prompt)?;
     let path = args.checkpoint.path(&dir)?;
-    let from_env = GpuOptions::from_env();
-    let gpu = Gpu::with_options(GpuOptions {
-        adapter: args.adapter.clone().or(from_env.adapter),
-        memory_budget_bytes: args.memory_budget,
-        default_deadline: Some(Duration::from_millis(args.deadline_ms.max(1))),
-        ..GpuOptions::default()
-    })?;
+    let gpu = args.device.open()?;
     let shape = args.shape.resolve(recorded_shape(&dir)?)?;
     let config = GptShape::config(shape, corpus.vocab_size());
     let gpt = Gpt::new(&gpu, config, 0)?;

@@ -5,7 +5,7 @@
 //! alongside `--resume` applied on top (and recorded as changes). The model and the seed cannot
 //! change; data whose checksum changed since the run began is refused unless `--data` is given.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,7 +18,7 @@ use plimsoll_trainer::{Error, JsonLines, Result, RunSummary, Trainer};
 
 use crate::progress::{self, Mode, Progress};
 use crate::workloads::{Job, job};
-use crate::{Cli, Command, CommonArgs, GptShape, Workload, open_gpu, out};
+use crate::{Cli, Command, CommonArgs, GptShape, Workload, out};
 
 /// Where runs go unless `--run-dir` says otherwise.
 pub const RUNS_ROOT: &str = "runs";
@@ -88,8 +88,8 @@ fn training_tokens(argv: &[String]) -> Vec<String> {
     out
 }
 
-/// Parses `train <name> <tokens>` into a workload.
-fn parse(name: &str, tokens: &[String]) -> Result<Workload> {
+/// Parses `train <name> <tokens>` (a run's recorded arguments) into a workload.
+pub fn parse(name: &str, tokens: &[String]) -> Result<Workload> {
     let argv = ["plimsoll", "train", name]
         .into_iter()
         .map(String::from)
@@ -99,37 +99,16 @@ fn parse(name: &str, tokens: &[String]) -> Result<Workload> {
             command: Command::Train { workload },
         }) => Ok(workload),
         Ok(_) => Err(Error::invalid(
-            "--resume",
+            "run.json",
             "the run did not record a training",
         )),
         Err(e) => Err(Error::invalid(
-            "--resume",
-            format!("the run's recorded arguments no longer parse: {e}"),
+            "run.json",
+            format!(
+                "the run's recorded arguments no longer parse (written by another version?): {e}"
+            ),
         )),
     }
-}
-
-/// The newest run of `workload` under `root`.
-pub fn newest_run(root: &Path, workload: &str) -> Result<PathBuf> {
-    let runs = if root.is_dir() {
-        run_dir::list(root)?
-    } else {
-        Vec::new()
-    };
-    runs.into_iter()
-        .rev()
-        .find(|r| r.workload == workload)
-        .map(|r| r.path)
-        .ok_or_else(|| {
-            Error::invalid(
-                "--resume",
-                format!(
-                    "no {workload} run under {}/; give the run's directory (`plimsoll runs` \
-                     lists them)",
-                    root.display()
-                ),
-            )
-        })
 }
 
 /// A run's `run.json`.
@@ -293,7 +272,15 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
         ));
     }
     let path = match resume {
-        None => newest_run(Path::new(RUNS_ROOT), name)?,
+        None => run_dir::newest(Path::new(RUNS_ROOT), Some(name))?.ok_or_else(|| {
+            Error::invalid(
+                "--resume",
+                format!(
+                    "no {name} run under {RUNS_ROOT}/; give the run's directory (`plimsoll \
+                     runs` lists them)"
+                ),
+            )
+        })?,
         Some(path) => path,
     };
     let run = RunDir::open(&path)?;
@@ -368,7 +355,7 @@ fn train_in(
     let dir = dir.to_path_buf();
     let common = common.clone();
     job.config.checkpoint_dir = Some(dir.clone());
-    let gpu = open_gpu(&common)?;
+    let gpu = common.device.open()?;
     let mut saved = match resumed {
         Some(_) => read_record(&dir)?,
         None => record(&job, args, &gpu.adapter().to_string()),

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
@@ -127,9 +126,9 @@ fn base_config(
         micro_batch: common.micro_batch,
         schedule,
         seed: common.seed,
-        memory_budget_bytes: common.memory_budget,
+        memory_budget_bytes: common.device.memory_budget,
         checkpointing: common.checkpointing,
-        fence_deadline: Duration::from_millis(common.deadline_ms.max(1)),
+        fence_deadline: common.device.deadline(),
         checkpoint_dir: None,
         checkpoint_interval_steps: common.checkpoint_every,
         leak_policy: common.leak_check,
@@ -231,7 +230,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             let defaults = mlp_defaults(1e-3);
             let mut config = base_config(&a.common, a.batch, a.steps, &defaults)?;
             config.length = RunLength::Steps(a.steps);
-            if a.common.memory_budget.is_none() {
+            if a.common.device.memory_budget.is_none() {
                 // The peer workload runs plain batches of 128; plan only under a budget.
                 config.micro_batch = Some(a.common.micro_batch.unwrap_or(a.batch));
                 if config.checkpointing == CheckpointPolicy::Automatic {
