@@ -113,6 +113,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     }
     common.device = args.device.clone();
     job.config.memory_budget_bytes = args.device.memory_budget;
+    job.config.fence_deadline = args.device.deadline();
     // Evaluation only: no plan, no checkpointing; out-of-memory halves the evaluation chunk.
     job.config.micro_batch = Some(job.config.effective_batch);
     job.config.checkpointing = plimsoll_trainer::CheckpointPolicy::None;
