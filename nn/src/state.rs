@@ -178,12 +178,10 @@ pub fn save(
     Ok(())
 }
 
-/// Loads a state file. Errors: [`Error::Io`], [`Error::Truncated`] (shorter than its header
-/// says), [`Error::HeaderTooLarge`] (header length over [`MAX_HEADER_BYTES`]),
-/// [`Error::Corrupt`] (bad JSON, offsets past the end or overlapping, byte counts that do not
-/// match the shapes), [`Error::DType`] (an entry that is not F32). Never panics, and allocates
-/// no more than the file's actual length.
-pub fn load(path: &Path) -> Result<LoadedState> {
+/// Opens a state file and checks its header length against [`MAX_HEADER_BYTES`] and the
+/// file's length; returns the file (positioned after the 8 length bytes), its length and the
+/// length bytes.
+fn open_checked(path: &Path) -> Result<(File, u64, [u8; 8])> {
     let mut file = File::open(path).map_err(io("open", path))?;
     let file_bytes = file.metadata().map_err(io("stat", path))?.len();
     if file_bytes < 8 {
@@ -210,6 +208,34 @@ pub fn load(path: &Path) -> Result<LoadedState> {
             needed_bytes: 8 + header_bytes,
         });
     }
+    Ok((file, file_bytes, length))
+}
+
+/// The `__metadata__` map of a state file, reading its header alone (not the tensors): what
+/// listing many checkpoints needs. Errors as [`load`]'s for the header.
+pub fn metadata(path: &Path) -> Result<BTreeMap<String, String>> {
+    let (mut file, _, length) = open_checked(path)?;
+    let mut header = vec![0u8; u64::from_le_bytes(length) as usize];
+    file.read_exact(&mut header).map_err(io("read", path))?;
+    let corrupt = |reason: String| Error::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| corrupt(e.to_string()))?;
+    match value.get_mut("__metadata__").map(serde_json::Value::take) {
+        None => Ok(BTreeMap::new()),
+        Some(m) => serde_json::from_value(m).map_err(|e| corrupt(format!("__metadata__: {e}"))),
+    }
+}
+
+/// Loads a state file. Errors: [`Error::Io`], [`Error::Truncated`] (shorter than its header
+/// says), [`Error::HeaderTooLarge`] (header length over [`MAX_HEADER_BYTES`]),
+/// [`Error::Corrupt`] (bad JSON, offsets past the end or overlapping, byte counts that do not
+/// match the shapes), [`Error::DType`] (an entry that is not F32). Never panics, and allocates
+/// no more than the file's actual length.
+pub fn load(path: &Path) -> Result<LoadedState> {
+    let (mut file, file_bytes, length) = open_checked(path)?;
     // Sized by the file's real length, which the file system vouches for.
     let mut bytes = Vec::with_capacity(usize::try_from(file_bytes).unwrap_or(0));
     bytes.extend_from_slice(&length);

@@ -180,7 +180,7 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
             .and_then(|w| w.as_str())
             .unwrap_or("?")
             .to_string();
-        let meta = checkpoint_metadata(&path.join(LATEST)).unwrap_or_default();
+        let meta = plimsoll_nn::state::metadata(&path.join(LATEST)).unwrap_or_default();
         let status = match std::fs::read_to_string(path.join(SUMMARY_FILE)) {
             Ok(s) => serde_json::from_str::<serde_json::Value>(&s)
                 .ok()
@@ -223,19 +223,4 @@ fn is_locked(path: &Path) -> bool {
         file.try_lock_shared(),
         Err(std::fs::TryLockError::WouldBlock)
     )
-}
-
-/// The `__metadata__` of a safetensors file, read from its header alone.
-pub fn checkpoint_metadata(path: &Path) -> Option<std::collections::BTreeMap<String, String>> {
-    let mut file = File::open(path).ok()?;
-    let mut len = [0u8; 8];
-    file.read_exact(&mut len).ok()?;
-    let len = u64::from_le_bytes(len);
-    if len > 100_000_000 {
-        return None;
-    }
-    let mut header = vec![0u8; len as usize];
-    file.read_exact(&mut header).ok()?;
-    let header: serde_json::Value = serde_json::from_slice(&header).ok()?;
-    serde_json::from_value(header.get("__metadata__")?.clone()).ok()
 }

@@ -484,3 +484,25 @@ fn save_refuses_duplicate_names() {
     assert!(matches!(r, Err(Error::InvalidConfig { .. })));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `state::metadata` reads the `__metadata__` of a file from its header alone: the map `load`
+/// gives, an empty map for a file without one, and typed errors for a damaged header.
+#[test]
+fn metadata_reads_the_header_alone() {
+    let dir = folder("metadata-only");
+    let path = dir.join("s.safetensors");
+    let gpu = gpu();
+    let t = Tensor::from_slice(&gpu, &[1.0f32, 2.0], &[2]).unwrap();
+    state::save(&path, &[("w".to_string(), t)], &metadata()).unwrap();
+    assert_eq!(state::metadata(&path).unwrap(), state::load(&path).unwrap().metadata);
+    assert_eq!(state::metadata(&path).unwrap(), metadata());
+    let bare = dir.join("bare.safetensors");
+    raw_file(&bare, r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &[0; 4]);
+    assert!(state::metadata(&bare).unwrap().is_empty());
+    let bad = dir.join("bad.safetensors");
+    raw_file(&bad, "{not json", &[]);
+    assert!(matches!(state::metadata(&bad), Err(Error::Corrupt { .. })));
+    std::fs::write(&bad, [200u8, 0, 0, 0, 0, 0, 0, 0, b'{']).unwrap();
+    assert!(matches!(state::metadata(&bad), Err(Error::Truncated { .. })));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -361,7 +361,8 @@ fn train_in(
         None => record(&job, args, &gpu.adapter().to_string()),
     };
     if let Some(r) = resumed {
-        let step = run_dir::checkpoint_metadata(&latest_path(&dir))
+        let step = plimsoll_nn::state::metadata(&latest_path(&dir))
+            .ok()
             .and_then(|m| m.get("step").cloned())
             .unwrap_or_else(|| "?".into());
         out::say(format_args!("resuming {} at step {step}", dir.display()));
