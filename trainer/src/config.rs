@@ -123,6 +123,24 @@ impl TrainConfig {
         })
     }
 
+    /// [`TrainConfig::validate`], and that a checkpointing segment length fits a model of
+    /// `blocks` checkpointable modules.
+    pub fn validate_for(&self, blocks: usize) -> Result<()> {
+        self.validate()?;
+        if let CheckpointPolicy::EveryBlocks(k) = self.checkpointing
+            && k > blocks
+        {
+            return Err(Error::invalid(
+                "--checkpointing",
+                format!(
+                    "{k}, but the model has {blocks} checkpointable modules; use a number from \
+                     1 to {blocks}, auto or none"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the numbers that must hold before a run starts.
     pub fn validate(&self) -> Result<()> {
         if self.effective_batch == 0 {

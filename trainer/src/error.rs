@@ -186,6 +186,12 @@ impl Error {
             || matches!(self, Error::OutOfMemoryAtMicroBatchOne { .. })
     }
 
+    /// Whether this is a usage error: an error about a command-line flag, which names it
+    /// `--flag` (the `plimsoll` command exits with 2 for these, as clap does for its own).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, Error::Invalid { what, .. } if what.starts_with("--"))
+    }
+
     /// Whether this is (or wraps) a fence timeout.
     pub fn is_timeout(&self) -> bool {
         matches!(self.kernel_error(), Some(KernelError::Timeout { .. }))

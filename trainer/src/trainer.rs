@@ -86,7 +86,7 @@ impl Trainer {
         train: impl Data + 'static,
         test: Option<Box<dyn Data>>,
     ) -> Result<Trainer> {
-        config.validate()?;
+        config.validate_for(recipe.blocks())?;
         recipe.check(&train)?;
         if let Some(test) = &test {
             recipe.check(test.as_ref())?;
@@ -102,19 +102,6 @@ impl Trainer {
         }
         if train.is_empty() {
             return Err(Error::invalid("data", "the training set is empty"));
-        }
-        if let CheckpointPolicy::EveryBlocks(k) = config.checkpointing
-            && k > recipe.blocks()
-        {
-            return Err(Error::invalid(
-                "--checkpointing",
-                format!(
-                    "{k}, but the model has {} checkpointable modules; use a number from 1 to \
-                     {}, auto or none",
-                    recipe.blocks(),
-                    recipe.blocks()
-                ),
-            ));
         }
         if let Some(budget) = config.memory_budget_bytes {
             gpu.set_memory_budget(budget);

@@ -494,15 +494,25 @@ fn metadata_reads_the_header_alone() {
     let gpu = gpu();
     let t = Tensor::from_slice(&gpu, &[1.0f32, 2.0], &[2]).unwrap();
     state::save(&path, &[("w".to_string(), t)], &metadata()).unwrap();
-    assert_eq!(state::metadata(&path).unwrap(), state::load(&path).unwrap().metadata);
+    assert_eq!(
+        state::metadata(&path).unwrap(),
+        state::load(&path).unwrap().metadata
+    );
     assert_eq!(state::metadata(&path).unwrap(), metadata());
     let bare = dir.join("bare.safetensors");
-    raw_file(&bare, r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#, &[0; 4]);
+    raw_file(
+        &bare,
+        r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+        &[0; 4],
+    );
     assert!(state::metadata(&bare).unwrap().is_empty());
     let bad = dir.join("bad.safetensors");
     raw_file(&bad, "{not json", &[]);
     assert!(matches!(state::metadata(&bad), Err(Error::Corrupt { .. })));
     std::fs::write(&bad, [200u8, 0, 0, 0, 0, 0, 0, 0, b'{']).unwrap();
-    assert!(matches!(state::metadata(&bad), Err(Error::Truncated { .. })));
+    assert!(matches!(
+        state::metadata(&bad),
+        Err(Error::Truncated { .. })
+    ));
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -323,14 +323,6 @@ fn plan_only(workload: Workload) -> Result<()> {
     Ok(())
 }
 
-/// The exit code of `error`: 2 for a bad flag (as clap's own usage errors), 1 otherwise.
-fn exit_code(error: &Error) -> u8 {
-    match error {
-        Error::Invalid { what, .. } if what.starts_with("--") => 2,
-        _ => 1,
-    }
-}
-
 fn main() -> ExitCode {
     let started = Instant::now();
     let argv: Vec<String> = std::env::args().collect();
@@ -346,7 +338,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             out::warn(format_args!("error: {e}"));
-            ExitCode::from(exit_code(&e))
+            ExitCode::from(if e.is_usage() { 2 } else { 1 })
         }
     }
 }

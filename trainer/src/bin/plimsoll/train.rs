@@ -195,25 +195,6 @@ fn changes(
     Ok(out)
 }
 
-/// The checks of the configuration that need no device (`Trainer::new` makes them again).
-fn precheck(job: &Job) -> Result<()> {
-    job.config.validate()?;
-    if let plimsoll_trainer::CheckpointPolicy::EveryBlocks(k) = job.config.checkpointing
-        && k > job.spec.blocks()
-    {
-        return Err(Error::invalid(
-            "--checkpointing",
-            format!(
-                "{k}, but the model has {} checkpointable modules; use a number from 1 to {}, \
-                 auto or none",
-                job.spec.blocks(),
-                job.spec.blocks()
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// What this run writes to `run.json`.
 fn record(job: &Job, args: &[String], adapter: &str) -> serde_json::Value {
     serde_json::json!({
@@ -253,7 +234,7 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
     let Some(resume) = common.resume.clone() else {
         // The job first: bad flags and bad data leave no run directory behind.
         let (job, common) = job(workload)?;
-        precheck(&job)?;
+        job.config.validate_for(job.spec.blocks())?;
         let run = match &common.run_dir {
             Some(dir) => RunDir::create_at(dir)?,
             None => {
@@ -307,7 +288,7 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
     let (old, _) = job(parse(name, &before)?)?;
     let (mut new, mut new_common) = job(parse(name, &merged)?)?;
     let changed = changes(&old, &new, explicit_data)?;
-    precheck(&new)?;
+    new.config.validate_for(new.spec.blocks())?;
     new_common.resume = Some(Some(path));
     new_common.reset_optimizer = common.reset_optimizer;
     new.config.checkpoint_dir = None;
