@@ -126,13 +126,16 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         .evaluate()?
         .ok_or_else(|| Error::invalid("eval", "no evaluation data"))?;
     out::say(format_args!(
-        "{} ({}, step {step}): {}, loss {:.4} over {} samples",
+        "{} ({}, step {step}): {}{} ({} predictions)",
         dir.display(),
         path.file_name()
             .map(|f| f.to_string_lossy())
             .unwrap_or_default(),
         crate::progress::describe(&evaluation),
-        evaluation.loss,
+        evaluation
+            .accuracy
+            .map(|_| format!(", loss {:.4}", evaluation.loss))
+            .unwrap_or_default(),
         evaluation.samples
     ));
     Ok(())
