@@ -32,6 +32,10 @@ pub struct Probe {
     pub peak_allocated_bytes: u64,
     /// Peak allocated bytes per category ([`Category::ALL`] order).
     pub category_peaks: [u64; 7],
+    /// Peak allocated bytes of evaluating a chunk of `micro_batch` samples right after the step
+    /// (the trainer evaluates in chunks of the micro-batch, with the optimizer state alive);
+    /// `None` when that evaluation ran out of memory.
+    pub eval_peak_allocated_bytes: Option<u64>,
 }
 
 /// A linear model of one checkpointing choice's peak.
@@ -77,6 +81,10 @@ pub struct MemoryPlan {
     pub segment_len: usize,
     /// Predicted peak allocated bytes of a step with the choice.
     pub predicted_peak_bytes: u64,
+    /// Measured peak allocated bytes of evaluating a chunk of the chosen micro-batch (the
+    /// trainer's evaluation chunk) after a step; `None` if even that ran out of memory, in which
+    /// case evaluation splits its chunks as it goes.
+    pub predicted_eval_peak_bytes: Option<u64>,
     /// The fitted model of each checkpointing choice measured.
     pub models: Vec<PeakModel>,
     /// The dry-run measurements.
@@ -92,14 +100,21 @@ impl fmt::Display for MemoryPlan {
         )?;
         writeln!(
             f,
-            "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12}",
-            "checkpointing", "micro", "peak", "parameter", "gradient", "optimizer", "activation"
+            "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "checkpointing",
+            "micro",
+            "peak",
+            "parameter",
+            "gradient",
+            "optimizer",
+            "activation",
+            "eval peak"
         )?;
         for p in &self.probes {
             let c = |cat: Category| format_bytes(p.category_peaks[cat.index()]);
             writeln!(
                 f,
-                "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
                 segment_name(p.segment_len),
                 p.micro_batch,
                 format_bytes(p.peak_allocated_bytes),
@@ -107,6 +122,8 @@ impl fmt::Display for MemoryPlan {
                 c(Category::Gradient),
                 c(Category::OptimizerState),
                 c(Category::Activation),
+                p.eval_peak_allocated_bytes
+                    .map_or("out of memory".to_string(), format_bytes),
             )?;
         }
         for m in &self.models {
@@ -121,13 +138,18 @@ impl fmt::Display for MemoryPlan {
         write!(
             f,
             "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}; \
-             predicted peak {} ({:.0}% of the budget)",
+             predicted peak {} ({:.0}% of the budget); evaluation in chunks of {}: {}",
             self.effective_batch,
             self.effective_batch.div_ceil(self.micro_batch),
             self.micro_batch,
             segment_name(self.segment_len),
             format_bytes(self.predicted_peak_bytes),
-            100.0 * self.predicted_peak_bytes as f64 / self.budget_bytes.max(1) as f64
+            100.0 * self.predicted_peak_bytes as f64 / self.budget_bytes.max(1) as f64,
+            self.micro_batch,
+            self.predicted_eval_peak_bytes.map_or(
+                "out of memory (it will split its chunks)".to_string(),
+                |b| format!("peak {}", format_bytes(b))
+            )
         )
     }
 }
@@ -159,7 +181,7 @@ fn probe(
     segment_len: usize,
     micro_batch: usize,
 ) -> Result<(Probe, bool)> {
-    let (model, mut optimizer) = crate::task::build_within_budget(spec, gpu)?;
+    let (mut model, mut optimizer) = crate::task::build_within_budget(spec, gpu)?;
     let params = model.parameters();
     let indices: Vec<usize> = (0..config.effective_batch.min(data.len())).collect();
     let indices = &indices[..micro_batch.min(indices.len())];
@@ -187,11 +209,14 @@ fn probe(
             for c in Category::ALL {
                 category_peaks[c.index()] = stats.category(c).peak_allocated_bytes;
             }
+            let eval_peak_allocated_bytes =
+                eval_probe(gpu, model.as_mut(), data, &indices[..result.micro_batch])?;
             let p = Probe {
                 segment_len,
                 micro_batch: result.micro_batch,
                 peak_allocated_bytes: stats.peak_allocated_bytes,
                 category_peaks,
+                eval_peak_allocated_bytes,
             };
             measured = Some((p, !result.recoveries.is_empty()));
         }
@@ -199,6 +224,30 @@ fn probe(
     drop((params, model, optimizer));
     gpu.flush("plan")?;
     measured.ok_or_else(|| Error::invalid("plan", "no probe ran"))
+}
+
+/// Peak allocated bytes of evaluating `indices` of `data` as the trainer does (no graph,
+/// evaluation mode), after a step: the optimizer state is alive as it is in a run. `None` when
+/// it ran out of memory.
+fn eval_probe(
+    gpu: &Gpu,
+    model: &mut dyn crate::task::Model,
+    data: &dyn Data,
+    indices: &[usize],
+) -> Result<Option<u64>> {
+    gpu.with_allocator(|a| a.reset_peaks());
+    let _no_grad = plimsoll_autograd::no_grad();
+    model.set_training(false);
+    let result = data
+        .upload(gpu, indices)
+        .and_then(|batch| model.evaluate(&batch));
+    model.set_training(true);
+    gpu.flush("plan")?;
+    match result {
+        Ok(_) => Ok(Some(gpu.with_allocator(|a| a.stats().peak_allocated_bytes))),
+        Err(e) if e.is_out_of_memory() => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Fits a [`PeakModel`] for `segment_len` from two probes (or one, at micro-batch 1).
@@ -262,30 +311,33 @@ fn fixed_bytes(p: &Probe) -> u64 {
 /// Checks the chosen micro-batch with a dry run of its own when no probe measured it: the fit
 /// is a line through two small probes, and small tensors' rounding bends the real curve (the
 /// GPT at batch 6, fitted at 1 and 2, was 7% over the line). The measured peak becomes the
-/// prediction; a choice over `usable` (or one that ran out of memory) is halved and checked
-/// again. A user's own micro-batch is checked but never changed.
+/// prediction; a choice over `usable` (or one that ran out of memory, in its step or in the
+/// evaluation of a chunk that size) is halved and checked again. A user's own micro-batch is
+/// checked but never changed. Returns the micro-batch, its step's peak and its evaluation's.
 fn confirm(
     gpu: &Gpu,
     (spec, data, config): (&dyn Recipe, &dyn Data, &TrainConfig),
     (segment_len, mut micro, mut predicted): (usize, usize, u64),
     usable: u64,
     probes: &mut Vec<Probe>,
-) -> Result<(usize, u64)> {
+) -> Result<(usize, u64, Option<u64>)> {
     loop {
         if let Some(p) = probes
             .iter()
             .find(|p| p.segment_len == segment_len && p.micro_batch == micro)
+            && p.eval_peak_allocated_bytes.is_some_and(|e| e <= usable)
         {
-            return Ok((micro, p.peak_allocated_bytes));
+            return Ok((micro, p.peak_allocated_bytes, p.eval_peak_allocated_bytes));
         }
         let (p, recovered) = probe(gpu, spec, data, config, segment_len, micro)?;
         probes.push(p.clone());
-        let fits = !recovered && p.peak_allocated_bytes <= usable;
+        let eval_fits = p.eval_peak_allocated_bytes.is_some_and(|e| e <= usable);
+        let fits = !recovered && p.peak_allocated_bytes <= usable && eval_fits;
         if fits || micro == 1 || config.micro_batch.is_some() {
             if !recovered {
                 predicted = p.peak_allocated_bytes;
             }
-            return Ok((micro, predicted));
+            return Ok((micro, predicted, p.eval_peak_allocated_bytes));
         }
         micro = balanced(config.effective_batch, micro / 2);
     }
@@ -346,7 +398,7 @@ pub fn plan(
         .iter()
         .find(|m| m.segment_len == segment_len)
         .map_or(0, |m| m.predict(micro_batch));
-    let (micro_batch, predicted_peak_bytes) = confirm(
+    let (micro_batch, predicted_peak_bytes, predicted_eval_peak_bytes) = confirm(
         gpu,
         (spec, data, config),
         (segment_len, micro_batch, predicted_peak_bytes),
@@ -360,6 +412,7 @@ pub fn plan(
         micro_batch,
         segment_len,
         predicted_peak_bytes,
+        predicted_eval_peak_bytes,
         models,
         probes,
     })

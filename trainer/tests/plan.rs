@@ -114,3 +114,44 @@ fn small_budget_gives_a_smaller_micro_batch() {
     assert!(plan.micro_batch < 256 && plan.micro_batch >= 64, "{plan}");
     assert!(plan.predicted_peak_bytes <= budget);
 }
+
+/// Evaluation is inside the plan: the plan measures an evaluation of a chunk of the chosen
+/// micro-batch after a step, and the run's evaluations (in chunks of the micro-batch) peak at
+/// what it measured, so a budget the plan fits never runs out of memory evaluating.
+#[test]
+fn a_planned_run_evaluates_within_the_predicted_evaluation_peak() {
+    let spec = adam_spec(&[64, 1024, 1024, 10]);
+    let mut config = config(256, 1, 2, 1e-3);
+    config.micro_batch = None;
+    config.checkpointing = CheckpointPolicy::None;
+    let gpu = fresh_gpu();
+    let full = Trainer::new(&gpu, config.clone(), &spec, data(512, 64, 10), None).unwrap();
+    let model = full.plan().unwrap().models[0].clone();
+    drop(full);
+    // About half the batch fits.
+    config.memory_budget_bytes =
+        Some(((model.predict(128) as f64) / plimsoll_trainer::plan::HEADROOM) as u64);
+    let gpu = fresh_gpu();
+    let test = data(300, 64, 10);
+    let mut trainer =
+        Trainer::new(&gpu, config, &spec, data(512, 64, 10), Some(Box::new(test))).unwrap();
+    let plan = trainer.plan().unwrap().clone();
+    assert!(plan.micro_batch < 256, "{plan}");
+    let predicted = plan.predicted_eval_peak_bytes.unwrap();
+    assert!(predicted <= plan.budget_bytes, "{plan}");
+    trainer.step().unwrap();
+    gpu.flush("test").unwrap();
+    gpu.with_allocator(|a| a.reset_peaks());
+    trainer.evaluate().unwrap().unwrap();
+    let measured = gpu.with_allocator(|a| a.stats().peak_allocated_bytes);
+    assert!(
+        trainer.log().iter().all(|l| !l.contains("out of memory")),
+        "{:?}",
+        trainer.log()
+    );
+    let error = (measured as f64 - predicted as f64).abs() / predicted as f64;
+    assert!(
+        error <= 0.02,
+        "evaluation peak {measured} vs predicted {predicted}\n{plan}"
+    );
+}
