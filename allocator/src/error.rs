@@ -98,8 +98,20 @@ pub struct OutOfMemory {
     pub cause: OomCause,
 }
 
-impl fmt::Display for OutOfMemory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl OutOfMemory {
+    /// The report without its hint: what was asked and the state of memory, for a caller whose
+    /// own message gives the advice that fits its situation (the hint speaks of training steps).
+    pub fn state(&self) -> String {
+        struct State<'a>(&'a OutOfMemory);
+        impl fmt::Display for State<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.write_state(f)
+            }
+        }
+        State(self).to_string()
+    }
+
+    fn write_state(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let budget = if self.budget_bytes == u64::MAX {
             "no budget".to_owned()
         } else {
@@ -126,6 +138,13 @@ impl fmt::Display for OutOfMemory {
             }
             f.write_str(".")?;
         }
+        Ok(())
+    }
+}
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_state(f)?;
         f.write_str(" Hint: ")?;
         match &self.cause {
             OomCause::NeverFits => write!(

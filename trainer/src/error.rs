@@ -116,6 +116,25 @@ pub enum Error {
         /// Bytes that do not depend on the micro-batch.
         fixed_bytes: u64,
     },
+    /// Sampling's largest forward (the longest context it will use) does not fit the budget,
+    /// even after the allocator's cache was emptied.
+    #[error(
+        "sampling: one forward over a context of {context} tokens does not fit the memory budget \
+         {} (the model's parameters take {} of it).\n{}\nhint: raise --memory-budget; a \
+         shorter --prompt with fewer --tokens also shortens the context (up to the model's \
+         block size)",
+        format_bytes(*budget_bytes), format_bytes(*parameter_bytes), memory_state(source)
+    )]
+    SampleOutOfMemory {
+        /// Tokens in the forward that failed.
+        context: usize,
+        /// The budget.
+        budget_bytes: u64,
+        /// Bytes the parameters hold.
+        parameter_bytes: u64,
+        /// The last out-of-memory error.
+        source: Box<Error>,
+    },
     /// A request larger than the host's available memory (or than 2^64 bytes).
     #[error(
         "{what} needs {} of host memory, and this machine has {} available.\nhint: ask for \
@@ -175,6 +194,7 @@ impl Error {
             Error::Autograd(a) => autograd_kernel_error(a),
             Error::Nn(n) => nn_kernel_error(n),
             Error::OutOfMemoryAtMicroBatchOne { source, .. }
+            | Error::SampleOutOfMemory { source, .. }
             | Error::StepTimeout { source, .. } => source.kernel_error(),
             _ => None,
         }
@@ -212,5 +232,14 @@ fn nn_kernel_error(e: &plimsoll_nn::Error) -> Option<&KernelError> {
         plimsoll_nn::Error::Autograd(a) => autograd_kernel_error(a),
         plimsoll_nn::Error::Kernel(k) => Some(k),
         _ => None,
+    }
+}
+
+/// An out-of-memory error's report without the allocator's hint (which speaks of training
+/// steps), or the whole error when it is something else.
+fn memory_state(error: &Error) -> String {
+    match error.kernel_error() {
+        Some(KernelError::OutOfMemory(report)) => report.state(),
+        _ => error.to_string(),
     }
 }

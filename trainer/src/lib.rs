@@ -43,7 +43,7 @@ pub use error::{Error, Result};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
 pub use model::{GptSpec, ModelSpec, OptimizerSpec};
 pub use plan::MemoryPlan;
-pub use sample::{SampleOptions, sample};
+pub use sample::{SampleOptions, SamplePlan, Sampled, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
 pub use trainer::{LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};

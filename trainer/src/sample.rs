@@ -1,9 +1,12 @@
 //! Text from a trained GPT: autoregressive sampling with temperature and top-k, as nanoGPT's
 //! `generate` (the context cropped to the block size, the last position's logits divided by the
 //! temperature, all but the `k` largest set aside, a draw from the softmax). Runs under
-//! `no_grad`; every forward's read-back waits within the device's deadline.
+//! `no_grad`; every forward's read-back waits within the device's deadline. Before the first
+//! token, a forward over the longest context measures the peak ([`SamplePlan`]): a budget that
+//! cannot hold it fails at once with the numbers, not halfway through the text.
 
-use plimsoll_autograd::{Tensor, no_grad};
+use plimsoll_autograd::{Gpu, Tensor, no_grad};
+use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::random::SplitMix64;
 use plimsoll_nn::{Gpt, Module};
 
@@ -66,8 +69,82 @@ pub fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, u: f64) -> u
     order.last().map_or(0, |&i| i as u32)
 }
 
-/// `prompt` (at least one token) followed by `options.tokens` sampled tokens.
-pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Vec<u32>> {
+/// What sampling needs, measured before its first token: one forward over the longest context
+/// the sampling will use (batch 1, under `no_grad`), so that a budget too small fails before any
+/// work, and sampling's forwards, each no longer, fit what it measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SamplePlan {
+    /// Tokens in the longest forward: the prompt plus the tokens to generate less one, at most
+    /// the model's block size.
+    pub context: usize,
+    /// Peak allocated bytes of that forward (parameters included).
+    pub peak_allocated_bytes: u64,
+    /// The budget it ran under.
+    pub budget_bytes: u64,
+}
+
+impl std::fmt::Display for SamplePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sampling plan: a forward over {} tokens peaks at {} of the {} budget",
+            self.context,
+            plimsoll_allocator::format_bytes(self.peak_allocated_bytes),
+            plimsoll_allocator::format_bytes(self.budget_bytes)
+        )
+    }
+}
+
+/// Text sampled from a model, with what it used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sampled {
+    /// The prompt followed by the sampled tokens.
+    pub tokens: Vec<u32>,
+    /// The measured plan.
+    pub plan: SamplePlan,
+    /// Forwards that ran out of memory and succeeded after the allocator's cache was emptied.
+    pub recoveries: usize,
+}
+
+/// The logits of the last position of `context` (batch 1), as a host vector. Out of memory is
+/// met once by emptying the allocator's cache (segments a longer earlier forward left reserved,
+/// or a fragmented layout) and trying again; a second failure is
+/// [`Error::SampleOutOfMemory`].
+fn last_logits(gpt: &Gpt, gpu: &Gpu, context: &[u32], recoveries: &mut usize) -> Result<Vec<f32>> {
+    let vocab = gpt.config().vocab_size;
+    let forward = || -> Result<Vec<f32>> {
+        let t = context.len();
+        let ids = Tensor::from_indices(gpu, context, &[1, t])?;
+        let logits = gpt.forward(&ids)?;
+        Ok(logits.reshape(&[t, vocab])?.slice(0, t - 1, 1)?.to_vec()?)
+    };
+    match forward() {
+        Err(e) if e.is_out_of_memory() => {
+            gpu.flush("sampling out-of-memory recovery")?;
+            gpu.empty_cache();
+            *recoveries += 1;
+            forward().map_err(|source| {
+                if source.is_out_of_memory() {
+                    Error::SampleOutOfMemory {
+                        context: context.len(),
+                        budget_bytes: gpu.memory_budget_bytes(),
+                        parameter_bytes: gpu.with_allocator(|a| {
+                            a.stats().category(Category::Parameter).allocated_bytes
+                        }),
+                        source: Box::new(source),
+                    }
+                } else {
+                    source
+                }
+            })
+        }
+        other => other,
+    }
+}
+
+/// `prompt` (at least one token) followed by `options.tokens` sampled tokens. Plans first: a
+/// forward over the longest context it will use, whose peak is [`Sampled::plan`].
+pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Sampled> {
     options.validate()?;
     if prompt.is_empty() {
         return Err(Error::invalid(
@@ -81,15 +158,26 @@ pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Vec<
         .map(|(_, t)| t.gpu().clone())
         .ok_or_else(|| Error::invalid("model", "a GPT without parameters"))?;
     let _no_grad = no_grad();
-    let (block, vocab) = (gpt.config().block_size, gpt.config().vocab_size);
+    let block = gpt.config().block_size;
+    let mut recoveries = 0;
+    // The plan: the longest forward, over the prompt repeated as needed (its values do not
+    // change its memory).
+    let context = (prompt.len() + options.tokens.saturating_sub(1)).min(block);
+    let probe: Vec<u32> = prompt.iter().copied().cycle().take(context).collect();
+    gpu.flush("sampling plan")?;
+    gpu.with_allocator(|a| a.reset_peaks());
+    last_logits(gpt, &gpu, &probe, &mut recoveries)?;
+    gpu.flush("sampling plan")?;
+    let plan = SamplePlan {
+        context,
+        peak_allocated_bytes: gpu.with_allocator(|a| a.stats().peak_allocated_bytes),
+        budget_bytes: gpu.memory_budget_bytes(),
+    };
     let mut rng = SplitMix64::new(options.seed);
     let mut out = prompt.to_vec();
     for _ in 0..options.tokens {
         let context = &out[out.len().saturating_sub(block)..];
-        let ids = Tensor::from_indices(&gpu, context, &[1, context.len()])?;
-        let logits = gpt.forward(&ids)?;
-        let t = context.len();
-        let last = logits.reshape(&[t, vocab])?.slice(0, t - 1, 1)?.to_vec()?;
+        let last = last_logits(gpt, &gpu, context, &mut recoveries)?;
         out.push(pick(
             &last,
             options.temperature,
@@ -97,7 +185,11 @@ pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Vec<
             rng.unit_f64(),
         ));
     }
-    Ok(out)
+    Ok(Sampled {
+        tokens: out,
+        plan,
+        recoveries,
+    })
 }
 
 #[cfg(test)]

@@ -163,7 +163,7 @@ fn greedy_samples_are_the_causal_arg_max() {
         top_k: Some(1),
         seed: 1,
     };
-    let out = sample(&gpt, &[4, 2], &options).unwrap();
+    let out = sample(&gpt, &[4, 2], &options).unwrap().tokens;
     assert_eq!(out.len(), 7);
     assert_eq!(out[..2], [4, 2]);
     let ids = plimsoll_autograd::Tensor::from_indices(&gpu, &out, &[1, 7]).unwrap();
@@ -174,7 +174,62 @@ fn greedy_samples_are_the_causal_arg_max() {
         assert_eq!(out[i] as usize, best, "position {i}");
     }
     let again = sample(&gpt, &[4, 2], &options).unwrap();
-    assert_eq!(again, out);
+    assert_eq!(again.tokens, out);
+}
+
+/// Sampling is planned: its plan measures the forward over the longest context it will use,
+/// and that is the peak of the whole sampling; under a budget below that peak, sampling fails
+/// before its first token with [`Error::SampleOutOfMemory`] naming the context, and the same
+/// budget with a context short enough to fit samples.
+#[test]
+fn sampling_peaks_at_its_plan_and_a_budget_below_it_fails_first() {
+    use plimsoll_nn::Gpt;
+    use plimsoll_trainer::{Error, SampleOptions, sample};
+    let options = SampleOptions {
+        tokens: 2 * CONTEXT,
+        temperature: 1.0,
+        top_k: None,
+        seed: 5,
+    };
+    let gpu = fresh_gpu();
+    let gpt = Gpt::new(&gpu, spec(sgd()).config, 3).unwrap();
+    let sampled = sample(&gpt, &[1], &options).unwrap();
+    assert_eq!(sampled.plan.context, CONTEXT);
+    assert_eq!(sampled.recoveries, 0);
+    // The peak over all of sampling (the plan's forward and every generating one) is the plan's.
+    let whole = gpu.with_allocator(|a| a.stats().peak_allocated_bytes);
+    assert_eq!(whole, sampled.plan.peak_allocated_bytes);
+    let parameters = gpu.with_allocator(|a| {
+        a.stats()
+            .category(plimsoll_kernels_wgsl::Category::Parameter)
+            .allocated_bytes
+    });
+    assert!(sampled.plan.peak_allocated_bytes > parameters);
+
+    // A budget between the parameters and the plan's peak: the longest context cannot run.
+    let budget = (parameters + sampled.plan.peak_allocated_bytes) / 2;
+    let gpu = fresh_gpu();
+    gpu.set_memory_budget(budget);
+    let gpt = Gpt::new(&gpu, spec(sgd()).config, 3).unwrap();
+    match sample(&gpt, &[1], &options) {
+        Err(e @ Error::SampleOutOfMemory { .. }) => {
+            let Error::SampleOutOfMemory { context, .. } = &e else {
+                unreachable!()
+            };
+            assert_eq!(*context, CONTEXT, "{e}");
+            assert!(e.is_out_of_memory());
+            assert!(e.to_string().contains("raise --memory-budget"), "{e}");
+        }
+        other => panic!("expected SampleOutOfMemory, got {other:?}"),
+    }
+    // Two tokens after a one-token prompt: a context of two fits.
+    let short = SampleOptions {
+        tokens: 2,
+        ..options
+    };
+    let sampled = sample(&gpt, &[1], &short).unwrap();
+    assert_eq!(sampled.plan.context, 2);
+    assert!(sampled.plan.peak_allocated_bytes <= budget);
 }
 
 /// Windows per batch in the out-of-memory tests: the MLP's hidden activations, 4096 tokens of

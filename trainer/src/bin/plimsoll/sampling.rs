@@ -102,7 +102,18 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     let gpu = args.device.open()?;
     let shape = args.shape.resolve(recorded_shape(&dir)?)?;
     let config = GptShape::config(shape, corpus.vocab_size());
-    let gpt = Gpt::new(&gpu, config, 0)?;
+    let parameters = config.parameter_count();
+    let too_large = || Error::ModelTooLarge {
+        budget_bytes: gpu.memory_budget_bytes(),
+        parameters,
+    };
+    if plimsoll_trainer::host::product(parameters, 4) > gpu.memory_budget_bytes() {
+        return Err(too_large());
+    }
+    let gpt = Gpt::new(&gpu, config, 0).map_err(|e| {
+        let e = Error::from(e);
+        if e.is_out_of_memory() { too_large() } else { e }
+    })?;
     // The checkpoint holds optimizer state too; it is loaded and dropped.
     let mut optimizer = AdamW::new(AdamWConfig::default());
     let checks = checkpoint_io::LoadChecks {
@@ -111,7 +122,10 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     };
     checkpoint_io::load(&gpu, &path, &gpt.parameters(), &mut optimizer, checks)?;
     drop(optimizer);
-    let ids = sample(&gpt, &prompt, &options)?;
-    crate::out::say(corpus.decode(&ids));
+    let sampled = sample(&gpt, &prompt, &options)?;
+    if args.device.memory_budget.is_some() {
+        crate::out::warn(sampled.plan);
+    }
+    crate::out::say(corpus.decode(&sampled.tokens));
     Ok(())
 }
