@@ -67,6 +67,48 @@ def forward(sd, idx, n_head, exact_gelu):
     return linear(x, sd, "lm_head", bias=False)
 
 
+def nanogpt_shapes(n_layer, vocab, block, c):
+    """The keys and shapes of nanoGPT's `GPT(config).state_dict()` (bias=True, PyTorch >= 2 so
+    no `attn.bias` mask buffer): what `load_state_dict(..., strict=True)` requires."""
+    shapes = {
+        "transformer.wte.weight": (vocab, c),
+        "transformer.wpe.weight": (block, c),
+        "transformer.ln_f.weight": (c,),
+        "transformer.ln_f.bias": (c,),
+        "lm_head.weight": (vocab, c),
+    }
+    for i in range(n_layer):
+        p = f"transformer.h.{i}."
+        shapes.update({
+            p + "ln_1.weight": (c,), p + "ln_1.bias": (c,),
+            p + "attn.c_attn.weight": (3 * c, c), p + "attn.c_attn.bias": (3 * c,),
+            p + "attn.c_proj.weight": (c, c), p + "attn.c_proj.bias": (c,),
+            p + "ln_2.weight": (c,), p + "ln_2.bias": (c,),
+            p + "mlp.c_fc.weight": (4 * c, c), p + "mlp.c_fc.bias": (4 * c,),
+            p + "mlp.c_proj.weight": (c, 4 * c), p + "mlp.c_proj.bias": (c,),
+        })
+    return shapes
+
+
+def check_strict(sd):
+    """What `load_state_dict(strict=True)` checks: no missing key, no unexpected key, every shape
+    equal. Also that the head is the token embedding (nanoGPT ties them)."""
+    n_layer = len({k.split(".")[2] for k in sd if k.startswith("transformer.h.")})
+    vocab, c = sd["transformer.wte.weight"].shape
+    block = sd["transformer.wpe.weight"].shape[0]
+    want = nanogpt_shapes(n_layer, vocab, block, c)
+    missing = sorted(set(want) - set(sd))
+    unexpected = sorted(set(sd) - set(want))
+    wrong = sorted(k for k in want if k in sd and tuple(sd[k].shape) != want[k])
+    if missing or unexpected or wrong:
+        raise SystemExit(f"not nanoGPT's state_dict: missing {missing}, unexpected {unexpected}, "
+                         f"wrong shapes {[(k, sd[k].shape, want[k]) for k in wrong]}")
+    if not np.array_equal(sd["lm_head.weight"], sd["transformer.wte.weight"]):
+        raise SystemExit("lm_head.weight is not transformer.wte.weight (nanoGPT ties them)")
+    print(f"strict: the {len(want)} keys and shapes of nanoGPT's GPT(n_layer={n_layer}, "
+          f"vocab_size={vocab}, block_size={block}, n_embd={c}).state_dict()")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -75,6 +117,7 @@ def main():
     ap.add_argument("--data", default=str(ROOT / "data" / "shakespeare.txt.gz"))
     a = ap.parse_args()
     sd = {k: v.astype(np.float64) for k, v in load_file(a.model).items()}
+    check_strict(sd)
     with gzip.open(a.data, "rt", encoding="utf-8") as f:
         text = f.read()
     vocab = sorted(set(text))
