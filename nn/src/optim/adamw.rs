@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, AdamWStep, adamw_step};
 
-use super::{Optimizer, check_state_shape, split_state, zeros_state};
+use super::{Optimizer, check_state_shape, prepare_state, split_state, zeros_state};
 use crate::error::{Error, Result};
 
 /// AdamW hyper-parameters (PyTorch names and defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8,
@@ -97,20 +97,25 @@ impl Optimizer for AdamW {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         let config = self.config.to_reference();
         let step = self.steps + 1;
-        for (name, param) in params {
-            let Some(grad) = param.grad() else { continue };
-            if !self.moments.contains_key(name) {
-                let moments = Moments {
+        prepare_state(
+            &mut self.moments,
+            params,
+            |name, param| {
+                Ok(Moments {
                     exp_avg: zeros_state(param, &format!("exp_avg.{name}"))?,
                     exp_avg_sq: zeros_state(param, &format!("exp_avg_sq.{name}"))?,
-                };
-                self.moments.insert(name.clone(), moments);
-            }
+                })
+            },
+            |name, moments, param| {
+                check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
+                check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)
+            },
+        )?;
+        for (name, param) in params {
+            let Some(grad) = param.grad() else { continue };
             let Some(moments) = self.moments.get(name) else {
                 continue;
             };
-            check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
-            check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)?;
             let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
             let config = kernel::AdamWConfig {
                 weight_decay: if decays { config.weight_decay } else { 0.0 },

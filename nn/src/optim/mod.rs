@@ -6,8 +6,10 @@
 //! fused kernel launch per tensor (`kernels-wgsl`'s `optimizer` family: the same f32 scalars as
 //! its CPU reference). Its state is created lazily at the first step that sees a parameter, as
 //! `Category::OptimizerState`, labelled `<kind>.<parameter name>`, which is also the state's
-//! name in [`Optimizer::state`] (`exp_avg.0.weight`). Steps only *record* launches; nothing
-//! waits for the GPU.
+//! name in [`Optimizer::state`] (`exp_avg.0.weight`). A step creates and checks every state
+//! tensor it needs before it records the first update, and drops what it created if one fails:
+//! an out-of-memory there leaves the parameters and the optimizer as they were. Steps only
+//! *record* launches; nothing waits for the GPU.
 
 mod adamw;
 mod clip;
@@ -30,7 +32,8 @@ use crate::error::{Error, Result};
 pub trait Optimizer {
     /// One update of every parameter in `params` that has a gradient (parameters without one
     /// are skipped), then the step count goes up by one. State for a parameter seen the first
-    /// time is created here.
+    /// time is created here, for every such parameter before any update is recorded; an error
+    /// in that phase leaves the parameters and the optimizer unchanged.
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()>;
 
     /// The learning rate of the next step.
@@ -78,6 +81,43 @@ fn zeros_state(param: &Tensor, label: &str) -> Result<Tensor> {
         requires_grad: false,
     };
     Ok(Tensor::zeros(param.gpu(), param.shape(), options)?)
+}
+
+/// The first phase of every optimizer step: creates the state `make` builds for each parameter
+/// with a gradient that has none yet, and checks every parameter's state with `check`, all
+/// before any update is recorded. On a failure (out of memory, a mismatched shape) the state
+/// created here is dropped again, so the optimizer is exactly as it was and no parameter has
+/// changed: a step is all or nothing. Returns the names whose state was created.
+fn prepare_state<S>(
+    map: &mut BTreeMap<String, S>,
+    params: &[(String, Tensor)],
+    make: impl Fn(&str, &Tensor) -> Result<S>,
+    check: impl Fn(&str, &S, &Tensor) -> Result<()>,
+) -> Result<Vec<String>> {
+    let mut created = Vec::new();
+    let result = params
+        .iter()
+        .filter(|(_, p)| p.grad().is_some())
+        .try_for_each(|(name, param)| {
+            if !map.contains_key(name) {
+                let state = make(name, param)?;
+                map.insert(name.clone(), state);
+                created.push(name.clone());
+            }
+            match map.get(name) {
+                Some(state) => check(name, state, param),
+                None => Ok(()),
+            }
+        });
+    match result {
+        Ok(()) => Ok(created),
+        Err(e) => {
+            for name in &created {
+                map.remove(name);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// A copy of `source` in a fresh `Category::OptimizerState` buffer labelled `label`.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, SgdStep, sgd_step};
 
-use super::{Optimizer, check_state_shape, split_state, zeros_state};
+use super::{Optimizer, check_state_shape, prepare_state, split_state, zeros_state};
 use crate::error::Result;
 
 /// SGD hyper-parameters (PyTorch names and defaults, `lr` 0.01).
@@ -80,30 +80,29 @@ impl Sgd {
 impl Optimizer for Sgd {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         let config = self.config.to_reference();
+        let created = if self.config.momentum != 0.0 {
+            prepare_state(
+                &mut self.momentum,
+                params,
+                |name, param| zeros_state(param, &format!("momentum.{name}")),
+                |name, buf, param| check_state_shape(&format!("momentum.{name}"), buf, param),
+            )?
+        } else {
+            Vec::new()
+        };
         for (name, param) in params {
             let Some(grad) = param.grad() else { continue };
-            let mut first_step = false;
-            let momentum = if self.config.momentum != 0.0 {
-                let key = name.clone();
-                if !self.momentum.contains_key(&key) {
-                    let buf = zeros_state(param, &format!("momentum.{name}"))?;
-                    self.momentum.insert(key.clone(), buf);
-                    first_step = true;
-                }
-                let buf = self.momentum.get(&key);
-                if let Some(buf) = buf {
-                    check_state_shape(&format!("momentum.{name}"), buf, param)?;
-                }
-                buf
-            } else {
-                None
-            };
             let launch = SgdStep {
                 config,
-                first_step,
+                first_step: created.contains(name),
                 grad_scale: self.grad_scale,
             };
-            let momentum = momentum.map(Tensor::elements).transpose()?;
+            let momentum = self
+                .momentum
+                .get(name)
+                .filter(|_| self.config.momentum != 0.0)
+                .map(Tensor::elements)
+                .transpose()?;
             sgd_step(
                 param.gpu(),
                 &launch,

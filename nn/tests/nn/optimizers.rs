@@ -305,3 +305,78 @@ fn adamw_decays_only_matrices_when_asked() {
     );
     assert_close("vector", &vector.to_vec().unwrap(), &[1.0, 2.0], 0.0, 0.0);
 }
+
+/// A step is all or nothing. Four 2 MiB parameters (each in a segment of its own) with
+/// gradients, and a budget with room for about one parameter's new state: the first step runs
+/// out of memory creating state, and every parameter, the (empty) state and the step count are
+/// as before. With the budget raised, the same step gives bit for bit what a fresh optimizer
+/// gives on a fresh copy of the parameters.
+#[test]
+fn an_optimizer_step_that_runs_out_of_memory_changes_nothing() {
+    use plimsoll_kernels_wgsl::testing::fresh_gpu;
+    const N: usize = 512 * 1024;
+    let optimizers: [(&str, fn() -> Box<dyn Optimizer>, u64); 2] = [
+        ("AdamW", || Box::new(AdamW::new(AdamWConfig::default())), 5),
+        (
+            "SGD with momentum",
+            || {
+                Box::new(Sgd::new(SgdConfig {
+                    momentum: 0.9,
+                    ..SgdConfig::default()
+                }))
+            },
+            3,
+        ),
+    ];
+    for (what, make, room_mib) in optimizers {
+        let gpu = fresh_gpu();
+        let values: Vec<Vec<f32>> = (0..4)
+            .map(|t| {
+                (0..N)
+                    .map(|i| ((i * 7 + t) % 13) as f32 / 13.0 - 0.5)
+                    .collect()
+            })
+            .collect();
+        let grads: Vec<Vec<f32>> = (0..4)
+            .map(|t| {
+                (0..N)
+                    .map(|i| ((i * 5 + t) % 11) as f32 / 11.0 - 0.4)
+                    .collect()
+            })
+            .collect();
+        let build = |prefix: &str| -> Vec<(String, Tensor)> {
+            values
+                .iter()
+                .zip(&grads)
+                .enumerate()
+                .map(|(t, (v, g))| {
+                    let name = format!("{prefix}{t}");
+                    let p = param(&gpu, v, &[N], &name);
+                    set_grad(&gpu, &p, g);
+                    (name, p)
+                })
+                .collect()
+        };
+        let params = build("p");
+        gpu.flush("test").unwrap();
+        gpu.empty_cache();
+        let reserved = gpu.with_allocator(|a| a.stats().reserved_bytes);
+        gpu.set_memory_budget(reserved + room_mib * 1024 * 1024);
+        let mut opt = make();
+        let err = opt.step(&params).unwrap_err();
+        assert!(err.to_string().contains("out of memory"), "{what}: {err}");
+        for ((name, p), v) in params.iter().zip(&values) {
+            assert_eq!(&p.to_vec().unwrap(), v, "{what}: {name} changed");
+        }
+        assert!(opt.state().is_empty(), "{what}: state left behind");
+        assert_eq!(opt.step_count(), 0, "{what}");
+
+        gpu.set_memory_budget(u64::MAX);
+        opt.step(&params).unwrap();
+        let fresh = build("q");
+        make().step(&fresh).unwrap();
+        for ((name, p), (_, q)) in params.iter().zip(&fresh) {
+            assert_eq!(p.to_vec().unwrap(), q.to_vec().unwrap(), "{what}: {name}");
+        }
+    }
+}
