@@ -315,7 +315,8 @@ fn adamw_decays_only_matrices_when_asked() {
 fn an_optimizer_step_that_runs_out_of_memory_changes_nothing() {
     use plimsoll_kernels_wgsl::testing::fresh_gpu;
     const N: usize = 512 * 1024;
-    let optimizers: [(&str, fn() -> Box<dyn Optimizer>, u64); 2] = [
+    type Make = fn() -> Box<dyn Optimizer>;
+    let optimizers: [(&str, Make, u64); 2] = [
         ("AdamW", || Box::new(AdamW::new(AdamWConfig::default())), 5),
         (
             "SGD with momentum",
