@@ -96,6 +96,8 @@ pub(crate) struct Batch {
     chunks: Vec<wgpu::Buffer>,
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     released_segments: Option<Arc<Mutex<Vec<u64>>>>,
+    /// Inside [`Gpu::atomically`]: no automatic submission, so the section can be discarded.
+    hold: bool,
 }
 
 impl Batch {
@@ -112,6 +114,7 @@ impl Batch {
             chunks: Vec::new(),
             bind_groups: HashMap::new(),
             released_segments: None,
+            hold: false,
         }
     }
 
@@ -182,7 +185,7 @@ impl Gpu {
         }
         let (pipeline, bgl) = shared.pipelines.get(shared, d.kernel, d.overrides)?;
         let mut batch = shared.batch();
-        if batch.dispatches >= AUTO_FLUSH_DISPATCHES {
+        if batch.dispatches >= AUTO_FLUSH_DISPATCHES && !batch.hold {
             drop(batch);
             let deadline = self.default_deadline();
             batch = lock_for_submit(shared, deadline)?;
@@ -271,6 +274,30 @@ impl Gpu {
         batch.dispatches += 1;
         batch.label.get_or_insert_with(|| d.kernel.stem.to_string());
         Ok(())
+    }
+
+    /// Runs `record` as one all-or-nothing unit of GPU work: the open batch is submitted first
+    /// (within the default deadline), nothing `record` records is submitted automatically, and
+    /// if it returns an error everything it recorded is discarded, so none of it ever runs. An
+    /// optimizer update recorded this way either changes every parameter or none.
+    ///
+    /// `record` must not read back or flush: that submits its work so far, which a later error
+    /// can no longer undo (only what it recorded after the last submission is discarded).
+    pub fn atomically<T, E: From<Error>>(
+        &self,
+        label: &str,
+        record: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        self.flush(label)?;
+        self.shared.batch().hold = true;
+        let result = record();
+        let mut batch = self.shared.batch();
+        batch.hold = false;
+        if result.is_err() {
+            // Everything open now was recorded by `record` (the batch was submitted before it).
+            batch.discard();
+        }
+        result
     }
 
     /// Submits the open batch and returns its fence, within [`Gpu::default_deadline`] (see

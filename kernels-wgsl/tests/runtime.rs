@@ -181,6 +181,39 @@ fn dispatches_are_batched_into_one_submission() {
     assert_close("batched fills", &got, &want, 0.0, 0.0);
 }
 
+/// `Gpu::atomically`: work recorded in a section that fails never runs, even past the
+/// automatic-submission threshold; a section that succeeds runs all of it. The fills start
+/// after earlier recorded work, which the section submits first and which does run.
+#[test]
+fn a_failed_atomic_section_runs_none_of_its_work() {
+    use plimsoll_kernels_wgsl::recorder::AUTO_FLUSH_DISPATCHES;
+    let gpu = fresh_gpu();
+    let buf = scratch(&gpu, 100, "atomic");
+    kernels::fill::fill(&gpu, buf.slice(0, 100).unwrap(), 7.0).unwrap();
+    let fills = u64::from(AUTO_FLUSH_DISPATCHES) + 5;
+    let failed: Result<(), Error> = gpu.atomically("failing section", || {
+        for k in 0..fills {
+            kernels::fill::fill(&gpu, buf.slice(k % 100, 1).unwrap(), k as f32)?;
+        }
+        Err(Error::InvalidArgument {
+            op: "test",
+            message: "the section fails after recording".to_string(),
+        })
+    });
+    assert!(failed.is_err());
+    let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
+    assert_eq!(got, vec![7.0; 100], "the failed section's fills ran");
+
+    gpu.atomically("section", || {
+        kernels::fill::fill(&gpu, buf.slice(0, 50).unwrap(), 1.0)?;
+        kernels::fill::fill(&gpu, buf.slice(50, 50).unwrap(), 2.0)
+    })
+    .unwrap();
+    let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
+    let want: Vec<f32> = (0..100).map(|i| if i < 50 { 1.0 } else { 2.0 }).collect();
+    assert_eq!(got, want);
+}
+
 /// The `write_buffer` hazard (docs/wgpu.md §4), first shown on raw wgpu: a write issued after a
 /// recorded-but-unsubmitted read overtakes it.
 #[test]

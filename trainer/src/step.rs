@@ -213,7 +213,12 @@ fn run_step_inner(
     };
     optimizer.set_lr(lr);
     optimizer.set_grad_scale(scale);
-    let stepped = optimizer.step(inputs.params);
+    // All or nothing: the optimizer creates its state before recording any update, and a
+    // failure while recording discards what was recorded, so an error leaves every parameter
+    // and the optimizer state as they were.
+    let stepped = inputs.gpu.atomically("optimizer update", || {
+        optimizer.step(inputs.params).map_err(Error::from)
+    });
     optimizer.set_grad_scale(1.0);
     stepped?;
     Ok(StepResult {
