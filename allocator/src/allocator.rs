@@ -86,6 +86,13 @@ impl<S: SegmentSource> BufferAllocator<S> {
         }
     }
 
+    /// The error [`BufferAllocator::allocate`] gives for `request` when the budget is full,
+    /// counted and traced as one, without allocating: how fault injection makes an allocation
+    /// fail exactly as a real one does.
+    pub fn refuse(&mut self, request: &Request<'_>) -> AllocError {
+        self.out_of_memory(request, crate::OomCause::BudgetFull)
+    }
+
     /// Hands out a block of at least `request.size_bytes` at an offset aligned to
     /// `request.alignment`: the best-fitting free block, or a new segment (see the module policy).
     ///

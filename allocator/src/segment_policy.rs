@@ -94,7 +94,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         }
     }
 
-    fn out_of_memory(&mut self, request: &Request<'_>, cause: OomCause) -> AllocError {
+    pub(crate) fn out_of_memory(&mut self, request: &Request<'_>, cause: OomCause) -> AllocError {
         self.stats.out_of_memory_errors += 1;
         let stats = &self.stats;
         let (free_bytes, largest_free_bytes) = (self.free_bytes(), self.largest_free_bytes());

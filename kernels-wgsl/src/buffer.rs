@@ -172,6 +172,17 @@ impl Gpu {
             category,
             label,
         };
+        #[cfg(feature = "fault-injection")]
+        match shared.faults.hit(crate::fault::FaultPoint::Allocation) {
+            Some(crate::fault::FaultAction::Fail) => return Err(memory.refuse(&request).into()),
+            Some(crate::fault::FaultAction::LoseDevice) => {
+                shared
+                    .health
+                    .mark_lost("injected fault at an allocation".to_string());
+                shared.health.check()?;
+            }
+            None => {}
+        }
         let allocation = memory.allocate(request)?;
         let Some(segment) = memory.segment(allocation.segment()) else {
             let _ = memory.free(allocation);
@@ -302,6 +313,26 @@ impl Gpu {
         let shared = &*self.shared;
         shared.health.check()?;
         buffer.check_range("read", offset_bytes, len_bytes)?;
+        #[cfg(feature = "fault-injection")]
+        match shared.faults.hit(crate::fault::FaultPoint::ReadBack) {
+            Some(crate::fault::FaultAction::Fail) => {
+                // What a stalled GPU gives: the batch went out, the wait ran past its deadline.
+                let fence = self.flush_within("read-back", deadline)?;
+                return Err(Error::Timeout {
+                    label: format!("{} (injected fault)", fence.label()),
+                    serial: fence.serial(),
+                    deadline_ms: deadline.as_millis() as u64,
+                    recent: shared.fences.recent(),
+                });
+            }
+            Some(crate::fault::FaultAction::LoseDevice) => {
+                shared
+                    .health
+                    .mark_lost("injected fault at a read-back".to_string());
+                shared.health.check()?;
+            }
+            None => {}
+        }
         if len_bytes == 0 {
             return Ok(Vec::new());
         }

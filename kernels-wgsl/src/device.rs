@@ -152,6 +152,8 @@ pub(crate) struct Shared {
     pub(crate) max_block_bytes: u64,
     pub(crate) memory: Mutex<BufferAllocator<WgpuSegments>>,
     pub(crate) batch: Mutex<Batch>,
+    /// Fault-injection counters (they count only with the `fault-injection` feature).
+    pub(crate) faults: Arc<crate::fault::Faults>,
     pub(crate) fences: FenceState,
     pub(crate) pipelines: PipelineCache,
     pub(crate) deadlines: Deadlines,
@@ -240,7 +242,7 @@ impl Drop for Shared {
         // Move out whatever reaches wgpu-core when dropped; what stays (clones of the device and
         // queue, an empty allocator and batch) drops here as mere reference counts.
         let empty_memory = BufferAllocator::new(
-            WgpuSegments::new(self.device.clone()),
+            WgpuSegments::new(self.device.clone(), Arc::clone(&self.faults)),
             self.memory().config().clone(),
         );
         let empty_batch = Batch::new(&self.limits);
@@ -441,7 +443,8 @@ impl Gpu {
         let budget = options
             .memory_budget_bytes
             .unwrap_or_else(|| memory::default_budget_bytes(summary.device_type));
-        let source = WgpuSegments::new(device.clone());
+        let faults = Arc::new(crate::fault::Faults::default());
+        let source = WgpuSegments::new(device.clone(), Arc::clone(&faults));
         let mut batch = Batch::new(&limits);
         batch.set_released_segments(source.released());
         let allocator = BufferAllocator::new(
@@ -458,6 +461,7 @@ impl Gpu {
             max_block_bytes,
             memory: Mutex::new(allocator),
             batch: Mutex::new(batch),
+            faults,
             fences: FenceState::default(),
             pipelines: PipelineCache::default(),
             deadlines: Deadlines::new(

@@ -204,7 +204,7 @@ impl FenceState {
         self.completed.load(Ordering::SeqCst) >= serial
     }
 
-    fn recent(&self) -> RecentSubmissions {
+    pub(crate) fn recent(&self) -> RecentSubmissions {
         let now = Instant::now();
         let done = self.completed.load(Ordering::SeqCst);
         let ring = match self.ring.lock() {

@@ -19,6 +19,7 @@
 pub mod buffer;
 pub mod device;
 pub mod error;
+pub mod fault;
 pub mod fence;
 pub mod kernels;
 pub mod memory;

@@ -121,16 +121,20 @@ pub struct WgpuSegments {
     device_memory_cap_bytes: Option<u64>,
     /// Uids of released segments, drained by the recorder to evict its bind groups.
     released: Arc<Mutex<Vec<u64>>>,
+    /// The device's fault-injection counters.
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    faults: Arc<crate::fault::Faults>,
 }
 
 impl WgpuSegments {
-    pub(crate) fn new(device: wgpu::Device) -> Self {
+    pub(crate) fn new(device: wgpu::Device, faults: Arc<crate::fault::Faults>) -> Self {
         WgpuSegments {
             device,
             next_uid: 0,
             live_bytes: 0,
             device_memory_cap_bytes: None,
             released: Arc::new(Mutex::new(Vec::new())),
+            faults,
         }
     }
 
@@ -148,10 +152,15 @@ impl SegmentSource for WgpuSegments {
         let over_cap = self
             .device_memory_cap_bytes
             .filter(|cap| self.live_bytes.saturating_add(size_bytes) > *cap);
+        // An injected fault is refused the same way, by wgpu.
+        #[cfg(feature = "fault-injection")]
+        let injected = self.faults.hit(crate::fault::FaultPoint::Segment).is_some();
+        #[cfg(not(feature = "fault-injection"))]
+        let injected = false;
         // Over the simulated cap, ask for more than any buffer may hold: wgpu itself refuses.
-        let wgpu_size = match over_cap {
-            Some(_) => self.device.limits().max_buffer_size.saturating_add(1 << 20),
-            None => size_bytes,
+        let wgpu_size = match over_cap.is_some() || injected {
+            true => self.device.limits().max_buffer_size.saturating_add(1 << 20),
+            false => size_bytes,
         };
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -166,9 +175,11 @@ impl SegmentSource for WgpuSegments {
         let o = pollster::block_on(oom.pop());
         if let Some(e) = o.or(v) {
             buffer.destroy();
-            let simulated = over_cap
-                .map(|cap| format!(" (simulated device memory cap of {cap} bytes)"))
-                .unwrap_or_default();
+            let simulated = match over_cap {
+                Some(cap) => format!(" (simulated device memory cap of {cap} bytes)"),
+                None if injected => " (injected fault)".to_string(),
+                None => String::new(),
+            };
             return Err(SegmentError {
                 size_bytes,
                 message: format!("{e}{simulated}"),

@@ -1,0 +1,141 @@
+//! Fault injection, for `cargo xtask chaos`: make the k-th allocation, segment creation,
+//! submission or read-back of a device fail (or lose the device there), to check that every
+//! failure point of a training step ends in a recovery or a typed error with the model intact.
+//!
+//! The hooks count events only with the `fault-injection` cargo feature, which is off unless a
+//! crate asks for it (xtask does); without it they compile to nothing and [`Gpu::arm_fault`] and
+//! its siblings do not exist. What each failure looks like is what the real one looks like:
+//! - an allocation: [`Error::OutOfMemory`] from the allocator, as when the budget is full;
+//! - a segment creation: wgpu itself refuses the buffer (its error scope reports it) and the
+//!   allocator handles that as it handles a device out of memory;
+//! - a submission: [`Error::Timeout`] waiting for room, with the batch left unsubmitted;
+//! - a read-back: [`Error::Timeout`] after the batch was submitted, as a stalled GPU gives.
+//!
+//! [`FaultAction::LoseDevice`] marks the device lost at that event instead (at a segment
+//! creation, where the allocator cannot see the device, it fails as [`FaultAction::Fail`]).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where a fault can be injected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultPoint {
+    /// [`crate::Gpu::alloc`].
+    Allocation,
+    /// A new wgpu buffer for an allocator segment.
+    Segment,
+    /// A batch submission.
+    Submission,
+    /// [`crate::Gpu::read_bytes`] and the reads built on it.
+    ReadBack,
+}
+
+impl FaultPoint {
+    /// Every point, in the order of [`crate::Gpu::fault_counts`].
+    pub const ALL: [FaultPoint; 4] = [
+        FaultPoint::Allocation,
+        FaultPoint::Segment,
+        FaultPoint::Submission,
+        FaultPoint::ReadBack,
+    ];
+
+    /// Position in [`FaultPoint::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Lower-case name (`allocation`, `segment`, `submission`, `read-back`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultPoint::Allocation => "allocation",
+            FaultPoint::Segment => "segment",
+            FaultPoint::Submission => "submission",
+            FaultPoint::ReadBack => "read-back",
+        }
+    }
+}
+
+/// What happens at the armed event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultAction {
+    /// The operation fails the way it really can (see the module docs).
+    Fail,
+    /// The device is marked lost: this and every later call fails with
+    /// [`crate::Error::DeviceLost`].
+    LoseDevice,
+}
+
+/// Event counters and the armed fault of one device.
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    counts: [AtomicU64; 4],
+    armed: Mutex<Option<(FaultPoint, u64, FaultAction)>>,
+}
+
+impl Faults {
+    /// Counts one event at `point`; returns the action if it is the armed one (which is then
+    /// disarmed: a fault fires once).
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) fn hit(&self, point: FaultPoint) -> Option<FaultAction> {
+        let n = self.counts[point.index()].fetch_add(1, Ordering::SeqCst);
+        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        match *armed {
+            Some((p, k, action)) if p == point && k == n => {
+                *armed = None;
+                Some(action)
+            }
+            _ => None,
+        }
+    }
+
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) fn arm(&self, point: FaultPoint, index: u64, action: FaultAction) {
+        *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = Some((point, index, action));
+    }
+
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) fn disarm(&self) -> bool {
+        self.armed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .is_some()
+    }
+
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) fn counts(&self) -> [u64; 4] {
+        std::array::from_fn(|i| self.counts[i].load(Ordering::SeqCst))
+    }
+
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    pub(crate) fn reset(&self) {
+        for c in &self.counts {
+            c.store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+impl crate::Gpu {
+    /// Arms a fault: the `index`-th event at `point` (0-based, counted since the last
+    /// [`Gpu::reset_fault_counts`](crate::Gpu::reset_fault_counts)) does `action`. One fault
+    /// at a time; arming replaces the previous one.
+    pub fn arm_fault(&self, point: FaultPoint, index: u64, action: FaultAction) {
+        self.shared.faults.arm(point, index, action);
+    }
+
+    /// Disarms the armed fault; `true` if one was armed and had not fired.
+    pub fn disarm_fault(&self) -> bool {
+        self.shared.faults.disarm()
+    }
+
+    /// Events at each point since the last reset, in [`FaultPoint::ALL`] order.
+    pub fn fault_counts(&self) -> [u64; 4] {
+        self.shared.faults.counts()
+    }
+
+    /// Sets every event count to zero.
+    pub fn reset_fault_counts(&self) {
+        self.shared.faults.reset();
+    }
+}
