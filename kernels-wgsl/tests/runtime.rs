@@ -407,3 +407,40 @@ fn compiled_kernels_cover_what_the_launchers_ask_for() {
         "a launch built a pipeline compile_kernels missed"
     );
 }
+
+/// Fault injection fails the armed event the way the real failure looks, once, and counts
+/// events: the second allocation is a budget out-of-memory, a read-back a timeout, a
+/// submission with `LoseDevice` a lost device from then on.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn injected_faults_fire_once_at_the_armed_event() {
+    use plimsoll_kernels_wgsl::fault::{FaultAction, FaultPoint};
+    let gpu = fresh_gpu();
+    gpu.reset_fault_counts();
+    gpu.arm_fault(FaultPoint::Allocation, 1, FaultAction::Fail);
+    let first = gpu
+        .upload(&[1.0f32; 4], Category::Temporary, "first")
+        .unwrap();
+    let err = gpu
+        .upload(&[2.0f32; 4], Category::Temporary, "second")
+        .unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory(_)), "{err}");
+    let third = gpu
+        .upload(&[3.0f32; 4], Category::Temporary, "third")
+        .unwrap();
+    assert_eq!(gpu.fault_counts()[FaultPoint::Allocation.index()], 3);
+    assert!(!gpu.disarm_fault(), "the fault fired and disarmed itself");
+
+    gpu.reset_fault_counts();
+    gpu.arm_fault(FaultPoint::ReadBack, 0, FaultAction::Fail);
+    let err = gpu.read_all::<f32>(&first, DEADLINE).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert_eq!(gpu.read_all::<f32>(&third, DEADLINE).unwrap(), vec![3.0; 4]);
+
+    gpu.reset_fault_counts();
+    gpu.arm_fault(FaultPoint::Submission, 0, FaultAction::LoseDevice);
+    kernels::fill::fill(&gpu, first.slice(0, 4).unwrap(), 5.0).unwrap();
+    let err = gpu.flush("lost").unwrap_err();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+    assert!(gpu.check_alive().is_err());
+}
