@@ -214,10 +214,16 @@ fn run_step_inner(
     optimizer.set_lr(lr);
     optimizer.set_grad_scale(scale);
     // All or nothing: the optimizer creates its state before recording any update, and a
-    // failure while recording discards what was recorded, so an error leaves every parameter
-    // and the optimizer state as they were.
-    let stepped = inputs.gpu.atomically("optimizer update", || {
-        optimizer.step(inputs.params).map_err(Error::from)
+    // failure while recording or submitting it discards what was recorded (and undoes the
+    // optimizer's step count and new state), so an error leaves every parameter and the
+    // optimizer state as they were. Once submitted, the step is committed.
+    let stepped: Result<()> = inputs.gpu.atomically("optimizer update", || {
+        optimizer.step(inputs.params)?;
+        inputs.gpu.flush("optimizer update").map_err(|e| {
+            optimizer.undo_step();
+            Error::from(e)
+        })?;
+        Ok(())
     });
     optimizer.set_grad_scale(1.0);
     stepped?;

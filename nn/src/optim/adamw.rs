@@ -74,6 +74,9 @@ pub struct AdamW {
     moments: BTreeMap<String, Moments>,
     steps: u64,
     grad_scale: f32,
+    /// The step count before the last step and the state it created, for
+    /// [`Optimizer::undo_step`].
+    undo: Option<(u64, Vec<String>)>,
 }
 
 impl AdamW {
@@ -84,6 +87,7 @@ impl AdamW {
             moments: BTreeMap::new(),
             steps: 0,
             grad_scale: 1.0,
+            undo: None,
         }
     }
 
@@ -97,7 +101,8 @@ impl Optimizer for AdamW {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         let config = self.config.to_reference();
         let step = self.steps + 1;
-        prepare_state(
+        self.undo = None;
+        let created = prepare_state(
             &mut self.moments,
             params,
             |name, param| {
@@ -135,6 +140,7 @@ impl Optimizer for AdamW {
                 moments.exp_avg_sq.elements()?,
             )?;
         }
+        self.undo = Some((self.steps, created));
         self.steps = step;
         Ok(())
     }
@@ -195,7 +201,17 @@ impl Optimizer for AdamW {
         }
         self.moments = moments;
         self.steps = step_count;
+        self.undo = None;
         Ok(())
+    }
+
+    fn undo_step(&mut self) {
+        if let Some((steps, created)) = self.undo.take() {
+            self.steps = steps;
+            for name in created {
+                self.moments.remove(&name);
+            }
+        }
     }
 
     fn set_grad_scale(&mut self, scale: f32) {

@@ -60,6 +60,12 @@ pub trait Optimizer {
     /// a name this optimizer does not keep, or a parameter with only part of its state.
     fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()>;
 
+    /// Undoes the host side of the last [`Optimizer::step`] (its step count and the state it
+    /// created) after its recorded update was discarded before it ran: the trainer records and
+    /// submits an update all or nothing, and calls this when the submission failed. Calling it
+    /// twice, or without a step, does nothing.
+    fn undo_step(&mut self);
+
     /// Multiplies every gradient by `scale` inside the fused update (the mixed-precision
     /// unscale, `1 / loss_scale`); 1 by default.
     fn set_grad_scale(&mut self, scale: f32);

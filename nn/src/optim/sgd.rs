@@ -57,6 +57,9 @@ pub struct Sgd {
     momentum: BTreeMap<String, Tensor>,
     steps: u64,
     grad_scale: f32,
+    /// The step count before the last step and the state it created, for
+    /// [`Optimizer::undo_step`].
+    undo: Option<(u64, Vec<String>)>,
 }
 
 impl Sgd {
@@ -68,6 +71,7 @@ impl Sgd {
             momentum: BTreeMap::new(),
             steps: 0,
             grad_scale: 1.0,
+            undo: None,
         }
     }
 
@@ -80,6 +84,7 @@ impl Sgd {
 impl Optimizer for Sgd {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         let config = self.config.to_reference();
+        self.undo = None;
         let created = if self.config.momentum != 0.0 {
             prepare_state(
                 &mut self.momentum,
@@ -111,6 +116,7 @@ impl Optimizer for Sgd {
                 momentum,
             )?;
         }
+        self.undo = Some((self.steps, created));
         self.steps += 1;
         Ok(())
     }
@@ -146,7 +152,17 @@ impl Optimizer for Sgd {
         let mut split = split_state(state, &["momentum"])?;
         self.momentum = split.remove("momentum").unwrap_or_default();
         self.steps = step_count;
+        self.undo = None;
         Ok(())
+    }
+
+    fn undo_step(&mut self) {
+        if let Some((steps, created)) = self.undo.take() {
+            self.steps = steps;
+            for name in created {
+                self.momentum.remove(&name);
+            }
+        }
     }
 
     fn set_grad_scale(&mut self, scale: f32) {
