@@ -62,7 +62,8 @@ pub struct TrainConfig {
     pub checkpointing: CheckpointPolicy,
     /// Deadline of every GPU wait (set as the Gpu's default deadline).
     pub fence_deadline: Duration,
-    /// Deadline of the reads that save the last good state after a timeout.
+    /// Deadline of the reads that save the last good state before giving up on a step; at
+    /// most `fence_deadline` is used, so giving up takes at most twice the deadline.
     pub save_deadline: Duration,
     /// Evaluate every this many steps (`None`: at the end of every epoch).
     pub eval_interval_steps: Option<u64>,

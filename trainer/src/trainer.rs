@@ -66,6 +66,8 @@ pub struct Trainer {
     pub(crate) stop: Arc<AtomicBool>,
     /// The last [`LOSS_WINDOW`] step losses, for [`StepReport::loss_mean`].
     pub(crate) recent_losses: VecDeque<f32>,
+    /// The step and path of the last training state this trainer saved.
+    pub(crate) last_saved: Option<(u64, PathBuf)>,
 }
 
 /// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
@@ -158,6 +160,7 @@ impl Trainer {
             delivered_log: 0,
             recent_losses: VecDeque::with_capacity(LOSS_WINDOW),
             stop: Arc::new(AtomicBool::new(false)),
+            last_saved: None,
         })
     }
 
@@ -279,8 +282,7 @@ impl Trainer {
         );
         let result = match result {
             Ok(r) => r,
-            Err(e) if e.is_timeout() => return Err(self.timed_out(step, e)),
-            Err(e) => return Err(e),
+            Err(e) => return Err(self.give_up(step, e)),
         };
         for line in &result.recoveries {
             self.log.push(line.clone());
@@ -328,10 +330,12 @@ impl Trainer {
         }
         let report = match leak::check(&self.gpu) {
             Ok(r) => r,
-            Err(e) if matches!(e, plimsoll_kernels_wgsl::Error::Timeout { .. }) => {
-                return Err(self.timed_out(step, e.into()));
+            Err(e) => {
+                // After the update was submitted: the state after this step is the good one.
+                let error = e.into();
+                self.save_last_good(step, &error);
+                return Err(error);
             }
-            Err(e) => return Err(e.into()),
         };
         if report.is_clean() {
             return Ok(());
@@ -348,32 +352,6 @@ impl Trainer {
                 self.note(format!("warning: {error}"));
                 Ok(())
             }
-        }
-    }
-
-    /// A step timed out: the update was not applied (the wait is before it), so the parameters
-    /// on the device are the last good state; save them with the longer save deadline.
-    fn timed_out(&mut self, step: u64, error: Error) -> Error {
-        let deadline = self.gpu.default_deadline();
-        let saved = if self.config.checkpoint_dir.is_some() {
-            self.gpu.set_default_deadline(self.config.save_deadline);
-            let saved = self.save_checkpoint();
-            self.gpu.set_default_deadline(deadline);
-            match saved {
-                Ok(path) => path,
-                Err(e) => {
-                    self.note(format!("could not save the last good state: {e}"));
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        Error::StepTimeout {
-            step,
-            deadline_ms: deadline.as_millis() as u64,
-            saved,
-            source: Box::new(error),
         }
     }
 
@@ -461,7 +439,20 @@ impl Trainer {
                 Some(k) => report.step % k.max(1) == 0,
                 None => epoch_done,
             };
-            if eval_due && let Some(evaluation) = self.evaluate()? {
+            let evaluation = match eval_due {
+                true => self.evaluate(),
+                false => Ok(None),
+            };
+            let evaluation = match evaluation {
+                Ok(e) => e,
+                Err(error) => {
+                    // The model is the one after this step: keep it before giving up.
+                    self.save_last_good(report.step, &error);
+                    self.deliver_log(observer);
+                    return Err(error);
+                }
+            };
+            if let Some(evaluation) = evaluation {
                 self.keep_if_best(&evaluation)?;
                 self.deliver_log(observer);
                 observer.on_eval(report.epoch, report.step, &evaluation);

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint_io;
-use crate::error::Result;
+use plimsoll_kernels_wgsl::Error as KernelError;
+
+use crate::error::{Error, Result};
 use crate::task::Evaluation;
 use crate::trainer::Trainer;
 
@@ -67,7 +69,76 @@ impl Trainer {
             self.position.step,
             path.display()
         ));
+        self.last_saved = Some((self.position.step, path.clone()));
         Ok(Some(path))
+    }
+
+    /// Where the last good state is on disk, for a message: the step the last checkpoint this
+    /// trainer saved holds, or that there is none.
+    fn on_disk(&self) -> String {
+        match &self.last_saved {
+            Some((step, path)) => {
+                format!("the checkpoint at {} holds step {step}", path.display())
+            }
+            None => "no checkpoint was saved by this run yet".to_string(),
+        }
+    }
+
+    /// Saves the trainer's state, which is the last good state (`good_step`) because an update
+    /// is all or nothing, before giving up on `error`. The save waits for the GPU at most the
+    /// fence deadline (so giving up takes at most twice the deadline); when the device is lost
+    /// or the save fails, the log says so and which step the checkpoint on disk holds. Without
+    /// a checkpoint directory it does nothing.
+    pub(crate) fn save_last_good(&mut self, good_step: u64, error: &Error) -> Option<PathBuf> {
+        self.config.checkpoint_dir.as_ref()?;
+        let deadline = self.gpu.default_deadline();
+        let limit = self.config.save_deadline.min(self.config.fence_deadline);
+        if error.is_timeout() {
+            // The GPU is stalled: dropping the device must not wait for it longer either.
+            let drop = self.gpu.drop_deadline().min(limit);
+            self.gpu.set_drop_deadline(drop);
+        }
+        let lost = matches!(error.kernel_error(), Some(KernelError::DeviceLost { .. }))
+            || self.gpu.check_alive().is_err();
+        if lost {
+            let line = format!(
+                "the device is lost, so the last good state (step {good_step}) cannot be read; \
+                 {}",
+                self.on_disk()
+            );
+            self.note(line);
+            return None;
+        }
+        self.gpu.set_default_deadline(limit);
+        let saved = self.save_checkpoint();
+        self.gpu.set_default_deadline(deadline);
+        match saved {
+            Ok(path) => path,
+            Err(e) => {
+                let line = format!(
+                    "could not save the last good state (step {good_step}): {e}; {}",
+                    self.on_disk()
+                );
+                self.note(line);
+                None
+            }
+        }
+    }
+
+    /// Gives up on `step` with `error` after [`Trainer::save_last_good`] (the state before the
+    /// step). A timeout becomes [`Error::StepTimeout`], naming where the state went; other
+    /// errors are returned as they are (the log names the checkpoint).
+    pub(crate) fn give_up(&mut self, step: u64, error: Error) -> Error {
+        let saved = self.save_last_good(step.saturating_sub(1), &error);
+        if error.is_timeout() {
+            return Error::StepTimeout {
+                step,
+                deadline_ms: self.gpu.default_deadline().as_millis() as u64,
+                saved,
+                source: Box::new(error),
+            };
+        }
+        error
     }
 
     /// Writes the model alone to `path` for PyTorch: the [`Model::state_dict`] names and

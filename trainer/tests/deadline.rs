@@ -142,3 +142,44 @@ fn a_step_reads_back_once() {
         "ring overflowed"
     );
 }
+
+/// Giving up saves the last good state first: after two clean steps (no checkpoint saved by
+/// them), a non-finite third step stops the run, and `latest` on disk holds step 2 with its
+/// exact parameters (the update is all or nothing, so the trainer still holds them).
+#[test]
+fn giving_up_on_a_non_finite_step_saves_the_last_good_state() {
+    let gpu = fresh_gpu();
+    let dir = temp_dir("give-up");
+    let spec = adam_spec(&[8, 16, 4]);
+    let mut config = config(32, 16, 5, 1e-3);
+    config.checkpoint_dir = Some(dir.clone());
+    let mut trainer = Trainer::new(&gpu, config.clone(), &spec, data(64, 8, 4), None).unwrap();
+    trainer.step().unwrap();
+    trainer.step().unwrap();
+    assert!(!latest_path(&dir).exists());
+    let good = values(trainer.parameters());
+    let (_, poisoned) = trainer.parameters()[0].clone();
+    let poison = poisoned
+        .mul_scalar(f32::INFINITY)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    poison.backward().unwrap();
+    drop((poison, poisoned));
+    let err = trainer.step().unwrap_err();
+    assert!(matches!(err, Error::NonFinite { step: 3, .. }), "{err}");
+    assert!(
+        trainer
+            .log()
+            .iter()
+            .any(|l| l.contains("saved checkpoint at step 2")),
+        "{:?}",
+        trainer.log()
+    );
+    config.checkpoint_dir = None;
+    let mut resumed = Trainer::new(&gpu, config, &spec, data(64, 8, 4), None).unwrap();
+    resumed.resume(&latest_path(&dir)).unwrap();
+    assert_eq!(resumed.position().step, 2);
+    assert_eq!(values(resumed.parameters()), good);
+    let _ = std::fs::remove_dir_all(&dir);
+}
