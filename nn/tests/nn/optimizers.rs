@@ -381,3 +381,44 @@ fn an_optimizer_step_that_runs_out_of_memory_changes_nothing() {
         }
     }
 }
+
+/// `undo_step` takes back the host side of a step whose recorded update never ran: the step
+/// count and the state it created. A step after it is the first step again (its moments start
+/// at zero: the same values as a fresh optimizer's first step).
+#[test]
+fn undo_step_takes_back_the_step_count_and_new_state() {
+    let gpu = gpu();
+    let fresh = param(&gpu, &[1.0, -2.0], &[2], "w");
+    let undone = param(&gpu, &[1.0, -2.0], &[2], "w");
+    let mut a = AdamW::new(AdamWConfig::default());
+    let mut b = AdamW::new(AdamWConfig::default());
+    set_grad(&gpu, &undone, &[0.5, 0.25]);
+    let params = vec![("w".to_string(), undone.clone())];
+    b.step(&params).unwrap();
+    gpu.flush("test").unwrap();
+    b.undo_step();
+    assert_eq!(b.step_count(), 0);
+    assert!(b.state().is_empty());
+    b.undo_step(); // twice: nothing more to undo
+    assert_eq!(b.step_count(), 0);
+    // Put the parameter back (the discarded update did not run), then step both.
+    let back = Tensor::from_slice(&gpu, &[1.0, -2.0], &[2]).unwrap();
+    plimsoll_kernels_wgsl::kernels::copy::copy(
+        &gpu,
+        undone.elements().unwrap(),
+        back.elements().unwrap(),
+    )
+    .unwrap();
+    set_grad(&gpu, &fresh, &[0.5, 0.25]);
+    set_grad(&gpu, &undone, &[0.5, 0.25]);
+    a.step(&[("w".to_string(), fresh.clone())]).unwrap();
+    b.step(&params).unwrap();
+    assert_eq!(b.step_count(), 1);
+    assert_eq!(fresh.to_vec().unwrap(), undone.to_vec().unwrap());
+    let (sa, sb) = (a.state(), b.state());
+    assert_eq!(sa.len(), 2);
+    for ((na, ta), (nb, tb)) in sa.iter().zip(&sb) {
+        assert_eq!(na, nb);
+        assert_eq!(ta.to_vec().unwrap(), tb.to_vec().unwrap(), "{na}");
+    }
+}
