@@ -172,7 +172,7 @@ impl Gpu {
             category,
             label,
         };
-        #[cfg(feature = "fault-injection")]
+        #[cfg(all(feature = "fault-injection", debug_assertions))]
         match shared.faults.hit(crate::fault::FaultPoint::Allocation) {
             Some(crate::fault::FaultAction::Fail) => return Err(memory.refuse(&request).into()),
             Some(crate::fault::FaultAction::LoseDevice) => {
@@ -313,7 +313,7 @@ impl Gpu {
         let shared = &*self.shared;
         shared.health.check()?;
         buffer.check_range("read", offset_bytes, len_bytes)?;
-        #[cfg(feature = "fault-injection")]
+        #[cfg(all(feature = "fault-injection", debug_assertions))]
         match shared.faults.hit(crate::fault::FaultPoint::ReadBack) {
             Some(crate::fault::FaultAction::Fail) => {
                 // What a stalled GPU gives: the batch went out, the wait ran past its deadline.

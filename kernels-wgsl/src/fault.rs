@@ -2,9 +2,10 @@
 //! submission or read-back of a device fail (or lose the device there), to check that every
 //! failure point of a training step ends in a recovery or a typed error with the model intact.
 //!
-//! The hooks count events only with the `fault-injection` cargo feature, which is off unless a
-//! crate asks for it (xtask does); without it they compile to nothing and [`Gpu::arm_fault`] and
-//! its siblings do not exist. What each failure looks like is what the real one looks like:
+//! The hooks count events only with the `fault-injection` cargo feature in a debug build: the
+//! feature is off unless a crate asks for it (xtask does), and release builds leave the hooks
+//! out whatever the features. Without them the hooks compile to nothing and `Gpu::arm_fault`
+//! and its siblings do not exist. What each failure looks like is what the real one looks like:
 //! - an allocation: [`Error::OutOfMemory`] from the allocator, as when the budget is full;
 //! - a segment creation: wgpu itself refuses the buffer (its error scope reports it) and the
 //!   allocator handles that as it handles a device out of memory;
@@ -75,7 +76,10 @@ pub(crate) struct Faults {
 impl Faults {
     /// Counts one event at `point`; returns the action if it is the armed one (which is then
     /// disarmed: a fault fires once).
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
     pub(crate) fn hit(&self, point: FaultPoint) -> Option<FaultAction> {
         let n = self.counts[point.index()].fetch_add(1, Ordering::SeqCst);
         let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
@@ -88,12 +92,18 @@ impl Faults {
         }
     }
 
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
     pub(crate) fn arm(&self, point: FaultPoint, index: u64, action: FaultAction) {
         *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = Some((point, index, action));
     }
 
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
     pub(crate) fn disarm(&self) -> bool {
         self.armed
             .lock()
@@ -102,12 +112,18 @@ impl Faults {
             .is_some()
     }
 
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
     pub(crate) fn counts(&self) -> [u64; 4] {
         std::array::from_fn(|i| self.counts[i].load(Ordering::SeqCst))
     }
 
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
     pub(crate) fn reset(&self) {
         for c in &self.counts {
             c.store(0, Ordering::SeqCst);
@@ -115,7 +131,7 @@ impl Faults {
     }
 }
 
-#[cfg(feature = "fault-injection")]
+#[cfg(all(feature = "fault-injection", debug_assertions))]
 impl crate::Gpu {
     /// Arms a fault: the `index`-th event at `point` (0-based, counted since the last
     /// [`Gpu::reset_fault_counts`](crate::Gpu::reset_fault_counts)) does `action`. One fault

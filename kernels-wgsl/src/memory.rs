@@ -122,7 +122,10 @@ pub struct WgpuSegments {
     /// Uids of released segments, drained by the recorder to evict its bind groups.
     released: Arc<Mutex<Vec<u64>>>,
     /// The device's fault-injection counters.
-    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
     faults: Arc<crate::fault::Faults>,
 }
 
@@ -153,9 +156,9 @@ impl SegmentSource for WgpuSegments {
             .device_memory_cap_bytes
             .filter(|cap| self.live_bytes.saturating_add(size_bytes) > *cap);
         // An injected fault is refused the same way, by wgpu.
-        #[cfg(feature = "fault-injection")]
+        #[cfg(all(feature = "fault-injection", debug_assertions))]
         let injected = self.faults.hit(crate::fault::FaultPoint::Segment).is_some();
-        #[cfg(not(feature = "fault-injection"))]
+        #[cfg(not(all(feature = "fault-injection", debug_assertions)))]
         let injected = false;
         // Over the simulated cap, ask for more than any buffer may hold: wgpu itself refuses.
         let wgpu_size = match over_cap.is_some() || injected {

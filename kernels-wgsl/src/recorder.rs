@@ -357,7 +357,7 @@ pub(crate) fn submit_locked(
     if !batch.is_open() {
         return Ok(shared.fences.last());
     }
-    #[cfg(feature = "fault-injection")]
+    #[cfg(all(feature = "fault-injection", debug_assertions))]
     match shared.faults.hit(crate::fault::FaultPoint::Submission) {
         Some(crate::fault::FaultAction::Fail) => {
             // What waiting for room past the deadline gives: the batch stays unsubmitted.

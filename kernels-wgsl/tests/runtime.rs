@@ -411,7 +411,7 @@ fn compiled_kernels_cover_what_the_launchers_ask_for() {
 /// Fault injection fails the armed event the way the real failure looks, once, and counts
 /// events: the second allocation is a budget out-of-memory, a read-back a timeout, a
 /// submission with `LoseDevice` a lost device from then on.
-#[cfg(feature = "fault-injection")]
+#[cfg(all(feature = "fault-injection", debug_assertions))]
 #[test]
 fn injected_faults_fire_once_at_the_armed_event() {
     use plimsoll_kernels_wgsl::fault::{FaultAction, FaultPoint};
