@@ -210,6 +210,25 @@ impl Teardown {
     }
 }
 
+/// Sends its signal when dropped: the teardown thread's "done", dropped with the thread's
+/// thread-locals.
+struct SignalOnDrop(Option<mpsc::Sender<()>>);
+
+impl Drop for SignalOnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+thread_local! {
+    /// Set first thing on the teardown thread, so its destructor runs after every thread-local
+    /// the teardown registers later (thread-local destructors run in reverse order).
+    static DONE_ON_EXIT: std::cell::RefCell<SignalOnDrop> =
+        const { std::cell::RefCell::new(SignalOnDrop(None)) };
+}
+
 /// The last field of [`Shared`]: when it drops, every other field has dropped, so it lets the
 /// teardown thread go and waits for it to finish, at most `limit`.
 #[derive(Default)]
@@ -270,13 +289,26 @@ impl Drop for Shared {
             std::thread::Builder::new()
                 .name("plimsoll gpu teardown".to_string())
                 .spawn(move || {
+                    // "Done" is sent by a thread-local registered before any other in this
+                    // thread, so it drops last: after wgpu's own thread-locals, whose
+                    // destructors would otherwise still run while the process goes on (and
+                    // perhaps exits) past a `done` sent from here.
+                    let mut done_tx = Some(done_tx);
+                    let _ = DONE_ON_EXIT.try_with(|slot| {
+                        if let Ok(mut slot) = slot.try_borrow_mut() {
+                            slot.0 = done_tx.take();
+                        }
+                    });
                     // Wait until the rest of `Shared` has dropped (the gate's sender is gone).
                     let _ = go_rx.recv();
                     let teardown = for_thread.lock().ok().and_then(|mut t| t.take());
                     if let Some(teardown) = teardown {
                         teardown.finish();
                     }
-                    let _ = done_tx.send(());
+                    // Only if the thread-local could not take it.
+                    if let Some(tx) = done_tx {
+                        let _ = tx.send(());
+                    }
                 })
         }));
         match spawned {
