@@ -55,6 +55,20 @@ pub enum Error {
         /// The timeout error, with the recent submissions.
         source: Box<Error>,
     },
+    /// The memory plan's dry run waited past the deadline. It runs on a throwaway model before
+    /// any training step, so no state was at risk.
+    #[error(
+        "the memory plan's dry run exceeded the fence deadline of {deadline_ms} ms, before any \
+         training step: nothing was lost (a resumed run's checkpoint is as it was).\n{source}\n\
+         hint: raise --deadline-ms, or give --micro-batch and --checkpointing none (or a number) \
+         to skip the plan"
+    )]
+    PlanTimeout {
+        /// The deadline in milliseconds.
+        deadline_ms: u64,
+        /// The timeout error, with the recent submissions.
+        source: Box<Error>,
+    },
     /// A NaN or infinity in the loss or a gradient.
     #[error(
         "{}: non-finite values: loss = {loss}; first parameter with a non-finite \
@@ -195,6 +209,7 @@ impl Error {
             Error::Nn(n) => nn_kernel_error(n),
             Error::OutOfMemoryAtMicroBatchOne { source, .. }
             | Error::SampleOutOfMemory { source, .. }
+            | Error::PlanTimeout { source, .. }
             | Error::StepTimeout { source, .. } => source.kernel_error(),
             _ => None,
         }

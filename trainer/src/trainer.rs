@@ -113,7 +113,15 @@ impl Trainer {
         let needs_plan =
             config.micro_batch.is_none() || config.checkpointing == CheckpointPolicy::Automatic;
         let plan = if needs_plan {
-            Some(plan(gpu, recipe, &train, &config)?)
+            Some(
+                plan(gpu, recipe, &train, &config).map_err(|e| match e.is_timeout() {
+                    true => Error::PlanTimeout {
+                        deadline_ms: config.fence_deadline.as_millis() as u64,
+                        source: Box::new(e),
+                    },
+                    false => e,
+                })?,
+            )
         } else {
             None
         };
