@@ -2,9 +2,11 @@
 //!
 //! - `cargo xtask ci` does what CI does: the line limit (no non-test source file over
 //!   [`line_limit::MAX_LINES`] lines; which files count is in [`line_limit`]), format check, clippy
-//!   with warnings as errors, all tests.
+//!   with warnings as errors, all tests, then `chaos`.
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
+//! - `cargo xtask chaos` injects a fault at every failure point of a training step (see
+//!   `chaos.rs`); `cargo xtask soak` checks that long runs hold still (see [`soak`]).
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -12,7 +14,10 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 
 mod bench;
+#[cfg(debug_assertions)]
+mod chaos;
 mod line_limit;
+mod soak;
 
 /// The help text; the suite list comes from [`bench::SUITES`], so it cannot fall behind.
 fn help() -> String {
@@ -28,8 +33,14 @@ Tasks:
                    2. cargo fmt --check
                    3. cargo clippy --workspace --all-targets -D warnings
                    4. cargo test --workspace
+                   5. cargo xtask chaos
+  chaos            every failure point of a training step of an MLP and a small GPT, each
+                   made to fail and to lose the device in turn: each must recover to the
+                   undisturbed result or end in a typed error with the model unchanged
   bench <suite>    run a benchmark suite (always in release), print a table and write
                    target/bench/<suite>.json; suites: {suites}, all
+  soak [N [M]]     N digits steps (10000) and M shakespeare GPT steps (1000), in release:
+                   allocated, reserved and resident memory must not grow after warm-up
   help             this text
 ",
         max = line_limit::MAX_LINES,
@@ -55,6 +66,8 @@ fn run(args: Vec<String>) -> Result<()> {
         }
         Some("ci") => ci(),
         Some("bench") => bench::run(&args[1..]),
+        Some("chaos") => chaos(&args[1..]),
+        Some("soak") => soak::run(&args[1..]),
         Some(other) => bail!("unknown task `{other}`\n\n{}", help()),
     }
 }
@@ -78,7 +91,21 @@ fn ci() -> Result<()> {
     for step in steps {
         cargo(step)?;
     }
-    Ok(())
+    eprintln!("$ cargo xtask chaos");
+    chaos(&[])
+}
+
+/// `cargo xtask chaos`, which needs a debug build: fault injection is compiled out of release
+/// builds (`cargo xtask` builds xtask in the dev profile).
+fn chaos(args: &[String]) -> Result<()> {
+    #[cfg(debug_assertions)]
+    return chaos::run(args);
+    #[cfg(not(debug_assertions))]
+    bail!(
+        "chaos needs a debug build (fault injection is compiled out of release builds); run it \
+         as `cargo xtask chaos`, not from a release build ({} arguments ignored)",
+        args.len()
+    )
 }
 
 /// Runs `cargo <args>` with the same toolchain that runs xtask, failing on a non-zero exit.

@@ -1,0 +1,396 @@
+//! `cargo xtask chaos`: every failure point of a training step, tried in turn.
+//!
+//! For each workload (an MLP whose activations take segments of their own and a two-layer GPT,
+//! both with AdamW and two micro-batches per step) and for its first step (which creates the optimizer state and most
+//! segments) and its second (the steady state), one clean run counts the step's events at each
+//! [`FaultPoint`]: every allocation, segment creation, submission and read-back. Then, for every
+//! one of those events and for both [`FaultAction`]s, a fresh device runs the steps before
+//! cleanly (saving a checkpoint before the first and after each), arms the fault and runs the
+//! step. The allowed outcomes:
+//! - **recovered**: step 2 succeeds and the parameters are bit-identical to an undisturbed run
+//!   with the micro-batch schedule the step ended with (out-of-memory halves it);
+//! - **typed error, model intact**: step 2 returns an error, the parameters and the optimizer
+//!   state are bit-identical to before it, and step 1's checkpoint is on disk; after a device
+//!   loss (nothing can be read from the device) the error must say so and the checkpoint on disk
+//!   must hold step 1.
+//!
+//! Anything else is counted as a failure: a panic, an untyped outcome, a changed model, an
+//! uncaptured wgpu error. Every wait has the device's deadline, so a hang cannot happen
+//! silently: it would end as a timeout and be judged like any other error. The task prints the
+//! counts per workload and fails if any failure was seen.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use plimsoll_kernels_wgsl::fault::{FaultAction, FaultPoint};
+use plimsoll_kernels_wgsl::random::SplitMix64;
+use plimsoll_kernels_wgsl::{Gpu, GpuOptions};
+use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
+use plimsoll_trainer::checkpoint_io::latest_path;
+use plimsoll_trainer::{
+    CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec, Recipe,
+    RunLength, TokenData, TrainConfig, Trainer,
+};
+
+/// Values of every parameter and optimizer-state tensor, by name.
+type Snapshot = Vec<(String, Vec<f32>)>;
+
+struct Workload {
+    name: &'static str,
+    recipe: Box<dyn Recipe>,
+    data: Box<dyn Fn() -> Box<dyn Data>>,
+    batch: usize,
+    micro: usize,
+}
+
+fn adamw() -> OptimizerSpec {
+    OptimizerSpec::AdamW(AdamWConfig {
+        beta2: 0.99,
+        weight_decay: 0.1,
+        decay_matrices_only: true,
+        ..AdamWConfig::default()
+    })
+}
+
+fn workloads() -> Result<Vec<Workload>> {
+    // Batch 1024 in micro-batches of 512: the hidden activations (512 x 1024 floats, 2 MiB)
+    // take segments of their own, so a step creates segments and each can fail.
+    let mlp = Workload {
+        name: "mlp 64-1024-10",
+        recipe: Box::new(ModelSpec {
+            widths: vec![64, 1024, 10],
+            activation: Activation::Relu,
+            seed: 1,
+            optimizer: adamw(),
+        }),
+        data: Box::new(|| -> Box<dyn Data> {
+            match Dataset::synthetic(2048, 64, 10, 42) {
+                Ok(d) => Box::new(d),
+                Err(e) => panic!("synthetic data: {e}"),
+            }
+        }),
+        batch: 1024,
+        micro: 512,
+    };
+    let mut rng = SplitMix64::new(5);
+    let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
+    TokenData::windows(Arc::clone(&tokens), 8, 13).context("GPT windows")?;
+    let gpt = Workload {
+        name: "gpt 2x32",
+        recipe: Box::new(GptSpec {
+            config: GptConfig {
+                vocab_size: 13,
+                block_size: 8,
+                n_layer: 2,
+                n_head: 2,
+                n_embd: 32,
+            },
+            seed: 3,
+            optimizer: adamw(),
+        }),
+        data: Box::new(move || -> Box<dyn Data> {
+            match TokenData::windows(Arc::clone(&tokens), 8, 13) {
+                Ok(d) => Box::new(d),
+                Err(e) => panic!("token windows: {e}"),
+            }
+        }),
+        batch: 8,
+        micro: 4,
+    };
+    Ok(vec![mlp, gpt])
+}
+
+fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
+    TrainConfig {
+        effective_batch: w.batch,
+        micro_batch: Some(micro),
+        length: RunLength::Steps(2),
+        schedule: LrSchedule::Constant { lr: 1e-3 },
+        seed: 3,
+        checkpointing: CheckpointPolicy::None,
+        fence_deadline: Duration::from_secs(20),
+        leak_policy: LeakPolicy::Error,
+        clip_grad_norm: Some(1.0),
+        checkpoint_dir: Some(dir.to_path_buf()),
+        ..TrainConfig::default()
+    }
+}
+
+fn fresh_gpu() -> Result<Gpu> {
+    Gpu::with_options(GpuOptions::from_env()).context("opening a device")
+}
+
+/// A trainer after `steps` clean steps, whose checkpoint is in `dir` (saved before the first
+/// step too: the last good state of a run is always on disk), on `gpu` or a fresh device.
+fn after_steps(
+    w: &Workload,
+    micro: usize,
+    dir: &Path,
+    steps: u64,
+    gpu: Option<Gpu>,
+) -> Result<(Gpu, Trainer)> {
+    let _ = std::fs::remove_dir_all(dir);
+    let gpu = match gpu {
+        Some(gpu) => {
+            // As a fresh device is: nothing cached, so the same events happen.
+            gpu.flush("chaos")?;
+            gpu.empty_cache();
+            gpu
+        }
+        None => fresh_gpu()?,
+    };
+    let config = config(w, micro, dir);
+    let mut trainer = Trainer::new(&gpu, config, w.recipe.as_ref(), (w.data)(), None)
+        .context("building the trainer")?;
+    trainer.save_checkpoint().context("saving step 0")?;
+    for step in 1..=steps {
+        trainer.step().with_context(|| format!("step {step}"))?;
+        trainer.save_checkpoint().context("saving")?;
+    }
+    Ok((gpu, trainer))
+}
+
+fn snapshot(trainer: &Trainer) -> Result<Snapshot> {
+    let mut out = Vec::new();
+    let state = trainer.optimizer().state();
+    for (name, t) in trainer.parameters().iter().cloned().chain(state) {
+        out.push((name, t.to_vec().context("reading the model back")?));
+    }
+    Ok(out)
+}
+
+/// The parameters after step `before + 1` of an undisturbed run whose last step uses
+/// micro-batches of `micro` (the steps before use the workload's): those steps, saved, resumed
+/// by a trainer configured with `micro` (resuming is bit-identical).
+fn reference(w: &Workload, before: u64, micro: usize, dir: &Path) -> Result<Snapshot> {
+    let (gpu, first) = after_steps(w, w.micro, dir, before, None)?;
+    drop(first);
+    let mut config = config(w, micro, dir);
+    config.checkpoint_dir = None;
+    let mut trainer = Trainer::new(&gpu, config, w.recipe.as_ref(), (w.data)(), None)?;
+    trainer.resume(&latest_path(dir))?;
+    trainer.step().context("reference step")?;
+    snapshot(&trainer)
+}
+
+#[derive(Default)]
+struct Tally {
+    tried: usize,
+    fired: usize,
+    recovered: usize,
+    typed_intact: usize,
+    failures: Vec<String>,
+}
+
+/// Which step a fault goes into.
+#[derive(Debug, Clone, Copy)]
+struct Phase {
+    /// Clean steps before it.
+    before: u64,
+    /// Whether the allocator's cache is emptied just before it, so the step creates segments.
+    empty_cache: bool,
+}
+
+impl Phase {
+    const ALL: [Phase; 3] = [
+        Phase {
+            before: 0,
+            empty_cache: false,
+        },
+        Phase {
+            before: 1,
+            empty_cache: false,
+        },
+        Phase {
+            before: 1,
+            empty_cache: true,
+        },
+    ];
+
+    fn name(self) -> String {
+        let emptied = if self.empty_cache {
+            " after the cache was emptied"
+        } else {
+            ""
+        };
+        format!("step {}{emptied}", self.before + 1)
+    }
+
+    /// Empties the cache if the phase asks for it.
+    fn prepare(self, gpu: &Gpu) -> Result<()> {
+        if self.empty_cache {
+            gpu.flush("chaos")?;
+            gpu.empty_cache();
+        }
+        Ok(())
+    }
+}
+
+/// Parameters (the first `params` entries) equal.
+fn same_parameters(a: &Snapshot, b: &Snapshot, params: usize) -> bool {
+    a.get(..params) == b.get(..params)
+}
+
+/// One injection into the step `phase` names, judged. Runs on `spare` (a device a previous
+/// injection left healthy, which keeps its compiled kernels) or a fresh one; returns the device
+/// when it is still healthy.
+fn inject(
+    w: &Workload,
+    phase: Phase,
+    (point, index, action): (FaultPoint, u64, FaultAction),
+    (dir, references): (&Path, &mut HashMap<(u64, usize), Snapshot>),
+    (tally, spare): (&mut Tally, Option<Gpu>),
+) -> Result<Option<Gpu>> {
+    let before = phase.before;
+    let what = format!(
+        "{} {} {} #{index} {action:?}",
+        w.name,
+        phase.name(),
+        point.name()
+    );
+    let (gpu, mut trainer) = after_steps(w, w.micro, dir, before, spare)?;
+    let snapshot_before = snapshot(&trainer)?;
+    phase.prepare(&gpu)?;
+    gpu.reset_fault_counts();
+    gpu.arm_fault(point, index, action);
+    let outcome = catch_unwind(AssertUnwindSafe(|| trainer.step()));
+    let fired = !gpu.disarm_fault();
+    tally.tried += 1;
+    tally.fired += usize::from(fired);
+    let uncaptured = gpu.take_uncaptured_errors();
+    if !uncaptured.is_empty() {
+        let failure = format!("{what}: uncaptured wgpu errors {uncaptured:?}");
+        tally.failures.push(failure);
+        return Ok(None);
+    }
+    match outcome {
+        Err(_) => tally.failures.push(format!("{what}: panicked")),
+        Ok(Ok(report)) => {
+            let key = (before, report.micro_batch);
+            let reference = match references.entry(key) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(reference(
+                    w,
+                    before,
+                    report.micro_batch,
+                    &dir.join("reference"),
+                )?),
+            };
+            let after = snapshot(&trainer)?;
+            let params = trainer.parameters().len();
+            if same_parameters(reference, &after, params) {
+                tally.recovered += 1;
+            } else {
+                tally.failures.push(format!(
+                    "{what}: recovered (micro-batch {}, fault fired: {fired}) with parameters \
+                     unlike an undisturbed run's",
+                    report.micro_batch
+                ));
+            }
+        }
+        Ok(Err(error)) => {
+            let on_disk = std::fs::metadata(latest_path(dir)).is_ok();
+            let (intact, why) = match snapshot(&trainer) {
+                Ok(now) => {
+                    let changed = now
+                        .iter()
+                        .zip(&snapshot_before)
+                        .find(|(a, b)| a != b)
+                        .map(|(a, _)| format!("; {} changed", a.0));
+                    (now == snapshot_before, changed.unwrap_or_default())
+                }
+                // Nothing can be read from a lost device: the error must say so.
+                Err(e) => (
+                    action == FaultAction::LoseDevice && error.to_string().contains("device lost"),
+                    format!("; reading back: {e:#}"),
+                ),
+            };
+            if intact && on_disk {
+                tally.typed_intact += 1;
+            } else {
+                tally.failures.push(format!(
+                    "{what}: an error with the model changed or no checkpoint (intact: \
+                     {intact}{why}; checkpoint on disk: {on_disk}): {}",
+                    error.to_string().lines().next().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    drop(trainer);
+    Ok(gpu.check_alive().is_ok().then_some(gpu))
+}
+
+/// `cargo xtask chaos [WORKLOAD [POINT]]`: all workloads and points, or those whose names
+/// contain the words given (`cargo xtask chaos gpt read-back`).
+pub fn run(args: &[String]) -> Result<()> {
+    let wanted = |word: Option<&String>, name: &str| word.is_none_or(|w| name.contains(w.as_str()));
+    let root = std::env::temp_dir().join(format!("plimsoll-chaos-{}", std::process::id()));
+    let mut failed = 0;
+    for w in workloads()? {
+        if !wanted(args.first(), w.name) {
+            continue;
+        }
+        let start = Instant::now();
+        let dir: PathBuf = root.join(w.name.replace(' ', "-"));
+        let mut references = HashMap::new();
+        let mut tally = Tally::default();
+        let mut spare = None;
+        for phase in Phase::ALL {
+            // Count the step's events at each point, on a fresh device.
+            let (gpu, mut trainer) = after_steps(&w, w.micro, &dir, phase.before, None)?;
+            phase.prepare(&gpu)?;
+            gpu.reset_fault_counts();
+            trainer.step().context("clean step")?;
+            let counts = gpu.fault_counts();
+            drop((trainer, gpu));
+            for point in FaultPoint::ALL {
+                if !wanted(args.get(1), point.name()) {
+                    continue;
+                }
+                for index in 0..counts[point.index()] {
+                    for action in [FaultAction::Fail, FaultAction::LoseDevice] {
+                        let fault = (point, index, action);
+                        let files = (dir.as_path(), &mut references);
+                        spare = inject(&w, phase, fault, files, (&mut tally, spare.take()))?;
+                    }
+                }
+            }
+            let points: Vec<String> = FaultPoint::ALL
+                .iter()
+                .map(|p| format!("{} {}", counts[p.index()], p.name()))
+                .collect();
+            println!(
+                "{} {}: {} failure points ({})",
+                w.name,
+                phase.name(),
+                counts.iter().sum::<u64>(),
+                points.join(", ")
+            );
+        }
+        println!(
+            "{}: each point made to fail and to lose the device in turn: {} tried ({} fired), {} \
+             recovered, {} typed errors with the model intact, {} other outcomes ({:.0} s)",
+            w.name,
+            tally.tried,
+            tally.fired,
+            tally.recovered,
+            tally.typed_intact,
+            tally.failures.len(),
+            start.elapsed().as_secs_f64()
+        );
+        for f in &tally.failures {
+            println!("  FAILED {f}");
+        }
+        failed += tally.failures.len();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    if failed > 0 {
+        bail!("{failed} injected faults ended outside the two allowed outcomes");
+    }
+    Ok(())
+}
