@@ -39,6 +39,7 @@ impl Trainer {
         self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
         position.micro_batch = self.micro_batch;
         self.position = position;
+        self.last_saved = Some((position.step, path.to_path_buf()));
         self.note(format!(
             "resumed from {} at step {}{}",
             path.display(),
@@ -74,13 +75,13 @@ impl Trainer {
     }
 
     /// Where the last good state is on disk, for a message: the step the last checkpoint this
-    /// trainer saved holds, or that there is none.
+    /// trainer saved (or resumed from) holds, or that there is none.
     fn on_disk(&self) -> String {
         match &self.last_saved {
             Some((step, path)) => {
                 format!("the checkpoint at {} holds step {step}", path.display())
             }
-            None => "no checkpoint was saved by this run yet".to_string(),
+            None => "no checkpoint was saved or resumed by this trainer".to_string(),
         }
     }
 
@@ -94,9 +95,16 @@ impl Trainer {
         let deadline = self.gpu.default_deadline();
         let limit = self.config.save_deadline.min(self.config.fence_deadline);
         if error.is_timeout() {
-            // The GPU is stalled: dropping the device must not wait for it longer either.
-            let drop = self.gpu.drop_deadline().min(limit);
-            self.gpu.set_drop_deadline(drop);
+            // The GPU is stalled: dropping the device must not wait for it again (the drop
+            // leaks it at once, with a warning, if the work is still running then).
+            self.gpu.set_drop_deadline(std::time::Duration::ZERO);
+        }
+        if good_step == 0 && self.last_saved.is_none() {
+            self.note(
+                "nothing to save: no step had finished (the model was as the seed made it)"
+                    .to_string(),
+            );
+            return None;
         }
         let lost = matches!(error.kernel_error(), Some(KernelError::DeviceLost { .. }))
             || self.gpu.check_alive().is_err();
@@ -116,7 +124,8 @@ impl Trainer {
             Ok(path) => path,
             Err(e) => {
                 let line = format!(
-                    "could not save the last good state (step {good_step}): {e}; {}",
+                    "could not save the last good state (step {good_step}): {}; {}",
+                    e.to_string().lines().next().unwrap_or_default(),
                     self.on_disk()
                 );
                 self.note(line);
