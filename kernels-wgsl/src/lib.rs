@@ -28,6 +28,7 @@ pub mod random;
 pub mod recorder;
 pub mod reference;
 pub mod slice;
+pub mod teardown;
 pub mod testing;
 
 pub use buffer::DeviceBuffer;
