@@ -75,9 +75,8 @@ impl Teardown {
             return;
         }
         eprintln!(
-            "plimsoll: GPU work on {} still running {} ms after the last Gpu was dropped; leaking \
-             the device, queue and {} MiB of buffers instead of blocking (raise \
-             Gpu::set_drop_deadline, or wait on your fences before dropping)",
+            "plimsoll: GPU work on {} still running {} ms after the last Gpu was dropped (its \
+             drop deadline); leaking the device, queue and {} MiB of buffers instead of blocking",
             self.adapter,
             self.drop_deadline.as_millis(),
             reserved_bytes >> 20

@@ -87,7 +87,8 @@ impl Trainer {
 
     /// Saves the trainer's state, which is the last good state (`good_step`) because an update
     /// is all or nothing, before giving up on `error`. The save waits for the GPU at most the
-    /// fence deadline (so giving up takes at most twice the deadline); when the device is lost
+    /// fence deadline (so giving up takes at most twice the deadline; after a timeout, dropping
+    /// the device waits for stalled work at most one deadline more); when the device is lost
     /// or the save fails, the log says so and which step the checkpoint on disk holds. Without
     /// a checkpoint directory it does nothing.
     pub(crate) fn save_last_good(&mut self, good_step: u64, error: &Error) -> Option<PathBuf> {
@@ -95,9 +96,9 @@ impl Trainer {
         let deadline = self.gpu.default_deadline();
         let limit = self.config.save_deadline.min(self.config.fence_deadline);
         if error.is_timeout() {
-            // The GPU is stalled: dropping the device must not wait for it again (the drop
-            // leaks it at once, with a warning, if the work is still running then).
-            self.gpu.set_drop_deadline(std::time::Duration::ZERO);
+            // The GPU is stalled: dropping the device waits for it at most one deadline more.
+            let drop = self.gpu.drop_deadline().min(self.config.fence_deadline);
+            self.gpu.set_drop_deadline(drop);
         }
         if good_step == 0 && self.last_saved.is_none() {
             self.note(

@@ -337,7 +337,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            out::warn(format_args!("error: {e}"));
+            out::error(&e);
             ExitCode::from(if e.is_usage() { 2 } else { 1 })
         }
     }

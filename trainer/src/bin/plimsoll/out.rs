@@ -29,3 +29,14 @@ pub fn warn(text: impl Display) {
     let mut err = std::io::stderr().lock();
     let _ = writeln!(err, "{text}").and_then(|()| err.flush());
 }
+
+static ERROR_SHOWN: AtomicBool = AtomicBool::new(false);
+
+/// Prints `error: <error>` on standard error once: the first call prints, later ones (the
+/// command's own at exit) do nothing. A run prints its error before it drops the device, whose
+/// teardown may wait for stalled GPU work.
+pub fn error(error: impl Display) {
+    if !ERROR_SHOWN.swap(true, Ordering::SeqCst) {
+        warn(format_args!("error: {error}"));
+    }
+}

@@ -392,7 +392,15 @@ fn train_in(
         "compiled {kernels} kernels in {:.1} s",
         compile.elapsed().as_secs_f64()
     ));
-    let (s, seconds, code) = run_training(job, &gpu, &common, &dir, metrics, started)?;
+    let (s, seconds, code) = match run_training(job, &gpu, &common, &dir, metrics, started) {
+        Ok(done) => done,
+        Err(e) => {
+            // Shown now: dropping the device below may wait (within its drop deadline) for
+            // stalled GPU work to finish, so the process never exits with work still running.
+            out::error(&e);
+            return Err(e);
+        }
+    };
     let summary = serde_json::json!({
         "status": if s.interrupted { "interrupted" } else { "finished" },
         "steps": s.steps,
