@@ -58,31 +58,38 @@ fn soak(
     let mut trainer = Trainer::new(&gpu, config, recipe, data, None)?;
     let warmup = (steps / 10).max(1);
     let start = Instant::now();
-    let mut samples = Vec::new();
-    let mut times = Vec::new();
+    // Every step's time, in memory made resident before the first step (written now), so the
+    // soak's own bookkeeping does not show as growth; of the memory samples only the first
+    // after warm-up, the last and the maxima are kept.
+    let mut times = vec![f64::NAN; steps as usize];
+    let mut first = None;
+    let mut last = (0, 0, 0);
+    let (mut max_allocated, mut max_reserved) = (0, 0);
     for step in 1..=steps {
         let report = trainer
             .step()
             .with_context(|| format!("{name}: step {step}"))?;
-        times.push(report.step_ms);
+        if let Some(t) = times.get_mut(step as usize - 1) {
+            *t = report.step_ms;
+        }
         if step >= warmup {
-            samples.push((
+            last = (
                 report.allocated_bytes,
                 report.reserved_bytes,
                 resident_bytes().unwrap_or(0),
-            ));
+            );
+            first.get_or_insert(last);
+            max_allocated = max_allocated.max(last.0);
+            max_reserved = max_reserved.max(last.1);
         }
     }
-    let (first, last) = match (samples.first(), samples.last()) {
-        (Some(f), Some(l)) => (*f, *l),
-        _ => bail!("{name}: no samples"),
+    let Some(first) = first else {
+        bail!("{name}: no samples");
     };
     let growth = |a: u64, b: u64| i128::from(b) - i128::from(a);
     let allocated = growth(first.0, last.0);
     let reserved = growth(first.1, last.1);
     let resident = growth(first.2, last.2);
-    let max_allocated = samples.iter().map(|s| s.0).max().unwrap_or(0);
-    let max_reserved = samples.iter().map(|s| s.1).max().unwrap_or(0);
     let tenth = (steps as usize / 10).max(1);
     let early = median(times[warmup as usize..(warmup as usize + tenth).min(times.len())].to_vec());
     let late = median(times[times.len().saturating_sub(tenth)..].to_vec());
