@@ -396,10 +396,11 @@ mod tests {
     }
 
     #[test]
-    fn split_partitions_the_samples() {
-        let data = Dataset::synthetic(50, 3, 4, 1).unwrap();
+    fn split_partitions_the_samples() -> Result<()> {
+        let data = Dataset::synthetic(50, 3, 4, 1)?;
         let (train, test) = data.split(0.2, 5);
         assert_eq!((train.len(), test.len()), (40, 10));
         assert!(Dataset::new(vec![0.0; 3], vec![9], 3, 4).is_err());
+        Ok(())
     }
 }

@@ -60,6 +60,7 @@ fn adamw() -> OptimizerSpec {
 fn workloads() -> Result<Vec<Workload>> {
     // Batch 1024 in micro-batches of 512: the hidden activations (512 x 1024 floats, 2 MiB)
     // take segments of their own, so a step creates segments and each can fail.
+    let table = Dataset::synthetic(2048, 64, 10, 42).context("synthetic data")?;
     let mlp = Workload {
         name: "mlp 64-1024-10",
         recipe: Box::new(ModelSpec {
@@ -68,18 +69,13 @@ fn workloads() -> Result<Vec<Workload>> {
             seed: 1,
             optimizer: adamw(),
         }),
-        data: Box::new(|| -> Box<dyn Data> {
-            match Dataset::synthetic(2048, 64, 10, 42) {
-                Ok(d) => Box::new(d),
-                Err(e) => panic!("synthetic data: {e}"),
-            }
-        }),
+        data: Box::new(move || -> Box<dyn Data> { Box::new(table.clone()) }),
         batch: 1024,
         micro: 512,
     };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
-    TokenData::windows(Arc::clone(&tokens), 8, 13).context("GPT windows")?;
+    let windows = TokenData::windows(tokens, 8, 13).context("GPT windows")?;
     let gpt = Workload {
         name: "gpt 2x32",
         recipe: Box::new(GptSpec {
@@ -93,12 +89,7 @@ fn workloads() -> Result<Vec<Workload>> {
             seed: 3,
             optimizer: adamw(),
         }),
-        data: Box::new(move || -> Box<dyn Data> {
-            match TokenData::windows(Arc::clone(&tokens), 8, 13) {
-                Ok(d) => Box::new(d),
-                Err(e) => panic!("token windows: {e}"),
-            }
-        }),
+        data: Box::new(move || -> Box<dyn Data> { Box::new(windows.clone()) }),
         batch: 8,
         micro: 4,
     };
