@@ -173,15 +173,8 @@ impl Gpu {
             label,
         };
         #[cfg(all(feature = "fault-injection", debug_assertions))]
-        match shared.faults.hit(crate::fault::FaultPoint::Allocation) {
-            Some(crate::fault::FaultAction::Fail) => return Err(memory.refuse(&request).into()),
-            Some(crate::fault::FaultAction::LoseDevice) => {
-                shared
-                    .health
-                    .mark_lost("injected fault at an allocation".to_string());
-                shared.health.check()?;
-            }
-            None => {}
+        if crate::fault::fires(shared, crate::fault::FaultPoint::Allocation)? {
+            return Err(memory.refuse(&request).into());
         }
         let allocation = memory.allocate(request)?;
         let Some(segment) = memory.segment(allocation.segment()) else {
@@ -314,24 +307,10 @@ impl Gpu {
         shared.health.check()?;
         buffer.check_range("read", offset_bytes, len_bytes)?;
         #[cfg(all(feature = "fault-injection", debug_assertions))]
-        match shared.faults.hit(crate::fault::FaultPoint::ReadBack) {
-            Some(crate::fault::FaultAction::Fail) => {
-                // What a stalled GPU gives: the batch went out, the wait ran past its deadline.
-                let fence = self.flush_within("read-back", deadline)?;
-                return Err(Error::Timeout {
-                    label: format!("{} (injected fault)", fence.label()),
-                    serial: fence.serial(),
-                    deadline_ms: deadline.as_millis() as u64,
-                    recent: shared.fences.recent(),
-                });
-            }
-            Some(crate::fault::FaultAction::LoseDevice) => {
-                shared
-                    .health
-                    .mark_lost("injected fault at a read-back".to_string());
-                shared.health.check()?;
-            }
-            None => {}
+        if crate::fault::fires(shared, crate::fault::FaultPoint::ReadBack)? {
+            // What a stalled GPU gives: the batch went out, the wait ran past its deadline.
+            let fence = self.flush_within("read-back", deadline)?;
+            return Err(crate::fault::timeout(shared, &fence, deadline));
         }
         if len_bytes == 0 {
             return Ok(Vec::new());

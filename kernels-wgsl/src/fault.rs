@@ -131,6 +131,39 @@ impl Faults {
     }
 }
 
+/// Counts an event at `point` on the device behind `shared`: `Ok(false)` to go on, `Ok(true)`
+/// when the caller must fail it (the way that operation really fails), or the device marked
+/// lost and [`crate::Error::DeviceLost`].
+#[cfg(all(feature = "fault-injection", debug_assertions))]
+pub(crate) fn fires(shared: &crate::device::Shared, point: FaultPoint) -> crate::Result<bool> {
+    match shared.faults.hit(point) {
+        Some(FaultAction::Fail) => Ok(true),
+        Some(FaultAction::LoseDevice) => {
+            let at = point.name();
+            shared
+                .health
+                .mark_lost(format!("injected fault at a {at} event"));
+            shared.health.check().map(|()| false)
+        }
+        None => Ok(false),
+    }
+}
+
+/// The timeout an injected stall gives, named after `fence` (the submission waited on).
+#[cfg(all(feature = "fault-injection", debug_assertions))]
+pub(crate) fn timeout(
+    shared: &crate::device::Shared,
+    fence: &crate::fence::Fence,
+    deadline: std::time::Duration,
+) -> crate::Error {
+    crate::Error::Timeout {
+        label: format!("{} (injected fault)", fence.label()),
+        serial: fence.serial(),
+        deadline_ms: deadline.as_millis() as u64,
+        recent: shared.fences.recent(),
+    }
+}
+
 #[cfg(all(feature = "fault-injection", debug_assertions))]
 impl crate::Gpu {
     /// Arms a fault: the `index`-th event at `point` (0-based, counted since the last

@@ -358,24 +358,13 @@ pub(crate) fn submit_locked(
         return Ok(shared.fences.last());
     }
     #[cfg(all(feature = "fault-injection", debug_assertions))]
-    match shared.faults.hit(crate::fault::FaultPoint::Submission) {
-        Some(crate::fault::FaultAction::Fail) => {
-            // What waiting for room past the deadline gives: the batch stays unsubmitted.
-            let last = shared.fences.last();
-            return Err(Error::Timeout {
-                label: format!("{} (injected fault)", last.label()),
-                serial: last.serial(),
-                deadline_ms: deadline.as_millis() as u64,
-                recent: shared.fences.recent(),
-            });
-        }
-        Some(crate::fault::FaultAction::LoseDevice) => {
-            shared
-                .health
-                .mark_lost("injected fault at a submission".to_string());
-            shared.health.check()?;
-        }
-        None => {}
+    if crate::fault::fires(shared, crate::fault::FaultPoint::Submission)? {
+        // What waiting for room past the deadline gives: the batch stays unsubmitted.
+        return Err(crate::fault::timeout(
+            shared,
+            &shared.fences.last(),
+            deadline,
+        ));
     }
     if let Some(oldest) = shared.fences.blocking_submit(shared.max_in_flight) {
         wait_fence(shared, &oldest, Instant::now(), deadline)?;

@@ -64,16 +64,6 @@ impl Teardown {
         std::mem::forget(self.queue.clone());
         LEAKED_DEVICES.fetch_add(1, Ordering::SeqCst);
         let reserved_bytes = self.memory.stats().reserved_bytes;
-        if self.drop_deadline.is_zero() {
-            // Asked for: the caller already gave up on stalled work (a timeout).
-            eprintln!(
-                "plimsoll: the stalled GPU work on {} is still running; leaving the device and \
-                 its {} MiB of buffers to the process's exit instead of waiting",
-                self.adapter,
-                reserved_bytes >> 20
-            );
-            return;
-        }
         eprintln!(
             "plimsoll: GPU work on {} still running {} ms after the last Gpu was dropped (its \
              drop deadline); leaking the device, queue and {} MiB of buffers instead of blocking",

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use plimsoll_kernels_wgsl::{Gpu, GpuOptions};
-use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
+use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::{
-    CharCorpus, CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec,
-    Recipe, RunLength, TokenData, TrainConfig, Trainer,
+    CharCorpus, CheckpointPolicy, Data, Dataset, LeakPolicy, ModelSpec, OptimizerSpec, Recipe,
+    RunLength, TokenData, TrainConfig, Trainer,
 };
 
 /// The bundled digits table, as `plimsoll train digits` reads it.
@@ -150,22 +150,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let corpus = CharCorpus::shakespeare()?;
     let vocab = corpus.vocab_size();
     let tokens = TokenData::windows(Arc::new(corpus.train().to_vec()), 64, vocab)?;
-    let gpt = GptSpec {
-        config: GptConfig {
-            vocab_size: vocab,
-            block_size: 64,
-            n_layer: 4,
-            n_head: 4,
-            n_embd: 128,
-        },
-        seed: 0,
-        optimizer: OptimizerSpec::AdamW(AdamWConfig {
-            beta2: 0.99,
-            weight_decay: 0.1,
-            decay_matrices_only: true,
-            ..AdamWConfig::default()
-        }),
-    };
+    let gpt = crate::bench::train_gpt::spec(vocab);
     still &= soak("shakespeare gpt", &gpt, Box::new(tokens), 12, gpt_steps)?;
     if !still {
         bail!("memory grew after warm-up (see above)");

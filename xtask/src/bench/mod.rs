@@ -8,7 +8,7 @@ use serde::Serialize;
 mod allocator;
 mod kernels;
 mod train;
-mod train_gpt;
+pub(crate) mod train_gpt;
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]

@@ -37,7 +37,9 @@ const CONTEXT: usize = 64;
 const WARMUP_STEPS: usize = 3;
 const TIMED_STEPS: usize = 10;
 
-fn spec(vocab: usize) -> GptSpec {
+/// `plimsoll train shakespeare`'s default model on `vocab` characters (also `cargo xtask
+/// soak`'s GPT).
+pub(crate) fn spec(vocab: usize) -> GptSpec {
     GptSpec {
         config: GptConfig {
             vocab_size: vocab,
