@@ -28,7 +28,7 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 500)]
     tokens: usize,
     /// Below 1 sharper, above 1 more random (nanoGPT's default: 0.8).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temperature: f32,
     /// Draw among the k most likely characters only (0: all).
     #[arg(long, default_value_t = 200)]
