@@ -247,6 +247,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
             size_bytes,
             category: Some(allocation.category),
             label: Some(labels.name(allocation.label).to_owned()),
+            time_ns: 0,
+            step: 0,
+            phase: crate::Phase::Other,
         });
         Ok(())
     }
@@ -347,6 +350,45 @@ impl<S: SegmentSource> BufferAllocator<S> {
         &self.trace
     }
 
+    /// Enters `phase` of training step `step`: from now on allocations count towards that
+    /// phase's peaks ([`Stats::phases`]) and trace events carry the step and phase. Recorded in
+    /// the trace as a [`TraceEventKind::Phase`] event.
+    pub fn set_phase(&mut self, step: u64, phase: crate::Phase) {
+        self.stats.enter_phase(phase);
+        self.trace.set_context(step, phase);
+        self.trace.record(|event| TraceEvent {
+            event,
+            kind: TraceEventKind::Phase,
+            allocation: None,
+            segment: None,
+            offset: 0,
+            size_bytes: 0,
+            category: None,
+            label: Some(phase.name().to_owned()),
+            time_ns: 0,
+            step,
+            phase,
+        });
+    }
+
+    /// Records `note` in the trace (a [`TraceEventKind::Mark`]), e.g. "recovered: micro-batch 64
+    /// -> 32"; nothing when recording is off.
+    pub fn mark(&mut self, note: &str) {
+        self.trace.record(|event| TraceEvent {
+            event,
+            kind: TraceEventKind::Mark,
+            allocation: None,
+            segment: None,
+            offset: 0,
+            size_bytes: 0,
+            category: None,
+            label: Some(note.to_owned()),
+            time_ns: 0,
+            step: 0,
+            phase: crate::Phase::Other,
+        });
+    }
+
     /// Carves `size` granules at `alignment` bytes out of free block `fit` (best fit found it),
     /// splitting off alignment padding in front and any remainder behind as free blocks.
     pub(crate) fn place(
@@ -404,6 +446,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
             size_bytes: usable_bytes,
             category: Some(request.category),
             label: Some(request.label.to_owned()),
+            time_ns: 0,
+            step: 0,
+            phase: crate::Phase::Other,
         });
         Allocation {
             id,

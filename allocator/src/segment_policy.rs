@@ -120,6 +120,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
             size_bytes: request.size_bytes,
             category: Some(request.category),
             label: Some(request.label.to_owned()),
+            time_ns: 0,
+            step: 0,
+            phase: crate::Phase::Other,
         });
         report.into()
     }
@@ -177,7 +180,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
         self.segments.list_empty(slot);
         let stats = &mut self.stats;
         stats.reserved_bytes += size_bytes;
-        stats.peak_reserved_bytes = stats.peak_reserved_bytes.max(stats.reserved_bytes);
+        stats.on_reserve();
         stats.segments += 1;
         stats.segments_created += 1;
         self.trace
@@ -232,5 +235,8 @@ fn segment_event(event: u64, kind: TraceEventKind, id: SegmentId, size_bytes: u6
         size_bytes,
         category: None,
         label: None,
+        time_ns: 0,
+        step: 0,
+        phase: crate::Phase::Other,
     }
 }

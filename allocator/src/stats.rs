@@ -5,7 +5,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
-use crate::Category;
+use crate::{Category, Phase, PhaseStats};
 
 /// Current and peak bytes of one category.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
@@ -75,12 +75,40 @@ pub struct Stats {
     /// Times the allocator released its empty cached segments and tried again (budget full or the
     /// source refused).
     pub retries_after_releasing_cache: u64,
+    /// The phase set last ([`crate::BufferAllocator::set_phase`]).
+    pub phase: Phase,
+    /// Peaks per phase, in the order of [`Phase::ALL`], since creation or the last `reset_peaks`.
+    pub phases: [PhaseStats; 5],
 }
 
 impl Stats {
     /// The statistics of one category.
     pub fn category(&self, category: Category) -> &CategoryStats {
         &self.categories[category.index()]
+    }
+
+    /// The peaks of one phase.
+    pub fn phase(&self, phase: Phase) -> &PhaseStats {
+        &self.phases[phase.index()]
+    }
+
+    /// Enters `phase`: its peaks take in the bytes live now.
+    pub(crate) fn enter_phase(&mut self, phase: Phase) {
+        self.phase = phase;
+        let entry = &mut self.phases[phase.index()];
+        entry.peak_allocated_bytes = entry.peak_allocated_bytes.max(self.allocated_bytes);
+        entry.peak_reserved_bytes = entry.peak_reserved_bytes.max(self.reserved_bytes);
+        for (peak, category) in entry.peak_category_bytes.iter_mut().zip(&self.categories) {
+            *peak = (*peak).max(category.allocated_bytes);
+        }
+    }
+
+    /// Keeps the current phase's reserved peak (after a segment was created).
+    #[inline]
+    pub(crate) fn on_reserve(&mut self) {
+        self.peak_reserved_bytes = self.peak_reserved_bytes.max(self.reserved_bytes);
+        let entry = &mut self.phases[self.phase.index()];
+        entry.peak_reserved_bytes = entry.peak_reserved_bytes.max(self.reserved_bytes);
     }
 
     /// These counters with the free-memory fields derived: `largest_free_bytes` and `free_blocks`
@@ -110,6 +138,11 @@ impl Stats {
         entry.requested_bytes += requested;
         entry.live_allocations += 1;
         entry.peak_allocated_bytes = entry.peak_allocated_bytes.max(entry.allocated_bytes);
+        let category_bytes = entry.allocated_bytes;
+        let phase = &mut self.phases[self.phase.index()];
+        phase.peak_allocated_bytes = phase.peak_allocated_bytes.max(self.allocated_bytes);
+        let peak = &mut phase.peak_category_bytes[category.index()];
+        *peak = (*peak).max(category_bytes);
     }
 
     #[inline]
@@ -131,6 +164,8 @@ impl Stats {
         for entry in &mut self.categories {
             entry.peak_allocated_bytes = entry.allocated_bytes;
         }
+        self.phases = Default::default();
+        self.enter_phase(self.phase);
     }
 }
 

@@ -1,10 +1,11 @@
 //! Optional bounded recording of allocator events.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::{AllocationId, Category, SegmentId};
+use crate::{AllocationId, Category, Phase, SegmentId};
 
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -20,6 +21,12 @@ pub enum TraceEventKind {
     SegmentRelease,
     /// An allocation failed with out-of-memory.
     OutOfMemory,
+    /// A phase began ([`crate::BufferAllocator::set_phase`]); the event's `step` and `phase` say
+    /// which, its label is the phase's name.
+    Phase,
+    /// A note from the allocator's user ([`crate::BufferAllocator::mark`]), e.g. a recovery from
+    /// out-of-memory; the label is the note.
+    Mark,
 }
 
 /// One recorded event.
@@ -39,8 +46,14 @@ pub struct TraceEvent {
     pub size_bytes: u64,
     /// The allocation's category (allocate, free, out-of-memory).
     pub category: Option<Category>,
-    /// The allocation's label (allocate, free, out-of-memory).
+    /// The allocation's label (allocate, free, out-of-memory), the phase's name, or the note.
     pub label: Option<String>,
+    /// Nanoseconds since recording was turned on (stamped by the trace).
+    pub time_ns: u64,
+    /// The step set with the last phase (stamped by the trace).
+    pub step: u64,
+    /// The phase the event happened in (stamped by the trace).
+    pub phase: Phase,
 }
 
 /// The most recent events, at most `capacity` of them (0, the default, records nothing).
@@ -52,6 +65,12 @@ pub struct Trace {
     pub recorded: u64,
     /// The kept events, oldest first; `events.len() <= capacity`.
     pub events: VecDeque<TraceEvent>,
+    /// When recording was turned on (`time_ns` counts from here).
+    #[serde(skip)]
+    started: Option<Instant>,
+    /// The step and phase stamped on the next events.
+    #[serde(skip)]
+    context: (u64, Phase),
 }
 
 impl Trace {
@@ -67,12 +86,16 @@ impl Trace {
 
     pub(crate) fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity;
+        if capacity > 0 && self.started.is_none() {
+            self.started = Some(Instant::now());
+        }
         while self.events.len() > capacity {
             self.events.pop_front();
         }
     }
 
-    /// Records an event; `make` runs only when recording is on, so a disabled trace costs one branch.
+    /// Records an event; `make` runs only when recording is on, so a disabled trace costs one
+    /// branch. The trace stamps `time_ns`, `step` and `phase` (what `make` puts there is ignored).
     #[inline]
     pub(crate) fn record(&mut self, make: impl FnOnce(u64) -> TraceEvent) {
         if self.capacity > 0 {
@@ -80,8 +103,17 @@ impl Trace {
         }
     }
 
+    /// Sets the step and phase stamped on the events that follow.
+    pub(crate) fn set_context(&mut self, step: u64, phase: Phase) {
+        self.context = (step, phase);
+    }
+
     #[inline(never)]
-    fn push(&mut self, event: TraceEvent) {
+    fn push(&mut self, mut event: TraceEvent) {
+        event.time_ns = self.started.map_or(0, |t| {
+            u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        });
+        (event.step, event.phase) = self.context;
         if self.events.len() == self.capacity {
             self.events.pop_front();
         }
