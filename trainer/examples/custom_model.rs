@@ -192,6 +192,8 @@ fn run(steps: u64) -> Result<Evaluation> {
         loss: f32::NAN,
         accuracy: None,
         samples: 0,
+        peak_allocated_bytes: 0,
+        peak_reserved_bytes: 0,
     }))
 }
 

@@ -1,9 +1,11 @@
 //! What a run reports: [`StepReport`] (one per step, also one JSON line of `--metrics-out`),
 //! the [`Observer`] a run calls, and [`JsonLines`], the metrics file writer.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use plimsoll_allocator::{Category, Phase, Stats};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -43,6 +45,50 @@ pub struct StepReport {
     pub peak_allocated_bytes: u64,
     /// Peak reserved bytes during the step.
     pub peak_reserved_bytes: u64,
+    /// Fragmentation after the step: `1 - largest free block / free bytes`.
+    pub fragmentation: f64,
+    /// Peaks of each phase the step went through (`forward`, `backward`, `optimizer`; an
+    /// evaluation's peaks are in its own [`EvalRecord`]).
+    pub phases: BTreeMap<&'static str, PhasePeak>,
+}
+
+/// The peaks of one phase of a step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhasePeak {
+    /// Highest allocated bytes in the phase.
+    pub peak_allocated_bytes: u64,
+    /// Highest reserved bytes in the phase.
+    pub peak_reserved_bytes: u64,
+    /// Highest allocated bytes of each category in the phase (categories with none left out).
+    pub categories: BTreeMap<&'static str, u64>,
+}
+
+impl PhasePeak {
+    /// The phases of `stats` that were entered since its peaks were last reset.
+    pub fn of(stats: &Stats) -> BTreeMap<&'static str, PhasePeak> {
+        Phase::ALL
+            .iter()
+            .filter(|&&phase| phase != Phase::Other)
+            .map(|&phase| (phase, stats.phase(phase)))
+            .filter(|(_, p)| p.peak_reserved_bytes > 0)
+            .map(|(phase, p)| {
+                let categories = Category::ALL
+                    .iter()
+                    .zip(p.peak_category_bytes)
+                    .filter(|(_, bytes)| *bytes > 0)
+                    .map(|(c, bytes)| (c.name(), bytes))
+                    .collect();
+                (
+                    phase.name(),
+                    PhasePeak {
+                        peak_allocated_bytes: p.peak_allocated_bytes,
+                        peak_reserved_bytes: p.peak_reserved_bytes,
+                        categories,
+                    },
+                )
+            })
+            .collect()
+    }
 }
 
 /// One evaluation, as a line of `--metrics-out` (beside the step lines, which have no
@@ -60,6 +106,10 @@ pub struct EvalRecord {
     pub eval_accuracy: Option<f32>,
     /// Samples evaluated.
     pub eval_samples: u64,
+    /// Peak allocated bytes during the evaluation.
+    pub eval_peak_allocated_bytes: u64,
+    /// Peak reserved bytes during the evaluation.
+    pub eval_peak_reserved_bytes: u64,
 }
 
 impl EvalRecord {
@@ -71,6 +121,8 @@ impl EvalRecord {
             eval_loss: evaluation.loss,
             eval_accuracy: evaluation.accuracy,
             eval_samples: evaluation.samples,
+            eval_peak_allocated_bytes: evaluation.peak_allocated_bytes,
+            eval_peak_reserved_bytes: evaluation.peak_reserved_bytes,
         }
     }
 }

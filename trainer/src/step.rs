@@ -22,6 +22,7 @@
 //! the first parameter whose gradient is not finite, and the step is refused before the update;
 //! the sums also give the global gradient norm, so clipping costs no extra wait.
 
+use plimsoll_allocator::Phase;
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::{Optimizer, zero_grad};
@@ -80,6 +81,7 @@ pub fn accumulate_gradients(
     // upload that lands in bytes the open batch used submits that batch first (kernels-wgsl's
     // rule), so no explicit submit is needed here.
     for chunk in indices.chunks(micro_batch.max(1)) {
+        set_phase(inputs.gpu, inputs.step, Phase::Forward);
         let batch = inputs.data.upload(inputs.gpu, chunk)?;
         let mean = inputs
             .model
@@ -87,6 +89,7 @@ pub fn accumulate_gradients(
         drop(batch);
         let scaled = mean.mul_scalar(chunk.len() as f32 / batch_len)?;
         drop(mean);
+        set_phase(inputs.gpu, inputs.step, Phase::Backward);
         scaled.backward()?;
         let value = scaled.detach();
         drop(scaled);
@@ -99,6 +102,12 @@ pub fn accumulate_gradients(
         });
     }
     loss_sum.ok_or_else(|| Error::invalid("step", "an empty batch"))
+}
+
+/// Tells the device's allocator which phase of step `step` runs now (per-phase peaks, and the
+/// memory timeline's phase boundaries).
+pub fn set_phase(gpu: &Gpu, step: u64, phase: Phase) {
+    gpu.with_allocator(|a| a.set_phase(step, phase));
 }
 
 /// What the step's one read-back says.
@@ -156,6 +165,7 @@ pub fn run_step(
 ) -> Result<StepResult> {
     let result = run_step_inner(inputs, optimizer, indices, micro_batch, lr);
     zero_grad(inputs.params);
+    set_phase(inputs.gpu, inputs.step, Phase::Other);
     result
 }
 
@@ -178,12 +188,14 @@ fn run_step_inner(
                 inputs.gpu.flush("out-of-memory recovery")?;
                 set_rng_state(rng);
                 let smaller = micro_batch.div_ceil(2);
-                recoveries.push(format!(
+                let line = format!(
                     "step {}: out of memory at micro-batch {micro_batch}; retrying the step \
                      with micro-batch {smaller} ({} micro-batches; the update is unchanged)",
                     inputs.step,
                     indices.len().div_ceil(smaller)
-                ));
+                );
+                inputs.gpu.with_allocator(|a| a.mark(&line));
+                recoveries.push(line);
                 micro_batch = smaller;
             }
             Err(e) if e.is_out_of_memory() => {
@@ -196,6 +208,7 @@ fn run_step_inner(
             Err(e) => return Err(e),
         }
     };
+    set_phase(inputs.gpu, inputs.step, Phase::Optimizer);
     let read = read_loss_and_check(&loss_sum, inputs.params)?;
     drop(loss_sum);
     let loss = read.loss;

@@ -106,6 +106,10 @@ pub struct Evaluation {
     pub accuracy: Option<f32>,
     /// Samples evaluated.
     pub samples: u64,
+    /// Peak allocated bytes during the evaluation (0 where nobody measured it).
+    pub peak_allocated_bytes: u64,
+    /// Peak reserved bytes during the evaluation (0 where nobody measured it).
+    pub peak_reserved_bytes: u64,
 }
 
 impl From<EvalSums> for Evaluation {
@@ -115,6 +119,8 @@ impl From<EvalSums> for Evaluation {
             loss: (s.loss_sum / n) as f32,
             accuracy: s.correct.map(|c| (c as f64 / n) as f32),
             samples: s.count,
+            peak_allocated_bytes: 0,
+            peak_reserved_bytes: 0,
         }
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use plimsoll_allocator::Phase;
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::Optimizer;
@@ -19,9 +20,9 @@ use crate::config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
 use crate::data::epoch_order;
 use crate::error::{Error, Result};
 use crate::leak;
-use crate::metrics::{Observer, StepReport};
+use crate::metrics::{Observer, PhasePeak, StepReport};
 use crate::plan::{MemoryPlan, plan};
-use crate::step::{StepInputs, run_step};
+use crate::step::{StepInputs, run_step, set_phase};
 use crate::task::{Data, EvalSums, Evaluation, Model, Recipe};
 
 /// How a run ended.
@@ -329,6 +330,8 @@ impl Trainer {
             reserved_bytes: stats.reserved_bytes,
             peak_allocated_bytes: stats.peak_allocated_bytes,
             peak_reserved_bytes: stats.peak_reserved_bytes,
+            fragmentation: stats.fragmentation,
+            phases: PhasePeak::of(&stats),
         })
     }
 
@@ -373,6 +376,8 @@ impl Trainer {
         };
         let _no_grad = no_grad();
         self.model.set_training(false);
+        let step = self.position.step;
+        set_phase(&self.gpu, step, Phase::Evaluation);
         let indices: Vec<usize> = (0..test.len()).collect();
         let mut chunk = self.micro_batch.max(1);
         let mut sums = EvalSums::default();
@@ -396,19 +401,29 @@ impl Trainer {
                 Err(e) if e.is_out_of_memory() && chunk > 1 => {
                     self.gpu.flush("evaluation out-of-memory recovery")?;
                     let smaller = chunk.div_ceil(2);
-                    notes.push(format!(
+                    let line = format!(
                         "evaluation: out of memory at {chunk} samples per chunk; going on with \
                          {smaller}"
-                    ));
+                    );
+                    self.gpu.with_allocator(|a| a.mark(&line));
+                    notes.push(line);
                     chunk = smaller;
                 }
                 Err(e) => break Err(e),
             }
         };
         self.model.set_training(true);
+        set_phase(&self.gpu, step, Phase::Other);
         self.log.extend(notes);
         outcome?;
-        Ok(Some(sums.into()))
+        let peaks = self
+            .gpu
+            .with_allocator(|a| *a.stats().phase(Phase::Evaluation));
+        Ok(Some(Evaluation {
+            peak_allocated_bytes: peaks.peak_allocated_bytes,
+            peak_reserved_bytes: peaks.peak_reserved_bytes,
+            ..sums.into()
+        }))
     }
 
     fn deliver_log(&mut self, observer: &mut dyn Observer) {
