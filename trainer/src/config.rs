@@ -77,6 +77,9 @@ pub struct TrainConfig {
     pub label_smoothing: f32,
     /// Clip the global gradient norm to this (`None`: no clipping).
     pub clip_grad_norm: Option<f32>,
+    /// Record the allocator's events over these steps as a memory timeline (see
+    /// [`crate::timeline`]); written into `checkpoint_dir` when there is one.
+    pub memory_timeline: Option<crate::timeline::StepSpan>,
 }
 
 impl Default for TrainConfig {
@@ -97,6 +100,7 @@ impl Default for TrainConfig {
             leak_policy: LeakPolicy::Warn,
             label_smoothing: 0.0,
             clip_grad_norm: None,
+            memory_timeline: None,
         }
     }
 }

@@ -26,6 +26,7 @@ pub mod data;
 pub mod error;
 pub mod host;
 pub mod leak;
+pub mod memory_viz;
 pub mod metrics;
 pub mod model;
 pub mod plan;
@@ -34,6 +35,7 @@ pub mod sample;
 pub mod step;
 pub mod task;
 pub mod text;
+pub mod timeline;
 pub mod trainer;
 mod trainer_files;
 
@@ -46,6 +48,7 @@ pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, SamplePlan, Sampled, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
+pub use timeline::{StepSpan, Timeline};
 pub use trainer::{LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};
 
 // What a user of this crate alone needs to define a model and open a device.

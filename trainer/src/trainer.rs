@@ -69,6 +69,8 @@ pub struct Trainer {
     pub(crate) recent_losses: VecDeque<f32>,
     /// The step and path of the last training state this trainer saved.
     pub(crate) last_saved: Option<(u64, PathBuf)>,
+    /// The memory timeline being recorded, and the last one finished.
+    pub(crate) recording: crate::timeline::Recording,
 }
 
 /// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
@@ -170,6 +172,7 @@ impl Trainer {
             recent_losses: VecDeque::with_capacity(LOSS_WINDOW),
             stop: Arc::new(AtomicBool::new(false)),
             last_saved: None,
+            recording: Default::default(),
         })
     }
 
@@ -271,6 +274,7 @@ impl Trainer {
         let step = self.position.step + 1;
         let lr = self.config.schedule.lr_at(self.position.step);
         set_rng_state(self.position.rng_state);
+        self.timeline_before_step(step);
         self.gpu.with_allocator(|a| a.reset_peaks());
         let inputs = StepInputs {
             gpu: &self.gpu,
@@ -470,6 +474,7 @@ impl Trainer {
                 Ok(e) => e,
                 Err(error) => {
                     // The model is the one after this step: keep it before giving up.
+                    self.finish_timeline(report.step);
                     self.save_last_good(report.step, &error);
                     self.deliver_log(observer);
                     return Err(error);
@@ -481,6 +486,7 @@ impl Trainer {
                 observer.on_eval(report.epoch, report.step, &evaluation);
                 summary.last_evaluation = Some(evaluation);
             }
+            self.timeline_after_step(report.step);
             if let Some(k) = self.config.checkpoint_interval_steps
                 && report.step % k.max(1) == 0
             {
@@ -488,6 +494,7 @@ impl Trainer {
             }
             self.deliver_log(observer);
         }
+        self.finish_timeline(self.position.step);
         if let Some(path) = self.save_checkpoint()? {
             summary.checkpoint = Some(path);
         }

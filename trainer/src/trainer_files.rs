@@ -139,6 +139,8 @@ impl Trainer {
     /// step). A timeout becomes [`Error::StepTimeout`], naming where the state went; other
     /// errors are returned as they are (the log names the checkpoint).
     pub(crate) fn give_up(&mut self, step: u64, error: Error) -> Error {
+        // The timeline of a failing step is the one worth having (it shows the out-of-memory).
+        self.finish_timeline(step);
         let saved = self.save_last_good(step.saturating_sub(1), &error);
         if error.is_timeout() {
             return Error::StepTimeout {

@@ -1,7 +1,7 @@
 //! Flag parsers: every value is checked when it is parsed, so a bad one is a usage error
 //! (exit code 2, clap's message naming the flag) before anything runs.
 
-use plimsoll_trainer::{CheckpointPolicy, LeakPolicy};
+use plimsoll_trainer::{CheckpointPolicy, LeakPolicy, StepSpan};
 
 type Parsed<T> = std::result::Result<T, String>;
 
@@ -60,6 +60,24 @@ pub fn leak(s: &str) -> Parsed<LeakPolicy> {
         "error" => Ok(LeakPolicy::Error),
         _ => Err(format!("{s:?}: use off, warn or error")),
     }
+}
+
+/// `--memory-timeline`: the steps to record, or none (`off`).
+#[derive(Clone, Copy, Debug)]
+pub struct TimelineSteps(pub Option<StepSpan>);
+
+/// Steps to record as a memory timeline: `off`, `N` or `A-B`.
+pub fn timeline(s: &str) -> Parsed<TimelineSteps> {
+    if s == "off" {
+        return Ok(TimelineSteps(None));
+    }
+    StepSpan::parse(s)
+        .map(|span| TimelineSteps(Some(span)))
+        .map_err(|e| {
+            let text = e.to_string();
+            text.split_once(": ")
+                .map_or(text.clone(), |(_, why)| why.to_string())
+        })
 }
 
 fn float(s: &str) -> Parsed<f32> {

@@ -161,6 +161,12 @@ pub(crate) struct CommonArgs {
     /// Without a terminal, print one plain line every N steps [default: about 20 a run].
     #[arg(long, value_parser = flags::count_u64)]
     log_every: Option<u64>,
+    /// Record every allocation of these steps (`N`, `A-B` or `off`) as a memory timeline in
+    /// the run directory: memory_timeline.html (open it in a browser), memory_timeline.json and
+    /// memory_snapshot.pickle (for PyTorch's memory_viz). A failing step's timeline is written
+    /// too.
+    #[arg(long, default_value = "1-3", value_name = "STEPS", value_parser = flags::timeline)]
+    memory_timeline: flags::TimelineSteps,
 }
 
 #[derive(Args, Clone)]

@@ -133,6 +133,7 @@ fn base_config(
         checkpoint_interval_steps: common.checkpoint_every,
         leak_policy: common.leak_check,
         clip_grad_norm,
+        memory_timeline: common.memory_timeline.0,
         ..TrainConfig::default()
     })
 }

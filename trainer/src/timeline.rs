@@ -1,0 +1,332 @@
+//! The memory timeline: the allocator's trace of chosen steps ([`TrainConfig::memory_timeline`]),
+//! written into the run directory as
+//! - `memory_timeline.json`: the events, compactly ([`Timeline::data`]);
+//! - `memory_timeline.html`: a self-contained page (no network, no external script) that stacks
+//!   live bytes by category or label over events or time, with reserved bytes, the budget, step
+//!   and phase boundaries, out-of-memory events and recoveries;
+//! - `memory_snapshot.pickle`: the same trace in the snapshot format PyTorch's memory_viz reads
+//!   (`segments` with their blocks at the end, `device_traces` with `alloc`, `free_requested`,
+//!   `free_completed`, `segment_alloc`, `segment_free` and `oom` actions). Each allocation's
+//!   label and category stand where PyTorch puts a stack frame.
+//!
+//! [`TrainConfig::memory_timeline`]: crate::TrainConfig::memory_timeline
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use plimsoll_allocator::{Category, Phase, Snapshot, Trace, TraceEventKind, format_bytes};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::trainer::Trainer;
+
+/// The events, as JSON.
+pub const TIMELINE_JSON: &str = "memory_timeline.json";
+/// The page.
+pub const TIMELINE_HTML: &str = "memory_timeline.html";
+/// The memory_viz snapshot.
+pub const SNAPSHOT_PICKLE: &str = "memory_snapshot.pickle";
+/// Most events a timeline keeps (older ones are dropped first, and the page says how many).
+pub const MAX_EVENTS: usize = 1_000_000;
+
+/// The chart code both pages embed.
+pub(crate) const CHARTS_JS: &str = include_str!("../assets/charts.js");
+/// The pages' style sheet.
+pub(crate) const STYLE_CSS: &str = include_str!("../assets/style.css");
+const TIMELINE_TEMPLATE: &str = include_str!("../assets/timeline.html");
+
+/// Steps `first..=last` (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StepSpan {
+    /// The first step recorded.
+    pub first: u64,
+    /// The last step recorded.
+    pub last: u64,
+}
+
+impl StepSpan {
+    /// Parses `N` (step N alone) or `A-B` (steps A to B).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for anything else, a step 0, or `A > B`.
+    pub fn parse(text: &str) -> Result<StepSpan> {
+        let bad = |why: &str| {
+            Error::invalid(
+                "--memory-timeline",
+                format!("{text:?}: {why}; give a step (3) or a range of steps (1-3), or off"),
+            )
+        };
+        let (a, b) = text.split_once('-').unwrap_or((text, text));
+        let first: u64 = a.trim().parse().map_err(|_| bad("not a step number"))?;
+        let last: u64 = b.trim().parse().map_err(|_| bad("not a step number"))?;
+        if first == 0 {
+            return Err(bad("steps count from 1"));
+        }
+        if first > last {
+            return Err(bad("the range ends before it begins"));
+        }
+        Ok(StepSpan { first, last })
+    }
+
+    /// Whether `step` is in the span.
+    pub fn contains(&self, step: u64) -> bool {
+        (self.first..=self.last).contains(&step)
+    }
+}
+
+/// A recorded timeline: the allocator before, its events, and the allocator after.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// What the pages call it (the run).
+    pub title: String,
+    /// The steps recorded (the last may be cut short by an error or a stop).
+    pub span: StepSpan,
+    /// The budget on reserved bytes, if any.
+    pub budget_bytes: Option<u64>,
+    /// The allocator when recording began.
+    pub start: Snapshot,
+    /// The events.
+    pub trace: Trace,
+    /// The allocator when recording ended.
+    pub end: Snapshot,
+}
+
+/// Interns labels for the compact form.
+#[derive(Default)]
+struct Labels {
+    ids: HashMap<String, usize>,
+    names: Vec<String>,
+}
+
+impl Labels {
+    fn id(&mut self, label: Option<&str>) -> i64 {
+        let Some(label) = label else { return -1 };
+        if let Some(&id) = self.ids.get(label) {
+            return id as i64;
+        }
+        let id = self.names.len();
+        self.names.push(label.to_string());
+        self.ids.insert(label.to_string(), id);
+        id as i64
+    }
+}
+
+fn kind_code(kind: TraceEventKind) -> u8 {
+    match kind {
+        TraceEventKind::Allocate => 0,
+        TraceEventKind::Free => 1,
+        TraceEventKind::SegmentCreate => 2,
+        TraceEventKind::SegmentRelease => 3,
+        TraceEventKind::OutOfMemory => 4,
+        TraceEventKind::Phase => 5,
+        TraceEventKind::Mark => 6,
+    }
+}
+
+impl Timeline {
+    /// Events dropped from the front because the trace was full.
+    pub fn dropped_events(&self) -> u64 {
+        self.trace.recorded - self.trace.events.len() as u64
+    }
+
+    /// One line about the timeline: steps, events, peaks.
+    pub fn summary(&self) -> String {
+        let dropped = match self.dropped_events() {
+            0 => String::new(),
+            n => format!(" (the first {n} dropped: the trace keeps {MAX_EVENTS})"),
+        };
+        format!(
+            "{}: steps {}-{}, {} events{dropped}; peak allocated {}, peak reserved {}{}",
+            self.title,
+            self.span.first,
+            self.span.last,
+            self.trace.events.len(),
+            format_bytes(self.end.stats.peak_allocated_bytes),
+            format_bytes(self.end.stats.peak_reserved_bytes),
+            self.budget_bytes
+                .map(|b| format!(", budget {}", format_bytes(b)))
+                .unwrap_or_default()
+        )
+    }
+
+    /// The compact form the pages draw: `events` are `[time_us, kind, bytes, category, label,
+    /// step, phase]` (kind: 0 allocate, 1 free, 2 segment created, 3 segment released, 4 out of
+    /// memory, 5 phase, 6 note; -1 where a field does not apply), `initial` the live blocks
+    /// (`[label, category, bytes]`) and reserved bytes when recording began.
+    pub fn data(&self) -> serde_json::Value {
+        let mut labels = Labels::default();
+        let live: Vec<_> = self
+            .start
+            .segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| !b.free)
+            .map(|b| {
+                json!([
+                    labels.id(b.label.as_deref()),
+                    b.category.map_or(Category::Other.index(), Category::index),
+                    b.size_bytes
+                ])
+            })
+            .collect();
+        let events: Vec<_> = self
+            .trace
+            .events
+            .iter()
+            .map(|e| {
+                json!([
+                    e.time_ns / 1000,
+                    kind_code(e.kind),
+                    e.size_bytes,
+                    e.category.map_or(-1, |c| c.index() as i64),
+                    labels.id(e.label.as_deref()),
+                    e.step,
+                    e.phase.index()
+                ])
+            })
+            .collect();
+        json!({
+            "title": self.title,
+            "summary": self.summary(),
+            "span": self.span,
+            "budget": self.budget_bytes,
+            "dropped": self.dropped_events(),
+            "categories": Category::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
+            "phases": Phase::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            "labels": labels.names,
+            "initial": { "live": live, "reserved": self.start.stats.reserved_bytes },
+            "events": events,
+        })
+    }
+
+    /// The self-contained page.
+    pub fn html(&self) -> String {
+        TIMELINE_TEMPLATE
+            .replace("{{STYLE}}", STYLE_CSS)
+            .replace("{{CHARTS}}", CHARTS_JS)
+            .replace("{{TITLE}}", &html_escape(&self.title))
+            .replace("{{DATA}}", &script_json(&self.data()))
+    }
+
+    /// Writes the three files into `dir`; returns their paths.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be written.
+    pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let pickle = crate::memory_viz::snapshot_pickle(self)?;
+        let files: [(&str, Vec<u8>); 3] = [
+            (TIMELINE_JSON, self.data().to_string().into_bytes()),
+            (TIMELINE_HTML, self.html().into_bytes()),
+            (SNAPSHOT_PICKLE, pickle),
+        ];
+        let mut written = Vec::new();
+        for (name, bytes) in files {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            written.push(path);
+        }
+        Ok(written)
+    }
+}
+
+/// JSON safe inside a `<script>` element (no `</script>` can end it early).
+pub(crate) fn script_json(value: &serde_json::Value) -> String {
+    value.to_string().replace("</", "<\\/")
+}
+
+/// `text` with HTML's special characters escaped.
+pub(crate) fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The recording in progress.
+#[derive(Debug, Default)]
+pub(crate) struct Recording {
+    /// The allocator when recording began, and the first step recorded.
+    started: Option<(Snapshot, u64)>,
+    /// The last timeline finished.
+    pub(crate) finished: Option<Timeline>,
+}
+
+impl Trainer {
+    /// Before step `step`: starts recording when the configured span begins here.
+    pub(crate) fn timeline_before_step(&mut self, step: u64) {
+        let Some(span) = self.config.memory_timeline else {
+            return;
+        };
+        if self.recording.started.is_some() || !span.contains(step) {
+            return;
+        }
+        let start = self.gpu.with_allocator(|a| {
+            a.set_trace_capacity(0);
+            a.set_trace_capacity(MAX_EVENTS);
+            a.snapshot()
+        });
+        self.recording.started = Some((start, step));
+    }
+
+    /// After step `step` (and its evaluation): ends the recording when the span is over.
+    pub(crate) fn timeline_after_step(&mut self, step: u64) {
+        if self
+            .config
+            .memory_timeline
+            .is_some_and(|span| step >= span.last)
+        {
+            self.finish_timeline(step);
+        }
+    }
+
+    /// Ends a recording in progress (at the end of a run, or when a step gave up at `step`) and
+    /// writes it into the checkpoint directory, if there is one; a file that cannot be written
+    /// is a note, not an error. Returns the timeline, also kept for [`Trainer::timeline`].
+    pub fn finish_timeline(&mut self, step: u64) -> Option<&Timeline> {
+        let (start, first) = self.recording.started.take()?;
+        let (trace, end, budget) = self.gpu.with_allocator(|a| {
+            let trace = a.trace().clone();
+            a.set_trace_capacity(0);
+            (trace, a.snapshot(), a.budget_bytes())
+        });
+        let title = self
+            .config
+            .checkpoint_dir
+            .as_deref()
+            .and_then(Path::file_name)
+            .map_or_else(|| "run".to_string(), |n| n.to_string_lossy().into_owned());
+        let timeline = Timeline {
+            title,
+            span: StepSpan {
+                first,
+                last: step.max(first),
+            },
+            budget_bytes: (budget != u64::MAX).then_some(budget),
+            start,
+            trace,
+            end,
+        };
+        if let Some(dir) = self.config.checkpoint_dir.clone() {
+            match timeline.write(&dir) {
+                Ok(_) => self.note(format!(
+                    "memory timeline of steps {}-{}: {}",
+                    timeline.span.first,
+                    timeline.span.last,
+                    dir.join(TIMELINE_HTML).display()
+                )),
+                Err(e) => self.note(format!("warning: the memory timeline was not saved: {e}")),
+            }
+        }
+        self.recording.finished = Some(timeline);
+        self.recording.finished.as_ref()
+    }
+
+    /// The last memory timeline recorded (see [`crate::TrainConfig::memory_timeline`]).
+    pub fn timeline(&self) -> Option<&Timeline> {
+        self.recording.finished.as_ref()
+    }
+}
