@@ -37,5 +37,5 @@ pub use error::{Error, RecentSubmissions, Result, SubmissionRecord};
 pub use fence::Fence;
 pub use pipeline::Kernel;
 pub use plimsoll_allocator::Category;
-pub use recorder::Dispatch;
+pub use recorder::{Dispatch, Work};
 pub use slice::DeviceSlice;

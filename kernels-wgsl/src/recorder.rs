@@ -74,6 +74,27 @@ pub struct Dispatch<'a> {
     pub buffers: &'a [DeviceSlice<'a>],
     /// Workgroup counts (see [`crate::kernels::grid_1d`]).
     pub workgroups: [u32; 3],
+    /// What the launch computes and moves, for the profiler's GFLOP/s and GB/s (zeros: unknown).
+    pub work: Work,
+}
+
+/// The work of one launch, as its launcher knows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Work {
+    /// Floating-point operations (a multiply-add counts 2); 0 where not the point of the kernel.
+    pub flops: u64,
+    /// Bytes read and written.
+    pub bytes: u64,
+}
+
+impl Work {
+    /// Bytes alone: every element of `slices` read or written once (4-byte elements).
+    pub fn of_slices(slices: &[DeviceSlice<'_>]) -> Work {
+        Work {
+            flops: 0,
+            bytes: slices.iter().map(|s| s.len().saturating_mul(4)).sum(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -154,6 +154,7 @@ fn bad_shader_is_a_validation_error_not_a_panic() {
             params: &[],
             buffers: &[],
             workgroups: [1, 1, 1],
+            work: Default::default(),
         })
         .unwrap_err();
     assert!(matches!(err, Error::Validation { .. }), "{err}");

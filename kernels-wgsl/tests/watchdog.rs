@@ -72,6 +72,7 @@ fn spin(gpu: &Gpu, out: &DeviceBuffer, size: Spin) {
         params: bytemuck::cast_slice(&params),
         buffers: &[out],
         workgroups: [size.workgroups, 1, 1],
+        work: Default::default(),
     })
     .unwrap();
 }

@@ -348,6 +348,10 @@ fn launch(
         params: bytemuck::bytes_of(&params),
         buffers: &[lhs, rhs, out],
         workgroups: workgroups.map(|w| w as u32),
+        work: crate::recorder::Work {
+            flops: 2 * d.batch * d.m * d.n * d.k,
+            bytes: 4 * d.batch * (d.m * d.k + d.k * d.n + d.m * d.n),
+        },
     })
 }
 

@@ -216,6 +216,7 @@ pub fn launch_1d<P: bytemuck::Pod>(
         params: bytemuck::bytes_of(params),
         buffers,
         workgroups: grid_1d(gpu, len, kernel.workgroup_size)?,
+        work: crate::recorder::Work::of_slices(buffers),
     })
 }
 

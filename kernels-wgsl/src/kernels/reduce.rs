@@ -304,6 +304,7 @@ fn all_reduction(
         buffers: &buffers,
         // Exactly one workgroup: a fixed-order tree, so the result is deterministic.
         workgroups: [1, 1, 1],
+        work: crate::recorder::Work::of_slices(&buffers),
     })
 }
 

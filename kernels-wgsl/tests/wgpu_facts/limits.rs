@@ -91,6 +91,7 @@ fn loop_iteration_limit_matches_what_the_adapter_does() {
             params: bytemuck::cast_slice(&params),
             buffers: &[out.whole()],
             workgroups: [1, 1, 1],
+            work: Default::default(),
         })
         .unwrap();
         let got: Vec<u32> = gpu.read_all(&out, DEADLINE).unwrap();
