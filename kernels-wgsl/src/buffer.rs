@@ -344,7 +344,9 @@ impl Gpu {
             let label = format!("read {}", buffer.label);
             submit_locked(shared, &mut batch, Some(&label), deadline)?
         };
+        let waited = Instant::now();
         wait_fence(shared, &fence, start, deadline)?;
+        crate::profile::cpu_span(shared, "wait", fence.label(), waited);
         // The fence completing does not mean the map callback has run: another thread's poll may
         // have retired our submission and not yet run its callbacks (see `crate::fence`).
         let map_error = |message: String| Error::Map {
@@ -358,6 +360,7 @@ impl Gpu {
             .map_err(|e| map_error(e.to_string()))?
             .to_vec();
         staging.unmap();
+        crate::profile::cpu_span(shared, "read-back", &buffer.label, start);
         Ok(data)
     }
 }

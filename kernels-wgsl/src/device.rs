@@ -139,6 +139,8 @@ pub(crate) struct Shared {
     pub(crate) deadlines: Deadlines,
     /// At least 1: submissions allowed in flight before a submit waits for the oldest.
     pub(crate) max_in_flight: usize,
+    /// Whether [`Gpu::begin_profile`] is on (checked before touching the batch's profile).
+    pub(crate) profiling: std::sync::atomic::AtomicBool,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
     /// thread go only once every other field has dropped (see `crate::teardown`).
     pub(crate) teardown: TeardownGate,
@@ -250,7 +252,9 @@ impl Gpu {
                 .trim()
                 .to_string(),
         };
-        let wanted = wgpu::Features::SHADER_F16 | wgpu::Features::TIMESTAMP_QUERY;
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("plimsoll"),
             required_features: adapter.features() & wanted,
@@ -319,6 +323,7 @@ impl Gpu {
                     _ => 2,
                 })
                 .max(1),
+            profiling: std::sync::atomic::AtomicBool::new(false),
             teardown: TeardownGate::default(),
         };
         Ok(Gpu {

@@ -437,7 +437,10 @@ impl Gpu {
     /// submission may still be running on another thread (see the module docs); this crate's
     /// read-backs wait for their own callbacks.
     pub fn wait(&self, fence: &Fence, deadline: Duration) -> Result<()> {
-        wait_fence(&self.shared, fence, Instant::now(), deadline)
+        let start = Instant::now();
+        wait_fence(&self.shared, fence, start, deadline)?;
+        crate::profile::cpu_span(&self.shared, "wait", fence.label(), start);
+        Ok(())
     }
 
     /// Whether `fence` has completed, without blocking (runs pending callbacks).

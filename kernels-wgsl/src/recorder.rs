@@ -53,6 +53,7 @@ use crate::device::{Gpu, Shared};
 use crate::error::{Error, Result};
 use crate::fence::{Fence, wait_fence};
 use crate::pipeline::{Kernel, PARAMS_BYTES, scoped};
+use crate::profile::ProfileMode;
 use crate::slice::DeviceSlice;
 
 /// A batch is submitted by itself after this many dispatches (bounds the work behind one fence).
@@ -118,7 +119,9 @@ pub(crate) struct Batch {
     bind_groups: HashMap<BindKey, wgpu::BindGroup>,
     released_segments: Option<Arc<Mutex<Vec<u64>>>>,
     /// Inside [`Gpu::atomically`]: no automatic submission, so the section can be discarded.
-    hold: bool,
+    pub(crate) hold: bool,
+    /// Profiling state while [`Gpu::begin_profile`] is on (see [`crate::profile`]).
+    pub(crate) profile: Option<crate::profile::ProfileState>,
 }
 
 impl Batch {
@@ -136,6 +139,7 @@ impl Batch {
             bind_groups: HashMap::new(),
             released_segments: None,
             hold: false,
+            profile: None,
         }
     }
 
@@ -168,6 +172,9 @@ impl Batch {
         self.dispatches = 0;
         self.label = None;
         self.params.clear();
+        if let Some(profile) = self.profile.as_mut() {
+            profile.discard_open();
+        }
     }
 
     fn evict_released(&mut self) {
@@ -189,6 +196,7 @@ impl Gpu {
     /// [`Error::Timeout`] (nothing recorded) when a full batch must go out first and the GPU does
     /// not make room within [`Gpu::default_deadline`].
     pub fn dispatch(&self, d: Dispatch<'_>) -> Result<()> {
+        let start = Instant::now();
         let shared = &*self.shared;
         shared.health.check()?;
         if d.params.len() as u64 > PARAMS_BYTES
@@ -272,21 +280,71 @@ impl Gpu {
         };
 
         batch.params.extend_from_slice(&bytes);
+        // Profiling (off: one relaxed load): the queries to write around this dispatch.
+        let mut profile_mode = None;
+        let mut query = None;
+        if shared.profiling.load(Ordering::Relaxed)
+            && let Some(profile) = batch.profile.as_mut()
+        {
+            profile_mode = Some(profile.mode);
+            query = profile.before_dispatch(&shared.device);
+        }
+        let per_pass = profile_mode == Some(ProfileMode::PerPass) && query.is_some();
+        if per_pass {
+            batch.end_pass();
+        }
         if batch.pass.is_none() {
-            let pass = batch
-                .encoder(&shared.device)
+            let Batch {
+                encoder, profile, ..
+            } = &mut *batch;
+            let encoder = encoder.get_or_insert_with(|| {
+                shared
+                    .device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("plimsoll batch"),
+                    })
+            });
+            let timestamp_writes = match (per_pass, query, profile.as_ref()) {
+                (true, Some(q), Some(p)) => {
+                    p.query_set()
+                        .map(|query_set| wgpu::ComputePassTimestampWrites {
+                            query_set,
+                            beginning_of_pass_write_index: Some(q),
+                            end_of_pass_write_index: Some(q + 1),
+                        })
+                }
+                _ => None,
+            };
+            let pass = encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: Some("plimsoll kernels"),
-                    timestamp_writes: None,
+                    timestamp_writes,
                 })
                 .forget_lifetime();
             batch.pass = Some(pass);
         }
-        if let Some(pass) = batch.pass.as_mut() {
+        let inside = profile_mode == Some(ProfileMode::InsidePasses);
+        let Batch { pass, profile, .. } = &mut *batch;
+        let query_set = profile.as_ref().and_then(|p| p.query_set());
+        if let Some(pass) = pass.as_mut() {
+            if let (true, Some(q), Some(qs)) = (inside, query, query_set) {
+                pass.write_timestamp(qs, q);
+            }
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &group, &[dynamic_offset]);
             let [x, y, z] = d.workgroups;
             pass.dispatch_workgroups(x, y, z);
+            if let (true, Some(q), Some(qs)) = (inside, query, query_set) {
+                pass.write_timestamp(qs, q + 1);
+            }
+        }
+        if query.is_some()
+            && let Some(profile) = batch.profile.as_mut()
+        {
+            profile.timed(d.kernel.stem, d.work);
+        }
+        if per_pass {
+            batch.end_pass();
         }
         let serial = batch.serial;
         for b in d.buffers {
@@ -294,6 +352,10 @@ impl Gpu {
         }
         batch.dispatches += 1;
         batch.label.get_or_insert_with(|| d.kernel.stem.to_string());
+        drop(batch);
+        if profile_mode == Some(ProfileMode::Cpu) {
+            self.time_on_cpu(d.kernel.stem, d.work, start)?;
+        }
         Ok(())
     }
 
@@ -390,7 +452,7 @@ pub(crate) fn submit_locked(
     if let Some(oldest) = shared.fences.blocking_submit(shared.max_in_flight) {
         wait_fence(shared, &oldest, Instant::now(), deadline)?;
     }
-    let Some(encoder) = batch.encoder.take() else {
+    let Some(mut encoder) = batch.encoder.take() else {
         return Ok(shared.fences.last());
     };
     let serial = batch.serial;
@@ -403,6 +465,11 @@ pub(crate) fn submit_locked(
         (None, Some(f)) => format!("{f}.. (auto)"),
         (None, None) => "batch".to_string(),
     };
+    let profiled = match shared.profiling.load(Ordering::Relaxed) {
+        true => crate::profile::before_submit(shared, batch, &mut encoder, &label),
+        false => None,
+    };
+    let submit_start = Instant::now();
     for (chunk, bytes) in batch.params.chunks(CHUNK_BYTES as usize).enumerate() {
         if let Some(buffer) = batch.chunks.get(chunk) {
             shared.queue.write_buffer(buffer, 0, bytes);
@@ -434,5 +501,13 @@ pub(crate) fn submit_locked(
     shared.health.check()?;
     let fence = Fence::new(serial, Some(index), &label);
     shared.fences.record(&fence, dispatches);
+    if shared.profiling.load(Ordering::Relaxed) {
+        if let Some(profile) = batch.profile.as_mut() {
+            profile.span("submit", &label, submit_start);
+        }
+        if let Some(prepared) = profiled {
+            crate::profile::after_submit(batch, &fence, prepared);
+        }
+    }
     Ok(fence)
 }
