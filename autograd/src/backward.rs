@@ -30,7 +30,8 @@ fn two((da, db): (Tensor, Tensor)) -> Result<Grads> {
 }
 
 /// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
-/// input `i` wants one (only checkpoints use it to skip work; elsewhere it is cheap to compute).
+/// input `i` wants one (checkpoints and matmuls use it to skip work; elsewhere it is cheap to
+/// compute and dropped).
 /// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
 /// directly and return `None` for that input (matmul does, saving a temporary and a copy).
 pub(crate) fn backward_op(
@@ -69,12 +70,12 @@ pub(crate) fn backward_op(
         } => one(unary_grad(*op, *exponent, saved, g)?),
         // dA = G·Bᵀ, dB = Aᵀ·G (summed over the batch for a shared operand)
         Op::Matmul { a, b } => {
-            let (da, db) = matmul_grads(g, a, b, leaves)?;
+            let (da, db) = matmul_grads(g, a, b, needs, leaves)?;
             Ok(smallvec![da, db])
         }
         // C = A·Bᵀ: dA = G·B, dB = Gᵀ·A (the rows of A folded into one matrix)
         Op::MatmulTransposed { a, b } => {
-            let (da, db) = matmul_transposed_grads(g, a, b, leaves)?;
+            let (da, db) = matmul_transposed_grads(g, a, b, needs, leaves)?;
             Ok(smallvec![da, db])
         }
         // dx = permute(g, perm⁻¹)

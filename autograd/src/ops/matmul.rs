@@ -198,9 +198,11 @@ pub(crate) fn matmul_transposed_grads(
     g: &Tensor,
     a: &Tensor,
     b: &Tensor,
+    needs: &[bool],
     leaves: &[Option<&GradSlot>],
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let leaf = |i: usize| leaves.get(i).copied().flatten();
+    let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     let (rows, n, k) = transposed_plan(&a.shape, &b.shape)?;
     // dA = G · B: (rows×n)·(n×k).
     let da_product = Product {
@@ -208,19 +210,25 @@ pub(crate) fn matmul_transposed_grads(
         trans: (false, false),
         strides: (0, 0),
     };
-    let da = da_product.gradient(g, b, &a.shape, leaf(0))?;
+    let da = match need(0) {
+        true => da_product.gradient(g, b, &a.shape, leaf(0))?,
+        false => None,
+    };
     // dB = Gᵀ · A: (n×rows)·(rows×k).
     let db_product = Product {
         dims: (1, n, k, rows),
         trans: (true, false),
         strides: (0, 0),
     };
-    let db = db_product.gradient(g, a, &b.shape, leaf(1))?;
+    let db = match need(1) {
+        true => db_product.gradient(g, a, &b.shape, leaf(1))?,
+        false => None,
+    };
     Ok((da, db))
 }
 
 /// The gradients `(dA, dB) = (G · Bᵀ, Aᵀ · G)` of a matmul of `a` and `b`, summed over
-/// the batch for a shared operand. Transposes are the kernel's flags, never copies. `leaves[i]`
+/// the batch for a shared operand; an operand whose `needs` is false gets none (no product). Transposes are the kernel's flags, never copies. `leaves[i]`
 /// is operand `i`'s gradient slot when it is a leaf: its gradient is then written (or accumulated)
 /// straight into the slot and returned as `None` (see `Product::gradient`), except a shared A's,
 /// which needs a sum over the batch first.
@@ -228,10 +236,12 @@ pub(crate) fn matmul_grads(
     g: &Tensor,
     a: &Tensor,
     b: &Tensor,
+    needs: &[bool],
     leaves: &[Option<&GradSlot>],
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let (lhs, rhs) = (&a.shape[..], &b.shape[..]);
     let leaf = |i: usize| leaves.get(i).copied().flatten();
+    let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     let (p, _) = plan(lhs, rhs)?;
     let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);
     let stride_a = if p.shared_lhs { 0 } else { m * k };
@@ -241,7 +251,9 @@ pub(crate) fn matmul_grads(
         trans: (false, true),
         strides: (m * n, k * n),
     };
-    let da = if p.shared_lhs {
+    let da = if !need(0) {
+        None
+    } else if p.shared_lhs {
         let da_shape = [batch, m, k];
         let da = da_product.new_tensor(g, b, &da_shape, Category::Temporary)?;
         Some(crate::ops::elementwise::sum_to(&da, lhs)?)
@@ -254,6 +266,9 @@ pub(crate) fn matmul_grads(
         trans: (true, false),
         strides: (stride_a, m * n),
     };
-    let db = db_product.gradient(a, g, rhs, leaf(1))?;
+    let db = match need(1) {
+        true => db_product.gradient(a, g, rhs, leaf(1))?,
+        false => None,
+    };
     Ok((da, db))
 }
