@@ -80,6 +80,9 @@ pub struct TrainConfig {
     /// Record the allocator's events over these steps as a memory timeline (see
     /// [`crate::timeline`]); written into `checkpoint_dir` when there is one.
     pub memory_timeline: Option<crate::timeline::StepSpan>,
+    /// Time every dispatch of these steps (see [`crate::profiling`]); the table and a Chrome
+    /// trace go into `checkpoint_dir` when there is one.
+    pub profile_steps: Option<crate::timeline::StepSpan>,
 }
 
 impl Default for TrainConfig {
@@ -101,6 +104,7 @@ impl Default for TrainConfig {
             label_smoothing: 0.0,
             clip_grad_norm: None,
             memory_timeline: None,
+            profile_steps: None,
         }
     }
 }

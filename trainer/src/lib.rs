@@ -30,6 +30,7 @@ pub mod memory_viz;
 pub mod metrics;
 pub mod model;
 pub mod plan;
+pub mod profiling;
 pub mod run_dir;
 pub mod sample;
 pub mod step;

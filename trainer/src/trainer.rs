@@ -71,6 +71,8 @@ pub struct Trainer {
     pub(crate) last_saved: Option<(u64, PathBuf)>,
     /// The memory timeline being recorded, and the last one finished.
     pub(crate) recording: crate::timeline::Recording,
+    /// Kernel profiles of the configured steps.
+    pub(crate) profiling: crate::profiling::Profiling,
 }
 
 /// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
@@ -173,6 +175,7 @@ impl Trainer {
             stop: Arc::new(AtomicBool::new(false)),
             last_saved: None,
             recording: Default::default(),
+            profiling: Default::default(),
         })
     }
 
@@ -275,6 +278,7 @@ impl Trainer {
         let lr = self.config.schedule.lr_at(self.position.step);
         set_rng_state(self.position.rng_state);
         self.timeline_before_step(step);
+        self.profile_before_step(step);
         self.gpu.with_allocator(|a| a.reset_peaks());
         let inputs = StepInputs {
             gpu: &self.gpu,
@@ -295,7 +299,10 @@ impl Trainer {
         );
         let result = match result {
             Ok(r) => r,
-            Err(e) => return Err(self.give_up(step, e)),
+            Err(e) => {
+                self.abandon_profile();
+                return Err(self.give_up(step, e));
+            }
         };
         for line in &result.recoveries {
             self.log.push(line.clone());
@@ -310,9 +317,13 @@ impl Trainer {
         }
         self.position.rng_state = rng_state();
         self.position.micro_batch = self.micro_batch;
-        self.check_leaks(step)?;
+        if let Err(e) = self.check_leaks(step) {
+            self.abandon_profile();
+            return Err(e);
+        }
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
         let step_ms = start.elapsed().as_secs_f64() * 1e3;
+        self.profile_after_step(step, step_ms);
         if self.recent_losses.len() == LOSS_WINDOW {
             self.recent_losses.pop_front();
         }
@@ -495,6 +506,7 @@ impl Trainer {
             self.deliver_log(observer);
         }
         self.finish_timeline(self.position.step);
+        self.finish_profile();
         if let Some(path) = self.save_checkpoint()? {
             summary.checkpoint = Some(path);
         }

@@ -141,6 +141,7 @@ impl Trainer {
     pub(crate) fn give_up(&mut self, step: u64, error: Error) -> Error {
         // The timeline of a failing step is the one worth having (it shows the out-of-memory).
         self.finish_timeline(step);
+        self.finish_profile();
         let saved = self.save_last_good(step.saturating_sub(1), &error);
         if error.is_timeout() {
             return Error::StepTimeout {

@@ -80,6 +80,11 @@ pub fn timeline(s: &str) -> Parsed<TimelineSteps> {
         })
 }
 
+/// Steps to profile: `off`, `N` or `A-B`.
+pub fn profile_steps(s: &str) -> Parsed<TimelineSteps> {
+    timeline(s).map_err(|e| e.replace("--memory-timeline", "--profile-steps"))
+}
+
 fn float(s: &str) -> Parsed<f32> {
     let v: f32 = s
         .trim()

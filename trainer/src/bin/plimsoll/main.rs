@@ -167,6 +167,12 @@ pub(crate) struct CommonArgs {
     /// too.
     #[arg(long, default_value = "1-3", value_name = "STEPS", value_parser = flags::timeline)]
     memory_timeline: flags::TimelineSteps,
+    /// Time every kernel of these steps (`N`, `A-B` or `off`): prints the time per kernel
+    /// (calls, total, share of the step, GFLOP/s, GB/s) and the measured overhead, and writes
+    /// profile.json and trace.json (Perfetto, chrome://tracing) into the run directory. Leave
+    /// step 1 out: it includes one-off work such as compiling pipelines.
+    #[arg(long, default_value = "off", value_name = "STEPS", value_parser = flags::profile_steps)]
+    profile_steps: flags::TimelineSteps,
 }
 
 #[derive(Args, Clone)]

@@ -134,6 +134,7 @@ fn base_config(
         leak_policy: common.leak_check,
         clip_grad_norm,
         memory_timeline: common.memory_timeline.0,
+        profile_steps: common.profile_steps.0,
         ..TrainConfig::default()
     })
 }

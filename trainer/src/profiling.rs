@@ -1,0 +1,319 @@
+//! Kernel profiles of chosen steps ([`crate::TrainConfig::profile_steps`]): each step between
+//! `begin_profile` and `end_profile` (see `plimsoll_kernels_wgsl::profile`), then
+//! - a kernel table: per kernel stem, calls, total and mean time, share of the step, GFLOP/s
+//!   and GB/s from the launchers' own work figures ([`KernelTable`]);
+//! - `profile.json` in the run directory: the table, the steps' times and the overhead;
+//! - `trace.json`: a Chrome trace (Perfetto and chrome://tracing open it) with a GPU track (one
+//!   slice per dispatch) and a CPU track (each step, and record, submit, wait, read-back).
+//!
+//! The overhead is measured, not assumed: the profiled steps' mean time against the mean of the
+//! run's unprofiled steps after step 1, reported at the end of the run.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use plimsoll_kernels_wgsl::{Profile, ProfileMode};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::trainer::Trainer;
+
+/// The kernel table and the steps it covers.
+pub const PROFILE_JSON: &str = "profile.json";
+/// The Chrome trace.
+pub const TRACE_JSON: &str = "trace.json";
+
+/// One step's profile.
+#[derive(Debug, Clone)]
+pub struct ProfiledStep {
+    /// The step.
+    pub step: u64,
+    /// Its wall time, as its [`crate::StepReport::step_ms`] says.
+    pub step_ms: f64,
+    /// When its profile began, from the first profiled step's.
+    pub offset: Duration,
+    /// The profile.
+    pub profile: Profile,
+}
+
+/// One row of the kernel table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelRow {
+    /// The kernel's stem.
+    pub stem: String,
+    /// Dispatches.
+    pub calls: u64,
+    /// Total time, ms.
+    pub total_ms: f64,
+    /// Mean time per dispatch, µs.
+    pub mean_us: f64,
+    /// Total over the profiled steps' wall time.
+    pub share: f64,
+    /// GFLOP/s over its total time, where the kernel counts floating-point work.
+    pub gflops: Option<f64>,
+    /// GB/s over its total time.
+    pub gbytes_per_s: Option<f64>,
+}
+
+/// Time per kernel over the profiled steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelTable {
+    /// How the dispatches were timed.
+    pub mode: ProfileMode,
+    /// The steps profiled.
+    pub steps: Vec<u64>,
+    /// Their wall time, ms.
+    pub steps_ms: f64,
+    /// The sum of every dispatch's time, ms.
+    pub kernels_ms: f64,
+    /// Dispatches not timed.
+    pub untimed_dispatches: u64,
+    /// Rows, longest total first.
+    pub rows: Vec<KernelRow>,
+}
+
+impl KernelTable {
+    /// The table of `steps`.
+    pub fn of(steps: &[ProfiledStep]) -> Option<KernelTable> {
+        let mode = steps.first()?.profile.mode;
+        let mut by_stem: BTreeMap<&str, (u64, u64, u64, u64)> = BTreeMap::new();
+        for s in steps {
+            for k in &s.profile.kernels {
+                let e = by_stem.entry(k.stem).or_default();
+                e.0 += 1;
+                e.1 += k.end_ns.saturating_sub(k.start_ns);
+                e.2 += k.flops;
+                e.3 += k.bytes;
+            }
+        }
+        let steps_ms: f64 = steps.iter().map(|s| s.step_ms).sum();
+        let mut rows: Vec<KernelRow> = by_stem
+            .into_iter()
+            .map(|(stem, (calls, ns, flops, bytes))| {
+                let seconds = ns as f64 / 1e9;
+                let rate = |work: u64| (work > 0 && ns > 0).then(|| work as f64 / seconds / 1e9);
+                KernelRow {
+                    stem: stem.to_string(),
+                    calls,
+                    total_ms: ns as f64 / 1e6,
+                    mean_us: ns as f64 / 1e3 / calls.max(1) as f64,
+                    share: ns as f64 / 1e6 / steps_ms.max(1e-9),
+                    gflops: rate(flops),
+                    gbytes_per_s: rate(bytes),
+                }
+            })
+            .collect();
+        rows.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
+        Some(KernelTable {
+            mode,
+            steps: steps.iter().map(|s| s.step).collect(),
+            steps_ms,
+            kernels_ms: rows.iter().map(|r| r.total_ms).sum(),
+            untimed_dispatches: steps.iter().map(|s| s.profile.untimed_dispatches).sum(),
+            rows,
+        })
+    }
+
+    /// The table as text, longest first (at most `limit` rows).
+    pub fn render(&self, limit: usize) -> String {
+        let mut out = format!(
+            "{:<22} {:>7} {:>10} {:>10} {:>7} {:>9} {:>8}\n",
+            "kernel", "calls", "total ms", "mean us", "share", "GFLOP/s", "GB/s"
+        );
+        for r in self.rows.iter().take(limit) {
+            let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+            out.push_str(&format!(
+                "{:<22} {:>7} {:>10.2} {:>10.1} {:>6.1}% {:>9} {:>8}\n",
+                r.stem,
+                r.calls,
+                r.total_ms,
+                r.mean_us,
+                100.0 * r.share,
+                opt(r.gflops),
+                opt(r.gbytes_per_s)
+            ));
+        }
+        if self.rows.len() > limit {
+            out.push_str(&format!(
+                "({} more kernels in profile.json)\n",
+                self.rows.len() - limit
+            ));
+        }
+        out.push_str(&format!(
+            "kernels total {:.1} ms = {:.0}% of the {} profiled step(s)' {:.1} ms ({})",
+            self.kernels_ms,
+            100.0 * self.kernels_ms / self.steps_ms.max(1e-9),
+            self.steps.len(),
+            self.steps_ms,
+            self.mode.describe()
+        ));
+        if self.untimed_dispatches > 0 {
+            out.push_str(&format!(
+                "; {} dispatches not timed",
+                self.untimed_dispatches
+            ));
+        }
+        out
+    }
+}
+
+/// The Chrome trace of `steps` (JSON object format; times in µs).
+pub fn chrome_trace(steps: &[ProfiledStep]) -> serde_json::Value {
+    let us = |ns: u64, offset: Duration| (ns as f64 + offset.as_nanos() as f64) / 1e3;
+    let mut events = vec![
+        json!({"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "plimsoll"}}),
+        json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "GPU"}}),
+        json!({"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "CPU"}}),
+    ];
+    for s in steps {
+        events.push(json!({
+            "name": format!("step {}", s.step), "cat": "step", "ph": "X", "pid": 1, "tid": 2,
+            "ts": us(0, s.offset), "dur": s.step_ms * 1e3,
+        }));
+        for k in &s.profile.kernels {
+            events.push(json!({
+                "name": k.stem, "cat": "kernel", "ph": "X", "pid": 1, "tid": 1,
+                "ts": us(k.start_ns, s.offset),
+                "dur": k.end_ns.saturating_sub(k.start_ns) as f64 / 1e3,
+                "args": {"submission": k.submission, "flops": k.flops, "bytes": k.bytes, "step": s.step},
+            }));
+        }
+        for c in &s.profile.cpu {
+            events.push(json!({
+                "name": c.name, "cat": "cpu", "ph": "X", "pid": 1, "tid": 2,
+                "ts": us(c.start_ns, s.offset),
+                "dur": c.end_ns.saturating_sub(c.start_ns) as f64 / 1e3,
+                "args": {"label": c.label, "step": s.step},
+            }));
+        }
+    }
+    json!({"traceEvents": events, "displayTimeUnit": "ms"})
+}
+
+/// Profiling in progress and done.
+#[derive(Debug, Default)]
+pub(crate) struct Profiling {
+    /// The profiled step in progress: its step and when its profile began.
+    current: Option<(u64, Instant)>,
+    first_began: Option<Instant>,
+    pub(crate) steps: Vec<ProfiledStep>,
+    /// Wall times of the steps not profiled, ms (step 1 left out: it compiles pipelines and
+    /// creates the optimizer's state).
+    unprofiled_ms: Vec<f64>,
+    written: bool,
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+impl Trainer {
+    /// Before step `step`: starts its profile when it is one to profile.
+    pub(crate) fn profile_before_step(&mut self, step: u64) {
+        let Some(span) = self.config.profile_steps else {
+            return;
+        };
+        if !span.contains(step) || self.gpu.is_profiling() {
+            return;
+        }
+        match self.gpu.begin_profile(None) {
+            Ok(_) => {
+                let now = Instant::now();
+                self.profiling.first_began.get_or_insert(now);
+                self.profiling.current = Some((step, now));
+            }
+            Err(e) => self.note(format!("warning: step {step} not profiled: {e}")),
+        }
+    }
+
+    /// After step `step` took `step_ms`: ends its profile, or counts it as unprofiled.
+    pub(crate) fn profile_after_step(&mut self, step: u64, step_ms: f64) {
+        let Some((profiled, began)) = self.profiling.current.take() else {
+            if step > 1 {
+                self.profiling.unprofiled_ms.push(step_ms);
+            }
+            return;
+        };
+        let deadline = self.gpu.default_deadline();
+        match self.gpu.end_profile(deadline) {
+            Ok(profile) => {
+                let first = self.profiling.first_began.unwrap_or(began);
+                self.profiling.steps.push(ProfiledStep {
+                    step: profiled,
+                    step_ms,
+                    offset: began.saturating_duration_since(first),
+                    profile,
+                });
+            }
+            Err(e) => self.note(format!(
+                "warning: the profile of step {profiled} was lost: {e}"
+            )),
+        }
+    }
+
+    /// Stops a profile still running (a step that failed) without keeping it.
+    pub(crate) fn abandon_profile(&mut self) {
+        if self.profiling.current.take().is_some() {
+            let _ = self.gpu.end_profile(Duration::ZERO);
+        }
+    }
+
+    /// Writes `profile.json` and `trace.json` (with a checkpoint directory) and notes the kernel
+    /// table and the measured overhead; once per run, at its end (or when a step gives up).
+    pub(crate) fn finish_profile(&mut self) {
+        if self.profiling.written {
+            return;
+        }
+        let Some(table) = KernelTable::of(&self.profiling.steps) else {
+            return;
+        };
+        self.profiling.written = true;
+        let profiled_ms = table.steps_ms / table.steps.len().max(1) as f64;
+        let overhead = match mean(&self.profiling.unprofiled_ms) {
+            Some(plain) => format!(
+                "profiling overhead: profiled steps took {profiled_ms:.1} ms on average, the {} \
+                 unprofiled steps after step 1 {plain:.1} ms ({:+.0}%)",
+                self.profiling.unprofiled_ms.len(),
+                100.0 * (profiled_ms / plain.max(1e-9) - 1.0)
+            ),
+            None => format!(
+                "profiling overhead: not measured (no unprofiled step after step 1 to compare; \
+                 profiled steps took {profiled_ms:.1} ms on average)"
+            ),
+        };
+        let mut lines = vec![format!("kernel profile of steps {:?}:", table.steps)];
+        lines.extend(table.render(15).lines().map(str::to_string));
+        lines.push(overhead.clone());
+        if let Some(dir) = self.config.checkpoint_dir.clone() {
+            let record = json!({"table": table, "overhead": overhead,
+                "unprofiled_step_ms": mean(&self.profiling.unprofiled_ms)});
+            let written = write(&dir.join(PROFILE_JSON), &record)
+                .and_then(|()| write(&dir.join(TRACE_JSON), &chrome_trace(&self.profiling.steps)));
+            lines.push(match written {
+                Ok(()) => format!(
+                    "wrote {} and {} (open it in Perfetto or chrome://tracing)",
+                    dir.join(PROFILE_JSON).display(),
+                    dir.join(TRACE_JSON).display()
+                ),
+                Err(e) => format!("warning: the profile was not saved: {e}"),
+            });
+        }
+        for line in lines {
+            self.note(line);
+        }
+    }
+
+    /// The profiled steps so far.
+    pub fn profiled_steps(&self) -> &[ProfiledStep] {
+        &self.profiling.steps
+    }
+}
+
+fn write(path: &Path, value: &serde_json::Value) -> Result<()> {
+    std::fs::write(path, value.to_string()).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,95 @@
+//! Kernel profiles of chosen steps: the matmuls' counted work equals the MLP's analytic FLOPs,
+//! two identical steps launch the same kernels, the kernels' time fits in the step's, and the
+//! Chrome trace has the GPU and CPU tracks.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
+use plimsoll_trainer::profiling::{KernelTable, PROFILE_JSON, TRACE_JSON};
+use plimsoll_trainer::{Silent, StepSpan, Trainer};
+
+#[test]
+fn profiled_steps_count_the_models_work_and_write_a_chrome_trace() {
+    let gpu = fresh_gpu();
+    let dir = temp_dir("profiling");
+    let (batch, micro, input, hidden, classes) = (64u64, 32u64, 32u64, 256u64, 10u64);
+    let mut config = config(batch as usize, micro as usize, 4, 1e-3);
+    config.profile_steps = Some(StepSpan { first: 2, last: 3 });
+    config.checkpoint_dir = Some(dir.clone());
+    let spec = adam_spec(&[input as usize, hidden as usize, classes as usize]);
+    let mut trainer = Trainer::new(&gpu, config, &spec, data(512, 32, 10), None).unwrap();
+    trainer.run(&mut Silent).unwrap();
+    let steps = trainer.profiled_steps();
+    assert_eq!(steps.iter().map(|s| s.step).collect::<Vec<_>>(), [2, 3]);
+    // Per micro-batch: forward X·W1 and H·W2, backward dW2 = Hᵀ·dY, dH = dY·W2ᵀ, dW1 = Xᵀ·dH
+    // (no gradient for the input): 2·m·n·k each.
+    let mm = |m: u64, n: u64, k: u64| 2 * m * n * k;
+    let per_micro = mm(micro, hidden, input)
+        + mm(micro, classes, hidden)
+        + mm(hidden, classes, micro)
+        + mm(micro, hidden, classes)
+        + mm(input, hidden, micro);
+    for s in steps {
+        let flops: u64 = s
+            .profile
+            .kernels
+            .iter()
+            .filter(|k| k.stem == "matmul")
+            .map(|k| k.flops)
+            .sum();
+        assert_eq!(flops, per_micro * batch / micro, "step {}", s.step);
+        let busy: u64 = s
+            .profile
+            .kernels
+            .iter()
+            .map(|k| k.end_ns - k.start_ns)
+            .sum();
+        assert!(busy as f64 / 1e6 <= s.step_ms, "step {}: {busy} ns", s.step);
+    }
+    let stems = |i: usize| {
+        let mut v: Vec<&str> = steps[i].profile.kernels.iter().map(|k| k.stem).collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        stems(0),
+        stems(1),
+        "identical steps launch the same kernels"
+    );
+    let table = KernelTable::of(steps).unwrap();
+    let rows_ms: f64 = table.rows.iter().map(|r| r.total_ms).sum();
+    assert!((rows_ms - table.kernels_ms).abs() < 1e-9);
+    assert_eq!(
+        table.rows.iter().map(|r| r.calls).sum::<u64>() as usize,
+        steps.iter().map(|s| s.profile.kernels.len()).sum::<usize>()
+    );
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(PROFILE_JSON)).unwrap()).unwrap();
+    assert!(
+        profile["overhead"]
+            .as_str()
+            .unwrap()
+            .contains("unprofiled steps")
+    );
+    let trace: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join(TRACE_JSON)).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let gpu_slices = events
+        .iter()
+        .filter(|e| e["tid"] == 1 && e["ph"] == "X")
+        .count();
+    assert_eq!(
+        gpu_slices,
+        table.rows.iter().map(|r| r.calls).sum::<u64>() as usize
+    );
+    for name in ["step 2", "step 3", "submit", "read-back"] {
+        assert!(
+            events.iter().any(|e| e["tid"] == 2 && e["name"] == name),
+            "{name}"
+        );
+    }
+    assert!(trainer.log().iter().any(|l| l.starts_with("kernels total")));
+}
