@@ -300,7 +300,8 @@ function escapeHtml(s) {
   return String(s).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
-// Reports the page's state for tests: data-status="ok ..." once drawn, "error ..." on any error.
+// Reports the page's state for tests: the body's status attribute says "ok: ..." once drawn,
+// "error: ..." on any error.
 function reportStatus(text) {
   document.body.setAttribute("data-status", text);
   const el = document.getElementById("status");

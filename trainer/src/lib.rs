@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod model;
 pub mod plan;
 pub mod profiling;
+pub mod report;
 pub mod run_dir;
 pub mod sample;
 pub mod step;

@@ -90,7 +90,7 @@ fn frames(label: Option<&str>, category: Option<&'static str>) -> Vec<Frame> {
 /// The memory_viz snapshot of `timeline`, pickled (protocol 3).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if serde-pickle refuses a value (it should not).
+/// [`Error::Invalid`] if serde-pickle refuses a value (it should not).
 pub fn snapshot_pickle(timeline: &Timeline) -> Result<Vec<u8>> {
     let segments = timeline
         .end

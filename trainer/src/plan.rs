@@ -22,7 +22,7 @@ use crate::task::{Data, Recipe};
 pub const HEADROOM: f64 = 0.85;
 
 /// One measured dry-run step.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Probe {
     /// Children per checkpointed segment (0: none).
     pub segment_len: usize,
@@ -39,7 +39,7 @@ pub struct Probe {
 }
 
 /// A linear model of one checkpointing choice's peak.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PeakModel {
     /// Children per checkpointed segment (0: none).
     pub segment_len: usize,
@@ -69,7 +69,7 @@ impl PeakModel {
 }
 
 /// The plan: what the trainer will use, and why.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MemoryPlan {
     /// The budget planned against.
     pub budget_bytes: u64,

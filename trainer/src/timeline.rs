@@ -49,7 +49,7 @@ impl StepSpan {
     /// Parses `N` (step N alone) or `A-B` (steps A to B).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for anything else, a step 0, or `A > B`.
+    /// [`Error::Invalid`] for anything else, a step 0, or `A > B`.
     pub fn parse(text: &str) -> Result<StepSpan> {
         let bad = |why: &str| {
             Error::invalid(

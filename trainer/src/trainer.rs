@@ -459,6 +459,12 @@ impl Trainer {
             checkpoint: None,
             best_eval_loss: self.position.best_eval_loss,
         };
+        if let (Some(dir), Some(plan)) = (&self.config.checkpoint_dir, &self.plan)
+            && let Err(e) = crate::report::write_plan(dir, plan)
+        {
+            self.log
+                .push(format!("warning: the memory plan was not saved: {e}"));
+        }
         self.deliver_log(observer);
         while !self.finished() {
             if self.stop.load(Ordering::SeqCst) {

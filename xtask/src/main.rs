@@ -2,11 +2,12 @@
 //!
 //! - `cargo xtask ci` does what CI does: the line limit (no non-test source file over
 //!   [`line_limit::MAX_LINES`] lines; which files count is in [`line_limit`]), format check, clippy
-//!   with warnings as errors, all tests, then `chaos`.
+//!   with warnings as errors, all tests, then `chaos` and `pictures`.
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
 //! - `cargo xtask chaos` injects a fault at every failure point of a training step (see
-//!   `chaos.rs`); `cargo xtask soak` checks that long runs hold still (see [`soak`]).
+//!   `chaos.rs`); `cargo xtask soak` checks that long runs hold still (see [`soak`]);
+//!   `cargo xtask pictures` opens a run's pictures in their consumers (see [`pictures`]).
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -17,6 +18,7 @@ mod bench;
 #[cfg(debug_assertions)]
 mod chaos;
 mod line_limit;
+mod pictures;
 mod soak;
 
 /// The help text; the suite list comes from [`bench::SUITES`], so it cannot fall behind.
@@ -34,11 +36,15 @@ Tasks:
                    3. cargo clippy --workspace --all-targets -D warnings
                    4. cargo test --workspace
                    5. cargo xtask chaos
+                   6. cargo xtask pictures
   chaos            every failure point of a training step of an MLP and a small GPT, each
                    made to fail and to lose the device in turn: each must recover to the
                    undisturbed result or end in a typed error with the model unchanged
   bench <suite>    run a benchmark suite (always in release), print a table and write
                    target/bench/<suite>.json; suites: {suites}, all
+  pictures         a short GPT run's memory timeline, memory_viz snapshot, kernel profile,
+                   Chrome trace and report, each opened by its consumer (headless Chromium,
+                   Python's pickle and json); screenshot in target/pictures/report.png
   soak [N [M]]     N digits steps (10000) and M shakespeare GPT steps (1000), in release:
                    allocated, reserved and resident memory must not grow after warm-up
   help             this text
@@ -68,6 +74,7 @@ fn run(args: Vec<String>) -> Result<()> {
         Some("bench") => bench::run(&args[1..]),
         Some("chaos") => chaos(&args[1..]),
         Some("soak") => soak::run(&args[1..]),
+        Some("pictures") => pictures::run_task(&args[1..]),
         Some(other) => bail!("unknown task `{other}`\n\n{}", help()),
     }
 }
@@ -92,7 +99,9 @@ fn ci() -> Result<()> {
         cargo(step)?;
     }
     eprintln!("$ cargo xtask chaos");
-    chaos(&[])
+    chaos(&[])?;
+    eprintln!("$ cargo xtask pictures");
+    pictures::run_task(&[])
 }
 
 /// `cargo xtask chaos`, which needs a debug build: fault injection is compiled out of release

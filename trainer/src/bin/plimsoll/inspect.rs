@@ -183,3 +183,21 @@ pub fn runs(args: &RunsArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// The options of `plimsoll report`.
+#[derive(Args)]
+pub struct ReportArgs {
+    /// The run's directory [default: the newest run under runs/].
+    run: Option<PathBuf>,
+}
+
+/// Writes a run's report.html.
+pub fn report(args: &ReportArgs) -> Result<()> {
+    let dir = run_or_newest(args.run.as_deref(), None)?;
+    let path = plimsoll_trainer::report::write_report(&dir)?;
+    out::say(format_args!(
+        "wrote {} (self-contained: open it in a browser, no network needed)",
+        path.display()
+    ));
+    Ok(())
+}

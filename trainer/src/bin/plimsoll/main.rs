@@ -56,6 +56,9 @@ pub(crate) enum Command {
     Eval(inspect::EvalArgs),
     /// The runs in a directory, with their step, best evaluation loss and status.
     Runs(inspect::RunsArgs),
+    /// Write a run's report.html: loss, learning rate, throughput and memory over steps (with the
+    /// plan's prediction), the memory timeline, the kernel table and the configuration.
+    Report(inspect::ReportArgs),
 }
 
 #[derive(Subcommand, Clone)]
@@ -345,6 +348,7 @@ fn main() -> ExitCode {
         Command::Sample(args) => sampling::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Eval(args) => inspect::eval(&args).map(|()| ExitCode::SUCCESS),
         Command::Runs(args) => inspect::runs(&args).map(|()| ExitCode::SUCCESS),
+        Command::Report(args) => inspect::report(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

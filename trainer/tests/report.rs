@@ -1,0 +1,54 @@
+//! `report.html` from a run directory's files: the steps, evaluations and plan it was given (a
+//! line cut short by a crash skipped), parts without a file left out, and a directory that is
+//! not a run refused with a typed error. (`cargo xtask pictures` loads a real one in Chromium.)
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::temp_dir;
+use plimsoll_trainer::Error;
+use plimsoll_trainer::report::{report_data, write_report};
+
+#[test]
+fn the_report_holds_the_runs_steps_evaluations_and_plan() {
+    let dir = temp_dir("report");
+    std::fs::write(
+        dir.join("run.json"),
+        r#"{"model": "MLP 64-10", "adapter": "test"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("metrics.jsonl"),
+        concat!(
+            "{\"event\":\"start\"}\n",
+            "{\"step\":1,\"loss\":2.5,\"loss_mean\":2.5,\"lr\":0.01,\"samples_per_s\":100.0,",
+            "\"peak_allocated_bytes\":1000,\"peak_reserved_bytes\":2048,\"step_ms\":3.0}\n",
+            "{\"step\":2,\"loss\":2.0,\"loss_mean\":2.25,\"lr\":0.01,\"samples_per_s\":120.0,",
+            "\"peak_allocated_bytes\":1100,\"peak_reserved_bytes\":2048,\"step_ms\":2.5}\n",
+            "{\"step\":2,\"epoch\":0,\"eval_loss\":2.1,\"eval_samples\":10}\n",
+            "{\"step\":3,\"loss\":1.9,\"lo"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("plan.json"), r#"{"predicted_peak_bytes": 1234}"#).unwrap();
+    let data = report_data(&dir).unwrap();
+    let steps = data["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "the cut line is skipped");
+    assert_eq!(steps[1][0], 2.0);
+    assert_eq!(steps[1][1], 2.0);
+    assert_eq!(steps[1][5], 1100.0);
+    assert_eq!(data["evals"].as_array().unwrap().len(), 1);
+    assert_eq!(data["evals"][0][1], 2.1);
+    assert_eq!(data["predicted_peak"], 1234);
+    assert!(data["timeline"].is_null() && data["kernels"].is_null());
+    let path = write_report(&dir).unwrap();
+    let html = std::fs::read_to_string(path).unwrap();
+    assert!(html.contains("\"predicted_peak\":1234") && !html.contains("{{"));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+
+    let empty = temp_dir("report-empty");
+    let err = write_report(&empty).unwrap_err();
+    assert!(matches!(err, Error::Invalid { .. }), "{err}");
+    assert!(err.to_string().contains("not a run directory"), "{err}");
+}
