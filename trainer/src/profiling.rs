@@ -267,6 +267,15 @@ impl Trainer {
             return;
         }
         let Some(table) = KernelTable::of(&self.profiling.steps) else {
+            if let Some(span) = self.config.profile_steps {
+                self.profiling.written = true;
+                let last = self.position.step;
+                self.note(format!(
+                    "no kernel profile: --profile-steps {}-{} names no step this run finished \
+                     (its last step is {last})",
+                    span.first, span.last
+                ));
+            }
             return;
         };
         self.profiling.written = true;

@@ -253,6 +253,8 @@ pub(crate) struct Recording {
     started: Option<(Snapshot, u64)>,
     /// The last timeline finished.
     pub(crate) finished: Option<Timeline>,
+    /// Whether the run already said it recorded none.
+    reported_missing: bool,
 }
 
 impl Trainer {
@@ -287,7 +289,21 @@ impl Trainer {
     /// writes it into the checkpoint directory, if there is one; a file that cannot be written
     /// is a note, not an error. Returns the timeline, also kept for [`Trainer::timeline`].
     pub fn finish_timeline(&mut self, step: u64) -> Option<&Timeline> {
-        let (start, first) = self.recording.started.take()?;
+        let Some((start, first)) = self.recording.started.take() else {
+            if let Some(span) = self.config.memory_timeline
+                && self.recording.finished.is_none()
+                && !self.recording.reported_missing
+                && step < span.first
+            {
+                self.recording.reported_missing = true;
+                self.note(format!(
+                    "no memory timeline: the run stopped at step {step}, before step {} of \
+                     --memory-timeline {}-{}",
+                    span.first, span.first, span.last
+                ));
+            }
+            return None;
+        };
         let (trace, end, budget) = self.gpu.with_allocator(|a| {
             let trace = a.trace().clone();
             a.set_trace_capacity(0);
