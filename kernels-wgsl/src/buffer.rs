@@ -239,7 +239,7 @@ impl Gpu {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let offset_bytes = offset.saturating_mul(WORD_BYTES);
         buffer.check_range("write", offset_bytes, bytes.len() as u64)?;
-        if bytes.is_empty() {
+        if bytes.is_empty() || shared.planning {
             return Ok(());
         }
         // Hold the batch lock so nothing is recorded between the flush and the write.
@@ -314,6 +314,10 @@ impl Gpu {
         }
         if len_bytes == 0 {
             return Ok(Vec::new());
+        }
+        if shared.planning {
+            // A planning device holds no data (see `crate::planning`).
+            return Ok(vec![0; len_bytes as usize]);
         }
         let staging = scoped(&shared.device, "read-back staging buffer", || {
             shared.device.create_buffer(&wgpu::BufferDescriptor {

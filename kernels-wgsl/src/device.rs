@@ -141,6 +141,8 @@ pub(crate) struct Shared {
     pub(crate) max_in_flight: usize,
     /// Whether [`Gpu::begin_profile`] is on (checked before touching the batch's profile).
     pub(crate) profiling: std::sync::atomic::AtomicBool,
+    /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
+    pub(crate) planning: bool,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
     /// thread go only once every other field has dropped (see `crate::teardown`).
     pub(crate) teardown: TeardownGate,
@@ -324,6 +326,7 @@ impl Gpu {
                 })
                 .max(1),
             profiling: std::sync::atomic::AtomicBool::new(false),
+            planning: false,
             teardown: TeardownGate::default(),
         };
         Ok(Gpu {

@@ -24,6 +24,7 @@ pub mod fence;
 pub mod kernels;
 pub mod memory;
 pub mod pipeline;
+pub mod planning;
 pub mod profile;
 pub mod random;
 pub mod recorder;

@@ -93,10 +93,12 @@ pub(crate) fn allocator_config(budget: u64, max_segment: u64, alignment: u64) ->
 /// reused by the allocator; cached bind groups are keyed by `uid`).
 #[derive(Debug)]
 pub struct Segment {
-    /// The buffer (usage [`SEGMENT_USAGE`]).
+    /// The buffer (usage [`SEGMENT_USAGE`]); on a planning device a 4-byte stand-in.
     pub buffer: wgpu::Buffer,
     /// Unique per device, never reused.
     pub uid: u64,
+    /// The segment's size (the buffer's, except on a planning device).
+    pub size_bytes: u64,
 }
 
 /// Why wgpu refused a segment (inside the allocator's `OutOfMemory { cause: SourceFailed }`).
@@ -121,6 +123,8 @@ pub struct WgpuSegments {
     device_memory_cap_bytes: Option<u64>,
     /// Uids of released segments, drained by the recorder to evict its bind groups.
     released: Arc<Mutex<Vec<u64>>>,
+    /// A planning device's: segments are 4-byte stand-ins (see [`crate::Gpu::planning_twin`]).
+    planning: bool,
     /// The device's fault-injection counters.
     #[cfg_attr(
         not(all(feature = "fault-injection", debug_assertions)),
@@ -138,6 +142,15 @@ impl WgpuSegments {
             device_memory_cap_bytes: None,
             released: Arc::new(Mutex::new(Vec::new())),
             faults,
+            planning: false,
+        }
+    }
+
+    /// A source for a planning device: every segment is a 4-byte stand-in buffer.
+    pub(crate) fn planning(device: wgpu::Device, faults: Arc<crate::fault::Faults>) -> Self {
+        WgpuSegments {
+            planning: true,
+            ..WgpuSegments::new(device, faults)
         }
     }
 
@@ -161,9 +174,10 @@ impl SegmentSource for WgpuSegments {
         #[cfg(not(all(feature = "fault-injection", debug_assertions)))]
         let injected = false;
         // Over the simulated cap, ask for more than any buffer may hold: wgpu itself refuses.
-        let wgpu_size = match over_cap.is_some() || injected {
-            true => self.device.limits().max_buffer_size.saturating_add(1 << 20),
-            false => size_bytes,
+        let wgpu_size = match (over_cap.is_some() || injected, self.planning) {
+            (true, _) => self.device.limits().max_buffer_size.saturating_add(1 << 20),
+            (false, true) => 4,
+            (false, false) => size_bytes,
         };
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
@@ -193,11 +207,12 @@ impl SegmentSource for WgpuSegments {
         Ok(Segment {
             buffer,
             uid: self.next_uid,
+            size_bytes,
         })
     }
 
     fn release_segment(&mut self, _id: SegmentId, segment: Segment) {
-        self.live_bytes = self.live_bytes.saturating_sub(segment.buffer.size());
+        self.live_bytes = self.live_bytes.saturating_sub(segment.size_bytes);
         if let Ok(mut r) = self.released.lock() {
             r.push(segment.uid);
         }

@@ -212,6 +212,10 @@ impl Gpu {
                 ),
             });
         }
+        if shared.planning {
+            // A planning device runs no kernel (see `crate::planning`).
+            return Ok(());
+        }
         let (pipeline, bgl) = shared.pipelines.get(shared, d.kernel, d.overrides)?;
         let mut batch = shared.batch();
         if batch.dispatches >= AUTO_FLUSH_DISPATCHES && !batch.hold {

@@ -46,6 +46,8 @@ struct Teardown {
     _pipelines: PipelineCache,
     drop_deadline: Duration,
     adapter: String,
+    /// A planning device submitted nothing: there is nothing to wait for.
+    planning: bool,
 }
 
 impl Teardown {
@@ -54,7 +56,7 @@ impl Teardown {
     fn finish(mut self) {
         // Nobody can read the results of work that was never submitted.
         self.batch.discard();
-        if fence::drain(&self.device, self.drop_deadline) {
+        if self.planning || fence::drain(&self.device, self.drop_deadline) {
             return;
         }
         // wgpu's `Queue::drop` would wait for idle without a limit (vkQueueWaitIdle). A forgotten
@@ -149,6 +151,7 @@ impl Drop for Shared {
             _pipelines: std::mem::take(&mut self.pipelines),
             drop_deadline,
             adapter: self.summary.name.clone(),
+            planning: self.planning,
         };
         let slot = Arc::new(Mutex::new(Some(teardown)));
         let (go, go_rx) = mpsc::channel::<()>();

@@ -1,0 +1,66 @@
+//! A planning device ([`Gpu::planning_twin`]): the same adapter, limits, alignment and allocator
+//! policy as a real device, over stand-in segments, with no GPU work at all. Every allocation and
+//! free of a training step happens exactly as on the real device (same sizes, same offsets, same
+//! segments, same out-of-memory errors under the same budget), so running the step on the twin
+//! yields its allocation trace and peaks in the time the host takes to walk the graph. Kernels
+//! are validated (their arguments) but not compiled or dispatched, uploads are dropped, and every
+//! read-back returns zeros: code that runs on a twin must not let those values decide an
+//! allocation (a training step's allocations depend on shapes only).
+
+use std::sync::{Arc, Mutex};
+
+use plimsoll_allocator::BufferAllocator;
+
+use crate::device::{Gpu, Health, Shared};
+use crate::fence::{Deadlines, FenceState};
+use crate::memory::{self, WgpuSegments};
+use crate::pipeline::PipelineCache;
+use crate::recorder::Batch;
+use crate::teardown::TeardownGate;
+
+impl Gpu {
+    /// A planning device twin of this one with `budget_bytes` as its budget (see the module
+    /// docs). It shares the wgpu device (nothing is ever submitted on it) and has its own,
+    /// empty allocator; dropping it waits for nothing.
+    pub fn planning_twin(&self, budget_bytes: u64) -> Gpu {
+        let real = &*self.shared;
+        let faults = Arc::new(crate::fault::Faults::default());
+        let source = WgpuSegments::planning(real.device.clone(), Arc::clone(&faults));
+        let mut batch = Batch::new(&real.limits);
+        batch.set_released_segments(source.released());
+        let allocator = BufferAllocator::new(
+            source,
+            memory::allocator_config(budget_bytes, real.max_block_bytes, real.block_alignment),
+        );
+        let shared = Shared {
+            device: real.device.clone(),
+            queue: real.queue.clone(),
+            summary: real.summary.clone(),
+            limits: real.limits.clone(),
+            health: Arc::new(Health::default()),
+            block_alignment: real.block_alignment,
+            max_block_bytes: real.max_block_bytes,
+            memory: Mutex::new(allocator),
+            batch: Mutex::new(batch),
+            faults,
+            fences: FenceState::default(),
+            pipelines: PipelineCache::default(),
+            deadlines: Deadlines::new(
+                real.deadlines.default_deadline(),
+                real.deadlines.drop_deadline(),
+            ),
+            max_in_flight: real.max_in_flight,
+            profiling: std::sync::atomic::AtomicBool::new(false),
+            planning: true,
+            teardown: TeardownGate::default(),
+        };
+        Gpu {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// Whether this is a planning device ([`Gpu::planning_twin`]).
+    pub fn is_planning(&self) -> bool {
+        self.shared.planning
+    }
+}
