@@ -115,11 +115,13 @@ pub enum Error {
         /// Parameters of the model (f32, 4 bytes each).
         parameters: usize,
     },
-    /// The memory budget cannot hold even the model's fixed state plus one sample's step.
+    /// The memory budget cannot hold even the model's fixed state plus one sample's step
+    /// (`predicted_bytes`: the peak reserved bytes that step needs, from a dry run without a
+    /// budget).
     #[error(
-        "memory budget {} cannot hold one step: predicted peak {} at micro-batch 1 \
-         (fixed state {}).\nhint: raise --memory-budget, enable --checkpointing auto, or use \
-         a smaller model",
+        "memory budget {} cannot hold one step: at micro-batch 1 it needs {} reserved (fixed \
+         state {}).\nhint: raise --memory-budget to at least that, use a smaller model, or (if \
+         you turned it off) let --checkpointing auto try checkpointing",
         format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes)
     )]
     BudgetTooSmall {

@@ -1,13 +1,22 @@
-//! The memory plan: before step one, a dry run on a throwaway copy of the model measures the
-//! peak bytes of real steps (forward, backward and optimizer, through the same
-//! [`crate::step::run_step`] the trainer uses) at two micro-batch sizes, per category, and fits
-//! `peak(m) = fixed + per_sample * m`. From that the plan picks the checkpointing and the largest
-//! micro-batch whose predicted peak fits the budget with [`HEADROOM`] to spare (segments and
-//! fragmentation make reserved bytes exceed allocated ones). A third dry run then measures the
-//! choice itself, which becomes the prediction (halving the choice if it does not fit).
-//! Out-of-memory recovery remains the backstop when the prediction is wrong.
+//! The memory plan: before step one, the run's own steps are replayed on a planning twin of the
+//! device (`Gpu::planning_twin`: the same allocator over stand-in segments, no kernel run), so
+//! every allocation happens as it will in the run, at its size and offset, in milliseconds. Each
+//! dry run builds the model, runs three steps over the whole effective batch (in micro-batches,
+//! through the same [`crate::step::run_step`] the trainer uses) with an evaluation of two chunks
+//! between the second and the third, and the last partial batch of an epoch when there is one.
+//! It fits when nothing in it runs out of memory under the budget, and then its peaks are the
+//! run's: allocated and reserved, per category, of the steps and of the evaluation.
+//!
+//! The plan tries every checkpointing choice that matters (none, and every `k` blocks for each
+//! `k` from 1 to the number of blocks) and, for each, finds by bisection the fewest equal
+//! micro-batches that fit; it picks the largest micro-batch, then no checkpointing, then the
+//! lowest reserved peak. [`MemoryPlan::margin_bytes`] is what the dry run cannot see: 0, since
+//! it replays the run's allocation sequence itself (steps, an evaluation between steps, the last
+//! partial batch); a run that evaluates more often, or resumes from a checkpoint, allocates in
+//! the same sizes in another order, which out-of-memory recovery covers.
 
 use std::fmt;
+use std::time::Instant;
 
 use plimsoll_allocator::format_bytes;
 use plimsoll_autograd::Gpu;
@@ -18,53 +27,33 @@ use crate::error::{Error, Result};
 use crate::step::{StepInputs, run_step};
 use crate::task::{Data, Recipe};
 
-/// Fraction of the budget a planned step's allocated peak may use.
-pub const HEADROOM: f64 = 0.85;
-
-/// One measured dry-run step.
+/// One dry run on the planning twin.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Probe {
     /// Children per checkpointed segment (0: none).
     pub segment_len: usize,
     /// Samples per forward/backward.
     pub micro_batch: usize,
-    /// Peak allocated bytes of the whole step.
+    /// Whether anything in it ran out of memory under the budget (then it does not fit, and
+    /// its peaks are those of the part that ran).
+    pub out_of_memory: bool,
+    /// Peak allocated bytes of the steps.
     pub peak_allocated_bytes: u64,
-    /// Peak allocated bytes per category ([`Category::ALL`] order).
+    /// Peak reserved bytes of the steps.
+    pub peak_reserved_bytes: u64,
+    /// Peak allocated bytes per category ([`Category::ALL`] order) of the steps.
     pub category_peaks: [u64; 7],
-    /// Peak allocated bytes of evaluating a chunk of `micro_batch` samples right after the step
-    /// (the trainer evaluates in chunks of the micro-batch, with the optimizer state alive);
-    /// `None` when that evaluation ran out of memory.
+    /// Peak allocated bytes of the evaluation (chunks of `micro_batch` samples, the optimizer
+    /// state alive, as the trainer evaluates); `None` when it ran out of memory.
     pub eval_peak_allocated_bytes: Option<u64>,
+    /// Peak reserved bytes of the evaluation.
+    pub eval_peak_reserved_bytes: Option<u64>,
 }
 
-/// A linear model of one checkpointing choice's peak.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct PeakModel {
-    /// Children per checkpointed segment (0: none).
-    pub segment_len: usize,
-    /// Bytes that do not grow with the micro-batch.
-    pub fixed_bytes: f64,
-    /// Bytes per sample of the micro-batch.
-    pub per_sample_bytes: f64,
-}
-
-impl PeakModel {
-    /// Predicted peak allocated bytes at `micro_batch`.
-    pub fn predict(&self, micro_batch: usize) -> u64 {
-        (self.fixed_bytes + self.per_sample_bytes * micro_batch as f64).max(0.0) as u64
-    }
-
-    /// The largest micro-batch in `1..=limit` whose prediction fits `usable` bytes, if any.
-    pub fn largest_fitting(&self, usable: u64, limit: usize) -> Option<usize> {
-        if self.predict(1) > usable {
-            return None;
-        }
-        if self.per_sample_bytes <= 0.0 {
-            return Some(limit);
-        }
-        let m = ((usable as f64 - self.fixed_bytes) / self.per_sample_bytes).floor();
-        Some((m.max(1.0) as usize).min(limit))
+impl Probe {
+    /// Whether it ran without running out of memory.
+    pub fn fits(&self) -> bool {
+        !self.out_of_memory && self.eval_peak_allocated_bytes.is_some()
     }
 }
 
@@ -73,6 +62,8 @@ impl PeakModel {
 pub struct MemoryPlan {
     /// The budget planned against.
     pub budget_bytes: u64,
+    /// Bytes kept free for what the dry run cannot see (see the module docs).
+    pub margin_bytes: u64,
     /// The effective batch.
     pub effective_batch: usize,
     /// The chosen micro-batch.
@@ -81,70 +72,73 @@ pub struct MemoryPlan {
     pub segment_len: usize,
     /// Predicted peak allocated bytes of a step with the choice.
     pub predicted_peak_bytes: u64,
-    /// Measured peak allocated bytes of evaluating a chunk of the chosen micro-batch (the
-    /// trainer's evaluation chunk) after a step; `None` if even that ran out of memory, in which
-    /// case evaluation splits its chunks as it goes.
+    /// Predicted peak reserved bytes of the run (steps and evaluation).
+    pub predicted_peak_reserved_bytes: u64,
+    /// Predicted peak allocated bytes of evaluating in chunks of the chosen micro-batch.
     pub predicted_eval_peak_bytes: Option<u64>,
-    /// The fitted model of each checkpointing choice measured.
-    pub models: Vec<PeakModel>,
-    /// The dry-run measurements.
+    /// Every dry run, in the order made.
     pub probes: Vec<Probe>,
+    /// Wall time of the plan, ms.
+    pub plan_ms: f64,
 }
 
 impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "memory plan (budget {})",
-            format_bytes(self.budget_bytes)
+            "memory plan (budget {}; {} dry runs on a planning device, no kernel run, in {:.0} ms)",
+            format_bytes(self.budget_bytes),
+            self.probes.len(),
+            self.plan_ms
         )?;
         writeln!(
             f,
-            "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            "  {:<14} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
             "checkpointing",
             "micro",
             "peak",
+            "reserved",
             "parameter",
-            "gradient",
             "optimizer",
             "activation",
-            "eval peak"
+            "eval peak",
+            "fits"
         )?;
         for p in &self.probes {
             let c = |cat: Category| format_bytes(p.category_peaks[cat.index()]);
             writeln!(
                 f,
-                "  {:<14} {:>6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                "  {:<14} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
                 segment_name(p.segment_len),
                 p.micro_batch,
                 format_bytes(p.peak_allocated_bytes),
+                format_bytes(p.peak_reserved_bytes),
                 c(Category::Parameter),
-                c(Category::Gradient),
                 c(Category::OptimizerState),
                 c(Category::Activation),
                 p.eval_peak_allocated_bytes
-                    .map_or("out of memory".to_string(), format_bytes),
+                    .map_or("-".to_string(), format_bytes),
+                if p.fits() { "yes" } else { "out of memory" },
             )?;
         }
-        for m in &self.models {
-            writeln!(
-                f,
-                "  {:<14} fixed {} + {} per sample",
-                segment_name(m.segment_len),
-                format_bytes(m.fixed_bytes as u64),
-                format_bytes(m.per_sample_bytes as u64)
-            )?;
-        }
+        writeln!(
+            f,
+            "  margin: {} (the dry run replays the run's own allocations: steps, an evaluation \
+             between steps, the last partial batch)",
+            format_bytes(self.margin_bytes)
+        )?;
         write!(
             f,
             "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}; \
-             predicted peak {} ({:.0}% of the budget); evaluation in chunks of {}: {}",
+             predicted peak {} allocated, {} reserved ({:.0}% of the budget); evaluation in \
+             chunks of {}: {}",
             self.effective_batch,
             self.effective_batch.div_ceil(self.micro_batch),
             self.micro_batch,
             segment_name(self.segment_len),
             format_bytes(self.predicted_peak_bytes),
-            100.0 * self.predicted_peak_bytes as f64 / self.budget_bytes.max(1) as f64,
+            format_bytes(self.predicted_peak_reserved_bytes),
+            100.0 * self.predicted_peak_reserved_bytes as f64 / self.budget_bytes.max(1) as f64,
             self.micro_batch,
             self.predicted_eval_peak_bytes.map_or(
                 "out of memory (it will split its chunks)".to_string(),
@@ -171,28 +165,79 @@ pub fn segment_name(segment_len: usize) -> String {
     }
 }
 
-/// Runs one dry step at `micro_batch` and returns its peaks (the micro-batch it really used, if
-/// out-of-memory recovery had to lower it, and whether it did).
+/// The dry run of `micro_batch` with checkpoint segments of `segment_len` on the twin (see the
+/// module docs).
 fn probe(
-    gpu: &Gpu,
-    spec: &dyn Recipe,
-    data: &dyn Data,
-    config: &TrainConfig,
+    twin: &Gpu,
+    (spec, data, config): (&dyn Recipe, &dyn Data, &TrainConfig),
     segment_len: usize,
     micro_batch: usize,
-) -> Result<(Probe, bool)> {
-    let (mut model, mut optimizer) = crate::task::build_within_budget(spec, gpu)?;
+) -> Result<Probe> {
+    twin.empty_cache();
+    twin.with_allocator(|a| a.reset_peaks());
+    let mut p = Probe {
+        segment_len,
+        micro_batch,
+        out_of_memory: false,
+        peak_allocated_bytes: 0,
+        peak_reserved_bytes: 0,
+        category_peaks: [0; 7],
+        eval_peak_allocated_bytes: None,
+        eval_peak_reserved_bytes: None,
+    };
+    // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
+    let (mut model, mut optimizer) = crate::task::build_within_budget(spec, twin)?;
     let params = model.parameters();
-    let indices: Vec<usize> = (0..config.effective_batch.min(data.len())).collect();
-    let indices = &indices[..micro_batch.min(indices.len())];
+    let len = data.len();
+    let effective = config.effective_batch.min(len).max(1);
+    let full: Vec<usize> = (0..effective).collect();
+    let partial: Vec<usize> = (0..len % config.effective_batch).collect();
     let lr = config.schedule.lr_at(0);
-    let mut measured = None;
-    // The first step creates the optimizer state; the second is the steady state we measure.
-    for warm in [true, false] {
-        gpu.flush("plan")?;
-        gpu.with_allocator(|a| a.reset_peaks());
+    let keep_step_peaks = |p: &mut Probe| {
+        let stats = twin.with_allocator(|a| a.stats().clone());
+        p.peak_allocated_bytes = p.peak_allocated_bytes.max(stats.peak_allocated_bytes);
+        p.peak_reserved_bytes = p.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+        for c in Category::ALL {
+            let peak = &mut p.category_peaks[c.index()];
+            *peak = (*peak).max(stats.category(c).peak_allocated_bytes);
+        }
+    };
+    // Steps 1 and 2, an evaluation, step 3, and the last partial batch.
+    let steps: [&[usize]; 4] = [&full, &full, &full, &partial];
+    for (i, indices) in steps.into_iter().enumerate() {
+        if i == 2 {
+            twin.with_allocator(|a| a.reset_peaks());
+            let chunk = micro_batch.min(len);
+            let eval: Vec<usize> = (0..(2 * chunk).min(len)).collect();
+            let _no_grad = plimsoll_autograd::no_grad();
+            model.set_training(false);
+            let mut result = Ok(());
+            for part in eval.chunks(chunk.max(1)) {
+                result = data
+                    .upload(twin, part)
+                    .and_then(|batch| model.evaluate(&batch))
+                    .map(drop);
+                if result.is_err() {
+                    break;
+                }
+            }
+            model.set_training(true);
+            match result {
+                Ok(()) => {
+                    let stats = twin.with_allocator(|a| a.stats().clone());
+                    p.eval_peak_allocated_bytes = Some(stats.peak_allocated_bytes);
+                    p.eval_peak_reserved_bytes = Some(stats.peak_reserved_bytes);
+                }
+                Err(e) if e.is_out_of_memory() => return Ok(p),
+                Err(e) => return Err(e),
+            }
+        }
+        if indices.is_empty() {
+            continue;
+        }
+        twin.with_allocator(|a| a.reset_peaks());
         let inputs = StepInputs {
-            gpu,
+            gpu: twin,
             model: model.as_ref(),
             params: &params,
             data,
@@ -201,149 +246,31 @@ fn probe(
             clip_grad_norm: config.clip_grad_norm,
             step: 0,
         };
-        let result = run_step(&inputs, optimizer.as_mut(), indices, micro_batch, lr)?;
-        gpu.flush("plan")?;
-        if !warm {
-            let stats = gpu.with_allocator(|a| a.stats().clone());
-            let mut category_peaks = [0; 7];
-            for c in Category::ALL {
-                category_peaks[c.index()] = stats.category(c).peak_allocated_bytes;
+        let micro = balanced(indices.len(), micro_batch);
+        let result = run_step(&inputs, optimizer.as_mut(), indices, micro, lr);
+        keep_step_peaks(&mut p);
+        match result {
+            Ok(r) if r.recoveries.is_empty() => {}
+            Ok(_) => {
+                p.out_of_memory = true;
+                return Ok(p);
             }
-            let eval_peak_allocated_bytes =
-                eval_probe(gpu, model.as_mut(), data, &indices[..result.micro_batch])?;
-            let p = Probe {
-                segment_len,
-                micro_batch: result.micro_batch,
-                peak_allocated_bytes: stats.peak_allocated_bytes,
-                category_peaks,
-                eval_peak_allocated_bytes,
-            };
-            measured = Some((p, !result.recoveries.is_empty()));
-        }
-    }
-    drop((params, model, optimizer));
-    gpu.flush("plan")?;
-    measured.ok_or_else(|| Error::invalid("plan", "no probe ran"))
-}
-
-/// Peak allocated bytes of evaluating `indices` of `data` as the trainer does (no graph,
-/// evaluation mode), after a step: the optimizer state is alive as it is in a run. `None` when
-/// it ran out of memory.
-fn eval_probe(
-    gpu: &Gpu,
-    model: &mut dyn crate::task::Model,
-    data: &dyn Data,
-    indices: &[usize],
-) -> Result<Option<u64>> {
-    gpu.with_allocator(|a| a.reset_peaks());
-    let _no_grad = plimsoll_autograd::no_grad();
-    model.set_training(false);
-    let result = data
-        .upload(gpu, indices)
-        .and_then(|batch| model.evaluate(&batch));
-    model.set_training(true);
-    gpu.flush("plan")?;
-    match result {
-        Ok(_) => Ok(Some(gpu.with_allocator(|a| a.stats().peak_allocated_bytes))),
-        Err(e) if e.is_out_of_memory() => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Fits a [`PeakModel`] for `segment_len` from two probes (or one, at micro-batch 1).
-fn fit(
-    gpu: &Gpu,
-    spec: &dyn Recipe,
-    data: &dyn Data,
-    config: &TrainConfig,
-    segment_len: usize,
-    probes: &mut Vec<Probe>,
-) -> Result<PeakModel> {
-    let effective = config.effective_batch.min(data.len()).max(1);
-    let mut small = (effective / 4).max(1);
-    let (mut a, mut recovered) = probe(gpu, spec, data, config, segment_len, small)?;
-    while recovered {
-        // Its peak includes the failed attempt: measure again at the size that fitted.
-        small = a.micro_batch;
-        (a, recovered) = probe(gpu, spec, data, config, segment_len, small)?;
-    }
-    let large = (2 * small).min(effective);
-    probes.push(a.clone());
-    let single_point = |a: &Probe| {
-        let fixed = fixed_bytes(a);
-        PeakModel {
-            segment_len,
-            fixed_bytes: fixed as f64,
-            per_sample_bytes: a.peak_allocated_bytes.saturating_sub(fixed) as f64
-                / a.micro_batch.max(1) as f64,
-        }
-    };
-    if large <= a.micro_batch {
-        return Ok(single_point(&a));
-    }
-    let (b, recovered) = probe(gpu, spec, data, config, segment_len, large)?;
-    probes.push(b.clone());
-    if recovered || b.micro_batch <= a.micro_batch {
-        // The larger probe ran out of memory: its peak includes the failed attempt.
-        return Ok(single_point(&a));
-    }
-    let per_sample = (b.peak_allocated_bytes as f64 - a.peak_allocated_bytes as f64)
-        / (b.micro_batch - a.micro_batch) as f64;
-    Ok(PeakModel {
-        segment_len,
-        fixed_bytes: a.peak_allocated_bytes as f64 - per_sample * a.micro_batch as f64,
-        per_sample_bytes: per_sample,
-    })
-}
-
-/// Parameters + gradients + optimizer state of a probe (what does not grow with the batch).
-fn fixed_bytes(p: &Probe) -> u64 {
-    [
-        Category::Parameter,
-        Category::Gradient,
-        Category::OptimizerState,
-    ]
-    .iter()
-    .map(|c| p.category_peaks[c.index()])
-    .sum()
-}
-
-/// Checks the chosen micro-batch with a dry run of its own when no probe measured it: the fit
-/// is a line through two small probes, and small tensors' rounding bends the real curve (the
-/// GPT at batch 6, fitted at 1 and 2, was 7% over the line). The measured peak becomes the
-/// prediction; a choice over `usable` (or one that ran out of memory, in its step or in the
-/// evaluation of a chunk that size) is halved and checked again. A user's own micro-batch is
-/// checked but never changed. Returns the micro-batch, its step's peak and its evaluation's.
-fn confirm(
-    gpu: &Gpu,
-    (spec, data, config): (&dyn Recipe, &dyn Data, &TrainConfig),
-    (segment_len, mut micro, mut predicted): (usize, usize, u64),
-    usable: u64,
-    probes: &mut Vec<Probe>,
-) -> Result<(usize, u64, Option<u64>)> {
-    loop {
-        if let Some(p) = probes
-            .iter()
-            .find(|p| p.segment_len == segment_len && p.micro_batch == micro)
-            && p.eval_peak_allocated_bytes.is_some_and(|e| e <= usable)
-        {
-            return Ok((micro, p.peak_allocated_bytes, p.eval_peak_allocated_bytes));
-        }
-        let (p, recovered) = probe(gpu, spec, data, config, segment_len, micro)?;
-        probes.push(p.clone());
-        let eval_fits = p.eval_peak_allocated_bytes.is_some_and(|e| e <= usable);
-        let fits = !recovered && p.peak_allocated_bytes <= usable && eval_fits;
-        if fits || micro == 1 || config.micro_batch.is_some() {
-            if !recovered {
-                predicted = p.peak_allocated_bytes;
+            Err(e) if e.is_out_of_memory() => {
+                p.out_of_memory = true;
+                return Ok(p);
             }
-            return Ok((micro, predicted, p.eval_peak_allocated_bytes));
+            Err(e) => return Err(e),
         }
-        micro = balanced(config.effective_batch, micro / 2);
     }
+    Ok(p)
 }
 
-/// Plans the run of `spec` on `data` under `config` (dry runs on `gpu` under its budget).
+/// Plans the run of `spec` on `data` under `config` and the budget of `gpu` (dry runs on a
+/// planning twin of `gpu`; `gpu` itself allocates nothing).
+///
+/// # Errors
+/// [`Error::BudgetTooSmall`] when no choice fits; errors of the dry runs other than
+/// out-of-memory.
 pub fn plan(
     gpu: &Gpu,
     spec: &dyn Recipe,
@@ -351,69 +278,126 @@ pub fn plan(
     config: &TrainConfig,
 ) -> Result<MemoryPlan> {
     config.validate()?;
+    let started = Instant::now();
     let budget = gpu.memory_budget_bytes();
-    let usable = (budget as f64 * HEADROOM) as u64;
-    let effective = config.effective_batch;
+    let margin = 0;
+    let twin = gpu.planning_twin(budget.saturating_sub(margin));
+    let effective = config.effective_batch.min(data.len()).max(1);
     let candidates: Vec<usize> = match config.checkpointing {
         CheckpointPolicy::None => vec![0],
         CheckpointPolicy::EveryBlocks(k) => vec![k],
-        CheckpointPolicy::Automatic => {
-            let sqrt = (spec.blocks() as f64).sqrt().ceil() as usize;
-            vec![0, sqrt.max(1)]
-        }
+        CheckpointPolicy::Automatic => (0..=spec.blocks()).collect(),
     };
-    let mut probes = Vec::new();
-    let mut models = Vec::new();
-    let mut best: Option<(usize, usize)> = None; // (micro, segment_len)
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut best: Option<Probe> = None;
     for &segment_len in &candidates {
-        let model = fit(gpu, spec, data, config, segment_len, &mut probes)?;
-        let fits = match config.micro_batch {
-            Some(m) => (model.predict(m) <= usable).then_some(m),
-            None => model
-                .largest_fitting(usable, effective)
-                .map(|m| balanced(effective, m)),
+        let run = |micro: usize, probes: &mut Vec<Probe>| -> Result<Probe> {
+            if let Some(p) = probes
+                .iter()
+                .find(|p| p.segment_len == segment_len && p.micro_batch == micro)
+            {
+                return Ok(p.clone());
+            }
+            let p = probe(&twin, (spec, data, config), segment_len, micro)?;
+            probes.push(p.clone());
+            Ok(p)
         };
-        models.push(model);
-        if let Some(m) = fits
-            && best.is_none_or(|(b, _)| m > b)
-        {
-            best = Some((m, segment_len));
+        let found = match config.micro_batch {
+            Some(m) => Some(run(m.min(effective), &mut probes)?).filter(Probe::fits),
+            None => {
+                // The fewest equal parts that fit: double the parts until one fits (small
+                // micro-batches are the slow dry runs), then bisect between the last two.
+                let mut fails = 0usize;
+                let mut parts = 1usize;
+                let mut fitting: Option<(usize, Probe)> = None;
+                loop {
+                    let p = run(effective.div_ceil(parts), &mut probes)?;
+                    if p.fits() {
+                        fitting = Some((parts, p));
+                        break;
+                    }
+                    fails = parts;
+                    if parts >= effective {
+                        break;
+                    }
+                    parts = (parts * 2).min(effective);
+                }
+                if let Some((mut hi, mut best_here)) = fitting {
+                    while hi - fails > 1 {
+                        let mid = fails + (hi - fails) / 2;
+                        let p = run(effective.div_ceil(mid), &mut probes)?;
+                        if p.fits() {
+                            (hi, best_here) = (mid, p);
+                        } else {
+                            fails = mid;
+                        }
+                    }
+                    Some(best_here)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(p) = found {
+            let better = match &best {
+                None => true,
+                Some(b) => {
+                    p.micro_batch > b.micro_batch
+                        || (p.micro_batch == b.micro_batch
+                            && b.segment_len != 0
+                            && p.peak_reserved_bytes < b.peak_reserved_bytes)
+                }
+            };
+            if better {
+                best = Some(p);
+            }
         }
-        if best.is_some_and(|(m, _)| m >= effective) {
-            break; // the whole batch fits: no need to try more checkpointing
+        if best
+            .as_ref()
+            .is_some_and(|b| b.micro_batch >= effective && b.segment_len == 0)
+        {
+            break; // the whole batch fits without checkpointing: nothing can beat it
         }
     }
-    gpu.empty_cache();
-    let Some((micro_batch, segment_len)) = best else {
-        let last = models
-            .last()
-            .ok_or_else(|| Error::invalid("plan", "no candidate"))?;
+    let Some(choice) = best else {
+        // What the smallest step needs: its dry run without a budget.
+        let unbounded = gpu.planning_twin(u64::MAX);
+        let mut smallest = u64::MAX;
+        for &segment_len in &candidates {
+            let micro = config.micro_batch.unwrap_or(1).min(effective);
+            let p = probe(&unbounded, (spec, data, config), segment_len, micro)?;
+            smallest = smallest.min(
+                p.peak_reserved_bytes
+                    .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
+            );
+        }
+        let fixed = probes
+            .iter()
+            .map(|p| {
+                p.category_peaks[Category::Parameter.index()]
+                    + p.category_peaks[Category::Gradient.index()]
+                    + p.category_peaks[Category::OptimizerState.index()]
+            })
+            .min()
+            .unwrap_or(0);
         return Err(Error::BudgetTooSmall {
             budget_bytes: budget,
-            predicted_bytes: last.predict(config.micro_batch.unwrap_or(1)),
-            fixed_bytes: last.fixed_bytes.max(0.0) as u64,
+            predicted_bytes: smallest,
+            fixed_bytes: fixed,
         });
     };
-    let predicted_peak_bytes = models
-        .iter()
-        .find(|m| m.segment_len == segment_len)
-        .map_or(0, |m| m.predict(micro_batch));
-    let (micro_batch, predicted_peak_bytes, predicted_eval_peak_bytes) = confirm(
-        gpu,
-        (spec, data, config),
-        (segment_len, micro_batch, predicted_peak_bytes),
-        usable,
-        &mut probes,
-    )?;
-    gpu.empty_cache();
     Ok(MemoryPlan {
         budget_bytes: budget,
-        effective_batch: effective,
-        micro_batch,
-        segment_len,
-        predicted_peak_bytes,
-        predicted_eval_peak_bytes,
-        models,
+        margin_bytes: margin,
+        effective_batch: config.effective_batch,
+        micro_batch: choice.micro_batch,
+        segment_len: choice.segment_len,
+        predicted_peak_bytes: choice.peak_allocated_bytes,
+        predicted_peak_reserved_bytes: choice
+            .peak_reserved_bytes
+            .max(choice.eval_peak_reserved_bytes.unwrap_or(0)),
+        predicted_eval_peak_bytes: choice.eval_peak_allocated_bytes,
         probes,
+        plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })
 }

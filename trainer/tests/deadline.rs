@@ -225,22 +225,17 @@ fn giving_up_on_a_stalled_step_takes_at_most_twice_the_deadline() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A timeout in the memory plan's dry run (it runs before any step, on a throwaway model) is
-/// `PlanTimeout`, whose message says nothing was lost and how to skip the plan.
+/// The memory plan waits on no GPU (its dry runs are on a planning twin): with a 1 µs fence
+/// deadline it still plans, and the device it plans for allocated nothing but the model.
 #[test]
-fn a_timeout_in_the_plan_says_nothing_was_lost() {
+fn the_plan_waits_on_no_gpu() {
     let gpu = fresh_gpu();
     let spec = adam_spec(&[64, 1024, 1024, 10]);
     let mut config = config(64, 64, 1, 1e-3);
     config.micro_batch = None;
     config.fence_deadline = Duration::from_micros(1);
-    let err = match Trainer::new(&gpu, config, &spec, data(256, 64, 10), None) {
-        Ok(_) => panic!("the plan finished within 1 µs"),
-        Err(e) => e,
-    };
-    assert!(matches!(err, Error::PlanTimeout { .. }), "{err}");
-    assert!(err.is_timeout());
-    let message = err.to_string();
-    assert!(message.contains("nothing was lost"), "{message}");
-    assert!(message.contains("--micro-batch"), "{message}");
+    let trainer = Trainer::new(&gpu, config, &spec, data(256, 64, 10), None).unwrap();
+    assert!(trainer.plan().is_some());
+    let allocations = gpu.with_allocator(|a| a.stats().allocations);
+    assert_eq!(allocations, trainer.parameters().len() as u64);
 }
