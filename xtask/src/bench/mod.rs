@@ -7,6 +7,7 @@ use serde::Serialize;
 
 mod allocator;
 mod kernels;
+mod plan;
 mod train;
 pub(crate) mod train_gpt;
 
@@ -52,7 +53,7 @@ impl Report {
 }
 
 /// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).
-pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "train"];
+pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "plan", "train"];
 
 /// `cargo xtask bench [suite]`. In a debug build it re-runs itself through
 /// `cargo run --release`, so no figure ever comes from unoptimised code.
@@ -82,6 +83,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let report = match suite {
             "allocator" => allocator::run()?,
             "kernels" => kernels::run()?,
+            "plan" => plan::run()?,
             "train" => train::run()?,
             other => bail!(
                 "unknown suite `{other}`; one of: {}, all",

@@ -5,8 +5,8 @@
 //! - Median step time and tokens per second over 10 steps after 3 warm-up steps; peak
 //!   allocated and reserved bytes against the analytic minimum.
 //! - Peak activation bytes and step time with every block checkpointed against none.
-//! - The memory plan's predicted peak against the measured one at batch 6, 12 and 24; also the
-//!   prediction of its fitted line alone, before the dry run of the choice.
+//!
+//! (The memory plan's predictions are `cargo xtask bench plan`.)
 //!
 //! Analytic minimum: parameters, gradients and two AdamW moments (16 bytes per parameter), plus
 //! the activations a plain autograd must keep for backward, counted from the shapes (B batch,
@@ -32,8 +32,8 @@ use plimsoll_trainer::{
 use super::Report;
 use super::train::{mb, median, steps};
 
-const BATCH: usize = 12;
-const CONTEXT: usize = 64;
+pub(crate) const BATCH: usize = 12;
+pub(crate) const CONTEXT: usize = 64;
 const WARMUP_STEPS: usize = 3;
 const TIMED_STEPS: usize = 10;
 
@@ -58,7 +58,12 @@ pub(crate) fn spec(vocab: usize) -> GptSpec {
     }
 }
 
-fn config(batch: usize, micro: Option<usize>, steps: u64, ckpt: CheckpointPolicy) -> TrainConfig {
+pub(crate) fn config(
+    batch: usize,
+    micro: Option<usize>,
+    steps: u64,
+    ckpt: CheckpointPolicy,
+) -> TrainConfig {
     TrainConfig {
         effective_batch: batch,
         micro_batch: micro,
@@ -139,36 +144,5 @@ pub fn run(report: &mut Report) -> Result<()> {
         report.push(format!("{key}/peak_allocated"), mb(allocated), "MB");
     }
 
-    // The plan's prediction against the measured peak, at three batch sizes.
-    for batch in [6, 12, 24] {
-        let gpu = Gpu::new()?;
-        let cfg = config(batch, None, 3, CheckpointPolicy::None);
-        let mut trainer = Trainer::new(&gpu, cfg, &spec, data.clone(), None)?;
-        let plan = trainer.plan().cloned();
-        let predicted = plan.as_ref().map_or(0, |p| p.predicted_peak_bytes);
-        let micro = plan.as_ref().map_or(0, |p| p.micro_batch);
-        // The fitted line alone, before the plan's dry run of its choice.
-        let line = plan.as_ref().map_or(0, |p| {
-            p.models
-                .iter()
-                .find(|m| m.segment_len == p.segment_len)
-                .map_or(0, |m| m.predict(micro))
-        });
-        let (_, [allocated, _, _]) = steps(&mut trainer, 0, 3)?;
-        let key = format!("gpt/plan_batch_{batch}");
-        report.push(format!("{key}/micro_batch_chosen"), micro as f64, "samples");
-        report.push(format!("{key}/predicted_peak"), mb(predicted), "MB");
-        report.push(format!("{key}/measured_peak"), mb(allocated), "MB");
-        report.push(
-            format!("{key}/predicted_over_measured"),
-            predicted as f64 / allocated.max(1) as f64,
-            "ratio",
-        );
-        report.push(
-            format!("{key}/line_only_over_measured"),
-            line as f64 / allocated.max(1) as f64,
-            "ratio",
-        );
-    }
     Ok(())
 }

@@ -1,0 +1,123 @@
+//! The plan suite: the memory plan's predictions against what the run then measures, and the
+//! plan's own time, for digits' MLP (64-128-10, batch 64), mlp-bench (784-1024-1024-1024-10,
+//! batch 128) and the shakespeare GPT (batch 12) without checkpointing and with every block
+//! checkpointed. The run is three steps, then an evaluation; measured peaks are the largest of
+//! the steps' and the evaluation's. MLP data are synthetic with the real shapes (a plan depends
+//! on shapes only).
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use plimsoll_kernels_wgsl::Gpu;
+use plimsoll_nn::{Activation, AdamWConfig};
+use plimsoll_trainer::{
+    CharCorpus, CheckpointPolicy, Data, Dataset, ModelSpec, OptimizerSpec, Recipe, TokenData,
+    Trainer,
+};
+
+use super::Report;
+use super::train::mb;
+use super::train_gpt::{BATCH, CONTEXT, config, spec};
+
+fn mlp(widths: &[usize]) -> ModelSpec {
+    ModelSpec {
+        widths: widths.to_vec(),
+        activation: Activation::Relu,
+        seed: 1,
+        optimizer: OptimizerSpec::AdamW(AdamWConfig {
+            weight_decay: 0.0,
+            ..AdamWConfig::default()
+        }),
+    }
+}
+
+/// Plans, runs and reports one case.
+fn case(
+    report: &mut Report,
+    name: &str,
+    recipe: &dyn Recipe,
+    (train, test): (Box<dyn Data>, Box<dyn Data>),
+    batch: usize,
+    checkpointing: CheckpointPolicy,
+) -> Result<()> {
+    let gpu = Gpu::new()?;
+    let cfg = config(batch, None, 3, checkpointing);
+    let mut trainer = Trainer::new(&gpu, cfg, recipe, train, Some(test))?;
+    let plan = trainer
+        .plan()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("{name}: no plan was made"))?;
+    let (mut allocated, mut reserved) = (0u64, 0u64);
+    for _ in 0..3 {
+        let r = trainer.step()?;
+        allocated = allocated.max(r.peak_allocated_bytes);
+        reserved = reserved.max(r.peak_reserved_bytes);
+    }
+    if let Some(e) = trainer.evaluate()? {
+        reserved = reserved.max(e.peak_reserved_bytes);
+    }
+    let key = format!("plan/{name}");
+    report.push(format!("{key}/plan_time"), plan.plan_ms, "ms");
+    report.push(format!("{key}/dry_runs"), plan.probes.len() as f64, "runs");
+    report.push(
+        format!("{key}/micro_batch_chosen"),
+        plan.micro_batch as f64,
+        "samples",
+    );
+    report.push(
+        format!("{key}/predicted_peak_reserved"),
+        mb(plan.predicted_peak_reserved_bytes),
+        "MB",
+    );
+    report.push(format!("{key}/measured_peak_reserved"), mb(reserved), "MB");
+    report.push(
+        format!("{key}/reserved_predicted_over_measured"),
+        plan.predicted_peak_reserved_bytes as f64 / reserved.max(1) as f64,
+        "ratio",
+    );
+    report.push(
+        format!("{key}/allocated_predicted_over_measured"),
+        plan.predicted_peak_bytes as f64 / allocated.max(1) as f64,
+        "ratio",
+    );
+    Ok(())
+}
+
+/// Runs the suite.
+pub fn run() -> Result<Report> {
+    let mut report = Report::new("plan");
+    let tables = |rows: usize, dim: usize| -> Result<(Box<dyn Data>, Box<dyn Data>)> {
+        Ok((
+            Box::new(Dataset::synthetic(rows, dim, 10, 5)?),
+            Box::new(Dataset::synthetic(rows / 4, dim, 10, 6)?),
+        ))
+    };
+    case(
+        &mut report,
+        "digits",
+        &mlp(&[64, 128, 10]),
+        tables(1437, 64)?,
+        64,
+        CheckpointPolicy::None,
+    )?;
+    case(
+        &mut report,
+        "mlp_bench",
+        &mlp(&[784, 1024, 1024, 1024, 10]),
+        tables(512, 784)?,
+        128,
+        CheckpointPolicy::None,
+    )?;
+    let corpus = CharCorpus::shakespeare()?;
+    let vocab = corpus.vocab_size();
+    let train = TokenData::windows(Arc::new(corpus.train().to_vec()), CONTEXT, vocab)?;
+    let val = TokenData::evenly_spaced(Arc::new(corpus.val().to_vec()), CONTEXT, vocab, 240)?;
+    for (name, policy) in [
+        ("gpt_no_checkpointing", CheckpointPolicy::None),
+        ("gpt_every_block", CheckpointPolicy::EveryBlocks(1)),
+    ] {
+        let data: (Box<dyn Data>, Box<dyn Data>) = (Box::new(train.clone()), Box::new(val.clone()));
+        case(&mut report, name, &spec(vocab), data, BATCH, policy)?;
+    }
+    Ok(report)
+}
