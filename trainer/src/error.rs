@@ -116,12 +116,12 @@ pub enum Error {
         parameters: usize,
     },
     /// The memory budget cannot hold even the model's fixed state plus one sample's step
-    /// (`predicted_bytes`: the peak reserved bytes that step needs, from a dry run without a
-    /// budget).
+    /// (`predicted_bytes`: the least budget, within 1%, in which a dry run of that step fits).
     #[error(
-        "memory budget {} cannot hold one step: at micro-batch 1 it needs {} reserved (fixed \
-         state {}).\nhint: raise --memory-budget to at least that, use a smaller model, or (if \
-         you turned it off) let --checkpointing auto try checkpointing",
+        "memory budget {} cannot hold one step: the smallest step (micro-batch 1, or the one \
+         given) needs a budget of at least {} (fixed state {}).\nhint: raise --memory-budget to \
+         at least that, use a smaller model, or (if you turned it off) let --checkpointing auto \
+         try checkpointing",
         format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes)
     )]
     BudgetTooSmall {

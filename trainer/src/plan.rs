@@ -265,6 +265,55 @@ fn probe(
     Ok(p)
 }
 
+/// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
+/// fits with some checkpointing choice, and its fixed state: an unbudgeted dry run bounds it from
+/// above (without a budget the allocator sizes segments more freely), then bisection on twins.
+fn least_budget(
+    gpu: &Gpu,
+    (spec, data, config): (&dyn Recipe, &dyn Data, &TrainConfig),
+    candidates: &[usize],
+    refused: u64,
+) -> Result<(u64, u64)> {
+    let micro = config.micro_batch.unwrap_or(1);
+    let unbounded = gpu.planning_twin(u64::MAX);
+    let (mut fits, mut fixed) = (u64::MAX, u64::MAX);
+    for &segment_len in candidates {
+        let p = probe(&unbounded, (spec, data, config), segment_len, micro)?;
+        fits = fits.min(
+            p.peak_reserved_bytes
+                .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
+        );
+        fixed = fixed.min(
+            [
+                Category::Parameter,
+                Category::Gradient,
+                Category::OptimizerState,
+            ]
+            .iter()
+            .map(|c| p.category_peaks[c.index()])
+            .sum(),
+        );
+    }
+    let mut fails = refused.min(fits);
+    while fits - fails > (fits / 100).max(1) {
+        let mid = fails + (fits - fails) / 2;
+        let twin = gpu.planning_twin(mid);
+        let mut ok = false;
+        for &segment_len in candidates {
+            if probe(&twin, (spec, data, config), segment_len, micro)?.fits() {
+                ok = true;
+                break;
+            }
+        }
+        if ok {
+            fits = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    Ok((fits, fixed))
+}
+
 /// Plans the run of `spec` on `data` under `config` and the budget of `gpu` (dry runs on a
 /// planning twin of `gpu`; `gpu` itself allocates nothing).
 ///
@@ -360,29 +409,10 @@ pub fn plan(
         }
     }
     let Some(choice) = best else {
-        // What the smallest step needs: its dry run without a budget.
-        let unbounded = gpu.planning_twin(u64::MAX);
-        let mut smallest = u64::MAX;
-        for &segment_len in &candidates {
-            let micro = config.micro_batch.unwrap_or(1).min(effective);
-            let p = probe(&unbounded, (spec, data, config), segment_len, micro)?;
-            smallest = smallest.min(
-                p.peak_reserved_bytes
-                    .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
-            );
-        }
-        let fixed = probes
-            .iter()
-            .map(|p| {
-                p.category_peaks[Category::Parameter.index()]
-                    + p.category_peaks[Category::Gradient.index()]
-                    + p.category_peaks[Category::OptimizerState.index()]
-            })
-            .min()
-            .unwrap_or(0);
+        let (need, fixed) = least_budget(gpu, (spec, data, config), &candidates, budget)?;
         return Err(Error::BudgetTooSmall {
             budget_bytes: budget,
-            predicted_bytes: smallest,
+            predicted_bytes: need,
             fixed_bytes: fixed,
         });
     };

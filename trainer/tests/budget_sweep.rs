@@ -2,8 +2,9 @@
 //! for an MLP and a tiny GPT (checkpointing automatic): wherever the plan says "fits", the real
 //! run (three steps, the last a partial batch, an evaluation after the second) trains without
 //! running out of memory and within the budget. Where it says "does not fit": bisecting on its
-//! verdict gives the least budget it accepts, and 2% under that budget the real run fails with
-//! every checkpointing choice at micro-batch 1 (no plan, so nothing else could have fit).
+//! verdict gives the least budget it accepts, a refusal's message names that budget, and 2%
+//! under it the real run fails with every checkpointing choice at micro-batch 1 (no plan, so
+//! nothing else could have fit).
 
 #![allow(clippy::unwrap_used)]
 
@@ -65,6 +66,20 @@ fn real_run(w: &Workload, budget: u64) -> Result<bool, String> {
         return Err(format!("reserved {reserved} over the budget {budget}"));
     }
     Ok(true)
+}
+
+/// The least budget the plan's refusal of `budget` names, if it refuses it.
+fn need(w: &Workload, budget: u64) -> Option<u64> {
+    let gpu = fresh_gpu();
+    gpu.set_memory_budget(budget);
+    let data = (w.train)();
+    match plimsoll_trainer::plan::plan(&gpu, w.recipe.as_ref(), &data, &run_config(w.batch, budget))
+    {
+        Err(Error::BudgetTooSmall {
+            predicted_bytes, ..
+        }) => Some(predicted_bytes),
+        _ => None,
+    }
 }
 
 /// Whether the plan accepts `budget`.
@@ -150,6 +165,13 @@ fn sweep(w: &Workload) {
         real_run(w, yes),
         Ok(true),
         "{}: at the least accepted budget",
+        w.name
+    );
+    // A refusal's message names that budget (within its 1% search and this bisection's 0.1%).
+    let named = need(w, no).unwrap();
+    assert!(
+        named >= no && named as f64 <= yes as f64 * 1.02,
+        "{}: the refusal names {named} B, the least accepted budget is {yes} B",
         w.name
     );
     // 2% under it, nothing fits: every checkpointing choice at micro-batch 1 runs out of memory.
