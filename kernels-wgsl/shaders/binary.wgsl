@@ -19,7 +19,8 @@
 // [d / 4][d % 4], 0 = outermost; a stride is 0 where that operand is broadcast).
 //   n = output element count = product of the first `rank` dims (rank <= 8; entries at index
 //   >= rank are ignored, write 0). ia = a_offset + sum_d idx_d * a_strides[d], idx = row-major
-//   multi-index of i. The scalar entry points read only n, scalar, a_offset and y_offset.
+//   multi-index of i. rank 0 (the launcher's choice when both operands have the output's
+//   shape): ia = a_offset + i, ib = b_offset + i. The scalar entry points read only n, scalar, a_offset and y_offset.
 //   Each *_offset is the element offset of that tensor in the segment its binding holds (block
 //   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
 //   groups are cached per segment, and every index adds its binding's offset.
@@ -53,7 +54,12 @@ fn is_nan(v: f32) -> bool {
 }
 
 // Indices into a and b (offsets included) of output element i (row-major over the output shape).
+// Rank 0 is the same-shape fast path: both operands contiguous like the output, no index
+// arithmetic (a true scalar, n = 1, gives the same indices).
 fn operand_offsets(i: u32) -> vec2<u32> {
+    if (params.rank == 0u) {
+        return vec2<u32>(params.a_offset + i, params.b_offset + i);
+    }
     var rest = i;
     var offsets = vec2<u32>(params.a_offset, params.b_offset);
     for (var k = 0u; k < params.rank; k++) {

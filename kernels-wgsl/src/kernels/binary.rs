@@ -200,13 +200,21 @@ pub fn broadcast_shapes(
     Ok(shape)
 }
 
-/// `Params` with the shape and strides of `shape` (checked to fit the shader's 8 dims).
+/// `Params` with the shape and strides of `shape` (checked to fit the shader's 8 dims). When
+/// neither operand is broadcast, rank 0: the shader's same-shape path, without per-element
+/// index arithmetic.
 fn shaped_params(shape: &Broadcast) -> Params {
+    let same_shape = shape.a_strides == shape.b_strides
+        && shape.a_strides == contiguous_strides(&shape.out_shape);
     let mut params = Params {
         n: elements(&shape.out_shape) as u32,
         rank: shape.out_shape.len() as u32,
         ..Params::default()
     };
+    if same_shape {
+        params.rank = 0;
+        return params;
+    }
     let rank = shape.out_shape.len();
     for (dst, src) in [
         (&mut params.shape, &shape.out_shape),

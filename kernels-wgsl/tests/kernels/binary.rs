@@ -135,13 +135,14 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
 fn binary_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(51);
-    let cases: [(&[usize], &[usize]); 7] = [
-        (&[70_001], &[70_001]),               // same shape, 274 workgroups
-        (&[1], &[257]),                       // scalar-like a
-        (&[1000], &[1]),                      // scalar-like b
-        (&[37, 53], &[1, 53]),                // row
-        (&[37, 53], &[37, 1]),                // column
-        (&[4, 1, 6], &[3, 1]),                // 3-d mixed -> [4, 3, 6]
+    let cases: [(&[usize], &[usize]); 8] = [
+        (&[70_001], &[70_001]),       // same shape, 274 workgroups (the fast path)
+        (&[13, 7, 11], &[13, 7, 11]), // same shape, rank 3 (the fast path)
+        (&[1], &[257]),               // scalar-like a
+        (&[1000], &[1]),              // scalar-like b
+        (&[37, 53], &[1, 53]),        // row
+        (&[37, 53], &[37, 1]),        // column
+        (&[4, 1, 6], &[3, 1]),        // 3-d mixed -> [4, 3, 6]
         (&[2, 1, 3, 1, 4, 5], &[3, 2, 1, 5]), // rank 6 -> [2, 1, 3, 2, 4, 5]
     ];
     for op in BinaryOp::ALL {
