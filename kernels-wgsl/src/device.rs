@@ -140,7 +140,7 @@ pub(crate) struct Shared {
     /// At least 1: submissions allowed in flight before a submit waits for the oldest.
     pub(crate) max_in_flight: usize,
     /// Whether [`Gpu::begin_profile`] is on (checked before touching the batch's profile).
-    pub(crate) profiling: std::sync::atomic::AtomicBool,
+    pub(crate) profiling: AtomicBool,
     /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
     pub(crate) planning: bool,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
@@ -148,7 +148,58 @@ pub(crate) struct Shared {
     pub(crate) teardown: TeardownGate,
 }
 
+/// What a device is made of before its allocator, batch and caches (see [`Shared::assemble`]).
+pub(crate) struct Parts {
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) summary: AdapterSummary,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) health: Arc<Health>,
+    pub(crate) block_alignment: u64,
+    pub(crate) max_block_bytes: u64,
+    pub(crate) budget: u64,
+    pub(crate) deadlines: Deadlines,
+    pub(crate) max_in_flight: usize,
+    /// A planning device ([`Gpu::planning_twin`]): stand-in segments, no GPU work.
+    pub(crate) planning: bool,
+}
+
 impl Shared {
+    /// A device's shared state from its parts: the allocator over wgpu segments (stand-ins on a
+    /// planning device), an empty batch, empty caches.
+    pub(crate) fn assemble(p: Parts) -> Shared {
+        let faults = Arc::new(crate::fault::Faults::default());
+        let source = match p.planning {
+            true => WgpuSegments::planning(p.device.clone(), Arc::clone(&faults)),
+            false => WgpuSegments::new(p.device.clone(), Arc::clone(&faults)),
+        };
+        let mut batch = Batch::new(&p.limits);
+        batch.set_released_segments(source.released());
+        let allocator = BufferAllocator::new(
+            source,
+            memory::allocator_config(p.budget, p.max_block_bytes, p.block_alignment),
+        );
+        Shared {
+            device: p.device,
+            queue: p.queue,
+            summary: p.summary,
+            limits: p.limits,
+            health: p.health,
+            block_alignment: p.block_alignment,
+            max_block_bytes: p.max_block_bytes,
+            memory: Mutex::new(allocator),
+            batch: Mutex::new(batch),
+            faults,
+            fences: FenceState::default(),
+            pipelines: PipelineCache::default(),
+            deadlines: p.deadlines,
+            max_in_flight: p.max_in_flight,
+            profiling: AtomicBool::new(false),
+            planning: p.planning,
+            teardown: TeardownGate::default(),
+        }
+    }
+
     pub(crate) fn memory(&self) -> MutexGuard<'_, BufferAllocator<WgpuSegments>> {
         // A panic while holding the lock leaves the allocator consistent enough to keep going.
         self.memory.lock().unwrap_or_else(|p| p.into_inner())
@@ -291,15 +342,14 @@ impl Gpu {
         let budget = options
             .memory_budget_bytes
             .unwrap_or_else(|| memory::default_budget_bytes(summary.device_type));
-        let faults = Arc::new(crate::fault::Faults::default());
-        let source = WgpuSegments::new(device.clone(), Arc::clone(&faults));
-        let mut batch = Batch::new(&limits);
-        batch.set_released_segments(source.released());
-        let allocator = BufferAllocator::new(
-            source,
-            memory::allocator_config(budget, max_block_bytes, block_alignment),
-        );
-        let shared = Shared {
+        let max_in_flight = options
+            .max_submissions_in_flight
+            .unwrap_or(match info.device_type {
+                wgpu::DeviceType::Cpu => 1,
+                _ => 2,
+            })
+            .max(1);
+        let shared = Shared::assemble(Parts {
             device,
             queue,
             summary,
@@ -307,28 +357,16 @@ impl Gpu {
             health,
             block_alignment,
             max_block_bytes,
-            memory: Mutex::new(allocator),
-            batch: Mutex::new(batch),
-            faults,
-            fences: FenceState::default(),
-            pipelines: PipelineCache::default(),
+            budget,
             deadlines: Deadlines::new(
                 options.default_deadline.unwrap_or(fence::DEFAULT_DEADLINE),
                 options
                     .drop_deadline
                     .unwrap_or(fence::DEFAULT_DROP_DEADLINE),
             ),
-            max_in_flight: options
-                .max_submissions_in_flight
-                .unwrap_or(match info.device_type {
-                    wgpu::DeviceType::Cpu => 1,
-                    _ => 2,
-                })
-                .max(1),
-            profiling: std::sync::atomic::AtomicBool::new(false),
+            max_in_flight,
             planning: false,
-            teardown: TeardownGate::default(),
-        };
+        });
         Ok(Gpu {
             shared: Arc::new(shared),
         })

@@ -7,16 +7,10 @@
 //! read-back returns zeros: code that runs on a twin must not let those values decide an
 //! allocation (a training step's allocations depend on shapes only).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use plimsoll_allocator::BufferAllocator;
-
-use crate::device::{Gpu, Health, Shared};
-use crate::fence::{Deadlines, FenceState};
-use crate::memory::{self, WgpuSegments};
-use crate::pipeline::PipelineCache;
-use crate::recorder::Batch;
-use crate::teardown::TeardownGate;
+use crate::device::{Gpu, Health, Parts, Shared};
+use crate::fence::Deadlines;
 
 impl Gpu {
     /// A planning device twin of this one with `budget_bytes` as its budget (see the module
@@ -24,15 +18,7 @@ impl Gpu {
     /// empty allocator; dropping it waits for nothing.
     pub fn planning_twin(&self, budget_bytes: u64) -> Gpu {
         let real = &*self.shared;
-        let faults = Arc::new(crate::fault::Faults::default());
-        let source = WgpuSegments::planning(real.device.clone(), Arc::clone(&faults));
-        let mut batch = Batch::new(&real.limits);
-        batch.set_released_segments(source.released());
-        let allocator = BufferAllocator::new(
-            source,
-            memory::allocator_config(budget_bytes, real.max_block_bytes, real.block_alignment),
-        );
-        let shared = Shared {
+        let shared = Shared::assemble(Parts {
             device: real.device.clone(),
             queue: real.queue.clone(),
             summary: real.summary.clone(),
@@ -40,20 +26,14 @@ impl Gpu {
             health: Arc::new(Health::default()),
             block_alignment: real.block_alignment,
             max_block_bytes: real.max_block_bytes,
-            memory: Mutex::new(allocator),
-            batch: Mutex::new(batch),
-            faults,
-            fences: FenceState::default(),
-            pipelines: PipelineCache::default(),
+            budget: budget_bytes,
             deadlines: Deadlines::new(
                 real.deadlines.default_deadline(),
                 real.deadlines.drop_deadline(),
             ),
             max_in_flight: real.max_in_flight,
-            profiling: std::sync::atomic::AtomicBool::new(false),
             planning: true,
-            teardown: TeardownGate::default(),
-        };
+        });
         Gpu {
             shared: Arc::new(shared),
         }
