@@ -202,11 +202,16 @@ impl Timeline {
 
     /// The self-contained page.
     pub fn html(&self) -> String {
+        self.page(&self.data())
+    }
+
+    /// The page around `data` (this timeline's [`Timeline::data`]).
+    fn page(&self, data: &serde_json::Value) -> String {
         TIMELINE_TEMPLATE
             .replace("{{STYLE}}", STYLE_CSS)
             .replace("{{CHARTS}}", CHARTS_JS)
             .replace("{{TITLE}}", &html_escape(&self.title))
-            .replace("{{DATA}}", &script_json(&self.data()))
+            .replace("{{DATA}}", &script_json(data))
     }
 
     /// Writes the three files into `dir`; returns their paths.
@@ -215,9 +220,10 @@ impl Timeline {
     /// [`Error::Io`] when a file cannot be written.
     pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         let pickle = crate::memory_viz::snapshot_pickle(self)?;
+        let data = self.data();
         let files: [(&str, Vec<u8>); 3] = [
-            (TIMELINE_JSON, self.data().to_string().into_bytes()),
-            (TIMELINE_HTML, self.html().into_bytes()),
+            (TIMELINE_JSON, data.to_string().into_bytes()),
+            (TIMELINE_HTML, self.page(&data).into_bytes()),
             (SNAPSHOT_PICKLE, pickle),
         ];
         let mut written = Vec::new();

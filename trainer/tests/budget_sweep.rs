@@ -14,10 +14,8 @@ use std::sync::Arc;
 
 use common::*;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
-use plimsoll_nn::GptConfig;
 use plimsoll_trainer::{
-    CheckpointPolicy, Data, Error, GptSpec, Recipe, RunLength, Silent, TokenData, TrainConfig,
-    Trainer,
+    CheckpointPolicy, Data, Error, Recipe, RunLength, Silent, TokenData, TrainConfig, Trainer,
 };
 
 struct Workload {
@@ -199,20 +197,10 @@ fn over_forty_budgets_the_plan_is_never_wrong_about_fitting() {
         train: Box::new(|| Box::new(data(640, 32, 10))),
     };
     sweep(&mlp);
-    let tokens: Arc<Vec<u32>> = Arc::new((0..3000u32).map(|i| (i * 7 + i / 3) % 13).collect());
+    let (gpt_spec, tokens) = tiny_gpt(3000);
     let gpt = Workload {
         name: "gpt",
-        recipe: Box::new(GptSpec {
-            config: GptConfig {
-                vocab_size: 13,
-                block_size: 8,
-                n_layer: 2,
-                n_head: 2,
-                n_embd: 32,
-            },
-            seed: 11,
-            optimizer: adam_spec(&[1]).optimizer,
-        }),
+        recipe: Box::new(gpt_spec),
         batch: 16,
         train: Box::new(move || {
             Box::new(TokenData::evenly_spaced(Arc::clone(&tokens), 8, 13, 40).unwrap())

@@ -11,8 +11,7 @@ use std::sync::Arc;
 
 use common::*;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
-use plimsoll_nn::GptConfig;
-use plimsoll_trainer::{CheckpointPolicy, Data, GptSpec, Gpu, Recipe, TokenData, Trainer};
+use plimsoll_trainer::{CheckpointPolicy, Data, Gpu, Recipe, TokenData, Trainer};
 
 type Event = (
     String,
@@ -89,18 +88,7 @@ fn a_planning_twin_allocates_exactly_as_the_device_does() {
     };
     assert_same("mlp", run(&real), run(&twin));
 
-    let gpt = GptSpec {
-        config: GptConfig {
-            vocab_size: 13,
-            block_size: 8,
-            n_layer: 2,
-            n_head: 2,
-            n_embd: 32,
-        },
-        seed: 11,
-        optimizer: adam_spec(&[1]).optimizer,
-    };
-    let tokens: Arc<Vec<u32>> = Arc::new((0..400u32).map(|i| (i * 7 + i / 3) % 13).collect());
+    let (gpt, tokens) = tiny_gpt(400);
     for checkpointing in [CheckpointPolicy::None, CheckpointPolicy::EveryBlocks(1)] {
         let real = fresh_gpu();
         let twin = fresh_gpu().planning_twin(real.memory_budget_bytes());

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::testing::close;
-use plimsoll_nn::{Activation, AdamWConfig, LrSchedule, SgdConfig};
+use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule, SgdConfig};
 use plimsoll_trainer::{
-    CheckpointPolicy, Dataset, LeakPolicy, ModelSpec, OptimizerSpec, RunLength, TrainConfig,
+    CheckpointPolicy, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec, RunLength,
+    TrainConfig,
 };
 
 /// `len` synthetic samples with `dim` features and `classes` classes.
@@ -29,6 +30,24 @@ pub fn adam_spec(widths: &[usize]) -> ModelSpec {
             ..AdamWConfig::default()
         }),
     }
+}
+
+/// A tiny GPT (vocabulary 13, context 8, 2 layers, 2 heads, width 32) with Adam, and `len`
+/// tokens of a fixed pattern for it.
+pub fn tiny_gpt(len: u32) -> (GptSpec, std::sync::Arc<Vec<u32>>) {
+    let spec = GptSpec {
+        config: GptConfig {
+            vocab_size: 13,
+            block_size: 8,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 32,
+        },
+        seed: 11,
+        optimizer: adam_spec(&[1]).optimizer,
+    };
+    let tokens = (0..len).map(|i| (i * 7 + i / 3) % 13).collect();
+    (spec, std::sync::Arc::new(tokens))
 }
 
 /// An MLP spec with SGD and momentum.
