@@ -201,12 +201,26 @@ pub(crate) struct Profiling {
     pub(crate) steps: Vec<ProfiledStep>,
     /// Wall times of the steps not profiled, ms (step 1 left out: it compiles pipelines and
     /// creates the optimizer's state).
-    unprofiled_ms: Vec<f64>,
+    unprofiled_ms: Mean,
     written: bool,
 }
 
-fn mean(v: &[f64]) -> Option<f64> {
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+/// A running mean (a long run keeps two numbers, not every step's time).
+#[derive(Debug, Default)]
+struct Mean {
+    sum: f64,
+    count: u64,
+}
+
+impl Mean {
+    fn add(&mut self, value: f64) {
+        self.sum += value;
+        self.count += 1;
+    }
+
+    fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
 }
 
 impl Trainer {
@@ -232,7 +246,7 @@ impl Trainer {
     pub(crate) fn profile_after_step(&mut self, step: u64, step_ms: f64) {
         let Some((profiled, began)) = self.profiling.current.take() else {
             if step > 1 {
-                self.profiling.unprofiled_ms.push(step_ms);
+                self.profiling.unprofiled_ms.add(step_ms);
             }
             return;
         };
@@ -280,11 +294,11 @@ impl Trainer {
         };
         self.profiling.written = true;
         let profiled_ms = table.steps_ms / table.steps.len().max(1) as f64;
-        let overhead = match mean(&self.profiling.unprofiled_ms) {
+        let overhead = match self.profiling.unprofiled_ms.mean() {
             Some(plain) => format!(
                 "profiling overhead: profiled steps took {profiled_ms:.1} ms on average, the {} \
                  unprofiled steps after step 1 {plain:.1} ms ({:+.0}%)",
-                self.profiling.unprofiled_ms.len(),
+                self.profiling.unprofiled_ms.count,
                 100.0 * (profiled_ms / plain.max(1e-9) - 1.0)
             ),
             None => format!(
@@ -297,7 +311,7 @@ impl Trainer {
         lines.push(overhead.clone());
         if let Some(dir) = self.config.checkpoint_dir.clone() {
             let record = json!({"table": table, "overhead": overhead,
-                "unprofiled_step_ms": mean(&self.profiling.unprofiled_ms)});
+                "unprofiled_step_ms": self.profiling.unprofiled_ms.mean()});
             let written = write(&dir.join(PROFILE_JSON), &record)
                 .and_then(|()| write(&dir.join(TRACE_JSON), &chrome_trace(&self.profiling.steps)));
             lines.push(match written {
