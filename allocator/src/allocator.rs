@@ -416,6 +416,19 @@ impl<S: SegmentSource> BufferAllocator<S> {
             let tail = self.split_after(index, size);
             self.free.insert(tail, &self.blocks);
         }
+        self.mark_used(index, spanned_segment, alignment, request)
+    }
+
+    /// Makes block `index` (carved out of the free index, its remainders already split off) the
+    /// used block of `request`: statistics, label, trace, and the handle. `spanned_segment` says
+    /// whether the block it came from was its segment's only block (the segment was empty).
+    pub(crate) fn mark_used(
+        &mut self,
+        index: u32,
+        spanned_segment: bool,
+        alignment: u64,
+        request: &Request<'_>,
+    ) -> Allocation {
         let label = self.labels.intern(request.label);
         let sequence = self.next_sequence;
         self.next_sequence += 1;
