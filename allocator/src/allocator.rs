@@ -64,6 +64,8 @@ pub struct BufferAllocator<S: SegmentSource> {
     next_sequence: u64,
     /// The next segment's id; ids are never reused.
     pub(crate) next_segment: u32,
+    /// Planned steps (`step_plan.rs`), when on.
+    pub(crate) planner: Option<Box<crate::step_plan::StepPlanner>>,
 }
 
 impl<S: SegmentSource> BufferAllocator<S> {
@@ -83,6 +85,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             trace: Trace::default(),
             next_sequence: 0,
             next_segment: 0,
+            planner: None,
         }
     }
 
@@ -117,10 +120,49 @@ impl<S: SegmentSource> BufferAllocator<S> {
         let size = self.granules(size_bytes);
         // At least one: the alignment is at least the granule.
         let alignment_granules = self.granules(alignment);
+        if self.planner.is_some() {
+            return self.allocate_planning(size, alignment, alignment_granules, &request);
+        }
+        self.allocate_best_fit(size, size_bytes, alignment, alignment_granules, &request)
+    }
+
+    /// [`BufferAllocator::allocate`] while planned steps are on: the planned offset when the step
+    /// replays a plan, best fit otherwise, and the request recorded either way.
+    #[inline(never)]
+    fn allocate_planning(
+        &mut self,
+        size: u32,
+        alignment: u64,
+        alignment_granules: u32,
+        request: &Request<'_>,
+    ) -> Result<Allocation> {
+        let allocation = match self.replay(size, alignment, alignment_granules, request) {
+            Some(allocation) => allocation,
+            None => {
+                let size_bytes = self.bytes(size);
+                self.allocate_best_fit(size, size_bytes, alignment, alignment_granules, request)?
+            }
+        };
+        if let Some(planner) = self.planner.as_mut() {
+            planner.on_allocate(&allocation, size, alignment_granules);
+        }
+        Ok(allocation)
+    }
+
+    /// Best fit for `size` granules (`size_bytes`) at `alignment`, or a new segment.
+    #[inline]
+    fn allocate_best_fit(
+        &mut self,
+        size: u32,
+        size_bytes: u64,
+        alignment: u64,
+        alignment_granules: u32,
+        request: &Request<'_>,
+    ) -> Result<Allocation> {
         let found = self.free.best_fit(size, alignment_granules);
         let fit = match found {
             Some(fit) if !self.would_waste_empty_dedicated(fit, size_bytes) => fit,
-            found => match self.grow(size_bytes, &request) {
+            found => match self.grow(size_bytes, request) {
                 Ok(index) => Fit {
                     index,
                     size: self.blocks[index].size,
@@ -132,7 +174,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
                 },
             },
         };
-        Ok(self.place(fit, size, alignment, alignment_granules, &request))
+        Ok(self.place(fit, size, alignment, alignment_granules, request))
     }
 
     /// The error for a request that `allocate` refused as malformed.
@@ -210,6 +252,9 @@ impl<S: SegmentSource> BufferAllocator<S> {
         let segment_id = allocation.segment;
         let (offset, size) = (block.offset, block.size);
         block.set_free(segment_id, tag.max(allocation.tag));
+        if let Some(planner) = self.planner.as_mut() {
+            planner.on_free(allocation.id);
+        }
         let size_bytes = self.bytes(size);
         self.stats
             .on_free(allocation.category, size_bytes, allocation.requested_bytes);
@@ -480,7 +525,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// Splits block `index` (not in the free index) so that it keeps its first `keep` granules;
     /// returns the slab index of the new block holding the rest (free, not yet indexed).
     #[inline]
-    fn split_after(&mut self, index: u32, keep: u32) -> u32 {
+    pub(crate) fn split_after(&mut self, index: u32, keep: u32) -> u32 {
         let block = &self.blocks[index];
         let mut rest = *block;
         rest.offset = block.offset + keep;

@@ -95,7 +95,8 @@ impl<S: SegmentSource> crate::BufferAllocator<S> {
                     entry.size_bytes
                 ));
             }
-            if (used_blocks == 0) != self.segments.is_listed_empty(slot) {
+            // A pinned segment (used by a step plan) is never listed, empty or not.
+            if (used_blocks == 0 && !entry.pinned) != self.segments.is_listed_empty(slot) {
                 return Err(format!(
                     "{id:?}: {used_blocks} used blocks, but the empty list says otherwise"
                 ));

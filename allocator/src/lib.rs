@@ -23,6 +23,7 @@
 
 mod allocation;
 mod allocator;
+pub mod arena_plan;
 mod block;
 mod bytes;
 mod category;
@@ -39,6 +40,7 @@ mod simulated;
 mod snapshot;
 mod source;
 mod stats;
+mod step_plan;
 mod summary;
 mod trace;
 
@@ -53,5 +55,6 @@ pub use simulated::{SimulatedDeviceFull, SimulatedSource};
 pub use snapshot::{BlockSnapshot, SegmentSnapshot, Snapshot};
 pub use source::SegmentSource;
 pub use stats::{CategoryStats, Stats};
+pub use step_plan::{StepOutcome, StepPlanStats};
 pub use summary::{LabelUsage, Summary};
 pub use trace::{Trace, TraceEvent, TraceEventKind};

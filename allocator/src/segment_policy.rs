@@ -147,7 +147,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             && self
                 .segments
                 .get(block.segment_slot())
-                .is_some_and(|entry| !entry.shared)
+                .is_some_and(|entry| !entry.shared && !entry.pinned)
     }
 
     /// The `count` labels holding the most bytes, largest first.
@@ -158,7 +158,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             .collect()
     }
 
-    fn add_segment(
+    pub(crate) fn add_segment(
         &mut self,
         id: SegmentId,
         segment: S::Segment,

@@ -29,6 +29,8 @@ pub(crate) struct SegmentEntry<T> {
     pub first_block: u32,
     /// Created for small requests (`small_segment_bytes`); otherwise sized to one request.
     pub shared: bool,
+    /// Used by an installed step plan (`step_plan.rs`): never listed empty, so never released.
+    pub pinned: bool,
     /// Whether the segment is in its empty list, and its neighbours there (slots, or `NIL`).
     listed: bool,
     empty_prev: u32,
@@ -44,6 +46,7 @@ impl<T> SegmentEntry<T> {
             size_bytes,
             first_block,
             shared,
+            pinned: false,
             listed: false,
             empty_prev: NIL,
             empty_next: NIL,
@@ -108,7 +111,7 @@ impl<T> SegmentTable<T> {
         let Some(entry) = self.get(slot) else {
             return;
         };
-        if entry.listed {
+        if entry.listed || entry.pinned {
             return;
         }
         let list = usize::from(entry.shared);
@@ -123,6 +126,17 @@ impl<T> SegmentTable<T> {
             _ => self.empty_first[list] = slot,
         }
         self.empty_last[list] = slot;
+    }
+
+    /// Pins or unpins the segment in `slot`; pinning takes it out of its empty list, and the
+    /// caller lists an unpinned empty segment again.
+    pub fn set_pinned(&mut self, slot: u32, pinned: bool) {
+        if pinned {
+            self.unlist_empty(slot);
+        }
+        if let Some(Some(entry)) = self.slots.get_mut(slot as usize) {
+            entry.pinned = pinned;
+        }
     }
 
     /// Takes the segment in `slot` out of its empty list (no change if it is not listed).

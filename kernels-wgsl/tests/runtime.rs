@@ -445,3 +445,49 @@ fn injected_faults_fire_once_at_the_armed_event() {
     assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
     assert!(gpu.check_alive().is_err());
 }
+
+/// The same hazard under planned steps: a step that records a read of A, frees A, then uploads
+/// into B, repeated until the allocator replays a plan in which B takes A's planned bytes. The
+/// replayed B carries the open batch's serial like any reused block, so its upload submits
+/// first: each step's recorded read sees that step's A.
+#[test]
+fn a_replayed_offset_keeps_the_upload_ordering_rule() {
+    use plimsoll_allocator::StepOutcome;
+    let gpu = fresh_gpu();
+    gpu.with_allocator(|m| m.set_step_planning(true));
+    let seen = gpu.alloc_elements(64, Category::Temporary, "seen").unwrap();
+    let mut outcomes = Vec::new();
+    for step in 1..=5 {
+        let value = step as f32;
+        gpu.synchronize(DEADLINE).unwrap();
+        gpu.with_allocator(|m| m.begin_step());
+        let a = gpu.upload(&[value; 64], Category::Temporary, "A").unwrap();
+        kernels::copy::copy(&gpu, seen.whole(), a.whole()).unwrap(); // recorded only
+        let a_place = a.placement();
+        drop(a);
+        let b = gpu.upload(&[-value; 64], Category::Temporary, "B").unwrap();
+        let same_bytes = b.placement() == a_place;
+        let got: Vec<f32> = gpu.read_all(&seen, DEADLINE).unwrap();
+        assert_eq!(
+            got,
+            vec![value; 64],
+            "step {step}: the recorded read saw A's data"
+        );
+        assert_eq!(gpu.read_all::<f32>(&b, DEADLINE).unwrap(), vec![-value; 64]);
+        drop(b);
+        let outcome = gpu.with_allocator(|m| m.end_step());
+        if matches!(outcome, StepOutcome::Replayed { .. }) {
+            assert!(same_bytes, "step {step}: the plan gives B A's bytes");
+        }
+        outcomes.push(outcome);
+    }
+    assert!(
+        matches!(outcomes[1], StepOutcome::Planned { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        outcomes[4],
+        StepOutcome::Replayed { fell_back: 0 },
+        "{outcomes:?}"
+    );
+}
