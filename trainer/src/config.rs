@@ -21,6 +21,18 @@ pub enum CheckpointPolicy {
     Automatic,
 }
 
+/// Where a step's device memory goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AllocatorMode {
+    /// Every request takes the best-fitting free block of the cached segments.
+    #[default]
+    Caching,
+    /// Once a step repeats the one before, its allocations are placed offline from their
+    /// lifetimes and the following steps replay that placement (no fragmentation; see
+    /// `plimsoll_allocator`'s step plans). A step that differs falls back to best fit.
+    Planned,
+}
+
 /// What the per-step leak check does when it finds memory beyond parameters, gradients and
 /// optimizer state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +95,8 @@ pub struct TrainConfig {
     /// Time every dispatch of these steps (see [`crate::profiling`]); the table and a Chrome
     /// trace go into `checkpoint_dir` when there is one.
     pub profile_steps: Option<crate::timeline::StepSpan>,
+    /// Best fit for every request, or planned steps.
+    pub allocator: AllocatorMode,
 }
 
 impl Default for TrainConfig {
@@ -105,6 +119,7 @@ impl Default for TrainConfig {
             clip_grad_norm: None,
             memory_timeline: None,
             profile_steps: None,
+            allocator: AllocatorMode::Caching,
         }
     }
 }
@@ -129,6 +144,7 @@ impl TrainConfig {
             "leak_policy": format!("{:?}", self.leak_policy),
             "label_smoothing": self.label_smoothing,
             "clip_grad_norm": self.clip_grad_norm,
+            "allocator": format!("{:?}", self.allocator),
         })
     }
 

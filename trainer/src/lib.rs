@@ -41,7 +41,7 @@ pub mod timeline;
 pub mod trainer;
 mod trainer_files;
 
-pub use config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
+pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};

@@ -22,7 +22,7 @@
 //! the first parameter whose gradient is not finite, and the step is refused before the update;
 //! the sums also give the global gradient norm, so clipping costs no extra wait.
 
-use plimsoll_allocator::Phase;
+use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::{Optimizer, zero_grad};
@@ -51,6 +51,16 @@ pub struct StepInputs<'a> {
     pub step: u64,
 }
 
+/// Runs `f` as one step of the allocator's planned steps (a no-op bracket when planning is off):
+/// the step's allocations are recorded and, once a plan exists, replayed. Returns what `f`
+/// returned and how the step went for the allocator.
+pub fn as_planned_step<T>(gpu: &Gpu, f: impl FnOnce() -> T) -> (T, StepOutcome) {
+    gpu.with_allocator(|a| a.begin_step());
+    let result = f();
+    let outcome = gpu.with_allocator(|a| a.end_step());
+    (result, outcome)
+}
+
 /// What a step did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
@@ -66,6 +76,8 @@ pub struct StepResult {
     pub grad_norm: f32,
     /// One line per out-of-memory recovery (`micro-batch 64 -> 32`).
     pub recoveries: Vec<String>,
+    /// How the step went for the allocator's planned steps.
+    pub allocation: StepOutcome,
 }
 
 /// Forward and backward of every micro-batch of `indices`, gradients accumulated into the
@@ -163,10 +175,16 @@ pub fn run_step(
     micro_batch: usize,
     lr: f32,
 ) -> Result<StepResult> {
-    let result = run_step_inner(inputs, optimizer, indices, micro_batch, lr);
-    zero_grad(inputs.params);
+    let (result, outcome) = as_planned_step(inputs.gpu, || {
+        let result = run_step_inner(inputs, optimizer, indices, micro_batch, lr);
+        zero_grad(inputs.params);
+        result
+    });
     set_phase(inputs.gpu, inputs.step, Phase::Other);
-    result
+    result.map(|result| StepResult {
+        allocation: outcome,
+        ..result
+    })
 }
 
 fn run_step_inner(
@@ -183,6 +201,9 @@ fn run_step_inner(
             Ok(sum) => break sum,
             Err(e) if e.is_out_of_memory() && micro_batch > 1 => {
                 zero_grad(inputs.params);
+                // A planned step that ran out of memory drops its plan, so the retry (and the
+                // plan rebuilt once the smaller micro-batch repeats) may release its segments.
+                inputs.gpu.with_allocator(|a| a.clear_step_plan());
                 // The failed attempt's blocks are already free; submit what it recorded so the
                 // retry starts from an empty batch.
                 inputs.gpu.flush("out-of-memory recovery")?;
@@ -247,5 +268,6 @@ fn run_step_inner(
         micro_batches: indices.len().div_ceil(micro_batch),
         samples: indices.len(),
         recoveries,
+        allocation: StepOutcome::NotPlanning,
     })
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use plimsoll_allocator::Phase;
+use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::Optimizer;
@@ -141,6 +141,8 @@ impl Trainer {
             ),
         };
         let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
+        let planned = config.allocator == crate::config::AllocatorMode::Planned;
+        gpu.with_allocator(|a| a.set_step_planning(planned));
         let params = model.parameters();
         let position = RunPosition {
             step: 0,
@@ -181,6 +183,26 @@ impl Trainer {
 
     pub(crate) fn note(&mut self, line: String) {
         self.log.push(line);
+    }
+
+    /// Logs what the allocator's planned steps did in `step` when it is news: a plan built, or an
+    /// arena the budget refused.
+    fn note_allocation(&mut self, step: u64, outcome: StepOutcome) {
+        match outcome {
+            StepOutcome::Planned {
+                arena_bytes,
+                max_live_bytes,
+            } => self.note(format!(
+                "step {step}: steps repeat; planned every allocation of the next ones from this                  step's lifetimes (new arena {}, at most {} live at once)",
+                plimsoll_allocator::format_bytes(arena_bytes),
+                plimsoll_allocator::format_bytes(max_live_bytes)
+            )),
+            StepOutcome::ArenaRefused { arena_bytes } => self.note(format!(
+                "step {step}: a planned step needs an arena of {} that the memory budget does                  not allow; steps go on with best fit",
+                plimsoll_allocator::format_bytes(arena_bytes)
+            )),
+            _ => {}
+        }
     }
 
     /// Every log line so far (plan, recoveries, leaks, checkpoints).
@@ -307,6 +329,7 @@ impl Trainer {
         for line in &result.recoveries {
             self.log.push(line.clone());
         }
+        self.note_allocation(step, result.allocation);
         self.micro_batch = result.micro_batch;
         let epoch = self.position.epoch;
         self.position.step = step;

@@ -4,6 +4,11 @@
 //! checkpointed. The run is three steps, then an evaluation; measured peaks are the largest of
 //! the steps' and the evaluation's. MLP data are synthetic with the real shapes (a plan depends
 //! on shapes only).
+//!
+//! Then the same workloads under each allocator (`--allocator caching` and `planned`) for
+//! [`ARENA_STEPS`] steps: the last step's peak reserved bytes over its peak allocated bytes (the
+//! most bytes live at once, which no placement can go below), the planned run's arena and how
+//! many of its steps replayed the plan.
 
 use std::sync::Arc;
 
@@ -11,8 +16,8 @@ use anyhow::Result;
 use plimsoll_kernels_wgsl::Gpu;
 use plimsoll_nn::{Activation, AdamWConfig};
 use plimsoll_trainer::{
-    CharCorpus, CheckpointPolicy, Data, Dataset, ModelSpec, OptimizerSpec, Recipe, TokenData,
-    Trainer,
+    AllocatorMode, CharCorpus, CheckpointPolicy, Data, Dataset, ModelSpec, OptimizerSpec, Recipe,
+    TokenData, TrainConfig, Trainer,
 };
 
 use super::Report;
@@ -31,8 +36,82 @@ fn mlp(widths: &[usize]) -> ModelSpec {
     }
 }
 
-/// Plans, runs and reports one case.
+/// Steps of each allocator run: the plan is built at the end of step 3 (step 2 is the first
+/// steady step, step 3 repeats it), so steps 4 on replay it.
+const ARENA_STEPS: u64 = 6;
+
+/// The data of one case, made afresh for each run.
+type MakeData<'a> = &'a dyn Fn() -> Result<(Box<dyn Data>, Box<dyn Data>)>;
+
+/// Plans, runs and reports one case, then compares the allocators on it.
 fn case(
+    report: &mut Report,
+    name: &str,
+    recipe: &dyn Recipe,
+    data: MakeData<'_>,
+    batch: usize,
+    checkpointing: CheckpointPolicy,
+) -> Result<()> {
+    predicted_against_measured(report, name, recipe, data()?, batch, checkpointing)?;
+    let mut ratios = Vec::new();
+    for mode in [AllocatorMode::Caching, AllocatorMode::Planned] {
+        let gpu = Gpu::new()?;
+        let cfg = TrainConfig {
+            allocator: mode,
+            ..config(batch, None, ARENA_STEPS, checkpointing)
+        };
+        let (train, test) = data()?;
+        let mut trainer = Trainer::new(&gpu, cfg, recipe, train, Some(test))?;
+        let mut last = None;
+        for _ in 0..ARENA_STEPS {
+            last = Some(trainer.step()?);
+        }
+        let last = last.ok_or_else(|| anyhow::anyhow!("{name}: no step ran"))?;
+        let ratio = last.peak_reserved_bytes as f64 / last.peak_allocated_bytes.max(1) as f64;
+        let mode_name = match mode {
+            AllocatorMode::Caching => "caching",
+            AllocatorMode::Planned => "planned",
+        };
+        let key = format!("plan/{name}/{mode_name}");
+        report.push(
+            format!("{key}/peak_reserved"),
+            mb(last.peak_reserved_bytes),
+            "MB",
+        );
+        report.push(
+            format!("{key}/peak_live"),
+            mb(last.peak_allocated_bytes),
+            "MB",
+        );
+        report.push(format!("{key}/reserved_over_live"), ratio, "ratio");
+        ratios.push(ratio);
+        if mode == AllocatorMode::Planned {
+            let plan = gpu.with_allocator(|a| a.step_plan_stats());
+            report.push(format!("{key}/arena"), mb(plan.arena_bytes), "MB");
+            report.push(
+                format!("{key}/steps_replayed"),
+                plan.steps_replayed as f64,
+                "steps",
+            );
+            report.push(
+                format!("{key}/fell_back"),
+                plan.fell_back as f64,
+                "requests",
+            );
+        }
+    }
+    if let [caching, planned] = ratios[..] {
+        report.push(
+            format!("plan/{name}/planned_over_caching_reserved_ratio"),
+            planned / caching,
+            "ratio",
+        );
+    }
+    Ok(())
+}
+
+/// The memory plan's prediction against three steps and an evaluation.
+fn predicted_against_measured(
     report: &mut Report,
     name: &str,
     recipe: &dyn Recipe,
@@ -96,7 +175,7 @@ pub fn run() -> Result<Report> {
         &mut report,
         "digits",
         &mlp(&[64, 128, 10]),
-        tables(1437, 64)?,
+        &|| tables(1437, 64),
         64,
         CheckpointPolicy::None,
     )?;
@@ -104,7 +183,7 @@ pub fn run() -> Result<Report> {
         &mut report,
         "mlp_bench",
         &mlp(&[784, 1024, 1024, 1024, 10]),
-        tables(512, 784)?,
+        &|| tables(512, 784),
         128,
         CheckpointPolicy::None,
     )?;
@@ -116,8 +195,10 @@ pub fn run() -> Result<Report> {
         ("gpt_no_checkpointing", CheckpointPolicy::None),
         ("gpt_every_block", CheckpointPolicy::EveryBlocks(1)),
     ] {
-        let data: (Box<dyn Data>, Box<dyn Data>) = (Box::new(train.clone()), Box::new(val.clone()));
-        case(&mut report, name, &spec(vocab), data, BATCH, policy)?;
+        let data = || -> Result<(Box<dyn Data>, Box<dyn Data>)> {
+            Ok((Box::new(train.clone()), Box::new(val.clone())))
+        };
+        case(&mut report, name, &spec(vocab), &data, BATCH, policy)?;
     }
     Ok(report)
 }

@@ -1,7 +1,7 @@
 //! Flag parsers: every value is checked when it is parsed, so a bad one is a usage error
 //! (exit code 2, clap's message naming the flag) before anything runs.
 
-use plimsoll_trainer::{CheckpointPolicy, LeakPolicy, StepSpan};
+use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, LeakPolicy, StepSpan};
 
 type Parsed<T> = std::result::Result<T, String>;
 
@@ -59,6 +59,15 @@ pub fn leak(s: &str) -> Parsed<LeakPolicy> {
         "warn" => Ok(LeakPolicy::Warn),
         "error" => Ok(LeakPolicy::Error),
         _ => Err(format!("{s:?}: use off, warn or error")),
+    }
+}
+
+/// `--allocator`: `caching` or `planned`.
+pub fn allocator(s: &str) -> Parsed<AllocatorMode> {
+    match s {
+        "caching" => Ok(AllocatorMode::Caching),
+        "planned" => Ok(AllocatorMode::Planned),
+        _ => Err(format!("{s:?}: use caching or planned")),
     }
 }
 

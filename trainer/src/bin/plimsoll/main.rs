@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
-use plimsoll_trainer::{CheckpointPolicy, Error, LeakPolicy, Result, TrainConfig};
+use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, Error, LeakPolicy, Result, TrainConfig};
 
 use workloads::job;
 
@@ -145,6 +145,12 @@ pub(crate) struct CommonArgs {
     /// checkpoint that holds none.
     #[arg(long, requires = "resume")]
     reset_optimizer: bool,
+    /// Where each step's device memory goes: `caching` (the best-fitting free block of cached
+    /// segments) or `planned` (once a step repeats the one before, every allocation of the next
+    /// steps is placed offline from the recorded lifetimes: no fragmentation, and reserved memory
+    /// close to the most bytes live at once; a step that differs falls back to best fit).
+    #[arg(long, default_value = "caching", value_parser = flags::allocator)]
+    allocator: AllocatorMode,
     /// What the after-step leak check does: `off`, `warn` or `error`.
     #[arg(long, default_value = "warn", value_parser = flags::leak)]
     leak_check: LeakPolicy,

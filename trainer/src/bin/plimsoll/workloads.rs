@@ -135,6 +135,7 @@ fn base_config(
         clip_grad_norm,
         memory_timeline: common.memory_timeline.0,
         profile_steps: common.profile_steps.0,
+        allocator: common.allocator,
         ..TrainConfig::default()
     })
 }
