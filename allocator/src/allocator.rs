@@ -140,7 +140,18 @@ impl<S: SegmentSource> BufferAllocator<S> {
             Some(allocation) => allocation,
             None => {
                 let size_bytes = self.bytes(size);
-                self.allocate_best_fit(size, size_bytes, alignment, alignment_granules, request)?
+                let own =
+                    self.allocate_in_own_segment(size, alignment, alignment_granules, request);
+                match own {
+                    Some(allocation) => allocation,
+                    None => self.allocate_best_fit(
+                        size,
+                        size_bytes,
+                        alignment,
+                        alignment_granules,
+                        request,
+                    )?,
+                }
             }
         };
         if let Some(planner) = self.planner.as_mut() {
@@ -151,7 +162,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
 
     /// Best fit for `size` granules (`size_bytes`) at `alignment`, or a new segment.
     #[inline]
-    fn allocate_best_fit(
+    pub(crate) fn allocate_best_fit(
         &mut self,
         size: u32,
         size_bytes: u64,
