@@ -140,9 +140,14 @@ impl Trainer {
                 },
             ),
         };
-        let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
+        // A new run plans afresh (nothing recorded by an earlier trainer on this device counts),
+        // from the model's first parameter on.
         let planned = config.allocator == crate::config::AllocatorMode::Planned;
-        gpu.with_allocator(|a| a.set_step_planning(planned));
+        gpu.with_allocator(|a| {
+            a.set_step_planning(false);
+            a.set_step_planning(planned);
+        });
+        let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
         let params = model.parameters();
         let position = RunPosition {
             step: 0,
@@ -301,7 +306,14 @@ impl Trainer {
         set_rng_state(self.position.rng_state);
         self.timeline_before_step(step);
         self.profile_before_step(step);
-        self.gpu.with_allocator(|a| a.reset_peaks());
+        self.gpu.with_allocator(|a| {
+            // With a plan installed, segments an evaluation left empty are released before the
+            // step's peaks start (the plan has room for the whole step; its own are pinned).
+            if a.step_plan_stats().planned_requests > 0 {
+                a.empty_cache();
+            }
+            a.reset_peaks();
+        });
         let inputs = StepInputs {
             gpu: &self.gpu,
             model: self.model.as_ref(),
