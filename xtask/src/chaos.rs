@@ -14,6 +14,9 @@
 //!   loss (nothing can be read from the device) the error must say so and the checkpoint on disk
 //!   must hold step 1.
 //!
+//! A third workload is the MLP under `--allocator planned`, faulted in its fourth step: the
+//! first that replays the plan built from steps 2 and 3 (checked on the clean run).
+//!
 //! Anything else is counted as a failure: a panic, an untyped outcome, a changed model, an
 //! uncaptured wgpu error. Every wait has the device's deadline, so a hang cannot happen
 //! silently: it would end as a timeout and be judged like any other error. The task prints the
@@ -33,8 +36,8 @@ use plimsoll_kernels_wgsl::{Gpu, GpuOptions};
 use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
-    CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec, Recipe,
-    RunLength, TokenData, TrainConfig, Trainer,
+    AllocatorMode, CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec,
+    Recipe, RunLength, TokenData, TrainConfig, Trainer,
 };
 
 /// Values of every parameter and optimizer-state tensor, by name.
@@ -46,6 +49,9 @@ struct Workload {
     data: Box<dyn Fn() -> Box<dyn Data>>,
     batch: usize,
     micro: usize,
+    allocator: AllocatorMode,
+    /// The steps faulted.
+    phases: &'static [Phase],
 }
 
 fn adamw() -> OptimizerSpec {
@@ -61,17 +67,33 @@ fn workloads() -> Result<Vec<Workload>> {
     // Batch 1024 in micro-batches of 512: the hidden activations (512 x 1024 floats, 2 MiB)
     // take segments of their own, so a step creates segments and each can fail.
     let table = Dataset::synthetic(2048, 64, 10, 42).context("synthetic data")?;
+    let mlp_recipe = || ModelSpec {
+        widths: vec![64, 1024, 10],
+        activation: Activation::Relu,
+        seed: 1,
+        optimizer: adamw(),
+    };
+    let planned_table = table.clone();
     let mlp = Workload {
         name: "mlp 64-1024-10",
-        recipe: Box::new(ModelSpec {
-            widths: vec![64, 1024, 10],
-            activation: Activation::Relu,
-            seed: 1,
-            optimizer: adamw(),
-        }),
+        recipe: Box::new(mlp_recipe()),
         data: Box::new(move || -> Box<dyn Data> { Box::new(table.clone()) }),
         batch: 1024,
         micro: 512,
+        allocator: AllocatorMode::Caching,
+        phases: &Phase::ALL,
+    };
+    let planned = Workload {
+        name: "mlp 64-1024-10 planned",
+        recipe: Box::new(mlp_recipe()),
+        data: Box::new(move || -> Box<dyn Data> { Box::new(planned_table.clone()) }),
+        batch: 1024,
+        micro: 512,
+        allocator: AllocatorMode::Planned,
+        phases: &[Phase {
+            before: 3,
+            empty_cache: false,
+        }],
     };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
@@ -92,8 +114,10 @@ fn workloads() -> Result<Vec<Workload>> {
         data: Box::new(move || -> Box<dyn Data> { Box::new(windows.clone()) }),
         batch: 8,
         micro: 4,
+        allocator: AllocatorMode::Caching,
+        phases: &Phase::ALL,
     };
-    Ok(vec![mlp, gpt])
+    Ok(vec![mlp, gpt, planned])
 }
 
 fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
@@ -108,6 +132,7 @@ fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
         leak_policy: LeakPolicy::Error,
         clip_grad_norm: Some(1.0),
         checkpoint_dir: Some(dir.to_path_buf()),
+        allocator: w.allocator,
         ..TrainConfig::default()
     }
 }
@@ -331,13 +356,17 @@ pub fn run(args: &[String]) -> Result<()> {
         let mut references = HashMap::new();
         let mut tally = Tally::default();
         let mut spare = None;
-        for phase in Phase::ALL {
+        for &phase in w.phases {
             // Count the step's events at each point, on a fresh device.
             let (gpu, mut trainer) = after_steps(&w, w.micro, &dir, phase.before, None)?;
             phase.prepare(&gpu)?;
             gpu.reset_fault_counts();
             trainer.step().context("clean step")?;
             let counts = gpu.fault_counts();
+            let replayed = gpu.with_allocator(|a| a.step_plan_stats().steps_replayed);
+            if w.allocator == AllocatorMode::Planned && replayed == 0 {
+                bail!("{}: {} did not replay a plan", w.name, phase.name());
+            }
             drop((trainer, gpu));
             for point in FaultPoint::ALL {
                 if !wanted(args.get(1), point.name()) {

@@ -8,7 +8,7 @@
 //! Then the same workloads under each allocator (`--allocator caching` and `planned`) for
 //! [`ARENA_STEPS`] steps: the last step's peak reserved bytes over its peak allocated bytes (the
 //! most bytes live at once, which no placement can go below), the planned run's arena and how
-//! many of its steps replayed the plan.
+//! many of its steps replayed the plan, and the median time of the steps after the plan.
 
 use std::sync::Arc;
 
@@ -63,9 +63,15 @@ fn case(
         let (train, test) = data()?;
         let mut trainer = Trainer::new(&gpu, cfg, recipe, train, Some(test))?;
         let mut last = None;
-        for _ in 0..ARENA_STEPS {
-            last = Some(trainer.step()?);
+        let mut step_ms = Vec::new();
+        for step in 1..=ARENA_STEPS {
+            let report = trainer.step()?;
+            if step > 3 {
+                step_ms.push(report.step_ms);
+            }
+            last = Some(report);
         }
+        step_ms.sort_by(f64::total_cmp);
         let last = last.ok_or_else(|| anyhow::anyhow!("{name}: no step ran"))?;
         let ratio = last.peak_reserved_bytes as f64 / last.peak_allocated_bytes.max(1) as f64;
         let mode_name = match mode {
@@ -84,6 +90,8 @@ fn case(
             "MB",
         );
         report.push(format!("{key}/reserved_over_live"), ratio, "ratio");
+        let median = step_ms.get(step_ms.len() / 2).copied().unwrap_or(f64::NAN);
+        report.push(format!("{key}/step_median_steps_4_on"), median, "ms");
         ratios.push(ratio);
         if mode == AllocatorMode::Planned {
             let plan = gpu.with_allocator(|a| a.step_plan_stats());
