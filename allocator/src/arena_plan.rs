@@ -69,11 +69,48 @@ fn align_up(value: u64, alignment: u64) -> u64 {
     (value + alignment - 1) & !(alignment - 1)
 }
 
-/// Places every lifetime (see the module documentation). Deterministic: ties go to the earlier
-/// region and the lower offset, and equal sizes are placed in lifetime order.
+/// Places every lifetime (see the module documentation): the best of a few orders in which to
+/// place the blocks greedily (largest first; largest area of size by lifetime first; longest
+/// lifetime first; allocation order), judged by the arena's size. Why several: no order wins
+/// everywhere; on the shakespeare GPT with every block checkpointed, largest-first alone left
+/// the arena 8% above the most live bytes. Deterministic: ties go to the earlier order, the
+/// earlier region and the lower offset.
 pub fn place(lifetimes: &[Lifetime], regions: &[Region]) -> ArenaPlan {
-    let mut order: Vec<usize> = (0..lifetimes.len()).collect();
-    order.sort_by_key(|&index| (std::cmp::Reverse(lifetimes[index].size), index));
+    let duration = |l: &Lifetime| u64::from(l.end.min(last_event(lifetimes) + 1) - l.start);
+    let orders: [&dyn Fn(usize) -> (u64, u64, usize); 4] = [
+        &|i| (u64::MAX - lifetimes[i].size, 0, i),
+        &|i| {
+            let area = lifetimes[i].size.saturating_mul(duration(&lifetimes[i]));
+            (u64::MAX - area, 0, i)
+        },
+        &|i| {
+            let l = &lifetimes[i];
+            (u64::MAX - duration(l), u64::MAX - l.size, i)
+        },
+        &|i| (u64::from(lifetimes[i].start), 0, i),
+    ];
+    let mut best: Option<ArenaPlan> = None;
+    for key in orders {
+        let mut order: Vec<usize> = (0..lifetimes.len()).collect();
+        order.sort_by_key(|&index| key(index));
+        let plan = place_in_order(lifetimes, regions, &order);
+        if best
+            .as_ref()
+            .is_none_or(|best| plan.arena_size < best.arena_size)
+        {
+            best = Some(plan);
+        }
+    }
+    best.unwrap_or_else(|| place_in_order(lifetimes, regions, &[]))
+}
+
+/// The last event any lifetime starts at (0 for none).
+fn last_event(lifetimes: &[Lifetime]) -> u32 {
+    lifetimes.iter().map(|l| l.start).max().unwrap_or(0)
+}
+
+/// Places the blocks in `order`, each into the smallest hole that holds it.
+fn place_in_order(lifetimes: &[Lifetime], regions: &[Region], order: &[usize]) -> ArenaPlan {
     let arena = regions.len();
     // Per region (the arena last): the blocks placed there so far.
     let mut placed: Vec<Vec<usize>> = vec![Vec::new(); regions.len() + 1];
@@ -86,7 +123,7 @@ pub fn place(lifetimes: &[Lifetime], regions: &[Region]) -> ArenaPlan {
     ];
     let mut arena_size = 0u64;
     let mut conflicts: Vec<(u64, u64)> = Vec::new();
-    for &index in &order {
+    for &index in order {
         let block = lifetimes[index];
         let alignment = block.alignment.max(1);
         // The best bounded hole so far: (hole size, region, offset).

@@ -198,12 +198,14 @@ impl Trainer {
                 arena_bytes,
                 max_live_bytes,
             } => self.note(format!(
-                "step {step}: steps repeat; planned every allocation of the next ones from this                  step's lifetimes (new arena {}, at most {} live at once)",
+                "step {step}: steps repeat; planned every allocation of the next ones from this \
+                 step's lifetimes (new arena {}, at most {} live at once)",
                 plimsoll_allocator::format_bytes(arena_bytes),
                 plimsoll_allocator::format_bytes(max_live_bytes)
             )),
             StepOutcome::ArenaRefused { arena_bytes } => self.note(format!(
-                "step {step}: a planned step needs an arena of {} that the memory budget does                  not allow; steps go on with best fit",
+                "step {step}: a planned step needs an arena of {} that the memory budget does \
+                 not allow; steps go on with best fit",
                 plimsoll_allocator::format_bytes(arena_bytes)
             )),
             _ => {}
