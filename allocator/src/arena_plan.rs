@@ -70,15 +70,22 @@ fn align_up(value: u64, alignment: u64) -> u64 {
 }
 
 /// Places every lifetime (see the module documentation): the best of a few orders in which to
-/// place the blocks greedily (largest first; largest area of size by lifetime first; longest
-/// lifetime first; allocation order), judged by the arena's size. Why several: no order wins
+/// place the blocks greedily (largest first, ties to the earlier or to the later; largest area of
+/// size by lifetime first; longest lifetime first; allocation order; free order; reverse
+/// allocation order), each with best fit and with first fit, judged by the arena's size. Why several: no order wins
 /// everywhere; on the shakespeare GPT with every block checkpointed, largest-first alone left
 /// the arena 8% above the most live bytes. Deterministic: ties go to the earlier order, the
 /// earlier region and the lower offset.
 pub fn place(lifetimes: &[Lifetime], regions: &[Region]) -> ArenaPlan {
     let duration = |l: &Lifetime| u64::from(l.end.min(last_event(lifetimes) + 1) - l.start);
-    let orders: [&dyn Fn(usize) -> (u64, u64, usize); 4] = [
+    let orders: [&dyn Fn(usize) -> (u64, u64, usize); 7] = [
         &|i| (u64::MAX - lifetimes[i].size, 0, i),
+        &|i| {
+            let l = &lifetimes[i];
+            (u64::MAX - l.size, u64::MAX - u64::from(l.start), i)
+        },
+        &|i| (u64::from(lifetimes[i].end), 0, i),
+        &|i| (u64::MAX - u64::from(lifetimes[i].start), 0, i),
         &|i| {
             let area = lifetimes[i].size.saturating_mul(duration(&lifetimes[i]));
             (u64::MAX - area, 0, i)
@@ -93,15 +100,17 @@ pub fn place(lifetimes: &[Lifetime], regions: &[Region]) -> ArenaPlan {
     for key in orders {
         let mut order: Vec<usize> = (0..lifetimes.len()).collect();
         order.sort_by_key(|&index| key(index));
-        let plan = place_in_order(lifetimes, regions, &order);
-        if best
-            .as_ref()
-            .is_none_or(|best| plan.arena_size < best.arena_size)
-        {
-            best = Some(plan);
+        for first_fit in [false, true] {
+            let plan = place_in_order(lifetimes, regions, &order, first_fit);
+            if best
+                .as_ref()
+                .is_none_or(|best| plan.arena_size < best.arena_size)
+            {
+                best = Some(plan);
+            }
         }
     }
-    best.unwrap_or_else(|| place_in_order(lifetimes, regions, &[]))
+    best.unwrap_or_else(|| place_in_order(lifetimes, regions, &[], false))
 }
 
 /// The last event any lifetime starts at (0 for none).
@@ -109,8 +118,14 @@ fn last_event(lifetimes: &[Lifetime]) -> u32 {
     lifetimes.iter().map(|l| l.start).max().unwrap_or(0)
 }
 
-/// Places the blocks in `order`, each into the smallest hole that holds it.
-fn place_in_order(lifetimes: &[Lifetime], regions: &[Region], order: &[usize]) -> ArenaPlan {
+/// Places the blocks in `order`, each into the smallest hole that holds it, or with `first_fit`
+/// the lowest.
+fn place_in_order(
+    lifetimes: &[Lifetime],
+    regions: &[Region],
+    order: &[usize],
+    first_fit: bool,
+) -> ArenaPlan {
     let arena = regions.len();
     // Per region (the arena last): the blocks placed there so far.
     let mut placed: Vec<Vec<usize>> = vec![Vec::new(); regions.len() + 1];
@@ -147,7 +162,13 @@ fn place_in_order(lifetimes: &[Lifetime], regions: &[Region], order: &[usize]) -
                 let offset = align_up(cursor, alignment);
                 if offset + block.size <= hole_end {
                     let hole = hole_end - cursor;
-                    if best.is_none_or(|(size, _, _)| hole < size) {
+                    // First fit takes the first hole found (regions in order, then offsets
+                    // ascending); best fit the smallest.
+                    let better = match first_fit {
+                        true => best.is_none(),
+                        false => best.is_none_or(|(size, _, _)| hole < size),
+                    };
+                    if better {
                         *best = Some((hole, region_index, offset));
                     }
                 }

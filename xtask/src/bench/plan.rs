@@ -97,6 +97,11 @@ fn case(
             let plan = gpu.with_allocator(|a| a.step_plan_stats());
             report.push(format!("{key}/arena"), mb(plan.arena_bytes), "MB");
             report.push(
+                format!("{key}/arena_over_step_live"),
+                plan.arena_bytes as f64 / plan.planned_max_live_bytes.max(1) as f64,
+                "ratio",
+            );
+            report.push(
                 format!("{key}/steps_replayed"),
                 plan.steps_replayed as f64,
                 "steps",
