@@ -13,11 +13,15 @@ function formatBytes(b) {
   return (u === 0 ? v.toFixed(0) : v.toFixed(1)) + " " + units[u];
 }
 
+// The smallest of 1, 2 or 5 times a power of ten that is at least `raw`.
+function niceStep(raw) {
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw) || raw;
+}
+
 function niceTicks(max, count) {
   if (!(max > 0)) return [0];
-  const raw = max / count;
-  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw) || raw;
+  const step = niceStep(max / count);
   const ticks = [];
   for (let v = 0; v <= max * 1.0001; v += step) ticks.push(v);
   return ticks;
@@ -277,9 +281,10 @@ function drawLines(canvas, series, opts) {
     const v = y0 + (y1 - y0) * k / 4;
     ctx.fillText(fmt(v), 2, Y(v) + 4);
   }
-  for (let k = 0; k <= 4; k++) {
-    const v = x0 + (x1 - x0) * k / 4;
-    ctx.fillText(String(Math.round(v)), X(v) - 8, height - pad.b + 14);
+  // Steps are whole numbers: ticks at a round whole step, never at 2.75.
+  const xStep = x1 > x0 ? Math.max(1, niceStep((x1 - x0) / 4)) : 1;
+  for (let v = Math.ceil(x0 / xStep) * xStep; v <= x1; v += xStep) {
+    ctx.fillText(String(v), X(v) - 8, height - pad.b + 14);
   }
   ctx.fillText(opts.xlabel || "step", width / 2 - 10, height - 4);
   series.forEach((s, k) => {
