@@ -129,6 +129,9 @@ pub(crate) struct StepPlanner {
     previous: Vec<Shape>,
     /// The previous step's blocks that outlived it, by id, with their request index.
     survivors: HashMap<AllocationId, usize, FxBuild>,
+    /// The shapes of the last step whose plan's arena was refused: not planned again (each try
+    /// releases the cached segments), until the steps change shape.
+    refused: Vec<Shape>,
     plan: Vec<Planned>,
     /// Segments pinned by the installed plan.
     pinned: Vec<SegmentId>,
@@ -268,7 +271,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             StepOutcome::Recorded
         };
         let repeats = recording.shapes == planner.previous && !recording.shapes.is_empty();
-        let replan = repeats && !matches_plan;
+        let replan = repeats && !matches_plan && recording.shapes != planner.refused;
         planner.previous = recording.shapes.clone();
         if replan {
             return self.build_plan(&recording);
@@ -326,7 +329,12 @@ impl<S: SegmentSource> BufferAllocator<S> {
         } else {
             match self.create_planned_segment(arena_bytes) {
                 Some(id) => Some(id),
-                None => return StepOutcome::ArenaRefused { arena_bytes },
+                None => {
+                    if let Some(planner) = self.planner.as_mut() {
+                        planner.refused = recording.shapes.clone();
+                    }
+                    return StepOutcome::ArenaRefused { arena_bytes };
+                }
             }
         };
         let mut plan = Vec::with_capacity(recording.shapes.len());

@@ -364,3 +364,39 @@ proptest! {
         prop_assert!(stats.plans_built >= 1 || !repeats, "{stats:?}");
     }
 }
+
+/// A plan whose arena cannot be created is refused once, said so, and not tried again on every
+/// step (each try releases the cached segments first); best fit goes on with its cache.
+#[test]
+fn a_refused_arena_is_not_tried_again_every_step() {
+    let mut allocator = BufferAllocator::new(SimulatedSource::new(u64::MAX), config());
+    allocator.set_step_planning(true);
+    let step = |allocator: &mut BufferAllocator<SimulatedSource>| {
+        allocator.begin_step();
+        let a = allocator
+            .allocate(Request::new(3 << 20, Category::Activation, "a"))
+            .unwrap();
+        let b = allocator
+            .allocate(Request::new(3 << 20, Category::Activation, "b"))
+            .unwrap();
+        allocator.free(a).unwrap();
+        allocator.free(b).unwrap();
+        allocator.end_step()
+    };
+    assert_eq!(step(&mut allocator), StepOutcome::Recorded);
+    // The device refuses the arena (as a budget or a full device would).
+    allocator.source_mut().fail_next_creations = 1;
+    assert!(matches!(
+        step(&mut allocator),
+        StepOutcome::ArenaRefused { .. }
+    ));
+    // The next step makes its segments again with best fit; the ones after reuse them.
+    assert_eq!(step(&mut allocator), StepOutcome::Recorded);
+    let created = allocator.stats().segments_created;
+    for _ in 0..3 {
+        assert_eq!(step(&mut allocator), StepOutcome::Recorded);
+    }
+    assert_eq!(allocator.stats().segments_created, created);
+    assert_eq!(allocator.step_plan_stats().plans_built, 0);
+    allocator.check_invariants().unwrap();
+}
