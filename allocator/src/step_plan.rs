@@ -181,17 +181,12 @@ impl StepPlanner {
 }
 
 impl<S: SegmentSource> BufferAllocator<S> {
-    /// Turns planned steps on or off (see the module documentation). Off drops the installed plan
-    /// and unpins its segments.
+    /// Turns planned steps on or off (see the module documentation). Either way the installed
+    /// plan (if any) is dropped and its segments unpinned, and what was recorded is forgotten:
+    /// on starts afresh, as a new run should.
     pub fn set_step_planning(&mut self, on: bool) {
-        if on {
-            if self.planner.is_none() {
-                self.planner = Some(Box::default());
-            }
-        } else {
-            self.clear_step_plan();
-            self.planner = None;
-        }
+        self.clear_step_plan();
+        self.planner = on.then(Box::default);
     }
 
     /// Whether planned steps are on.

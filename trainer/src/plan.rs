@@ -175,10 +175,7 @@ fn probe(
 ) -> Result<Probe> {
     // The twin allocates as the run will: planned steps when the run has them, afresh.
     let planned = config.allocator == crate::config::AllocatorMode::Planned;
-    twin.with_allocator(|a| {
-        a.set_step_planning(false);
-        a.set_step_planning(planned);
-    });
+    twin.with_allocator(|a| a.set_step_planning(planned));
     twin.empty_cache();
     twin.with_allocator(|a| a.reset_peaks());
     let mut p = Probe {

@@ -143,10 +143,7 @@ impl Trainer {
         // A new run plans afresh (nothing recorded by an earlier trainer on this device counts),
         // from the model's first parameter on.
         let planned = config.allocator == crate::config::AllocatorMode::Planned;
-        gpu.with_allocator(|a| {
-            a.set_step_planning(false);
-            a.set_step_planning(planned);
-        });
+        gpu.with_allocator(|a| a.set_step_planning(planned));
         let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
         let params = model.parameters();
         let position = RunPosition {
