@@ -368,6 +368,32 @@ impl Tensor {
         }
     }
 
+    /// Sets a leaf's gradient to `data` (row-major, `numel()` values): written in place into the
+    /// gradient it has, or into a new one allocated as backward would (its category and label).
+    /// Data-parallel training uses it to install the gradients summed across processes.
+    /// Errors: [`Error::InvalidArgument`] for a tensor that is not a leaf requiring grad, or when
+    /// `data.len() != numel()`; out-of-memory for a new gradient (the tensor is then unchanged).
+    pub fn set_grad_from_slice(&self, data: &[f32]) -> Result<()> {
+        let Autograd::Leaf(slot) = &self.autograd else {
+            return Err(Error::InvalidArgument {
+                op: "set_grad_from_slice",
+                message: "only a leaf that requires grad has a gradient to set".into(),
+            });
+        };
+        Self::checked_len("set_grad_from_slice", &self.shape, data.len())?;
+        if let Some(g) = self.grad() {
+            return g.write_from_slice(data);
+        }
+        let options = TensorOptions {
+            category: slot.category,
+            label: &slot.label,
+            ..TensorOptions::default()
+        };
+        let grad = Tensor::from_slice_with(&slot.gpu, data, &slot.shape, options)?;
+        *lock(&slot.grad) = Some(grad);
+        Ok(())
+    }
+
     /// Sets a leaf's gradient to none, freeing its memory (once no `grad()` handle is alive).
     pub fn clear_grad(&self) {
         if let Autograd::Leaf(slot) = &self.autograd {
