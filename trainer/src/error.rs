@@ -55,6 +55,11 @@ pub enum Error {
         /// The timeout error, with the recent submissions.
         source: Box<Error>,
     },
+    /// Other ranks of a data-parallel run did not reach a collective call within the deadline
+    /// (they died, hang, or failed on their own): nothing was updated in this step. Rank 0
+    /// saved the last good state first (if it has a checkpoint directory).
+    #[error("{0}")]
+    RanksUnresponsive(Box<Unresponsive>),
     /// The memory plan's dry run waited past the deadline. It runs on a throwaway model before
     /// any training step, so no state was at risk.
     #[error(
@@ -258,5 +263,66 @@ fn memory_state(error: &Error) -> String {
     match error.kernel_error() {
         Some(KernelError::OutOfMemory(report)) => report.state(),
         _ => error.to_string(),
+    }
+}
+
+/// What [`Error::RanksUnresponsive`] knows.
+#[derive(Debug)]
+pub struct Unresponsive {
+    /// What was waited for.
+    pub what: String,
+    /// The step (0 outside a step).
+    pub step: u64,
+    /// This rank.
+    pub rank: usize,
+    /// The ranks that never reached the call.
+    pub missing: Vec<usize>,
+    /// Per rank, the step of its last call seen by this one (`None`: none yet, or this rank).
+    pub last_seen: Vec<Option<u64>>,
+    /// The deadline in milliseconds.
+    pub deadline_ms: u64,
+    /// Whether this rank's communication thread had died.
+    pub thread_gone: bool,
+    /// Where the last good state was saved, if anywhere.
+    pub saved: Option<PathBuf>,
+}
+
+impl std::fmt::Display for Unresponsive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.what)?;
+        if self.step > 0 {
+            write!(f, " of step {}", self.step)?;
+        }
+        write!(f, " did not complete within {} ms: ", self.deadline_ms)?;
+        if self.missing.is_empty() {
+            write!(f, "every rank reached it, but the sum did not arrive")?;
+        } else {
+            let names: Vec<String> = self
+                .missing
+                .iter()
+                .map(|&r| match self.last_seen.get(r).copied().flatten() {
+                    Some(s) => format!("rank {r} (its last call was in step {s})"),
+                    None => format!("rank {r} (no call in any step yet)"),
+                })
+                .collect();
+            write!(f, "{} never reached it", names.join(", "))?;
+        }
+        if self.thread_gone {
+            write!(f, " (this rank's MPI thread died)")?;
+        }
+        if let Some(p) = &self.saved {
+            write!(
+                f,
+                "; the last good state (step {}) was saved to {}",
+                self.step.saturating_sub(1),
+                p.display()
+            )?;
+        }
+        write!(
+            f,
+            ".\nhint: look at the missing ranks' own output (and mpirun's) for why; resume from \
+             the last checkpoint with the same mpirun command and --resume, or raise \
+             --deadline-ms if a rank is merely slow"
+        )
     }
 }

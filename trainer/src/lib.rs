@@ -21,6 +21,7 @@
 //! [`checkpoint_io`], [`metrics`], [`trainer`], [`text`], [`error`].
 
 pub mod checkpoint_io;
+pub mod collective;
 pub mod config;
 pub mod data;
 pub mod error;

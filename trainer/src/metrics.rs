@@ -47,6 +47,12 @@ pub struct StepReport {
     pub peak_reserved_bytes: u64,
     /// Fragmentation after the step: `1 - largest free block / free bytes`.
     pub fragmentation: f64,
+    /// Processes training the model (1 unless launched under MPI).
+    pub ranks: usize,
+    /// Bytes this rank passed to the all-reduce of gradients (0 for one process).
+    pub allreduce_bytes: u64,
+    /// Milliseconds spent summing gradients across ranks, waiting for the slowest included.
+    pub allreduce_ms: f64,
     /// Peaks of each phase the step went through (`forward`, `backward`, `optimizer`; an
     /// evaluation's peaks are in its own [`EvalRecord`]).
     pub phases: BTreeMap<&'static str, PhasePeak>,

@@ -248,6 +248,9 @@ fn probe(
             label_smoothing: config.label_smoothing,
             clip_grad_norm: config.clip_grad_norm,
             step: 0,
+            batch_len: indices.len(),
+            collective: None,
+            stop: false,
         };
         let micro = balanced(indices.len(), micro_batch);
         let result = run_step(&inputs, optimizer.as_mut(), indices, micro, lr);

@@ -27,6 +27,7 @@ use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::{Optimizer, zero_grad};
 
+use crate::collective::{BUCKET_BYTES, Collective, buckets};
 use crate::error::{Error, Result};
 use crate::task::{Data, Model};
 
@@ -49,6 +50,15 @@ pub struct StepInputs<'a> {
     pub clip_grad_norm: Option<f32>,
     /// The step number (1-based), for messages.
     pub step: u64,
+    /// Samples in the whole step over every rank: each micro-batch's loss is scaled by its
+    /// share of these (`indices.len()` for one process).
+    pub batch_len: usize,
+    /// The other processes of a data-parallel run, whose gradients are summed with this one's
+    /// before the update ([`crate::collective`]); `None` for one process.
+    pub collective: Option<&'a dyn Collective>,
+    /// Whether this process was asked to stop (Ctrl-C, SIGTERM): told to the other ranks in
+    /// the step's sum, so that every rank stops after the same step ([`StepResult::stop`]).
+    pub stop: bool,
 }
 
 /// Runs `f` as one step of the allocator's planned steps (a no-op bracket when planning is off):
@@ -78,6 +88,13 @@ pub struct StepResult {
     pub recoveries: Vec<String>,
     /// How the step went for the allocator's planned steps.
     pub allocation: StepOutcome,
+    /// Whether any rank was asked to stop (always [`StepInputs::stop`] for one process).
+    pub stop: bool,
+    /// Bytes this rank passed to the all-reduce of gradients (0 for one process).
+    pub allreduce_bytes: u64,
+    /// Milliseconds this rank spent summing gradients across ranks: reading them back,
+    /// waiting for the others, writing the sums (0 for one process).
+    pub allreduce_ms: f64,
 }
 
 /// Forward and backward of every micro-batch of `indices`, gradients accumulated into the
@@ -87,7 +104,7 @@ pub fn accumulate_gradients(
     indices: &[usize],
     micro_batch: usize,
 ) -> Result<Tensor> {
-    let batch_len = indices.len() as f32;
+    let batch_len = inputs.batch_len.max(indices.len()) as f32;
     let mut loss_sum: Option<Tensor> = None;
     // The previous micro-batch's graph is already freed and its blocks are reused at once; an
     // upload that lands in bytes the open batch used submits that batch first (kernels-wgsl's
@@ -197,8 +214,12 @@ fn run_step_inner(
     let rng = rng_state();
     let mut recoveries = Vec::new();
     let loss_sum = loop {
+        if indices.is_empty() && inputs.collective.is_some() {
+            // This rank's shard of a batch smaller than the ranks: its gradients count as zero.
+            break None;
+        }
         match accumulate_gradients(inputs, indices, micro_batch) {
-            Ok(sum) => break sum,
+            Ok(sum) => break Some(sum),
             Err(e) if e.is_out_of_memory() && micro_batch > 1 => {
                 zero_grad(inputs.params);
                 // A planned step that ran out of memory drops its plan, so the retry (and the
@@ -230,6 +251,15 @@ fn run_step_inner(
         }
     };
     set_phase(inputs.gpu, inputs.step, Phase::Optimizer);
+    let mut shared = Shared {
+        stop: inputs.stop,
+        bytes: 0,
+        ms: 0.0,
+    };
+    let loss_sum = match inputs.collective {
+        Some(c) if c.ranks() > 1 => all_reduce_gradients(inputs, c, loss_sum, &mut shared)?,
+        _ => loss_sum.ok_or_else(|| Error::invalid("step", "an empty batch"))?,
+    };
     let read = read_loss_and_check(&loss_sum, inputs.params)?;
     drop(loss_sum);
     let loss = read.loss;
@@ -266,8 +296,93 @@ fn run_step_inner(
         grad_norm: read.grad_norm,
         micro_batch,
         micro_batches: indices.len().div_ceil(micro_batch),
-        samples: indices.len(),
+        samples: inputs.batch_len.max(indices.len()),
         recoveries,
         allocation: StepOutcome::NotPlanning,
+        stop: shared.stop,
+        allreduce_bytes: shared.bytes,
+        allreduce_ms: shared.ms,
     })
+}
+
+/// What the ranks agreed on in a step, and what it cost.
+struct Shared {
+    stop: bool,
+    bytes: u64,
+    ms: f64,
+}
+
+/// Replaces every parameter's gradient with the sum over all ranks (each rank's is already
+/// scaled by its share of the whole batch, so the sum is the whole batch's gradient), and
+/// returns the summed loss as a one-element tensor. First a header is summed: the loss, the
+/// stop requests, and per parameter how many ranks have a gradient for it (a parameter no rank
+/// has a gradient for keeps none, as with one process). Then the gradients, in buckets of at
+/// most [`BUCKET_BYTES`]: each bucket is gathered on the device and read back in one wait,
+/// summed across ranks, and written back in place. Nothing here touches a parameter or the
+/// optimizer, so an error leaves the model as it was.
+fn all_reduce_gradients(
+    inputs: &StepInputs<'_>,
+    collective: &dyn Collective,
+    loss_sum: Option<Tensor>,
+    shared: &mut Shared,
+) -> Result<Tensor> {
+    let _no_grad = no_grad();
+    let start = std::time::Instant::now();
+    let deadline = inputs.gpu.default_deadline();
+    let step = inputs.step;
+    let loss = match &loss_sum {
+        Some(t) => t.to_vec()?.first().copied().unwrap_or(f32::NAN),
+        None => 0.0,
+    };
+    drop(loss_sum);
+    let grads: Vec<Option<Tensor>> = inputs.params.iter().map(|(_, p)| p.grad()).collect();
+    let mut header = vec![loss, f32::from(u8::from(inputs.stop))];
+    header.extend(grads.iter().map(|g| f32::from(u8::from(g.is_some()))));
+    shared.bytes += (header.len() * 4) as u64;
+    let header = collective.all_reduce_sum(header, step, deadline)?;
+    let (loss, stop, have) = match header.as_slice() {
+        [loss, stop, have @ ..] => (*loss, *stop > 0.0, have.to_vec()),
+        _ => return Err(Error::invalid("all-reduce", "a short header came back")),
+    };
+    shared.stop = stop;
+    let sizes: Vec<usize> = inputs.params.iter().map(|(_, p)| p.numel()).collect();
+    for range in buckets(&sizes, BUCKET_BYTES / 4) {
+        let present: Vec<Tensor> = range
+            .clone()
+            .filter_map(|i| grads.get(i).cloned().flatten())
+            .map(|g| g.reshape(&[g.numel()]))
+            .collect::<std::result::Result<_, _>>()?;
+        let mut read = match present.len() {
+            0 => Vec::new(),
+            _ => {
+                let refs: Vec<&Tensor> = present.iter().collect();
+                Tensor::concat(&refs, 0)?.to_vec()?
+            }
+        }
+        .into_iter();
+        drop(present);
+        let mut values = Vec::with_capacity(sizes[range.clone()].iter().sum());
+        for i in range.clone() {
+            let n = sizes.get(i).copied().unwrap_or(0);
+            match grads.get(i).is_some_and(Option::is_some) {
+                true => values.extend(read.by_ref().take(n)),
+                false => values.extend(std::iter::repeat_n(0.0, n)),
+            }
+        }
+        shared.bytes += (values.len() * 4) as u64;
+        let summed = collective.all_reduce_sum(values, step, deadline)?;
+        let mut at = 0;
+        for i in range {
+            let n = sizes.get(i).copied().unwrap_or(0);
+            let part = summed.get(at..at + n).unwrap_or(&[]);
+            at += n;
+            if have.get(i).is_some_and(|&h| h > 0.0)
+                && let Some((_, p)) = inputs.params.get(i)
+            {
+                p.set_grad_from_slice(part)?;
+            }
+        }
+    }
+    shared.ms = start.elapsed().as_secs_f64() * 1e3;
+    Ok(Tensor::from_slice(inputs.gpu, &[loss], &[1])?)
 }

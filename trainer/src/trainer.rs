@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
@@ -16,6 +16,7 @@ use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::Optimizer;
 
 use crate::checkpoint_io::RunPosition;
+use crate::collective::{Collective, SingleProcess, shard};
 use crate::config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
 use crate::data::epoch_order;
 use crate::error::{Error, Result};
@@ -73,11 +74,21 @@ pub struct Trainer {
     pub(crate) recording: crate::timeline::Recording,
     /// Kernel profiles of the configured steps.
     pub(crate) profiling: crate::profiling::Profiling,
+    /// The processes training this model together ([`SingleProcess`] for one).
+    pub(crate) collective: Box<dyn Collective>,
+    /// Whether the ranks agreed, in the last step's sum, to stop after it. With several ranks
+    /// the run stops on this, never on this rank's own flag: a signal that reaches one rank
+    /// between steps would otherwise leave the others waiting for it in the next step.
+    pub(crate) agreed_stop: bool,
 }
 
 /// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
 /// a run (see [`Trainer::export_model`]).
 pub const MODEL_FILE: &str = "model.safetensors";
+
+/// How long the ranks of a data-parallel run wait for each other before the first step (each
+/// compiles its kernels and plans its memory first): at least this, or the fence deadline.
+pub const START_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
 pub const LOSS_WINDOW: usize = 20;
@@ -92,6 +103,22 @@ impl Trainer {
         recipe: &dyn Recipe,
         train: impl Data + 'static,
         test: Option<Box<dyn Data>>,
+    ) -> Result<Trainer> {
+        Self::new_distributed(gpu, config, recipe, train, test, Box::new(SingleProcess))
+    }
+
+    /// [`Trainer::new`] for one rank of a data-parallel run ([`crate::collective`]): every
+    /// rank builds the same model from the same seed, takes its shard of each step's batch,
+    /// and sums gradients with the others through `collective` before each update. The memory
+    /// plan fits this rank's largest shard. Only rank 0 should be given a checkpoint
+    /// directory.
+    pub fn new_distributed(
+        gpu: &Gpu,
+        config: TrainConfig,
+        recipe: &dyn Recipe,
+        train: impl Data + 'static,
+        test: Option<Box<dyn Data>>,
+        collective: Box<dyn Collective>,
     ) -> Result<Trainer> {
         config.validate_for(recipe.blocks())?;
         recipe.check(&train)?;
@@ -118,8 +145,12 @@ impl Trainer {
         let needs_plan =
             config.micro_batch.is_none() || config.checkpointing == CheckpointPolicy::Automatic;
         let plan = if needs_plan {
+            // Each rank runs its shard of every batch: that is what its memory must fit.
+            let mut per_rank = config.clone();
+            per_rank.effective_batch =
+                crate::collective::largest_shard(effective, collective.ranks());
             Some(
-                plan(gpu, recipe, &train, &config).map_err(|e| match e.is_timeout() {
+                plan(gpu, recipe, &train, &per_rank).map_err(|e| match e.is_timeout() {
                     true => Error::PlanTimeout {
                         deadline_ms: config.fence_deadline.as_millis() as u64,
                         source: Box::new(e),
@@ -180,7 +211,20 @@ impl Trainer {
             last_saved: None,
             recording: Default::default(),
             profiling: Default::default(),
+            collective,
+            agreed_stop: false,
         })
+    }
+
+    /// This process's rank and the number of ranks (`(0, 1)` for one process).
+    pub fn rank(&self) -> (usize, usize) {
+        (self.collective.rank(), self.collective.ranks())
+    }
+
+    /// Every rank's `bytes` on rank 0, in rank order (an empty list elsewhere), within the
+    /// fence deadline: what a data-parallel run gathers into rank 0's run directory.
+    pub fn gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
+        self.collective.gather(bytes, self.gpu.default_deadline())
     }
 
     pub(crate) fn note(&mut self, line: String) {
@@ -313,6 +357,7 @@ impl Trainer {
             }
             a.reset_peaks();
         });
+        let ranks = self.collective.ranks();
         let inputs = StepInputs {
             gpu: &self.gpu,
             model: self.model.as_ref(),
@@ -322,11 +367,14 @@ impl Trainer {
             label_smoothing: self.config.label_smoothing,
             clip_grad_norm: self.config.clip_grad_norm,
             step,
+            batch_len: indices.len(),
+            collective: (ranks > 1).then_some(self.collective.as_ref()),
+            stop: self.stop.load(Ordering::SeqCst),
         };
         let result = run_step(
             &inputs,
             self.optimizer.as_mut(),
-            indices,
+            shard(indices, self.collective.rank(), ranks),
             self.micro_batch,
             lr,
         );
@@ -340,6 +388,8 @@ impl Trainer {
         for line in &result.recoveries {
             self.log.push(line.clone());
         }
+        // Some rank was asked to stop: every rank stops after this same step.
+        self.agreed_stop = result.stop;
         self.note_allocation(step, result.allocation);
         self.micro_batch = result.micro_batch;
         let epoch = self.position.epoch;
@@ -380,6 +430,9 @@ impl Trainer {
             peak_allocated_bytes: stats.peak_allocated_bytes,
             peak_reserved_bytes: stats.peak_reserved_bytes,
             fragmentation: stats.fragmentation,
+            ranks,
+            allreduce_bytes: result.allreduce_bytes,
+            allreduce_ms: result.allreduce_ms,
             phases: PhasePeak::of(&stats),
         })
     }
@@ -500,8 +553,19 @@ impl Trainer {
                 .push(format!("warning: the memory plan was not saved: {e}"));
         }
         self.deliver_log(observer);
+        if self.collective.ranks() > 1 {
+            // Ranks start at different times (compiling kernels, planning): the first step's
+            // deadline starts once all are here.
+            let deadline = self.config.fence_deadline.max(START_DEADLINE);
+            self.collective
+                .wait_for_all("waiting for every rank to be ready to train", deadline)?;
+        }
         while !self.finished() {
-            if self.stop.load(Ordering::SeqCst) {
+            let stopping = match self.collective.ranks() {
+                1 => self.stop.load(Ordering::SeqCst),
+                _ => self.agreed_stop,
+            };
+            if stopping {
                 summary.interrupted = true;
                 self.note(format!("interrupted after step {}", self.position.step));
                 break;

@@ -138,11 +138,15 @@ impl Trainer {
     /// Gives up on `step` with `error` after [`Trainer::save_last_good`] (the state before the
     /// step). A timeout becomes [`Error::StepTimeout`], naming where the state went; other
     /// errors are returned as they are (the log names the checkpoint).
-    pub(crate) fn give_up(&mut self, step: u64, error: Error) -> Error {
+    pub(crate) fn give_up(&mut self, step: u64, mut error: Error) -> Error {
         // The timeline of a failing step is the one worth having (it shows the out-of-memory).
         self.finish_timeline(step);
         self.finish_profile();
         let saved = self.save_last_good(step.saturating_sub(1), &error);
+        if let Error::RanksUnresponsive(u) = &mut error {
+            u.saved.clone_from(&saved);
+            return error;
+        }
         if error.is_timeout() {
             return Error::StepTimeout {
                 step,
