@@ -30,6 +30,8 @@ pub mod leak;
 pub mod memory_viz;
 pub mod metrics;
 pub mod model;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod plan;
 pub mod profiling;
 pub mod report;

@@ -11,6 +11,7 @@ mod flags;
 mod inspect;
 mod out;
 mod progress;
+mod ranks;
 mod sampling;
 mod train;
 mod workloads;

@@ -8,14 +8,24 @@
 
 use std::fmt::Display;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// This process's rank in a data-parallel run: rank 0 prints; the others print only warnings
+/// and errors, prefixed with `rank N: `.
+static RANK: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets this process's rank (see [`RANK`]).
+#[cfg(feature = "mpi")]
+pub fn set_rank(rank: usize) {
+    RANK.store(rank, Ordering::SeqCst);
+}
 
 /// Writes `text` and a newline to standard output, flushed, or nothing once the output has
 /// closed.
 pub fn say(text: impl Display) {
-    if CLOSED.load(Ordering::SeqCst) {
+    if CLOSED.load(Ordering::SeqCst) || RANK.load(Ordering::SeqCst) != 0 {
         return;
     }
     let mut out = std::io::stdout().lock();
@@ -27,7 +37,11 @@ pub fn say(text: impl Display) {
 /// Writes `text` and a newline to standard error; a failure is ignored.
 pub fn warn(text: impl Display) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "{text}").and_then(|()| err.flush());
+    let _ = match RANK.load(Ordering::SeqCst) {
+        0 => writeln!(err, "{text}"),
+        rank => writeln!(err, "rank {rank}: {text}"),
+    }
+    .and_then(|()| err.flush());
 }
 
 static ERROR_SHOWN: AtomicBool = AtomicBool::new(false);

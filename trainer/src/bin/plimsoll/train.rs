@@ -5,7 +5,7 @@
 //! alongside `--resume` applied on top (and recorded as changes). The model and the seed cannot
 //! change; data whose checksum changed since the run began is refused unless `--data` is given.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -17,8 +17,12 @@ use plimsoll_trainer::run_dir::{self, METRICS_FILE, RUN_FILE, RunDir, SUMMARY_FI
 use plimsoll_trainer::{Error, JsonLines, Result, RunSummary, Trainer};
 
 use crate::progress::{self, Mode, Progress};
+use crate::ranks::Ranks;
 use crate::workloads::{Job, job};
 use crate::{Cli, Command, CommonArgs, GptShape, Workload, out};
+
+/// Every rank's end-of-run memory summary, in the run's directory.
+pub const MEMORY_SUMMARY_FILE: &str = "memory_summary.txt";
 
 /// Where runs go unless `--run-dir` says otherwise.
 pub const RUNS_ROOT: &str = "runs";
@@ -196,7 +200,7 @@ fn changes(
 }
 
 /// What this run writes to `run.json`.
-fn record(job: &Job, args: &[String], adapter: &str) -> serde_json::Value {
+fn record(job: &Job, args: &[String], adapter: &str, ranks: usize) -> serde_json::Value {
     serde_json::json!({
         "plimsoll": env!("CARGO_PKG_VERSION"),
         "workload": job.name,
@@ -210,6 +214,7 @@ fn record(job: &Job, args: &[String], adapter: &str) -> serde_json::Value {
         "eval_data": job.test.as_ref().map(|t| t.describe()),
         "config": job.config.to_json(),
         "adapter": adapter,
+        "ranks": ranks,
         "gpt": job.gpt_shape.map(GptShape::record),
         "resumes": [],
     })
@@ -218,7 +223,8 @@ fn record(job: &Job, args: &[String], adapter: &str) -> serde_json::Value {
 /// What [`prepare`] gives: the locked directory, the job, its options, the arguments to record,
 /// and for a resumed run the record of this resumption.
 type Prepared = (
-    RunDir,
+    Option<RunDir>,
+    PathBuf,
     Job,
     CommonArgs,
     Vec<String>,
@@ -227,7 +233,10 @@ type Prepared = (
 
 /// The run's directory and job: a new run, or the one `--resume` names rebuilt with the
 /// explicit flags on top; and for a resumed run the changes to record.
-fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
+///
+/// A `follower` (a rank other than 0 of a data-parallel run) creates and locks nothing: for a
+/// new run its path is empty, for a resumed one it is the run rank 0 resumes.
+fn prepare(workload: Workload, argv: &[String], follower: bool) -> Result<Prepared> {
     let name = workload.name();
     let common = workload.common().clone();
     let explicit = training_tokens(argv);
@@ -235,6 +244,9 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
         // The job first: bad flags and bad data leave no run directory behind.
         let (job, common) = job(workload)?;
         job.config.validate_for(job.spec.blocks())?;
+        if follower {
+            return Ok((None, PathBuf::new(), job, common, explicit, None));
+        }
         let run = match &common.run_dir {
             Some(dir) => RunDir::create_at(dir)?,
             None => {
@@ -244,7 +256,8 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
                 RunDir::create_unique(Path::new(RUNS_ROOT), &format!("{name}-{stamp}"))?
             }
         };
-        return Ok((run, job, common, explicit, None));
+        let path = run.path().to_path_buf();
+        return Ok((Some(run), path, job, common, explicit, None));
     };
     if common.run_dir.is_some() {
         return Err(Error::invalid(
@@ -264,7 +277,10 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
         })?,
         Some(path) => path,
     };
-    let run = RunDir::open(&path)?;
+    let run = match follower {
+        true => None,
+        false => Some(RunDir::open(&path)?),
+    };
     let saved = read_record(&path)?;
     let saved_workload = saved
         .get("workload")
@@ -289,7 +305,7 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
     let (mut new, mut new_common) = job(parse(name, &merged)?)?;
     let changed = changes(&old, &new, explicit_data)?;
     new.config.validate_for(new.spec.blocks())?;
-    new_common.resume = Some(Some(path));
+    new_common.resume = Some(Some(path.clone()));
     new_common.reset_optimizer = common.reset_optimizer;
     new.config.checkpoint_dir = None;
     let resume_record = serde_json::json!({
@@ -298,14 +314,44 @@ fn prepare(workload: Workload, argv: &[String]) -> Result<Prepared> {
         "changes": changed,
         "reset_optimizer": common.reset_optimizer,
     });
-    Ok((run, new, new_common, merged, Some(resume_record)))
+    Ok((run, path, new, new_common, merged, Some(resume_record)))
 }
 
-/// Trains; the exit code is 0, or 130 / 143 after SIGINT / SIGTERM (the run saved).
+/// Trains; the exit code is 0, or 130 / 143 after SIGINT / SIGTERM (the run saved). Under
+/// `mpirun` (the `mpi` feature), every rank trains the model on its shard of each batch and
+/// rank 0 keeps the run's directory.
 pub fn train(workload: Workload, argv: &[String], started: Instant) -> Result<ExitCode> {
-    let (run, job, common, args, resumed) = prepare(workload, argv)?;
-    let dir = run.path().to_path_buf();
-    let outcome = train_in(&dir, job, &common, &args, resumed.as_ref(), started);
+    let ranks = Ranks::start()?;
+    let outcome = match ranks.rank() {
+        0 => lead(workload, argv, started, &ranks),
+        _ => follow(workload, argv, started, &ranks),
+    };
+    if let Err(e) = &outcome {
+        out::error(e);
+        ranks.end_after_error();
+    }
+    outcome
+}
+
+/// A rank other than 0: trains its shard, writes nothing (rank 0 has the run's directory).
+fn follow(
+    workload: Workload,
+    argv: &[String],
+    started: Instant,
+    ranks: &Ranks,
+) -> Result<ExitCode> {
+    let (_, dir, mut job, common, _, _) = prepare(workload, argv, true)?;
+    job.config.checkpoint_dir = None;
+    let gpu = common.device.open()?;
+    gpu.compile_kernels()?;
+    let (_, _, code) = run_training(job, &gpu, &common, &dir, Vec::new(), started, ranks)?;
+    Ok(code)
+}
+
+/// Rank 0 (or the only process): the run's directory, its records and the output.
+fn lead(workload: Workload, argv: &[String], started: Instant, ranks: &Ranks) -> Result<ExitCode> {
+    let (run, dir, job, common, args, resumed) = prepare(workload, argv, false)?;
+    let outcome = train_in(&dir, job, &common, &args, resumed.as_ref(), started, ranks);
     if let Err(e) = &outcome {
         // The run's record of how it ended; the error itself is what the user sees.
         let failed = serde_json::json!({ "status": "failed", "error": e.to_string() });
@@ -332,6 +378,7 @@ fn train_in(
     args: &[String],
     resumed: Option<&serde_json::Value>,
     started: Instant,
+    ranks: &Ranks,
 ) -> Result<ExitCode> {
     let dir = dir.to_path_buf();
     let common = common.clone();
@@ -339,7 +386,7 @@ fn train_in(
     let gpu = common.device.open()?;
     let mut saved = match resumed {
         Some(_) => read_record(&dir)?,
-        None => record(&job, args, &gpu.adapter().to_string()),
+        None => record(&job, args, &gpu.adapter().to_string(), ranks.ranks()),
     };
     if let Some(r) = resumed {
         let step = plimsoll_nn::state::metadata(&latest_path(&dir))
@@ -359,6 +406,15 @@ fn train_in(
                 list.join(", ")
             ));
         }
+        let before = saved.get("ranks").and_then(|r| r.as_u64()).unwrap_or(1);
+        if before != ranks.ranks() as u64 {
+            out::say(format_args!(
+                "the run was trained on {before} rank(s); it goes on with {}: each rank's shard \
+                 of a batch changes, the update does not (recorded in run.json)",
+                ranks.ranks()
+            ));
+            saved["ranks"] = serde_json::json!(ranks.ranks());
+        }
         saved["args"] = serde_json::json!(args);
         if let Some(list) = saved.get_mut("resumes").and_then(|l| l.as_array_mut()) {
             list.push(r.clone());
@@ -368,10 +424,17 @@ fn train_in(
     }
     save_record(&dir, RUN_FILE, &saved)?;
     out::say(format_args!(
-        "training {} ({} parameters) on {}; run directory {}",
+        "training {} ({} parameters) on {}{}; run directory {}",
         job.name,
         job.spec.parameter_count(),
         gpu.adapter(),
+        match ranks.ranks() {
+            1 => String::new(),
+            n => format!(
+                " and {} more rank(s), each on its shard of every batch",
+                n - 1
+            ),
+        },
         dir.display()
     ));
     let mut metrics = vec![JsonLines::create(
@@ -392,7 +455,7 @@ fn train_in(
         "compiled {kernels} kernels in {:.1} s",
         compile.elapsed().as_secs_f64()
     ));
-    let (s, seconds, code) = match run_training(job, &gpu, &common, &dir, metrics, started) {
+    let (s, seconds, code) = match run_training(job, &gpu, &common, &dir, metrics, started, ranks) {
         Ok(done) => done,
         Err(e) => {
             // Shown now: dropping the device below may wait (within its drop deadline) for
@@ -425,8 +488,16 @@ fn run_training(
     dir: &Path,
     metrics: Vec<JsonLines>,
     started: Instant,
+    ranks: &Ranks,
 ) -> Result<(RunSummary, f64, ExitCode)> {
-    let mut trainer = Trainer::new(gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
+    let mut trainer = Trainer::new_distributed(
+        gpu,
+        job.config,
+        job.spec.as_ref(),
+        job.train,
+        job.test,
+        ranks.collective(),
+    )?;
     if common.resume.is_some() {
         let path = latest_path(dir);
         if !path.exists() {
@@ -455,6 +526,17 @@ fn run_training(
     progress.finish();
     let summary = summary?;
     let seconds = run_start.elapsed().as_secs_f64();
+    // Every rank's memory summary, into rank 0's run directory.
+    let summaries = trainer.gather(gpu.memory_summary().to_string().into_bytes())?;
+    if !summaries.is_empty() && ranks.rank() == 0 {
+        let text: String = summaries
+            .iter()
+            .enumerate()
+            .map(|(r, s)| format!("rank {r}:\n{}\n", String::from_utf8_lossy(s)))
+            .collect();
+        let path = dir.join(MEMORY_SUMMARY_FILE);
+        std::fs::write(&path, text).map_err(|source| Error::Io { path, source })?;
+    }
     let mut code = ExitCode::SUCCESS;
     if summary.interrupted {
         let signal = signal.load(Ordering::SeqCst);

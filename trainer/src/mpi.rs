@@ -1,0 +1,477 @@
+//! [`MpiCollective`]: the ranks of a data-parallel run over MPI (feature `mpi`; Open MPI or
+//! any MPI the `mpi` crate builds against).
+//!
+//! # A deadline on every collective
+//!
+//! MPI calls block until every rank takes part, and a rank that died or hangs never does. So
+//! every MPI call runs on one communication thread (MPI is initialised there, as
+//! `MPI_THREAD_FUNNELED`), as non-blocking operations polled with `MPI_Test`; the caller waits
+//! for the answer with a deadline. With each all-reduce every rank also sends the others its
+//! step number, so past the deadline the caller knows which ranks never reached the step and
+//! the error names them ([`Error::RanksUnresponsive`]). After that the communication thread is
+//! stuck with a request it cannot cancel: every later call fails at once, MPI is not
+//! finalised (it would wait for the missing rank), and [`MpiCollective::abort`] ends the job.
+//!
+//! Launch with `mpirun -np N plimsoll train ...`; add `--enable-recovery` (Open MPI) so that
+//! a rank that dies is reported by the others, as this module does, rather than having
+//! `mpirun` kill them at once.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::Equivalence;
+use mpi::traits::{Communicator, CommunicatorCollectives, Destination, Source};
+
+use crate::collective::Collective;
+use crate::error::{Error, Result, Unresponsive};
+
+/// How long starting MPI may take.
+pub const INIT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How long finalising MPI may take when the run ends.
+pub const FINALIZE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The tag of the step numbers each rank sends the others with an all-reduce.
+const ARRIVAL_TAG: i32 = 71;
+/// The tag of [`Collective::gather`]'s messages.
+const GATHER_TAG: i32 = 72;
+
+/// A rank's last step seen by this one: none yet.
+const NEVER: u64 = u64::MAX;
+
+/// Whether this process was started by an MPI launcher (`mpirun`, `srun`): the environment
+/// variables Open MPI, MPICH and PMIx set. A process started alone does not touch MPI.
+pub fn launched_by_mpi() -> bool {
+    [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_RANK",
+        "MPI_LOCALNRANKS",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
+}
+
+/// The stamp each rank sends the others with an all-reduce: the call's sequence number (the
+/// same on every rank) and the step.
+type Stamp = [u64; 2];
+
+enum Job {
+    AllReduceF32 {
+        values: Vec<f32>,
+        stamp: Stamp,
+        reply: mpsc::Sender<Vec<f32>>,
+    },
+    AllReduceU64 {
+        values: Vec<u64>,
+        stamp: Stamp,
+        reply: mpsc::Sender<Vec<u64>>,
+    },
+    /// Rank 0 receives `lengths[r]` bytes from each rank `r`; the others send theirs.
+    Gather {
+        bytes: Vec<u8>,
+        lengths: Vec<u64>,
+        reply: mpsc::Sender<Vec<Vec<u8>>>,
+    },
+    Finish {
+        reply: mpsc::Sender<()>,
+    },
+}
+
+struct Inner {
+    rank: usize,
+    ranks: usize,
+    jobs: Mutex<mpsc::Sender<Job>>,
+    /// Per rank, the last stamp it was seen sending: the call's sequence number and its step
+    /// ([`NEVER`] before the first).
+    arrived: Arc<Vec<[AtomicU64; 2]>>,
+    /// Collective calls made so far (every rank makes the same calls in the same order).
+    calls: AtomicU64,
+    /// Set by the first call that missed its deadline.
+    failed: AtomicBool,
+    /// Tells the communication thread to end the job (`MPI_Abort`).
+    abort: Arc<AtomicBool>,
+}
+
+/// This process's place in an MPI job; cheap to clone. See the module docs.
+#[derive(Clone)]
+pub struct MpiCollective {
+    inner: Arc<Inner>,
+}
+
+impl MpiCollective {
+    /// Starts MPI on a communication thread when the process was launched by MPI
+    /// ([`launched_by_mpi`]); `None` otherwise.
+    pub fn start() -> Result<Option<MpiCollective>> {
+        if !launched_by_mpi() {
+            return Ok(None);
+        }
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+        let abort = Arc::new(AtomicBool::new(false));
+        let thread_abort = Arc::clone(&abort);
+        std::thread::Builder::new()
+            .name("plimsoll mpi".into())
+            .spawn(move || communicate(ready_tx, jobs_rx, thread_abort))
+            .map_err(|e| Error::invalid("mpi", format!("no thread for MPI: {e}")))?;
+        let (rank, ranks, arrived) = match ready_rx.recv_timeout(INIT_DEADLINE) {
+            Ok(Ok(started)) => started,
+            Ok(Err(message)) => return Err(Error::invalid("mpi", message)),
+            Err(_) => {
+                return Err(Error::invalid(
+                    "mpi",
+                    format!(
+                        "MPI did not start within {} s (is every rank launched by the same \
+                         mpirun?)",
+                        INIT_DEADLINE.as_secs()
+                    ),
+                ));
+            }
+        };
+        Ok(Some(MpiCollective {
+            inner: Arc::new(Inner {
+                rank,
+                ranks,
+                jobs: Mutex::new(jobs_tx),
+                arrived,
+                calls: AtomicU64::new(0),
+                failed: AtomicBool::new(false),
+                abort,
+            }),
+        }))
+    }
+
+    /// Ends the whole job now (`MPI_Abort`, exit status 1), every rank with it: after a
+    /// rank stopped answering, once this rank has said why and saved what it could. Waits a
+    /// moment for it; returns only if the communication thread is gone.
+    pub fn abort(&self) {
+        self.inner.abort.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_secs(2));
+    }
+
+    /// Whether a call missed its deadline (the job cannot go on).
+    pub fn failed(&self) -> bool {
+        self.inner.failed.load(Ordering::SeqCst)
+    }
+
+    fn submit<T>(
+        &self,
+        what: &str,
+        step: Option<u64>,
+        deadline: Duration,
+        job: impl FnOnce(mpsc::Sender<T>, Stamp) -> Job,
+    ) -> Result<T> {
+        let inner = &self.inner;
+        let call = inner.calls.fetch_add(1, Ordering::SeqCst);
+        let stamp = [call, step.unwrap_or(0)];
+        if self.failed() {
+            return Err(Error::invalid(
+                "mpi",
+                format!(
+                    "{what}: an earlier collective call missed its deadline; the job cannot go on"
+                ),
+            ));
+        }
+        let (reply, answer) = mpsc::channel();
+        let sent = inner
+            .jobs
+            .lock()
+            .map_err(|_| Error::invalid("mpi", "the MPI thread's queue is poisoned"))?
+            .send(job(reply, stamp));
+        if sent.is_err() {
+            inner.failed.store(true, Ordering::SeqCst);
+            return Err(Error::invalid(
+                "mpi",
+                format!("{what}: the MPI thread is gone"),
+            ));
+        }
+        match answer.recv_timeout(deadline) {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                inner.failed.store(true, Ordering::SeqCst);
+                let step = step.unwrap_or(0);
+                let seen = |r: usize, i: usize| {
+                    let s = inner.arrived.get(r).map(|a| a[i].load(Ordering::SeqCst));
+                    s.filter(|&s| s != NEVER)
+                };
+                let missing = (0..inner.ranks)
+                    .filter(|&r| r != inner.rank)
+                    .filter(|&r| seen(r, 0).is_none_or(|c| c < call))
+                    .collect();
+                let last_seen = (0..inner.ranks)
+                    .map(|r| seen(r, 1).filter(|&s| s > 0))
+                    .collect();
+                Err(Error::RanksUnresponsive(Box::new(Unresponsive {
+                    what: what.to_string(),
+                    step,
+                    rank: inner.rank,
+                    missing,
+                    last_seen,
+                    deadline_ms: deadline.as_millis() as u64,
+                    thread_gone: matches!(e, mpsc::RecvTimeoutError::Disconnected),
+                    saved: None,
+                })))
+            }
+        }
+    }
+}
+
+impl Collective for MpiCollective {
+    fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    fn ranks(&self) -> usize {
+        self.inner.ranks
+    }
+
+    fn all_reduce_sum(&self, values: Vec<f32>, step: u64, deadline: Duration) -> Result<Vec<f32>> {
+        let len = values.len();
+        let summed = self.submit(
+            "the all-reduce of gradients",
+            Some(step),
+            deadline,
+            |reply, stamp| Job::AllReduceF32 {
+                values,
+                stamp,
+                reply,
+            },
+        )?;
+        match summed.len() == len {
+            true => Ok(summed),
+            false => Err(Error::invalid(
+                "mpi",
+                format!("the all-reduce gave {} values for {len}", summed.len()),
+            )),
+        }
+    }
+
+    fn wait_for_all(&self, what: &str, deadline: Duration) -> Result<()> {
+        self.submit(what, None, deadline, |reply, stamp| Job::AllReduceU64 {
+            values: vec![0],
+            stamp,
+            reply,
+        })
+        .map(|_| ())
+    }
+
+    fn gather(&self, bytes: Vec<u8>, deadline: Duration) -> Result<Vec<Vec<u8>>> {
+        let start = Instant::now();
+        let mut lengths = vec![0u64; self.inner.ranks];
+        if let Some(l) = lengths.get_mut(self.inner.rank) {
+            *l = bytes.len() as u64;
+        }
+        let lengths = self.submit(
+            "gathering the ranks' lengths",
+            None,
+            deadline,
+            |reply, stamp| Job::AllReduceU64 {
+                values: lengths,
+                stamp,
+                reply,
+            },
+        )?;
+        let left = deadline.saturating_sub(start.elapsed());
+        self.submit("gathering every rank's summary", None, left, |reply, _| {
+            Job::Gather {
+                bytes,
+                lengths,
+                reply,
+            }
+        })
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.failed.load(Ordering::SeqCst) {
+            // Finalising would wait for the rank that stopped answering.
+            return;
+        }
+        let (reply, done) = mpsc::channel();
+        let sent = self
+            .jobs
+            .lock()
+            .map(|jobs| jobs.send(Job::Finish { reply }).is_ok())
+            .unwrap_or(false);
+        if sent && done.recv_timeout(FINALIZE_DEADLINE).is_err() {
+            eprintln!(
+                "plimsoll: rank {}: MPI did not finalise within {} s; exiting without it",
+                self.rank,
+                FINALIZE_DEADLINE.as_secs()
+            );
+        }
+    }
+}
+
+type Started = std::result::Result<(usize, usize, Arc<Vec<[AtomicU64; 2]>>), String>;
+
+/// The communication thread: starts MPI, then runs jobs until [`Job::Finish`] (or forever, if
+/// a job never completes, until the process exits).
+fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: Arc<AtomicBool>) {
+    let Some((universe, _threading)) = mpi::initialize_with_threading(mpi::Threading::Funneled)
+    else {
+        let _ = ready.send(Err("MPI was already initialised in this process".into()));
+        return;
+    };
+    let world = universe.world();
+    let (rank, ranks) = (world.rank() as usize, world.size() as usize);
+    let arrived: Arc<Vec<[AtomicU64; 2]>> = Arc::new(
+        (0..ranks)
+            .map(|_| [AtomicU64::new(NEVER), AtomicU64::new(NEVER)])
+            .collect(),
+    );
+    if ready.send(Ok((rank, ranks, Arc::clone(&arrived)))).is_err() {
+        return;
+    }
+    let poll = |abort: &AtomicBool| {
+        if abort.load(Ordering::SeqCst) {
+            world.abort(1);
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    };
+    while let Ok(job) = jobs.recv() {
+        match job {
+            Job::AllReduceF32 {
+                values,
+                stamp,
+                reply,
+            } => {
+                let summed = all_reduce(&world, &values, stamp, &arrived, || poll(&abort));
+                let _ = reply.send(summed);
+            }
+            Job::AllReduceU64 {
+                values,
+                stamp,
+                reply,
+            } => {
+                let summed = all_reduce(&world, &values, stamp, &arrived, || poll(&abort));
+                let _ = reply.send(summed);
+            }
+            Job::Gather {
+                bytes,
+                lengths,
+                reply,
+            } => {
+                let gathered = gather(&world, bytes, &lengths, || poll(&abort));
+                let _ = reply.send(gathered);
+            }
+            Job::Finish { reply } => {
+                drop(universe);
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+    // The process is ending without `Finish` (its last handle dropped after a failure): leave
+    // MPI as it is.
+    std::mem::forget(universe);
+}
+
+/// The element-wise sum of `values` over every rank, polled until done. Each rank also sends
+/// the others its `stamp`; what arrives is recorded in `arrived`.
+fn all_reduce<T: Equivalence + Default + Copy>(
+    world: &mpi::topology::SimpleCommunicator,
+    values: &[T],
+    stamp: Stamp,
+    arrived: &[[AtomicU64; 2]],
+    mut poll: impl FnMut(),
+) -> Vec<T> {
+    let rank = world.rank() as usize;
+    let mut out = vec![T::default(); values.len()];
+    let mut stamps = vec![[NEVER; 2]; arrived.len()];
+    mpi::request::scope(|scope| {
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        for (peer, slot) in stamps.iter_mut().enumerate() {
+            if peer == rank {
+                continue;
+            }
+            let process = world.process_at_rank(peer as i32);
+            sends.push(process.immediate_send_with_tag(scope, &stamp[..], ARRIVAL_TAG));
+            let recv = process.immediate_receive_into_with_tag(scope, &mut slot[..], ARRIVAL_TAG);
+            recvs.push((peer, recv));
+        }
+        let mut reduce = Some(world.immediate_all_reduce_into(
+            scope,
+            values,
+            &mut out[..],
+            SystemOperation::sum(),
+        ));
+        loop {
+            sends = sends.into_iter().filter_map(|r| r.test().err()).collect();
+            recvs = recvs
+                .into_iter()
+                .filter_map(|(peer, r)| match r.test_with_data() {
+                    Ok((_, data)) => {
+                        if let (Some(a), [call, step]) = (arrived.get(peer), data) {
+                            a[1].store(*step, Ordering::SeqCst);
+                            a[0].store(*call, Ordering::SeqCst);
+                        }
+                        None
+                    }
+                    Err(r) => Some((peer, r)),
+                })
+                .collect();
+            if let Some(r) = reduce.take() {
+                reduce = r.test().err();
+            }
+            if reduce.is_none() && sends.is_empty() && recvs.is_empty() {
+                break;
+            }
+            poll();
+        }
+    });
+    out
+}
+
+/// Rank 0 receives `lengths[r]` bytes from every rank `r`; the others send `bytes`.
+fn gather(
+    world: &mpi::topology::SimpleCommunicator,
+    bytes: Vec<u8>,
+    lengths: &[u64],
+    mut poll: impl FnMut(),
+) -> Vec<Vec<u8>> {
+    let rank = world.rank() as usize;
+    if rank != 0 {
+        mpi::request::scope(|scope| {
+            let mut send = Some(world.process_at_rank(0).immediate_send_with_tag(
+                scope,
+                &bytes[..],
+                GATHER_TAG,
+            ));
+            while let Some(r) = send.take() {
+                send = r.test().err();
+                if send.is_some() {
+                    poll();
+                }
+            }
+        });
+        return Vec::new();
+    }
+    let mut all: Vec<Vec<u8>> = lengths.iter().map(|&n| vec![0u8; n as usize]).collect();
+    mpi::request::scope(|scope| {
+        let mut recvs: Vec<_> = all
+            .iter_mut()
+            .enumerate()
+            .skip(1)
+            .map(|(peer, buf)| {
+                world
+                    .process_at_rank(peer as i32)
+                    .immediate_receive_into_with_tag(scope, &mut buf[..], GATHER_TAG)
+            })
+            .collect();
+        while !recvs.is_empty() {
+            recvs = recvs.into_iter().filter_map(|r| r.test().err()).collect();
+            if !recvs.is_empty() {
+                poll();
+            }
+        }
+    });
+    if let Some(first) = all.first_mut() {
+        *first = bytes;
+    }
+    all
+}

@@ -1,0 +1,291 @@
+//! Data-parallel training over MPI, through `mpirun` and the `plimsoll` command as a user runs
+//! them (feature `mpi`; needs Open MPI's `mpirun` on the path, which `.ci/run` installs).
+//!
+//! - 2 ranks on a batch equal 1 process on the same batch (parameters within 1e-5 relative,
+//!   per tensor) after 5 steps, for the MLP and a tiny GPT, with even and uneven shards;
+//! - a killed rank: the survivor names it within the deadline, saves the last good state and
+//!   exits non-zero.
+
+#![cfg(feature = "mpi")]
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_plimsoll");
+
+/// A fresh, empty folder for one test.
+fn folder(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-mpi-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `mpirun` with what a test machine needs: running as root allowed (CI runs as root), more
+/// ranks than cores allowed, and a dead rank reported by the others (`--enable-recovery`).
+fn mpirun(ranks: usize) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(["--enable-recovery", "--oversubscribe", "-np"])
+        .arg(ranks.to_string())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null());
+    c
+}
+
+fn check(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `plimsoll train <args> --run-dir <dir>/<name>` on one process and under `mpirun -np
+/// ranks`; returns the two run directories.
+fn one_and_many(dir: &Path, ranks: usize, args: &[&str]) -> (PathBuf, PathBuf) {
+    let one = dir.join("one");
+    let output = Command::new(BIN)
+        .args(["train"])
+        .args(args)
+        .arg("--run-dir")
+        .arg(&one)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    check(&output, "one process");
+    let many = dir.join("many");
+    let output = mpirun(ranks)
+        .arg(BIN)
+        .arg("train")
+        .args(args)
+        .arg("--run-dir")
+        .arg(&many)
+        .output()
+        .unwrap();
+    check(&output, "mpirun");
+    (one, many)
+}
+
+/// Relative differences `|a - b| / |a|` (Euclidean norms) between two exported models, which
+/// must hold the same tensors: over all parameters, and the worst tensor with its name.
+fn relative_differences(a: &Path, b: &Path) -> (f64, f64, String) {
+    let a = plimsoll_trainer::nn::state::load(&a.join("model.safetensors")).unwrap();
+    let b = plimsoll_trainer::nn::state::load(&b.join("model.safetensors")).unwrap();
+    assert_eq!(
+        a.tensors.keys().collect::<Vec<_>>(),
+        b.tensors.keys().collect::<Vec<_>>()
+    );
+    let (mut diff_all, mut norm_all) = (0.0f64, 0.0f64);
+    let mut worst = (0.0f64, String::new());
+    for (name, x) in &a.tensors {
+        let y = &b.tensors[name];
+        assert_eq!(x.shape, y.shape, "{name}");
+        let diff: f64 = x
+            .data
+            .iter()
+            .zip(&y.data)
+            .map(|(p, q)| f64::from(p - q).powi(2))
+            .sum();
+        let norm: f64 = x.data.iter().map(|p| f64::from(*p).powi(2)).sum();
+        (diff_all, norm_all) = (diff_all + diff, norm_all + norm);
+        let relative = (diff / norm.max(1e-24)).sqrt();
+        if relative >= worst.0 {
+            worst = (relative, name.clone());
+        }
+    }
+    ((diff_all / norm_all.max(1e-24)).sqrt(), worst.0, worst.1)
+}
+
+/// The step lines of a run's metrics.
+fn steps(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v.get("loss").is_some())
+        .collect()
+}
+
+fn assert_same_training(one: &Path, many: &Path, ranks: u64) {
+    let (a, b) = (steps(one), steps(many));
+    assert_eq!(a.len(), 5);
+    assert_eq!(b.len(), 5);
+    for (x, y) in a.iter().zip(&b) {
+        let (lx, ly) = (x["loss"].as_f64().unwrap(), y["loss"].as_f64().unwrap());
+        assert!((lx - ly).abs() <= 1e-5 * lx.abs(), "loss {lx} vs {ly}");
+        assert_eq!(y["ranks"].as_u64(), Some(ranks));
+        assert!(y["allreduce_bytes"].as_u64().unwrap() > 0);
+        assert_eq!(x["allreduce_bytes"].as_u64(), Some(0));
+    }
+    // The model within 1e-5; each tensor within 1e-4. Not every tensor within 1e-5: the GPT's
+    // key bias (a third of `c_attn.bias`) has a gradient that is zero in exact arithmetic
+    // (softmax ignores a shift shared by every key), so it is rounding noise that AdamW
+    // normalises into steps of its own. The order of a sum changes that noise: one process
+    // with `--micro-batch 32` against 64 moves that tensor by 2.0e-5 too.
+    let (all, worst, name) = relative_differences(one, many);
+    assert!(all <= 1e-5, "the parameters differ by {all:e} (relative)");
+    assert!(worst <= 1e-4, "{name} differs by {worst:e} (relative)");
+    // Every rank's memory summary is gathered into rank 0's run directory.
+    let summaries = std::fs::read_to_string(many.join("memory_summary.txt")).unwrap();
+    for r in 0..ranks {
+        assert!(summaries.contains(&format!("rank {r}:\n")), "{summaries}");
+    }
+    let run: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(many.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["ranks"].as_u64(), Some(ranks));
+}
+
+const MLP: [&str; 7] = ["mlp-bench", "--steps", "5", "--layers", "1", "--seed", "3"];
+
+#[test]
+fn two_ranks_train_the_mlp_as_one_process_does() {
+    let dir = folder("mlp");
+    let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "64"]).collect();
+    let (one, many) = one_and_many(&dir, 2, &args);
+    assert_same_training(&one, &many, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn uneven_shards_train_the_mlp_as_one_process_does() {
+    let dir = folder("mlp-uneven");
+    let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "63"]).collect();
+    let (one, many) = one_and_many(&dir, 2, &args);
+    assert_same_training(&one, &many, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A GPT of one block, width 32, on the bundled plays.
+fn gpt(batch: &str) -> Vec<&str> {
+    vec![
+        "shakespeare",
+        "--steps",
+        "5",
+        "--batch",
+        batch,
+        "--context",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--width",
+        "32",
+        "--eval-windows",
+        "8",
+    ]
+}
+
+#[test]
+fn two_ranks_train_a_tiny_gpt_as_one_process_does() {
+    let dir = folder("gpt");
+    let (one, many) = one_and_many(&dir, 2, &gpt("64"));
+    assert_same_training(&one, &many, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn uneven_shards_train_a_tiny_gpt_as_one_process_does() {
+    let dir = folder("gpt-uneven");
+    let (one, many) = one_and_many(&dir, 2, &gpt("63"));
+    assert_same_training(&one, &many, 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_killed_rank_is_named_by_the_survivor_within_the_deadline_with_a_checkpoint() {
+    let dir = folder("killed");
+    let deadline_ms = 3000;
+    // Each rank's pid and exit status land in files (mpirun's own status is not the ranks').
+    let script = r#"R=$OMPI_COMM_WORLD_RANK; "$0" "$@" 2> "stderr.$R" & echo $! > "pid.$R"; wait $!; echo $? > "rc.$R""#;
+    let mut child = mpirun(2)
+        .args([
+            "sh",
+            "-c",
+            script,
+            BIN,
+            "train",
+            "mlp-bench",
+            "--layers",
+            "1",
+            "--batch",
+            "64",
+        ])
+        .args([
+            "--steps",
+            "100000",
+            "--checkpoint-every",
+            "5",
+            "--run-dir",
+            "run",
+        ])
+        .args(["--deadline-ms", &deadline_ms.to_string()])
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for rank 0 to save at step 10 or later.
+    let start = Instant::now();
+    loop {
+        let saved = plimsoll_trainer::nn::state::metadata(&dir.join("run/latest.safetensors"))
+            .ok()
+            .and_then(|m| m.get("step").and_then(|s| s.parse::<u64>().ok()));
+        if saved.is_some_and(|s| s >= 10) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "no step 10 in 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = std::fs::read_to_string(dir.join("pid.1")).unwrap();
+    let killed = Instant::now();
+    let status = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // The survivor's exit status appears once it has given up.
+    let rc = loop {
+        if let Ok(rc) = std::fs::read_to_string(dir.join("rc.0"))
+            && !rc.trim().is_empty()
+        {
+            break rc;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(120),
+            "rank 0 did not give up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let gave_up = killed.elapsed();
+    let _ = child.wait();
+    let stderr = std::fs::read_to_string(dir.join("stderr.0")).unwrap();
+    assert_ne!(rc.trim(), "0", "{stderr}");
+    assert!(
+        stderr.contains("rank 1 (its last call was in step") && stderr.contains("never reached it"),
+        "{stderr}"
+    );
+    // Within the deadline (plus saving the last good state and exiting: at most one more).
+    assert!(
+        gave_up < Duration::from_millis(2 * deadline_ms + 2000),
+        "{gave_up:?}\n{stderr}"
+    );
+    assert!(stderr.contains("the last good state (step"), "{stderr}");
+    let summary = std::fs::read_to_string(dir.join("run/summary.json")).unwrap();
+    assert!(summary.contains("failed"), "{summary}");
+    // The checkpoint holds a finished step (the one before the step that failed).
+    let step: u64 = plimsoll_trainer::nn::state::metadata(&dir.join("run/latest.safetensors"))
+        .unwrap()["step"]
+        .parse()
+        .unwrap();
+    assert!(step >= 10);
+    let _ = std::fs::remove_dir_all(&dir);
+}
