@@ -68,6 +68,18 @@ impl Collective for SingleProcess {
     }
 }
 
+/// The number of processes an MPI launcher (`mpirun`, `srun`) started, from the environment
+/// variables Open MPI, MPICH and PMI set (`Some(1)` when launched alone by one of them); `None`
+/// for a process started directly. Needs no MPI library: a build without the `mpi` feature
+/// uses it to refuse to run as N unrelated copies.
+pub fn launched_by_mpi() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .map(|n| n.trim().parse().unwrap_or(1))
+        .or_else(|| std::env::var_os("PMIX_RANK").map(|_| 1))
+}
+
 /// Rank `rank`'s part of `batch` among `ranks`: contiguous, the first `len % ranks` ranks one
 /// sample more (63 samples on 2 ranks: 32 and 31). A rank may get none (a batch smaller than
 /// the ranks); its gradients then count as zeros.

@@ -41,19 +41,6 @@ const GATHER_TAG: i32 = 72;
 /// A rank's last step seen by this one: none yet.
 const NEVER: u64 = u64::MAX;
 
-/// Whether this process was started by an MPI launcher (`mpirun`, `srun`): the environment
-/// variables Open MPI, MPICH and PMIx set. A process started alone does not touch MPI.
-pub fn launched_by_mpi() -> bool {
-    [
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "MPI_LOCALNRANKS",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some())
-}
-
 /// The stamp each rank sends the others with an all-reduce: the call's sequence number (the
 /// same on every rank) and the step.
 type Stamp = [u64; 2];
@@ -103,9 +90,9 @@ pub struct MpiCollective {
 
 impl MpiCollective {
     /// Starts MPI on a communication thread when the process was launched by MPI
-    /// ([`launched_by_mpi`]); `None` otherwise.
+    /// ([`crate::collective::launched_by_mpi`]); `None` otherwise.
     pub fn start() -> Result<Option<MpiCollective>> {
-        if !launched_by_mpi() {
+        if crate::collective::launched_by_mpi().is_none() {
             return Ok(None);
         }
         let (ready_tx, ready_rx) = mpsc::channel();

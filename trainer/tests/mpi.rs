@@ -289,3 +289,78 @@ fn a_killed_rank_is_named_by_the_survivor_within_the_deadline_with_a_checkpoint(
     assert!(step >= 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_run_resumes_with_the_same_ranks_and_says_so_when_they_differ() {
+    let dir = folder("resume");
+    let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "64"]).collect();
+    let run = dir.join("run");
+    let resume = |ranks: usize, steps: &str| {
+        let mut c = match ranks {
+            1 => Command::new(BIN),
+            n => {
+                let mut c = mpirun(n);
+                c.arg(BIN);
+                c
+            }
+        };
+        let output = c
+            .args(["train", "mlp-bench", "--resume"])
+            .arg(&run)
+            .args(["--steps", steps])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        check(&output, "resume");
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    // 3 steps on 2 ranks, 1 more on 2 ranks, the last on one process.
+    let output = mpirun(2)
+        .arg(BIN)
+        .args([
+            "train",
+            "mlp-bench",
+            "--layers",
+            "1",
+            "--batch",
+            "64",
+            "--seed",
+            "3",
+        ])
+        .args(["--steps", "3", "--run-dir"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    check(&output, "first");
+    let same = resume(2, "4");
+    assert!(!same.contains("rank(s); it goes on with"), "{same}");
+    let fewer = resume(1, "5");
+    assert!(
+        fewer.contains("the run was trained on 2 rank(s); it goes on with 1"),
+        "{fewer}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["ranks"].as_u64(), Some(1));
+    let resumes = record["resumes"].as_array().unwrap();
+    assert_eq!(resumes.len(), 2);
+    assert!(resumes[0]["changes"].get("ranks").is_none());
+    assert_eq!(resumes[1]["changes"]["ranks"], serde_json::json!([2, 1]));
+    // The same 5 steps as one process trains them in one go.
+    let one = dir.join("one");
+    let output = Command::new(BIN)
+        .args(["train"])
+        .args(&args)
+        .arg("--run-dir")
+        .arg(&one)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    check(&output, "one process");
+    let (all, worst, name) = relative_differences(&one, &run);
+    assert!(
+        all <= 1e-5 && worst <= 1e-4,
+        "{name}: {worst:e}, all {all:e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

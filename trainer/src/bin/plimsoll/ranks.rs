@@ -27,8 +27,17 @@ impl Ranks {
             Ok(Ranks { mpi })
         }
         #[cfg(not(feature = "mpi"))]
-        {
-            Ok(Ranks {})
+        match plimsoll_trainer::collective::launched_by_mpi() {
+            Some(n) if n > 1 => Err(plimsoll_trainer::Error::invalid(
+                "mpirun",
+                format!(
+                    "this process is one of {n} that an MPI launcher started, but this plimsoll \
+                     was built without MPI, so each would train a model of its own; build it \
+                     with `cargo build --release --features mpi` (needs libopenmpi-dev and \
+                     libclang-dev)"
+                ),
+            )),
+            _ => Ok(Ranks {}),
         }
     }
 

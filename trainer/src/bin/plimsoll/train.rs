@@ -406,8 +406,10 @@ fn train_in(
                 list.join(", ")
             ));
         }
+        let mut r = r.clone();
         let before = saved.get("ranks").and_then(|r| r.as_u64()).unwrap_or(1);
         if before != ranks.ranks() as u64 {
+            r["changes"]["ranks"] = serde_json::json!([before, ranks.ranks()]);
             out::say(format_args!(
                 "the run was trained on {before} rank(s); it goes on with {}: each rank's shard \
                  of a batch changes, the update does not (recorded in run.json)",
@@ -417,7 +419,7 @@ fn train_in(
         }
         saved["args"] = serde_json::json!(args);
         if let Some(list) = saved.get_mut("resumes").and_then(|l| l.as_array_mut()) {
-            list.push(r.clone());
+            list.push(r);
         } else {
             saved["resumes"] = serde_json::json!([r]);
         }
@@ -545,13 +547,21 @@ fn run_training(
         } else {
             "interrupted (Ctrl-C)"
         };
-        out::warn(format_args!(
-            "{name} at step {}; saved {}; continue with: plimsoll train {} --resume {}",
-            summary.steps,
-            latest_path(dir).display(),
-            job.name,
-            dir.display()
-        ));
+        // Rank 0 saved; the other ranks stopped after the same step and have nothing to add.
+        if ranks.rank() == 0 {
+            let launcher = match ranks.ranks() {
+                1 => String::new(),
+                n => format!("mpirun -np {n} "),
+            };
+            out::warn(format_args!(
+                "{name} at step {}; saved {}; continue with: {launcher}plimsoll train {} \
+                 --resume {}",
+                summary.steps,
+                latest_path(dir).display(),
+                job.name,
+                dir.display()
+            ));
+        }
         code = ExitCode::from(if signal == 143 { 143 } else { 130 });
     }
     out::say(format_args!(
