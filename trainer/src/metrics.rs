@@ -51,7 +51,8 @@ pub struct StepReport {
     pub ranks: usize,
     /// Bytes this rank passed to the all-reduce of gradients (0 for one process).
     pub allreduce_bytes: u64,
-    /// Milliseconds spent summing gradients across ranks, waiting for the slowest included.
+    /// Milliseconds in the all-reduce calls of gradients: waiting for the slowest rank to
+    /// arrive, then the sum (reading gradients back and writing the sums not included).
     pub allreduce_ms: f64,
     /// Peaks of each phase the step went through (`forward`, `backward`, `optimizer`; an
     /// evaluation's peaks are in its own [`EvalRecord`]).

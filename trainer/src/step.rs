@@ -92,8 +92,9 @@ pub struct StepResult {
     pub stop: bool,
     /// Bytes this rank passed to the all-reduce of gradients (0 for one process).
     pub allreduce_bytes: u64,
-    /// Milliseconds this rank spent summing gradients across ranks: reading them back,
-    /// waiting for the others, writing the sums (0 for one process).
+    /// Milliseconds this rank spent in the all-reduce calls: waiting for the slowest rank to
+    /// arrive, then the sum itself (0 for one process). Reading gradients back and writing the
+    /// sums are not included.
     pub allreduce_ms: f64,
 }
 
@@ -327,9 +328,15 @@ fn all_reduce_gradients(
     shared: &mut Shared,
 ) -> Result<Tensor> {
     let _no_grad = no_grad();
-    let start = std::time::Instant::now();
     let deadline = inputs.gpu.default_deadline();
-    let step = inputs.step;
+    // Only the time inside the collective calls counts: the first read-back below also waits
+    // for this rank's own forward and backward to finish on the GPU.
+    let sum = |values: Vec<f32>, shared: &mut Shared| {
+        let start = std::time::Instant::now();
+        let summed = collective.all_reduce_sum(values, inputs.step, deadline);
+        shared.ms += start.elapsed().as_secs_f64() * 1e3;
+        summed
+    };
     let loss = match &loss_sum {
         Some(t) => t.to_vec()?.first().copied().unwrap_or(f32::NAN),
         None => 0.0,
@@ -339,7 +346,7 @@ fn all_reduce_gradients(
     let mut header = vec![loss, f32::from(u8::from(inputs.stop))];
     header.extend(grads.iter().map(|g| f32::from(u8::from(g.is_some()))));
     shared.bytes += (header.len() * 4) as u64;
-    let header = collective.all_reduce_sum(header, step, deadline)?;
+    let header = sum(header, shared)?;
     let (loss, stop, have) = match header.as_slice() {
         [loss, stop, have @ ..] => (*loss, *stop > 0.0, have.to_vec()),
         _ => return Err(Error::invalid("all-reduce", "a short header came back")),
@@ -370,7 +377,7 @@ fn all_reduce_gradients(
             }
         }
         shared.bytes += (values.len() * 4) as u64;
-        let summed = collective.all_reduce_sum(values, step, deadline)?;
+        let summed = sum(values, shared)?;
         let mut at = 0;
         for i in range {
             let n = sizes.get(i).copied().unwrap_or(0);
@@ -383,6 +390,5 @@ fn all_reduce_gradients(
             }
         }
     }
-    shared.ms = start.elapsed().as_secs_f64() * 1e3;
     Ok(Tensor::from_slice(inputs.gpu, &[loss], &[1])?)
 }
