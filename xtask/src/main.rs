@@ -2,7 +2,8 @@
 //!
 //! - `cargo xtask ci` does what CI does: the line limit (no non-test source file over
 //!   [`line_limit::MAX_LINES`] lines; which files count is in [`line_limit`]), format check, clippy
-//!   with warnings as errors, all tests, then `chaos` and `pictures`.
+//!   with warnings as errors, all tests, the MPI tests (the `mpi` feature under `mpirun`),
+//!   then `chaos` and `pictures`.
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
 //! - `cargo xtask chaos` injects a fault at every failure point of a training step (see
@@ -35,8 +36,12 @@ Tasks:
                    2. cargo fmt --check
                    3. cargo clippy --workspace --all-targets -D warnings
                    4. cargo test --workspace
-                   5. cargo xtask chaos
-                   6. cargo xtask pictures
+                   5. with the mpi feature (needs Open MPI's mpirun, libopenmpi-dev and
+                      libclang-dev): cargo clippy -p plimsoll-trainer --features mpi
+                      --all-targets -D warnings, cargo test -p plimsoll-trainer --features mpi
+                      --test mpi (data-parallel training under mpirun)
+                   6. cargo xtask chaos
+                   7. cargo xtask pictures
   chaos            every failure point of a training step of an MLP and a small GPT, each
                    made to fail and to lose the device in turn: each must recover to the
                    undisturbed result or end in a typed error with the model unchanged
@@ -83,7 +88,7 @@ fn run(args: Vec<String>) -> Result<()> {
 /// milliseconds and needs no build), then the cargo steps.
 fn ci() -> Result<()> {
     line_limit::check(&workspace_root())?;
-    let steps: [&[&str]; 3] = [
+    let steps: [&[&str]; 5] = [
         &["fmt", "--all", "--check"],
         &[
             "clippy",
@@ -94,14 +99,52 @@ fn ci() -> Result<()> {
             "warnings",
         ],
         &["test", "--workspace"],
+        &[
+            "clippy",
+            "-p",
+            "plimsoll-trainer",
+            "--features",
+            "mpi",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[
+            "test",
+            "-p",
+            "plimsoll-trainer",
+            "--features",
+            "mpi",
+            "--test",
+            "mpi",
+        ],
     ];
-    for step in steps {
+    for (i, step) in steps.into_iter().enumerate() {
+        if i == 3 {
+            require_mpi()?;
+        }
         cargo(step)?;
     }
     eprintln!("$ cargo xtask chaos");
     chaos(&[])?;
     eprintln!("$ cargo xtask pictures");
     pictures::run_task(&[])
+}
+
+/// The MPI steps need Open MPI's `mpirun` (and, to build, its headers and libclang).
+fn require_mpi() -> Result<()> {
+    let found = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        bail!(
+            "no `mpirun` on the path: the MPI tests need Open MPI. `bash .ci/run` installs it \
+             (apt-get install openmpi-bin libopenmpi-dev libclang-dev)"
+        );
+    }
+    Ok(())
 }
 
 /// `cargo xtask chaos`, which needs a debug build: fault injection is compiled out of release

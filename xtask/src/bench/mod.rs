@@ -7,6 +7,7 @@ use serde::Serialize;
 
 mod allocator;
 mod kernels;
+mod mpi;
 mod plan;
 mod train;
 pub(crate) mod train_gpt;
@@ -53,7 +54,7 @@ impl Report {
 }
 
 /// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).
-pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "plan", "train"];
+pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "plan", "train", "mpi"];
 
 /// `cargo xtask bench [suite]`. In a debug build it re-runs itself through
 /// `cargo run --release`, so no figure ever comes from unoptimised code.
@@ -85,6 +86,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "kernels" => kernels::run()?,
             "plan" => plan::run()?,
             "train" => train::run()?,
+            "mpi" => mpi::run()?,
             other => bail!(
                 "unknown suite `{other}`; one of: {}, all",
                 SUITES.join(", ")
