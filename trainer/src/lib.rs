@@ -42,6 +42,7 @@ pub mod task;
 pub mod text;
 pub mod timeline;
 pub mod trainer;
+mod trainer_eval;
 mod trainer_files;
 
 pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};

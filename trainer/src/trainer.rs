@@ -10,21 +10,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use plimsoll_allocator::{Phase, StepOutcome};
+use plimsoll_allocator::StepOutcome;
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
-use plimsoll_autograd::{Gpu, Tensor, no_grad};
+use plimsoll_autograd::{Gpu, Tensor};
 use plimsoll_nn::Optimizer;
 
 use crate::checkpoint_io::RunPosition;
 use crate::collective::{Collective, SingleProcess, shard};
-use crate::config::{CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
+use crate::config::{CheckpointPolicy, RunLength, TrainConfig};
 use crate::data::epoch_order;
 use crate::error::{Error, Result};
-use crate::leak;
 use crate::metrics::{Observer, PhasePeak, StepReport};
 use crate::plan::{MemoryPlan, plan};
-use crate::step::{StepInputs, run_step, set_phase};
-use crate::task::{Data, EvalSums, Evaluation, Model, Recipe};
+use crate::step::{StepInputs, run_step};
+use crate::task::{Data, Evaluation, Model, Recipe};
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -435,97 +434,6 @@ impl Trainer {
             allreduce_ms: result.allreduce_ms,
             phases: PhasePeak::of(&stats),
         })
-    }
-
-    fn check_leaks(&mut self, step: u64) -> Result<()> {
-        if self.config.leak_policy == LeakPolicy::Off {
-            return Ok(());
-        }
-        let report = match leak::check(&self.gpu) {
-            Ok(r) => r,
-            Err(e) => {
-                // After the update was submitted: the state after this step is the good one.
-                let error = e.into();
-                self.save_last_good(step, &error);
-                return Err(error);
-            }
-        };
-        if report.is_clean() {
-            return Ok(());
-        }
-        let error = Error::Leak {
-            step,
-            leaked_bytes: report.leaked_bytes,
-            expected_bytes: report.expected_bytes,
-            holders: report.holders_text(),
-        };
-        match self.config.leak_policy {
-            LeakPolicy::Error => Err(error),
-            _ => {
-                self.note(format!("warning: {error}"));
-                Ok(())
-            }
-        }
-    }
-
-    /// The evaluation set's mean loss (and accuracy, for classifiers), forward in evaluation
-    /// mode without a graph, or `None` without an evaluation set. A chunk that runs out of
-    /// memory is split in two and the evaluation goes on (logged); only a single sample that
-    /// does not fit is an error.
-    pub fn evaluate(&mut self) -> Result<Option<Evaluation>> {
-        let Some(test) = &self.test else {
-            return Ok(None);
-        };
-        let _no_grad = no_grad();
-        self.model.set_training(false);
-        let step = self.position.step;
-        set_phase(&self.gpu, step, Phase::Evaluation);
-        let indices: Vec<usize> = (0..test.len()).collect();
-        let mut chunk = self.micro_batch.max(1);
-        let mut sums = EvalSums::default();
-        let mut at = 0;
-        let mut notes = Vec::new();
-        let outcome = loop {
-            let Some(part) = indices.get(at..(at + chunk).min(indices.len())) else {
-                break Ok(());
-            };
-            if part.is_empty() {
-                break Ok(());
-            }
-            let result = test
-                .upload(&self.gpu, part)
-                .and_then(|batch| self.model.evaluate(&batch));
-            match result {
-                Ok(s) => {
-                    sums = sums + s;
-                    at += part.len();
-                }
-                Err(e) if e.is_out_of_memory() && chunk > 1 => {
-                    self.gpu.flush("evaluation out-of-memory recovery")?;
-                    let smaller = chunk.div_ceil(2);
-                    let line = format!(
-                        "evaluation: out of memory at {chunk} samples per chunk; going on with \
-                         {smaller}"
-                    );
-                    self.gpu.with_allocator(|a| a.mark(&line));
-                    notes.push(line);
-                    chunk = smaller;
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        self.model.set_training(true);
-        set_phase(&self.gpu, step, Phase::Other);
-        self.log.extend(notes);
-        outcome?;
-        let peaks = self
-            .gpu
-            .with_allocator(|a| *a.stats().phase(Phase::Evaluation));
-        Ok(Some(Evaluation {
-            peak_allocated_bytes: peaks.peak_allocated_bytes,
-            peak_reserved_bytes: peaks.peak_reserved_bytes,
-            ..sums.into()
-        }))
     }
 
     fn deliver_log(&mut self, observer: &mut dyn Observer) {

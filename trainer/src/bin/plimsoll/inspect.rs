@@ -8,7 +8,8 @@ use plimsoll_trainer::run_dir;
 use plimsoll_trainer::{Error, Result, Trainer};
 
 use crate::out;
-use crate::train::{RUNS_ROOT, read_record, recorded_args};
+use crate::records::{read_record, recorded_args};
+use crate::train::RUNS_ROOT;
 
 /// Which checkpoint of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -91,7 +92,7 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
         .and_then(|w| w.as_str())
         .unwrap_or_default()
         .to_string();
-    let workload = crate::train::parse(&name, &recorded_args(&record, &dir)?)?;
+    let workload = crate::records::parse(&name, &recorded_args(&record, &dir)?)?;
     let path = args.checkpoint.path(&dir)?;
     let (mut job, mut common) = crate::workloads::job(workload)?;
     if job.test.is_none() {

@@ -12,6 +12,7 @@ mod inspect;
 mod out;
 mod progress;
 mod ranks;
+mod records;
 mod sampling;
 mod train;
 mod workloads;

@@ -9,7 +9,7 @@ use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, sample};
 
 use crate::GptShape;
 use crate::inspect::{Which, run_or_newest};
-use crate::train::{read_record, recorded_args};
+use crate::records::{read_record, recorded_args};
 
 /// The options of `plimsoll sample`. The model's shape comes from the run's `run.json`; a shape
 /// flag must agree with it.

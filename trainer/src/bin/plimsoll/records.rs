@@ -1,0 +1,139 @@
+//! A run's `run.json`: what a new run records, reading it back, and what changed when a run
+//! is resumed.
+
+use std::path::Path;
+
+use clap::Parser;
+use plimsoll_trainer::run_dir::RUN_FILE;
+use plimsoll_trainer::{Error, Result};
+
+use crate::workloads::Job;
+use crate::{Cli, Command, GptShape, Workload};
+
+/// Parses `train <name> <tokens>` (a run's recorded arguments) into a workload.
+pub fn parse(name: &str, tokens: &[String]) -> Result<Workload> {
+    let argv = ["plimsoll", "train", name]
+        .into_iter()
+        .map(String::from)
+        .chain(tokens.iter().cloned());
+    match Cli::try_parse_from(argv) {
+        Ok(Cli {
+            command: Command::Train { workload },
+        }) => Ok(workload),
+        Ok(_) => Err(Error::invalid(
+            "run.json",
+            "the run did not record a training",
+        )),
+        Err(e) => Err(Error::invalid(
+            "run.json",
+            format!(
+                "the run's recorded arguments no longer parse (written by another version?): {e}"
+            ),
+        )),
+    }
+}
+
+/// A run's `run.json`.
+pub fn read_record(dir: &Path) -> Result<serde_json::Value> {
+    let path = dir.join(RUN_FILE);
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::invalid(path.display().to_string(), format!("not JSON: {e}")))
+}
+
+/// The arguments `record` holds (`args`).
+pub fn recorded_args(record: &serde_json::Value, dir: &Path) -> Result<Vec<String>> {
+    record
+        .get("args")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .ok_or_else(|| {
+            Error::invalid(
+                dir.join(RUN_FILE).display().to_string(),
+                "records no arguments (written by an older Plimsoll?); start a new run",
+            )
+        })
+}
+
+/// The settings that differ between the run as recorded and as resumed, as
+/// `name: [before, after]`; an error for those that cannot change.
+pub fn changes(
+    old: &Job,
+    new: &Job,
+    explicit_data: bool,
+) -> Result<serde_json::Map<String, serde_json::Value>> {
+    let model = |j: &Job| {
+        let d = j.spec.describe();
+        d.split(';').next().unwrap_or_default().to_string()
+    };
+    let invalid = |flag: &str, message: String| Err(Error::invalid(flag, message));
+    if old.config.seed != new.config.seed {
+        return invalid(
+            "--seed",
+            format!(
+                "{}, but the run was started with seed {}; a resumed run keeps its seed",
+                new.config.seed, old.config.seed
+            ),
+        );
+    }
+    if model(old) != model(new) {
+        return invalid(
+            "--resume",
+            format!(
+                "the run trained {}; these flags ask for {}. A resumed run keeps its model; \
+                 start a new run for another",
+                model(old),
+                model(new)
+            ),
+        );
+    }
+    if old.data != new.data && !explicit_data {
+        return invalid(
+            "--resume",
+            format!(
+                "the run's data changed since it began: {} had sha256 {}, now {}. Restore it, \
+                 or pass --data explicitly to go on with the new data (recorded in run.json)",
+                new.data.source, old.data.sha256, new.data.sha256
+            ),
+        );
+    }
+    let mut out = serde_json::Map::new();
+    let (a, b) = (old.config.to_json(), new.config.to_json());
+    if let (Some(a), Some(b)) = (a.as_object(), b.as_object()) {
+        for (k, v) in b {
+            if k != "checkpoint_dir" && a.get(k) != Some(v) {
+                out.insert(k.clone(), serde_json::json!([a.get(k), v]));
+            }
+        }
+    }
+    if old.data != new.data {
+        out.insert(
+            "data".into(),
+            serde_json::json!([old.data.record(), new.data.record()]),
+        );
+    }
+    Ok(out)
+}
+
+/// What this run writes to `run.json`.
+pub fn record(job: &Job, args: &[String], adapter: &str, ranks: usize) -> serde_json::Value {
+    serde_json::json!({
+        "plimsoll": env!("CARGO_PKG_VERSION"),
+        "workload": job.name,
+        "args": args,
+        "command": std::env::args().collect::<Vec<_>>(),
+        "started": jiff::Timestamp::now().to_string(),
+        "model": job.spec.describe(),
+        "parameters": job.spec.parameter_count(),
+        "data": job.data.record(),
+        "train_data": job.train.describe(),
+        "eval_data": job.test.as_ref().map(|t| t.describe()),
+        "config": job.config.to_json(),
+        "adapter": adapter,
+        "ranks": ranks,
+        "gpt": job.gpt_shape.map(GptShape::record),
+        "resumes": [],
+    })
+}

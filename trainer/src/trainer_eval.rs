@@ -1,0 +1,105 @@
+//! The trainer's checks between steps: the after-step leak check and the evaluation.
+
+use plimsoll_allocator::Phase;
+use plimsoll_autograd::no_grad;
+
+use crate::config::LeakPolicy;
+use crate::error::{Error, Result};
+use crate::leak;
+use crate::step::set_phase;
+use crate::task::{EvalSums, Evaluation};
+use crate::trainer::Trainer;
+
+impl Trainer {
+    /// The after-step leak check, as the configuration's leak policy says.
+    pub(crate) fn check_leaks(&mut self, step: u64) -> Result<()> {
+        if self.config.leak_policy == LeakPolicy::Off {
+            return Ok(());
+        }
+        let report = match leak::check(&self.gpu) {
+            Ok(r) => r,
+            Err(e) => {
+                // After the update was submitted: the state after this step is the good one.
+                let error = e.into();
+                self.save_last_good(step, &error);
+                return Err(error);
+            }
+        };
+        if report.is_clean() {
+            return Ok(());
+        }
+        let error = Error::Leak {
+            step,
+            leaked_bytes: report.leaked_bytes,
+            expected_bytes: report.expected_bytes,
+            holders: report.holders_text(),
+        };
+        match self.config.leak_policy {
+            LeakPolicy::Error => Err(error),
+            _ => {
+                self.note(format!("warning: {error}"));
+                Ok(())
+            }
+        }
+    }
+
+    /// The evaluation set's mean loss (and accuracy, for classifiers), forward in evaluation
+    /// mode without a graph, or `None` without an evaluation set. A chunk that runs out of
+    /// memory is split in two and the evaluation goes on (logged); only a single sample that
+    /// does not fit is an error.
+    pub fn evaluate(&mut self) -> Result<Option<Evaluation>> {
+        let Some(test) = &self.test else {
+            return Ok(None);
+        };
+        let _no_grad = no_grad();
+        self.model.set_training(false);
+        let step = self.position.step;
+        set_phase(&self.gpu, step, Phase::Evaluation);
+        let indices: Vec<usize> = (0..test.len()).collect();
+        let mut chunk = self.micro_batch.max(1);
+        let mut sums = EvalSums::default();
+        let mut at = 0;
+        let mut notes = Vec::new();
+        let outcome = loop {
+            let Some(part) = indices.get(at..(at + chunk).min(indices.len())) else {
+                break Ok(());
+            };
+            if part.is_empty() {
+                break Ok(());
+            }
+            let result = test
+                .upload(&self.gpu, part)
+                .and_then(|batch| self.model.evaluate(&batch));
+            match result {
+                Ok(s) => {
+                    sums = sums + s;
+                    at += part.len();
+                }
+                Err(e) if e.is_out_of_memory() && chunk > 1 => {
+                    self.gpu.flush("evaluation out-of-memory recovery")?;
+                    let smaller = chunk.div_ceil(2);
+                    let line = format!(
+                        "evaluation: out of memory at {chunk} samples per chunk; going on with \
+                         {smaller}"
+                    );
+                    self.gpu.with_allocator(|a| a.mark(&line));
+                    notes.push(line);
+                    chunk = smaller;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.model.set_training(true);
+        set_phase(&self.gpu, step, Phase::Other);
+        self.log.extend(notes);
+        outcome?;
+        let peaks = self
+            .gpu
+            .with_allocator(|a| *a.stats().phase(Phase::Evaluation));
+        Ok(Some(Evaluation {
+            peak_allocated_bytes: peaks.peak_allocated_bytes,
+            peak_reserved_bytes: peaks.peak_reserved_bytes,
+            ..sums.into()
+        }))
+    }
+}
