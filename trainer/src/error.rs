@@ -277,6 +277,8 @@ pub struct Unresponsive {
     pub rank: usize,
     /// The ranks that never reached the call.
     pub missing: Vec<usize>,
+    /// The ranks that reached the call but then answered no ping: dead or hung in it.
+    pub silent: Vec<usize>,
     /// Per rank, the step of its last call seen by this one (`None`: none yet, or this rank).
     pub last_seen: Vec<Option<u64>>,
     /// The deadline in milliseconds.
@@ -294,18 +296,33 @@ impl std::fmt::Display for Unresponsive {
             write!(f, " of step {}", self.step)?;
         }
         write!(f, " did not complete within {} ms: ", self.deadline_ms)?;
-        if self.missing.is_empty() {
-            write!(f, "every rank reached it, but the sum did not arrive")?;
-        } else {
-            let names: Vec<String> = self
-                .missing
+        let name = |r: usize| match self.last_seen.get(r).copied().flatten() {
+            Some(s) => format!("rank {r} (its last call was in step {s})"),
+            None => format!("rank {r} (no call in any step yet)"),
+        };
+        let list = |ranks: &[usize]| {
+            ranks
                 .iter()
-                .map(|&r| match self.last_seen.get(r).copied().flatten() {
-                    Some(s) => format!("rank {r} (its last call was in step {s})"),
-                    None => format!("rank {r} (no call in any step yet)"),
-                })
-                .collect();
-            write!(f, "{} never reached it", names.join(", "))?;
+                .map(|&r| name(r))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.missing.is_empty() {
+            parts.push(format!("{} never reached it", list(&self.missing)));
+        }
+        if !self.silent.is_empty() {
+            parts.push(format!(
+                "{} reached it but no longer answers (dead or hung)",
+                list(&self.silent)
+            ));
+        }
+        match parts.is_empty() {
+            true => write!(
+                f,
+                "every rank reached it and answers, but the sum did not arrive"
+            )?,
+            false => write!(f, "{}", parts.join("; "))?,
         }
         if self.thread_gone {
             write!(f, " (this rank's MPI thread died)")?;

@@ -6,9 +6,11 @@
 //! MPI calls block until every rank takes part, and a rank that died or hangs never does. So
 //! every MPI call runs on one communication thread (MPI is initialised there, as
 //! `MPI_THREAD_FUNNELED`), as non-blocking operations polled with `MPI_Test`; the caller waits
-//! for the answer with a deadline. With each all-reduce every rank also sends the others its
-//! step number, so past the deadline the caller knows which ranks never reached the step and
-//! the error names them ([`Error::RanksUnresponsive`]). After that the communication thread is
+//! for the answer with a deadline. With each all-reduce every rank also sends the others a
+//! stamp (the call's sequence number and the step), and while it waits it answers pings. Past
+//! the deadline the caller pings the others for a moment: a rank whose stamp never came never
+//! reached the call; one whose stamp came but that does not answer died or hangs in it. The
+//! error names them ([`Error::RanksUnresponsive`]). After that the communication thread is
 //! stuck with a request it cannot cancel: every later call fails at once, MPI is not
 //! finalised (it would wait for the missing rank), and [`MpiCollective::abort`] ends the job.
 //!
@@ -37,6 +39,13 @@ pub const FINALIZE_DEADLINE: Duration = Duration::from_secs(30);
 const ARRIVAL_TAG: i32 = 71;
 /// The tag of [`Collective::gather`]'s messages.
 const GATHER_TAG: i32 = 72;
+/// The tags of the liveness probe after a missed deadline.
+const PING_TAG: i32 = 73;
+const PONG_TAG: i32 = 74;
+/// Pings one call answers at most (each needs a buffer of its own).
+const PING_SLOTS: usize = 64;
+/// How long a caller past its deadline waits for the others to answer its ping.
+pub const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 /// A rank's last step seen by this one: none yet.
 const NEVER: u64 = u64::MAX;
@@ -67,19 +76,53 @@ enum Job {
     },
 }
 
+/// What the communication thread and the callers share.
+struct Watch {
+    /// Per rank, the last stamp it was seen sending: the call's sequence number and its step
+    /// ([`NEVER`] before the first).
+    arrived: Vec<[AtomicU64; 2]>,
+    /// Set by a caller past its deadline: ping every other rank.
+    probe: AtomicBool,
+    /// Per rank, whether it answered the ping.
+    answered: Vec<AtomicBool>,
+    /// Tells the communication thread to end the job (`MPI_Abort`).
+    abort: AtomicBool,
+}
+
+impl Watch {
+    fn new(ranks: usize) -> Watch {
+        Watch {
+            arrived: (0..ranks)
+                .map(|_| [AtomicU64::new(NEVER), AtomicU64::new(NEVER)])
+                .collect(),
+            probe: AtomicBool::new(false),
+            answered: (0..ranks).map(|_| AtomicBool::new(false)).collect(),
+            abort: AtomicBool::new(false),
+        }
+    }
+
+    /// The `i`-th part (0: call, 1: step) of rank `r`'s last stamp.
+    fn seen(&self, r: usize, i: usize) -> Option<u64> {
+        let s = self.arrived.get(r).map(|a| a[i].load(Ordering::SeqCst));
+        s.filter(|&s| s != NEVER)
+    }
+
+    fn answered(&self, r: usize) -> bool {
+        self.answered
+            .get(r)
+            .is_some_and(|a| a.load(Ordering::SeqCst))
+    }
+}
+
 struct Inner {
     rank: usize,
     ranks: usize,
     jobs: Mutex<mpsc::Sender<Job>>,
-    /// Per rank, the last stamp it was seen sending: the call's sequence number and its step
-    /// ([`NEVER`] before the first).
-    arrived: Arc<Vec<[AtomicU64; 2]>>,
+    watch: Arc<Watch>,
     /// Collective calls made so far (every rank makes the same calls in the same order).
     calls: AtomicU64,
     /// Set by the first call that missed its deadline.
     failed: AtomicBool,
-    /// Tells the communication thread to end the job (`MPI_Abort`).
-    abort: Arc<AtomicBool>,
 }
 
 /// This process's place in an MPI job; cheap to clone. See the module docs.
@@ -97,13 +140,11 @@ impl MpiCollective {
         }
         let (ready_tx, ready_rx) = mpsc::channel();
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-        let abort = Arc::new(AtomicBool::new(false));
-        let thread_abort = Arc::clone(&abort);
         std::thread::Builder::new()
             .name("plimsoll mpi".into())
-            .spawn(move || communicate(ready_tx, jobs_rx, thread_abort))
+            .spawn(move || communicate(ready_tx, jobs_rx))
             .map_err(|e| Error::invalid("mpi", format!("no thread for MPI: {e}")))?;
-        let (rank, ranks, arrived) = match ready_rx.recv_timeout(INIT_DEADLINE) {
+        let (rank, ranks, watch) = match ready_rx.recv_timeout(INIT_DEADLINE) {
             Ok(Ok(started)) => started,
             Ok(Err(message)) => return Err(Error::invalid("mpi", message)),
             Err(_) => {
@@ -122,10 +163,9 @@ impl MpiCollective {
                 rank,
                 ranks,
                 jobs: Mutex::new(jobs_tx),
-                arrived,
+                watch,
                 calls: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
-                abort,
             }),
         }))
     }
@@ -134,7 +174,7 @@ impl MpiCollective {
     /// rank stopped answering, once this rank has said why and saved what it could. Waits a
     /// moment for it; returns only if the communication thread is gone.
     pub fn abort(&self) {
-        self.inner.abort.store(true, Ordering::SeqCst);
+        self.inner.watch.abort.store(true, Ordering::SeqCst);
         std::thread::sleep(Duration::from_secs(2));
     }
 
@@ -178,23 +218,33 @@ impl MpiCollective {
             Ok(value) => Ok(value),
             Err(e) => {
                 inner.failed.store(true, Ordering::SeqCst);
+                let watch = &inner.watch;
+                let others: Vec<usize> = (0..inner.ranks).filter(|&r| r != inner.rank).collect();
+                let reached = |r: usize| watch.seen(r, 0).is_some_and(|c| c >= call);
+                // Ping those that reached the call: the ones that answer wait like this one.
+                watch.probe.store(true, Ordering::SeqCst);
+                let probing = Instant::now();
+                while probing.elapsed() < PROBE_WAIT
+                    && others.iter().any(|&r| reached(r) && !watch.answered(r))
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 let step = step.unwrap_or(0);
-                let seen = |r: usize, i: usize| {
-                    let s = inner.arrived.get(r).map(|a| a[i].load(Ordering::SeqCst));
-                    s.filter(|&s| s != NEVER)
-                };
-                let missing = (0..inner.ranks)
-                    .filter(|&r| r != inner.rank)
-                    .filter(|&r| seen(r, 0).is_none_or(|c| c < call))
+                let missing = others.iter().copied().filter(|&r| !reached(r)).collect();
+                let silent = others
+                    .iter()
+                    .copied()
+                    .filter(|&r| reached(r) && !watch.answered(r))
                     .collect();
                 let last_seen = (0..inner.ranks)
-                    .map(|r| seen(r, 1).filter(|&s| s > 0))
+                    .map(|r| watch.seen(r, 1).filter(|&s| s > 0))
                     .collect();
                 Err(Error::RanksUnresponsive(Box::new(Unresponsive {
                     what: what.to_string(),
                     step,
                     rank: inner.rank,
                     missing,
+                    silent,
                     last_seen,
                     deadline_ms: deadline.as_millis() as u64,
                     thread_gone: matches!(e, mpsc::RecvTimeoutError::Disconnected),
@@ -293,11 +343,11 @@ impl Drop for Inner {
     }
 }
 
-type Started = std::result::Result<(usize, usize, Arc<Vec<[AtomicU64; 2]>>), String>;
+type Started = std::result::Result<(usize, usize, Arc<Watch>), String>;
 
 /// The communication thread: starts MPI, then runs jobs until [`Job::Finish`] (or forever, if
 /// a job never completes, until the process exits).
-fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: Arc<AtomicBool>) {
+fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>) {
     let Some((universe, _threading)) = mpi::initialize_with_threading(mpi::Threading::Funneled)
     else {
         let _ = ready.send(Err("MPI was already initialised in this process".into()));
@@ -305,16 +355,12 @@ fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: A
     };
     let world = universe.world();
     let (rank, ranks) = (world.rank() as usize, world.size() as usize);
-    let arrived: Arc<Vec<[AtomicU64; 2]>> = Arc::new(
-        (0..ranks)
-            .map(|_| [AtomicU64::new(NEVER), AtomicU64::new(NEVER)])
-            .collect(),
-    );
-    if ready.send(Ok((rank, ranks, Arc::clone(&arrived)))).is_err() {
+    let watch = Arc::new(Watch::new(ranks));
+    if ready.send(Ok((rank, ranks, Arc::clone(&watch)))).is_err() {
         return;
     }
-    let poll = |abort: &AtomicBool| {
-        if abort.load(Ordering::SeqCst) {
+    let poll = |watch: &Watch| {
+        if watch.abort.load(Ordering::SeqCst) {
             world.abort(1);
         }
         std::thread::sleep(Duration::from_micros(20));
@@ -326,7 +372,7 @@ fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: A
                 stamp,
                 reply,
             } => {
-                let summed = all_reduce(&world, &values, stamp, &arrived, || poll(&abort));
+                let summed = all_reduce(&world, &values, stamp, &watch, || poll(&watch));
                 let _ = reply.send(summed);
             }
             Job::AllReduceU64 {
@@ -334,7 +380,7 @@ fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: A
                 stamp,
                 reply,
             } => {
-                let summed = all_reduce(&world, &values, stamp, &arrived, || poll(&abort));
+                let summed = all_reduce(&world, &values, stamp, &watch, || poll(&watch));
                 let _ = reply.send(summed);
             }
             Job::Gather {
@@ -342,7 +388,7 @@ fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: A
                 lengths,
                 reply,
             } => {
-                let gathered = gather(&world, bytes, &lengths, || poll(&abort));
+                let gathered = gather(&world, bytes, &lengths, || poll(&watch));
                 let _ = reply.send(gathered);
             }
             Job::Finish { reply } => {
@@ -358,17 +404,22 @@ fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>, abort: A
 }
 
 /// The element-wise sum of `values` over every rank, polled until done. Each rank also sends
-/// the others its `stamp`; what arrives is recorded in `arrived`.
+/// the others its `stamp` (what arrives is recorded in `watch`), answers their pings while it
+/// waits, and pings them itself once a caller past its deadline asks ([`Watch::probe`]).
 fn all_reduce<T: Equivalence + Default + Copy>(
     world: &mpi::topology::SimpleCommunicator,
     values: &[T],
     stamp: Stamp,
-    arrived: &[[AtomicU64; 2]],
+    watch: &Watch,
     mut poll: impl FnMut(),
 ) -> Vec<T> {
     let rank = world.rank() as usize;
+    let ranks = watch.arrived.len();
     let mut out = vec![T::default(); values.len()];
-    let mut stamps = vec![[NEVER; 2]; arrived.len()];
+    let mut stamps = vec![[NEVER; 2]; ranks];
+    let mut ping_slots = vec![[0u64; 1]; PING_SLOTS];
+    let mut pong_slots = vec![[0u64; 1]; ranks];
+    let token = [stamp[0]];
     mpi::request::scope(|scope| {
         let mut sends = Vec::new();
         let mut recvs = Vec::new();
@@ -387,13 +438,26 @@ fn all_reduce<T: Equivalence + Default + Copy>(
             &mut out[..],
             SystemOperation::sum(),
         ));
+        // Pings from anyone, answered with a pong; a slot per ping.
+        let mut ping_slots = ping_slots.iter_mut();
+        let mut post_ping = || {
+            ping_slots.next().map(|slot| {
+                world
+                    .any_process()
+                    .immediate_receive_into_with_tag(scope, &mut slot[..], PING_TAG)
+            })
+        };
+        let mut ping = post_ping();
+        let mut pongs = Vec::new();
+        let mut pong_slots = Some(pong_slots.iter_mut());
+        let mut probes = Vec::new();
         loop {
             sends = sends.into_iter().filter_map(|r| r.test().err()).collect();
             recvs = recvs
                 .into_iter()
                 .filter_map(|(peer, r)| match r.test_with_data() {
                     Ok((_, data)) => {
-                        if let (Some(a), [call, step]) = (arrived.get(peer), data) {
+                        if let (Some(a), [call, step]) = (watch.arrived.get(peer), data) {
                             a[1].store(*step, Ordering::SeqCst);
                             a[0].store(*call, Ordering::SeqCst);
                         }
@@ -405,10 +469,50 @@ fn all_reduce<T: Equivalence + Default + Copy>(
             if let Some(r) = reduce.take() {
                 reduce = r.test().err();
             }
-            if reduce.is_none() && sends.is_empty() && recvs.is_empty() {
+            if let Some(r) = ping.take() {
+                match r.test() {
+                    Ok(status) => {
+                        let from = world.process_at_rank(status.source_rank());
+                        pongs.push(from.immediate_send_with_tag(scope, &token[..], PONG_TAG));
+                        ping = post_ping();
+                    }
+                    Err(r) => ping = Some(r),
+                }
+            }
+            pongs = pongs.into_iter().filter_map(|r| r.test().err()).collect();
+            if watch.probe.load(Ordering::SeqCst)
+                && let Some(slots) = pong_slots.take()
+            {
+                for (peer, slot) in slots.enumerate().filter(|(p, _)| *p != rank) {
+                    let process = world.process_at_rank(peer as i32);
+                    sends.push(process.immediate_send_with_tag(scope, &token[..], PING_TAG));
+                    let answer =
+                        process.immediate_receive_into_with_tag(scope, &mut slot[..], PONG_TAG);
+                    probes.push((peer, answer));
+                }
+            }
+            probes = probes
+                .into_iter()
+                .filter_map(|(peer, r)| match r.test() {
+                    Ok(_) => {
+                        if let Some(a) = watch.answered.get(peer) {
+                            a.store(true, Ordering::SeqCst);
+                        }
+                        None
+                    }
+                    Err(r) => Some((peer, r)),
+                })
+                .collect();
+            let done = reduce.is_none() && recvs.is_empty() && probes.is_empty();
+            if done && sends.is_empty() && pongs.is_empty() {
                 break;
             }
             poll();
+        }
+        // No ping came: take back the receive posted for one.
+        if let Some(r) = ping {
+            r.cancel();
+            let _ = r.wait();
         }
     });
     out
