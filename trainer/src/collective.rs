@@ -33,6 +33,9 @@ pub trait Collective: Send {
     /// [`crate::Error::RanksUnresponsive`] naming the ranks that never reached this call.
     fn all_reduce_sum(&self, values: Vec<f32>, step: u64, deadline: Duration) -> Result<Vec<f32>>;
 
+    /// [`Collective::all_reduce_sum`] in f64 (an evaluation's sums), outside any step.
+    fn all_reduce_sum_f64(&self, values: Vec<f64>, deadline: Duration) -> Result<Vec<f64>>;
+
     /// Returns once every rank made this call, within `deadline`; `what` names the wait in
     /// errors.
     fn wait_for_all(&self, what: &str, deadline: Duration) -> Result<()>;
@@ -56,6 +59,10 @@ impl Collective for SingleProcess {
     }
 
     fn all_reduce_sum(&self, values: Vec<f32>, _: u64, _: Duration) -> Result<Vec<f32>> {
+        Ok(values)
+    }
+
+    fn all_reduce_sum_f64(&self, values: Vec<f64>, _: Duration) -> Result<Vec<f64>> {
         Ok(values)
     }
 

@@ -65,6 +65,11 @@ enum Job {
         stamp: Stamp,
         reply: mpsc::Sender<Vec<u64>>,
     },
+    AllReduceF64 {
+        values: Vec<f64>,
+        stamp: Stamp,
+        reply: mpsc::Sender<Vec<f64>>,
+    },
     /// Rank 0 receives `lengths[r]` bytes from each rank `r`; the others send theirs.
     Gather {
         bytes: Vec<u8>,
@@ -285,6 +290,27 @@ impl Collective for MpiCollective {
         }
     }
 
+    fn all_reduce_sum_f64(&self, values: Vec<f64>, deadline: Duration) -> Result<Vec<f64>> {
+        let len = values.len();
+        let summed = self.submit(
+            "the all-reduce of the evaluation's sums",
+            None,
+            deadline,
+            |reply, stamp| Job::AllReduceF64 {
+                values,
+                stamp,
+                reply,
+            },
+        )?;
+        match summed.len() == len {
+            true => Ok(summed),
+            false => Err(Error::invalid(
+                "mpi",
+                format!("the all-reduce gave {} values for {len}", summed.len()),
+            )),
+        }
+    }
+
     fn wait_for_all(&self, what: &str, deadline: Duration) -> Result<()> {
         self.submit(what, None, deadline, |reply, stamp| Job::AllReduceU64 {
             values: vec![0],
@@ -376,6 +402,14 @@ fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job>) {
                 let _ = reply.send(summed);
             }
             Job::AllReduceU64 {
+                values,
+                stamp,
+                reply,
+            } => {
+                let summed = all_reduce(&world, &values, stamp, &watch, || poll(&watch));
+                let _ = reply.send(summed);
+            }
+            Job::AllReduceF64 {
                 values,
                 stamp,
                 reply,

@@ -3,6 +3,7 @@
 use plimsoll_allocator::Phase;
 use plimsoll_autograd::no_grad;
 
+use crate::collective::shard;
 use crate::config::LeakPolicy;
 use crate::error::{Error, Result};
 use crate::leak;
@@ -55,7 +56,10 @@ impl Trainer {
         self.model.set_training(false);
         let step = self.position.step;
         set_phase(&self.gpu, step, Phase::Evaluation);
-        let indices: Vec<usize> = (0..test.len()).collect();
+        // Each rank of a data-parallel run evaluates its shard; the sums are added up below.
+        let all: Vec<usize> = (0..test.len()).collect();
+        let (rank, ranks) = (self.collective.rank(), self.collective.ranks());
+        let indices = shard(&all, rank, ranks).to_vec();
         let mut chunk = self.micro_batch.max(1);
         let mut sums = EvalSums::default();
         let mut at = 0;
@@ -93,6 +97,25 @@ impl Trainer {
         set_phase(&self.gpu, step, Phase::Other);
         self.log.extend(notes);
         outcome?;
+        if ranks > 1 {
+            let local = [
+                sums.count as f64,
+                sums.loss_sum,
+                sums.correct.unwrap_or(0) as f64,
+                f64::from(u8::from(sums.correct.is_some())),
+            ];
+            let deadline = self.gpu.default_deadline();
+            let total = self
+                .collective
+                .all_reduce_sum_f64(local.to_vec(), deadline)?;
+            if let [count, loss_sum, correct, classifier] = total[..] {
+                sums = EvalSums {
+                    count: count as u64,
+                    loss_sum,
+                    correct: (classifier > 0.0).then_some(correct as u64),
+                };
+            }
+        }
         let peaks = self
             .gpu
             .with_allocator(|a| *a.stats().phase(Phase::Evaluation));

@@ -127,6 +127,26 @@ fn assert_same_training(one: &Path, many: &Path, ranks: u64) {
     // (softmax ignores a shift shared by every key), so it is rounding noise that AdamW
     // normalises into steps of its own. The order of a sum changes that noise: one process
     // with `--micro-batch 32` against 64 moves that tensor by 2.0e-5 too.
+    // Evaluations (the GPT's, at the end): each rank evaluates its shard, the sums are added.
+    let evals = |run: &Path| -> Vec<(f64, u64)> {
+        std::fs::read_to_string(run.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter_map(|v| {
+                Some((
+                    v.get("eval_loss")?.as_f64()?,
+                    v.get("eval_samples")?.as_u64()?,
+                ))
+            })
+            .collect()
+    };
+    let (ea, eb) = (evals(one), evals(many));
+    assert_eq!(ea.len(), eb.len());
+    for ((la, na), (lb, nb)) in ea.iter().zip(&eb) {
+        assert_eq!(na, nb, "evaluated samples");
+        assert!((la - lb).abs() <= 1e-5 * la.abs(), "eval loss {la} vs {lb}");
+    }
     let (all, worst, name) = relative_differences(one, many);
     assert!(all <= 1e-5, "the parameters differ by {all:e} (relative)");
     assert!(worst <= 1e-4, "{name} differs by {worst:e} (relative)");
@@ -177,7 +197,9 @@ fn gpt(batch: &str) -> Vec<&str> {
         "--width",
         "32",
         "--eval-windows",
-        "8",
+        "9",
+        "--eval-every",
+        "5",
     ]
 }
 
@@ -185,6 +207,9 @@ fn gpt(batch: &str) -> Vec<&str> {
 fn two_ranks_train_a_tiny_gpt_as_one_process_does() {
     let dir = folder("gpt");
     let (one, many) = one_and_many(&dir, 2, &gpt("64"));
+    // The run ends with an evaluation, which `assert_same_training` compares.
+    let metrics = std::fs::read_to_string(many.join("metrics.jsonl")).unwrap();
+    assert!(metrics.contains("eval_loss"), "{metrics}");
     assert_same_training(&one, &many, 2);
     let _ = std::fs::remove_dir_all(&dir);
 }
