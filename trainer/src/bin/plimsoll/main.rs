@@ -43,6 +43,10 @@ pub(crate) struct Cli {
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Train a workload.
+    ///
+    /// Data-parallel over MPI: build with `--features mpi`, then
+    /// `mpirun --enable-recovery -np N plimsoll train ...` (each rank takes its shard of every
+    /// batch; rank 0 writes the run; see the README).
     Train {
         #[command(subcommand)]
         workload: Workload,
@@ -83,7 +87,8 @@ pub(crate) struct DeviceArgs {
     /// `PLIMSOLL_ADAPTER`, else the best one).
     #[arg(long)]
     adapter: Option<String>,
-    /// Deadline of every GPU wait, in milliseconds.
+    /// Deadline of every GPU wait (and, under mpirun, of every wait for the other ranks), in
+    /// milliseconds.
     #[arg(long, default_value_t = 30_000, value_parser = flags::count_u64)]
     deadline_ms: u64,
 }
