@@ -423,7 +423,7 @@ fn run_training(
         if ranks.rank() == 0 {
             let launcher = match ranks.ranks() {
                 1 => String::new(),
-                n => format!("mpirun -np {n} "),
+                n => format!("mpirun --enable-recovery -np {n} "),
             };
             out::warn(format_args!(
                 "{name} at step {}; saved {}; continue with: {launcher}plimsoll train {} \
