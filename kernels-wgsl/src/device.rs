@@ -48,6 +48,11 @@ pub struct GpuOptions {
     /// Most submissions in flight (at least 1). `None`: 1 on a CPU adapter (lavapipe runs one
     /// submission at a time and its submit blocks behind it), 2 on a GPU.
     pub max_submissions_in_flight: Option<usize>,
+    /// Size of the shared segments small requests are packed into (the allocator's
+    /// `small_segment_bytes`, clamped to the device's limits). `None`: the allocator's default,
+    /// 2 MiB. Smaller values make a small model create segments as it runs, which
+    /// fault-injection tests use.
+    pub small_segment_bytes: Option<u64>,
 }
 
 impl GpuOptions {
@@ -158,6 +163,8 @@ pub(crate) struct Parts {
     pub(crate) block_alignment: u64,
     pub(crate) max_block_bytes: u64,
     pub(crate) budget: u64,
+    /// The allocator's small-segment size ([`GpuOptions::small_segment_bytes`]).
+    pub(crate) small_segment_bytes: Option<u64>,
     pub(crate) deadlines: Deadlines,
     pub(crate) max_in_flight: usize,
     /// A planning device ([`Gpu::planning_twin`]): stand-in segments, no GPU work.
@@ -177,7 +184,12 @@ impl Shared {
         batch.set_released_segments(source.released());
         let allocator = BufferAllocator::new(
             source,
-            memory::allocator_config(p.budget, p.max_block_bytes, p.block_alignment),
+            memory::allocator_config(
+                p.budget,
+                p.max_block_bytes,
+                p.block_alignment,
+                p.small_segment_bytes,
+            ),
         );
         Shared {
             device: p.device,
@@ -358,6 +370,7 @@ impl Gpu {
             block_alignment,
             max_block_bytes,
             budget,
+            small_segment_bytes: options.small_segment_bytes,
             deadlines: Deadlines::new(
                 options.default_deadline.unwrap_or(fence::DEFAULT_DEADLINE),
                 options

@@ -75,11 +75,18 @@ pub(crate) fn max_segment_bytes(limits: &wgpu::Limits, alignment: u64) -> u64 {
 }
 
 /// Allocator settings derived from the device limits; nothing hard-coded but the small-segment
-/// policy, which is clamped to the limits.
-pub(crate) fn allocator_config(budget: u64, max_segment: u64, alignment: u64) -> AllocatorConfig {
+/// policy (`small_segment`, or the allocator's default), which is clamped to the limits.
+pub(crate) fn allocator_config(
+    budget: u64,
+    max_segment: u64,
+    alignment: u64,
+    small_segment: Option<u64>,
+) -> AllocatorConfig {
     let d = AllocatorConfig::default();
     let granule = alignment;
-    let small_segment = d.small_segment_bytes.min(max_segment);
+    let small_segment = small_segment
+        .unwrap_or(d.small_segment_bytes)
+        .clamp(granule, max_segment.max(granule));
     AllocatorConfig {
         budget_bytes: budget,
         max_segment_bytes: max_segment,

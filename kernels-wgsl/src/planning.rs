@@ -27,6 +27,7 @@ impl Gpu {
             block_alignment: real.block_alignment,
             max_block_bytes: real.max_block_bytes,
             budget: budget_bytes,
+            small_segment_bytes: Some(real.memory().config().small_segment_bytes),
             deadlines: Deadlines::new(
                 real.deadlines.default_deadline(),
                 real.deadlines.drop_deadline(),
