@@ -172,6 +172,25 @@ fn a_resumed_run_keeps_its_settings_and_records_a_change() {
         "{}",
         text(&runs)
     );
+    // A length the run has already reached trains nothing: a usage error, nothing recorded.
+    for epochs in ["3", "2"] {
+        let o = run(
+            &dir,
+            &["train", "digits", "--resume", "r", "--epochs", epochs],
+        );
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            text(&o).contains("has already finished 3 epochs, so there is nothing to train"),
+            "{}",
+            text(&o)
+        );
+    }
+    assert_eq!(
+        json(&dir.join("r/run.json"))["resumes"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

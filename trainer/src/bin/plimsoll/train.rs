@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use plimsoll_trainer::checkpoint_io::{latest_path, save_record};
 use plimsoll_trainer::run_dir::{self, METRICS_FILE, RUN_FILE, RunDir, SUMMARY_FILE};
-use plimsoll_trainer::{Error, JsonLines, Result, RunSummary, Trainer};
+use plimsoll_trainer::{Error, JsonLines, Result, RunLength, RunSummary, Trainer};
 
 use crate::progress::{self, Mode, Progress};
 use crate::ranks::Ranks;
@@ -177,6 +177,7 @@ fn prepare(workload: Workload, argv: &[String], follower: bool) -> Result<Prepar
     let (mut new, mut new_common) = job(parse(name, &merged)?)?;
     let changed = changes(&old, &new, explicit_data)?;
     new.config.validate_for(new.spec.blocks())?;
+    already_done(&path, &new)?;
     new_common.resume = Some(Some(path.clone()));
     new_common.reset_optimizer = common.reset_optimizer;
     new.config.checkpoint_dir = None;
@@ -187,6 +188,41 @@ fn prepare(workload: Workload, argv: &[String], follower: bool) -> Result<Prepar
         "reset_optimizer": common.reset_optimizer,
     });
     Ok((run, path, new, new_common, merged, Some(resume_record)))
+}
+
+/// Refuses to resume a run whose checkpoint is already at (or past) the length asked for: it
+/// would train nothing and say only "N steps".
+fn already_done(path: &Path, job: &Job) -> Result<()> {
+    let Ok(meta) = plimsoll_nn::state::metadata(&latest_path(path)) else {
+        return Ok(());
+    };
+    let at = |key: &str| meta.get(key).and_then(|v| v.parse::<u64>().ok());
+    let (flag, message) = match job.config.length {
+        RunLength::Steps(s) => match at("step") {
+            Some(step) if step >= s => (
+                "--steps",
+                format!(
+                    "{s}: the run in {} is already at step {step}",
+                    path.display()
+                ),
+            ),
+            _ => return Ok(()),
+        },
+        RunLength::Epochs(e) => match at("epoch") {
+            Some(epoch) if epoch >= e => (
+                "--epochs",
+                format!(
+                    "{e}: the run in {} has already finished {epoch} epochs",
+                    path.display()
+                ),
+            ),
+            _ => return Ok(()),
+        },
+    };
+    Err(Error::invalid(
+        flag,
+        format!("{message}, so there is nothing to train; give a larger {flag} to go on"),
+    ))
 }
 
 /// Trains; the exit code is 0, or 130 / 143 after SIGINT / SIGTERM (the run saved). Under
