@@ -190,14 +190,15 @@ fn all_reduce<T: Equivalence + Default + Copy>(
                     Err(r) => Some((peer, r)),
                 })
                 .collect();
-            let done = reduce.is_none() && recvs.is_empty() && probes.is_empty();
-            if done && sends.is_empty() && pongs.is_empty() {
+            // Not waiting for the answers to this rank's own pings: a call that completed while
+            // it probed must not wait for peers that have moved on to the next call.
+            if reduce.is_none() && recvs.is_empty() && sends.is_empty() && pongs.is_empty() {
                 break;
             }
             poll();
         }
-        // No ping came: take back the receive posted for one.
-        if let Some(r) = ping {
+        // Take back the receives no message came for: the ping, and answers to this rank's pings.
+        for r in ping.into_iter().chain(probes.into_iter().map(|(_, r)| r)) {
             r.cancel();
             let _ = r.wait();
         }

@@ -34,7 +34,8 @@ pub const INIT_DEADLINE: Duration = Duration::from_secs(60);
 /// How long finalising MPI may take when the run ends.
 pub const FINALIZE_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How long a caller past its deadline waits for the others to answer its ping.
+/// The last part of a collective call's deadline (at most this, at most a quarter of it), in
+/// which the caller pings the others to learn which are dead or hung.
 pub const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 /// A rank's last step seen by this one: none yet.
@@ -209,21 +210,43 @@ impl MpiCollective {
                 format!("{what}: the MPI thread is gone"),
             ));
         }
-        match answer.recv_timeout(deadline) {
-            Ok(value) => Ok(value),
-            Err(e) => {
-                inner.failed.store(true, Ordering::SeqCst);
-                let watch = &inner.watch;
-                let others: Vec<usize> = (0..inner.ranks).filter(|&r| r != inner.rank).collect();
-                let reached = |r: usize| watch.seen(r, 0).is_some_and(|c| c >= call);
+        // The last part of the deadline (at most PROBE_WAIT) is for pinging the others, so
+        // the error names who is dead or hung and still comes within the deadline.
+        let probe = PROBE_WAIT.min(deadline / 4);
+        let first = answer.recv_timeout(deadline.saturating_sub(probe));
+        let watch = &inner.watch;
+        let others: Vec<usize> = (0..inner.ranks).filter(|&r| r != inner.rank).collect();
+        let reached = |r: usize| watch.seen(r, 0).is_some_and(|c| c >= call);
+        let outcome = match first {
+            Err(mpsc::RecvTimeoutError::Timeout) => {
                 // Ping those that reached the call: the ones that answer wait like this one.
                 watch.probe.store(true, Ordering::SeqCst);
                 let probing = Instant::now();
-                while probing.elapsed() < PROBE_WAIT
-                    && others.iter().any(|&r| reached(r) && !watch.answered(r))
-                {
-                    std::thread::sleep(Duration::from_millis(5));
+                loop {
+                    match answer.try_recv() {
+                        Ok(value) => break Ok(value),
+                        Err(mpsc::TryRecvError::Disconnected) => {
+                            break Err(mpsc::RecvTimeoutError::Disconnected);
+                        }
+                        Err(mpsc::TryRecvError::Empty) if probing.elapsed() >= probe => {
+                            break Err(mpsc::RecvTimeoutError::Timeout);
+                        }
+                        Err(mpsc::TryRecvError::Empty) => {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                    }
                 }
+            }
+            other => other,
+        };
+        match outcome {
+            Ok(value) => {
+                // Late but in time: later calls need no pings.
+                watch.probe.store(false, Ordering::SeqCst);
+                Ok(value)
+            }
+            Err(e) => {
+                inner.failed.store(true, Ordering::SeqCst);
                 let step = step.unwrap_or(0);
                 let missing = others.iter().copied().filter(|&r| !reached(r)).collect();
                 let silent = others
