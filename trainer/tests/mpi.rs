@@ -301,9 +301,11 @@ fn a_killed_rank_is_named_by_the_survivor_within_the_deadline_with_a_checkpoint(
                 || stderr.contains("reached it but no longer answers (dead or hung)")),
         "{stderr}"
     );
-    // Within the deadline (plus saving the last good state and exiting: at most one more).
+    // Within the deadline from the kill (the step may have started just before it), plus
+    // saving the last good state and ending the job.
+    eprintln!("rank 0 gave up {gave_up:?} after the kill");
     assert!(
-        gave_up < Duration::from_millis(2 * deadline_ms + 2000),
+        gave_up < Duration::from_millis(deadline_ms + 3000),
         "{gave_up:?}\n{stderr}"
     );
     assert!(stderr.contains("the last good state (step"), "{stderr}");
