@@ -85,8 +85,9 @@ pub struct Trainer {
 /// a run (see [`Trainer::export_model`]).
 pub const MODEL_FILE: &str = "model.safetensors";
 
-/// How long the ranks of a data-parallel run wait for each other before the first step (each
-/// compiles its kernels and plans its memory first): at least this, or the fence deadline.
+/// How long the ranks of a data-parallel run wait for each other where one may be slow for good
+/// reason: before the first step (each compiles its kernels and plans its memory) and at the end
+/// (rank 0 saves and exports the model). At least this, or the fence deadline.
 pub const START_DEADLINE: Duration = Duration::from_secs(300);
 
 /// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
@@ -221,9 +222,16 @@ impl Trainer {
     }
 
     /// Every rank's `bytes` on rank 0, in rank order (an empty list elsewhere), within the
-    /// fence deadline: what a data-parallel run gathers into rank 0's run directory.
+    /// [`START_DEADLINE`] (rank 0 may still be saving): what a data-parallel run gathers into
+    /// rank 0's run directory.
     pub fn gather(&self, bytes: Vec<u8>) -> Result<Vec<Vec<u8>>> {
-        self.collective.gather(bytes, self.gpu.default_deadline())
+        self.collective.gather(bytes, self.long_deadline())
+    }
+
+    /// The deadline of waits on other ranks that may include rank 0 writing files or every
+    /// rank starting up: [`START_DEADLINE`] or the fence deadline, whichever is longer.
+    fn long_deadline(&self) -> Duration {
+        self.config.fence_deadline.max(START_DEADLINE)
     }
 
     pub(crate) fn note(&mut self, line: String) {
@@ -464,9 +472,10 @@ impl Trainer {
         if self.collective.ranks() > 1 {
             // Ranks start at different times (compiling kernels, planning): the first step's
             // deadline starts once all are here.
-            let deadline = self.config.fence_deadline.max(START_DEADLINE);
-            self.collective
-                .wait_for_all("waiting for every rank to be ready to train", deadline)?;
+            self.collective.wait_for_all(
+                "waiting for every rank to be ready to train",
+                self.long_deadline(),
+            )?;
         }
         while !self.finished() {
             let stopping = match self.collective.ranks() {
@@ -510,6 +519,8 @@ impl Trainer {
                 summary.last_evaluation = Some(evaluation);
             }
             self.timeline_after_step(report.step);
+            // With several ranks, the others wait for this save (rank 0's) in the next step's
+            // sum, within the fence deadline, so a dead rank is found as fast here as anywhere.
             if let Some(k) = self.config.checkpoint_interval_steps
                 && report.step % k.max(1) == 0
             {
