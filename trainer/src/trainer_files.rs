@@ -158,7 +158,7 @@ impl Trainer {
         error
     }
 
-    /// Writes the model alone to `path` for PyTorch: the [`Model::state_dict`] names and
+    /// Writes the model alone to `path` for PyTorch: the [`crate::task::Model::state_dict`] names and
     /// layouts, F32, `{"format": "pt"}` metadata as `safetensors.torch.save_file` writes
     /// (`load_state_dict(safetensors.torch.load_file(path), strict=True)` reads it). Atomic.
     pub fn export_model(&self, path: &Path) -> Result<()> {
