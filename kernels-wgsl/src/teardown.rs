@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use plimsoll_allocator::BufferAllocator;
 
@@ -103,16 +103,33 @@ thread_local! {
 
 /// The last field of [`Shared`]: when it drops, every other field has dropped, so it lets the
 /// teardown thread go and waits for it to finish, at most `limit`.
+///
+/// "Finish" means the thread has *exited*, not only sent `done`. After its Rust thread-locals a
+/// thread still runs C-level per-thread destructors (`pthread_key` ones, which Mesa and LLVM
+/// register) and glibc's per-thread cleanup. A process that returned from `main` meanwhile ran
+/// the libraries' exit handlers and global destructors alongside them: `double free or
+/// corruption (fasttop)` in the teardown thread at exit, seen about once in 85 runs of a dev
+/// build. So after `done` the gate waits until the thread is gone (its `/proc` task entry, a
+/// bounded poll) and joins it.
 #[derive(Default)]
 pub(crate) struct TeardownGate {
     go: Option<mpsc::Sender<()>>,
     /// In a mutex only to make `Shared` `Sync` (a `Receiver` is not); used only when dropping.
     done: Mutex<Option<mpsc::Receiver<()>>>,
+    /// The teardown thread, joined once it has exited.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Its `/proc/<pid>/task/<tid>` entry (Linux), which disappears when it has exited; the
+    /// thread writes it first thing.
+    task: Arc<Mutex<Option<std::path::PathBuf>>>,
     limit: Duration,
 }
 
+/// How often the gate looks whether the teardown thread has exited.
+const EXIT_POLL: Duration = Duration::from_millis(1);
+
 impl Drop for TeardownGate {
     fn drop(&mut self) {
+        let start = Instant::now();
         // Dropping the sender is the signal (the thread's `recv` returns).
         drop(self.go.take());
         let done = self
@@ -120,11 +137,43 @@ impl Drop for TeardownGate {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let Some(done) = done {
-            // `Ok` when it finished, `Disconnected` if it died, `Timeout`: it finishes alone.
-            let _ = done.recv_timeout(self.limit);
+        let Some(done) = done else {
+            return;
+        };
+        // `Ok` when it finished, `Disconnected` if it died, `Timeout`: it finishes alone.
+        if let Err(mpsc::RecvTimeoutError::Timeout) = done.recv_timeout(self.limit) {
+            return;
+        }
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let exited = match task {
+            Some(task) => loop {
+                if !task.exists() {
+                    break true;
+                }
+                if start.elapsed() >= self.limit {
+                    break false;
+                }
+                std::thread::sleep(EXIT_POLL);
+            },
+            // No `/proc` (not Linux): the thread has sent `done`; what is left of it is its
+            // exit, which the join waits for.
+            None => true,
+        };
+        if let (true, Some(thread)) = (exited, thread) {
+            let _ = thread.join();
         }
     }
+}
+
+/// This thread's `/proc/<pid>/task/<tid>` entry, where `/proc` exists.
+fn own_task_entry() -> Option<std::path::PathBuf> {
+    let link = std::fs::read_link("/proc/thread-self").ok()?;
+    Some(std::path::Path::new("/proc").join(link))
 }
 
 impl Drop for Shared {
@@ -157,11 +206,16 @@ impl Drop for Shared {
         let (go, go_rx) = mpsc::channel::<()>();
         let (done_tx, done) = mpsc::channel::<()>();
         let for_thread = Arc::clone(&slot);
+        let task = Arc::new(Mutex::new(None));
+        let task_for_thread = Arc::clone(&task);
         // `spawn` itself may panic where std's own thread-locals are gone; contain it.
         let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             std::thread::Builder::new()
                 .name("plimsoll gpu teardown".to_string())
                 .spawn(move || {
+                    if let Ok(mut slot) = task_for_thread.lock() {
+                        *slot = own_task_entry();
+                    }
                     // "Done" is sent by a thread-local registered before any other in this
                     // thread, so it drops last: after wgpu's own thread-locals, whose
                     // destructors would otherwise still run while the process goes on (and
@@ -185,10 +239,12 @@ impl Drop for Shared {
                 })
         }));
         match spawned {
-            Ok(Ok(_detached)) => {
+            Ok(Ok(thread)) => {
                 self.teardown = TeardownGate {
                     go: Some(go),
                     done: Mutex::new(Some(done)),
+                    thread: Mutex::new(Some(thread)),
+                    task,
                     limit: drop_deadline.saturating_add(TEARDOWN_MARGIN),
                 };
             }
