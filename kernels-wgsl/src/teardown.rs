@@ -108,7 +108,7 @@ thread_local! {
 /// thread still runs C-level per-thread destructors (`pthread_key` ones, which Mesa and LLVM
 /// register) and glibc's per-thread cleanup. A process that returned from `main` meanwhile ran
 /// the libraries' exit handlers and global destructors alongside them: `double free or
-/// corruption (fasttop)` in the teardown thread at exit, seen about once in 85 runs of a dev
+/// corruption (fasttop)` in the teardown thread at exit, caught once in 92 runs of a dev
 /// build. So after `done` the gate waits until the thread is gone (its `/proc` task entry, a
 /// bounded poll) and joins it.
 #[derive(Default)]
