@@ -291,3 +291,42 @@ fn sample_uses_the_recorded_shape_and_refuses_a_contradicting_flag() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A build without the `mpi` feature, started by `mpirun` as one of several processes (what
+/// Open MPI's environment says), refuses instead of training N unrelated models, and leaves no
+/// run behind. (With the feature, `tests/mpi.rs` runs the real thing.)
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_build_without_mpi_refuses_to_be_one_of_several_mpirun_processes() {
+    let dir = folder("no-mpi");
+    let output = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args(["train", "digits", "--epochs", "1"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .env("OMPI_COMM_WORLD_RANK", "1")
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("one of 2 that an MPI launcher started")
+            && stderr.contains("--features mpi"),
+        "{stderr}"
+    );
+    assert!(!dir.join("runs").exists());
+    // Launched alone by mpirun (`-np 1`), it trains.
+    let alone = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args(["train", "digits", "--epochs", "1"])
+        .env("OMPI_COMM_WORLD_SIZE", "1")
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
