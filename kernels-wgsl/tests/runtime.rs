@@ -373,23 +373,23 @@ fn compiled_kernels_cover_what_the_launchers_ask_for() {
         "{built} pipelines for {} kernels",
         kernels::ALL.len()
     );
-    let buf = scratch(&gpu, 3 * 64, "operands");
-    for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
-        let dims = MatmulDims {
-            batch: 1,
-            m: 8,
-            n: 8,
-            k: 8,
-            trans_a,
-            trans_b,
-            batch_stride_a: 64,
-            batch_stride_b: 64,
-            batch_stride_c: 64,
-            alpha: 1.0,
-            accumulate: false,
-        };
-        let [c, a, b] = [0, 64, 128].map(|at| buf.slice(at, 64).unwrap());
-        matmul(&gpu, &dims, c, a, b).unwrap();
+    // Both entry points: 8^3 takes main_scalar, 128^3 main (at least MAIN_MIN_FLOPS with batch 4).
+    let elements = 3 * 4 * 128 * 128;
+    let buf = scratch(&gpu, elements, "operands");
+    for size in [8, 128] {
+        for (trans_a, trans_b) in [(false, false), (true, false), (false, true), (true, true)] {
+            let per_batch = size * size;
+            let dims = MatmulDims {
+                trans_a,
+                trans_b,
+                ..MatmulDims::dense(4, size, size, size)
+            };
+            let [c, a, b] = [0, 1, 2].map(|i| {
+                buf.slice((i * 4 * per_batch) as u64, (4 * per_batch) as u64)
+                    .unwrap()
+            });
+            matmul(&gpu, &dims, c, a, b).unwrap();
+        }
     }
     for op in UnaryOp::ALL {
         forward(

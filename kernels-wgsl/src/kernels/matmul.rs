@@ -116,11 +116,23 @@ fn stored_index(
 }
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
-pub const MAIN: Kernel =
-    kernel!("matmul", "main", [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c], 64);
+pub const MAIN: Kernel = kernel!(
+    "matmul",
+    "main",
+    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c_v4: "array<vec4<f32>>"],
+    64
+);
 
 /// The any-shape entry point.
 pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", [a, b, c], 64);
+
+/// The least work (`2·batch·m·n·k`) a product takes `main` for: below it `main_scalar` does.
+/// `main`'s first dispatch costs lavapipe 0.9–1.7 s of JIT per layout (`cargo xtask bench
+/// kernels` with `MESA_SHADER_CACHE_DISABLE=true`, `pipeline_cold/matmul::main`), against about
+/// 0.09 s for `main_scalar`; below this size `main` saves at most about 0.5 ms a product
+/// (`matmul/small`: 128³, 4.2 MFLOP, 10.9 against 5.2 GFLOP/s), so a small model such as
+/// digits would need thousands of steps to earn its compile time back.
+pub const MAIN_MIN_FLOPS: u64 = 1 << 23;
 
 /// Outputs per workgroup along each of M and N: `main` (8×8 invocations × 16×16 outputs).
 const TILE_MAIN: u64 = 128;
@@ -140,7 +152,8 @@ shader_params! {
         offset_a: u32,
         offset_b: u32,
         offset_c: u32,
-        /// Bit 0: accumulate (`C += ..`).
+        /// Bit 0: accumulate (`C += ..`); bits 1 and 2: `trans_a` and `trans_b` for
+        /// `main_scalar` (`main` takes them as override constants, one pipeline per layout).
         flags: u32,
         alpha: f32,
     }
@@ -161,27 +174,42 @@ pub enum MatmulEntry {
 ///   are multiples of 4;
 /// - `n` (C's row length) is a multiple of 4: `main` stores 4 columns at a time, guarded by the
 ///   first column only (the shader header omits this for `trans_b`, where B's rows are `k` long);
-/// - when `batch > 1`, the batch strides of A and B are multiples of 4 elements (the launcher
-///   also needs the slices' segment indices to be, see [`DeviceSlice::index`]).
+/// - when `batch > 1`, the batch strides of A, B and C are multiples of 4 elements (the
+///   launcher also needs the slices' segment indices to be, see [`DeviceSlice::index`]: `main`
+///   reads A and B and writes C as `vec4`s);
+/// - the product is at least [`MAIN_MIN_FLOPS`].
 ///
 /// Otherwise [`MatmulEntry::MainScalar`].
 pub fn entry_point(dims: &MatmulDims) -> MatmulEntry {
-    let a_row = if dims.trans_a { dims.m } else { dims.k };
-    let b_row = if dims.trans_b { dims.k } else { dims.n };
-    let strides = if dims.batch > 1 {
-        [dims.batch_stride_a, dims.batch_stride_b]
-    } else {
-        [0, 0]
-    };
-    let all_multiples_of_4 = [a_row, b_row, dims.n]
-        .into_iter()
-        .chain(strides)
-        .all(|x| x.is_multiple_of(4));
-    if all_multiples_of_4 {
+    let flops = [dims.batch, dims.m, dims.n, dims.k]
+        .iter()
+        .try_fold(2u64, |acc, &x| acc.checked_mul(x as u64))
+        .unwrap_or(u64::MAX);
+    if main_fits(dims) && flops >= MAIN_MIN_FLOPS {
         MatmulEntry::Main
     } else {
         MatmulEntry::MainScalar
     }
+}
+
+/// Whether `main`'s alignment preconditions hold for `dims` (every condition of
+/// [`entry_point`] but the size).
+fn main_fits(dims: &MatmulDims) -> bool {
+    let a_row = if dims.trans_a { dims.m } else { dims.k };
+    let b_row = if dims.trans_b { dims.k } else { dims.n };
+    let strides = if dims.batch > 1 {
+        [
+            dims.batch_stride_a,
+            dims.batch_stride_b,
+            dims.batch_stride_c,
+        ]
+    } else {
+        [0, 0, 0]
+    };
+    [a_row, b_row, dims.n]
+        .into_iter()
+        .chain(strides)
+        .all(|x| x.is_multiple_of(4))
 }
 
 /// Loop passes one invocation of `entry` runs for `dims` (see "Loop limit on lavapipe" in
@@ -221,7 +249,22 @@ pub fn matmul(
     lhs: DeviceSlice<'_>,
     rhs: DeviceSlice<'_>,
 ) -> Result<()> {
-    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR])
+    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR], None)
+}
+
+/// [`matmul`] on the entry point `entry` whatever the product's size (for benchmarks and tests
+/// that compare the two). Errors: those of [`matmul`], and [`Error::InvalidArgument`] when
+/// `entry` is [`MatmulEntry::Main`] and `dims` or the slices miss its alignment (see
+/// [`entry_point`]).
+pub fn matmul_on(
+    gpu: &Gpu,
+    entry: MatmulEntry,
+    dims: &MatmulDims,
+    out: DeviceSlice<'_>,
+    lhs: DeviceSlice<'_>,
+    rhs: DeviceSlice<'_>,
+) -> Result<()> {
+    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR], Some(entry))
 }
 
 /// [`matmul`] with a shader module created without wgpu's runtime checks (bounds checks, loop
@@ -240,15 +283,17 @@ pub fn matmul_unchecked(
         ..kernel
     };
     let kernels = [unchecked(MAIN), unchecked(MAIN_SCALAR)];
-    launch(gpu, dims, [out, lhs, rhs], kernels)
+    launch(gpu, dims, [out, lhs, rhs], kernels, None)
 }
 
-/// Validates, picks the entry point and records the dispatch. `kernels` = `[main, main_scalar]`.
+/// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
+/// `[main, main_scalar]`.
 fn launch(
     gpu: &Gpu,
     dims: &MatmulDims,
     [out, lhs, rhs]: [DeviceSlice<'_>; 3],
     kernels: [Kernel; 2],
+    forced: Option<MatmulEntry>,
 ) -> Result<()> {
     let invalid = |message: String| Error::InvalidArgument {
         op: "matmul",
@@ -269,10 +314,20 @@ fn launch(
         to_u32("batch", d.batch)?,
     );
     // Before the range checks: the entry point depends only on `dims` and the segment offsets.
-    let segments_aligned = lhs.index().is_multiple_of(4) && rhs.index().is_multiple_of(4);
-    let entry = match entry_point(dims) {
-        MatmulEntry::Main if segments_aligned => MatmulEntry::Main,
-        _ => MatmulEntry::MainScalar,
+    let segments_aligned = [lhs, rhs, out].iter().all(|s| s.index().is_multiple_of(4));
+    let entry = match forced {
+        None if segments_aligned => entry_point(dims),
+        None | Some(MatmulEntry::MainScalar) => MatmulEntry::MainScalar,
+        Some(MatmulEntry::Main) if segments_aligned && main_fits(dims) => MatmulEntry::Main,
+        Some(MatmulEntry::Main) => {
+            return Err(invalid(format!(
+                "main needs rows, strides and operand offsets that are multiples of 4 \
+                 elements; {dims:?} with offsets a {}, b {}, c {} has not (use main_scalar)",
+                lhs.index(),
+                rhs.index(),
+                out.index()
+            )));
+        }
     };
     check_loop_limit(gpu, "matmul", "k", d.k, |k| {
         loop_iterations(entry, dims.trans_a, dims.trans_b, k)
@@ -323,7 +378,9 @@ fn launch(
         offset_a: lhs.index(),
         offset_b: rhs.index(),
         offset_c: out.index(),
-        flags: u32::from(dims.accumulate),
+        flags: u32::from(dims.accumulate)
+            | u32::from(dims.trans_a) << 1
+            | u32::from(dims.trans_b) << 2,
         alpha: dims.alpha,
     };
     let (kernel, tile) = match entry {
@@ -339,12 +396,16 @@ fn launch(
         )));
     }
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
+    let transposes = [
+        ("TRANS_A", flag(dims.trans_a)),
+        ("TRANS_B", flag(dims.trans_b)),
+    ];
     gpu.dispatch(Dispatch {
         kernel,
-        overrides: &[
-            ("TRANS_A", flag(dims.trans_a)),
-            ("TRANS_B", flag(dims.trans_b)),
-        ],
+        overrides: match entry {
+            MatmulEntry::Main => &transposes,
+            MatmulEntry::MainScalar => &[],
+        },
         params: bytemuck::bytes_of(&params),
         buffers: &[lhs, rhs, out],
         workgroups: workgroups.map(|w| w as u32),

@@ -152,8 +152,8 @@ pub const ALL: &[Kernel] = &[
 ];
 
 /// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
-/// of override constants its launcher passes (the unary and binary ops' `OP`, matmul's
-/// `TRANS_A`/`TRANS_B`). What [`Gpu::compile_kernels`] builds before a run's first step.
+/// of override constants its launcher passes (the unary and binary ops' `OP`, matmul `main`'s
+/// `TRANS_A`/`TRANS_B`; `main_scalar` takes its transposes as runtime flags). What [`Gpu::compile_kernels`] builds before a run's first step.
 pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
     let mut out = Vec::new();
     for kernel in ALL {
@@ -165,7 +165,7 @@ pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
             for op in binary::BinaryOp::ALL {
                 out.push((kernel, binary::overrides(op).to_vec()));
             }
-        } else if kernel.stem == matmul::MAIN.stem {
+        } else if kernel.stem == matmul::MAIN.stem && kernel.entry == matmul::MAIN.entry {
             for (a, b) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)] {
                 out.push((kernel, vec![("TRANS_A", a), ("TRANS_B", b)]));
             }

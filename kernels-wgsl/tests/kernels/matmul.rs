@@ -20,11 +20,11 @@ const POISON: f32 = 12345.0;
 const ATOL_EPS_PER_K: f64 = 4.0;
 
 /// The entry point the launcher takes for `dims` on these operands: [`entry_point`], demoted to
-/// `main_scalar` when A's or B's first element is not a multiple of 4 elements into its segment
-/// (the `vec4` loads need aligned operands; see [`entry_point`]'s docs).
-fn launched_entry(dims: &MatmulDims, a: DeviceSlice<'_>, b: DeviceSlice<'_>) -> MatmulEntry {
+/// `main_scalar` when A's, B's or C's first element is not a multiple of 4 elements into its
+/// segment (the `vec4` loads and stores need aligned operands; see [`entry_point`]'s docs).
+fn launched_entry(dims: &MatmulDims, operands: [DeviceSlice<'_>; 3]) -> MatmulEntry {
     match entry_point(dims) {
-        MatmulEntry::Main if a.index().is_multiple_of(4) && b.index().is_multiple_of(4) => {
+        MatmulEntry::Main if operands.iter().all(|s| s.index().is_multiple_of(4)) => {
             MatmulEntry::Main
         }
         _ => MatmulEntry::MainScalar,
@@ -62,7 +62,7 @@ fn check(
     let a_s = a_gpu.slice(off_a as u64, a_len as u64).unwrap();
     let b_s = b_gpu.slice(off_b as u64, b_len as u64).unwrap();
     let c_s = c_gpu.slice(off_c as u64, c_len as u64).unwrap();
-    let entry = launched_entry(dims, a_s, b_s);
+    let entry = launched_entry(dims, [a_s, b_s, c_s]);
     matmul::matmul(gpu, dims, c_s, a_s, b_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
     let mut want = c_init;
@@ -104,16 +104,20 @@ fn matmul_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(0x6d6d);
     let mut entries = Vec::new();
-    let shapes: [Shape; 8] = [
+    // `main` takes products of at least MAIN_MIN_FLOPS (2^23 = 2·128·256·128) only.
+    let shapes: [Shape; 10] = [
         (1, 1, 1, [0, 0, 0], Some(MatmulEntry::MainScalar)),
         (7, 13, 5, [3, 1, 2], Some(MatmulEntry::MainScalar)),
         (33, 65, 17, [5, 0, 7], Some(MatmulEntry::MainScalar)),
         (127, 255, 63, [1, 2, 3], Some(MatmulEntry::MainScalar)),
-        (36, 68, 20, [4, 8, 3], Some(MatmulEntry::Main)), // partial 128-tiles, odd C offset
-        (64, 128, 32, [0, 0, 0], Some(MatmulEntry::Main)),
-        (130, 132, 36, [8, 4, 1], None), // m % 4 != 0: trans_a takes main_scalar
+        (132, 260, 124, [4, 8, 12], Some(MatmulEntry::Main)), // partial 128-tiles
+        (132, 260, 124, [4, 8, 3], Some(MatmulEntry::MainScalar)), // odd C offset
+        (128, 256, 128, [0, 0, 0], Some(MatmulEntry::Main)),
+        (130, 132, 256, [8, 4, 4], None), // m % 4 != 0: trans_a takes main_scalar
         // n % 4 != 0 but k % 4 == 0: trans_b must not take main (it stores 4 columns at a time)
         (20, 30, 16, [0, 0, 0], Some(MatmulEntry::MainScalar)),
+        // k % 4 != 0: only trans_a alone takes main (k is then no operand's row length).
+        (132, 260, 125, [4, 8, 12], None),
     ];
     for (case, &(m, n, k, offsets, expect)) in shapes.iter().enumerate() {
         for (t, &trans) in TRANSPOSES.iter().enumerate() {
@@ -129,19 +133,28 @@ fn matmul_matches_reference() {
         }
     }
     assert_eq!(
-        entry_point(&dims(130, 132, 36, (true, false))),
+        entry_point(&dims(130, 132, 256, (true, false))),
         MatmulEntry::MainScalar
     );
     assert_eq!(
-        entry_point(&dims(130, 132, 36, (false, true))),
+        entry_point(&dims(130, 132, 256, (false, true))),
         MatmulEntry::Main
     );
     assert_eq!(
         entry_point(&dims(20, 30, 16, (false, true))),
         MatmulEntry::MainScalar
     );
+    assert_eq!(
+        entry_point(&dims(132, 260, 125, (true, false))),
+        MatmulEntry::Main
+    );
+    // Below MAIN_MIN_FLOPS an aligned product takes main_scalar (cheaper to compile).
+    assert_eq!(
+        entry_point(&dims(128, 256, 127 + 1 - 4, (false, false))),
+        MatmulEntry::MainScalar
+    );
     // A misaligned offset (of A, then of B) sends a main-path shape to main_scalar.
-    let aligned = dims(64, 128, 32, (false, false));
+    let aligned = dims(128, 256, 128, (false, false));
     assert_eq!(entry_point(&aligned), MatmulEntry::Main);
     assert_eq!(
         check(&gpu, &mut rng, &aligned, [1, 0, 0], 3),
@@ -171,15 +184,15 @@ fn matmul_matches_reference() {
         batch: 3,
         batch_stride_a: if broadcast_b { m * k + 4 } else { 0 },
         batch_stride_b: if broadcast_b { 0 } else { k * n + 8 },
-        batch_stride_c: m * n + 3,
+        batch_stride_c: m * n + 4,
         ..dims(m, n, k, trans)
     };
     for (t, &trans) in TRANSPOSES.iter().enumerate() {
-        let mut d = batched(36, 44, 24, trans, t % 2 == 0);
+        let mut d = batched(68, 132, 156, trans, t % 2 == 0);
         d.accumulate = t >= 2;
         d.alpha = 0.5;
         assert_eq!(
-            check(&gpu, &mut rng, &d, [4, 12, 1], 2),
+            check(&gpu, &mut rng, &d, [4, 12, 8], 2),
             MatmulEntry::Main,
             "{d:?}"
         );
@@ -194,26 +207,26 @@ fn matmul_matches_reference() {
     assert!(main >= 10 && entries.len() - main >= 18, "{entries:?}");
 
     // The unchecked-module variant agrees (same shader, wgpu's runtime checks off).
-    // A at element 4, B at 8, C at 3.
-    let d = dims(36, 68, 20, (false, true));
-    let a = rng.vec_f32(36 * 20 + 4, -1.0, 1.0);
-    let b = rng.vec_f32(68 * 20 + 8, -1.0, 1.0);
+    // A at element 4, B at 8, C at 12.
+    let d = dims(132, 260, 124, (false, true));
+    let a = rng.vec_f32(132 * 124 + 4, -1.0, 1.0);
+    let b = rng.vec_f32(260 * 124 + 8, -1.0, 1.0);
     let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
     let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
     let c_gpu = gpu
-        .upload(&vec![POISON; 3 + d.c_len()], Category::Temporary, "c")
+        .upload(&vec![POISON; 12 + d.c_len()], Category::Temporary, "c")
         .unwrap();
     let (a_s, b_s) = (
-        a_gpu.slice(4, 36 * 20).unwrap(),
-        b_gpu.slice(8, 68 * 20).unwrap(),
+        a_gpu.slice(4, 132 * 124).unwrap(),
+        b_gpu.slice(8, 260 * 124).unwrap(),
     );
-    assert_eq!(launched_entry(&d, a_s, b_s), MatmulEntry::Main);
-    let c_s = c_gpu.slice(3, d.c_len() as u64).unwrap();
+    let c_s = c_gpu.slice(12, d.c_len() as u64).unwrap();
+    assert_eq!(launched_entry(&d, [a_s, b_s, c_s]), MatmulEntry::Main);
     matmul::matmul_unchecked(&gpu, &d, c_s, a_s, b_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
-    let mut want = vec![POISON; 3 + d.c_len()];
-    reference::matmul::matmul_into(&a[4..], &b[8..], &mut want[3..], &d);
-    assert_close("matmul_unchecked", &got, &want, 1e-5, 1e-6);
+    let mut want = vec![POISON; 12 + d.c_len()];
+    reference::matmul::matmul_into(&a[4..], &b[8..], &mut want[12..], &d);
+    assert_close("matmul_unchecked", &got, &want, 1e-4, 1e-6);
 }
 
 #[test]
@@ -292,14 +305,18 @@ fn matmul_refuses_k_over_the_loop_limit() {
     // (m, n, trans, entry): main_scalar, main with trans_a only (one k per pass), main.
     for (m, n, trans, entry) in [
         (1, 1, (false, false), MatmulEntry::MainScalar),
-        (4, 4, (true, false), MatmulEntry::Main),
-        (4, 4, (false, true), MatmulEntry::Main),
+        (16, 16, (true, false), MatmulEntry::Main),
+        (16, 16, (false, true), MatmulEntry::Main),
     ] {
         let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
         let largest = largest_within(limit, passes);
         let k = (largest + 1).next_multiple_of(4) as usize; // main needs k % 4 == 0
         let d = dims(m, n, k, trans);
-        assert_eq!(launched_entry(&d, t.whole(), t.whole()), entry, "{d:?}");
+        assert_eq!(
+            launched_entry(&d, [t.whole(), t.whole(), c.whole()]),
+            entry,
+            "{d:?}"
+        );
         assert_loop_limit(
             matmul::matmul(&gpu, &d, c.whole(), t.whole(), t.whole()),
             "k",
@@ -315,7 +332,7 @@ fn matmul_at_the_loop_limit_matches_reference() {
     let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
     for (m, n, trans, entry) in [
         (1, 1, (false, false), MatmulEntry::MainScalar),
-        (1, 4, (false, false), MatmulEntry::Main),
+        (2, 16, (false, false), MatmulEntry::Main),
     ] {
         let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
         let k = largest_within(limit, passes) as usize / 4 * 4;

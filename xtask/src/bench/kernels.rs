@@ -37,6 +37,7 @@ pub fn run() -> Result<Report> {
 
     pipelines_cold(&mut report)?;
     matmul_squares(&gpu, &mut report)?;
+    matmul_small(&gpu, &mut report)?;
     matmul_checked_vs_unchecked(&gpu, &mut report)?;
     matmul_mlp(&gpu, &mut report)?;
     elementwise(&gpu, &mut report)?;
@@ -173,6 +174,36 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
             gflops(&d, seconds),
             "GFLOP/s",
         );
+    }
+    Ok(())
+}
+
+/// Small squares on both entry points ([`matmul::matmul_on`]), 20 products per timed batch:
+/// where `main`'s 128×128 workgroup tile leaves the device idle. The launcher's small-product
+/// rule ([`matmul::MAIN_MIN_FLOPS`]) comes from these lines and `pipeline_cold`.
+fn matmul_small(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    for size in [32, 64, 128, 192, 256] {
+        let d = MatmulDims::dense(1, size, size, size);
+        let c = filled(gpu, d.m * d.n, 0.0, "bench c")?;
+        let a = filled(gpu, d.m * d.k, 0.01, "bench a")?;
+        let b = filled(gpu, d.k * d.n, 0.02, "bench b")?;
+        for entry in [MatmulEntry::Main, MatmulEntry::MainScalar] {
+            let name = match entry {
+                MatmulEntry::Main => "main",
+                MatmulEntry::MainScalar => "main_scalar",
+            };
+            let seconds = median_seconds(gpu, 5, || {
+                for _ in 0..20 {
+                    matmul::matmul_on(gpu, entry, &d, c.whole(), a.whole(), b.whole())?;
+                }
+                Ok(())
+            })? / 20.0;
+            report.push(
+                format!("matmul/small {size}^3 [{name}]"),
+                gflops(&d, seconds),
+                "GFLOP/s",
+            );
+        }
     }
     Ok(())
 }
