@@ -95,3 +95,29 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>,
     exp_avg_sq[vi] = v;
     param[pi] = p + (-adamw_params.step_size) * (m / denom);
 }
+
+// adamw_v4: `adamw` on four elements per invocation through vec4 views of the same bindings
+// (param_v4, grad_v4, exp_avg_v4, exp_avg_sq_v4). n counts vec4s and every *_offset is in vec4s
+// (the launcher uses it only when all four element offsets are multiples of 4, and runs the
+// last len % 4 elements through `adamw`). Same operations in the same order per component; on
+// lavapipe each storage access is a per-lane loop, so a vec4 access moves four elements for one.
+@compute @workgroup_size(256)
+fn adamw_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= adamw_params.n) {
+        return;
+    }
+    let pi = adamw_params.param_offset + i;
+    let mi = adamw_params.exp_avg_offset + i;
+    let vi = adamw_params.exp_avg_sq_offset + i;
+    let g = grad_v4[adamw_params.grad_offset + i] * adamw_params.grad_scale;
+    let p = param_v4[pi] * adamw_params.decay_factor;
+    var m = exp_avg_v4[mi];
+    m = m + adamw_params.one_minus_beta1 * (g - m);
+    let v = exp_avg_sq_v4[vi] * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
+    let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
+    exp_avg_v4[mi] = m;
+    exp_avg_sq_v4[vi] = v;
+    param_v4[pi] = p + (-adamw_params.step_size) * (m / denom);
+}

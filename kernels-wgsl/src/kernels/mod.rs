@@ -136,6 +136,7 @@ pub const ALL: &[Kernel] = &[
     nonfinite::KERNEL,
     optimizer::SGD,
     optimizer::ADAMW,
+    optimizer::ADAMW_V4,
     reduce::SUM_AXIS,
     reduce::MEAN_AXIS,
     reduce::MAX_AXIS,

@@ -59,15 +59,27 @@ fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale
     }
 }
 
-fn adamw_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &AdamWConfig, grad_scale: f32) {
-    let name = |what: &str, step: u64| format!("adamw {what} len {len} step {step} {config:?}");
+/// `offsets`: where param, grad, exp_avg and exp_avg_sq start in their buffers (all multiples
+/// of 4 take the `adamw_v4` path for the whole vec4s and `adamw` for the rest).
+fn adamw_case(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    len: usize,
+    config: &AdamWConfig,
+    grad_scale: f32,
+    offsets: [usize; 4],
+) {
+    let name = |what: &str, step: u64| {
+        format!("adamw {what} len {len} offsets {offsets:?} step {step} {config:?}")
+    };
     let mut param = rng.vec_f32(len, -1.0, 1.0);
     let mut exp_avg = vec![0.0; len];
     let mut exp_avg_sq = vec![0.0; len];
-    let param_gpu = Guarded::upload(gpu, rng, &param, 1, "param");
-    let grad_gpu = Guarded::random(gpu, rng, len, 4, "grad");
-    let m_gpu = Guarded::upload(gpu, rng, &exp_avg, 6, "exp_avg");
-    let v_gpu = Guarded::upload(gpu, rng, &exp_avg_sq, 3, "exp_avg_sq");
+    let [op, og, om, ov] = offsets;
+    let param_gpu = Guarded::upload(gpu, rng, &param, op, "param");
+    let grad_gpu = Guarded::random(gpu, rng, len, og, "grad");
+    let m_gpu = Guarded::upload(gpu, rng, &exp_avg, om, "exp_avg");
+    let v_gpu = Guarded::upload(gpu, rng, &exp_avg_sq, ov, "exp_avg_sq");
     for step in 1..=STEPS {
         let grad = rng.vec_f32(len, -1.0 / grad_scale, 1.0 / grad_scale);
         gpu.write(&grad_gpu.buffer, grad_gpu.at(), &grad).unwrap();
@@ -145,7 +157,9 @@ fn optimizer_matches_reference() {
             sgd_case(&gpu, &mut rng, len, config, *grad_scale);
         }
         for (config, grad_scale) in &adamw_configs {
-            adamw_case(&gpu, &mut rng, len, config, *grad_scale);
+            for offsets in [[1, 4, 6, 3], [4, 8, 0, 12]] {
+                adamw_case(&gpu, &mut rng, len, config, *grad_scale, offsets);
+            }
         }
     }
 }
