@@ -215,6 +215,45 @@ fn sum_all(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
+// Sum of src[i]^2 over src[0..n) into partial_value[0] (workgroup_sum of the squares, without
+// writing them anywhere); every invocation of the workgroup must call it.
+fn workgroup_sum_squares(lid: u32) {
+    let n = params.outer * params.axis_len * params.inner;
+    let base = params.src_offset;
+    var acc = 0.0;
+    var i = lid;
+    for (; i + 3u * ALL_WG < n; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+        let v0 = src[base + i];
+        let v1 = src[base + i + ALL_WG];
+        let v2 = src[base + i + 2u * ALL_WG];
+        let v3 = src[base + i + 3u * ALL_WG];
+        acc += v0 * v0;
+        acc += v1 * v1;
+        acc += v2 * v2;
+        acc += v3 * v3;
+    }
+    for (; i < n; i += ALL_WG) {
+        let v = src[base + i];
+        acc += v * v;
+    }
+    partial_value[lid] = acc;
+    workgroupBarrier();
+    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            partial_value[lid] += partial_value[lid + stride];
+        }
+        workgroupBarrier();
+    }
+}
+
+@compute @workgroup_size(256)
+fn sum_squares_all(@builtin(local_invocation_index) lid: u32) {
+    workgroup_sum_squares(lid);
+    if (lid == 0u) {
+        dst[params.dst_offset] = partial_value[0];
+    }
+}
+
 @compute @workgroup_size(256)
 fn mean_all(@builtin(local_invocation_index) lid: u32) {
     workgroup_sum(lid);

@@ -160,7 +160,7 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
     let mut names = Vec::new();
     for (name, p) in params {
         if let Some(g) = p.grad() {
-            parts.push(g.mul(&g)?.sum_all()?.reshape(&[1])?);
+            parts.push(g.sum_squares_all()?.reshape(&[1])?);
             names.push(name.as_str());
         }
     }

@@ -109,6 +109,25 @@ impl Tensor {
         self.sum(&[], false)
     }
 
+    /// The sum of the squares of every element, as a scalar (shape `[]`), in one pass (no
+    /// squared tensor). Not differentiable: for norms of gradients and the like, under
+    /// [`crate::no_grad`] or on tensors that do not require grad; where it would be recorded
+    /// it is [`Error::InvalidArgument`].
+    pub fn sum_squares_all(&self) -> Result<Tensor> {
+        self.expect_dtype("sum_squares_all", DType::F32)?;
+        if records(&[self]) {
+            return Err(Error::InvalidArgument {
+                op: "sum_squares_all",
+                message: "has no backward; call it under no_grad() or on a tensor that does not \
+                          require grad (or use x.mul(&x)?.sum_all())"
+                    .to_string(),
+            });
+        }
+        let out = Tensor::empty(&self.gpu, &[], Category::Temporary, "sum_squares_all")?;
+        reduce::sum_squares_all(&self.gpu, out.elements()?, self.elements()?)?;
+        Ok(out)
+    }
+
     /// Mean of every element, as a scalar (shape `[]`).
     pub fn mean_all(&self) -> Result<Tensor> {
         self.mean(&[], false)

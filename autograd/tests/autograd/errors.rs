@@ -95,3 +95,23 @@ fn backward_without_graph_and_detach() {
     }
     assert!(w.mul(&w).unwrap().requires_grad());
 }
+
+/// `sum_squares_all` has no backward: refused where it would be recorded, and under `no_grad`
+/// it equals `x * x` summed (the oracle).
+#[test]
+fn sum_squares_all_is_refused_on_the_tape_and_matches_the_product_off_it() {
+    let gpu = gpu();
+    let w = param(&gpu, &[1.0, -2.0, 3.5], &[3]);
+    assert!(matches!(
+        w.sum_squares_all(),
+        Err(Error::InvalidArgument {
+            op: "sum_squares_all",
+            ..
+        })
+    ));
+    let _no_grad = plimsoll_autograd::no_grad();
+    let fused = w.sum_squares_all().unwrap().item().unwrap();
+    let product = w.mul(&w).unwrap().sum_all().unwrap().item().unwrap();
+    assert_eq!(fused, product);
+    assert_eq!(fused, 1.0 + 4.0 + 12.25);
+}

@@ -142,6 +142,7 @@ pub const ALL: &[Kernel] = &[
     reduce::MAX_AXIS,
     reduce::MAX_BACKWARD,
     reduce::SUM_ALL,
+    reduce::SUM_SQUARES_ALL,
     reduce::MEAN_ALL,
     reduce::MAX_ALL,
     softmax::SOFTMAX_FORWARD,

@@ -97,6 +97,14 @@ pub const MAX_BACKWARD: Kernel =
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
 pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", [src, dst], ALL_WORKGROUP as u32);
 
+/// The `sum_squares_all` entry point.
+pub const SUM_SQUARES_ALL: Kernel = kernel!(
+    "reduce",
+    "sum_squares_all",
+    [src, dst],
+    ALL_WORKGROUP as u32
+);
+
 /// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
 pub const MEAN_ALL: Kernel = kernel!("reduce", "mean_all", [src, dst], ALL_WORKGROUP as u32);
 
@@ -311,6 +319,12 @@ fn all_reduction(
 /// Records `out[0] = sum of x` (f32, one workgroup, fixed order); `out` holds one element.
 pub fn sum_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
     all_reduction(gpu, "sum_all", &SUM_ALL, out, None, x)
+}
+
+/// Records `out[0] = sum of x[i]²` (f32, one workgroup, fixed order; the squares are not
+/// stored): a gradient norm's term in one pass over `x` instead of a product and a sum.
+pub fn sum_squares_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    all_reduction(gpu, "sum_squares_all", &SUM_SQUARES_ALL, out, None, x)
 }
 
 /// Records `out[0] = mean of x` (NaN for an empty `x`).

@@ -147,14 +147,17 @@ fn reduce_all_matches_reference() {
         let x_s = x_gpu.slice(5, len as u64).unwrap();
         reduce::sum_all(&gpu, out_gpu.slice(1, 1).unwrap(), x_s).unwrap();
         reduce::mean_all(&gpu, out_gpu.slice(3, 1).unwrap(), x_s).unwrap();
+        reduce::sum_squares_all(&gpu, out_gpu.slice(4, 1).unwrap(), x_s).unwrap();
         let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
         let (sum, mean) = (cpu::sum_all(&x), cpu::mean_all(&x));
-        let want = [-7.0, sum, -7.0, mean, -7.0, -7.0];
+        // The oracle for the squares: the plain sum of the squares, in f64.
+        let squares = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() as f32;
+        let want = [-7.0, sum, -7.0, mean, squares, -7.0];
         assert_close(
-            &format!("{name} sum/mean"),
+            &format!("{name} sum/mean/sum of squares"),
             &got,
             &want,
-            sum_atol(len, 2.0),
+            sum_atol(len, 4.0),
             1e-5,
         );
 

@@ -14,7 +14,7 @@ pub fn grad_norm(params: &[(String, Tensor)]) -> Result<f32> {
     let mut total: Option<Tensor> = None;
     for (_, p) in params {
         let Some(g) = p.grad() else { continue };
-        let squares = g.mul(&g)?.sum_all()?;
+        let squares = g.sum_squares_all()?;
         total = Some(match total {
             Some(t) => t.add(&squares)?,
             None => squares,
