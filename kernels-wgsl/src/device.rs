@@ -148,6 +148,8 @@ pub(crate) struct Shared {
     pub(crate) profiling: AtomicBool,
     /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
     pub(crate) planning: bool,
+    /// The shapes of the matmuls launched while [`Gpu::record_matmuls`] is on.
+    pub(crate) matmul_log: Mutex<Option<Vec<crate::kernels::matmul::MatmulDims>>>,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
     /// thread go only once every other field has dropped (see `crate::teardown`).
     pub(crate) teardown: TeardownGate,
@@ -208,6 +210,7 @@ impl Shared {
             max_in_flight: p.max_in_flight,
             profiling: AtomicBool::new(false),
             planning: p.planning,
+            matmul_log: Mutex::new(None),
             teardown: TeardownGate::default(),
         }
     }

@@ -292,6 +292,54 @@ fn matmul_rejects_bad_arguments() {
         b_w,
     )
     .unwrap();
+    // main forced onto an operand that is not 4-element aligned is refused; main_scalar runs.
+    let unaligned = b.slice(1, 64).unwrap();
+    expect_invalid(
+        matmul::matmul_on(
+            &gpu,
+            MatmulEntry::Main,
+            &one,
+            a.slice(64, 64).unwrap(),
+            a_lo,
+            unaligned,
+        ),
+        "multiples of 4",
+    );
+    matmul::matmul_on(
+        &gpu,
+        MatmulEntry::MainScalar,
+        &one,
+        a.slice(64, 64).unwrap(),
+        a_lo,
+        unaligned,
+    )
+    .unwrap();
+}
+
+/// `record_matmuls` keeps the shapes of the launches that passed validation, in order, until
+/// `take_matmuls`; nothing before or after.
+#[test]
+fn recorded_matmuls_are_the_launches() {
+    let gpu = gpu();
+    let buf = gpu
+        .upload(&[1.0f32; 3 * 64], Category::Temporary, "ops")
+        .unwrap();
+    let [c, a, b] = [0, 64, 128].map(|at| buf.slice(at, 64).unwrap());
+    let first = MatmulDims::dense(1, 8, 8, 8);
+    let second = MatmulDims {
+        trans_a: true,
+        accumulate: true,
+        ..MatmulDims::dense(1, 4, 16, 4)
+    };
+    matmul::matmul(&gpu, &first, c, a, b).unwrap(); // before: not recorded
+    assert!(gpu.take_matmuls().is_empty());
+    gpu.record_matmuls();
+    matmul::matmul(&gpu, &first, c, a, b).unwrap();
+    matmul::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).unwrap_err(); // refused
+    matmul::matmul(&gpu, &second, c, a, b).unwrap();
+    assert_eq!(gpu.take_matmuls(), vec![first, second]);
+    matmul::matmul(&gpu, &first, c, a, b).unwrap(); // after: not recorded
+    assert!(gpu.take_matmuls().is_empty());
 }
 
 #[test]

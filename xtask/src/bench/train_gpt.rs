@@ -102,12 +102,23 @@ pub fn run(report: &mut Report) -> Result<()> {
 
     // Speed and memory of the default run.
     let gpu = Gpu::new()?;
-    let total = (WARMUP_STEPS + TIMED_STEPS) as u64;
+    let total = (WARMUP_STEPS + TIMED_STEPS + 1) as u64; // + the efficiency step
     let cfg = config(BATCH, Some(BATCH), total, CheckpointPolicy::None);
     let mut trainer = Trainer::new(&gpu, cfg, &spec, data.clone(), None)?;
     let (times, [allocated, reserved, _]) = steps(&mut trainer, WARMUP_STEPS, TIMED_STEPS)?;
-    drop(trainer);
     let step_ms = median(times);
+    let (matmul_ms, efficiency, products) = super::train::step_efficiency(&mut trainer, step_ms)?;
+    drop(trainer);
+    report.push(
+        format!("gpt/step_matmuls_alone ({products} products)"),
+        matmul_ms,
+        "ms",
+    );
+    report.push("gpt/step_efficiency", efficiency, "ratio");
+    println!(
+        "train: floor gpt step efficiency >= 0.70: {}",
+        if efficiency >= 0.70 { "met" } else { "NOT met" }
+    );
     let minimum = analytic_minimum_bytes(&spec.config, parameters, BATCH);
     report.push("gpt/step_median", step_ms, "ms");
     report.push(
