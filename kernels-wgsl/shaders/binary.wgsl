@@ -156,3 +156,70 @@ fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
     da[params.da_offset + i] = g.x;
     db[params.db_offset + i] = g.y;
 }
+
+// The vec4 entry points: four elements per invocation through vec4 views of the same bindings
+// (n and every offset in vec4s), for the launcher's split (kernels::launch_split) of the
+// same-shape (rank 0) and scalar forms, and `suffix_v4` for b broadcast along the leading
+// dimensions of a (a bias row): out[i] = a[i] op b[i % period], period = b's length, in vec4s.
+fn apply4(l: vec4<f32>, r: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(apply(l.x, r.x), apply(l.y, r.y), apply(l.z, r.z), apply(l.w, r.w));
+}
+
+@compute @workgroup_size(256)
+fn same_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    out_v4[params.out_offset + i] = apply4(a_v4[params.a_offset + i], b_v4[params.b_offset + i]);
+}
+
+@compute @workgroup_size(256)
+fn suffix_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let r = b_v4[params.b_offset + i % params.period];
+    out_v4[params.out_offset + i] = apply4(a_v4[params.a_offset + i], r);
+}
+
+@compute @workgroup_size(256)
+fn scalar_rhs_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    y_v4[params.y_offset + i] = apply4(a_v4[params.a_offset + i], vec4<f32>(params.scalar));
+}
+
+@compute @workgroup_size(256)
+fn scalar_lhs_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    y_v4[params.y_offset + i] = apply4(vec4<f32>(params.scalar), a_v4[params.a_offset + i]);
+}
+
+@compute @workgroup_size(256)
+fn backward_same_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let l = a_v4[params.a_offset + i];
+    let r = b_v4[params.b_offset + i];
+    let g = dy_v4[params.dy_offset + i];
+    let x = apply_backward(l.x, r.x, g.x);
+    let y = apply_backward(l.y, r.y, g.y);
+    let z = apply_backward(l.z, r.z, g.z);
+    let w = apply_backward(l.w, r.w, g.w);
+    da_v4[params.da_offset + i] = vec4<f32>(x.x, y.x, z.x, w.x);
+    db_v4[params.db_offset + i] = vec4<f32>(x.y, y.y, z.y, w.y);
+}

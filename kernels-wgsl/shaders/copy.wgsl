@@ -27,6 +27,17 @@ fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     dst[params.dst_offset + i] = src[params.src_offset + i];
 }
 
+// copy_v4: `copy` four words per invocation through vec4 views of the same bindings (len and
+// both offsets in vec4s; the launcher's split, kernels::launch_split).
+@compute @workgroup_size(256)
+fn copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if i >= params.len {
+        return;
+    }
+    dst_v4[params.dst_offset + i] = src_v4[params.src_offset + i];
+}
+
 @compute @workgroup_size(256)
 fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
     let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
@@ -41,4 +52,24 @@ fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
         rem /= extent;
     }
     dst[params.dst_offset + i] = src[at];
+}
+
+// strided_copy_v4: `strided_copy` four words per invocation through vec4 views, for gathers
+// whose innermost dimension is contiguous in src (stride 1) and a multiple of 4 long, every
+// other stride and both offsets multiples of 4. The launcher passes len, the offsets, the
+// innermost extent and the strides in vec4s (innermost stride 1).
+@compute @workgroup_size(256)
+fn strided_copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if i >= params.len {
+        return;
+    }
+    var rem = i;
+    var at = params.src_offset;
+    for (var d = i32(params.rank) - 1; d >= 0; d--) {
+        let extent = params.shape[d / 4][d % 4];
+        at += (rem % extent) * params.src_strides[d / 4][d % 4];
+        rem /= extent;
+    }
+    dst_v4[params.dst_offset + i] = src_v4[at];
 }

@@ -172,3 +172,32 @@ fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
     dx[params.dx_offset + i] =
         apply_backward(saved[params.saved_offset + i], dy[params.dy_offset + i]);
 }
+
+// forward_v4 / backward_v4: the same, four elements per invocation through vec4 views of the
+// same bindings (n and every offset in vec4s; the launcher's split, kernels::launch_split).
+fn apply4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(apply(v.x), apply(v.y), apply(v.z), apply(v.w));
+}
+
+@compute @workgroup_size(256)
+fn forward_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    y_v4[params.y_offset + i] = apply4(x_v4[params.x_offset + i]);
+}
+
+@compute @workgroup_size(256)
+fn backward_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let s = saved_v4[params.saved_offset + i];
+    let g = dy_v4[params.dy_offset + i];
+    dx_v4[params.dx_offset + i] = vec4<f32>(apply_backward(s.x, g.x), apply_backward(s.y, g.y),
+                                            apply_backward(s.z, g.z), apply_backward(s.w, g.w));
+}

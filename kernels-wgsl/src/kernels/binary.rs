@@ -10,7 +10,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -149,6 +149,46 @@ pub const BACKWARD: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// The `same_v4` entry point (same-shape `broadcast`, four elements per invocation).
+pub const SAME_V4: Kernel = kernel!(
+    "binary",
+    "same_v4",
+    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", out_v4: "array<vec4<f32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The `suffix_v4` entry point (b broadcast along a's leading dimensions, four per invocation).
+pub const SUFFIX_V4: Kernel = kernel!(
+    "binary",
+    "suffix_v4",
+    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", out_v4: "array<vec4<f32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The `scalar_rhs_v4` entry point.
+pub const SCALAR_RHS_V4: Kernel = kernel!(
+    "binary",
+    "scalar_rhs_v4",
+    [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The `scalar_lhs_v4` entry point.
+pub const SCALAR_LHS_V4: Kernel = kernel!(
+    "binary",
+    "scalar_lhs_v4",
+    [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The `backward_same_v4` entry point (same-shape `backward`, four elements per invocation).
+pub const BACKWARD_SAME_V4: Kernel = kernel!(
+    "binary",
+    "backward_same_v4",
+    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", dy_v4: "array<vec4<f32>>", da_v4: "array<vec4<f32>>", db_v4: "array<vec4<f32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
 shader_params! {
     /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).
     struct Params {
@@ -162,7 +202,8 @@ shader_params! {
         dy_offset: u32,
         da_offset: u32,
         db_offset: u32,
-        _pad0: u32,
+        /// `suffix_v4`: b's length in `vec4`s.
+        period: u32,
         _pad1: u32,
         shape: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
         a_strides: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
@@ -271,33 +312,70 @@ pub fn broadcast(
 ) -> Result<()> {
     let (shape, len) = checked("binary", dims, a, b)?;
     out.expect_len("binary", "out", len)?;
+    let shaped = shaped_params(&shape);
+    let overrides = overrides(dims.op);
+    let buffers = [a, b, out];
+    if shaped.rank == 0 {
+        // Same shapes: four elements per invocation where aligned.
+        return launch_split(
+            gpu,
+            [&SAME_V4, &BROADCAST],
+            &overrides,
+            &buffers,
+            len,
+            |part| Params {
+                n: part.count,
+                a_offset: part.offset(a.index()),
+                b_offset: part.offset(b.index()),
+                out_offset: part.offset(out.index()),
+                ..Params::default() // rank 0: the same-shape path
+            },
+        );
+    }
+    let period = elements(dims.b_shape);
+    // b without its leading 1s is a's trailing dimensions (and a is the output's shape).
+    let b_core = &dims.b_shape[dims.b_shape.iter().take_while(|&&d| d == 1).count()..];
+    let b_is_suffix = dims.a_shape == shape.out_shape.as_slice() && dims.a_shape.ends_with(b_core);
+    let aligned = buffers.iter().all(|s| s.index().is_multiple_of(4));
+    if b_is_suffix && aligned && period > 0 && period.is_multiple_of(4) {
+        // A bias row: b repeats along a's leading dimensions, one period of whole vec4s.
+        let params = Params {
+            n: (len / 4) as u32,
+            a_offset: a.index() / 4,
+            b_offset: b.index() / 4,
+            out_offset: out.index() / 4,
+            period: (period / 4) as u32,
+            ..shaped
+        };
+        return launch_1d(gpu, &SUFFIX_V4, &overrides, &params, &buffers, len / 4);
+    }
     let params = Params {
         a_offset: a.index(),
         b_offset: b.index(),
         out_offset: out.index(),
-        ..shaped_params(&shape)
+        ..shaped
     };
-    let overrides = overrides(dims.op);
-    launch_1d(gpu, &BROADCAST, &overrides, &params, &[a, b, out], len)
+    launch_1d(gpu, &BROADCAST, &overrides, &params, &buffers, len)
 }
 
 fn scalar(
     gpu: &Gpu,
-    kernel: &Kernel,
+    kernels: [&Kernel; 2],
     op: BinaryOp,
     out: DeviceSlice<'_>,
     a: DeviceSlice<'_>,
     scalar: f32,
 ) -> Result<()> {
     let len = same_len("binary", &[("out", out), ("a", a)])?;
-    let params = Params {
-        n: len as u32,
-        scalar,
-        a_offset: a.index(),
-        y_offset: out.index(),
-        ..Params::default()
-    };
-    launch_1d(gpu, kernel, &overrides(op), &params, &[a, out], len)
+    launch_split(gpu, kernels, &overrides(op), &[a, out], len, |part| {
+        Params {
+            n: part.count,
+            scalar,
+            a_offset: part.offset(a.index()),
+            y_offset: part.offset(out.index()),
+            ..Params::default()
+        }
+    })
 }
 
 /// Records `out[i] = a[i] op s` for every element (the lengths must match; in place allowed).
@@ -308,7 +386,7 @@ pub fn scalar_rhs(
     a: DeviceSlice<'_>,
     s: f32,
 ) -> Result<()> {
-    scalar(gpu, &SCALAR_RHS, op, out, a, s)
+    scalar(gpu, [&SCALAR_RHS_V4, &SCALAR_RHS], op, out, a, s)
 }
 
 /// Records `out[i] = s op a[i]` for every element (the lengths must match; in place allowed).
@@ -319,7 +397,7 @@ pub fn scalar_lhs(
     s: f32,
     a: DeviceSlice<'_>,
 ) -> Result<()> {
-    scalar(gpu, &SCALAR_LHS, op, out, a, s)
+    scalar(gpu, [&SCALAR_LHS_V4, &SCALAR_LHS], op, out, a, s)
 }
 
 /// Records the backward of [`broadcast`] at the *output* shape: for each output element `i`,
@@ -340,15 +418,28 @@ pub fn backward(
     let (shape, len) = checked(op, dims, a, b)?;
     same_len(op, &[("dy", dy), ("da", da), ("db", db)])?;
     dy.expect_len(op, "dy", len)?;
+    let shaped = shaped_params(&shape);
+    let overrides = overrides(dims.op);
+    let buffers = [a, b, dy, da, db];
+    if shaped.rank == 0 {
+        let kernels = [&BACKWARD_SAME_V4, &BACKWARD];
+        return launch_split(gpu, kernels, &overrides, &buffers, len, |part| Params {
+            n: part.count,
+            a_offset: part.offset(a.index()),
+            b_offset: part.offset(b.index()),
+            dy_offset: part.offset(dy.index()),
+            da_offset: part.offset(da.index()),
+            db_offset: part.offset(db.index()),
+            ..Params::default() // rank 0: the same-shape path
+        });
+    }
     let params = Params {
         a_offset: a.index(),
         b_offset: b.index(),
         dy_offset: dy.index(),
         da_offset: da.index(),
         db_offset: db.index(),
-        ..shaped_params(&shape)
+        ..shaped
     };
-    let overrides = overrides(dims.op);
-    let buffers = [a, b, dy, da, db];
     launch_1d(gpu, &BACKWARD, &overrides, &params, &buffers, len)
 }

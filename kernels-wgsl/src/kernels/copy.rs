@@ -4,7 +4,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -15,9 +15,25 @@ pub const MAX_RANK: usize = 6;
 pub const COPY: Kernel =
     kernel!("copy", "copy", [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
 
+/// The `copy_v4` entry point (four words per invocation).
+pub const COPY_V4: Kernel = kernel!(
+    "copy",
+    "copy_v4",
+    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
 /// The `strided_copy` entry point.
 pub const STRIDED_COPY: Kernel =
     kernel!("copy", "strided_copy", [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
+
+/// The `strided_copy_v4` entry point (four words per invocation).
+pub const STRIDED_COPY_V4: Kernel = kernel!(
+    "copy",
+    "strided_copy_v4",
+    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
+    ELEMENTWISE_WORKGROUP
+);
 
 shader_params! {
     /// The `Params` of `copy.wgsl` (shared by both entry points).
@@ -35,13 +51,13 @@ shader_params! {
 /// in the same buffer if they do not overlap.
 pub fn copy(gpu: &Gpu, dst: DeviceSlice<'_>, src: DeviceSlice<'_>) -> Result<()> {
     let len = same_len("copy", &[("dst", dst), ("src", src)])?;
-    let params = Params {
-        len: len as u32,
-        src_offset: src.index(),
-        dst_offset: dst.index(),
+    let kernels = [&COPY_V4, &COPY];
+    launch_split(gpu, kernels, &[], &[src, dst], len, |part| Params {
+        len: part.count,
+        src_offset: part.offset(src.index()),
+        dst_offset: part.offset(dst.index()),
         ..Params::default()
-    };
-    launch_1d(gpu, &COPY, &[], &params, &[src, dst], len)
+    })
 }
 
 /// Records the gather `dst[i] = src[Σ_d coord_d(i) * src_strides[d]]`, `coord(i)` being `i`
@@ -76,14 +92,63 @@ pub fn strided_copy(
         .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
         .sum();
     src.expect_at_least("strided_copy", "src", span + 1)?;
+    let (shape, strides) = canonical(shape, src_strides);
+    let rank = shape.len();
+    // Innermost dimension contiguous and whole vec4s, everything else 4-aligned: vec4s.
+    let vec4 = shape[rank - 1].is_multiple_of(4)
+        && strides[rank - 1] == 1
+        && strides[..rank - 1].iter().all(|s| s.is_multiple_of(4))
+        && src.index().is_multiple_of(4)
+        && dst.index().is_multiple_of(4);
+    let (kernel, unit) = if vec4 {
+        (&STRIDED_COPY_V4, 4)
+    } else {
+        (&STRIDED_COPY, 1)
+    };
     let mut params = Params {
-        rank: shape.len() as u32,
-        len: len as u32,
-        src_offset: src.index(),
-        dst_offset: dst.index(),
+        rank: rank as u32,
+        len: (len / unit) as u32,
+        src_offset: src.index() / unit as u32,
+        dst_offset: dst.index() / unit as u32,
         ..Params::default()
     };
-    params.shape[..shape.len()].copy_from_slice(shape);
-    params.src_strides[..shape.len()].copy_from_slice(src_strides);
-    launch_1d(gpu, &STRIDED_COPY, &[], &params, &[src, dst], len)
+    params.shape[..rank].copy_from_slice(&shape);
+    params.src_strides[..rank].copy_from_slice(&strides);
+    if vec4 {
+        params.shape[rank - 1] /= 4;
+        for s in &mut params.src_strides[..rank - 1] {
+            *s /= 4;
+        }
+    }
+    launch_1d(gpu, kernel, &[], &params, &[src, dst], len / unit)
+}
+
+/// The same gather with fewer dimensions: extents of 1 dropped, and each dimension merged into
+/// the one outside it where that one's stride is its stride times its extent (the two then walk
+/// the source as one). At least one dimension remains. `shape` has no zero extent.
+fn canonical(shape: &[u32], strides: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let mut out_shape: Vec<u32> = Vec::with_capacity(shape.len());
+    let mut out_strides: Vec<u32> = Vec::with_capacity(shape.len());
+    for (&n, &s) in shape.iter().zip(strides) {
+        if n == 1 {
+            continue;
+        }
+        match (out_shape.last_mut(), out_strides.last()) {
+            (Some(prev_n), Some(&prev_s)) if u64::from(prev_s) == u64::from(s) * u64::from(n) => {
+                *prev_n *= n;
+                if let Some(last) = out_strides.last_mut() {
+                    *last = s;
+                }
+            }
+            _ => {
+                out_shape.push(n);
+                out_strides.push(s);
+            }
+        }
+    }
+    if out_shape.is_empty() {
+        out_shape.push(1);
+        out_strides.push(1);
+    }
+    (out_shape, out_strides)
 }

@@ -118,10 +118,17 @@ pub const ALL: &[Kernel] = &[
     binary::SCALAR_RHS,
     binary::SCALAR_LHS,
     binary::BACKWARD,
+    binary::SAME_V4,
+    binary::SUFFIX_V4,
+    binary::SCALAR_RHS_V4,
+    binary::SCALAR_LHS_V4,
+    binary::BACKWARD_SAME_V4,
     convert::F32_TO_F16,
     convert::F16_TO_F32,
     copy::COPY,
+    copy::COPY_V4,
     copy::STRIDED_COPY,
+    copy::STRIDED_COPY_V4,
     cross_entropy::FORWARD,
     cross_entropy::BACKWARD,
     dropout::KERNEL,
@@ -151,6 +158,8 @@ pub const ALL: &[Kernel] = &[
     softmax::LOG_SOFTMAX_BACKWARD,
     unary::FORWARD,
     unary::BACKWARD,
+    unary::FORWARD_V4,
+    unary::BACKWARD_V4,
 ];
 
 /// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
@@ -220,6 +229,75 @@ pub fn launch_1d<P: bytemuck::Pod>(
         workgroups: grid_1d(gpu, len, kernel.workgroup_size)?,
         work: crate::recorder::Work::of_slices(buffers),
     })
+}
+
+/// One part of an elementwise launch split by [`launch_split`]: `count` invocations from element
+/// `start` of every slice; with `vec4`, each invocation handles four consecutive elements and
+/// the shader indexes the slices' `vec4` views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Part {
+    /// Four elements per invocation (offsets in `vec4`s).
+    pub(crate) vec4: bool,
+    /// First element of the part, from the start of every slice.
+    pub(crate) start: u32,
+    /// Invocations (elements, or `vec4`s when `vec4`).
+    pub(crate) count: u32,
+}
+
+impl Part {
+    /// The shader offset of a slice whose first element is at segment index `index`.
+    pub(crate) fn offset(&self, index: u32) -> u32 {
+        if self.vec4 {
+            (index + self.start) / 4
+        } else {
+            index + self.start
+        }
+    }
+}
+
+/// Records an elementwise op over `len` elements of every slice of `buffers` (all at least
+/// `len` long): when every slice starts at a multiple of 4 elements, the longest prefix of whole
+/// `vec4`s on `v4` (four elements per invocation: on lavapipe every storage access is a per-lane
+/// loop, so a `vec4` access moves four elements for the price of one), and the rest on
+/// `scalar`. `params` builds each part's `Params` (see [`Part::offset`]). The profile counts
+/// `4 · elements` bytes per slice and part.
+pub(crate) fn launch_split<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    [v4, scalar]: [&Kernel; 2],
+    overrides: &[(&str, f64)],
+    buffers: &[DeviceSlice<'_>],
+    len: u64,
+    params: impl Fn(Part) -> P,
+) -> Result<()> {
+    let aligned = buffers.iter().all(|b| b.index().is_multiple_of(4));
+    let vectors = if aligned { len / 4 } else { 0 };
+    let parts = [
+        (true, 0, vectors, v4),
+        (false, 4 * vectors, len - 4 * vectors, scalar),
+    ];
+    for (vec4, start, count, kernel) in parts {
+        if count == 0 {
+            continue;
+        }
+        let part = Part {
+            vec4,
+            start: start as u32,
+            count: count as u32,
+        };
+        let elements = if vec4 { 4 * count } else { count };
+        gpu.dispatch(Dispatch {
+            kernel,
+            overrides,
+            params: bytemuck::bytes_of(&params(part)),
+            buffers,
+            workgroups: grid_1d(gpu, count, kernel.workgroup_size)?,
+            work: crate::recorder::Work {
+                flops: 0,
+                bytes: 4 * elements * buffers.len() as u64,
+            },
+        })?;
+    }
+    Ok(())
 }
 
 /// The common length of `slices` for launcher `op`, or [`Error::InvalidArgument`] naming the

@@ -4,7 +4,7 @@
 
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -81,6 +81,26 @@ pub const FORWARD: Kernel = kernel!("unary", "forward", [x, y], ELEMENTWISE_WORK
 /// The `backward` entry point: bindings `saved`, `dy`, `dx`.
 pub const BACKWARD: Kernel = kernel!("unary", "backward", [saved, dy, dx], ELEMENTWISE_WORKGROUP);
 
+/// The `forward_v4` entry point (four elements per invocation): bindings `x_v4`, `y_v4`.
+pub const FORWARD_V4: Kernel = kernel!(
+    "unary",
+    "forward_v4",
+    [x_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The `backward_v4` entry point (four elements per invocation).
+pub const BACKWARD_V4: Kernel = kernel!(
+    "unary",
+    "backward_v4",
+    [
+        saved_v4: "array<vec4<f32>>",
+        dy_v4: "array<vec4<f32>>",
+        dx_v4: "array<vec4<f32>>"
+    ],
+    ELEMENTWISE_WORKGROUP
+);
+
 shader_params! {
     /// The `Params` of `unary.wgsl` (shared by both entry points; unused offsets are 0).
     struct Params {
@@ -110,14 +130,14 @@ pub fn forward(
     exponent: f32,
 ) -> Result<()> {
     let len = same_len("unary", &[("y", y), ("x", x)])?;
-    let params = Params {
-        n: len as u32,
+    let kernels = [&FORWARD_V4, &FORWARD];
+    launch_split(gpu, kernels, &overrides(op), &[x, y], len, |part| Params {
+        n: part.count,
         exponent,
-        x_offset: x.index(),
-        y_offset: y.index(),
+        x_offset: part.offset(x.index()),
+        y_offset: part.offset(y.index()),
         ..Params::default()
-    };
-    launch_1d(gpu, &FORWARD, &overrides(op), &params, &[x, y], len)
+    })
 }
 
 /// Records `dx[i] = dy[i] * f'(.)` for every element (the lengths must match), where `saved`
@@ -135,20 +155,14 @@ pub fn backward(
         "unary_backward",
         &[("dx", dx), ("saved", saved), ("dy", dy)],
     )?;
-    let params = Params {
-        n: len as u32,
+    let kernels = [&BACKWARD_V4, &BACKWARD];
+    let buffers = [saved, dy, dx];
+    launch_split(gpu, kernels, &overrides(op), &buffers, len, |part| Params {
+        n: part.count,
         exponent,
-        saved_offset: saved.index(),
-        dy_offset: dy.index(),
-        dx_offset: dx.index(),
+        saved_offset: part.offset(saved.index()),
+        dy_offset: part.offset(dy.index()),
+        dx_offset: part.offset(dx.index()),
         ..Params::default()
-    };
-    launch_1d(
-        gpu,
-        &BACKWARD,
-        &overrides(op),
-        &params,
-        &[saved, dy, dx],
-        len,
-    )
+    })
 }

@@ -45,10 +45,23 @@ fn padded(rng: &mut Rng, data: &[f32], offset: usize) -> Vec<f32> {
     buf
 }
 
-/// Forward and backward of `op` over `a_shape` x `b_shape`, every operand at a non-zero offset,
-/// then the operand gradients summed to their shapes with `reduce::sum_to_shape`.
-fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_shape: &[usize]) {
-    let name = format!("binary {op:?} {a_shape:?} x {b_shape:?}");
+/// Forward and backward of `op` over `a_shape` x `b_shape`, every operand at a non-zero offset
+/// (all multiples of 4 with `aligned`: the launchers' vec4 paths), then the operand gradients
+/// summed to their shapes with `reduce::sum_to_shape`.
+fn check_broadcast(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    op: BinaryOp,
+    (a_shape, b_shape): (&[usize], &[usize]),
+    aligned: bool,
+) {
+    let name = format!("binary {op:?} {a_shape:?} x {b_shape:?} aligned {aligned}");
+    // Offsets of a, b, out, dy, da (db follows da after a gap).
+    let [a_at, b_at, out_at, dy_at, da_at] = if aligned {
+        [4, 8, 4, 4, 4]
+    } else {
+        [1, 2, 4, 3, 2]
+    };
     let shape = Broadcast::new(a_shape, b_shape).unwrap();
     let (a_len, b_len, n) = (
         a_shape.iter().product::<usize>(),
@@ -56,8 +69,8 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
         shape.len(),
     );
     let (a, b) = operands(rng, op, a_len, b_len);
-    let a_host = padded(rng, &a, 1);
-    let b_host = padded(rng, &b, 2);
+    let a_host = padded(rng, &a, a_at);
+    let b_host = padded(rng, &b, b_at);
     let out0 = rng.vec_f32(n + 7, -9.0, 9.0);
     let a_gpu = gpu.upload(&a_host, Category::Activation, "a").unwrap();
     let b_gpu = gpu.upload(&b_host, Category::Activation, "b").unwrap();
@@ -67,26 +80,26 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
         a_shape,
         b_shape,
     };
-    let a_s = a_gpu.slice(1, a_len as u64).unwrap();
-    let b_s = b_gpu.slice(2, b_len as u64).unwrap();
-    let out_s = out_gpu.slice(4, n as u64).unwrap();
+    let a_s = a_gpu.slice(a_at as u64, a_len as u64).unwrap();
+    let b_s = b_gpu.slice(b_at as u64, b_len as u64).unwrap();
+    let out_s = out_gpu.slice(out_at as u64, n as u64).unwrap();
     binary::broadcast(gpu, &dims, out_s, a_s, b_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
     let mut want = out0.clone();
-    want[4..4 + n].copy_from_slice(&reference::binary::broadcast(op, &a, &b, &shape));
+    want[out_at..out_at + n].copy_from_slice(&reference::binary::broadcast(op, &a, &b, &shape));
     assert_close(&format!("{name} forward"), &got, &want, ATOL, RTOL);
 
     // Backward at the output shape, dy at offset 3, da and db sharing one buffer.
     let dy = rng.vec_f32(n, -2.0, 2.0);
     let dy_gpu = gpu
-        .upload(&padded(rng, &dy, 3), Category::Gradient, "dy")
+        .upload(&padded(rng, &dy, dy_at), Category::Gradient, "dy")
         .unwrap();
-    let grads0 = rng.vec_f32(2 * n + 5, -9.0, 9.0);
+    let db_at = da_at + n.next_multiple_of(4) + 4;
+    let grads0 = rng.vec_f32(db_at + n + 5, -9.0, 9.0);
     let grads_gpu = gpu.upload(&grads0, Category::Gradient, "da|db").unwrap();
-    let (da_at, db_at) = (2, 2 + n + 1);
     let da_s = grads_gpu.slice(da_at as u64, n as u64).unwrap();
     let db_s = grads_gpu.slice(db_at as u64, n as u64).unwrap();
-    let dy_s = dy_gpu.slice(3, n as u64).unwrap();
+    let dy_s = dy_gpu.slice(dy_at as u64, n as u64).unwrap();
     binary::backward(gpu, &dims, da_s, db_s, a_s, b_s, dy_s).unwrap();
     let got: Vec<f32> = gpu.read_all(&grads_gpu, DEADLINE).unwrap();
     let (da_full, db_full) = reference::binary::backward(op, &a, &b, &dy, &shape);
@@ -135,7 +148,7 @@ fn check_broadcast(gpu: &Gpu, rng: &mut Rng, op: BinaryOp, a_shape: &[usize], b_
 fn binary_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(51);
-    let cases: [(&[usize], &[usize]); 8] = [
+    let cases: [(&[usize], &[usize]); 11] = [
         (&[70_001], &[70_001]),       // same shape, 274 workgroups (the fast path)
         (&[13, 7, 11], &[13, 7, 11]), // same shape, rank 3 (the fast path)
         (&[1], &[257]),               // scalar-like a
@@ -144,10 +157,15 @@ fn binary_matches_reference() {
         (&[37, 53], &[37, 1]),        // column
         (&[4, 1, 6], &[3, 1]),        // 3-d mixed -> [4, 3, 6]
         (&[2, 1, 3, 1, 4, 5], &[3, 2, 1, 5]), // rank 6 -> [2, 1, 3, 2, 4, 5]
+        (&[37, 56], &[56]),           // a bias row (suffix, whole vec4s when aligned)
+        (&[5, 6, 8], &[1, 6, 8]),     // a suffix with a leading 1
+        (&[1003], &[1003]),           // same shape, 250 vec4s and a tail of 3
     ];
     for op in BinaryOp::ALL {
-        for (a_shape, b_shape) in cases {
-            check_broadcast(&gpu, &mut rng, op, a_shape, b_shape);
+        for shapes in cases {
+            for aligned in [false, true] {
+                check_broadcast(&gpu, &mut rng, op, shapes, aligned);
+            }
         }
     }
 }
@@ -157,7 +175,7 @@ fn binary_scalar_forms_match_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(53);
     for op in BinaryOp::ALL {
-        for len in [1usize, 7, 257, 1000] {
+        for len in [1usize, 7, 257, 1000, 1003] {
             let (a, _) = operands(&mut rng, op, len, 1);
             let s = if op == BinaryOp::Div { 1.75 } else { 0.0 };
             let s = if matches!(op, BinaryOp::Max | BinaryOp::Min) {
@@ -165,20 +183,24 @@ fn binary_scalar_forms_match_reference() {
             } else {
                 s + 0.625
             };
+            // Misaligned, then 4-aligned offsets (the vec4 path and its tail).
+            let aligned = len % 2 == 1;
+            let (a_at, rhs_at) = if aligned { (4, 4) } else { (2, 1) };
+            let lhs_at = rhs_at + len.next_multiple_of(4) + 4;
             let a_gpu = gpu
-                .upload(&padded(&mut rng, &a, 2), Category::Activation, "a")
+                .upload(&padded(&mut rng, &a, a_at), Category::Activation, "a")
                 .unwrap();
-            let out0 = rng.vec_f32(2 * len + 3, -9.0, 9.0);
+            let out0 = rng.vec_f32(lhs_at + len + 3, -9.0, 9.0);
             let out_gpu = gpu.upload(&out0, Category::Activation, "out").unwrap();
-            let a_s = a_gpu.slice(2, len as u64).unwrap();
-            let rhs_out = out_gpu.slice(1, len as u64).unwrap();
-            let lhs_out = out_gpu.slice(len as u64 + 2, len as u64).unwrap();
+            let a_s = a_gpu.slice(a_at as u64, len as u64).unwrap();
+            let rhs_out = out_gpu.slice(rhs_at as u64, len as u64).unwrap();
+            let lhs_out = out_gpu.slice(lhs_at as u64, len as u64).unwrap();
             binary::scalar_rhs(&gpu, op, rhs_out, a_s, s).unwrap();
             binary::scalar_lhs(&gpu, op, lhs_out, s, a_s).unwrap();
             let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
             let mut want = out0.clone();
-            want[1..1 + len].copy_from_slice(&reference::binary::scalar_rhs(op, &a, s));
-            want[len + 2..2 * len + 2].copy_from_slice(&reference::binary::scalar_lhs(op, s, &a));
+            want[rhs_at..rhs_at + len].copy_from_slice(&reference::binary::scalar_rhs(op, &a, s));
+            want[lhs_at..lhs_at + len].copy_from_slice(&reference::binary::scalar_lhs(op, s, &a));
             assert_close(
                 &format!("binary scalar {op:?} len {len}"),
                 &got,

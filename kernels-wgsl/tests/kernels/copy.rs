@@ -5,20 +5,29 @@ use plimsoll_kernels_wgsl::{Category, Error, kernels, reference};
 fn copy_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(21);
-    for len in [1usize, 255, 257, 1000, 70_001] {
-        let src = rng.vec_f32(len + 5, -3.0, 3.0);
-        let dst0 = rng.vec_f32(len + 7, -3.0, 3.0);
-        let src_gpu = gpu.upload(&src, Category::Temporary, "copy src").unwrap();
-        let dst_gpu = gpu.upload(&dst0, Category::Temporary, "copy dst").unwrap();
-        let (src_s, dst_s) = (
-            src_gpu.slice(5, len as u64).unwrap(),
-            dst_gpu.slice(2, len as u64).unwrap(),
-        );
-        kernels::copy::copy(&gpu, dst_s, src_s).unwrap();
-        let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
-        let mut want = dst0.clone();
-        reference::copy::copy(&src, 5, &mut want, 2, len);
-        assert_close(&format!("copy len {len}"), &got, &want, 0.0, 0.0);
+    // (src, dst) offsets: odd (the scalar kernel), then multiples of 4 (vec4s and a tail).
+    for (src_at, dst_at) in [(5, 2), (4, 8)] {
+        for len in [1usize, 255, 257, 1000, 1003, 70_001] {
+            let src = rng.vec_f32(len + src_at, -3.0, 3.0);
+            let dst0 = rng.vec_f32(len + dst_at + 5, -3.0, 3.0);
+            let src_gpu = gpu.upload(&src, Category::Temporary, "copy src").unwrap();
+            let dst_gpu = gpu.upload(&dst0, Category::Temporary, "copy dst").unwrap();
+            let (src_s, dst_s) = (
+                src_gpu.slice(src_at as u64, len as u64).unwrap(),
+                dst_gpu.slice(dst_at as u64, len as u64).unwrap(),
+            );
+            kernels::copy::copy(&gpu, dst_s, src_s).unwrap();
+            let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
+            let mut want = dst0.clone();
+            reference::copy::copy(&src, src_at, &mut want, dst_at, len);
+            assert_close(
+                &format!("copy len {len} at {src_at} -> {dst_at}"),
+                &got,
+                &want,
+                0.0,
+                0.0,
+            );
+        }
     }
 }
 
@@ -27,16 +36,23 @@ fn strided_copy_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(31);
     // (shape of the source, permutation of its axes)
-    let cases: [(&[usize], &[usize]); 5] = [
+    let cases: [(&[usize], &[usize]); 8] = [
         (&[37, 53], &[1, 0]),     // transpose
         (&[3, 5, 7], &[2, 0, 1]), // permute
         (&[2, 3, 4, 5], &[3, 1, 2, 0]),
         (&[2, 3, 1, 5, 3, 2], &[5, 4, 3, 2, 1, 0]), // 6-d reversal
         (&[301], &[0]),
+        // Attention's (B, T, 3, H, D) -> (3, B, H, T, D): the innermost D stays contiguous
+        // (vec4s when aligned).
+        (&[2, 6, 3, 4, 8], &[2, 0, 3, 1, 4]),
+        (&[5, 12], &[0, 1]), // the identity: merged into one contiguous run
+        (&[4, 1, 3, 8], &[2, 1, 0, 3]), // an extent of 1, and a merge of the last two
     ];
-    for (shape, perm) in cases {
+    for ((shape, perm), (src_offset, dst_at)) in cases
+        .into_iter()
+        .flat_map(|case| [(case, (3, 1)), (case, (4, 4))])
+    {
         let len: usize = shape.iter().product();
-        let src_offset = 3;
         let src = rng.vec_f32(len + src_offset, -3.0, 3.0);
         // Row-major strides of the source, then permuted: a gather that realises the permutation.
         let mut strides = vec![1usize; shape.len()];
@@ -49,21 +65,28 @@ fn strided_copy_matches_reference() {
             .upload(&src, Category::Activation, "strided src")
             .unwrap();
         let dst_gpu = gpu
-            .alloc_elements(len as u64 + 1, Category::Activation, "strided dst")
+            .alloc_elements((len + dst_at) as u64, Category::Activation, "strided dst")
             .unwrap();
-        kernels::fill::fill(&gpu, dst_gpu.slice(0, len as u64 + 1).unwrap(), -7.0).unwrap();
+        kernels::fill::fill(&gpu, dst_gpu.whole(), -7.0).unwrap();
         let to_u32 = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<_>>();
         kernels::copy::strided_copy(
             &gpu,
-            dst_gpu.slice(1, len as u64).unwrap(),
+            dst_gpu.slice(dst_at as u64, len as u64).unwrap(),
             src_gpu.slice(src_offset as u64, len as u64).unwrap(),
             &to_u32(&out_shape),
             &to_u32(&out_strides),
         )
         .unwrap();
         let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
-        let mut want = vec![-7.0; len + 1];
-        reference::copy::strided_copy(&src, src_offset, &out_shape, &out_strides, &mut want, 1);
+        let mut want = vec![-7.0; len + dst_at];
+        reference::copy::strided_copy(
+            &src,
+            src_offset,
+            &out_shape,
+            &out_strides,
+            &mut want,
+            dst_at,
+        );
         assert_close(
             &format!("strided_copy {shape:?} perm {perm:?}"),
             &got,

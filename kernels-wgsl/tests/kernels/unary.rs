@@ -7,7 +7,7 @@ use plimsoll_kernels_wgsl::{Category, Error, reference};
 
 /// Odd sizes, none a multiple of the 256-wide workgroup except by accident; 70_001 needs 274
 /// workgroups.
-const LENS: [usize; 5] = [1, 7, 257, 1000, 70_001];
+const LENS: [usize; 6] = [1, 7, 257, 1000, 1003, 70_001];
 
 /// Inputs inside each op's domain (log and sqrt positive; pow with a non-integer exponent
 /// positive), never all zeros.
@@ -34,44 +34,67 @@ fn tolerance(op: UnaryOp) -> (f64, f64) {
 
 /// Runs forward and backward of `op` on `len` elements at non-zero offsets inside bigger
 /// buffers, and compares the whole output buffers (so untouched elements must be unchanged).
-fn check(gpu: &plimsoll_kernels_wgsl::Gpu, rng: &mut Rng, op: UnaryOp, exponent: f32, len: usize) {
+/// Forward and backward of `op` over `len` elements at odd offsets, or (with `aligned`) at
+/// offsets that are multiples of 4: the launchers' vec4 path for the whole vec4s and the scalar
+/// kernel for the rest.
+fn check_at(
+    gpu: &plimsoll_kernels_wgsl::Gpu,
+    rng: &mut Rng,
+    (op, exponent): (UnaryOp, f32),
+    len: usize,
+    aligned: bool,
+) {
     let (atol, rtol) = tolerance(op);
-    let name = format!("unary {op:?} (p = {exponent}) len {len}");
-    // x at offset 3 of len + 5, y at offset 2 of len + 4 prefilled with sentinels.
-    let mut x_buf = rng.vec_f32(len + 5, -1.0, 1.0);
+    let name = format!("unary {op:?} (p = {exponent}) len {len} aligned {aligned}");
+    let [x_at, y_at, dy_at, dx_at] = if aligned { [4, 4, 4, 8] } else { [3, 2, 1, 5] };
+    // x at x_at of len + x_at + 2, y at y_at of len + y_at + 2 prefilled with sentinels.
+    let mut x_buf = rng.vec_f32(len + x_at + 2, -1.0, 1.0);
     let x = input(rng, op, exponent, len);
-    x_buf[3..3 + len].copy_from_slice(&x);
-    let y0 = rng.vec_f32(len + 4, -9.0, 9.0);
+    x_buf[x_at..x_at + len].copy_from_slice(&x);
+    let y0 = rng.vec_f32(len + y_at + 2, -9.0, 9.0);
     let x_gpu = gpu.upload(&x_buf, Category::Activation, "x").unwrap();
     let y_gpu = gpu.upload(&y0, Category::Activation, "y").unwrap();
     let n = len as u64;
-    let (y_s, x_s) = (y_gpu.slice(2, n).unwrap(), x_gpu.slice(3, n).unwrap());
+    let (y_s, x_s) = (
+        y_gpu.slice(y_at as u64, n).unwrap(),
+        x_gpu.slice(x_at as u64, n).unwrap(),
+    );
     unary::forward(gpu, op, y_s, x_s, exponent).unwrap();
     let got: Vec<f32> = gpu.read_all(&y_gpu, DEADLINE).unwrap();
     let y = reference::unary::forward(op, &x, exponent);
     let mut want = y0.clone();
-    want[2..2 + len].copy_from_slice(&y);
+    want[y_at..y_at + len].copy_from_slice(&y);
     assert_close(&format!("{name} forward"), &got, &want, atol, rtol);
 
     // Backward: saved = y for exp/tanh/sigmoid, x otherwise; the saved tensor is read where the
-    // forward left it (y_gpu at offset 2, or x_gpu at offset 3).
+    // forward left it.
     let dy = rng.vec_f32(len, -2.0, 2.0);
-    let mut dy_buf = rng.vec_f32(len + 1, -1.0, 1.0);
-    dy_buf[1..].copy_from_slice(&dy);
+    let mut dy_buf = rng.vec_f32(len + dy_at, -1.0, 1.0);
+    dy_buf[dy_at..].copy_from_slice(&dy);
     let dy_gpu = gpu.upload(&dy_buf, Category::Gradient, "dy").unwrap();
-    let dx0 = rng.vec_f32(len + 6, -9.0, 9.0);
+    let dx0 = rng.vec_f32(len + dx_at + 1, -9.0, 9.0);
     let dx_gpu = gpu.upload(&dx0, Category::Gradient, "dx").unwrap();
     let (saved, saved_s) = if op.backward_uses_output() {
-        (&got[2..2 + len], y_s)
+        (&got[y_at..y_at + len], y_s)
     } else {
         (&x[..], x_s)
     };
-    let (dx_s, dy_s) = (dx_gpu.slice(5, n).unwrap(), dy_gpu.slice(1, n).unwrap());
+    let (dx_s, dy_s) = (
+        dx_gpu.slice(dx_at as u64, n).unwrap(),
+        dy_gpu.slice(dy_at as u64, n).unwrap(),
+    );
     unary::backward(gpu, op, dx_s, saved_s, dy_s, exponent).unwrap();
     let got_dx: Vec<f32> = gpu.read_all(&dx_gpu, DEADLINE).unwrap();
     let mut want_dx = dx0.clone();
-    want_dx[5..5 + len].copy_from_slice(&reference::unary::backward(op, saved, &dy, exponent));
+    want_dx[dx_at..dx_at + len]
+        .copy_from_slice(&reference::unary::backward(op, saved, &dy, exponent));
     assert_close(&format!("{name} backward"), &got_dx, &want_dx, atol, rtol);
+}
+
+fn check(gpu: &plimsoll_kernels_wgsl::Gpu, rng: &mut Rng, op: UnaryOp, exponent: f32, len: usize) {
+    for aligned in [false, true] {
+        check_at(gpu, rng, (op, exponent), len, aligned);
+    }
 }
 
 #[test]
