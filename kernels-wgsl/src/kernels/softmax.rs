@@ -38,12 +38,81 @@ pub const LOG_SOFTMAX_BACKWARD: Kernel = kernel!(
     ROW_WORKGROUP
 );
 
+/// The workgroup-per-row entry points (`shaders/softmax_rows.wgsl`, same bindings).
+pub const SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
+    "softmax_rows",
+    "softmax_forward_rows",
+    [x, y],
+    ROW_WORKGROUP
+);
+/// Log-softmax forward, a workgroup per row.
+pub const LOG_SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
+    "softmax_rows",
+    "log_softmax_forward_rows",
+    [x, y],
+    ROW_WORKGROUP
+);
+/// Softmax backward, a workgroup per row.
+pub const SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
+    "softmax_rows",
+    "softmax_backward_rows",
+    [y_saved, dy, dx],
+    ROW_WORKGROUP
+);
+/// Log-softmax backward, a workgroup per row.
+pub const LOG_SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
+    "softmax_rows",
+    "log_softmax_backward_rows",
+    [y_saved, dy, dx],
+    ROW_WORKGROUP
+);
+
+/// How a row kernel spreads its rows over the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowLayout {
+    /// One invocation per row, looping over its columns (`shaders/softmax.wgsl`): best when
+    /// there are enough rows to fill the device.
+    InvocationPerRow,
+    /// One workgroup of [`ROW_WORKGROUP`] invocations per row, each taking every 64th column,
+    /// the row's statistic combined by a tree in workgroup memory (`shaders/softmax_rows.wgsl`):
+    /// few long rows then still use the whole of a GPU.
+    WorkgroupPerRow,
+}
+
+/// On a GPU adapter, the fewest rows for which [`row_layout`] keeps an invocation per row:
+/// below it (with at least [`ROW_WORKGROUP`] columns) each row gets a workgroup. Not measured
+/// here (no GPU in this project's CI): an estimate from a GPU needing tens of thousands of
+/// invocations in flight, which an invocation per row gives only with that many rows. `cargo
+/// xtask bench kernels` prints both layouts (`rows/softmax ...`) to set it on a real device.
+pub const GPU_INVOCATION_PER_ROW_MIN_ROWS: u64 = 4096;
+
+/// The layout the launchers use for `rows` rows of `cols` columns on `gpu`'s adapter:
+/// - on a CPU adapter (lavapipe), always an invocation per row: measured there (`cargo xtask
+///   bench kernels`), a workgroup per row was slower at every shape tried, even 32 rows of
+///   131,072 columns (0.68 against 1.10 GB/s), since its barriers cost more than the idle lanes;
+/// - on a GPU, a workgroup per row below [`GPU_INVOCATION_PER_ROW_MIN_ROWS`] rows of at least
+///   [`ROW_WORKGROUP`] columns.
+pub fn row_layout(gpu: &Gpu, rows: u64, cols: u64) -> RowLayout {
+    let cpu = gpu.adapter().device_type == wgpu::DeviceType::Cpu;
+    if !cpu && rows < GPU_INVOCATION_PER_ROW_MIN_ROWS && cols >= u64::from(ROW_WORKGROUP) {
+        RowLayout::WorkgroupPerRow
+    } else {
+        RowLayout::InvocationPerRow
+    }
+}
+
 /// Loop passes one invocation of any `softmax` entry point runs for rows of `cols` columns: two
 /// unrolled column loops ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in
 /// [`crate::kernels`]). The launchers refuse rows over the adapter's limit with
 /// [`Error::LoopLimit`] (on lavapipe: `cols <= 262_071`).
 pub const fn loop_iterations(cols: u64) -> u64 {
     2 * loop_passes(cols)
+}
+
+/// Loop passes one invocation of a workgroup-per-row entry point runs: two column loops of
+/// `ceil(cols / 64)` passes and two trees of 6.
+pub const fn loop_iterations_rows(cols: u64) -> u64 {
+    2 * (cols.div_ceil(ROW_WORKGROUP as u64) + 1) + 2 * 7
 }
 
 shader_params! {
@@ -70,7 +139,7 @@ pub enum SoftmaxKind {
 }
 
 /// Records `y = softmax(x)` (or `log_softmax(x)`) per row of the `[rows, cols]` matrices `x`
-/// and `y`.
+/// and `y`, in the layout [`row_layout`] picks.
 pub fn forward(
     gpu: &Gpu,
     kind: SoftmaxKind,
@@ -79,12 +148,27 @@ pub fn forward(
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    let kernel = match kind {
-        SoftmaxKind::Softmax => &SOFTMAX_FORWARD,
-        SoftmaxKind::LogSoftmax => &LOG_SOFTMAX_FORWARD,
+    forward_in(gpu, row_layout(gpu, rows, cols), kind, y, x, rows, cols)
+}
+
+/// [`forward`] in the given layout (for tests and benchmarks that compare the two).
+pub fn forward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    kind: SoftmaxKind,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    rows: u64,
+    cols: u64,
+) -> Result<()> {
+    let kernel = match (layout, kind) {
+        (RowLayout::InvocationPerRow, SoftmaxKind::Softmax) => &SOFTMAX_FORWARD,
+        (RowLayout::InvocationPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_FORWARD,
+        (RowLayout::WorkgroupPerRow, SoftmaxKind::Softmax) => &SOFTMAX_FORWARD_ROWS,
+        (RowLayout::WorkgroupPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_FORWARD_ROWS,
     };
     let op = kernel.entry;
-    let len = checked_len(gpu, op, rows, cols)?;
+    let len = checked_len(gpu, op, layout, rows, cols)?;
     same_len(op, &[("y", y), ("x", x)])?;
     x.expect_len(op, "x", len)?;
     let params = Params {
@@ -94,12 +178,12 @@ pub fn forward(
         y_offset: y.index(),
         ..Params::default()
     };
-    launch_1d(gpu, kernel, &[], &params, &[x, y], rows.min(len))
+    launch_rows(gpu, layout, kernel, &params, &[x, y], rows.min(len))
 }
 
 /// Records the backward from the forward's *output* `y`, all `[rows, cols]`:
 /// `dx = y * (dy - sum_j dy_j y_j)` for softmax, `dx = dy - exp(y) * sum_j dy_j` for
-/// log-softmax.
+/// log-softmax, in the layout [`row_layout`] picks.
 pub fn backward(
     gpu: &Gpu,
     kind: SoftmaxKind,
@@ -109,12 +193,33 @@ pub fn backward(
     rows: u64,
     cols: u64,
 ) -> Result<()> {
-    let kernel = match kind {
-        SoftmaxKind::Softmax => &SOFTMAX_BACKWARD,
-        SoftmaxKind::LogSoftmax => &LOG_SOFTMAX_BACKWARD,
+    backward_in(
+        gpu,
+        row_layout(gpu, rows, cols),
+        kind,
+        [dx, y, dy],
+        rows,
+        cols,
+    )
+}
+
+/// [`backward`] in the given layout; `[dx, y, dy]`.
+pub fn backward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    kind: SoftmaxKind,
+    [dx, y, dy]: [DeviceSlice<'_>; 3],
+    rows: u64,
+    cols: u64,
+) -> Result<()> {
+    let kernel = match (layout, kind) {
+        (RowLayout::InvocationPerRow, SoftmaxKind::Softmax) => &SOFTMAX_BACKWARD,
+        (RowLayout::InvocationPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_BACKWARD,
+        (RowLayout::WorkgroupPerRow, SoftmaxKind::Softmax) => &SOFTMAX_BACKWARD_ROWS,
+        (RowLayout::WorkgroupPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_BACKWARD_ROWS,
     };
     let op = kernel.entry;
-    let len = checked_len(gpu, op, rows, cols)?;
+    let len = checked_len(gpu, op, layout, rows, cols)?;
     same_len(op, &[("dx", dx), ("y", y), ("dy", dy)])?;
     y.expect_len(op, "y", len)?;
     let params = Params {
@@ -125,11 +230,45 @@ pub fn backward(
         dx_offset: dx.index(),
         ..Params::default()
     };
-    launch_1d(gpu, kernel, &[], &params, &[y, dy, dx], rows.min(len))
+    launch_rows(gpu, layout, kernel, &params, &[y, dy, dx], rows.min(len))
+}
+
+/// Records `kernel` over `rows` rows: [`launch_1d`] for an invocation per row, else one
+/// workgroup per row (2-D grid past the device's per-dimension limit).
+pub(crate) fn launch_rows<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    layout: RowLayout,
+    kernel: &Kernel,
+    params: &P,
+    buffers: &[DeviceSlice<'_>],
+    rows: u64,
+) -> Result<()> {
+    match layout {
+        RowLayout::InvocationPerRow => launch_1d(gpu, kernel, &[], params, buffers, rows),
+        RowLayout::WorkgroupPerRow => {
+            if rows == 0 {
+                return Ok(());
+            }
+            gpu.dispatch(crate::recorder::Dispatch {
+                kernel,
+                overrides: &[],
+                params: bytemuck::bytes_of(params),
+                buffers,
+                workgroups: crate::kernels::grid_1d(gpu, rows, 1)?,
+                work: crate::recorder::Work::of_slices(buffers),
+            })
+        }
+    }
 }
 
 /// `rows * cols` after the loop-limit check, or an error naming `op` when it overflows.
-fn checked_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64) -> Result<u64> {
+fn checked_len(
+    gpu: &Gpu,
+    op: &'static str,
+    layout: RowLayout,
+    rows: u64,
+    cols: u64,
+) -> Result<u64> {
     let len = rows
         .checked_mul(cols)
         .ok_or_else(|| Error::InvalidArgument {
@@ -137,7 +276,11 @@ fn checked_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64) -> Result<u64>
             message: format!("[{rows}, {cols}] has more than u64::MAX elements"),
         })?;
     if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+        let passes = match layout {
+            RowLayout::InvocationPerRow => loop_iterations,
+            RowLayout::WorkgroupPerRow => loop_iterations_rows,
+        };
+        check_loop_limit(gpu, op, "cols", cols, passes)?;
     }
     Ok(len)
 }

@@ -1,5 +1,5 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxKind};
+use plimsoll_kernels_wgsl::kernels::softmax::{self, RowLayout, SoftmaxKind};
 use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
@@ -20,13 +20,14 @@ const BACKWARD_TOL: (f64, f64) = (2e-5, 1e-4);
 fn check_case(
     gpu: &Gpu,
     rng: &mut Rng,
+    layout: RowLayout,
     (rows, cols): (usize, usize),
     (x_lo, x_hi): (f32, f32),
     tol_scale: f64,
 ) {
     let n = rows * cols;
     let (r, c) = (rows as u64, cols as u64);
-    let name = |what: &str| format!("{what} [{rows}, {cols}] x in [{x_lo}, {x_hi})");
+    let name = |what: &str| format!("{what} {layout:?} [{rows}, {cols}] x in [{x_lo}, {x_hi})");
     let x = rng.vec_f32(n, x_lo, x_hi);
     let dy = rng.vec_f32(n, -1.0, 1.0);
     let want_y = reference::softmax::softmax(&x, rows, cols);
@@ -35,24 +36,9 @@ fn check_case(
     let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x");
     let y_gpu = Guarded::random(gpu, rng, n, 7, "y");
     let log_y_gpu = Guarded::random(gpu, rng, n, 1, "log y");
-    softmax::forward(
-        gpu,
-        SoftmaxKind::Softmax,
-        y_gpu.slice(),
-        x_gpu.slice(),
-        r,
-        c,
-    )
-    .unwrap();
-    softmax::forward(
-        gpu,
-        SoftmaxKind::LogSoftmax,
-        log_y_gpu.slice(),
-        x_gpu.slice(),
-        r,
-        c,
-    )
-    .unwrap();
+    let (y_s, log_y_s, x_s) = (y_gpu.slice(), log_y_gpu.slice(), x_gpu.slice());
+    softmax::forward_in(gpu, layout, SoftmaxKind::Softmax, y_s, x_s, r, c).unwrap();
+    softmax::forward_in(gpu, layout, SoftmaxKind::LogSoftmax, log_y_s, x_s, r, c).unwrap();
 
     // Backwards from the reference forward outputs, so they are checked on their own.
     let dy_gpu = Guarded::upload(gpu, rng, &dy, 2, "dy");
@@ -61,9 +47,10 @@ fn check_case(
     let dx_gpu = Guarded::random(gpu, rng, n, 9, "dx");
     let log_dx_gpu = Guarded::random(gpu, rng, n, 11, "log dx");
     let (dx_s, y_s, dy_s) = (dx_gpu.slice(), saved_y.slice(), dy_gpu.slice());
-    softmax::backward(gpu, SoftmaxKind::Softmax, dx_s, y_s, dy_s, r, c).unwrap();
+    softmax::backward_in(gpu, layout, SoftmaxKind::Softmax, [dx_s, y_s, dy_s], r, c).unwrap();
     let (log_dx_s, log_y_s) = (log_dx_gpu.slice(), saved_log_y.slice());
-    softmax::backward(gpu, SoftmaxKind::LogSoftmax, log_dx_s, log_y_s, dy_s, r, c).unwrap();
+    let log_slices = [log_dx_s, log_y_s, dy_s];
+    softmax::backward_in(gpu, layout, SoftmaxKind::LogSoftmax, log_slices, r, c).unwrap();
 
     let scaled = |(atol, rtol): (f64, f64)| (atol * tol_scale, rtol * tol_scale);
     let (atol, rtol) = scaled(FORWARD_TOL);
@@ -84,13 +71,28 @@ fn check_case(
 fn softmax_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(41);
-    for rows in [1usize, 3, 37, 129] {
-        for cols in [1usize, 10, 33, 257, 1000] {
-            check_case(&gpu, &mut rng, (rows, cols), (-4.0, 4.0), 1.0);
+    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        for rows in [1usize, 3, 37, 129] {
+            for cols in [1usize, 10, 33, 257, 1000] {
+                check_case(&gpu, &mut rng, layout, (rows, cols), (-4.0, 4.0), 1.0);
+            }
         }
+        // Stability: exp(90) overflows f32 unless the row max is subtracted first.
+        check_case(&gpu, &mut rng, layout, (3, 257), (50.0, 90.0), 1.0);
     }
-    // Stability: exp(90) overflows f32 unless the row max is subtracted first.
-    check_case(&gpu, &mut rng, (3, 257), (50.0, 90.0), 1.0);
+    // The launchers' choice: an invocation per row on a CPU adapter (measured faster there);
+    // on a GPU few long rows get a workgroup each.
+    let cpu = gpu.adapter().device_type == wgpu::DeviceType::Cpu;
+    let few_long = softmax::row_layout(&gpu, 8, 4096);
+    assert_eq!(few_long == RowLayout::WorkgroupPerRow, !cpu);
+    assert_eq!(
+        softmax::row_layout(&gpu, 8, 10),
+        RowLayout::InvocationPerRow
+    );
+    assert_eq!(
+        softmax::row_layout(&gpu, 4096, 4096),
+        RowLayout::InvocationPerRow
+    );
 }
 
 #[test]
@@ -163,30 +165,30 @@ fn softmax_refuses_rows_over_the_loop_limit() {
     let Some(limit) = loop_limit_or_note(&gpu, "softmax") else {
         return;
     };
-    let largest = largest_within(limit, softmax::loop_iterations);
     let t = gpu.alloc_elements(1, Category::Temporary, "tiny").unwrap();
     let t = t.whole();
-    let over = largest + 1;
-    assert_loop_limit(
-        softmax::forward(&gpu, SoftmaxKind::Softmax, t, t, 1, over),
-        "cols",
-        largest,
-    );
-    assert_loop_limit(
-        softmax::forward(&gpu, SoftmaxKind::LogSoftmax, t, t, 3, over),
-        "cols",
-        largest,
-    );
-    assert_loop_limit(
-        softmax::backward(&gpu, SoftmaxKind::Softmax, t, t, t, 1, over),
-        "cols",
-        largest,
-    );
-    assert_loop_limit(
-        softmax::backward(&gpu, SoftmaxKind::LogSoftmax, t, t, t, 1, over),
-        "cols",
-        largest,
-    );
+    for (layout, passes) in [
+        (
+            RowLayout::InvocationPerRow,
+            softmax::loop_iterations as fn(u64) -> u64,
+        ),
+        (RowLayout::WorkgroupPerRow, softmax::loop_iterations_rows),
+    ] {
+        let largest = largest_within(limit, passes);
+        let over = largest + 1;
+        for kind in [SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax] {
+            assert_loop_limit(
+                softmax::forward_in(&gpu, layout, kind, t, t, 3, over),
+                "cols",
+                largest,
+            );
+            assert_loop_limit(
+                softmax::backward_in(&gpu, layout, kind, [t, t, t], 1, over),
+                "cols",
+                largest,
+            );
+        }
+    }
 }
 
 #[test]
@@ -197,22 +199,31 @@ fn softmax_at_the_loop_limit_matches_reference() {
     let cols = largest_within(limit, softmax::loop_iterations) as usize;
     // Measured: log_softmax off by 1.7e-4 at 262_071 columns (f32 sum); a truncated row would be
     // off by O(1).
-    check_case(&gpu, &mut rng, (2, cols), (-4.0, 4.0), cols as f64 / 1000.0);
+    let layout = RowLayout::InvocationPerRow;
+    check_case(
+        &gpu,
+        &mut rng,
+        layout,
+        (2, cols),
+        (-4.0, 4.0),
+        cols as f64 / 1000.0,
+    );
     // A masked row (leading -inf, as a causal mask gives) through the online max/sum recurrence.
     let mut x = rng.vec_f32(21, -4.0, 4.0);
     x[..10].fill(f32::NEG_INFINITY);
     let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 2, "x");
-    let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y");
-    softmax::forward(
-        &gpu,
-        SoftmaxKind::Softmax,
-        y_gpu.slice(),
-        x_gpu.slice(),
-        1,
-        21,
-    )
-    .unwrap();
-    let want = reference::softmax::softmax(&x, 1, 21);
-    let (atol, rtol) = FORWARD_TOL;
-    y_gpu.check(&gpu, "softmax of a masked row", &want, atol, rtol);
+    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y");
+        let (y_s, x_s) = (y_gpu.slice(), x_gpu.slice());
+        softmax::forward_in(&gpu, layout, SoftmaxKind::Softmax, y_s, x_s, 1, 21).unwrap();
+        let want = reference::softmax::softmax(&x, 1, 21);
+        let (atol, rtol) = FORWARD_TOL;
+        y_gpu.check(
+            &gpu,
+            &format!("softmax of a masked row {layout:?}"),
+            &want,
+            atol,
+            rtol,
+        );
+    }
 }

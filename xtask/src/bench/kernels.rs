@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
+use plimsoll_kernels_wgsl::kernels::softmax::{self, RowLayout, SoftmaxKind};
+use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 use plimsoll_kernels_wgsl::kernels::{copy, fill, reduce};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
 
@@ -41,6 +43,7 @@ pub fn run() -> Result<Report> {
     matmul_checked_vs_unchecked(&gpu, &mut report)?;
     matmul_mlp(&gpu, &mut report)?;
     elementwise(&gpu, &mut report)?;
+    row_kernels(&gpu, &mut report)?;
     dispatch_overhead(&gpu, &mut report)?;
     println!("kernels: load average at end {}", load_average());
     Ok(report)
@@ -174,6 +177,45 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
             gflops(&d, seconds),
             "GFLOP/s",
         );
+    }
+    Ok(())
+}
+
+/// The row kernels (softmax in both layouts; layer norm; cross-entropy) at few long rows and
+/// many short ones, GB/s of the rows read and written.
+fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let x = filled(gpu, 1 << 22, 0.25, "bench rows x")?;
+    let y = filled(gpu, 1 << 22, 0.0, "bench rows y")?;
+    for (rows, cols) in [
+        (32u64, 1u64 << 17),
+        (256, 16384),
+        (1024, 4096),
+        (16384, 256),
+    ] {
+        let len = rows * cols;
+        for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+            let seconds = median_seconds(gpu, 5, || {
+                Ok(softmax::forward_in(
+                    gpu,
+                    layout,
+                    SoftmaxKind::Softmax,
+                    y.slice(0, len)?,
+                    x.slice(0, len)?,
+                    rows,
+                    cols,
+                )?)
+            })?;
+            let chosen = if softmax::row_layout(gpu, rows, cols) == layout {
+                ", chosen"
+            } else {
+                ""
+            };
+            report.push(
+                format!("rows/softmax ({rows}, {cols}) [{layout:?}{chosen}]"),
+                8.0 * len as f64 / seconds / 1e9,
+                "GB/s",
+            );
+        }
     }
     Ok(())
 }
@@ -375,9 +417,61 @@ fn elementwise(gpu: &Gpu, report: &mut Report) -> Result<()> {
             src.whole(),
         )?)
     })?;
+    let add = 3.0 * bytes / seconds / 1e9;
+    report.push("elementwise/add 16M f32", add, "GB/s");
+    let copy_rate = report.value("elementwise/copy 16M f32").unwrap_or(f64::NAN);
+    report.push("elementwise/add over copy", add / copy_rate, "ratio");
+    let seconds = median_seconds(gpu, 5, || {
+        let dims = BinaryDims {
+            op: BinaryOp::Add,
+            a_shape: &[4096, 4096],
+            b_shape: &[4096],
+        };
+        Ok(binary::broadcast(
+            gpu,
+            &dims,
+            dst.whole(),
+            src.whole(),
+            src.slice(0, 4096)?,
+        )?)
+    })?;
     report.push(
-        "elementwise/add 16M f32",
-        3.0 * bytes / seconds / 1e9,
+        "elementwise/add bias row (4096, 4096) + (4096)",
+        (2.0 * bytes + 4.0 * 4096.0) / seconds / 1e9,
+        "GB/s",
+    );
+    let seconds = median_seconds(gpu, 5, || {
+        Ok(unary::forward(
+            gpu,
+            UnaryOp::Gelu,
+            dst.whole(),
+            src.whole(),
+            1.0,
+        )?)
+    })?;
+    report.push(
+        "elementwise/gelu 16M f32",
+        2.0 * bytes / seconds / 1e9,
+        "GB/s",
+    );
+    // Attention's (B, T, 3, H, D) -> (3, B, H, T, D) with B 16, T 256, H 8, D 64 (a permute
+    // whose innermost run of 64 stays contiguous; 6.3M elements).
+    let (b, t, h, d) = (16u32, 256u32, 8u32, 64u32);
+    let permuted = [3, b, h, t, d];
+    let strides = [h * d, t * 3 * h * d, d, 3 * h * d, 1];
+    let moved = permuted.iter().map(|&x| x as u64).product::<u64>();
+    let seconds = median_seconds(gpu, 5, || {
+        Ok(copy::strided_copy(
+            gpu,
+            dst.slice(0, moved)?,
+            src.slice(0, moved)?,
+            &permuted,
+            &strides,
+        )?)
+    })?;
+    report.push(
+        "elementwise/strided_copy attention permute 6.3M f32",
+        8.0 * moved as f64 / seconds / 1e9,
         "GB/s",
     );
     let seconds = median_seconds(gpu, 5, || {

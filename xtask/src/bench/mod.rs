@@ -51,6 +51,14 @@ impl Report {
             unit: unit.to_owned(),
         });
     }
+
+    /// The value of the figure named `name`, if recorded.
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.results
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.value)
+    }
 }
 
 /// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).

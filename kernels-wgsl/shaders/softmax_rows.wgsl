@@ -1,0 +1,156 @@
+// softmax_rows: the four entry points of softmax.wgsl with a WORKGROUP per row instead of an
+// invocation per row, for few long rows (a real GPU would otherwise leave most of its lanes
+// idle; see kernels::softmax::workgroup_per_row for the launcher's choice). Same Params,
+// bindings and formulas as softmax.wgsl; reference: src/reference/softmax.rs.
+//
+// Each of the RW = 64 invocations of a workgroup takes the columns j = lid, lid + 64, ...; the
+// row's statistic (online max and sum of exp; or the dot / sum of dy) is combined across them
+// by a tree in workgroup memory (log2(64) = 6 barrier steps), then each invocation writes its
+// columns. The order of the additions therefore differs from softmax.wgsl's (rounding only).
+//
+// Dispatch: one workgroup per row; (rows, 1, 1) if rows <= 65535 else (65535, ceil(rows /
+// 65535), 1); r = wg.x + wg.y * num_workgroups.x; a workgroup with r >= rows returns at once
+// (uniformly, before any barrier).
+
+const RW: u32 = 64u;
+const NEG_INF_BITS: u32 = 0xff800000u;
+
+var<workgroup> part_m: array<f32, 64>;
+var<workgroup> part_s: array<f32, 64>;
+
+fn row_of(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wg.x + wg.y * nwg.x;
+}
+
+// exp(m - m_new), 1 when equal (also both -inf).
+fn rescale(m: f32, m_new: f32) -> f32 {
+    return select(exp(m - m_new), 1.0, m == m_new);
+}
+
+fn shift_of(m: f32) -> f32 {
+    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
+}
+
+// (max, sum exp(x - max)) of row r, reduced over the workgroup into part_m[0], part_s[0].
+fn row_stats(r: u32, lid: u32) {
+    let b = params.x_offset + r * params.cols;
+    var m = bitcast<f32>(NEG_INF_BITS);
+    var s = 0.0;
+    for (var j = lid; j < params.cols; j += RW) {
+        let v = x[b + j];
+        let m_new = max(m, v);
+        s = s * rescale(m, m_new) + exp(v - shift_of(m_new));
+        m = m_new;
+    }
+    part_m[lid] = m;
+    part_s[lid] = s;
+    workgroupBarrier();
+    for (var stride = RW / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            let m0 = part_m[lid];
+            let m1 = part_m[lid + stride];
+            let mm = max(m0, m1);
+            part_s[lid] = part_s[lid] * rescale(m0, mm) + part_s[lid + stride] * rescale(m1, mm);
+            part_m[lid] = mm;
+        }
+        workgroupBarrier();
+    }
+}
+
+fn forward_row(r: u32, lid: u32, is_log: bool) {
+    row_stats(r, lid);
+    let m = part_m[0];
+    let total = part_s[0];
+    let inv_sum = 1.0 / total;
+    let log_sum = log(total);
+    let xb = params.x_offset + r * params.cols;
+    let yb = params.y_offset + r * params.cols;
+    for (var j = lid; j < params.cols; j += RW) {
+        if (is_log) {
+            y[yb + j] = (x[xb + j] - m) - log_sum;
+        } else {
+            y[yb + j] = exp(x[xb + j] - m) * inv_sum;
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn softmax_forward_rows(@builtin(workgroup_id) wg: vec3<u32>,
+                        @builtin(num_workgroups) nwg: vec3<u32>,
+                        @builtin(local_invocation_index) lid: u32) {
+    let r = row_of(wg, nwg);
+    if (r >= params.rows) {
+        return;
+    }
+    forward_row(r, lid, false);
+}
+
+@compute @workgroup_size(64)
+fn log_softmax_forward_rows(@builtin(workgroup_id) wg: vec3<u32>,
+                            @builtin(num_workgroups) nwg: vec3<u32>,
+                            @builtin(local_invocation_index) lid: u32) {
+    let r = row_of(wg, nwg);
+    if (r >= params.rows) {
+        return;
+    }
+    forward_row(r, lid, true);
+}
+
+// sum over the row of dy * y_saved (dot) or of dy, reduced over the workgroup into part_s[0].
+fn dy_sum(r: u32, lid: u32, dot: bool) {
+    let yb = params.y_offset + r * params.cols;
+    let gb = params.dy_offset + r * params.cols;
+    var acc = 0.0;
+    for (var j = lid; j < params.cols; j += RW) {
+        if (dot) {
+            acc += dy[gb + j] * y_saved[yb + j];
+        } else {
+            acc += dy[gb + j];
+        }
+    }
+    part_s[lid] = acc;
+    workgroupBarrier();
+    for (var stride = RW / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            part_s[lid] += part_s[lid + stride];
+        }
+        workgroupBarrier();
+    }
+}
+
+fn backward_row(r: u32, lid: u32, is_log: bool) {
+    dy_sum(r, lid, !is_log);
+    let s = part_s[0];
+    let yb = params.y_offset + r * params.cols;
+    let gb = params.dy_offset + r * params.cols;
+    let xb = params.dx_offset + r * params.cols;
+    for (var j = lid; j < params.cols; j += RW) {
+        if (is_log) {
+            dx[xb + j] = dy[gb + j] - exp(y_saved[yb + j]) * s;
+        } else {
+            dx[xb + j] = y_saved[yb + j] * (dy[gb + j] - s);
+        }
+    }
+}
+
+@compute @workgroup_size(64)
+fn softmax_backward_rows(@builtin(workgroup_id) wg: vec3<u32>,
+                         @builtin(num_workgroups) nwg: vec3<u32>,
+                         @builtin(local_invocation_index) lid: u32) {
+    let r = row_of(wg, nwg);
+    if (r >= params.rows) {
+        return;
+    }
+    backward_row(r, lid, false);
+}
+
+@compute @workgroup_size(64)
+fn log_softmax_backward_rows(@builtin(workgroup_id) wg: vec3<u32>,
+                             @builtin(num_workgroups) nwg: vec3<u32>,
+                             @builtin(local_invocation_index) lid: u32) {
+    let r = row_of(wg, nwg);
+    if (r >= params.rows) {
+        return;
+    }
+    backward_row(r, lid, true);
+}
