@@ -9,7 +9,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, launch_1d};
+use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_layout};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -22,6 +22,28 @@ pub const FORWARD: Kernel =
 
 /// The `backward` entry point.
 pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
+
+/// `forward` with a workgroup per row (`shaders/cross_entropy_rows.wgsl`).
+pub const FORWARD_ROWS: Kernel = kernel!(
+    "cross_entropy_rows",
+    "forward_rows",
+    [logits, targets: "array<u32>", losses],
+    ROW_WORKGROUP
+);
+
+/// `backward` with a workgroup per row.
+pub const BACKWARD_ROWS: Kernel = kernel!(
+    "cross_entropy_rows",
+    "backward_rows",
+    [logits, targets: "array<u32>", dloss, dlogits],
+    ROW_WORKGROUP
+);
+
+/// Loop passes one invocation of a workgroup-per-row entry point runs: two column loops of
+/// `ceil(cols / 64)` passes and a tree of 6.
+pub const fn loop_iterations_rows(cols: u64) -> u64 {
+    2 * (cols.div_ceil(ROW_WORKGROUP as u64) + 1) + 7
+}
 
 /// Loop passes one invocation of [`forward`] or [`backward`] runs at most for rows of `cols`
 /// classes: the same two unrolled column loops as softmax's (the row max, then the sum of
@@ -64,6 +86,7 @@ pub struct CrossEntropyDims {
 fn check_common(
     gpu: &Gpu,
     op: &'static str,
+    layout: RowLayout,
     dims: &CrossEntropyDims,
     logits: DeviceSlice<'_>,
     targets: DeviceSlice<'_>,
@@ -88,7 +111,11 @@ fn check_common(
         .checked_mul(cols)
         .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
     if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, loop_iterations)?;
+        let passes = match layout {
+            RowLayout::InvocationPerRow => loop_iterations,
+            RowLayout::WorkgroupPerRow => loop_iterations_rows,
+        };
+        check_loop_limit(gpu, op, "cols", cols, passes)?;
     }
     logits.expect_len(op, "logits", len)?;
     targets.expect_len(op, "targets", rows)?;
@@ -105,8 +132,20 @@ pub fn forward(
     logits: DeviceSlice<'_>,
     targets: DeviceSlice<'_>,
 ) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    forward_in(gpu, layout, dims, losses, [logits, targets])
+}
+
+/// [`forward`] in the given layout (for tests and benchmarks); `[logits, targets]`.
+pub fn forward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &CrossEntropyDims,
+    losses: DeviceSlice<'_>,
+    [logits, targets]: [DeviceSlice<'_>; 2],
+) -> Result<()> {
     let op = "cross_entropy::forward";
-    let len = check_common(gpu, op, dims, logits, targets)?;
+    let len = check_common(gpu, op, layout, dims, logits, targets)?;
     losses.expect_len(op, "losses", dims.rows)?;
     let params = Params {
         rows: dims.rows as u32,
@@ -118,7 +157,11 @@ pub fn forward(
         ..Params::default()
     };
     let buffers = [logits, targets, losses];
-    launch_1d(gpu, &FORWARD, &[], &params, &buffers, dims.rows.min(len))
+    let kernel = match layout {
+        RowLayout::InvocationPerRow => &FORWARD,
+        RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
+    };
+    launch_rows(gpu, layout, kernel, &params, &buffers, dims.rows.min(len))
 }
 
 /// Records `dlogits[r, j] = (softmax(x_r)_j - q_j) * dloss[r or 0] * scale`, with
@@ -135,8 +178,21 @@ pub fn backward(
     dloss: DeviceSlice<'_>,
     scale: f32,
 ) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    backward_in(gpu, layout, dims, dlogits, [logits, targets, dloss], scale)
+}
+
+/// [`backward`] in the given layout (for tests and benchmarks); `[logits, targets, dloss]`.
+pub fn backward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &CrossEntropyDims,
+    dlogits: DeviceSlice<'_>,
+    [logits, targets, dloss]: [DeviceSlice<'_>; 3],
+    scale: f32,
+) -> Result<()> {
     let op = "cross_entropy::backward";
-    let len = check_common(gpu, op, dims, logits, targets)?;
+    let len = check_common(gpu, op, layout, dims, logits, targets)?;
     let dloss_stride = match dloss.len() {
         n if n == dims.rows => 1,
         1 => 0,
@@ -165,5 +221,9 @@ pub fn backward(
         ..Params::default()
     };
     let buffers = [logits, targets, dloss, dlogits];
-    launch_1d(gpu, &BACKWARD, &[], &params, &buffers, dims.rows.min(len))
+    let kernel = match layout {
+        RowLayout::InvocationPerRow => &BACKWARD,
+        RowLayout::WorkgroupPerRow => &BACKWARD_ROWS,
+    };
+    launch_rows(gpu, layout, kernel, &params, &buffers, dims.rows.min(len))
 }

@@ -9,7 +9,9 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, launch_1d, loop_passes};
+use crate::kernels::{
+    RowLayout, check_loop_limit, launch_1d, launch_rows, loop_passes, row_layout,
+};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -29,6 +31,22 @@ pub const FORWARD: Kernel = kernel!(
 pub const BACKWARD_INPUT: Kernel = kernel!(
     "layer_norm",
     "backward_input",
+    [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
+    WORKGROUP
+);
+
+/// `forward` with a workgroup per row (`shaders/layer_norm_rows.wgsl`).
+pub const FORWARD_ROWS: Kernel = kernel!(
+    "layer_norm_rows",
+    "forward_rows",
+    [x, gamma, beta, y, mean_out, rstd_out],
+    WORKGROUP
+);
+
+/// `backward_input` with a workgroup per row.
+pub const BACKWARD_INPUT_ROWS: Kernel = kernel!(
+    "layer_norm_rows",
+    "backward_input_rows",
     [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
     WORKGROUP
 );
@@ -87,8 +105,20 @@ shader_params! {
     }
 }
 
+/// Loop passes one invocation of a workgroup-per-row entry point runs: three column loops of
+/// `ceil(cols / 64)` passes and two trees of 6.
+pub const fn row_loop_iterations_rows(cols: u64) -> u64 {
+    3 * (cols.div_ceil(WORKGROUP as u64) + 1) + 2 * 7
+}
+
 /// Checks the dimensions and the loop limits; returns `rows * cols`.
-fn matrix_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64, backward: bool) -> Result<u64> {
+fn matrix_len(
+    gpu: &Gpu,
+    op: &'static str,
+    layout: RowLayout,
+    (rows, cols): (u64, u64),
+    backward: bool,
+) -> Result<u64> {
     let invalid = |message: String| Error::InvalidArgument { op, message };
     if rows > 0 && cols == 0 {
         return Err(invalid(format!(
@@ -99,7 +129,11 @@ fn matrix_len(gpu: &Gpu, op: &'static str, rows: u64, cols: u64, backward: bool)
         .checked_mul(cols)
         .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
     if rows > 0 {
-        check_loop_limit(gpu, op, "cols", cols, row_loop_iterations)?;
+        let passes = match layout {
+            RowLayout::InvocationPerRow => row_loop_iterations,
+            RowLayout::WorkgroupPerRow => row_loop_iterations_rows,
+        };
+        check_loop_limit(gpu, op, "cols", cols, passes)?;
     }
     if backward && cols > 0 {
         check_loop_limit(gpu, op, "rows", rows, column_loop_iterations)?;
@@ -120,14 +154,26 @@ fn expect_lens(op: &'static str, slices: &[(&str, DeviceSlice<'_>, u64)]) -> Res
 pub fn forward(
     gpu: &Gpu,
     dims: &LayerNormDims,
-    [y, mean, rstd]: [DeviceSlice<'_>; 3],
+    outputs: [DeviceSlice<'_>; 3],
     x: DeviceSlice<'_>,
     gamma: DeviceSlice<'_>,
     beta: DeviceSlice<'_>,
 ) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    forward_in(gpu, layout, dims, outputs, [x, gamma, beta])
+}
+
+/// [`forward`] in the given layout (for tests and benchmarks); inputs `[x, gamma, beta]`.
+pub fn forward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
+    [y, mean, rstd]: [DeviceSlice<'_>; 3],
+    [x, gamma, beta]: [DeviceSlice<'_>; 3],
+) -> Result<()> {
     let op = "layer_norm::forward";
     let LayerNormDims { rows, cols, eps } = *dims;
-    let len = matrix_len(gpu, op, rows, cols, false)?;
+    let len = matrix_len(gpu, op, layout, (rows, cols), false)?;
     expect_lens(
         op,
         &[
@@ -152,7 +198,11 @@ pub fn forward(
         ..Params::default()
     };
     let buffers = [x, gamma, beta, y, mean, rstd];
-    launch_1d(gpu, &FORWARD, &[], &params, &buffers, rows.min(len))
+    let kernel = match layout {
+        RowLayout::InvocationPerRow => &FORWARD,
+        RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
+    };
+    launch_rows(gpu, layout, kernel, &params, &buffers, rows.min(len))
 }
 
 /// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
@@ -162,13 +212,26 @@ pub fn forward(
 pub fn backward(
     gpu: &Gpu,
     dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    saved: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    backward_in(gpu, layout, dims, outputs, saved, dy)
+}
+
+/// [`backward`] with `dx` in the given layout (for tests and benchmarks).
+pub fn backward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
     [dx, dgamma, dbeta]: [DeviceSlice<'_>; 3],
     [x, gamma, mean, rstd]: [DeviceSlice<'_>; 4],
     dy: DeviceSlice<'_>,
 ) -> Result<()> {
     let op = "layer_norm::backward";
     let LayerNormDims { rows, cols, .. } = *dims;
-    let len = matrix_len(gpu, op, rows, cols, true)?;
+    let len = matrix_len(gpu, op, layout, (rows, cols), true)?;
     expect_lens(
         op,
         &[
@@ -196,7 +259,11 @@ pub fn backward(
         ..Params::default()
     };
     let buffers = [x, gamma, mean, rstd, dy, dx];
-    launch_1d(gpu, &BACKWARD_INPUT, &[], &params, &buffers, rows.min(len))?;
+    let kernel = match layout {
+        RowLayout::InvocationPerRow => &BACKWARD_INPUT,
+        RowLayout::WorkgroupPerRow => &BACKWARD_INPUT_ROWS,
+    };
+    launch_rows(gpu, layout, kernel, &params, &buffers, rows.min(len))?;
     // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does.
     let buffers = [x, mean, rstd, dy, dgamma, dbeta];
     launch_1d(gpu, &BACKWARD_PARAMS, &[], &params, &buffers, cols)

@@ -131,6 +131,8 @@ pub const ALL: &[Kernel] = &[
     copy::STRIDED_COPY_V4,
     cross_entropy::FORWARD,
     cross_entropy::BACKWARD,
+    cross_entropy::FORWARD_ROWS,
+    cross_entropy::BACKWARD_ROWS,
     dropout::KERNEL,
     embedding::GATHER,
     embedding::SCATTER_ADD,
@@ -138,6 +140,8 @@ pub const ALL: &[Kernel] = &[
     layer_norm::FORWARD,
     layer_norm::BACKWARD_INPUT,
     layer_norm::BACKWARD_PARAMS,
+    layer_norm::FORWARD_ROWS,
+    layer_norm::BACKWARD_INPUT_ROWS,
     matmul::MAIN,
     matmul::MAIN_SCALAR,
     nonfinite::KERNEL,
@@ -302,6 +306,71 @@ pub(crate) fn launch_split<P: bytemuck::Pod>(
         })?;
     }
     Ok(())
+}
+
+/// Invocations per workgroup of the workgroup-per-row kernels (softmax, layer norm).
+pub const ROW_WORKGROUP: u32 = 64;
+
+/// How a row kernel spreads its rows over the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowLayout {
+    /// One invocation per row, looping over its columns (`shaders/softmax.wgsl`): best when
+    /// there are enough rows to fill the device.
+    InvocationPerRow,
+    /// One workgroup of [`ROW_WORKGROUP`] invocations per row, each taking every 64th column,
+    /// the row's statistic combined by a tree in workgroup memory (`shaders/softmax_rows.wgsl`):
+    /// few long rows then still use the whole of a GPU.
+    WorkgroupPerRow,
+}
+
+/// On a GPU adapter, the fewest rows for which [`row_layout`] keeps an invocation per row:
+/// below it (with at least [`ROW_WORKGROUP`] columns) each row gets a workgroup. Not measured
+/// here (no GPU in this project's CI): an estimate from a GPU needing tens of thousands of
+/// invocations in flight, which an invocation per row gives only with that many rows. `cargo
+/// xtask bench kernels` prints both layouts (`rows/softmax ...`) to set it on a real device.
+pub const GPU_INVOCATION_PER_ROW_MIN_ROWS: u64 = 4096;
+
+/// The layout the launchers use for `rows` rows of `cols` columns on `gpu`'s adapter:
+/// - on a CPU adapter (lavapipe), always an invocation per row: measured there (`cargo xtask
+///   bench kernels`), a workgroup per row was slower at every shape tried, even 32 rows of
+///   131,072 columns (0.68 against 1.10 GB/s), since its barriers cost more than the idle lanes;
+/// - on a GPU, a workgroup per row below [`GPU_INVOCATION_PER_ROW_MIN_ROWS`] rows of at least
+///   [`ROW_WORKGROUP`] columns.
+pub fn row_layout(gpu: &Gpu, rows: u64, cols: u64) -> RowLayout {
+    let cpu = gpu.adapter().device_type == wgpu::DeviceType::Cpu;
+    if !cpu && rows < GPU_INVOCATION_PER_ROW_MIN_ROWS && cols >= u64::from(ROW_WORKGROUP) {
+        RowLayout::WorkgroupPerRow
+    } else {
+        RowLayout::InvocationPerRow
+    }
+}
+
+/// Records `kernel` over `rows` rows: [`launch_1d`] for an invocation per row, else one
+/// workgroup per row (2-D grid past the device's per-dimension limit).
+pub(crate) fn launch_rows<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    layout: RowLayout,
+    kernel: &Kernel,
+    params: &P,
+    buffers: &[DeviceSlice<'_>],
+    rows: u64,
+) -> Result<()> {
+    match layout {
+        RowLayout::InvocationPerRow => launch_1d(gpu, kernel, &[], params, buffers, rows),
+        RowLayout::WorkgroupPerRow => {
+            if rows == 0 {
+                return Ok(());
+            }
+            gpu.dispatch(crate::recorder::Dispatch {
+                kernel,
+                overrides: &[],
+                params: bytemuck::bytes_of(params),
+                buffers,
+                workgroups: crate::kernels::grid_1d(gpu, rows, 1)?,
+                work: crate::recorder::Work::of_slices(buffers),
+            })
+        }
+    }
 }
 
 /// The common length of `slices` for launcher `op`, or [`Error::InvalidArgument`] naming the

@@ -1,5 +1,5 @@
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
-use plimsoll_kernels_wgsl::kernels::largest_within;
+use plimsoll_kernels_wgsl::kernels::{RowLayout, largest_within};
 use plimsoll_kernels_wgsl::testing::{Rng, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
@@ -23,6 +23,7 @@ enum LossGradient {
 }
 
 struct Case {
+    layout: RowLayout,
     rows: usize,
     cols: usize,
     smoothing: f32,
@@ -31,12 +32,13 @@ struct Case {
 
 fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) {
     let Case {
+        layout,
         rows,
         cols,
         smoothing,
         dloss,
     } = *case;
-    let name = |what: &str| format!("{what} [{rows}, {cols}] eps {smoothing} {dloss:?}");
+    let name = |what: &str| format!("{what} {layout:?} [{rows}, {cols}] eps {smoothing} {dloss:?}");
     let logits = rng.vec_f32(rows * cols, -4.0, 4.0);
     let mut targets: Vec<u32> = (0..rows).map(|_| rng.below(cols as u64) as u32).collect();
     if rows == 37 {
@@ -61,9 +63,11 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) {
     };
     let targets_s = targets_gpu.slice(5, rows as u64).unwrap();
     let logits_s = logits_gpu.slice();
-    cross_entropy::forward(gpu, &dims, losses_gpu.slice(), logits_s, targets_s).unwrap();
+    let losses_s = losses_gpu.slice();
+    cross_entropy::forward_in(gpu, layout, &dims, losses_s, [logits_s, targets_s]).unwrap();
     let (dlogits_s, dloss_s) = (dlogits_gpu.slice(), dloss_gpu.slice());
-    cross_entropy::backward(gpu, &dims, dlogits_s, logits_s, targets_s, dloss_s, scale).unwrap();
+    let inputs = [logits_s, targets_s, dloss_s];
+    cross_entropy::backward_in(gpu, layout, &dims, dlogits_s, inputs, scale).unwrap();
 
     let want = reference::cross_entropy::forward(&logits, &targets, rows, cols, smoothing);
     let (atol, rtol) = LOSS_TOL;
@@ -85,17 +89,21 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) {
 fn cross_entropy_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(51);
-    for rows in [1usize, 3, 37, 129] {
-        for cols in [1usize, 10, 33, 257, 1000] {
-            for (smoothing, dloss) in [(0.0, LossGradient::Broadcast), (0.1, LossGradient::PerRow)]
-            {
-                let case = Case {
-                    rows,
-                    cols,
-                    smoothing,
-                    dloss,
-                };
-                check_case(&gpu, &mut rng, &case);
+    let layouts = [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow];
+    let gradients = [(0.0, LossGradient::Broadcast), (0.1, LossGradient::PerRow)];
+    for layout in layouts {
+        for rows in [1usize, 3, 37, 129] {
+            for cols in [1usize, 10, 33, 257, 1000] {
+                for (smoothing, dloss) in gradients {
+                    let case = Case {
+                        layout,
+                        rows,
+                        cols,
+                        smoothing,
+                        dloss,
+                    };
+                    check_case(&gpu, &mut rng, &case);
+                }
             }
         }
     }
@@ -197,6 +205,7 @@ fn cross_entropy_at_the_loop_limit_matches_reference() {
     let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
     let cols = largest_within(limit, cross_entropy::loop_iterations) as usize;
     let case = Case {
+        layout: RowLayout::InvocationPerRow,
         rows: 2,
         cols,
         smoothing: 0.1,

@@ -1,5 +1,5 @@
-use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
+use plimsoll_kernels_wgsl::kernels::{RowLayout, largest_within};
 use plimsoll_kernels_wgsl::testing::{Rng, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
 
@@ -18,8 +18,8 @@ const STATS_TOL: (f64, f64) = (1e-6, 2e-5);
 const DX_TOL: (f64, f64) = (5e-5, 1e-4);
 const DPARAM_TOL: (f64, f64) = (2e-5, 1e-4);
 
-fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
-    let name = |what: &str| format!("layer_norm {what} [{rows}, {cols}]");
+fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: usize) {
+    let name = |what: &str| format!("layer_norm {what} {layout:?} [{rows}, {cols}]");
     let n = rows * cols;
     let x = rng.vec_f32(n, -2.0, 2.0);
     let gamma = rng.vec_f32(cols, 0.5, 1.5);
@@ -39,13 +39,12 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
         cols: cols as u64,
         eps: EPS,
     };
-    layer_norm::forward(
+    layer_norm::forward_in(
         gpu,
+        layout,
         &dims,
         [y_gpu.slice(), mean_gpu.slice(), rstd_gpu.slice()],
-        x_gpu.slice(),
-        gamma_gpu.slice(),
-        beta_gpu.slice(),
+        [x_gpu.slice(), gamma_gpu.slice(), beta_gpu.slice()],
     )
     .unwrap();
 
@@ -56,8 +55,9 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
     let dx_gpu = Guarded::random(gpu, rng, n, 8, "dx");
     let dgamma_gpu = Guarded::random(gpu, rng, cols, 3, "dgamma");
     let dbeta_gpu = Guarded::random(gpu, rng, cols, 9, "dbeta");
-    layer_norm::backward(
+    layer_norm::backward_in(
         gpu,
+        layout,
         &dims,
         [dx_gpu.slice(), dgamma_gpu.slice(), dbeta_gpu.slice()],
         [
@@ -89,9 +89,11 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, rows: usize, cols: usize) {
 fn layer_norm_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(61);
-    for rows in [1usize, 3, 37, 129] {
-        for cols in [1usize, 10, 33, 257, 1000] {
-            check_case(&gpu, &mut rng, rows, cols);
+    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        for rows in [1usize, 3, 37, 129] {
+            for cols in [1usize, 10, 33, 257, 1000] {
+                check_case(&gpu, &mut rng, layout, rows, cols);
+            }
         }
     }
 }
@@ -179,6 +181,19 @@ fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() {
         "cols",
         cols,
     );
+    // A workgroup per row runs a 64th of the columns per invocation.
+    let wg = RowLayout::WorkgroupPerRow;
+    let cols = largest_within(limit, layer_norm::row_loop_iterations_rows);
+    assert_loop_limit(
+        layer_norm::forward_in(&gpu, wg, &dims(1, cols + 1), [t; 3], [t; 3]),
+        "cols",
+        cols,
+    );
+    assert_loop_limit(
+        layer_norm::backward_in(&gpu, wg, &dims(1, cols + 1), [t; 3], [t; 4], t),
+        "cols",
+        cols,
+    );
     let rows = largest_within(limit, layer_norm::column_loop_iterations);
     assert_loop_limit(
         layer_norm::backward(&gpu, &dims(rows + 1, 1), [t; 3], [t; 4], t),
@@ -193,7 +208,7 @@ fn layer_norm_at_the_loop_limit_matches_reference() {
     let mut rng = Rng::new(63);
     let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
     let cols = largest_within(limit, layer_norm::row_loop_iterations) as usize;
-    check_case(&gpu, &mut rng, 2, cols);
+    check_case(&gpu, &mut rng, RowLayout::InvocationPerRow, 2, cols);
     // backward_params sums over the rows: with x = 1, mean = 0, rstd = 1 (xhat = 1) and small
     // integer dy, dgamma[j] = dbeta[j] = sum_r dy[r, j] is exact in f32, so a dropped row shows.
     let (rows, cols) = (
