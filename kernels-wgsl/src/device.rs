@@ -21,7 +21,7 @@ use plimsoll_allocator::BufferAllocator;
 use crate::error::{Error, Result};
 use crate::fence::{self, Deadlines, FenceState};
 use crate::memory::{self, WgpuSegments};
-use crate::pipeline::PipelineCache;
+use crate::pipeline::{Compiled, PipelineCache, WantedPipeline};
 use crate::recorder::Batch;
 use crate::teardown::TeardownGate;
 
@@ -148,6 +148,8 @@ pub(crate) struct Shared {
     pub(crate) profiling: AtomicBool,
     /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
     pub(crate) planning: bool,
+    /// Pipelines asked for by this device's planning twins ([`Gpu::compile_wanted`]).
+    pub(crate) wanted: Arc<crate::pipeline::Wanted>,
     /// The shapes of the matmuls launched while [`Gpu::record_matmuls`] is on.
     pub(crate) matmul_log: Mutex<Option<Vec<crate::kernels::matmul::MatmulDims>>>,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
@@ -171,6 +173,9 @@ pub(crate) struct Parts {
     pub(crate) max_in_flight: usize,
     /// A planning device ([`Gpu::planning_twin`]): stand-in segments, no GPU work.
     pub(crate) planning: bool,
+    /// Where the pipelines a planning device's launches ask for are noted: shared by a device
+    /// and its planning twins ([`Gpu::compile_wanted`]).
+    pub(crate) wanted: Arc<crate::pipeline::Wanted>,
 }
 
 impl Shared {
@@ -210,6 +215,7 @@ impl Shared {
             max_in_flight: p.max_in_flight,
             profiling: AtomicBool::new(false),
             planning: p.planning,
+            wanted: p.wanted,
             matmul_log: Mutex::new(None),
             teardown: TeardownGate::default(),
         }
@@ -382,6 +388,7 @@ impl Gpu {
             ),
             max_in_flight,
             planning: false,
+            wanted: Arc::default(),
         });
         Ok(Gpu {
             shared: Arc::new(shared),
@@ -411,22 +418,82 @@ impl Gpu {
     }
 
     /// Builds every pipeline the crate's launchers can ask for ([`crate::kernels::variants`]),
-    /// skipping the 16-bit ones on a device without `SHADER_F16`, and returns how many it
-    /// built. A run calls it before its first step, so shader compilation (seconds on lavapipe)
-    /// happens outside any step's deadline; afterwards every launch finds its pipeline cached.
+    /// skipping the 16-bit ones on a device without `SHADER_F16`, on parallel threads
+    /// ([`Gpu::compile_pipelines`]), and returns how many it built.
     pub fn compile_kernels(&self) -> Result<usize> {
-        let f16 = self.features().contains(wgpu::Features::SHADER_F16);
-        let mut built = 0;
-        for (kernel, overrides) in crate::kernels::variants() {
-            if !f16 && kernel.source().contains("enable f16") {
-                continue;
-            }
-            self.shared
-                .pipelines
-                .get(&self.shared, kernel, &overrides)?;
-            built += 1;
+        let all: Vec<WantedPipeline> = crate::kernels::variants()
+            .into_iter()
+            .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
+            .collect();
+        Ok(self.compile_pipelines(&all)?.built)
+    }
+
+    /// Builds the pipelines this device's planning twins' launches asked for (a run's memory
+    /// plan replays its steps and evaluation on twins: exactly the kernels the run dispatches),
+    /// on parallel threads; every kernel ([`Gpu::compile_kernels`]) when no twin asked for any.
+    /// A run calls it before its first step, so pipeline creation (a driver's shader compile on
+    /// a GPU) happens outside any step's deadline; a pipeline nobody foresaw is still built
+    /// on first use.
+    pub fn compile_wanted(&self) -> Result<Compiled> {
+        let wanted = self.shared.wanted.take();
+        if wanted.is_empty() {
+            let all: Vec<WantedPipeline> = crate::kernels::variants()
+                .into_iter()
+                .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
+                .collect();
+            return self.compile_pipelines(&all);
         }
-        Ok(built)
+        self.compile_pipelines(&wanted)
+    }
+
+    /// Builds `pipelines` (those not built yet), split over up to
+    /// `std::thread::available_parallelism()` threads (each with its own wgpu error scopes,
+    /// which are per thread), skipping the 16-bit ones on a device without `SHADER_F16`.
+    pub fn compile_pipelines(&self, pipelines: &[WantedPipeline]) -> Result<Compiled> {
+        let f16 = self.features().contains(wgpu::Features::SHADER_F16);
+        let todo: Vec<&WantedPipeline> = pipelines
+            .iter()
+            .filter(|w| f16 || !w.kernel.source().contains("enable f16"))
+            .collect();
+        // Shader modules first, one per stem (cheap: parsing and validation), so the threads
+        // below share them instead of each building its own.
+        for w in &todo {
+            self.shared.pipelines.module(&self.shared, &w.kernel)?;
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(todo.len())
+            .max(1);
+        let chunk = todo.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = todo
+                .chunks(chunk)
+                .map(|part| {
+                    scope.spawn(move || -> Result<()> {
+                        for w in part {
+                            let overrides: Vec<(&str, f64)> =
+                                w.overrides.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+                            self.shared
+                                .pipelines
+                                .get(&self.shared, &w.kernel, &overrides)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Internal {
+                        context: "compiling pipelines".to_string(),
+                        message: "a compiling thread panicked".to_string(),
+                    })
+                })
+            })
+        })?;
+        Ok(Compiled {
+            built: todo.len(),
+            threads,
+        })
     }
 
     /// Pipelines built so far (each kernel and override set once).

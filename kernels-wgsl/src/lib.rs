@@ -37,7 +37,7 @@ pub use buffer::DeviceBuffer;
 pub use device::{AdapterSummary, Gpu, GpuOptions};
 pub use error::{Error, RecentSubmissions, Result, SubmissionRecord};
 pub use fence::Fence;
-pub use pipeline::Kernel;
+pub use pipeline::{Compiled, Kernel, WantedPipeline};
 pub use plimsoll_allocator::Category;
 pub use profile::{CpuSpan, KernelTiming, Profile, ProfileMode};
 pub use recorder::{Dispatch, Work};

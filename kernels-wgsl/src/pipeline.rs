@@ -11,7 +11,7 @@
 //! Shader modules and pipelines are created inside Validation and Internal error scopes: a bad
 //! shader is an [`Error::Validation`], never a panic.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::device::Shared;
@@ -261,6 +261,22 @@ struct PipelineKey {
     overrides: Vec<(String, u64)>,
 }
 
+impl PipelineKey {
+    fn new(kernel: &Kernel, overrides: &[(&str, f64)]) -> PipelineKey {
+        let mut sorted: Vec<(String, u64)> = overrides
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), v.to_bits()))
+            .collect();
+        sorted.sort();
+        PipelineKey {
+            stem: kernel.stem,
+            entry: kernel.entry,
+            runtime_checks: kernel.runtime_checks,
+            overrides: sorted,
+        }
+    }
+}
+
 /// One bind-group layout per storage-binding count, and its pipeline layout.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
@@ -378,8 +394,24 @@ impl PipelineCache {
         Ok(layout)
     }
 
+    /// `kernel`'s shader module (one per stem and runtime-check setting), created on first use.
+    /// Creation runs outside the cache's lock; two threads racing for one stem may both build
+    /// it, and the first one stored is kept.
+    pub(crate) fn module(&self, shared: &Shared, kernel: &Kernel) -> Result<wgpu::ShaderModule> {
+        let module_key = (kernel.stem, kernel.runtime_checks);
+        if let Some(m) = self.lock().modules.get(&module_key) {
+            return Ok(m.clone());
+        }
+        let device = &shared.device;
+        let context = format!("shader {}.wgsl", kernel.stem);
+        let m = scoped(device, &context, || create_module(device, kernel))?;
+        Ok(self.lock().modules.entry(module_key).or_insert(m).clone())
+    }
+
     /// The pipeline for `kernel` specialised by `overrides` (WGSL `override` constants), and its
-    /// bind-group layout. Built on first use, then a hash-map lookup.
+    /// bind-group layout. Built on first use, then a hash-map lookup. The build runs outside
+    /// the cache's lock, so several threads can build different pipelines at once
+    /// ([`crate::Gpu::compile_pipelines`]); a pipeline two threads race for is kept once.
     pub(crate) fn get(
         &self,
         shared: &Shared,
@@ -388,31 +420,11 @@ impl PipelineCache {
     ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
         let device = &shared.device;
         let layout = self.layout(device, kernel.storage_bindings)?;
-        let mut sorted: Vec<(String, u64)> = overrides
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), v.to_bits()))
-            .collect();
-        sorted.sort();
-        let key = PipelineKey {
-            stem: kernel.stem,
-            entry: kernel.entry,
-            runtime_checks: kernel.runtime_checks,
-            overrides: sorted,
-        };
-        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = maps.pipelines.get(&key) {
+        let key = PipelineKey::new(kernel, overrides);
+        if let Some(p) = self.lock().pipelines.get(&key) {
             return Ok((p.clone(), layout.bind_group));
         }
-        let module_key = (kernel.stem, kernel.runtime_checks);
-        let module = match maps.modules.get(&module_key) {
-            Some(m) => m.clone(),
-            None => {
-                let context = format!("shader {}.wgsl", kernel.stem);
-                let m = scoped(device, &context, || create_module(device, kernel))?;
-                maps.modules.insert(module_key, m.clone());
-                m
-            }
-        };
+        let module = self.module(shared, kernel)?;
         let context = format!("pipeline {}::{} {:?}", kernel.stem, kernel.entry, overrides);
         let pipeline = scoped(device, &context, || {
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -427,7 +439,66 @@ impl PipelineCache {
                 cache: None,
             })
         })?;
-        maps.pipelines.insert(key, pipeline.clone());
-        Ok((pipeline, layout.bind_group))
+        let kept = self.lock().pipelines.entry(key).or_insert(pipeline).clone();
+        Ok((kept, layout.bind_group))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Maps> {
+        self.maps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A pipeline to build: a kernel and its override constants ([`crate::Gpu::compile_pipelines`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WantedPipeline {
+    /// The kernel.
+    pub kernel: Kernel,
+    /// Its WGSL `override` constants.
+    pub overrides: Vec<(String, f64)>,
+}
+
+impl WantedPipeline {
+    /// `kernel` with `overrides`.
+    pub fn new(kernel: Kernel, overrides: &[(&str, f64)]) -> WantedPipeline {
+        WantedPipeline {
+            kernel,
+            overrides: overrides
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), *v))
+                .collect(),
+        }
+    }
+}
+
+/// What [`crate::Gpu::compile_pipelines`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compiled {
+    /// Pipelines it was asked for (built now, or found already built).
+    pub built: usize,
+    /// Threads it built them on.
+    pub threads: usize,
+}
+
+/// The pipelines planning twins' launches asked for, each once, in the order first asked.
+#[derive(Debug, Default)]
+pub(crate) struct Wanted {
+    seen: Mutex<(HashSet<PipelineKey>, Vec<WantedPipeline>)>,
+}
+
+impl Wanted {
+    /// Notes a launch's pipeline.
+    pub(crate) fn note(&self, kernel: &Kernel, overrides: &[(&str, f64)]) {
+        let key = PipelineKey::new(kernel, overrides);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.0.insert(key) {
+            seen.1.push(WantedPipeline::new(*kernel, overrides));
+        }
+    }
+
+    /// The pipelines noted so far; forgets them.
+    pub(crate) fn take(&self) -> Vec<WantedPipeline> {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.0.clear();
+        std::mem::take(&mut seen.1)
     }
 }

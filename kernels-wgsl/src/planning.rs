@@ -34,6 +34,7 @@ impl Gpu {
             ),
             max_in_flight: real.max_in_flight,
             planning: true,
+            wanted: Arc::clone(&real.wanted),
         });
         Gpu {
             shared: Arc::new(shared),

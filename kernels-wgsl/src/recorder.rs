@@ -213,7 +213,9 @@ impl Gpu {
             });
         }
         if shared.planning {
-            // A planning device runs no kernel (see `crate::planning`).
+            // A planning device runs no kernel (see `crate::planning`); it notes the pipeline,
+            // which the real device builds before the run's first step (`compile_wanted`).
+            shared.wanted.note(d.kernel, d.overrides);
             return Ok(());
         }
         let (pipeline, bgl) = shared.pipelines.get(shared, d.kernel, d.overrides)?;

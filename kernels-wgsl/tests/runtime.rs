@@ -491,3 +491,39 @@ fn a_replayed_offset_keeps_the_upload_ordering_rule() {
         "{outcomes:?}"
     );
 }
+
+/// `compile_wanted` builds exactly the pipelines a planning twin's launches asked for, on
+/// parallel threads; the same launches on the real device then build nothing new. With nothing
+/// asked for it builds every kernel.
+#[test]
+fn compile_wanted_builds_what_the_twins_launches_asked_for() {
+    use plimsoll_kernels_wgsl::kernels::unary::{UnaryOp, forward};
+    let gpu = fresh_gpu();
+    let launches = |g: &plimsoll_kernels_wgsl::Gpu| {
+        let buf = scratch(g, 128, "operands");
+        let (x, y) = (buf.slice(0, 64).unwrap(), buf.slice(64, 64).unwrap());
+        forward(g, UnaryOp::Relu, y, x, 1.0).unwrap(); // 64 elements: forward_v4 only
+        // 63 elements: forward_v4 for 60 and forward for the last 3.
+        let (x63, y63) = (buf.slice(0, 63).unwrap(), buf.slice(64, 63).unwrap());
+        forward(g, UnaryOp::Exp, y63, x63, 1.0).unwrap();
+    };
+    let twin = gpu.planning_twin(1 << 30);
+    launches(&twin);
+    drop(twin);
+    assert_eq!(gpu.compiled_pipelines(), 0, "the twin built nothing");
+    let compiled = gpu.compile_wanted().unwrap();
+    assert!(compiled.threads >= 1);
+    let built = gpu.compiled_pipelines();
+    assert_eq!(built, compiled.built);
+    assert!(
+        (1..kernels::variants().len()).contains(&built),
+        "{built} pipelines: only those asked for"
+    );
+    launches(&gpu);
+    gpu.wait(&gpu.flush("launches").unwrap(), DEADLINE).unwrap();
+    assert_eq!(gpu.compiled_pipelines(), built, "a launch built a pipeline");
+    // Nothing asked for since: every kernel.
+    let all = gpu.compile_wanted().unwrap();
+    assert_eq!(all.built, gpu.compiled_pipelines());
+    assert!(all.built > built);
+}

@@ -172,7 +172,8 @@ pub const ALL: &[Kernel] = &[
 
 /// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
 /// of override constants its launcher passes (the unary and binary ops' `OP`, matmul `main`'s
-/// `TRANS_A`/`TRANS_B`; `main_scalar` takes its transposes as runtime flags). What [`Gpu::compile_kernels`] builds before a run's first step.
+/// `TRANS_A`/`TRANS_B`; `main_scalar` takes its transposes as runtime flags): what
+/// [`Gpu::compile_kernels`] builds, and [`Gpu::compile_wanted`] when no planning twin asked for any.
 pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
     let mut out = Vec::new();
     for kernel in ALL {

@@ -251,7 +251,6 @@ fn follow(
     let (_, dir, mut job, common, _, _) = prepare(workload, argv, true)?;
     job.config.checkpoint_dir = None;
     let gpu = common.device.open()?;
-    gpu.compile_kernels()?;
     let (_, _, code) = run_training(job, &gpu, &common, &dir, Vec::new(), started, ranks)?;
     Ok(code)
 }
@@ -358,13 +357,6 @@ fn train_in(
         // A first line now: a file that cannot be written fails before step 1, not after.
         m.write(&serde_json::json!({"event": if resumed.is_some() { "resume" } else { "start" }, "run": dir}))?;
     }
-    let compile = Instant::now();
-    out::say("compiling GPU kernels (once per run, outside any step's deadline)");
-    let kernels = gpu.compile_kernels()?;
-    out::say(format_args!(
-        "compiled {kernels} kernels in {:.1} s",
-        compile.elapsed().as_secs_f64()
-    ));
     let (s, seconds, code) = match run_training(job, &gpu, &common, &dir, metrics, started, ranks) {
         Ok(done) => done,
         Err(e) => {
@@ -422,6 +414,15 @@ fn run_training(
         }
         trainer.resume_with(&path, common.reset_optimizer)?;
     }
+    // The pipelines the plan's dry run dispatched, built now: outside any step's deadline.
+    let compile = Instant::now();
+    let compiled = gpu.compile_wanted()?;
+    out::say(format_args!(
+        "compiled the run's {} GPU kernels on {} threads in {:.1} s (once per run, before step 1)",
+        compiled.built,
+        compiled.threads,
+        compile.elapsed().as_secs_f64()
+    ));
     let signal = watch_signals(trainer.stop_flag())?;
     let mode = Mode::detect(common.log_every, trainer.total_steps());
     let mut progress = Progress::new(
