@@ -21,7 +21,7 @@ use plimsoll_allocator::BufferAllocator;
 use crate::error::{Error, Result};
 use crate::fence::{self, Deadlines, FenceState};
 use crate::memory::{self, WgpuSegments};
-use crate::pipeline::{Compiled, PipelineCache, WantedPipeline};
+use crate::pipeline::PipelineCache;
 use crate::recorder::Batch;
 use crate::teardown::TeardownGate;
 
@@ -415,85 +415,6 @@ impl Gpu {
         let s = &self.shared.summary;
         let names = format!("{} {}", s.name, s.driver).to_lowercase();
         (names.contains("llvmpipe") || names.contains("lavapipe")).then_some(LAVAPIPE_LOOP_LIMIT)
-    }
-
-    /// Builds every pipeline the crate's launchers can ask for ([`crate::kernels::variants`]),
-    /// skipping the 16-bit ones on a device without `SHADER_F16`, on parallel threads
-    /// ([`Gpu::compile_pipelines`]), and returns how many it built.
-    pub fn compile_kernels(&self) -> Result<usize> {
-        let all: Vec<WantedPipeline> = crate::kernels::variants()
-            .into_iter()
-            .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
-            .collect();
-        Ok(self.compile_pipelines(&all)?.built)
-    }
-
-    /// Builds the pipelines this device's planning twins' launches asked for (a run's memory
-    /// plan replays its steps and evaluation on twins: exactly the kernels the run dispatches),
-    /// on parallel threads; every kernel ([`Gpu::compile_kernels`]) when no twin asked for any.
-    /// A run calls it before its first step, so pipeline creation (a driver's shader compile on
-    /// a GPU) happens outside any step's deadline; a pipeline nobody foresaw is still built
-    /// on first use.
-    pub fn compile_wanted(&self) -> Result<Compiled> {
-        let wanted = self.shared.wanted.take();
-        if wanted.is_empty() {
-            let all: Vec<WantedPipeline> = crate::kernels::variants()
-                .into_iter()
-                .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
-                .collect();
-            return self.compile_pipelines(&all);
-        }
-        self.compile_pipelines(&wanted)
-    }
-
-    /// Builds `pipelines` (those not built yet), split over up to
-    /// `std::thread::available_parallelism()` threads (each with its own wgpu error scopes,
-    /// which are per thread), skipping the 16-bit ones on a device without `SHADER_F16`.
-    pub fn compile_pipelines(&self, pipelines: &[WantedPipeline]) -> Result<Compiled> {
-        let f16 = self.features().contains(wgpu::Features::SHADER_F16);
-        let todo: Vec<&WantedPipeline> = pipelines
-            .iter()
-            .filter(|w| f16 || !w.kernel.source().contains("enable f16"))
-            .collect();
-        // Shader modules first, one per stem (cheap: parsing and validation), so the threads
-        // below share them instead of each building its own.
-        for w in &todo {
-            self.shared.pipelines.module(&self.shared, &w.kernel)?;
-        }
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(todo.len())
-            .max(1);
-        let chunk = todo.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = todo
-                .chunks(chunk)
-                .map(|part| {
-                    scope.spawn(move || -> Result<()> {
-                        for w in part {
-                            let overrides: Vec<(&str, f64)> =
-                                w.overrides.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-                            self.shared
-                                .pipelines
-                                .get(&self.shared, &w.kernel, &overrides)?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            handles.into_iter().try_for_each(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        context: "compiling pipelines".to_string(),
-                        message: "a compiling thread panicked".to_string(),
-                    })
-                })
-            })
-        })?;
-        Ok(Compiled {
-            built: todo.len(),
-            threads,
-        })
     }
 
     /// Pipelines built so far (each kernel and override set once).

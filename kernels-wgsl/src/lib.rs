@@ -17,6 +17,7 @@
 //! host generator), [`testing`] (what every crate's tests share).
 
 pub mod buffer;
+pub mod compile;
 pub mod device;
 pub mod error;
 pub mod fault;

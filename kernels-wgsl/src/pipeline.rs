@@ -11,7 +11,7 @@
 //! Shader modules and pipelines are created inside Validation and Internal error scopes: a bad
 //! shader is an [`Error::Validation`], never a panic.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::device::Shared;
@@ -448,17 +448,20 @@ impl PipelineCache {
     }
 }
 
-/// A pipeline to build: a kernel and its override constants ([`crate::Gpu::compile_pipelines`]).
+/// A pipeline to build: a kernel and its override constants ([`crate::Gpu::compile_pipelines`]),
+/// and the `Params` its launches passed (for a warm-up dispatch; empty when not known).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WantedPipeline {
     /// The kernel.
     pub kernel: Kernel,
     /// Its WGSL `override` constants.
     pub overrides: Vec<(String, f64)>,
+    /// Distinct `Params` bytes it was launched with.
+    pub params: Vec<Vec<u8>>,
 }
 
 impl WantedPipeline {
-    /// `kernel` with `overrides`.
+    /// `kernel` with `overrides` (no `Params` known).
     pub fn new(kernel: Kernel, overrides: &[(&str, f64)]) -> WantedPipeline {
         WantedPipeline {
             kernel,
@@ -466,6 +469,7 @@ impl WantedPipeline {
                 .iter()
                 .map(|(k, v)| ((*k).to_string(), *v))
                 .collect(),
+            params: Vec::new(),
         }
     }
 }
@@ -479,26 +483,45 @@ pub struct Compiled {
     pub threads: usize,
 }
 
-/// The pipelines planning twins' launches asked for, each once, in the order first asked.
+/// The pipelines planning twins' launches asked for, each once, in the order first asked, with
+/// the distinct `Params` each was launched with (at most [`Wanted::PARAMS_PER_PIPELINE`]).
 #[derive(Debug, Default)]
 pub(crate) struct Wanted {
-    seen: Mutex<(HashSet<PipelineKey>, Vec<WantedPipeline>)>,
+    seen: Mutex<WantedState>,
+}
+
+#[derive(Debug, Default)]
+struct WantedState {
+    index: HashMap<PipelineKey, usize>,
+    pipelines: Vec<WantedPipeline>,
 }
 
 impl Wanted {
-    /// Notes a launch's pipeline.
-    pub(crate) fn note(&self, kernel: &Kernel, overrides: &[(&str, f64)]) {
+    /// Most distinct `Params` kept per pipeline (a warm-up dispatches each once).
+    pub(crate) const PARAMS_PER_PIPELINE: usize = 16;
+
+    /// Notes a launch's pipeline and its `Params`.
+    pub(crate) fn note(&self, kernel: &Kernel, overrides: &[(&str, f64)], params: &[u8]) {
         let key = PipelineKey::new(kernel, overrides);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.0.insert(key) {
-            seen.1.push(WantedPipeline::new(*kernel, overrides));
+        let state = &mut *seen;
+        let at = *state.index.entry(key).or_insert_with(|| {
+            state
+                .pipelines
+                .push(WantedPipeline::new(*kernel, overrides));
+            state.pipelines.len() - 1
+        });
+        let params_seen = &mut state.pipelines[at].params;
+        if params_seen.len() < Self::PARAMS_PER_PIPELINE && !params_seen.iter().any(|p| p == params)
+        {
+            params_seen.push(params.to_vec());
         }
     }
 
     /// The pipelines noted so far; forgets them.
     pub(crate) fn take(&self) -> Vec<WantedPipeline> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        seen.0.clear();
-        std::mem::take(&mut seen.1)
+        seen.index.clear();
+        std::mem::take(&mut seen.pipelines)
     }
 }

@@ -213,9 +213,10 @@ impl Gpu {
             });
         }
         if shared.planning {
-            // A planning device runs no kernel (see `crate::planning`); it notes the pipeline,
-            // which the real device builds before the run's first step (`compile_wanted`).
-            shared.wanted.note(d.kernel, d.overrides);
+            // A planning device runs no kernel (see `crate::planning`); it notes the pipeline and
+            // its Params, which the real device builds and warms up before the run's first step
+            // (`Gpu::compile_wanted`).
+            shared.wanted.note(d.kernel, d.overrides, d.params);
             return Ok(());
         }
         let (pipeline, bgl) = shared.pipelines.get(shared, d.kernel, d.overrides)?;

@@ -507,11 +507,17 @@ fn compile_wanted_builds_what_the_twins_launches_asked_for() {
         let (x63, y63) = (buf.slice(0, 63).unwrap(), buf.slice(64, 63).unwrap());
         forward(g, UnaryOp::Exp, y63, x63, 1.0).unwrap();
     };
+    // A tensor on the real device before the warm-up: its dispatches (the twin's Params, whose
+    // offsets point anywhere) must not write into it.
+    let pattern: Vec<f32> = (0..4096).map(|i| i as f32).collect();
+    let kept = gpu.upload(&pattern, Category::Parameter, "kept").unwrap();
     let twin = gpu.planning_twin(1 << 30);
     launches(&twin);
     drop(twin);
     assert_eq!(gpu.compiled_pipelines(), 0, "the twin built nothing");
-    let compiled = gpu.compile_wanted().unwrap();
+    let compiled = gpu.compile_wanted(DEADLINE).unwrap();
+    let after: Vec<f32> = gpu.read_all(&kept, DEADLINE).unwrap();
+    assert_eq!(after, pattern, "the warm-up wrote into a tensor");
     assert!(compiled.threads >= 1);
     let built = gpu.compiled_pipelines();
     assert_eq!(built, compiled.built);
@@ -523,7 +529,7 @@ fn compile_wanted_builds_what_the_twins_launches_asked_for() {
     gpu.wait(&gpu.flush("launches").unwrap(), DEADLINE).unwrap();
     assert_eq!(gpu.compiled_pipelines(), built, "a launch built a pipeline");
     // Nothing asked for since: every kernel.
-    let all = gpu.compile_wanted().unwrap();
+    let all = gpu.compile_wanted(DEADLINE).unwrap();
     assert_eq!(all.built, gpu.compiled_pipelines());
     assert!(all.built > built);
 }

@@ -241,6 +241,10 @@ pub fn train(workload: Workload, argv: &[String], started: Instant) -> Result<Ex
     outcome
 }
 
+/// How long building and first-dispatching the run's kernels may take before the run gives up
+/// (seconds on lavapipe; a driver that needs minutes is broken).
+const COMPILE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// A rank other than 0: trains its shard, writes nothing (rank 0 has the run's directory).
 fn follow(
     workload: Workload,
@@ -414,9 +418,10 @@ fn run_training(
         }
         trainer.resume_with(&path, common.reset_optimizer)?;
     }
-    // The pipelines the plan's dry run dispatched, built now: outside any step's deadline.
+    // The pipelines the plan's dry run dispatched, built and run once now: outside any
+    // step's deadline (lavapipe compiles a shader at a dispatch, docs/wgpu.md §5.1).
     let compile = Instant::now();
-    let compiled = gpu.compile_wanted()?;
+    let compiled = gpu.compile_wanted(COMPILE_DEADLINE)?;
     out::say(format_args!(
         "compiled the run's {} GPU kernels on {} threads in {:.1} s (once per run, before step 1)",
         compiled.built,
