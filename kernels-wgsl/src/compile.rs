@@ -114,6 +114,9 @@ impl Gpu {
         let runs: Vec<(&WantedPipeline, &Vec<u8>)> = pipelines
             .iter()
             .filter(|w| f16 || !w.kernel.source().contains("enable f16"))
+            // Only modules with wgpu's runtime checks: the Params are the twin's, so indices
+            // may point past the scratch buffers, and only the checks keep them inside.
+            .filter(|w| w.kernel.runtime_checks.is_on())
             .flat_map(|w| w.params.iter().map(move |p| (w, p)))
             .collect();
         if runs.is_empty() {
