@@ -140,9 +140,10 @@ impl Module for CausalSelfAttention {
         };
         let scale = 1.0 / (head_dim as f32).sqrt();
         let q = part(0)?.mul_scalar(scale)?; // (B, H, T, D), pre-scaled: T·D work, not T·T
-        let k_t = part(1)?.transpose(2, 3)?; // (B, H, D, T)
+        let k = part(1)?; // (B, H, T, D)
         let v = part(2)?; // (B, H, T, D)
-        let scores = q.matmul(&k_t)?.add(&causal_mask(x.gpu(), time)?)?; // (B, H, T, T)
+        // q · kᵀ with the transpose as the kernel's flag (no copy of k).
+        let scores = q.matmul_transposed(&k)?.add(&causal_mask(x.gpu(), time)?)?; // (B, H, T, T)
         let attention = scores.softmax()?;
         let y = attention
             .matmul(&v)? // (B, H, T, D)

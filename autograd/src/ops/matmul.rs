@@ -158,19 +158,20 @@ impl Tensor {
         }))
     }
 
-    /// `self · rhsᵀ` for a `[.., k]` tensor and a `[n, k]` matrix shared by every row: `[.., n]`.
-    /// PyTorch's `x @ W.T` for an `nn.Linear` weight `W` stored `[out, in]`; the transpose is the
-    /// kernel's flag, never a copy.
+    /// `self · rhsᵀ`: for a `[.., k]` tensor and a `[n, k]` matrix shared by every row,
+    /// `[.., n]` (PyTorch's `x @ W.T` for an `nn.Linear` weight `W` stored `[out, in]`); or, for
+    /// `[.., m, k]` and `[.., n, k]` with equal batch dimensions, the batched `[.., m, n]`
+    /// (attention's `q @ k.transpose(-2, -1)`). The transpose is the kernel's flag, never a copy.
     pub fn matmul_transposed(&self, rhs: &Tensor) -> Result<Tensor> {
         self.expect_dtype("matmul_transposed", DType::F32)?;
         rhs.expect_dtype("matmul_transposed", DType::F32)?;
-        let (rows, n, k) = transposed_plan(&self.shape, &rhs.shape)?;
+        let t = transposed_plan(&self.shape, &rhs.shape)?;
         let mut shape: Shape = self.shape[..self.shape.len() - 1].iter().copied().collect();
-        shape.push(n);
+        shape.push(t.n);
         let product = Product {
-            dims: (1, rows, n, k),
+            dims: (t.batch, t.m, t.n, t.k),
             trans: (false, true),
-            strides: (0, 0),
+            strides: (t.m * t.k, t.n * t.k),
         };
         let category = output_category(records(&[self, rhs]));
         let out = product.new_tensor(self, rhs, &shape, category)?;
@@ -181,13 +182,43 @@ impl Tensor {
     }
 }
 
-/// `(rows, n, k)` of `[.., k] · [n, k]ᵀ`, or the mismatch.
-fn transposed_plan(lhs: &[usize], rhs: &[usize]) -> Result<(usize, usize, usize)> {
+/// `batch` products of `m×k · (n×k)ᵀ`: a shared `[n, k]` matrix folds every row of the left
+/// operand into `m` (batch 1).
+struct TransposedPlan {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+/// The plan of `[.., k] · [n, k]ᵀ` or `[.., m, k] · [.., n, k]ᵀ`, or the mismatch.
+fn transposed_plan(lhs: &[usize], rhs: &[usize]) -> Result<TransposedPlan> {
     let bad = |hint| mismatch("matmul_transposed", lhs, rhs, hint);
+    let (ra, rb) = (lhs.len(), rhs.len());
     match (lhs.last(), rhs) {
-        (Some(&k), &[n, k2]) if k == k2 => Ok((numel(lhs) / k.max(1), n, k)),
+        (Some(&k), &[n, k2]) if k == k2 => Ok(TransposedPlan {
+            batch: 1,
+            m: numel(lhs) / k.max(1),
+            n,
+            k,
+        }),
         (Some(_), &[_, _]) => Err(bad("[.., k] x [n, k]ᵀ: the last dimensions must match")),
-        _ => Err(bad("[.., k] x [n, k]ᵀ: the right operand is a 2-D matrix")),
+        _ if ra == rb
+            && ra >= 3
+            && lhs[..ra - 2] == rhs[..rb - 2]
+            && lhs[ra - 1] == rhs[rb - 1] =>
+        {
+            Ok(TransposedPlan {
+                batch: numel(&lhs[..ra - 2]),
+                m: lhs[ra - 2],
+                n: rhs[rb - 2],
+                k: lhs[ra - 1],
+            })
+        }
+        _ => Err(bad(
+            "[.., k] x [n, k]ᵀ with a 2-D right operand, or [.., m, k] x [.., n, k]ᵀ with equal \
+             batch dimensions",
+        )),
     }
 }
 
@@ -203,22 +234,22 @@ pub(crate) fn matmul_transposed_grads(
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let leaf = |i: usize| leaves.get(i).copied().flatten();
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
-    let (rows, n, k) = transposed_plan(&a.shape, &b.shape)?;
-    // dA = G · B: (rows×n)·(n×k).
+    let TransposedPlan { batch, m, n, k } = transposed_plan(&a.shape, &b.shape)?;
+    // dA[b] = G[b] · B[b]: (m×n)·(n×k) (a shared B: batch 1, every row in m).
     let da_product = Product {
-        dims: (1, rows, k, n),
+        dims: (batch, m, k, n),
         trans: (false, false),
-        strides: (0, 0),
+        strides: (m * n, n * k),
     };
     let da = match need(0) {
         true => da_product.gradient(g, b, &a.shape, leaf(0))?,
         false => None,
     };
-    // dB = Gᵀ · A: (n×rows)·(rows×k).
+    // dB[b] = G[b]ᵀ · A[b]: (n×m)·(m×k).
     let db_product = Product {
-        dims: (1, n, k, rows),
+        dims: (batch, n, k, m),
         trans: (true, false),
-        strides: (0, 0),
+        strides: (m * n, m * k),
     };
     let db = match need(1) {
         true => db_product.gradient(g, a, &b.shape, leaf(1))?,

@@ -3,7 +3,7 @@
 //! contiguous, see [`crate::tensor`]).
 
 use plimsoll_kernels_wgsl::Category;
-use plimsoll_kernels_wgsl::kernels::copy;
+use plimsoll_kernels_wgsl::kernels::{copy, fill};
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
@@ -241,8 +241,22 @@ pub(crate) fn expand(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
     gather(g, 0, shape, &src, Category::Temporary, "expand")
 }
 
-/// The gradient of a slice: `g` placed at `start` along `axis` in zeros of `input`'s shape.
+/// The gradient of a slice: `g` placed at `start` along `axis` in zeros of `input`'s shape. A
+/// leading-axis slice (every axis before `axis` of extent 1) is one contiguous run: the zeros
+/// before and after it are filled in place and `g` copied between them (no temporaries);
+/// otherwise zero pieces and `g` are concatenated.
 pub(crate) fn pad_slice(g: &Tensor, input: &[usize], axis: usize, start: usize) -> Result<Tensor> {
+    if input[..axis].iter().all(|&e| e == 1) {
+        let out = Tensor::empty_typed(&g.gpu, input, g.dtype, Category::Temporary, "slice grad")?;
+        let inner: usize = input[axis + 1..].iter().product();
+        let (before, len) = ((start * inner) as u64, g.numel() as u64);
+        let all = out.elements()?;
+        let after = all.len() - before - len;
+        fill::fill(&g.gpu, all.slice(0, before)?, 0.0)?;
+        copy::copy(&g.gpu, all.slice(before, len)?, g.elements()?)?;
+        fill::fill(&g.gpu, all.slice(before + len, after)?, 0.0)?;
+        return Ok(out);
+    }
     let zeros = |n: usize| -> Result<Option<Tensor>> {
         if n == 0 {
             return Ok(None);

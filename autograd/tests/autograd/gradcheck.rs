@@ -258,6 +258,21 @@ proptest! {
     }
 
     #[test]
+    fn gradcheck_batched_matmul_transposed((b, m, k) in dims(), n in 1usize..6, h in 1usize..3, seed in any::<u64>()) {
+        // q [b, h, m, k] against k [b, h, n, k]: attention's scores q · kᵀ, batched.
+        let batch = b * h;
+        let dims = MatmulDims {
+            trans_b: true,
+            batch_stride_a: m * k,
+            batch_stride_b: n * k,
+            ..MatmulDims::dense(batch, m, n, k)
+        };
+        let q = (Rng::new(seed).vec_f32(batch * m * k, -1.0, 1.0), vec![b, h, m, k]);
+        let kk = (Rng::new(seed ^ 7).vec_f32(batch * n * k, -1.0, 1.0), vec![b, h, n, k]);
+        check("matmul_transposed batched", &[q, kk], |t| t[0].matmul_transposed(&t[1]), |x| matmul::matmul_f64(&x[0], &x[1], &dims));
+    }
+
+    #[test]
     fn gradcheck_shape_ops((r, c, d) in dims(), seed in any::<u64>(), which in 0usize..4) {
         let shape = vec![r, c, d];
         let x = (Rng::new(seed).vec_f32(r * c * d, -2.0, 2.0), shape.clone());
