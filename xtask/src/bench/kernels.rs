@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
-use plimsoll_kernels_wgsl::kernels::softmax::{self, RowLayout, SoftmaxKind};
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 use plimsoll_kernels_wgsl::kernels::{copy, fill, reduce};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
@@ -43,7 +42,7 @@ pub fn run() -> Result<Report> {
     matmul_checked_vs_unchecked(&gpu, &mut report)?;
     matmul_mlp(&gpu, &mut report)?;
     elementwise(&gpu, &mut report)?;
-    row_kernels(&gpu, &mut report)?;
+    super::kernel_families::row_kernels(&gpu, &mut report)?;
     dispatch_overhead(&gpu, &mut report)?;
     println!("kernels: load average at end {}", load_average());
     Ok(report)
@@ -65,7 +64,11 @@ fn time_once(gpu: &Gpu, mut record: impl FnMut() -> Result<()>) -> Result<f64> {
 }
 
 /// One warm-up run, then the median seconds of `runs` runs.
-fn median_seconds(gpu: &Gpu, runs: usize, mut record: impl FnMut() -> Result<()>) -> Result<f64> {
+pub(super) fn median_seconds(
+    gpu: &Gpu,
+    runs: usize,
+    mut record: impl FnMut() -> Result<()>,
+) -> Result<f64> {
     time_once(gpu, &mut record)?;
     let mut times = (0..runs)
         .map(|_| time_once(gpu, &mut record))
@@ -79,7 +82,7 @@ fn median(times: &mut [f64]) -> f64 {
 }
 
 /// A buffer of `len` f32 filled with `value` (never zeros, so no operand is trivially sparse).
-fn filled(gpu: &Gpu, len: usize, value: f32, label: &str) -> Result<DeviceBuffer> {
+pub(super) fn filled(gpu: &Gpu, len: usize, value: f32, label: &str) -> Result<DeviceBuffer> {
     let buffer = gpu.alloc_elements(len as u64, Category::Temporary, label)?;
     fill::fill(gpu, buffer.whole(), value)?;
     Ok(buffer)
@@ -177,45 +180,6 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
             gflops(&d, seconds),
             "GFLOP/s",
         );
-    }
-    Ok(())
-}
-
-/// The row kernels (softmax in both layouts; layer norm; cross-entropy) at few long rows and
-/// many short ones, GB/s of the rows read and written.
-fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
-    let x = filled(gpu, 1 << 22, 0.25, "bench rows x")?;
-    let y = filled(gpu, 1 << 22, 0.0, "bench rows y")?;
-    for (rows, cols) in [
-        (32u64, 1u64 << 17),
-        (256, 16384),
-        (1024, 4096),
-        (16384, 256),
-    ] {
-        let len = rows * cols;
-        for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
-            let seconds = median_seconds(gpu, 5, || {
-                Ok(softmax::forward_in(
-                    gpu,
-                    layout,
-                    SoftmaxKind::Softmax,
-                    y.slice(0, len)?,
-                    x.slice(0, len)?,
-                    rows,
-                    cols,
-                )?)
-            })?;
-            let chosen = if softmax::row_layout(gpu, rows, cols) == layout {
-                ", chosen"
-            } else {
-                ""
-            };
-            report.push(
-                format!("rows/softmax ({rows}, {cols}) [{layout:?}{chosen}]"),
-                8.0 * len as f64 / seconds / 1e9,
-                "GB/s",
-            );
-        }
     }
     Ok(())
 }

@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
 mod allocator;
+mod kernel_families;
 mod kernels;
 mod mpi;
 mod plan;
