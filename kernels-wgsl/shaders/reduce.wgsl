@@ -254,6 +254,34 @@ fn sum_squares_all(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
+// sum_squares_all over vec4s (the launcher's choice when src_offset is a multiple of 4): each
+// invocation takes every 256th vec4; components past n (the last vec4's) count as 0. Another
+// order of additions than sum_squares_all (rounding only); still one fixed tree.
+@compute @workgroup_size(256)
+fn sum_squares_all_v4(@builtin(local_invocation_index) lid: u32) {
+    let n = params.outer * params.axis_len * params.inner;
+    let base4 = params.src_offset / 4u;
+    let n4 = (n + 3u) / 4u;
+    var acc = 0.0;
+    for (var i = lid; i < n4; i += ALL_WG) {
+        let first = 4u * i;
+        let inside = vec4<bool>(first < n, first + 1u < n, first + 2u < n, first + 3u < n);
+        let v = select(vec4<f32>(0.0), src_v4[base4 + i], inside);
+        acc += dot(v, v);
+    }
+    partial_value[lid] = acc;
+    workgroupBarrier();
+    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            partial_value[lid] += partial_value[lid + stride];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        dst[params.dst_offset] = partial_value[0];
+    }
+}
+
 @compute @workgroup_size(256)
 fn mean_all(@builtin(local_invocation_index) lid: u32) {
     workgroup_sum(lid);

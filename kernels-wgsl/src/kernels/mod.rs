@@ -154,6 +154,7 @@ pub const ALL: &[Kernel] = &[
     reduce::MAX_BACKWARD,
     reduce::SUM_ALL,
     reduce::SUM_SQUARES_ALL,
+    reduce::SUM_SQUARES_ALL_V4,
     reduce::MEAN_ALL,
     reduce::MAX_ALL,
     softmax::SOFTMAX_FORWARD,

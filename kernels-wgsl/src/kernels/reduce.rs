@@ -97,6 +97,14 @@ pub const MAX_BACKWARD: Kernel =
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
 pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", [src, dst], ALL_WORKGROUP as u32);
 
+/// The `sum_squares_all_v4` entry point (vec4 loads; `src` 4-aligned).
+pub const SUM_SQUARES_ALL_V4: Kernel = kernel!(
+    "reduce",
+    "sum_squares_all_v4",
+    [src_v4: "array<vec4<f32>>", dst],
+    ALL_WORKGROUP as u32
+);
+
 /// The `sum_squares_all` entry point.
 pub const SUM_SQUARES_ALL: Kernel = kernel!(
     "reduce",
@@ -323,8 +331,14 @@ pub fn sum_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()
 
 /// Records `out[0] = sum of x[i]²` (f32, one workgroup, fixed order; the squares are not
 /// stored): a gradient norm's term in one pass over `x` instead of a product and a sum.
+/// Reads `x` as `vec4`s when it starts on a multiple of 4 elements.
 pub fn sum_squares_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
-    all_reduction(gpu, "sum_squares_all", &SUM_SQUARES_ALL, out, None, x)
+    let kernel = if x.index().is_multiple_of(4) {
+        &SUM_SQUARES_ALL_V4
+    } else {
+        &SUM_SQUARES_ALL
+    };
+    all_reduction(gpu, "sum_squares_all", kernel, out, None, x)
 }
 
 /// Records `out[0] = mean of x` (NaN for an empty `x`).

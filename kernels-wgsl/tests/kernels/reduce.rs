@@ -148,11 +148,15 @@ fn reduce_all_matches_reference() {
         reduce::sum_all(&gpu, out_gpu.slice(1, 1).unwrap(), x_s).unwrap();
         reduce::mean_all(&gpu, out_gpu.slice(3, 1).unwrap(), x_s).unwrap();
         reduce::sum_squares_all(&gpu, out_gpu.slice(4, 1).unwrap(), x_s).unwrap();
+        // At a 4-aligned offset: the vec4 entry point, its last vec4 partly past the end.
+        let x4_gpu = upload_at(&gpu, &mut rng, &x, 4);
+        let x4_s = x4_gpu.slice(4, len as u64).unwrap();
+        reduce::sum_squares_all(&gpu, out_gpu.slice(5, 1).unwrap(), x4_s).unwrap();
         let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
         let (sum, mean) = (cpu::sum_all(&x), cpu::mean_all(&x));
         // The oracle for the squares: the plain sum of the squares, in f64.
         let squares = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() as f32;
-        let want = [-7.0, sum, -7.0, mean, squares, -7.0];
+        let want = [-7.0, sum, -7.0, mean, squares, squares];
         assert_close(
             &format!("{name} sum/mean/sum of squares"),
             &got,
