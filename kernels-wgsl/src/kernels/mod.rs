@@ -334,8 +334,10 @@ pub const GPU_INVOCATION_PER_ROW_MIN_ROWS: u64 = 4096;
 
 /// The layout the launchers use for `rows` rows of `cols` columns on `gpu`'s adapter:
 /// - on a CPU adapter (lavapipe), always an invocation per row: measured there (`cargo xtask
-///   bench kernels`), a workgroup per row was slower at every shape tried, even 32 rows of
-///   131,072 columns (0.68 against 1.10 GB/s), since its barriers cost more than the idle lanes;
+///   bench kernels`, softmax, medians of 3 runs), a workgroup per row is as fast at 32 rows of
+///   131,072 columns (1.26 against 1.19 GB/s) and slower from 256 rows on (1.40 against 2.18
+///   GB/s at 256 x 16,384; 0.48 against 2.94 at 16,384 x 256): its barriers cost more than
+///   the idle lanes save;
 /// - on a GPU, a workgroup per row below [`GPU_INVOCATION_PER_ROW_MIN_ROWS`] rows of at least
 ///   [`ROW_WORKGROUP`] columns.
 pub fn row_layout(gpu: &Gpu, rows: u64, cols: u64) -> RowLayout {
