@@ -29,14 +29,15 @@ impl Gpu {
     }
 
     /// Builds the pipelines this device's planning twins' launches asked for (a run's memory
-    /// plan replays its steps and evaluation on twins: exactly the kernels the run dispatches),
-    /// on parallel threads; every kernel ([`Gpu::compile_kernels`]) when no twin asked for any.
+    /// plan replays its steps and evaluation on twins: the kernels of every candidate it tried,
+    /// the chosen one's included), on parallel threads; every kernel
+    /// ([`Gpu::compile_kernels`]) when no twin asked for any.
     /// A run calls it before its first step, so pipeline creation (a driver's shader compile on
     /// a GPU) happens outside any step's deadline; a pipeline nobody foresaw is still built
     /// on first use.
     ///
     /// Then each of those pipelines is dispatched once per distinct `Params` a twin launched it
-    /// with, on a single workgroup over small scratch buffers (wgpu's runtime checks keep every
+    /// with (at most 64 kept per pipeline), on a single workgroup over small scratch buffers (wgpu's runtime checks keep every
     /// access inside them; what the kernels write there is discarded), and waited for within
     /// `deadline`. Lavapipe compiles a shader to machine code only at a dispatch, specialised
     /// on some `Params` values (docs/wgpu.md §5.1), which would otherwise land in step 1 and
@@ -90,18 +91,24 @@ impl Gpu {
                     })
                 })
                 .collect();
-            handles.into_iter().try_for_each(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(Error::Internal {
-                        context: "compiling pipelines".to_string(),
-                        message: "a compiling thread panicked".to_string(),
+            // Every thread joined before the first error is returned (a thread left unjoined
+            // that had panicked would make the scope panic).
+            let results: Vec<Result<()>> = handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal {
+                            context: "compiling pipelines".to_string(),
+                            message: "a compiling thread panicked".to_string(),
+                        })
                     })
                 })
-            })
+                .collect();
+            results.into_iter().collect::<Result<()>>()
         })?;
         Ok(Compiled {
             built: todo.len(),
-            threads,
+            threads: todo.len().div_ceil(chunk).max(1),
         })
     }
 

@@ -497,8 +497,11 @@ struct WantedState {
 }
 
 impl Wanted {
-    /// Most distinct `Params` kept per pipeline (a warm-up dispatches each once).
-    pub(crate) const PARAMS_PER_PIPELINE: usize = 16;
+    /// Most distinct `Params` kept per pipeline (a warm-up dispatches each once, on one
+    /// workgroup). Params differ by their offsets too, so the first launches of a pipeline can
+    /// fill many slots before a launch that changes a branch (an accumulate bit, a transpose
+    /// flag) comes; 64 leaves room for those in the workloads here.
+    pub(crate) const PARAMS_PER_PIPELINE: usize = 64;
 
     /// Notes a launch's pipeline and its `Params`.
     pub(crate) fn note(&self, kernel: &Kernel, overrides: &[(&str, f64)], params: &[u8]) {
