@@ -9,7 +9,8 @@
 // Bindings (Plimsoll convention), all storage bindings read_write:
 //   @binding(0) uniform Params (48 bytes, 12 x 4-byte fields in this order):
 //     m, n, k, batch, stride_a, stride_b, stride_c, offset_a, offset_b, offset_c : u32,
-//     flags : u32 (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B and C is never read;
+//     flags : u32 (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
+//                  never reads C, main reads it and discards the value (one branch-free store);
 //                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar),
 //     alpha : f32 (1.0 for a plain matmul)
 //   @binding(1) a, @binding(2) b, @binding(3) c : array<f32>

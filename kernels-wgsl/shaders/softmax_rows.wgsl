@@ -1,6 +1,6 @@
 // softmax_rows: the four entry points of softmax.wgsl with a WORKGROUP per row instead of an
 // invocation per row, for few long rows (a real GPU would otherwise leave most of its lanes
-// idle; see kernels::softmax::workgroup_per_row for the launcher's choice). Same Params,
+// idle; see kernels::row_layout for the launchers' choice). Same Params,
 // bindings and formulas as softmax.wgsl; reference: src/reference/softmax.rs.
 //
 // Each of the RW = 64 invocations of a workgroup takes the columns j = lid, lid + 64, ...; the

@@ -129,9 +129,10 @@ pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", [a, b, c], 64);
 /// The least work (`2·batch·m·n·k`) a product takes `main` for: below it `main_scalar` does.
 /// `main`'s first dispatch costs lavapipe 0.9–1.7 s of JIT per layout (`cargo xtask bench
 /// kernels` with `MESA_SHADER_CACHE_DISABLE=true`, `pipeline_cold/matmul::main`), against about
-/// 0.09 s for `main_scalar`; below this size `main` saves at most about 0.5 ms a product
-/// (`matmul/small`: 128³, 4.2 MFLOP, 10.9 against 5.2 GFLOP/s), so a small model such as
-/// digits would need thousands of steps to earn its compile time back.
+/// 0.09 s for `main_scalar`; below this size `main` saves at most about 0.8 ms a product
+/// (`matmul/small`: 10.9 against 5.2 GFLOP/s at 128³ is 0.4 ms; the same rates at 2²³ FLOP
+/// give 0.8 ms), so a small model such as digits would need thousands of steps to earn its
+/// compile time back.
 pub const MAIN_MIN_FLOPS: u64 = 1 << 23;
 
 /// Outputs per workgroup along each of M and N: `main` (8×8 invocations × 16×16 outputs).
@@ -173,7 +174,7 @@ pub enum MatmulEntry {
 /// - A's stored row length (`k`, or `m` with `trans_a`) and B's (`n`, or `k` with `trans_b`)
 ///   are multiples of 4;
 /// - `n` (C's row length) is a multiple of 4: `main` stores 4 columns at a time, guarded by the
-///   first column only (the shader header omits this for `trans_b`, where B's rows are `k` long);
+///   first column only;
 /// - when `batch > 1`, the batch strides of A, B and C are multiples of 4 elements (the
 ///   launcher also needs the slices' segment indices to be, see [`DeviceSlice::index`]: `main`
 ///   reads A and B and writes C as `vec4`s);
@@ -230,8 +231,8 @@ pub fn loop_iterations(entry: MatmulEntry, trans_a: bool, trans_b: bool, k: u64)
 /// Records the batched matmul `dims` describes (module docs): for `b < batch`,
 /// `C[b] = alpha · op(A[b]) · op(B[b])`, or `C[b] += ..` with `dims.accumulate`, where batch `b`
 /// of A starts at element `b · batch_stride_a` of `lhs` (likewise B in `rhs`, C in `out`), and a batch stride of 0 broadcasts that operand. Shapes: stored A is `m×k` (`k×m`
-/// with `trans_a`), stored B `k×n` (`n×k` with `trans_b`), C `m×n`. With `accumulate` off, C is
-/// only written, never read. Nothing is recorded when `batch`, `m` or `n` is 0; `k = 0` gives
+/// with `trans_a`), stored B `k×n` (`n×k` with `trans_b`), C `m×n`. With `accumulate` off, C's old
+/// contents do not affect it (`main` loads them and discards them; NaN included). Nothing is recorded when `batch`, `m` or `n` is 0; `k = 0` gives
 /// `C = 0` (or leaves C as it is when accumulating).
 ///
 /// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if the slices do not

@@ -310,7 +310,8 @@ pub(crate) fn launch_split<P: bytemuck::Pod>(
     Ok(())
 }
 
-/// Invocations per workgroup of the workgroup-per-row kernels (softmax, layer norm).
+/// Invocations per workgroup of the workgroup-per-row kernels (softmax, layer norm,
+/// cross-entropy).
 pub const ROW_WORKGROUP: u32 = 64;
 
 /// How a row kernel spreads its rows over the device.
