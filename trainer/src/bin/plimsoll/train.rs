@@ -418,6 +418,9 @@ fn run_training(
         }
         trainer.resume_with(&path, common.reset_optimizer)?;
     }
+    // Before the kernels' compile (seconds on lavapipe): Ctrl-C or SIGTERM during it stops the
+    // run as during a step (a second one exits at once), not by the default kill.
+    let signal = watch_signals(trainer.stop_flag())?;
     // The pipelines the plan's dry run dispatched, built and run once now: outside any
     // step's deadline (lavapipe compiles a shader at a dispatch, docs/wgpu.md §5.1).
     let compile = Instant::now();
@@ -428,7 +431,6 @@ fn run_training(
         compiled.threads,
         compile.elapsed().as_secs_f64()
     ));
-    let signal = watch_signals(trainer.stop_flag())?;
     let mode = Mode::detect(common.log_every, trainer.total_steps());
     let mut progress = Progress::new(
         mode,
@@ -478,8 +480,14 @@ fn run_training(
         }
         code = ExitCode::from(if signal == 143 { 143 } else { 130 });
     }
+    // Only a run that finished a step here says when (a resumed run's progress counts from
+    // its own first step; a run stopped before step 1 has none).
+    let first_step = progress
+        .first_step_done
+        .map(|t| format!("; first step done {:.2} s after start", t.as_secs_f64()))
+        .unwrap_or_default();
     out::say(format_args!(
-        "{} steps in {seconds:.1} s{}{}; first step done {:.2} s after start",
+        "{} steps in {seconds:.1} s{}{}{first_step}",
         summary.steps,
         summary
             .last_loss
@@ -489,7 +497,6 @@ fn run_training(
             .last_evaluation
             .map(|e| format!(", {}", progress::describe(&e)))
             .unwrap_or_default(),
-        progress.first_step_done.unwrap_or_default().as_secs_f64()
     ));
     if let Some(e) = progress.metrics_error.take() {
         return Err(e);
