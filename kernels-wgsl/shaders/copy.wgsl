@@ -38,12 +38,9 @@ fn copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroup
     dst_v4[params.dst_offset + i] = src_v4[params.src_offset + i];
 }
 
-@compute @workgroup_size(256)
-fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
-    if i >= params.len {
-        return;
-    }
+// The source index of destination element i (src_offset + sum_d coord_d(i) * src_strides[d],
+// coord(i) unravelled row-major over shape); in vec4s for strided_copy_v4.
+fn source_index(i: u32) -> u32 {
     var rem = i;
     var at = params.src_offset;
     for (var d = i32(params.rank) - 1; d >= 0; d--) {
@@ -51,7 +48,16 @@ fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
         at += (rem % extent) * params.src_strides[d / 4][d % 4];
         rem /= extent;
     }
-    dst[params.dst_offset + i] = src[at];
+    return at;
+}
+
+@compute @workgroup_size(256)
+fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if i >= params.len {
+        return;
+    }
+    dst[params.dst_offset + i] = src[source_index(i)];
 }
 
 // strided_copy_v4: `strided_copy` four words per invocation through vec4 views, for gathers
@@ -64,12 +70,5 @@ fn strided_copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     if i >= params.len {
         return;
     }
-    var rem = i;
-    var at = params.src_offset;
-    for (var d = i32(params.rank) - 1; d >= 0; d--) {
-        let extent = params.shape[d / 4][d % 4];
-        at += (rem % extent) * params.src_strides[d / 4][d % 4];
-        rem /= extent;
-    }
-    dst_v4[params.dst_offset + i] = src_v4[at];
+    dst_v4[params.dst_offset + i] = src_v4[source_index(i)];
 }

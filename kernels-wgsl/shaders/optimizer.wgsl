@@ -75,6 +75,24 @@ fn sgd(@builtin(global_invocation_id) gid: vec3<u32>,
     param[pi] = p + (-sgd_params.lr) * g;
 }
 
+// The AdamW update of four elements (PyTorch's operations in PyTorch's order, per component);
+// `adamw` runs it on one element splatted to all four, `adamw_v4` on four.
+struct AdamWState {
+    p: vec4<f32>,
+    m: vec4<f32>,
+    v: vec4<f32>,
+}
+
+fn adamw_update(param_in: vec4<f32>, grad_in: vec4<f32>, m_in: vec4<f32>,
+                v_in: vec4<f32>) -> AdamWState {
+    let g = grad_in * adamw_params.grad_scale;
+    let p = param_in * adamw_params.decay_factor;                   // decoupled weight decay
+    let m = m_in + adamw_params.one_minus_beta1 * (g - m_in);      // m = b1 m + (1 - b1) g
+    let v = v_in * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
+    let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
+    return AdamWState(p + (-adamw_params.step_size) * (m / denom), m, v);
+}
+
 @compute @workgroup_size(256)
 fn adamw(@builtin(global_invocation_id) gid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -85,15 +103,11 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>,
     let pi = adamw_params.param_offset + i;
     let mi = adamw_params.exp_avg_offset + i;
     let vi = adamw_params.exp_avg_sq_offset + i;
-    let g = grad[adamw_params.grad_offset + i] * adamw_params.grad_scale;
-    let p = param[pi] * adamw_params.decay_factor;                  // decoupled weight decay
-    var m = exp_avg[mi];
-    m = m + adamw_params.one_minus_beta1 * (g - m);                 // m = b1 m + (1 - b1) g
-    let v = exp_avg_sq[vi] * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
-    let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
-    exp_avg[mi] = m;
-    exp_avg_sq[vi] = v;
-    param[pi] = p + (-adamw_params.step_size) * (m / denom);
+    let s = adamw_update(vec4<f32>(param[pi]), vec4<f32>(grad[adamw_params.grad_offset + i]),
+                         vec4<f32>(exp_avg[mi]), vec4<f32>(exp_avg_sq[vi]));
+    exp_avg[mi] = s.m.x;
+    exp_avg_sq[vi] = s.v.x;
+    param[pi] = s.p.x;
 }
 
 // adamw_v4: `adamw` on four elements per invocation through vec4 views of the same bindings
@@ -111,13 +125,9 @@ fn adamw_v4(@builtin(global_invocation_id) gid: vec3<u32>,
     let pi = adamw_params.param_offset + i;
     let mi = adamw_params.exp_avg_offset + i;
     let vi = adamw_params.exp_avg_sq_offset + i;
-    let g = grad_v4[adamw_params.grad_offset + i] * adamw_params.grad_scale;
-    let p = param_v4[pi] * adamw_params.decay_factor;
-    var m = exp_avg_v4[mi];
-    m = m + adamw_params.one_minus_beta1 * (g - m);
-    let v = exp_avg_sq_v4[vi] * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
-    let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
-    exp_avg_v4[mi] = m;
-    exp_avg_sq_v4[vi] = v;
-    param_v4[pi] = p + (-adamw_params.step_size) * (m / denom);
+    let s = adamw_update(param_v4[pi], grad_v4[adamw_params.grad_offset + i], exp_avg_v4[mi],
+                         exp_avg_sq_v4[vi]);
+    exp_avg_v4[mi] = s.m;
+    exp_avg_sq_v4[vi] = s.v;
+    param_v4[pi] = s.p;
 }

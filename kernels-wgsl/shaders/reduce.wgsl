@@ -182,6 +182,19 @@ fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
         select(0.0, dy[params.dy_offset + r], idx_in[params.idx_in_offset + r] == k);
 }
 
+// The workgroup's sum of every invocation's `acc`, by a fixed-order tree, into
+// partial_value[0]; every invocation of the workgroup must call it.
+fn tree_sum(lid: u32, acc: f32) {
+    partial_value[lid] = acc;
+    workgroupBarrier();
+    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
+        if (lid < stride) {
+            partial_value[lid] += partial_value[lid + stride];
+        }
+        workgroupBarrier();
+    }
+}
+
 // Sum of src[0..n) into partial_value[0]; every invocation of the workgroup must call it.
 fn workgroup_sum(lid: u32) {
     let n = params.outer * params.axis_len * params.inner;
@@ -197,14 +210,7 @@ fn workgroup_sum(lid: u32) {
     for (; i < n; i += ALL_WG) {
         acc += src[base + i];
     }
-    partial_value[lid] = acc;
-    workgroupBarrier();
-    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial_value[lid] += partial_value[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    tree_sum(lid, acc);
 }
 
 @compute @workgroup_size(256)
@@ -236,14 +242,7 @@ fn workgroup_sum_squares(lid: u32) {
         let v = src[base + i];
         acc += v * v;
     }
-    partial_value[lid] = acc;
-    workgroupBarrier();
-    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial_value[lid] += partial_value[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    tree_sum(lid, acc);
 }
 
 @compute @workgroup_size(256)
@@ -269,14 +268,7 @@ fn sum_squares_all_v4(@builtin(local_invocation_index) lid: u32) {
         let v = select(vec4<f32>(0.0), src_v4[base4 + i], inside);
         acc += dot(v, v);
     }
-    partial_value[lid] = acc;
-    workgroupBarrier();
-    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial_value[lid] += partial_value[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    tree_sum(lid, acc);
     if (lid == 0u) {
         dst[params.dst_offset] = partial_value[0];
     }

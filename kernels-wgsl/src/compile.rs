@@ -21,11 +21,7 @@ impl Gpu {
     /// skipping the 16-bit ones on a device without `SHADER_F16`, on parallel threads
     /// ([`Gpu::compile_pipelines`]), and returns how many it built.
     pub fn compile_kernels(&self) -> Result<usize> {
-        let all: Vec<WantedPipeline> = crate::kernels::variants()
-            .into_iter()
-            .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
-            .collect();
-        Ok(self.compile_pipelines(&all)?.built)
+        Ok(self.compile_pipelines(&every_variant())?.built)
     }
 
     /// Builds the pipelines this device's planning twins' launches asked for (a run's memory
@@ -45,11 +41,7 @@ impl Gpu {
     pub fn compile_wanted(&self, deadline: std::time::Duration) -> Result<Compiled> {
         let wanted = self.shared.wanted.take();
         if wanted.is_empty() {
-            let all: Vec<WantedPipeline> = crate::kernels::variants()
-                .into_iter()
-                .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
-                .collect();
-            return self.compile_pipelines(&all);
+            return self.compile_pipelines(&every_variant());
         }
         let compiled = self.compile_pipelines(&wanted)?;
         self.warm_up(&wanted, deadline)?;
@@ -225,4 +217,12 @@ impl Gpu {
             }
         }
     }
+}
+
+/// Every pipeline the launchers can ask for ([`crate::kernels::variants`]), with no `Params`.
+fn every_variant() -> Vec<WantedPipeline> {
+    crate::kernels::variants()
+        .into_iter()
+        .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
+        .collect()
 }
