@@ -47,6 +47,7 @@ Tasks:
                    undisturbed result or end in a typed error with the model unchanged
   bench <suite>    run a benchmark suite (always in release), print a table and write
                    target/bench/<suite>.json; suites: {suites}, all
+                   (`bench train` takes parts to run alone: {parts})
   pictures         a short GPT run's memory timeline, memory_viz snapshot, kernel profile,
                    Chrome trace and report, each opened by its consumer (headless Chromium,
                    Python's pickle and json); screenshot in target/pictures/report.png
@@ -56,6 +57,7 @@ Tasks:
 ",
         max = line_limit::MAX_LINES,
         suites = bench::SUITES.join(", "),
+        parts = bench::TRAIN_PARTS.join(", "),
     )
 }
 

@@ -62,6 +62,9 @@ impl Report {
     }
 }
 
+/// The parts of the train suite, which `bench train PART...` runs alone.
+pub(crate) const TRAIN_PARTS: [&str; 4] = train::PARTS;
+
 /// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).
 pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "plan", "train", "mpi"];
 
@@ -94,7 +97,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "allocator" => allocator::run()?,
             "kernels" => kernels::run()?,
             "plan" => plan::run()?,
-            "train" => train::run()?,
+            "train" => train::run(&args[1..])?,
             "mpi" => mpi::run()?,
             other => bail!(
                 "unknown suite `{other}`; one of: {}, all",

@@ -41,12 +41,27 @@ const TIMED_STEPS: usize = 20;
 const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
-pub fn run() -> Result<Report> {
+/// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
+pub const PARTS: [&str; 4] = ["peer", "cold", "deep", "gpt"];
+
+pub fn run(parts: &[String]) -> Result<Report> {
+    if let Some(bad) = parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        anyhow::bail!("unknown train part `{bad}`; parts: {}", PARTS.join(", "));
+    }
+    let wanted = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
     let mut report = Report::new("train");
-    peer_workload(&mut report)?;
-    first_step_cold(&mut report)?;
-    deep_checkpointing(&mut report)?;
-    super::train_gpt::run(&mut report)?;
+    if wanted("peer") {
+        peer_workload(&mut report)?;
+    }
+    if wanted("cold") {
+        first_step_cold(&mut report)?;
+    }
+    if wanted("deep") {
+        deep_checkpointing(&mut report)?;
+    }
+    if wanted("gpt") {
+        super::train_gpt::run(&mut report)?;
+    }
     Ok(report)
 }
 
