@@ -18,6 +18,7 @@
 //                                               (writes every element: no zero-fill needed)
 //   sum_all, mean_all     @workgroup_size(256): dst[0] = sum / mean of src[0 .. n)
 //   max_all               @workgroup_size(256): dst[0] = max, idx_out[0] = its flat index
+//   sum_squares_chunks(_v4) @workgroup_size(256): dst[w] = sum of src[i]^2 over chunk w (below)
 // For *_all, n = outer * axis_len * inner (write outer = inner = 1, axis_len = n).
 //
 // Params (uniform, 48 bytes):
@@ -221,14 +222,27 @@ fn sum_all(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-// Sum of src[i]^2 over src[0..n) into partial_value[0] (workgroup_sum of the squares, without
-// writing them anywhere); every invocation of the workgroup must call it.
-fn workgroup_sum_squares(lid: u32) {
+// Sums of squares by chunks: workgroup w writes dst[dst_offset + w] = sum of src[i]^2 over its
+// chunk i in [w * SQ_CHUNK, min(n, (w + 1) * SQ_CHUNK)), by a fixed-order tree (the squares are
+// not stored). Dispatch (ceil(n / SQ_CHUNK), 1, 1), at least one workgroup: with one, dst gets
+// the whole sum. The chunks depend on n alone, so the result is deterministic; the launcher adds
+// the chunks' sums with sum_all when there are several (kernels::reduce::sum_squares_chunks).
+// SQ_CHUNK is a multiple of 4 * ALL_WG: each invocation takes at most 16 vec4s (or 64 scalars,
+// 16 passes of 4) of its chunk, far below lavapipe's loop limit.
+const SQ_CHUNK: u32 = 16384u;
+
+@compute @workgroup_size(256)
+fn sum_squares_chunks(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
     let n = params.outer * params.axis_len * params.inner;
+    let start = wid.x * SQ_CHUNK;
+    let end = min(n, start + SQ_CHUNK);
     let base = params.src_offset;
     var acc = 0.0;
-    var i = lid;
-    for (; i + 3u * ALL_WG < n; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+    var i = start + lid;
+    for (; i + 3u * ALL_WG < end; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
         let v0 = src[base + i];
         let v1 = src[base + i + ALL_WG];
         let v2 = src[base + i + 2u * ALL_WG];
@@ -238,39 +252,40 @@ fn workgroup_sum_squares(lid: u32) {
         acc += v2 * v2;
         acc += v3 * v3;
     }
-    for (; i < n; i += ALL_WG) {
+    for (; i < end; i += ALL_WG) {
         let v = src[base + i];
         acc += v * v;
     }
     tree_sum(lid, acc);
-}
-
-@compute @workgroup_size(256)
-fn sum_squares_all(@builtin(local_invocation_index) lid: u32) {
-    workgroup_sum_squares(lid);
     if (lid == 0u) {
-        dst[params.dst_offset] = partial_value[0];
+        dst[params.dst_offset + wid.x] = partial_value[0];
     }
 }
 
-// sum_squares_all over vec4s (the launcher's choice when src_offset is a multiple of 4): each
-// invocation takes every 256th vec4; components past n (the last vec4's) count as 0. Another
-// order of additions than sum_squares_all (rounding only); still one fixed tree.
+// sum_squares_chunks over vec4s (the launcher's choice when src_offset is a multiple of 4; a
+// chunk starts on a multiple of 4 too): each invocation takes every 256th vec4 of its chunk;
+// components past the chunk's end (the last vec4's, past n) count as 0. Another order of
+// additions than sum_squares_chunks (rounding only); still fixed.
 @compute @workgroup_size(256)
-fn sum_squares_all_v4(@builtin(local_invocation_index) lid: u32) {
+fn sum_squares_chunks_v4(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
     let n = params.outer * params.axis_len * params.inner;
-    let base4 = params.src_offset / 4u;
-    let n4 = (n + 3u) / 4u;
+    let start = wid.x * SQ_CHUNK;
+    let end = min(n, start + SQ_CHUNK);
+    let base4 = (params.src_offset + start) / 4u;
+    let n4 = (end - start + 3u) / 4u;
     var acc = 0.0;
     for (var i = lid; i < n4; i += ALL_WG) {
-        let first = 4u * i;
-        let inside = vec4<bool>(first < n, first + 1u < n, first + 2u < n, first + 3u < n);
+        let first = start + 4u * i;
+        let inside = vec4<bool>(first < end, first + 1u < end, first + 2u < end, first + 3u < end);
         let v = select(vec4<f32>(0.0), src_v4[base4 + i], inside);
         acc += dot(v, v);
     }
     tree_sum(lid, acc);
     if (lid == 0u) {
-        dst[params.dst_offset] = partial_value[0];
+        dst[params.dst_offset + wid.x] = partial_value[0];
     }
 }
 

@@ -151,35 +151,42 @@ pub struct StepReadBack {
     pub grad_norm: f32,
 }
 
-/// Reads `[loss, sum(grad²) per parameter]` in one wait: the loss, the first parameter whose
-/// gradient is not finite (a NaN or infinity propagates into its sum of squares), and the
-/// global gradient norm.
+/// Reads the loss and every gradient's sums of squares by chunks
+/// ([`Tensor::with_sums_of_squares`]) in one wait: the loss, the first parameter whose gradient
+/// is not finite (a NaN or infinity propagates into its sum of squares), and the global gradient
+/// norm (the chunks added in f64 here).
 pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
     let _no_grad = no_grad();
-    let mut parts = vec![loss_sum.reshape(&[1])?];
+    let mut grads = Vec::new();
     let mut names = Vec::new();
     for (name, p) in params {
         if let Some(g) = p.grad() {
-            parts.push(g.sum_squares_all()?.reshape(&[1])?);
+            grads.push(g);
             names.push(name.as_str());
         }
     }
-    let refs: Vec<&Tensor> = parts.iter().collect();
-    let all = Tensor::concat(&refs, 0)?;
-    drop(parts);
+    let refs: Vec<&Tensor> = grads.iter().collect();
+    let (all, ranges) = Tensor::with_sums_of_squares(Some(loss_sum), &refs)?;
+    drop(grads);
     let values = all.to_vec()?;
     let loss = values.first().copied().unwrap_or(f32::NAN);
-    let first_nonfinite = values
+    let squares: Vec<f64> = ranges
         .iter()
-        .skip(1)
+        .map(|r| {
+            values
+                .get(r.clone())
+                .map_or(f64::NAN, |v| v.iter().map(|&x| f64::from(x)).sum())
+        })
+        .collect();
+    let first_nonfinite = squares
+        .iter()
         .zip(names)
         .find(|(v, _)| !v.is_finite())
         .map(|(_, name)| name.to_string());
-    let squares: f64 = values.iter().skip(1).map(|&v| f64::from(v)).sum();
     Ok(StepReadBack {
         loss,
         first_nonfinite,
-        grad_norm: squares.sqrt() as f32,
+        grad_norm: squares.iter().sum::<f64>().sqrt() as f32,
     })
 }
 

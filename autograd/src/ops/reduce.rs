@@ -2,7 +2,7 @@
 //! Kernels: `reduce` (one `sum_axis`/`mean_axis` dispatch per axis, `*_all` for everything).
 
 use plimsoll_kernels_wgsl::Category;
-use plimsoll_kernels_wgsl::kernels::reduce;
+use plimsoll_kernels_wgsl::kernels::{copy, reduce};
 
 use crate::error::{Error, Result};
 use crate::op::{Axes, Op};
@@ -126,6 +126,57 @@ impl Tensor {
         let out = Tensor::empty(&self.gpu, &[], Category::Temporary, "sum_squares_all")?;
         reduce::sum_squares_all(&self.gpu, out.elements()?, self.elements()?)?;
         Ok(out)
+    }
+
+    /// `head`'s elements followed by each of `tensors`' sums of squares in chunks (one f32 per
+    /// [`reduce::SQUARES_CHUNK`] elements, at least one per tensor), in one new tensor: a
+    /// value and the squared norms of many tensors in one read-back, with no concatenation
+    /// and no reduction after the chunks. The ranges say where each tensor's chunks are; their
+    /// sum (in f64, on the host) is its sum of squares, which is not finite when the tensor
+    /// holds a NaN or an infinity. Not differentiable: refused where it would be recorded.
+    pub fn with_sums_of_squares(
+        head: Option<&Tensor>,
+        tensors: &[&Tensor],
+    ) -> Result<(Tensor, Vec<std::ops::Range<usize>>)> {
+        let op = "with_sums_of_squares";
+        let mut all: Vec<&Tensor> = head.into_iter().collect();
+        all.extend(tensors);
+        for t in &all {
+            t.expect_dtype(op, DType::F32)?;
+        }
+        if records(&all) {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "has no backward; call it under no_grad() or on tensors that do not \
+                          require grad"
+                    .to_string(),
+            });
+        }
+        let Some(first) = all.first() else {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "no head and no tensors: nothing to read".to_string(),
+            });
+        };
+        let gpu = first.gpu.clone();
+        let start = head.map_or(0, Tensor::numel);
+        let mut ranges = Vec::with_capacity(tensors.len());
+        let mut end = start;
+        for t in tensors {
+            let chunks = reduce::squares_chunks(t.numel() as u64) as usize;
+            ranges.push(end..end + chunks);
+            end += chunks;
+        }
+        let out = Tensor::empty(&gpu, &[end], Category::Temporary, op)?;
+        let slots = out.elements()?;
+        if let Some(head) = head {
+            copy::copy(&gpu, slots.slice(0, start as u64)?, head.elements()?)?;
+        }
+        for (t, range) in tensors.iter().zip(&ranges) {
+            let at = slots.slice(range.start as u64, range.len() as u64)?;
+            reduce::sum_squares_chunks(&gpu, at, t.elements()?)?;
+        }
+        Ok((out, ranges))
     }
 
     /// Mean of every element, as a scalar (shape `[]`).

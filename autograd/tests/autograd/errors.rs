@@ -115,3 +115,48 @@ fn sum_squares_all_is_refused_on_the_tape_and_matches_the_product_off_it() {
     assert_eq!(fused, product);
     assert_eq!(fused, 1.0 + 4.0 + 12.25);
 }
+
+/// `with_sums_of_squares`: the head's elements first, then each tensor's sums of squares by
+/// chunks at the ranges it returns; each range's sum equals the tensor's sum of squares in f64
+/// (the oracle), a tensor over one chunk gets several, a NaN shows in its own range only, and
+/// it is refused where it would be recorded.
+#[test]
+fn with_sums_of_squares_puts_each_tensor_in_its_range() {
+    let gpu = gpu();
+    let chunk = plimsoll_kernels_wgsl::kernels::reduce::SQUARES_CHUNK as usize;
+    let long: Vec<f32> = (0..2 * chunk + 5)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    let mut with_nan = vec![0.5f32; 9];
+    with_nan[4] = f32::NAN;
+    let head = param(&gpu, &[3.0, -1.5], &[2]);
+    let small = param(&gpu, &[1.0, -2.0, 3.5], &[3]);
+    let big = param(&gpu, &long, &[long.len()]);
+    let nan = param(&gpu, &with_nan, &[9]);
+    assert!(matches!(
+        Tensor::with_sums_of_squares(Some(&head), &[&small]),
+        Err(Error::InvalidArgument {
+            op: "with_sums_of_squares",
+            ..
+        })
+    ));
+    let _no_grad = plimsoll_autograd::no_grad();
+    let (all, ranges) = Tensor::with_sums_of_squares(Some(&head), &[&small, &big, &nan]).unwrap();
+    assert_eq!(ranges, vec![2..3, 3..6, 6..7]);
+    let values = all.to_vec().unwrap();
+    assert_eq!(values.len(), 7);
+    assert_eq!(&values[..2], &[3.0, -1.5]);
+    let sum = |r: &std::ops::Range<usize>| -> f64 {
+        values[r.clone()].iter().map(|&v| f64::from(v)).sum()
+    };
+    let want = |x: &[f32]| x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+    assert_eq!(sum(&ranges[0]), 17.25);
+    let (got, oracle) = (sum(&ranges[1]), want(&long));
+    assert!(
+        (got - oracle).abs() <= 1e-5 * oracle,
+        "{got} against {oracle}"
+    );
+    assert!(sum(&ranges[2]).is_nan());
+    let (none, empty) = Tensor::with_sums_of_squares(None, &[&small]).unwrap();
+    assert_eq!((none.to_vec().unwrap(), empty), (vec![17.25], vec![0..1]));
+}

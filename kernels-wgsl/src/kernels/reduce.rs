@@ -97,18 +97,22 @@ pub const MAX_BACKWARD: Kernel =
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
 pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", [src, dst], ALL_WORKGROUP as u32);
 
-/// The `sum_squares_all_v4` entry point (vec4 loads; `src` 4-aligned).
-pub const SUM_SQUARES_ALL_V4: Kernel = kernel!(
+/// Elements per workgroup of the `sum_squares_chunks` entry points (`SQ_CHUNK` in the shader).
+pub const SQUARES_CHUNK: u64 = 16384;
+
+/// The `sum_squares_chunks_v4` entry point (vec4 loads; `src` 4-aligned): bindings `src_v4`,
+/// `dst`.
+pub const SUM_SQUARES_CHUNKS_V4: Kernel = kernel!(
     "reduce",
-    "sum_squares_all_v4",
+    "sum_squares_chunks_v4",
     [src_v4: "array<vec4<f32>>", dst],
     ALL_WORKGROUP as u32
 );
 
-/// The `sum_squares_all` entry point.
-pub const SUM_SQUARES_ALL: Kernel = kernel!(
+/// The `sum_squares_chunks` entry point: bindings `src`, `dst`.
+pub const SUM_SQUARES_CHUNKS: Kernel = kernel!(
     "reduce",
-    "sum_squares_all",
+    "sum_squares_chunks",
     [src, dst],
     ALL_WORKGROUP as u32
 );
@@ -329,16 +333,72 @@ pub fn sum_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()
     all_reduction(gpu, "sum_all", &SUM_ALL, out, None, x)
 }
 
-/// Records `out[0] = sum of x[i]²` (f32, one workgroup, fixed order; the squares are not
-/// stored): a gradient norm's term in one pass over `x` instead of a product and a sum.
-/// Reads `x` as `vec4`s when it starts on a multiple of 4 elements.
-pub fn sum_squares_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
-    let kernel = if x.index().is_multiple_of(4) {
-        &SUM_SQUARES_ALL_V4
+/// How many sums [`sum_squares_chunks`] writes for `len` elements: one per [`SQUARES_CHUNK`]
+/// elements, at least one.
+pub const fn squares_chunks(len: u64) -> u64 {
+    if len == 0 {
+        1
     } else {
-        &SUM_SQUARES_ALL
+        len.div_ceil(SQUARES_CHUNK)
+    }
+}
+
+/// Records `out[w] = sum of x[i]²` over chunk `w` of `x` (elements `w * SQUARES_CHUNK ..`), one
+/// workgroup per chunk; `out` holds [`squares_chunks`]`(x.len())` elements (their sum is the
+/// sum of squares of `x`; with one chunk, `out[0]` is it). The squares are not stored: a
+/// gradient norm's terms in one pass over `x`, spread over the device. The chunks depend on the
+/// length alone, so the result is deterministic. Reads `x` as `vec4`s when it starts on a
+/// multiple of 4 elements.
+pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    let op = "sum_squares_chunks";
+    let chunks = squares_chunks(x.len());
+    out.expect_len(op, "out", chunks)?;
+    if chunks > 65_535 || x.len() > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "{} elements need {chunks} workgroups, more than 65535: split the tensor",
+                x.len()
+            ),
+        });
+    }
+    let kernel = if x.index().is_multiple_of(4) {
+        &SUM_SQUARES_CHUNKS_V4
+    } else {
+        &SUM_SQUARES_CHUNKS
     };
-    all_reduction(gpu, "sum_squares_all", kernel, out, None, x)
+    let params = Params {
+        outer: 1,
+        axis_len: x.len() as u32,
+        inner: 1,
+        src_offset: x.index(),
+        dst_offset: out.index(),
+        ..Params::default()
+    };
+    let buffers = [x, out];
+    gpu.dispatch(Dispatch {
+        kernel,
+        overrides: &[],
+        params: bytemuck::bytes_of(&params),
+        buffers: &buffers,
+        workgroups: [chunks as u32, 1, 1],
+        work: crate::recorder::Work::of_slices(&buffers),
+    })
+}
+
+/// Records `out[0] = sum of x[i]²` (f32, fixed order; the squares are not stored): a gradient
+/// norm's term in one pass over `x` instead of a product and a sum. Up to [`SQUARES_CHUNK`]
+/// elements this is one [`sum_squares_chunks`] workgroup; beyond, the chunks' sums go to a
+/// [`Category::Temporary`] scratch buffer that [`sum_all`] adds up.
+pub fn sum_squares_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    out.expect_len("sum_squares_all", "out", 1)?;
+    let chunks = squares_chunks(x.len());
+    if chunks == 1 {
+        return sum_squares_chunks(gpu, out, x);
+    }
+    let sums = gpu.alloc_elements(chunks, Category::Temporary, "sum_squares_all chunks")?;
+    sum_squares_chunks(gpu, sums.whole(), x)?;
+    sum_all(gpu, out, sums.whole())
 }
 
 /// Records `out[0] = mean of x` (NaN for an empty `x`).

@@ -133,11 +133,49 @@ fn reduce_matches_reference() {
     }
 }
 
+/// `sum_squares_chunks`: one sum per 16384-element chunk, each against the f64 sum of its
+/// chunk's squares, at a 4-aligned offset (vec4 loads) and at an odd one; a guard element on
+/// each side of `out` stays untouched.
+#[test]
+fn sum_squares_chunks_match_reference_per_chunk() {
+    let gpu = gpu();
+    let mut rng = Rng::new(71);
+    let chunk = reduce::SQUARES_CHUNK as usize;
+    for len in [0usize, 5, chunk, chunk + 1, 3 * chunk - 3] {
+        let x = rng.vec_f32(len, -2.0, 2.0);
+        let chunks = reduce::squares_chunks(len as u64) as usize;
+        assert_eq!(chunks, len.div_ceil(chunk).max(1), "len {len}");
+        let want: Vec<f32> = (0..chunks)
+            .map(|w| {
+                let part = &x[(w * chunk).min(len)..((w + 1) * chunk).min(len)];
+                part.iter()
+                    .map(|&v| f64::from(v) * f64::from(v))
+                    .sum::<f64>() as f32
+            })
+            .collect();
+        for offset in [4usize, 3] {
+            let x_gpu = upload_at(&gpu, &mut rng, &x, offset);
+            let out_gpu = gpu
+                .upload(&vec![-7.0f32; chunks + 2], Category::Activation, "out")
+                .unwrap();
+            let x_s = x_gpu.slice(offset as u64, len as u64).unwrap();
+            let out_s = out_gpu.slice(1, chunks as u64).unwrap();
+            reduce::sum_squares_chunks(&gpu, out_s, x_s).unwrap();
+            let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+            let mut framed = vec![-7.0f32];
+            framed.extend(&want);
+            framed.push(-7.0);
+            let name = format!("sum_squares_chunks len {len} offset {offset}");
+            assert_close(&name, &got, &framed, sum_atol(chunk, 4.0), 1e-5);
+        }
+    }
+}
+
 #[test]
 fn reduce_all_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(67);
-    for len in [1usize, 7, 255, 257, 1000, 70_001] {
+    for len in [1usize, 7, 255, 257, 1000, 16_384, 16_385, 70_001] {
         let name = format!("reduce all len {len}");
         let x = rng.vec_f32(len, -2.0, 2.0);
         let x_gpu = upload_at(&gpu, &mut rng, &x, 5);

@@ -7,23 +7,20 @@ use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, scalar_rhs};
 use crate::error::{Error, Result};
 
 /// The global L2 norm `sqrt(sum over every gradient element of g^2)` of the gradients of
-/// `params` (parameters without a gradient count as zero). Computed on the GPU: one squared sum
-/// per tensor, added up there, and one read-back. 0 when no parameter has a gradient.
+/// `params` (parameters without a gradient count as zero). The squares are summed on the GPU by
+/// chunks of each tensor, read back in one wait and added up in f64 on the host. 0 when no
+/// parameter has a gradient.
 pub fn grad_norm(params: &[(String, Tensor)]) -> Result<f32> {
     let _no_grad = no_grad();
-    let mut total: Option<Tensor> = None;
-    for (_, p) in params {
-        let Some(g) = p.grad() else { continue };
-        let squares = g.sum_squares_all()?;
-        total = Some(match total {
-            Some(t) => t.add(&squares)?,
-            None => squares,
-        });
+    let grads: Vec<Tensor> = params.iter().filter_map(|(_, p)| p.grad()).collect();
+    if grads.is_empty() {
+        return Ok(0.0);
     }
-    match total {
-        Some(t) => Ok(t.sqrt()?.item()?),
-        None => Ok(0.0),
-    }
+    let refs: Vec<&Tensor> = grads.iter().collect();
+    let (sums, _) = Tensor::with_sums_of_squares(None, &refs)?;
+    drop(grads);
+    let squares: f64 = sums.to_vec()?.iter().map(|&v| f64::from(v)).sum();
+    Ok(squares.sqrt() as f32)
 }
 
 /// Clips the gradients of `params` to a global L2 norm of at most `max_norm` (PyTorch's
