@@ -29,9 +29,21 @@ fn two((da, db): (Tensor, Tensor)) -> Result<Grads> {
     Ok(smallvec![Some(da), Some(db)])
 }
 
+/// `grad()` when input `i` needs a gradient (`needs[i]`, true when absent), else `None`.
+fn wanted(
+    needs: &[bool],
+    i: usize,
+    grad: impl FnOnce() -> Result<Tensor>,
+) -> Result<Option<Tensor>> {
+    match needs.get(i).copied().unwrap_or(true) {
+        true => grad().map(Some),
+        false => Ok(None),
+    }
+}
+
 /// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
-/// input `i` wants one (checkpoints and matmuls use it to skip work; elsewhere it is cheap to
-/// compute and dropped).
+/// input `i` wants one (checkpoints, matmuls and additions use it to skip work; elsewhere it is
+/// cheap to compute and dropped).
 /// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
 /// directly and return `None` for that input (matmul does, saving a temporary and a copy).
 pub(crate) fn backward_op(
@@ -42,9 +54,16 @@ pub(crate) fn backward_op(
 ) -> Result<Grads> {
     match op {
         // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
-        Op::Add { lhs, rhs } => two((sum_to(g, lhs)?, sum_to(g, rhs)?)),
+        // (an input that needs none, such as a constant mask, gets no reduction)
+        Op::Add { lhs, rhs } => Ok(smallvec![
+            wanted(needs, 0, || sum_to(g, lhs))?,
+            wanted(needs, 1, || sum_to(g, rhs))?,
+        ]),
         // d(a-b)/da = 1, d(a-b)/db = -1
-        Op::Sub { lhs, rhs } => two((sum_to(g, lhs)?, sum_to(&g.neg()?, rhs)?)),
+        Op::Sub { lhs, rhs } => Ok(smallvec![
+            wanted(needs, 0, || sum_to(g, lhs))?,
+            wanted(needs, 1, || sum_to(&g.neg()?, rhs))?,
+        ]),
         // d(a*b) = (b, a); d(a/b) = (1/b, -a/b²); d max(a,b) = ([a > b], [b > a]) and
         // d min(a,b) = ([a < b], [b < a]), a tie splitting g evenly: the binary kernel's rule at
         // the output shape, then each summed over the axes it was broadcast along
