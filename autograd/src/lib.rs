@@ -20,6 +20,7 @@ pub mod error;
 pub mod grad_mode;
 pub mod op;
 pub mod ops;
+mod pending;
 pub mod tape;
 pub mod tensor;
 

@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 use crate::error::{Error, Result};
 use crate::grad_mode::{is_grad_enabled, no_grad};
 use crate::op::Op;
+use crate::pending::Pending;
 use crate::tensor::{Autograd, GradSlot, Tensor, TensorOptions, lock};
 
 /// Global execution order of recorded nodes.
@@ -191,8 +192,8 @@ fn reachable(root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
 /// Runs backward from `root` with incoming gradient `seed` (grad mode is off).
 pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) -> Result<()> {
     let nodes = reachable(root)?;
-    let mut incoming: HashMap<u64, Tensor> = HashMap::new();
-    incoming.insert(root.sequence, seed);
+    let mut incoming: HashMap<u64, Pending> = HashMap::new();
+    incoming.entry(root.sequence).or_default().add_dense(seed)?;
     for node in &nodes {
         let (op, inputs) = {
             let mut state = lock(&node.state);
@@ -203,9 +204,10 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
                 (state.op.take(), std::mem::take(&mut state.inputs))
             }
         };
-        let Some(grad) = incoming.remove(&node.sequence) else {
+        let Some(pending) = incoming.remove(&node.sequence) else {
             continue; // no gradient reached this node (every path to it was constant)
         };
+        let grad = pending.into_tensor(&node.output_shape)?;
         let op = op.ok_or(Error::BackwardTwice)?;
         if grad.shape != node.output_shape {
             return Err(Error::SeedShape {
@@ -224,6 +226,15 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
                 _ => None,
             })
             .collect();
+        // A contiguous slice of another node's output: its gradient waits there as a piece.
+        if let (Op::Slice { input, axis, start }, [Edge::Node(child)]) = (&op, &inputs[..]) {
+            if input[..*axis].iter().all(|&e| e == 1) {
+                let inner: usize = input[axis + 1..].iter().product();
+                let pending = incoming.entry(child.sequence).or_default();
+                pending.add_piece(start * inner, grad);
+                continue;
+            }
+        }
         let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves)?;
         // The op's saved tensors and the incoming gradient are released here, right after their
         // last use.
@@ -234,13 +245,7 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
             match edge {
                 Edge::Constant => {}
                 Edge::Leaf(slot) => slot.accumulate(&g)?,
-                Edge::Node(child) => {
-                    let sum = match incoming.remove(&child.sequence) {
-                        Some(previous) => crate::ops::elementwise::add_raw(&previous, &g)?,
-                        None => g,
-                    };
-                    incoming.insert(child.sequence, sum);
-                }
+                Edge::Node(child) => incoming.entry(child.sequence).or_default().add_dense(g)?,
             }
         }
     }

@@ -7,3 +7,4 @@ mod errors;
 mod gradcheck;
 mod hand_worked;
 mod memory;
+mod pieces;

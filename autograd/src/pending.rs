@@ -1,0 +1,93 @@
+//! A node's incoming gradient while backward collects it: the sum of the dense gradients its
+//! consumers sent, and apart from it the pieces that leading-axis slices of its output sent
+//! (each slice's gradient and the element offset where the slice starts).
+//!
+//! Why pieces: a slice's gradient is zeros with `g` at the slice's place. Built one by one, the
+//! three slices q, k, v of one projection cost three zero-filled full-size tensors and two
+//! full-size additions; kept as pieces, the node's gradient is assembled once when backward
+//! reaches it: each piece copied to its place and only the gaps zero-filled (or, with a dense
+//! gradient too, each piece added to its place). The values are the same: a piece's elements
+//! get `g` (plus the dense gradient when there is one) either way, with the same additions.
+
+use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::kernels::{copy, fill};
+
+use crate::error::{Error, Result};
+use crate::ops::elementwise::{add_into, add_raw};
+use crate::tensor::Tensor;
+
+/// The gradients sent to one node so far.
+#[derive(Default)]
+pub(crate) struct Pending {
+    dense: Option<Tensor>,
+    pieces: Vec<(usize, Tensor)>,
+}
+
+impl Pending {
+    /// Adds a gradient of the node's whole output.
+    pub(crate) fn add_dense(&mut self, g: Tensor) -> Result<()> {
+        self.dense = Some(match self.dense.take() {
+            Some(previous) => add_raw(&previous, &g)?,
+            None => g,
+        });
+        Ok(())
+    }
+
+    /// Adds the gradient of a contiguous part of the node's output that starts at element
+    /// `offset` (a slice along an axis with only extent-1 axes before it).
+    pub(crate) fn add_piece(&mut self, offset: usize, g: Tensor) {
+        self.pieces.push((offset, g));
+    }
+
+    /// The node's gradient, of `shape`. Errors: nothing was sent (a bug in the walk).
+    pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor> {
+        let Pending { dense, mut pieces } = self;
+        if pieces.is_empty() {
+            return dense.ok_or_else(|| Error::InvalidArgument {
+                op: "backward",
+                message: "a node's pending gradient has nothing in it (a bug)".to_string(),
+            });
+        }
+        pieces.sort_by_key(|(offset, _)| *offset); // stable: equal offsets keep their order
+        let gpu = pieces[0].1.gpu.clone();
+        let fresh = || Tensor::empty(&gpu, shape, Category::Temporary, "slice grad");
+        let out = match dense {
+            // Added into in place only when nothing else holds its storage.
+            Some(d) if std::sync::Arc::strong_count(&d.storage) == 1 => d,
+            Some(d) => {
+                let out = fresh()?;
+                copy::copy(&gpu, out.elements()?, d.elements()?)?;
+                out
+            }
+            None => {
+                let out = fresh()?;
+                let all = out.elements()?;
+                let disjoint = pieces.windows(2).all(|w| w[0].0 + w[0].1.numel() <= w[1].0);
+                if !disjoint {
+                    fill::fill(&gpu, all, 0.0)?;
+                } else {
+                    let mut at = 0u64;
+                    for (offset, piece) in &pieces {
+                        let (offset, len) = (*offset as u64, piece.numel() as u64);
+                        if offset > at {
+                            fill::fill(&gpu, all.slice(at, offset - at)?, 0.0)?;
+                        }
+                        copy::copy(&gpu, all.slice(offset, len)?, piece.elements()?)?;
+                        at = offset + len;
+                    }
+                    if at < all.len() {
+                        fill::fill(&gpu, all.slice(at, all.len() - at)?, 0.0)?;
+                    }
+                    return Ok(out);
+                }
+                out
+            }
+        };
+        let flat = out.reshape(&[out.numel()])?;
+        for (offset, piece) in &pieces {
+            let len = piece.numel();
+            add_into(&flat.slice(0, *offset, len)?, &piece.reshape(&[len])?)?;
+        }
+        Ok(out)
+    }
+}
