@@ -38,7 +38,13 @@ fn check(slices: &[(usize, usize)], dense: Option<&[f32]>) {
     for (k, &(start, rows)) in slices.iter().enumerate() {
         let w = weights(k, rows);
         let wt = Tensor::from_slice(&gpu, &w, &[rows, 3]).unwrap();
-        add(y.slice(0, start, rows).unwrap().mul(&wt).unwrap().sum_all().unwrap());
+        add(y
+            .slice(0, start, rows)
+            .unwrap()
+            .mul(&wt)
+            .unwrap()
+            .sum_all()
+            .unwrap());
         for (i, v) in w.iter().enumerate() {
             want[start * 3 + i] += 2.0 * v;
         }
@@ -79,7 +85,13 @@ fn a_shared_dense_gradient_is_not_added_into() {
     let wd_t = Tensor::from_slice(&gpu, &wd, &[4, 3]).unwrap();
     let wa = Tensor::from_slice(&gpu, &[1.0, 2.0, 3.0], &[1, 3]).unwrap();
     let dense = y.add(&o).unwrap().mul(&wd_t).unwrap().sum_all().unwrap();
-    let piece = y.slice(0, 1, 1).unwrap().mul(&wa).unwrap().sum_all().unwrap();
+    let piece = y
+        .slice(0, 1, 1)
+        .unwrap()
+        .mul(&wa)
+        .unwrap()
+        .sum_all()
+        .unwrap();
     dense.add(&piece).unwrap().backward().unwrap();
     let mut want1: Vec<f32> = wd.iter().map(|v| 2.0 * v).collect();
     for (i, v) in [1.0f32, 2.0, 3.0].iter().enumerate() {

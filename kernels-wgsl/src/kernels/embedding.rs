@@ -4,9 +4,12 @@
 //!
 //! Ids live on the device and are not validated on the host (that would need a read-back): an id
 //! `>= vocab` gathers a row of NaN and contributes nothing to the backward; the NaN reaches the
-//! loss, which the trainer's read-back refuses. [`scatter_add`] is deterministic (one invocation per table element sums the
-//! matching tokens in ascending order, no float atomics) and costs `vocab * dim * tokens`
-//! compares: fine for the vocabularies here.
+//! loss, which the trainer's read-back refuses. [`scatter_add`] is deterministic (no float
+//! atomics): a counting sort of the tokens by id, then one invocation per table element sums
+//! its row's tokens in ascending order. It costs `2 * vocab * tokens` compares and
+//! `tokens * dim` additions.
+
+use plimsoll_allocator::Category;
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
@@ -18,14 +21,32 @@ use crate::slice::DeviceSlice;
 pub const GATHER: Kernel =
     kernel!("embedding", "gather", [table, ids: "array<u32>", out], ELEMENTWISE_WORKGROUP);
 
-/// The `scatter_add` entry point.
-pub const SCATTER_ADD: Kernel =
-    kernel!("embedding", "scatter_add", [dy, ids: "array<u32>", dtable], ELEMENTWISE_WORKGROUP);
+/// The bindings of [`scatter_add`]'s four entry points.
+macro_rules! sort_kernel {
+    ($entry:literal) => {
+        kernel!(
+            "embedding",
+            $entry,
+            [dy, ids: "array<u32>", dtable, order: "array<u32>"],
+            ELEMENTWISE_WORKGROUP
+        )
+    };
+}
 
-/// Loop passes one invocation of [`scatter_add`] runs for `tokens` ids: one unrolled loop
-/// ([`crate::kernels::loop_passes`]; see "Loop limit on lavapipe" in [`crate::kernels`]).
-/// [`scatter_add`] refuses more than the adapter's limit with [`Error::LoopLimit`] (on
-/// lavapipe: `tokens <= 524_215`). [`gather`] has no loop.
+/// The `id_counts` entry point: tokens per row.
+pub const ID_COUNTS: Kernel = sort_kernel!("id_counts");
+/// The `id_starts` entry point: the rows' starts in the sorted list.
+pub const ID_STARTS: Kernel = sort_kernel!("id_starts");
+/// The `id_lists` entry point: each row's tokens, ascending.
+pub const ID_LISTS: Kernel = sort_kernel!("id_lists");
+/// The `scatter_rows` entry point: each table element's sum over its row's tokens.
+pub const SCATTER_ROWS: Kernel = sort_kernel!("scatter_rows");
+
+/// Loop passes one invocation of [`scatter_add`]'s kernels runs for `n` tokens (or rows, in
+/// the sort's prefix sum): one unrolled loop ([`crate::kernels::loop_passes`]; see "Loop limit
+/// on lavapipe" in [`crate::kernels`]). [`scatter_add`] refuses more tokens or rows than the
+/// adapter's limit with [`Error::LoopLimit`] (on lavapipe: up to 524_215). [`gather`] has no
+/// loop.
 pub const fn loop_iterations(tokens: u64) -> u64 {
     loop_passes(tokens)
 }
@@ -39,8 +60,8 @@ shader_params! {
         src_offset: u32,
         ids_offset: u32,
         dst_offset: u32,
+        order_offset: u32,
         _pad0: u32,
-        _pad1: u32,
     }
 }
 
@@ -83,7 +104,9 @@ pub fn gather(
 
 /// Records `dtable[v, j] = sum_{t, ids[t] == v} dy[t, j]` for every `v < vocab`, `j < dim`, from
 /// the `[tokens, dim]` f32 `dy` and the `[tokens]` u32 `ids` into the `[vocab, dim]` f32
-/// `dtable` (written, 0 for rows no id refers to).
+/// `dtable` (written, 0 for rows no id refers to), each sum in ascending `t`. Four dispatches
+/// (see `embedding.wgsl`) over a `vocab + 1 + tokens` u32 scratch buffer
+/// ([`Category::Temporary`], freed on return; the GPU runs the recorded work in order).
 pub fn scatter_add(
     gpu: &Gpu,
     dtable: DeviceSlice<'_>,
@@ -97,19 +120,30 @@ pub fn scatter_add(
     let table_len = product(op, "vocab * dim", vocab, dim)?;
     if table_len > 0 {
         check_loop_limit(gpu, op, "tokens", tokens, loop_iterations)?;
+        check_loop_limit(gpu, op, "vocab", vocab, loop_iterations)?;
     }
     dy.expect_len(op, "dy", product(op, "tokens * dim", tokens, dim)?)?;
     dtable.expect_len(op, "dtable", table_len)?;
+    if table_len == 0 {
+        return Ok(());
+    }
+    // table_len > 0, so vocab and (dy's length) tokens fit in u32 and so does their sum + 1.
+    let order_len = vocab + 1 + tokens;
+    let order = gpu.alloc_elements(order_len, Category::Temporary, "embedding sort")?;
+    let order = order.whole();
     let params = Params {
-        // dim > 0 when anything runs, so tokens <= dy's length: it fits in u32.
         tokens: tokens as u32,
         dim: dim as u32,
         vocab: vocab as u32,
         src_offset: dy.index(),
         ids_offset: ids.index(),
         dst_offset: dtable.index(),
+        order_offset: order.index(),
         ..Params::default()
     };
-    let buffers = [dy, ids, dtable];
-    launch_1d(gpu, &SCATTER_ADD, &[], &params, &buffers, table_len)
+    let buffers = [dy, ids, dtable, order];
+    launch_1d(gpu, &ID_COUNTS, &[], &params, &buffers, vocab)?;
+    launch_1d(gpu, &ID_STARTS, &[], &params, &buffers, 1)?;
+    launch_1d(gpu, &ID_LISTS, &[], &params, &buffers, vocab)?;
+    launch_1d(gpu, &SCATTER_ROWS, &[], &params, &buffers, table_len)
 }

@@ -111,6 +111,13 @@ fn embedding_refuses_tokens_over_the_loop_limit() {
         "tokens",
         largest,
     );
+    // The sort's prefix sum loops over the rows: a vocabulary past the limit is refused too.
+    let one_id = ids.slice(0, 1).unwrap();
+    assert_loop_limit(
+        embedding::scatter_add(&gpu, t, t, one_id, largest + 1, 1),
+        "vocab",
+        largest,
+    );
 }
 
 #[test]
@@ -134,6 +141,26 @@ fn embedding_at_the_loop_limit_matches_reference() {
     let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE).unwrap();
     assert_close(
         &format!("scatter_add of {tokens} tokens"),
+        &got,
+        &want,
+        0.0,
+        0.0,
+    );
+
+    // The largest vocabulary (the sort's prefix sum runs the longest loop), a few tokens, the
+    // last row among them: every row's start must be right for its sum to land.
+    let vocab = tokens;
+    let ids: Vec<u32> = vec![(vocab - 1) as u32, 5, (vocab - 1) as u32, 0, 5];
+    let dy: Vec<f32> = vec![1.0, 2.0, 4.0, 8.0, 16.0];
+    let want = reference::embedding::scatter_add(&ids, &dy, vocab, 1);
+    let dy_gpu = gpu.upload(&dy, Category::Temporary, "dy").unwrap();
+    let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids");
+    let dtable = scratch(&gpu, vocab as u64, "dtable");
+    let v = vocab as u64;
+    embedding::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, 1).unwrap();
+    let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE).unwrap();
+    assert_close(
+        &format!("scatter_add over {vocab} rows"),
         &got,
         &want,
         0.0,
