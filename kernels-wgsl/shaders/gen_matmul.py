@@ -126,7 +126,7 @@ def gen(t: int) -> str:
         w(f"    if (m0 + {i}u < M) {{")
         w(f"        let rc = oc4 + (m0 + {i}u) * n4c + n04;")
         for j in range(g):
-            w(f"        if (n0 + {4 * j}u < N) {{ store4(rc + {j}u, acc{i}_{j}); }}")
+            w(f"        if (n0 + {4 * j}u < N) {{ store4(rc + {j}u, n04 + {j}u, acc{i}_{j}); }}")
         w("    }")
     w("}")
     w("// END main")

@@ -1,4 +1,5 @@
-// matmul.wgsl: batched C[b] = alpha * op(A[b]) * op(B[b])   (or C[b] += ..., flag bit 0)
+// matmul.wgsl: batched C[b] = alpha * op(A[b]) * op(B[b])   (or C[b] += ..., flag bit 0),
+// then optionally an epilogue on each element of C: + bias[column], then ReLU.
 //
 // Row-major. Logical shapes M x K times K x N. op() is chosen per side:
 //   TRANS_A: stored A is K x M (else M x K);  TRANS_B: stored B is N x K (else K x N);
@@ -7,15 +8,22 @@
 // Batch b of an operand starts at offset_X + b * stride_X elements; stride 0 broadcasts it.
 //
 // Bindings (Plimsoll convention), all storage bindings read_write:
-//   @binding(0) uniform Params (48 bytes, 12 x 4-byte fields in this order):
+//   @binding(0) uniform Params (64 bytes, 16 x 4-byte fields in this order):
 //     m, n, k, batch, stride_a, stride_b, stride_c, offset_a, offset_b, offset_c : u32,
 //     flags : u32 (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
 //                  never reads C, main reads it and discards the value (one branch-free store);
-//                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar),
-//     alpha : f32 (1.0 for a plain matmul)
+//                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar; bits 3, 4 = main_scalar's
+//                  epilogue: + bias, then ReLU),
+//     alpha : f32 (1.0 for a plain matmul),
+//     offset_bias : u32 (element offset of bias[0] in binding 4), 3 x u32 padding
 //   @binding(1) a, @binding(2) b, @binding(3) c : array<f32>
+//   @binding(4) bias : array<f32>, N elements from offset_bias, read only with an epilogue (the
+//     launcher binds C's segment there without one)
 //   Bindings 1, 2 and 3 are ALSO declared as array<vec4<f32>> (a_v4, b_v4, c_v4); only `main`
 //   uses those, only `main_scalar` the f32 views (aliasing by entry point; naga/wgpu accept it).
+//   The epilogue (override EPILOGUE for main, flag bits 3 and 4 for main_scalar) is
+//   C = relu(C + bias) with the additions in the order of an unfused matmul, then a bias add,
+//   then relu: the same values, one pass over C instead of three.
 //
 // Entry points (launcher picks one; dispatch z = batch):
 //   main        fast path. Preconditions (else use main_scalar):
@@ -65,12 +73,35 @@
 
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
+// main's epilogue, one pipeline per value (0 compiles to the plain store): 0 none, 1 + bias,
+// 2 + bias then ReLU. main_scalar takes the same from flag bits 3 (bias) and 4 (ReLU).
+override EPILOGUE: u32 = 0u;
 
-fn store4(index4: u32, v: vec4<f32>) {
-    // writes C[4 * index4 .. +3] through C's vec4 view (alpha/accumulate applied); the load is
-    // always made (C is in bounds) and its value used only when accumulating
+fn store4(index4: u32, col4: u32, v: vec4<f32>) {
+    // writes C[4 * index4 .. +3] (columns 4 * col4 .. +3) through C's vec4 view, alpha,
+    // accumulate and the epilogue applied; the load is always made (C is in bounds) and its
+    // value used only when accumulating
     let old = c_v4[index4];
-    c_v4[index4] = v * params.alpha + select(vec4<f32>(0.0), old, (params.flags & 1u) != 0u);
+    var r = v * params.alpha + select(vec4<f32>(0.0), old, (params.flags & 1u) != 0u);
+    if (EPILOGUE != 0u) {
+        let o = params.offset_bias + 4u * col4;
+        r += vec4<f32>(bias[o], bias[o + 1u], bias[o + 2u], bias[o + 3u]);
+        if (EPILOGUE == 2u) { r = max(r, vec4<f32>(0.0)); }
+    }
+    c_v4[index4] = r;
+}
+
+fn store1(index: u32, col: u32, v: f32) {
+    // main_scalar's store of C[index] (column col): alpha applied by the caller, accumulate and
+    // the epilogue by flag bits 0, 3 and 4
+    let fl = params.flags;
+    var r = v;
+    if ((fl & 1u) != 0u) { r = c[index] + v; }
+    if ((fl & 8u) != 0u) {
+        r += bias[params.offset_bias + col];
+        if ((fl & 16u) != 0u) { r = max(r, 0.0); }
+    }
+    c[index] = r;
 }
 
 // BEGIN main (gen_matmul.py T=16)
@@ -560,115 +591,115 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     let n04 = n0 >> 2u; let n4c = N >> 2u;
     if (m0 + 0u < M) {
         let rc = oc4 + (m0 + 0u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc0_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc0_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc0_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc0_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc0_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc0_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc0_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc0_3); }
     }
     if (m0 + 1u < M) {
         let rc = oc4 + (m0 + 1u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc1_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc1_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc1_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc1_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc1_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc1_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc1_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc1_3); }
     }
     if (m0 + 2u < M) {
         let rc = oc4 + (m0 + 2u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc2_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc2_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc2_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc2_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc2_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc2_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc2_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc2_3); }
     }
     if (m0 + 3u < M) {
         let rc = oc4 + (m0 + 3u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc3_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc3_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc3_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc3_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc3_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc3_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc3_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc3_3); }
     }
     if (m0 + 4u < M) {
         let rc = oc4 + (m0 + 4u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc4_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc4_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc4_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc4_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc4_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc4_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc4_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc4_3); }
     }
     if (m0 + 5u < M) {
         let rc = oc4 + (m0 + 5u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc5_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc5_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc5_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc5_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc5_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc5_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc5_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc5_3); }
     }
     if (m0 + 6u < M) {
         let rc = oc4 + (m0 + 6u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc6_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc6_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc6_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc6_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc6_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc6_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc6_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc6_3); }
     }
     if (m0 + 7u < M) {
         let rc = oc4 + (m0 + 7u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc7_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc7_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc7_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc7_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc7_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc7_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc7_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc7_3); }
     }
     if (m0 + 8u < M) {
         let rc = oc4 + (m0 + 8u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc8_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc8_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc8_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc8_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc8_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc8_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc8_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc8_3); }
     }
     if (m0 + 9u < M) {
         let rc = oc4 + (m0 + 9u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc9_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc9_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc9_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc9_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc9_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc9_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc9_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc9_3); }
     }
     if (m0 + 10u < M) {
         let rc = oc4 + (m0 + 10u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc10_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc10_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc10_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc10_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc10_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc10_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc10_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc10_3); }
     }
     if (m0 + 11u < M) {
         let rc = oc4 + (m0 + 11u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc11_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc11_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc11_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc11_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc11_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc11_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc11_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc11_3); }
     }
     if (m0 + 12u < M) {
         let rc = oc4 + (m0 + 12u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc12_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc12_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc12_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc12_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc12_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc12_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc12_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc12_3); }
     }
     if (m0 + 13u < M) {
         let rc = oc4 + (m0 + 13u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc13_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc13_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc13_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc13_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc13_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc13_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc13_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc13_3); }
     }
     if (m0 + 14u < M) {
         let rc = oc4 + (m0 + 14u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc14_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc14_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc14_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc14_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc14_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc14_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc14_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc14_3); }
     }
     if (m0 + 15u < M) {
         let rc = oc4 + (m0 + 15u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc15_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc15_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc15_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc15_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc15_0); }
+        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc15_1); }
+        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc15_2); }
+        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc15_3); }
     }
 }
 // END main
@@ -717,33 +748,33 @@ fn main_scalar(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
         pb3 += sbk;
     }
     let oc = params.offset_c + wg.z * params.stride_c;
-    let fl = params.flags; let alpha = params.alpha;
+    let alpha = params.alpha;
     if (m0 + 0u < M) {
         let rc = oc + (m0 + 0u) * N + n0;
-        if (n0 + 0u < N) { let v = alpha * acc0[0]; if ((fl & 1u) != 0u) { c[rc + 0u] += v; } else { c[rc + 0u] = v; } }
-        if (n0 + 1u < N) { let v = alpha * acc0[1]; if ((fl & 1u) != 0u) { c[rc + 1u] += v; } else { c[rc + 1u] = v; } }
-        if (n0 + 2u < N) { let v = alpha * acc0[2]; if ((fl & 1u) != 0u) { c[rc + 2u] += v; } else { c[rc + 2u] = v; } }
-        if (n0 + 3u < N) { let v = alpha * acc0[3]; if ((fl & 1u) != 0u) { c[rc + 3u] += v; } else { c[rc + 3u] = v; } }
+        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc0[0]); }
+        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc0[1]); }
+        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc0[2]); }
+        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc0[3]); }
     }
     if (m0 + 1u < M) {
         let rc = oc + (m0 + 1u) * N + n0;
-        if (n0 + 0u < N) { let v = alpha * acc1[0]; if ((fl & 1u) != 0u) { c[rc + 0u] += v; } else { c[rc + 0u] = v; } }
-        if (n0 + 1u < N) { let v = alpha * acc1[1]; if ((fl & 1u) != 0u) { c[rc + 1u] += v; } else { c[rc + 1u] = v; } }
-        if (n0 + 2u < N) { let v = alpha * acc1[2]; if ((fl & 1u) != 0u) { c[rc + 2u] += v; } else { c[rc + 2u] = v; } }
-        if (n0 + 3u < N) { let v = alpha * acc1[3]; if ((fl & 1u) != 0u) { c[rc + 3u] += v; } else { c[rc + 3u] = v; } }
+        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc1[0]); }
+        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc1[1]); }
+        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc1[2]); }
+        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc1[3]); }
     }
     if (m0 + 2u < M) {
         let rc = oc + (m0 + 2u) * N + n0;
-        if (n0 + 0u < N) { let v = alpha * acc2[0]; if ((fl & 1u) != 0u) { c[rc + 0u] += v; } else { c[rc + 0u] = v; } }
-        if (n0 + 1u < N) { let v = alpha * acc2[1]; if ((fl & 1u) != 0u) { c[rc + 1u] += v; } else { c[rc + 1u] = v; } }
-        if (n0 + 2u < N) { let v = alpha * acc2[2]; if ((fl & 1u) != 0u) { c[rc + 2u] += v; } else { c[rc + 2u] = v; } }
-        if (n0 + 3u < N) { let v = alpha * acc2[3]; if ((fl & 1u) != 0u) { c[rc + 3u] += v; } else { c[rc + 3u] = v; } }
+        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc2[0]); }
+        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc2[1]); }
+        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc2[2]); }
+        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc2[3]); }
     }
     if (m0 + 3u < M) {
         let rc = oc + (m0 + 3u) * N + n0;
-        if (n0 + 0u < N) { let v = alpha * acc3[0]; if ((fl & 1u) != 0u) { c[rc + 0u] += v; } else { c[rc + 0u] = v; } }
-        if (n0 + 1u < N) { let v = alpha * acc3[1]; if ((fl & 1u) != 0u) { c[rc + 1u] += v; } else { c[rc + 1u] = v; } }
-        if (n0 + 2u < N) { let v = alpha * acc3[2]; if ((fl & 1u) != 0u) { c[rc + 2u] += v; } else { c[rc + 2u] = v; } }
-        if (n0 + 3u < N) { let v = alpha * acc3[3]; if ((fl & 1u) != 0u) { c[rc + 3u] += v; } else { c[rc + 3u] = v; } }
+        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc3[0]); }
+        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc3[1]); }
+        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc3[2]); }
+        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc3[3]); }
     }
 }

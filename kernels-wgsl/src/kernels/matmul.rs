@@ -119,12 +119,12 @@ fn stored_index(
 pub const MAIN: Kernel = kernel!(
     "matmul",
     "main",
-    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c_v4: "array<vec4<f32>>"],
+    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c_v4: "array<vec4<f32>>", bias],
     64
 );
 
 /// The any-shape entry point.
-pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", [a, b, c], 64);
+pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", [a, b, c, bias], 64);
 
 /// The least work (`2·batch·m·n·k`) a product takes `main` for: below it `main_scalar` does.
 /// `main`'s first dispatch costs lavapipe 0.9–1.7 s of JIT per layout (`cargo xtask bench
@@ -141,7 +141,7 @@ const TILE_MAIN: u64 = 128;
 const TILE_SCALAR: u64 = 32;
 
 shader_params! {
-    /// The `Params` of `matmul.wgsl` (48 bytes; all offsets and strides in elements).
+    /// The `Params` of `matmul.wgsl` (64 bytes; all offsets and strides in elements).
     struct Params {
         m: u32,
         n: u32,
@@ -153,10 +153,37 @@ shader_params! {
         offset_a: u32,
         offset_b: u32,
         offset_c: u32,
-        /// Bit 0: accumulate (`C += ..`); bits 1 and 2: `trans_a` and `trans_b` for
-        /// `main_scalar` (`main` takes them as override constants, one pipeline per layout).
+        /// Bit 0: accumulate (`C += ..`); bits 1 and 2: `trans_a` and `trans_b`, bits 3 and 4:
+        /// the epilogue's bias and ReLU, for `main_scalar` (`main` takes them as override
+        /// constants, one pipeline per layout and epilogue).
         flags: u32,
         alpha: f32,
+        offset_bias: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+/// What a matmul does to each element of C after the product ([`matmul_bias`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    /// Nothing: C is the product.
+    None,
+    /// `C[.., i, j] += bias[j]`.
+    Bias,
+    /// `C[.., i, j] = max(C[.., i, j] + bias[j], 0)`: a linear layer and its ReLU.
+    BiasRelu,
+}
+
+impl Epilogue {
+    /// The shader's `EPILOGUE` override (`main`).
+    fn code(self) -> u32 {
+        match self {
+            Epilogue::None => 0,
+            Epilogue::Bias => 1,
+            Epilogue::BiasRelu => 2,
+        }
     }
 }
 
@@ -250,7 +277,53 @@ pub fn matmul(
     lhs: DeviceSlice<'_>,
     rhs: DeviceSlice<'_>,
 ) -> Result<()> {
-    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR], None)
+    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR], None, None)
+}
+
+/// [`matmul`], then `epilogue` on every element of C in the same pass: `C[b][i][j] =
+/// op(alpha · op(A)·op(B)[i][j] + bias[j])` with `op` the identity or ReLU, the same values as a
+/// plain matmul followed by a bias add and a ReLU (the same additions in the same order) with
+/// one pass over C instead of three. `bias` holds `n` elements.
+///
+/// # Errors
+/// Those of [`matmul`], and [`Error::InvalidArgument`] when `bias` does not hold `n` elements,
+/// overlaps C, or `dims.accumulate` is set (an epilogue applies to a fresh product only).
+pub fn matmul_bias(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    epilogue: Epilogue,
+    out: DeviceSlice<'_>,
+    lhs: DeviceSlice<'_>,
+    rhs: DeviceSlice<'_>,
+    bias: DeviceSlice<'_>,
+) -> Result<()> {
+    if epilogue == Epilogue::None {
+        return matmul(gpu, dims, out, lhs, rhs);
+    }
+    let invalid = |message: String| Error::InvalidArgument {
+        op: "matmul_bias",
+        message,
+    };
+    bias.expect_len("matmul_bias", "bias", dims.n as u64)?;
+    if dims.accumulate {
+        return Err(invalid(
+            "an epilogue applies to a fresh product: accumulate must be off".to_string(),
+        ));
+    }
+    if out.overlaps(&bias) {
+        return Err(invalid(format!(
+            "out (C) {out:?} overlaps the bias {bias:?}; write the product to a separate buffer"
+        )));
+    }
+    let kernels = [MAIN, MAIN_SCALAR];
+    launch(
+        gpu,
+        dims,
+        [out, lhs, rhs],
+        kernels,
+        None,
+        Some((bias, epilogue)),
+    )
 }
 
 /// [`matmul`] on the entry point `entry` whatever the product's size (for benchmarks and tests
@@ -265,7 +338,14 @@ pub fn matmul_on(
     lhs: DeviceSlice<'_>,
     rhs: DeviceSlice<'_>,
 ) -> Result<()> {
-    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR], Some(entry))
+    launch(
+        gpu,
+        dims,
+        [out, lhs, rhs],
+        [MAIN, MAIN_SCALAR],
+        Some(entry),
+        None,
+    )
 }
 
 /// [`matmul`] with a shader module created without wgpu's runtime checks (bounds checks, loop
@@ -284,17 +364,18 @@ pub fn matmul_unchecked(
         ..kernel
     };
     let kernels = [unchecked(MAIN), unchecked(MAIN_SCALAR)];
-    launch(gpu, dims, [out, lhs, rhs], kernels, None)
+    launch(gpu, dims, [out, lhs, rhs], kernels, None, None)
 }
 
 /// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
-/// `[main, main_scalar]`.
+/// `[main, main_scalar]`; `bias` is the epilogue's operand, checked by [`matmul_bias`].
 fn launch(
     gpu: &Gpu,
     dims: &MatmulDims,
     [out, lhs, rhs]: [DeviceSlice<'_>; 3],
     kernels: [Kernel; 2],
     forced: Option<MatmulEntry>,
+    bias: Option<(DeviceSlice<'_>, Epilogue)>,
 ) -> Result<()> {
     let invalid = |message: String| Error::InvalidArgument {
         op: "matmul",
@@ -368,6 +449,14 @@ fn launch(
     for (name, slice) in [("lhs (A)", lhs), ("rhs (B)", rhs), ("out (C)", out)] {
         to_u32(name, u64::from(slice.index()) + slice.len())?;
     }
+    let epilogue = bias.map_or(Epilogue::None, |(_, e)| e);
+    let bias = bias.map_or(out, |(b, _)| b);
+    to_u32("bias", u64::from(bias.index()) + bias.len())?;
+    let epilogue_flags = match epilogue {
+        Epilogue::None => 0,
+        Epilogue::Bias => 8,
+        Epilogue::BiasRelu => 8 | 16,
+    };
     let params = Params {
         m,
         n,
@@ -381,8 +470,11 @@ fn launch(
         offset_c: out.index(),
         flags: u32::from(dims.accumulate)
             | u32::from(dims.trans_a) << 1
-            | u32::from(dims.trans_b) << 2,
+            | u32::from(dims.trans_b) << 2
+            | epilogue_flags,
         alpha: dims.alpha,
+        offset_bias: bias.index(),
+        ..Params::default()
     };
     let (kernel, tile) = match entry {
         MatmulEntry::Main => (&kernels[0], TILE_MAIN),
@@ -397,9 +489,10 @@ fn launch(
         )));
     }
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
-    let transposes = [
+    let overrides = [
         ("TRANS_A", flag(dims.trans_a)),
         ("TRANS_B", flag(dims.trans_b)),
+        ("EPILOGUE", f64::from(epilogue.code())),
     ];
     if let Some(log) = gpu.matmul_log().as_mut() {
         log.push(*dims);
@@ -407,11 +500,11 @@ fn launch(
     gpu.dispatch(Dispatch {
         kernel,
         overrides: match entry {
-            MatmulEntry::Main => &transposes,
+            MatmulEntry::Main => &overrides,
             MatmulEntry::MainScalar => &[],
         },
         params: bytemuck::bytes_of(&params),
-        buffers: &[lhs, rhs, out],
+        buffers: &[lhs, rhs, out, bias],
         workgroups: workgroups.map(|w| w as u32),
         work: crate::recorder::Work {
             flops: 2 * d.batch * d.m * d.n * d.k,

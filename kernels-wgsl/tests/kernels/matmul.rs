@@ -390,3 +390,112 @@ fn matmul_at_the_loop_limit_matches_reference() {
         );
     }
 }
+
+/// `matmul_bias`: the epilogue (`+ bias[j]`, then ReLU) on both entry points, every transpose,
+/// a batch of 2 with alpha 1.5 and a bias at an odd offset. Two oracles: the f64 reference plus
+/// the bias (then `max(0, .)`), within the matmul tolerance; and the unfused kernels (matmul,
+/// then a broadcast bias add, then the ReLU kernel) on the GPU, which it must equal bit for
+/// bit. C starts poisoned, so an element the epilogue skips shows.
+#[test]
+fn matmul_bias_equals_matmul_then_bias_then_relu() {
+    use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
+    use plimsoll_kernels_wgsl::kernels::matmul::Epilogue;
+    use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
+    let gpu = gpu();
+    let mut rng = Rng::new(0xb1a5);
+    let mut entries = Vec::new();
+    for (m, n, k) in [(7, 13, 5), (132, 260, 124)] {
+        for (t, &trans) in TRANSPOSES.iter().enumerate() {
+            let epilogue = [Epilogue::Bias, Epilogue::BiasRelu][t % 2];
+            let d = MatmulDims {
+                alpha: 1.5,
+                batch_stride_a: m * k,
+                batch_stride_b: k * n,
+                batch_stride_c: m * n,
+                ..MatmulDims {
+                    batch: 2,
+                    ..dims(m, n, k, trans)
+                }
+            };
+            let (a_len, b_len) = operand_lens(&d);
+            let c_len = d.c_len();
+            let a = rng.vec_f32(a_len, -1.0, 1.0);
+            let b = rng.vec_f32(b_len, -1.0, 1.0);
+            let bias = rng.vec_f32(n + 3, -1.0, 1.0);
+            let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
+            let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
+            let bias_gpu = gpu.upload(&bias, Category::Temporary, "bias").unwrap();
+            let fused = gpu
+                .upload(&vec![POISON; c_len], Category::Temporary, "c")
+                .unwrap();
+            let plain = gpu
+                .upload(&vec![POISON; c_len], Category::Temporary, "c")
+                .unwrap();
+            let added = gpu
+                .upload(&vec![POISON; c_len], Category::Temporary, "c")
+                .unwrap();
+            let (a_s, b_s) = (a_gpu.whole(), b_gpu.whole());
+            let bias_s = bias_gpu.slice(3, n as u64).unwrap();
+            matmul::matmul_bias(&gpu, &d, epilogue, fused.whole(), a_s, b_s, bias_s).unwrap();
+            entries.push(launched_entry(&d, [a_s, b_s, fused.whole()]));
+            // The unfused sequence.
+            matmul::matmul(&gpu, &d, plain.whole(), a_s, b_s).unwrap();
+            let shape = [2, m, n];
+            let add = BinaryDims {
+                op: BinaryOp::Add,
+                a_shape: &shape,
+                b_shape: &[n],
+            };
+            binary::broadcast(&gpu, &add, added.whole(), plain.whole(), bias_s).unwrap();
+            if epilogue == Epilogue::BiasRelu {
+                unary::forward(&gpu, UnaryOp::Relu, plain.whole(), added.whole(), 0.0).unwrap();
+            } else {
+                plimsoll_kernels_wgsl::kernels::copy::copy(&gpu, plain.whole(), added.whole())
+                    .unwrap();
+            }
+            let got: Vec<f32> = gpu.read_all(&fused, DEADLINE).unwrap();
+            let unfused: Vec<f32> = gpu.read_all(&plain, DEADLINE).unwrap();
+            let name = format!("matmul_bias {epilogue:?} {d:?}");
+            let differ = got
+                .iter()
+                .zip(&unfused)
+                .position(|(g, u)| g.to_bits() != u.to_bits());
+            if let Some(i) = differ {
+                panic!(
+                    "{name}: element {i} is {} fused, {} unfused",
+                    got[i], unfused[i]
+                );
+            }
+            let mut want = vec![0.0f32; c_len];
+            reference::matmul::matmul_into(&a, &b, &mut want, &d);
+            for (i, w) in want.iter_mut().enumerate() {
+                *w += bias[3 + i % n];
+                if epilogue == Epilogue::BiasRelu {
+                    *w = w.max(0.0);
+                }
+            }
+            let atol = ATOL_EPS_PER_K * f64::from(f32::EPSILON) * k as f64 * 1.5;
+            assert_close(&name, &got, &want, atol, 1e-6);
+        }
+    }
+    assert!(entries.contains(&MatmulEntry::Main), "{entries:?}");
+    assert!(entries.contains(&MatmulEntry::MainScalar), "{entries:?}");
+    // An epilogue with accumulate, or a bias of the wrong length, is refused.
+    let d = dims(4, 8, 4, (false, false));
+    let buf = gpu.upload(&[0.0f32; 64], Category::Temporary, "x").unwrap();
+    let (c, a, b) = (
+        buf.slice(0, 32).unwrap(),
+        buf.slice(32, 16).unwrap(),
+        buf.slice(48, 16).unwrap(),
+    );
+    let short = buf.slice(48, 7).unwrap();
+    let err = matmul::matmul_bias(&gpu, &d, Epilogue::Bias, c, a, b, short).unwrap_err();
+    assert!(err.to_string().contains("bias: 7 elements given"), "{err}");
+    let acc = MatmulDims {
+        accumulate: true,
+        ..d
+    };
+    let bias8 = buf.slice(48, 8).unwrap();
+    let err = matmul::matmul_bias(&gpu, &acc, Epilogue::BiasRelu, c, a, b, bias8).unwrap_err();
+    assert!(err.to_string().contains("accumulate"), "{err}");
+}
