@@ -5,6 +5,7 @@
 //! Convention: `g` is the gradient of the node's output; the result holds one entry per input,
 //! in input order (`None`: no gradient for that input, e.g. integer targets).
 
+use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use smallvec::{SmallVec, smallvec};
 
 use crate::error::Result;
@@ -96,6 +97,22 @@ pub(crate) fn backward_op(
         Op::MatmulTransposed { a, b } => {
             let (da, db) = matmul_transposed_grads(g, a, b, needs, leaves)?;
             Ok(smallvec![da, db])
+        }
+        // y = relu(z), z = x·Wᵀ + b: dz = g ⊙ [y > 0] (g without the ReLU); then db = Σ_rows dz
+        // and (dx, dW) as for x·Wᵀ
+        Op::Linear {
+            x,
+            weight,
+            relu_output,
+        } => {
+            let dz = match relu_output {
+                Some(y) => unary_grad(UnaryOp::Relu, 0.0, y, g)?,
+                None => g.clone(),
+            };
+            let n = weight.shape[0];
+            let db = wanted(needs, 2, || sum_to(&dz, &[n]))?;
+            let (dx, dw) = matmul_transposed_grads(&dz, x, weight, needs, leaves)?;
+            Ok(smallvec![dx, dw, db])
         }
         // dx = permute(g, perm⁻¹)
         Op::Permute { perm } => one(g.permute(&inverse(perm))?),

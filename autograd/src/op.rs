@@ -93,6 +93,16 @@ pub enum Op {
         /// `b`, `[n, k]`.
         b: Tensor,
     },
+    /// `x · weightᵀ + bias` (inputs `x`, `weight`, `bias`), then ReLU when `relu_output` is
+    /// saved: [`crate::Tensor::linear`].
+    Linear {
+        /// `x`, `[.., k]`.
+        x: Tensor,
+        /// The weight, `[n, k]`.
+        weight: Tensor,
+        /// The op's output when a ReLU followed (its derivative is `[y > 0]`).
+        relu_output: Option<Tensor>,
+    },
     /// Axes reordered: output axis `i` is input axis `perm[i]`.
     Permute {
         /// The permutation.

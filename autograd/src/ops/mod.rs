@@ -4,6 +4,7 @@
 //! batch, and attaches a node only when `tape::records` says so.
 
 pub mod elementwise;
+pub mod linear;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;

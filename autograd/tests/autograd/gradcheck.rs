@@ -258,6 +258,22 @@ proptest! {
     }
 
     #[test]
+    fn gradcheck_linear((b, m, k) in dims(), n in 1usize..6, seed in any::<u64>(), relu in any::<bool>()) {
+        // x [b, m, k] · W [n, k]ᵀ + bias [n], then ReLU or not: one kernel (Tensor::linear).
+        let rows = b * m;
+        let dims = MatmulDims { trans_b: true, ..MatmulDims::dense(1, rows, n, k) };
+        let x = (Rng::new(seed).vec_f32(rows * k, -1.0, 1.0), vec![b, m, k]);
+        let w = (Rng::new(seed ^ 5).vec_f32(n * k, -1.0, 1.0), vec![n, k]);
+        let bias = (Rng::new(seed ^ 9).vec_f32(n, -1.0, 1.0), vec![n]);
+        let cpu = |x: &[Vec<f64>]| matmul::matmul_f64(&x[0], &x[1], &dims).into_iter()
+            .enumerate()
+            .map(|(i, v)| v + x[2][i % n])
+            .map(|v| if relu { v.max(0.0) } else { v })
+            .collect();
+        check("linear", &[x, w, bias], |t| t[0].linear(&t[1], &t[2], relu), cpu);
+    }
+
+    #[test]
     fn gradcheck_batched_matmul_transposed((b, m, k) in dims(), n in 1usize..6, h in 1usize..3, seed in any::<u64>()) {
         // q [b, h, m, k] against k [b, h, n, k]: attention's scores q · kᵀ, batched.
         let batch = b * h;

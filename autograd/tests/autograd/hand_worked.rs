@@ -116,3 +116,57 @@ fn dropout_backward_uses_the_forward_mask() {
     let want = plimsoll_kernels_wgsl::reference::dropout::dropout(&[1.0; 1000], 0.25, 99);
     assert_eq!(g, want);
 }
+
+/// `linear(x, W, b, relu)` is `x·Wᵀ`, `+ b` and `relu` in one kernel: the output and all three
+/// gradients equal the unfused ops' bit for bit (the same additions in the same order), on a
+/// product large enough for the vec4 entry point and on a small one; shapes that do not fit are
+/// refused.
+#[test]
+fn linear_equals_matmul_add_relu() {
+    use plimsoll_autograd::Error;
+    use plimsoll_kernels_wgsl::testing::Rng;
+    let gpu = gpu();
+    for (rows, n, k) in [(6usize, 5usize, 3usize), (128, 256, 128)] {
+        for relu in [false, true] {
+            let mut rng = Rng::new((rows * 31 + n) as u64);
+            let xs = rng.vec_f32(rows * k, -1.0, 1.0);
+            let ws = rng.vec_f32(n * k, -1.0, 1.0);
+            let bs = rng.vec_f32(n, -1.0, 1.0);
+            let gs = rng.vec_f32(rows * n, -1.0, 1.0);
+            let run = |fused: bool| {
+                let x = crate::common::param(&gpu, &xs, &[rows, k]);
+                let w = crate::common::param(&gpu, &ws, &[n, k]);
+                let b = crate::common::param(&gpu, &bs, &[n]);
+                let y = if fused {
+                    x.linear(&w, &b, relu).unwrap()
+                } else {
+                    let z = x.matmul_transposed(&w).unwrap().add(&b).unwrap();
+                    if relu { z.relu().unwrap() } else { z }
+                };
+                let g = Tensor::from_slice(&gpu, &gs, &[rows, n]).unwrap();
+                let out = y.to_vec().unwrap();
+                y.mul(&g).unwrap().sum_all().unwrap().backward().unwrap();
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                [out, grad(&x), grad(&w), grad(&b)].map(bits)
+            };
+            let (fused, unfused) = (run(true), run(false));
+            for (i, what) in ["output", "dx", "dW", "db"].iter().enumerate() {
+                assert!(
+                    fused[i] == unfused[i],
+                    "{what} differs: rows {rows} n {n} k {k} relu {relu}"
+                );
+            }
+        }
+    }
+    let x = param(&gpu, &[1.0; 6], &[2, 3]);
+    let w = param(&gpu, &[1.0; 6], &[2, 3]);
+    let bad_w = param(&gpu, &[1.0; 6], &[3, 2]);
+    let b = param(&gpu, &[1.0; 2], &[2]);
+    let bad_b = param(&gpu, &[1.0; 3], &[3]);
+    for (w, b) in [(&bad_w, &b), (&w, &bad_b)] {
+        assert!(matches!(
+            x.linear(w, b, true),
+            Err(Error::ShapeMismatch { op: "linear", .. })
+        ));
+    }
+}
