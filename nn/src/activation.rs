@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::module::Module;
 
 macro_rules! activation {
-    ($name:ident, $method:ident, $doc:literal) => {
+    ($name:ident, $method:ident, $doc:literal, $relu:literal) => {
         #[doc = $doc]
         ///
         /// Stateless: no parameters and no mode (it reports training mode, and ignores
@@ -29,14 +29,18 @@ macro_rules! activation {
             fn is_training(&self) -> bool {
                 true
             }
+
+            fn is_relu(&self) -> bool {
+                $relu
+            }
         }
     };
 }
 
-activation!(Relu, relu, "`max(x, 0)`.");
-activation!(Gelu, gelu, "GELU, tanh approximation.");
-activation!(Tanh, tanh, "`tanh(x)`.");
-activation!(Sigmoid, sigmoid, "`1 / (1 + exp(-x))`.");
+activation!(Relu, relu, "`max(x, 0)`.", true);
+activation!(Gelu, gelu, "GELU, tanh approximation.", false);
+activation!(Tanh, tanh, "`tanh(x)`.", false);
+activation!(Sigmoid, sigmoid, "`1 / (1 + exp(-x))`.", false);
 
 /// Which activation a builder ([`crate::mlp`], the blocks) puts between layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

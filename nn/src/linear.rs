@@ -157,12 +157,20 @@ impl Module for Linear {
                 found: x.shape().to_vec(),
             });
         }
-        // (.., in) · (out, in)ᵀ, the rows of x folded into one matrix.
-        let y = x.matmul_transposed(&self.weight)?;
+        // (.., in) · (out, in)ᵀ, the rows of x folded into one matrix; the bias in the
+        // matmul's epilogue.
         match &self.bias {
-            Some(b) => Ok(y.add(b)?),
-            None => Ok(y),
+            Some(b) => Ok(x.linear(&self.weight, b, false)?),
+            None => Ok(x.matmul_transposed(&self.weight)?),
         }
+    }
+
+    fn forward_relu(&self, x: &Tensor) -> Option<Result<Tensor>> {
+        let b = self.bias.as_ref()?;
+        if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
+            return Some(self.forward(x)); // the same error as forward's
+        }
+        Some(x.linear(&self.weight, b, true).map_err(Into::into))
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

@@ -26,6 +26,19 @@ pub trait Module: Send + Sync {
 
     /// Whether the module is in training mode.
     fn is_training(&self) -> bool;
+
+    /// Whether the module is a ReLU, which a preceding [`Module::forward_relu`] can take over
+    /// ([`crate::Sequential`] asks). False unless overridden.
+    fn is_relu(&self) -> bool {
+        false
+    }
+
+    /// This module's forward followed by a ReLU, fused where the module can do it in one
+    /// kernel (a [`crate::Linear`] with a bias: the ReLU in its matmul's epilogue), the same
+    /// values as the two apart; `None` where it cannot (the caller then runs the two).
+    fn forward_relu(&self, _x: &Tensor) -> Option<Result<Tensor>> {
+        None
+    }
 }
 
 /// `params` with every name prefixed by `prefix` and a dot.

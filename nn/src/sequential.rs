@@ -85,16 +85,13 @@ impl Sequential {
         for segment in self.children.chunks(segment_len) {
             let segment: Vec<Child> = segment.to_vec();
             h = checkpoint(&[&h], move |inputs: &[Tensor]| {
-                let mut h = inputs.first().cloned().ok_or_else(|| {
+                let h = inputs.first().cloned().ok_or_else(|| {
                     plimsoll_autograd::Error::InvalidArgument {
                         op: "Sequential::forward_checkpointed",
                         message: "segment called without its input".to_string(),
                     }
                 })?;
-                for child in &segment {
-                    h = read(child).forward(&h).map_err(into_autograd)?;
-                }
-                Ok(h)
+                run_children(&segment, &h).map_err(into_autograd)
             })?;
         }
         Ok(h)
@@ -113,13 +110,31 @@ pub(crate) fn into_autograd(e: Error) -> plimsoll_autograd::Error {
     }
 }
 
+/// Runs `children` in order on `x`; a child followed by a ReLU runs both through its
+/// [`Module::forward_relu`] when it can (a linear layer: the ReLU in its matmul's epilogue).
+fn run_children(children: &[Child], x: &Tensor) -> Result<Tensor> {
+    let mut h = x.clone();
+    let mut i = 0;
+    while let Some(child) = children.get(i) {
+        let child = read(child);
+        let next_is_relu = children.get(i + 1).is_some_and(|c| read(c).is_relu());
+        match next_is_relu.then(|| child.forward_relu(&h)).flatten() {
+            Some(fused) => {
+                h = fused?;
+                i += 2;
+            }
+            None => {
+                h = child.forward(&h)?;
+                i += 1;
+            }
+        }
+    }
+    Ok(h)
+}
+
 impl Module for Sequential {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let mut h = x.clone();
-        for child in &self.children {
-            h = read(child).forward(&h)?;
-        }
-        Ok(h)
+        run_children(&self.children, x)
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

@@ -268,6 +268,50 @@ fn mlp_matches_reference_and_names_children() {
     assert!(mlp(&gpu, &[3], Activation::Relu, 0).is_err());
 }
 
+/// In a `Sequential`, a `Linear` followed by a `Relu` runs as one `Tensor::linear` (the ReLU in
+/// the matmul's epilogue): the output and the gradients equal those of the two run apart (a
+/// checkpoint segment of one child splits them) bit for bit, and only the ReLU's output stays
+/// saved for backward, not the pre-activation as well.
+#[test]
+fn sequential_fuses_linear_and_relu() {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let net = mlp(&gpu, &[6, 16, 16, 3], Activation::Relu, 31).unwrap();
+    let params = net.parameters();
+    let x = input(&gpu, &Rng::new(32).vec_f32(8 * 6, -1.0, 1.0), &[8, 6]);
+    let activation_bytes = || {
+        gpu.flush("stats").unwrap();
+        let stats = gpu.with_allocator(|a| a.stats().clone());
+        stats
+            .category(plimsoll_kernels_wgsl::Category::Activation)
+            .allocated_bytes
+    };
+    let before = activation_bytes();
+    let run = |segment_len: usize| {
+        let y = net.forward_checkpointed(&x, segment_len).unwrap();
+        let held = activation_bytes() - before;
+        let out = y.to_vec().unwrap();
+        y.sum_all().unwrap().backward().unwrap();
+        let grads: Vec<Vec<u32>> = params
+            .iter()
+            .map(|(_, p)| p.grad().unwrap().to_vec().unwrap())
+            .map(|g| g.into_iter().map(f32::to_bits).collect())
+            .collect();
+        zero_grad(&params);
+        (out, grads, held)
+    };
+    let (fused_y, fused_g, fused_held) = run(0);
+    let (split_y, split_g, _) = run(1);
+    assert_eq!(fused_y, split_y, "forward differs");
+    assert_eq!(fused_g, split_g, "gradients differ");
+    // Fused: the two hidden ReLU outputs (8 x 16 each) and the output (8 x 3), in 256-byte
+    // blocks at least; unfused, each hidden layer's pre-activation would be held too.
+    let hidden = 8 * 16 * 4;
+    assert!(
+        fused_held < 4 * hidden,
+        "{fused_held} activation bytes held after the fused forward"
+    );
+}
+
 #[test]
 fn checkpointed_sequential_equals_plain() {
     let gpu = gpu();
