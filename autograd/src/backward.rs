@@ -5,7 +5,9 @@
 //! Convention: `g` is the gradient of the node's output; the result holds one entry per input,
 //! in input order (`None`: no gradient for that input, e.g. integer targets).
 
+use plimsoll_kernels_wgsl::kernels::reduce;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
+use plimsoll_kernels_wgsl::{Category, Gpu};
 use smallvec::{SmallVec, smallvec};
 
 use crate::error::Result;
@@ -28,6 +30,75 @@ fn one(dx: Tensor) -> Result<Grads> {
 
 fn two((da, db): (Tensor, Tensor)) -> Result<Grads> {
     Ok(smallvec![Some(da), Some(db)])
+}
+
+/// Where a kernel writes a whole gradient of `shape`: for a leaf input (`leaf` is its slot, of
+/// that shape) the slot's [`GradSlot::target`], else a new temporary; [`landed`] then finishes.
+fn grad_target<'a>(
+    gpu: &Gpu,
+    leaf: Option<&'a GradSlot>,
+    shape: &[usize],
+) -> Result<(Tensor, Option<&'a GradSlot>)> {
+    match leaf.filter(|slot| slot.shape[..] == shape[..]) {
+        Some(slot) => Ok((slot.target()?, Some(slot))),
+        None => Ok((
+            Tensor::empty(gpu, shape, Category::Temporary, "grad")?,
+            None,
+        )),
+    }
+}
+
+/// A written [`grad_target`]: landed in its leaf's slot (`None`: nothing left to pass on), or
+/// the gradient to pass on.
+fn landed(written: Tensor, slot: Option<&GradSlot>) -> Result<Option<Tensor>> {
+    match slot {
+        Some(slot) => slot.land(written).map(|()| None),
+        None => Ok(Some(written)),
+    }
+}
+
+/// A gradient of `shape` that `write` computes into the tensor it is given: straight into the
+/// slot of a leaf input (`leaf`), or into a new temporary that is returned
+/// ([`grad_target`], [`landed`]).
+fn written_grad(
+    gpu: &Gpu,
+    leaf: Option<&GradSlot>,
+    shape: &[usize],
+    write: impl FnOnce(&Tensor) -> Result<()>,
+) -> Result<Option<Tensor>> {
+    let (target, slot) = grad_target(gpu, leaf, shape)?;
+    write(&target)?;
+    landed(target, slot)
+}
+
+/// `g` summed to `shape` (the gradient of an input broadcast to `g`'s shape), written straight
+/// into `leaf`'s slot when the input is a leaf ([`written_grad`]); `g` itself when nothing was
+/// broadcast.
+fn sum_to_grad(g: &Tensor, shape: &[usize], leaf: Option<&GradSlot>) -> Result<Option<Tensor>> {
+    if g.shape[..] == shape[..] {
+        return Ok(Some(g.clone()));
+    }
+    written_grad(&g.gpu, leaf, shape, |out| {
+        reduce::sum_to_shape(&g.gpu, out.elements()?, g.elements()?, &g.shape, shape)?;
+        Ok(())
+    })
+}
+
+/// [`wanted`] for a gradient that may have gone straight into a leaf's slot (`None`).
+fn wanted_opt(
+    needs: &[bool],
+    i: usize,
+    grad: impl FnOnce() -> Result<Option<Tensor>>,
+) -> Result<Option<Tensor>> {
+    match needs.get(i).copied().unwrap_or(true) {
+        true => grad(),
+        false => Ok(None),
+    }
+}
+
+/// Input `i`'s gradient slot when it is a leaf.
+fn leaf<'a>(leaves: &[Option<&'a GradSlot>], i: usize) -> Option<&'a GradSlot> {
+    leaves.get(i).copied().flatten()
 }
 
 /// `grad()` when input `i` needs a gradient (`needs[i]`, true when absent), else `None`.
@@ -57,8 +128,8 @@ pub(crate) fn backward_op(
         // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
         // (an input that needs none, such as a constant mask, gets no reduction)
         Op::Add { lhs, rhs } => Ok(smallvec![
-            wanted(needs, 0, || sum_to(g, lhs))?,
-            wanted(needs, 1, || sum_to(g, rhs))?,
+            wanted_opt(needs, 0, || sum_to_grad(g, lhs, leaf(leaves, 0)))?,
+            wanted_opt(needs, 1, || sum_to_grad(g, rhs, leaf(leaves, 1)))?,
         ]),
         // d(a-b)/da = 1, d(a-b)/db = -1
         Op::Sub { lhs, rhs } => Ok(smallvec![
@@ -110,7 +181,7 @@ pub(crate) fn backward_op(
                 None => g.clone(),
             };
             let n = weight.shape[0];
-            let db = wanted(needs, 2, || sum_to(&dz, &[n]))?;
+            let db = wanted_opt(needs, 2, || sum_to_grad(&dz, &[n], leaf(leaves, 2)))?;
             let (dx, dw) = matmul_transposed_grads(&dz, x, weight, needs, leaves)?;
             Ok(smallvec![dx, dw, db])
         }
@@ -151,13 +222,24 @@ pub(crate) fn backward_op(
             gamma,
             mean,
             rstd,
-        } => Ok(layer_norm_grads(g, [x, gamma, mean, rstd], *rows, *cols)?
-            .into_iter()
-            .map(Some)
-            .collect()),
-        // dtable[v] = Σ_{t: ids[t] = v} g[t]; the ids get none
+        } => {
+            // dγ and dβ straight into the parameters' slots when they are leaves
+            let (dgamma, gamma_slot) = grad_target(&g.gpu, leaf(leaves, 1), &[*cols])?;
+            let (dbeta, beta_slot) = grad_target(&g.gpu, leaf(leaves, 2), &[*cols])?;
+            let dx = layer_norm_grads(g, [x, gamma, mean, rstd], [&dgamma, &dbeta], *rows, *cols)?;
+            Ok(smallvec![
+                Some(dx),
+                landed(dgamma, gamma_slot)?,
+                landed(dbeta, beta_slot)?
+            ])
+        }
+        // dtable[v] = Σ_{t: ids[t] = v} g[t] (straight into the table's slot when it is a
+        // leaf); the ids get none
         Op::Embedding { vocab, dim, ids } => {
-            Ok(smallvec![Some(embedding_grad(g, ids, *vocab, *dim)?), None])
+            let dtable = written_grad(&g.gpu, leaf(leaves, 0), &[*vocab, *dim], |out| {
+                embedding_grad(out, g, ids, *vocab, *dim)
+            })?;
+            Ok(smallvec![dtable, None])
         }
         // dx = g ⊙ mask / (1 - p), the mask redrawn from the seed
         Op::Dropout { p, seed } => one(dropout_grad(g, *p, *seed)?),

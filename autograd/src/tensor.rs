@@ -110,6 +110,32 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl GradSlot {
+    /// A tensor of the slot's shape for a kernel to write a whole gradient into, then handed to
+    /// [`GradSlot::land`]: a new tensor of the slot's category when the slot is empty (it then
+    /// becomes the gradient: no temporary, no copy), else a temporary that `land` adds in.
+    pub(crate) fn target(&self) -> Result<Tensor> {
+        let empty = lock(&self.grad).is_none();
+        let category = if empty {
+            self.category
+        } else {
+            Category::Temporary
+        };
+        Tensor::empty(&self.gpu, &self.shape, category, &self.label)
+    }
+
+    /// Stores `written` (from [`GradSlot::target`]) as the gradient, or adds it to the one
+    /// there.
+    pub(crate) fn land(&self, written: Tensor) -> Result<()> {
+        let mut slot = lock(&self.grad);
+        match slot.as_ref() {
+            Some(existing) => crate::ops::elementwise::add_into(existing, &written),
+            None => {
+                *slot = Some(written);
+                Ok(())
+            }
+        }
+    }
+
     /// `grad += g` (the first gradient is copied into a buffer of the slot's category).
     pub(crate) fn accumulate(&self, g: &Tensor) -> Result<()> {
         let mut slot = lock(&self.grad);

@@ -266,17 +266,16 @@ pub(crate) fn cross_entropy_grad(
     Ok(dx)
 }
 
-/// The gradients `(dx, dgamma, dbeta)` of layer norm from what its forward saved.
+/// The gradient `dx` of layer norm from what its forward saved, with `dgamma` and `dbeta`
+/// written into the two tensors given.
 pub(crate) fn layer_norm_grads(
     g: &Tensor,
     [x, gamma, mean, rstd]: [&Tensor; 4],
+    [dgamma, dbeta]: [&Tensor; 2],
     rows: usize,
     cols: usize,
-) -> Result<[Tensor; 3]> {
-    let t = Category::Temporary;
-    let dx = Tensor::empty(&g.gpu, &x.shape, t, "layer_norm grad")?;
-    let dgamma = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
-    let dbeta = Tensor::empty(&g.gpu, &[cols], t, "layer_norm grad")?;
+) -> Result<Tensor> {
+    let dx = Tensor::empty(&g.gpu, &x.shape, Category::Temporary, "layer_norm grad")?;
     let dims = LayerNormDims {
         rows: rows as u64,
         cols: cols as u64,
@@ -294,12 +293,17 @@ pub(crate) fn layer_norm_grads(
         ],
         g.elements()?,
     )?;
-    Ok([dx, dgamma, dbeta])
+    Ok(dx)
 }
 
-/// The gradient of an embedding table: rows of `g` added up per id of `ids`.
-pub(crate) fn embedding_grad(g: &Tensor, ids: &Tensor, vocab: usize, dim: usize) -> Result<Tensor> {
-    let dtable = Tensor::empty(&g.gpu, &[vocab, dim], Category::Temporary, "embedding grad")?;
+/// Writes the gradient of an embedding table into `dtable`: rows of `g` added up per id of `ids`.
+pub(crate) fn embedding_grad(
+    dtable: &Tensor,
+    g: &Tensor,
+    ids: &Tensor,
+    vocab: usize,
+    dim: usize,
+) -> Result<()> {
     let (dy, ids) = (g.elements()?, ids.elements()?);
     embedding::scatter_add(
         &g.gpu,
@@ -309,5 +313,5 @@ pub(crate) fn embedding_grad(g: &Tensor, ids: &Tensor, vocab: usize, dim: usize)
         vocab as u64,
         dim as u64,
     )?;
-    Ok(dtable)
+    Ok(())
 }

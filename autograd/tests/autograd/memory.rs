@@ -233,3 +233,79 @@ fn a_ten_thousand_node_chain_drops_and_backpropagates_without_recursion() {
     assert_eq!(w.grad().unwrap().to_vec().unwrap(), vec![1.0]);
     let _ = TensorOptions::default();
 }
+
+/// Gradients that a kernel writes whole go straight into a leaf's slot: a broadcast bias's
+/// sum over rows, layer norm's dγ and dβ, an embedding table's rows. Watched through the peak
+/// of `Temporary` bytes during backward: besides the incoming gradient (and layer norm's dx,
+/// the sort's small scratch), no temporary of the parameter's size is allocated, which the old
+/// path (a temporary, then a copy into the slot) did. Each gradient is checked against its
+/// hand-worked value, and is a `Gradient` buffer.
+#[test]
+fn written_gradients_go_straight_into_leaf_slots() {
+    let gpu = fresh_gpu();
+    let n = 4096usize;
+    let row = 4 * n as u64; // bytes of one [n] tensor
+    let grad = |t: &Tensor| {
+        let g = t.grad().unwrap();
+        assert_eq!(g.category(), Category::Gradient);
+        g.to_vec().unwrap()
+    };
+    // y = x + b with x [2, n] (not a leaf) and b [n]: db = column sums of the ones = 2.
+    let x = Tensor::ones(&gpu, &[2, n], TensorOptions::default()).unwrap();
+    let b = param(&gpu, &vec![0.5; n], &[n]);
+    let y = x.add(&b).unwrap().sum_all().unwrap();
+    reset_peaks(&gpu);
+    y.backward().unwrap();
+    // The incoming [2, n] gradient (2 rows) and the scalar seed; a temporary db would be one
+    // row more.
+    let temporary = peak(&gpu, Category::Temporary);
+    assert!(
+        temporary < 2 * row + row / 2,
+        "{temporary} B of temporaries for the bias"
+    );
+    assert_eq!(grad(&b), vec![2.0; n]);
+
+    // Layer norm of [2, n] rows: dβ = Σ_rows g = 2; dγ = Σ_rows x̂ = 0 for two rows that are
+    // each other's negation (x̂ is ±1 per column, opposite in the two rows).
+    let data: Vec<f32> = (0..2 * n)
+        .map(|i| if (i / n + i % 2) % 2 == 0 { 1.0 } else { -1.0 })
+        .collect();
+    let x = Tensor::from_slice(&gpu, &data, &[2, n]).unwrap();
+    let gamma = param(&gpu, &vec![1.0; n], &[n]);
+    let beta = param(&gpu, &vec![0.0; n], &[n]);
+    let y = x
+        .layer_norm(&gamma, &beta, 1e-5)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    reset_peaks(&gpu);
+    y.backward().unwrap();
+    // The incoming gradient and dx (2 rows each); dγ and dβ as temporaries would be 2 rows more.
+    let temporary = peak(&gpu, Category::Temporary);
+    assert!(
+        temporary < 5 * row,
+        "{temporary} B of temporaries for dγ and dβ"
+    );
+    assert_eq!(grad(&beta), vec![2.0; n]);
+    assert!(grad(&gamma).iter().all(|v| v.abs() < 1e-5));
+
+    // An embedding table [64, 64] looked up by 4 ids: each row's gradient is its count.
+    let table = param(&gpu, &vec![0.0; 64 * 64], &[64, 64]);
+    let ids = Tensor::from_indices(&gpu, &[3, 9, 3, 63], &[4]).unwrap();
+    let y = table.embedding(&ids).unwrap().sum_all().unwrap();
+    reset_peaks(&gpu);
+    y.backward().unwrap();
+    // The incoming [4, 64] gradient and the sort's scratch are far below the 16 KiB table.
+    let temporary = peak(&gpu, Category::Temporary);
+    assert!(
+        temporary < 8 * 1024,
+        "{temporary} B of temporaries for the table"
+    );
+    let got = grad(&table);
+    for (r, want) in [(3, 2.0), (9, 1.0), (63, 1.0), (0, 0.0)] {
+        assert!(
+            got[r * 64..(r + 1) * 64].iter().all(|&v| v == want),
+            "row {r}"
+        );
+    }
+}
