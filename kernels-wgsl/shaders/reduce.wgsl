@@ -18,7 +18,7 @@
 //                                               (writes every element: no zero-fill needed)
 //   sum_all, mean_all     @workgroup_size(256): dst[0] = sum / mean of src[0 .. n)
 //   max_all               @workgroup_size(256): dst[0] = max, idx_out[0] = its flat index
-//   sum_squares_chunks(_v4) @workgroup_size(256): dst[w] = sum of src[i]^2 over chunk w (below)
+//   sum_squares_chunks(_v4) @workgroup_size(256): dst[c] = sum of src[i]^2 over chunk c (below)
 // For *_all, n = outer * axis_len * inner (write outer = inner = 1, axis_len = n).
 //
 // Params (uniform, 48 bytes):
@@ -222,71 +222,68 @@ fn sum_all(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
-// Sums of squares by chunks: workgroup w writes dst[dst_offset + w] = sum of src[i]^2 over its
-// chunk i in [w * SQ_CHUNK, min(n, (w + 1) * SQ_CHUNK)), by a fixed-order tree (the squares are
-// not stored). Dispatch (ceil(n / SQ_CHUNK), 1, 1), at least one workgroup: with one, dst gets
-// the whole sum. The chunks depend on n alone, so the result is deterministic; the launcher adds
-// the chunks' sums with sum_all when there are several (kernels::reduce::sum_squares_chunks).
-// SQ_CHUNK is a multiple of 4 * ALL_WG: each invocation takes at most 16 vec4s (or 64 scalars,
-// 16 passes of 4) of its chunk, far below lavapipe's loop limit.
-const SQ_CHUNK: u32 = 16384u;
+// Sums of squares by chunks: invocation c (= workgroup_id.x * 256 + local index) writes
+// dst[dst_offset + c] = sum of src[i]^2 over its chunk i in [c * SQ_CHUNK, min(n, (c + 1) *
+// SQ_CHUNK)), in order (the squares are not stored); invocations past the last chunk return.
+// Dispatch (ceil(chunks / 256), 1, 1) with chunks = max(1, ceil(n / SQ_CHUNK)): with one
+// chunk, dst gets the whole sum. No workgroup memory and no barrier (on lavapipe a barrier
+// costs more than the loads of a chunk); the chunks depend on n alone, so the result is
+// deterministic; the launcher adds the chunks' sums with sum_all when there are several
+// (kernels::reduce::sum_squares_chunks), the trainer on the host. Each invocation takes 64
+// vec4s (or 64 passes of 4 scalars): far below lavapipe's loop limit.
+const SQ_CHUNK: u32 = 256u;
 
 @compute @workgroup_size(256)
-fn sum_squares_chunks(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-) {
+fn sum_squares_chunks(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n = params.outer * params.axis_len * params.inner;
-    let start = wid.x * SQ_CHUNK;
+    let c = gid.x;
+    let start = c * SQ_CHUNK;
+    if (c > 0u && start >= n) {
+        return;
+    }
     let end = min(n, start + SQ_CHUNK);
     let base = params.src_offset;
     var acc = 0.0;
-    var i = start + lid;
-    for (; i + 3u * ALL_WG < end; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+    var i = start;
+    for (; i + 4u <= end; i += 4u) {   // 4 per iteration: see UNROLL
         let v0 = src[base + i];
-        let v1 = src[base + i + ALL_WG];
-        let v2 = src[base + i + 2u * ALL_WG];
-        let v3 = src[base + i + 3u * ALL_WG];
+        let v1 = src[base + i + 1u];
+        let v2 = src[base + i + 2u];
+        let v3 = src[base + i + 3u];
         acc += v0 * v0;
         acc += v1 * v1;
         acc += v2 * v2;
         acc += v3 * v3;
     }
-    for (; i < end; i += ALL_WG) {
+    for (; i < end; i++) {
         let v = src[base + i];
         acc += v * v;
     }
-    tree_sum(lid, acc);
-    if (lid == 0u) {
-        dst[params.dst_offset + wid.x] = partial_value[0];
-    }
+    dst[params.dst_offset + c] = acc;
 }
 
 // sum_squares_chunks over vec4s (the launcher's choice when src_offset is a multiple of 4; a
-// chunk starts on a multiple of 4 too): each invocation takes every 256th vec4 of its chunk;
-// components past the chunk's end (the last vec4's, past n) count as 0. Another order of
-// additions than sum_squares_chunks (rounding only); still fixed.
+// chunk starts on a multiple of 4 too); components past n (the last vec4's) count as 0.
+// Another order of additions than sum_squares_chunks (rounding only); still fixed.
 @compute @workgroup_size(256)
-fn sum_squares_chunks_v4(
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-) {
+fn sum_squares_chunks_v4(@builtin(global_invocation_id) gid: vec3<u32>) {
     let n = params.outer * params.axis_len * params.inner;
-    let start = wid.x * SQ_CHUNK;
+    let c = gid.x;
+    let start = c * SQ_CHUNK;
+    if (c > 0u && start >= n) {
+        return;
+    }
     let end = min(n, start + SQ_CHUNK);
     let base4 = (params.src_offset + start) / 4u;
     let n4 = (end - start + 3u) / 4u;
     var acc = 0.0;
-    for (var i = lid; i < n4; i += ALL_WG) {
+    for (var i = 0u; i < n4; i++) {
         let first = start + 4u * i;
         let inside = vec4<bool>(first < end, first + 1u < end, first + 2u < end, first + 3u < end);
         let v = select(vec4<f32>(0.0), src_v4[base4 + i], inside);
         acc += dot(v, v);
     }
-    tree_sum(lid, acc);
-    if (lid == 0u) {
-        dst[params.dst_offset + wid.x] = partial_value[0];
-    }
+    dst[params.dst_offset + c] = acc;
 }
 
 @compute @workgroup_size(256)

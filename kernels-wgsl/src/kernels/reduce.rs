@@ -97,8 +97,9 @@ pub const MAX_BACKWARD: Kernel =
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
 pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", [src, dst], ALL_WORKGROUP as u32);
 
-/// Elements per workgroup of the `sum_squares_chunks` entry points (`SQ_CHUNK` in the shader).
-pub const SQUARES_CHUNK: u64 = 16384;
+/// Elements per invocation (one sum each) of the `sum_squares_chunks` entry points (`SQ_CHUNK`
+/// in the shader).
+pub const SQUARES_CHUNK: u64 = 256;
 
 /// The `sum_squares_chunks_v4` entry point (vec4 loads; `src` 4-aligned): bindings `src_v4`,
 /// `dst`.
@@ -343,21 +344,24 @@ pub const fn squares_chunks(len: u64) -> u64 {
     }
 }
 
-/// Records `out[w] = sum of x[i]²` over chunk `w` of `x` (elements `w * SQUARES_CHUNK ..`), one
-/// workgroup per chunk; `out` holds [`squares_chunks`]`(x.len())` elements (their sum is the
-/// sum of squares of `x`; with one chunk, `out[0]` is it). The squares are not stored: a
-/// gradient norm's terms in one pass over `x`, spread over the device. The chunks depend on the
-/// length alone, so the result is deterministic. Reads `x` as `vec4`s when it starts on a
-/// multiple of 4 elements.
+/// Records `out[c] = sum of x[i]²` over chunk `c` of `x` (elements `c * SQUARES_CHUNK ..`), one
+/// invocation per chunk and no barrier; `out` holds [`squares_chunks`]`(x.len())` elements
+/// (their sum is the sum of squares of `x`; with one chunk, `out[0]` is it). The squares are
+/// not stored: a gradient norm's terms in one pass over `x`, spread over the device. The chunks
+/// depend on the length alone, so the result is deterministic. Reads `x` as `vec4`s when it
+/// starts on a multiple of 4 elements.
 pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
     let op = "sum_squares_chunks";
     let chunks = squares_chunks(x.len());
     out.expect_len(op, "out", chunks)?;
-    if chunks > 65_535 || x.len() > u64::from(u32::MAX) {
+    let workgroups = chunks.div_ceil(ALL_WORKGROUP);
+    let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
+    if x.len() > u64::from(u32::MAX) || workgroups > max {
         return Err(Error::InvalidArgument {
             op,
             message: format!(
-                "{} elements need {chunks} workgroups, more than 65535: split the tensor",
+                "{} elements need {workgroups} workgroups, more than the device's {max}: split \
+                 the tensor",
                 x.len()
             ),
         });
@@ -381,7 +385,7 @@ pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -
         overrides: &[],
         params: bytemuck::bytes_of(&params),
         buffers: &buffers,
-        workgroups: [chunks as u32, 1, 1],
+        workgroups: [workgroups as u32, 1, 1],
         work: crate::recorder::Work::of_slices(&buffers),
     })
 }
