@@ -72,3 +72,22 @@ fn strided_copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
     }
     dst_v4[params.dst_offset + i] = src_v4[source_index(i)];
 }
+
+// strided_copy_rows_v4: `strided_copy_v4` a whole innermost run per invocation: invocation r
+// copies the run4 = shape[rank - 1] vec4s of row r (params.len rows), so the index arithmetic
+// of `source_index` (a division and a remainder per dimension) is paid once per run instead
+// of once per vec4. The launcher takes it for runs of 2 to 64 vec4s (attention's head split
+// and merge: 8); the loop then stays far below lavapipe's loop limit.
+@compute @workgroup_size(256)
+fn strided_copy_rows_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let r = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    if r >= params.len {
+        return;
+    }
+    let run4 = params.shape[(params.rank - 1u) / 4u][(params.rank - 1u) % 4u];
+    let at = source_index(r * run4);
+    let to = params.dst_offset + r * run4;
+    for (var j = 0u; j < run4; j++) {
+        dst_v4[to + j] = src_v4[at + j];
+    }
+}

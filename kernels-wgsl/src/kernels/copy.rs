@@ -35,6 +35,17 @@ pub const STRIDED_COPY_V4: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// The `strided_copy_rows_v4` entry point (a whole innermost run of vec4s per invocation).
+pub const STRIDED_COPY_ROWS_V4: Kernel = kernel!(
+    "copy",
+    "strided_copy_rows_v4",
+    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// Longest innermost run (in vec4s) that `strided_copy_rows_v4` copies in one invocation.
+const MAX_ROW_RUN: u32 = 64;
+
 shader_params! {
     /// The `Params` of `copy.wgsl` (shared by both entry points).
     struct Params {
@@ -100,10 +111,13 @@ pub fn strided_copy(
         && strides[..rank - 1].iter().all(|s| s.is_multiple_of(4))
         && src.index().is_multiple_of(4)
         && dst.index().is_multiple_of(4);
-    let (kernel, unit) = if vec4 {
-        (&STRIDED_COPY_V4, 4)
-    } else {
-        (&STRIDED_COPY, 1)
+    // A run of 2 to MAX_ROW_RUN vec4s: one invocation per run (the index arithmetic once).
+    let run4 = shape[rank - 1] / 4;
+    let rows = vec4 && (2..=MAX_ROW_RUN).contains(&run4);
+    let (kernel, unit) = match (vec4, rows) {
+        (true, true) => (&STRIDED_COPY_ROWS_V4, 4),
+        (true, false) => (&STRIDED_COPY_V4, 4),
+        _ => (&STRIDED_COPY, 1),
     };
     let mut params = Params {
         rank: rank as u32,
@@ -120,7 +134,13 @@ pub fn strided_copy(
             *s /= 4;
         }
     }
-    launch_1d(gpu, kernel, &[], &params, &[src, dst], len / unit)
+    let invocations = if rows {
+        len / 4 / u64::from(run4)
+    } else {
+        len / unit
+    };
+    params.len = invocations as u32;
+    launch_1d(gpu, kernel, &[], &params, &[src, dst], invocations)
 }
 
 /// The same gather with fewer dimensions: extents of 1 dropped, and each dimension merged into

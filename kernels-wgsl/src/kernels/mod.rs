@@ -129,6 +129,7 @@ pub const ALL: &[Kernel] = &[
     copy::COPY_V4,
     copy::STRIDED_COPY,
     copy::STRIDED_COPY_V4,
+    copy::STRIDED_COPY_ROWS_V4,
     cross_entropy::FORWARD,
     cross_entropy::BACKWARD,
     cross_entropy::FORWARD_ROWS,

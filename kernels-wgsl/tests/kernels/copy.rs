@@ -36,7 +36,7 @@ fn strided_copy_matches_reference() {
     let gpu = gpu();
     let mut rng = Rng::new(31);
     // (shape of the source, permutation of its axes)
-    let cases: [(&[usize], &[usize]); 8] = [
+    let cases: [(&[usize], &[usize]); 10] = [
         (&[37, 53], &[1, 0]),     // transpose
         (&[3, 5, 7], &[2, 0, 1]), // permute
         (&[2, 3, 4, 5], &[3, 1, 2, 0]),
@@ -47,6 +47,10 @@ fn strided_copy_matches_reference() {
         (&[2, 6, 3, 4, 8], &[2, 0, 3, 1, 4]),
         (&[5, 12], &[0, 1]), // the identity: merged into one contiguous run
         (&[4, 1, 3, 8], &[2, 1, 0, 3]), // an extent of 1, and a merge of the last two
+        // Runs of one vec4 (one invocation each), and of 65 (past the longest run per
+        // invocation): strided_copy_v4 where aligned; runs of 2 to 64 take the rows variant.
+        (&[3, 7, 4], &[1, 0, 2]),
+        (&[2, 3, 260], &[1, 0, 2]),
     ];
     for ((shape, perm), (src_offset, dst_at)) in cases
         .into_iter()
