@@ -20,7 +20,9 @@
 //   log_softmax_backward: dx = dy - exp(y) * sum_j dy_j            (y = log-softmax output)
 //
 // Params (uniform, 32 bytes): { rows: u32, cols: u32, x_offset: u32, y_offset: u32,
-//   dy_offset: u32, dx_offset: u32, _pad0: u32, _pad1: u32 }
+//   dy_offset: u32, dx_offset: u32, causal: u32, _pad0: u32 }
+//   causal: 0, or T for a causal softmax of [.., T, T] scores (softmax_forward only; see
+//   causal_valid: the masked columns come out 0).
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset); the forward uses x_offset, y_offset, the
 //   backward y_offset, dy_offset, dx_offset.
@@ -44,6 +46,20 @@ fn row_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 }
 
 const NEG_INF_BITS: u32 = 0xff800000u;
+
+// The causal mask (params.causal = T > 0, rows of [.., T, T] scores): row r is query position
+// r % T and sees columns j <= r % T; the others read as -inf (exp 0), exactly what adding a mask
+// of -1e9 there gives (exp underflows to 0; the row max is a seen column's). 0: every column.
+var<private> valid_cols: u32;
+
+fn causal_valid(r: u32) -> u32 {
+    return select(params.cols, min(params.cols, r % max(params.causal, 1u) + 1u), params.causal != 0u);
+}
+
+// x[b + j] of the current row, or -inf past its valid columns.
+fn xv(b: u32, j: u32) -> f32 {
+    return select(bitcast<f32>(NEG_INF_BITS), x[b + j], j < valid_cols);
+}
 
 // Online softmax: running max m and s = sum of exp(v - m) over the values seen so far.
 struct Stats {
@@ -75,9 +91,9 @@ fn row_stats(r: u32) -> Stats {
     var st = Stats(bitcast<f32>(NEG_INF_BITS), 0.0);
     var j = 0u;
     for (; j + 8u <= n; j += 8u) {
-        let v0 = x[b + j]; let v1 = x[b + j + 1u]; let v2 = x[b + j + 2u]; let v3 = x[b + j + 3u];
-        let v4 = x[b + j + 4u]; let v5 = x[b + j + 5u]; let v6 = x[b + j + 6u];
-        let v7 = x[b + j + 7u];
+        let v0 = xv(b, j); let v1 = xv(b, j + 1u); let v2 = xv(b, j + 2u); let v3 = xv(b, j + 3u);
+        let v4 = xv(b, j + 4u); let v5 = xv(b, j + 5u); let v6 = xv(b, j + 6u);
+        let v7 = xv(b, j + 7u);
         let m = max(st.m, max(max(max(v0, v1), max(v2, v3)), max(max(v4, v5), max(v6, v7))));
         let c = shift_of(m);
         st.s = st.s * rescale(st.m, m) + exp(v0 - c) + exp(v1 - c) + exp(v2 - c) + exp(v3 - c)
@@ -85,7 +101,7 @@ fn row_stats(r: u32) -> Stats {
         st.m = m;
     }
     for (var i = 0u; i < 7u; i++) {
-        if (j + i < n) { st = see(st, x[b + j + i]); }
+        if (j + i < n) { st = see(st, xv(b, j + i)); }
     }
     return st;
 }
@@ -93,13 +109,14 @@ fn row_stats(r: u32) -> Stats {
 // Output column j of a forward (softmax when log is false).
 fn put_forward(xb: u32, yb: u32, j: u32, m: f32, inv_sum: f32, log_sum: f32, is_log: bool) {
     if (is_log) {
-        y[yb + j] = (x[xb + j] - m) - log_sum;
+        y[yb + j] = (xv(xb, j) - m) - log_sum;
     } else {
-        y[yb + j] = exp(x[xb + j] - m) * inv_sum;
+        y[yb + j] = exp(xv(xb, j) - m) * inv_sum;
     }
 }
 
 fn forward_row(r: u32, is_log: bool) {
+    valid_cols = causal_valid(r);
     let xb = params.x_offset + r * params.cols;
     let yb = params.y_offset + r * params.cols;
     let st = row_stats(r);

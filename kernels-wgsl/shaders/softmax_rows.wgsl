@@ -27,6 +27,17 @@ fn rescale(m: f32, m_new: f32) -> f32 {
     return select(exp(m - m_new), 1.0, m == m_new);
 }
 
+// softmax.wgsl's causal mask (params.causal), the same way.
+var<private> valid_cols: u32;
+
+fn causal_valid(r: u32) -> u32 {
+    return select(params.cols, min(params.cols, r % max(params.causal, 1u) + 1u), params.causal != 0u);
+}
+
+fn xv(b: u32, j: u32) -> f32 {
+    return select(bitcast<f32>(NEG_INF_BITS), x[b + j], j < valid_cols);
+}
+
 fn shift_of(m: f32) -> f32 {
     return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
 }
@@ -37,7 +48,7 @@ fn row_stats(r: u32, lid: u32) {
     var m = bitcast<f32>(NEG_INF_BITS);
     var s = 0.0;
     for (var j = lid; j < params.cols; j += RW) {
-        let v = x[b + j];
+        let v = xv(b, j);
         let m_new = max(m, v);
         s = s * rescale(m, m_new) + exp(v - shift_of(m_new));
         m = m_new;
@@ -58,6 +69,7 @@ fn row_stats(r: u32, lid: u32) {
 }
 
 fn forward_row(r: u32, lid: u32, is_log: bool) {
+    valid_cols = causal_valid(r);
     row_stats(r, lid);
     let m = part_m[0];
     let total = part_s[0];
@@ -67,9 +79,9 @@ fn forward_row(r: u32, lid: u32, is_log: bool) {
     let yb = params.y_offset + r * params.cols;
     for (var j = lid; j < params.cols; j += RW) {
         if (is_log) {
-            y[yb + j] = (x[xb + j] - m) - log_sum;
+            y[yb + j] = (xv(xb, j) - m) - log_sum;
         } else {
-            y[yb + j] = exp(x[xb + j] - m) * inv_sum;
+            y[yb + j] = exp(xv(xb, j) - m) * inv_sum;
         }
     }
 }

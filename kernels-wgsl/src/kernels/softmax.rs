@@ -92,8 +92,8 @@ shader_params! {
         y_offset: u32,
         dy_offset: u32,
         dx_offset: u32,
+        causal: u32,
         _pad0: u32,
-        _pad1: u32,
     }
 }
 
@@ -129,6 +129,55 @@ pub fn forward_in(
     rows: u64,
     cols: u64,
 ) -> Result<()> {
+    launch_forward(gpu, layout, kind, [y, x], [rows, cols], 0)
+}
+
+/// Records the causal softmax of `[rows, cols]` attention scores `x` (rows of `[.., T, T]`
+/// scores, `T = cols`: row `r` is query position `r % T`) into `y`: `y[r, j] = softmax over
+/// j' <= r % T of x[r, j']` for `j <= r % T` and 0 after, in the layout [`row_layout`] picks.
+/// The same values as adding a mask of `-1e9` above the diagonal and then [`forward`] (the
+/// masked terms' exponentials are 0 either way), in one pass and without the mask. Its backward
+/// is [`backward`]'s softmax one (the zeros stay zero).
+pub fn forward_causal(
+    gpu: &Gpu,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    rows: u64,
+    cols: u64,
+) -> Result<()> {
+    forward_causal_in(gpu, row_layout(gpu, rows, cols), y, x, rows, cols)
+}
+
+/// [`forward_causal`] in the given layout.
+pub fn forward_causal_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    y: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    rows: u64,
+    cols: u64,
+) -> Result<()> {
+    // cols fits u32 once checked_len has passed (launch_forward checks before dispatching).
+    let period = u32::try_from(cols).unwrap_or(u32::MAX);
+    launch_forward(
+        gpu,
+        layout,
+        SoftmaxKind::Softmax,
+        [y, x],
+        [rows, cols],
+        period,
+    )
+}
+
+/// Validates and records a forward; `causal` is the mask's period (0: none).
+fn launch_forward(
+    gpu: &Gpu,
+    layout: RowLayout,
+    kind: SoftmaxKind,
+    [y, x]: [DeviceSlice<'_>; 2],
+    [rows, cols]: [u64; 2],
+    causal: u32,
+) -> Result<()> {
     let kernel = match (layout, kind) {
         (RowLayout::InvocationPerRow, SoftmaxKind::Softmax) => &SOFTMAX_FORWARD,
         (RowLayout::InvocationPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_FORWARD,
@@ -144,6 +193,7 @@ pub fn forward_in(
         cols: cols as u32,
         x_offset: x.index(),
         y_offset: y.index(),
+        causal,
         ..Params::default()
     };
     launch_rows(gpu, layout, kernel, &params, &[x, y], rows.min(len))

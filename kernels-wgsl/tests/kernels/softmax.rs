@@ -227,3 +227,59 @@ fn softmax_at_the_loop_limit_matches_reference() {
         );
     }
 }
+
+/// `forward_causal` against the unfused oracle: scores plus a `-1e9` mask above each block's
+/// diagonal (what the GPT added before), then `forward`; bit for bit, in both layouts, for
+/// `T` below, at and past the 8-column unroll (and 64, the GPT's context), two batches of rows.
+/// The masked outputs are exactly 0.
+#[test]
+fn causal_softmax_equals_mask_then_softmax() {
+    use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
+    let gpu = gpu();
+    let mut rng = Rng::new(0xca5a);
+    for t in [1usize, 5, 8, 13, 64] {
+        let rows = 2 * t;
+        let x = rng.vec_f32(rows * t, -4.0, 4.0);
+        let mask: Vec<f32> = (0..t * t)
+            .map(|i| if i % t > i / t { -1e9 } else { 0.0 })
+            .collect();
+        let x_gpu = gpu.upload(&x, Category::Activation, "x").unwrap();
+        let mask_gpu = gpu.upload(&mask, Category::Activation, "mask").unwrap();
+        let masked = gpu
+            .alloc_elements((rows * t) as u64, Category::Activation, "xm")
+            .unwrap();
+        let add = BinaryDims {
+            op: BinaryOp::Add,
+            a_shape: &[2, t, t],
+            b_shape: &[t, t],
+        };
+        binary::broadcast(&gpu, &add, masked.whole(), x_gpu.whole(), mask_gpu.whole()).unwrap();
+        for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+            let (r, c) = (rows as u64, t as u64);
+            let fused = gpu
+                .alloc_elements(r * c, Category::Activation, "y")
+                .unwrap();
+            let plain = gpu
+                .alloc_elements(r * c, Category::Activation, "y")
+                .unwrap();
+            softmax::forward_causal_in(&gpu, layout, fused.whole(), x_gpu.whole(), r, c).unwrap();
+            let kind = SoftmaxKind::Softmax;
+            softmax::forward_in(&gpu, layout, kind, plain.whole(), masked.whole(), r, c).unwrap();
+            let got: Vec<f32> = gpu
+                .read_all(&fused, plimsoll_kernels_wgsl::testing::DEADLINE)
+                .unwrap();
+            let want: Vec<f32> = gpu
+                .read_all(&plain, plimsoll_kernels_wgsl::testing::DEADLINE)
+                .unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g.to_bits() == w.to_bits(),
+                    "T {t} {layout:?}: element {i} is {g} fused, {w} masked"
+                );
+                if i % t > (i / t) % t {
+                    assert_eq!(*g, 0.0, "T {t} {layout:?}: masked element {i}");
+                }
+            }
+        }
+    }
+}
