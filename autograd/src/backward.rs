@@ -164,9 +164,9 @@ pub(crate) fn backward_op(
             let (da, db) = matmul_grads(g, a, b, needs, leaves)?;
             Ok(smallvec![da, db])
         }
-        // C = A·Bᵀ: dA = G·B, dB = Gᵀ·A (the rows of A folded into one matrix)
-        Op::MatmulTransposed { a, b } => {
-            let (da, db) = matmul_transposed_grads(g, a, b, needs, leaves)?;
+        // C = alpha·A·Bᵀ: dA = alpha·G·B, dB = alpha·Gᵀ·A (the rows of A folded into one matrix)
+        Op::MatmulTransposed { a, b, alpha } => {
+            let (da, db) = matmul_transposed_grads(g, [a, b], *alpha, needs, leaves)?;
             Ok(smallvec![da, db])
         }
         // y = relu(z), z = x·Wᵀ + b: dz = g ⊙ [y > 0] (g without the ReLU); then db = Σ_rows dz
@@ -182,7 +182,7 @@ pub(crate) fn backward_op(
             };
             let n = weight.shape[0];
             let db = wanted_opt(needs, 2, || sum_to_grad(&dz, &[n], leaf(leaves, 2)))?;
-            let (dx, dw) = matmul_transposed_grads(&dz, x, weight, needs, leaves)?;
+            let (dx, dw) = matmul_transposed_grads(&dz, [x, weight], 1.0, needs, leaves)?;
             Ok(smallvec![dx, dw, db])
         }
         // dx = permute(g, perm⁻¹)

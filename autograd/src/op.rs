@@ -92,6 +92,8 @@ pub enum Op {
         a: Tensor,
         /// `b`, `[n, k]`.
         b: Tensor,
+        /// The scale (1 for a plain product).
+        alpha: f32,
     },
     /// `x · weightᵀ + bias` (inputs `x`, `weight`, `bias`), then ReLU when `relu_output` is
     /// saved: [`crate::Tensor::linear`].

@@ -77,6 +77,8 @@ struct Product {
     dims: (usize, usize, usize, usize),
     trans: (bool, bool),
     strides: (usize, usize),
+    /// The kernel's scale: `alpha · op(A) · op(B)`.
+    alpha: f32,
 }
 
 impl Product {
@@ -91,6 +93,7 @@ impl Product {
             batch_stride_b: self.strides.1,
             batch_stride_c: m * n,
             accumulate,
+            alpha: self.alpha,
             ..MatmulDims::dense(batch, m, n, k)
         };
         matmul::matmul(&a.gpu, &d, out.elements()?, a.elements()?, b.elements()?)?;
@@ -150,6 +153,7 @@ impl Tensor {
             dims: (p.batch, p.m, p.n, p.k),
             trans: (false, false),
             strides: (stride_a, p.k * p.n),
+            alpha: 1.0,
         };
         let out = product.new_tensor(self, rhs, &shape, output_category(recording))?;
         Ok(record(out, &[self, rhs], || Op::Matmul {
@@ -163,6 +167,12 @@ impl Tensor {
     /// `[.., m, k]` and `[.., n, k]` with equal batch dimensions, the batched `[.., m, n]`
     /// (attention's `q @ k.transpose(-2, -1)`). The transpose is the kernel's flag, never a copy.
     pub fn matmul_transposed(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.matmul_transposed_scaled(rhs, 1.0)
+    }
+
+    /// `alpha · self · rhsᵀ` ([`Tensor::matmul_transposed`] scaled by the kernel: attention's
+    /// `q · kᵀ / sqrt(d)` with no pass to scale q, forward or backward).
+    pub fn matmul_transposed_scaled(&self, rhs: &Tensor, alpha: f32) -> Result<Tensor> {
         self.expect_dtype("matmul_transposed", DType::F32)?;
         rhs.expect_dtype("matmul_transposed", DType::F32)?;
         let t = transposed_plan(&self.shape, &rhs.shape)?;
@@ -172,12 +182,14 @@ impl Tensor {
             dims: (t.batch, t.m, t.n, t.k),
             trans: (false, true),
             strides: (t.m * t.k, t.n * t.k),
+            alpha,
         };
         let category = output_category(records(&[self, rhs]));
         let out = product.new_tensor(self, rhs, &shape, category)?;
         Ok(record(out, &[self, rhs], || Op::MatmulTransposed {
             a: self.detach(),
             b: rhs.detach(),
+            alpha,
         }))
     }
 }
@@ -222,13 +234,13 @@ fn transposed_plan(lhs: &[usize], rhs: &[usize]) -> Result<TransposedPlan> {
     }
 }
 
-/// The gradients of `a · bᵀ` (`a` `[.., k]`, `b` `[n, k]`, `g` `[.., n]`), with the rows of `a`
-/// folded into one matrix: `dA = G · B`, `dB = Gᵀ · A`; leaf slots are written straight into,
-/// as [`matmul_grads`] does.
+/// The gradients of `alpha · a · bᵀ` (`a` `[.., k]`, `b` `[n, k]`, `g` `[.., n]`), with the rows
+/// of `a` folded into one matrix: `dA = alpha · G · B`, `dB = alpha · Gᵀ · A`; leaf slots are
+/// written straight into, as [`matmul_grads`] does.
 pub(crate) fn matmul_transposed_grads(
     g: &Tensor,
-    a: &Tensor,
-    b: &Tensor,
+    [a, b]: [&Tensor; 2],
+    alpha: f32,
     needs: &[bool],
     leaves: &[Option<&GradSlot>],
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
@@ -240,6 +252,7 @@ pub(crate) fn matmul_transposed_grads(
         dims: (batch, m, k, n),
         trans: (false, false),
         strides: (m * n, n * k),
+        alpha,
     };
     let da = match need(0) {
         true => da_product.gradient(g, b, &a.shape, leaf(0))?,
@@ -250,6 +263,7 @@ pub(crate) fn matmul_transposed_grads(
         dims: (batch, n, k, m),
         trans: (true, false),
         strides: (m * n, m * k),
+        alpha,
     };
     let db = match need(1) {
         true => db_product.gradient(g, a, &b.shape, leaf(1))?,
@@ -281,6 +295,7 @@ pub(crate) fn matmul_grads(
         dims: (batch, m, k, n),
         trans: (false, true),
         strides: (m * n, k * n),
+        alpha: 1.0,
     };
     let da = if !need(0) {
         None
@@ -296,6 +311,7 @@ pub(crate) fn matmul_grads(
         dims: (batch, k, n, m),
         trans: (true, false),
         strides: (stride_a, m * n),
+        alpha: 1.0,
     };
     let db = match need(1) {
         true => db_product.gradient(a, g, rhs, leaf(1))?,

@@ -51,6 +51,30 @@ impl Tensor {
         softmax_like(self, false)
     }
 
+    /// Causal softmax of attention scores `[.., T, T]`: row `i` of each `T×T` block (query
+    /// position `i`) normalised over columns `0..=i`, and 0 after. The same values as adding a
+    /// `-1e9` mask above the diagonal and calling [`Tensor::softmax`] (bit for bit), in one pass
+    /// and without a mask tensor; its backward is softmax's.
+    pub fn softmax_causal(&self) -> Result<Tensor> {
+        let (rows, cols) = rows_cols("softmax_causal", self)?;
+        let rank = self.shape.len();
+        if rank < 2 || self.shape[rank - 2] != cols {
+            let hint = "the last two dimensions must be equal: [.., T, T] scores";
+            return Err(mismatch("softmax_causal", &self.shape, &self.shape, hint));
+        }
+        let recording = records(&[self]);
+        let out = Tensor::empty(
+            &self.gpu,
+            &self.shape,
+            output_category(recording),
+            "softmax",
+        )?;
+        let (y, x_elements) = (out.elements()?, self.elements()?);
+        softmax::forward_causal(&self.gpu, y, x_elements, rows as u64, cols as u64)?;
+        let y = out.detach();
+        Ok(record(out, &[self], || Op::Softmax { cols, y }))
+    }
+
     /// Log-softmax over the last axis.
     pub fn log_softmax(&self) -> Result<Tensor> {
         softmax_like(self, true)

@@ -286,6 +286,27 @@ proptest! {
         let q = (Rng::new(seed).vec_f32(batch * m * k, -1.0, 1.0), vec![b, h, m, k]);
         let kk = (Rng::new(seed ^ 7).vec_f32(batch * n * k, -1.0, 1.0), vec![b, h, n, k]);
         check("matmul_transposed batched", &[q, kk], |t| t[0].matmul_transposed(&t[1]), |x| matmul::matmul_f64(&x[0], &x[1], &dims));
+        // Scaled by the kernel, as attention's q · kᵀ / sqrt(d).
+        let q = (Rng::new(seed ^ 1).vec_f32(batch * m * k, -1.0, 1.0), vec![b, h, m, k]);
+        let kk = (Rng::new(seed ^ 2).vec_f32(batch * n * k, -1.0, 1.0), vec![b, h, n, k]);
+        let cpu = |x: &[Vec<f64>]| matmul::matmul_f64(&x[0], &x[1], &dims).into_iter().map(|v| -0.37 * v).collect();
+        check("matmul_transposed_scaled", &[q, kk], |t| t[0].matmul_transposed_scaled(&t[1], -0.37), cpu);
+    }
+
+    #[test]
+    fn gradcheck_softmax_causal((b, t, _) in dims(), seed in any::<u64>()) {
+        // [b, t, t] scores: row i of each block normalised over columns 0..=i, 0 after.
+        let x = (Rng::new(seed).vec_f32(b * t * t, -2.0, 2.0), vec![b, t, t]);
+        let cpu = |x: &[Vec<f64>]| {
+            let mut out = vec![0.0; x[0].len()];
+            for (r, row) in x[0].chunks(t).enumerate() {
+                let seen = r % t + 1;
+                let y = softmax::softmax_f64(&row[..seen], 1, seen);
+                out[r * t..r * t + seen].copy_from_slice(&y);
+            }
+            out
+        };
+        check("softmax_causal", &[x], |t| t[0].softmax_causal(), cpu);
     }
 
     #[test]
