@@ -1,15 +1,11 @@
 //! [`CausalSelfAttention`]: multi-head self-attention with a causal mask (position `t` attends
 //! to positions `<= t`), one fused `qkv` projection and an output projection `proj`.
 
-use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions};
+use plimsoll_autograd::{Gpu, Tensor};
 
 use crate::error::{Error, Result};
 use crate::linear::{Init, Linear, derive_seed};
 use crate::module::{Module, prefixed};
-
-/// The score given to masked (future) positions: finite, so no `inf - inf` can appear, and far
-/// below any real score, so `exp` of it is exactly 0 in f32.
-const MASKED_SCORE: f32 = -1e9;
 
 /// Causal multi-head self-attention over `[batch, time, dim]`. Parameters, under nanoGPT's
 /// names: `c_attn.weight` `[3 dim, dim]` (queries, keys, values), `c_attn.bias`,
@@ -90,25 +86,6 @@ impl CausalSelfAttention {
     }
 }
 
-/// `[time, time]` additive mask: 0 on and below the diagonal, [`MASKED_SCORE`] above.
-fn causal_mask(gpu: &Gpu, time: usize) -> Result<Tensor> {
-    let data: Vec<f32> = (0..time * time)
-        .map(|i| {
-            if i % time > i / time {
-                MASKED_SCORE
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let options = TensorOptions {
-        category: Category::Temporary,
-        label: "causal_mask",
-        requires_grad: false,
-    };
-    Ok(Tensor::from_slice_with(gpu, &data, &[time, time], options)?)
-}
-
 impl Module for CausalSelfAttention {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let dim = self.qkv.in_features();
@@ -139,12 +116,13 @@ impl Module for CausalSelfAttention {
                 .reshape(&[batch, heads, time, head_dim])?)
         };
         let scale = 1.0 / (head_dim as f32).sqrt();
-        let q = part(0)?.mul_scalar(scale)?; // (B, H, T, D), pre-scaled: T·D work, not T·T
+        let q = part(0)?; // (B, H, T, D)
         let k = part(1)?; // (B, H, T, D)
         let v = part(2)?; // (B, H, T, D)
-        // q · kᵀ with the transpose as the kernel's flag (no copy of k).
-        let scores = q.matmul_transposed(&k)?.add(&causal_mask(x.gpu(), time)?)?; // (B, H, T, T)
-        let attention = scores.softmax()?;
+        // q · kᵀ / sqrt(D): the transpose a flag and the scale the alpha of one kernel (no copy
+        // of k, no pass over q); the causal mask inside the softmax (no mask tensor).
+        let scores = q.matmul_transposed_scaled(&k, scale)?; // (B, H, T, T)
+        let attention = scores.softmax_causal()?;
         let y = attention
             .matmul(&v)? // (B, H, T, D)
             .permute(&[0, 2, 1, 3])? // (B, T, H, D)
