@@ -30,9 +30,10 @@ fn fixed_state_bytes(widths: &[usize], alignment: u64) -> u64 {
 ///
 /// Widths 32 -> 64 x5 -> 10, effective batch 1024 (one micro-batch). Fixed state: 19 402
 /// parameters, about 76 KiB each for the parameters, their gradients and Adam's two moments,
-/// so about 300 KiB. Activations: every hidden layer keeps (1024, 64) f32 tensors of 256 KiB
-/// (its matmul input and its ReLU input), so about 3 MiB: the fixed state is under a tenth of
-/// the peak. The activation part of the peak is `peak - fixed`, and the prediction must hit it
+/// so about 300 KiB. Activations: every hidden layer keeps a (1024, 64) f32 tensor of 256 KiB
+/// (its ReLU's output, the next matmul's input: the linear layer and its ReLU are one op), so
+/// with the backward's temporaries about 2.4 MiB: the fixed state is under a fifth of the
+/// peak. The activation part of the peak is `peak - fixed`, and the prediction must hit it
 /// within 4%: a per-sample figure off by 10%, or one that ignored activations, fails.
 #[test]
 fn the_predicted_peak_is_the_measured_one() {
@@ -71,7 +72,7 @@ fn the_predicted_peak_is_the_measured_one() {
         (parameter_bytes, 2 * parameter_bytes)
     );
     assert!(
-        measured > 10 * fixed,
+        measured > 5 * fixed,
         "activations dominate: peak {measured}, fixed {fixed}"
     );
 
@@ -83,22 +84,25 @@ fn the_predicted_peak_is_the_measured_one() {
     );
 }
 
-/// The plan's reserved peak at a fixed micro-batch of the deep thin MLP (activations dominate).
-fn reserved_at(micro: usize) -> u64 {
+/// The plan's allocated peak at a fixed micro-batch of the deep thin MLP (activations
+/// dominate), for the runs below: 2 steps of batch 1024 over 2048 samples. (Allocated, not
+/// reserved: under a budget the allocator reserves in smaller segments than without one, so a
+/// reserved figure measured without a budget overstates what a micro-batch needs under one.)
+fn peak_at(micro: usize) -> u64 {
     let gpu = fresh_gpu();
-    let mut config = config(1024, micro, 1, 1e-3);
+    let mut config = config(1024, micro, 2, 1e-3);
     config.checkpointing = CheckpointPolicy::None;
     let spec = adam_spec(&[32, 64, 64, 64, 64, 64, 10]);
-    plimsoll_trainer::plan::plan(&gpu, &spec, &data(1024, 32, 10), &config)
+    plimsoll_trainer::plan::plan(&gpu, &spec, &data(2048, 32, 10), &config)
         .unwrap()
-        .predicted_peak_reserved_bytes
+        .predicted_peak_bytes
 }
 
-/// A budget between the reserved peaks of micro-batches 512 and 1024: the plan picks 512, and
+/// A budget between the allocated peaks of micro-batches 512 and 1024: the plan picks 512, and
 /// the run trains under the budget without running out of memory.
 #[test]
 fn small_budget_gives_a_smaller_micro_batch() {
-    let (half, full) = (reserved_at(512), reserved_at(1024));
+    let (half, full) = (peak_at(512), peak_at(1024));
     assert!(half < full, "{half} vs {full}");
     let budget = (half + full) / 2;
     let spec = adam_spec(&[32, 64, 64, 64, 64, 64, 10]);
@@ -110,7 +114,7 @@ fn small_budget_gives_a_smaller_micro_batch() {
     let mut trainer = Trainer::new(&gpu, config, &spec, data(2048, 32, 10), None).unwrap();
     let plan = trainer.plan().unwrap().clone();
     assert_eq!(plan.micro_batch, 512, "{plan}");
-    assert_eq!(plan.predicted_peak_reserved_bytes, half, "{plan}");
+    assert!(plan.predicted_peak_reserved_bytes <= budget, "{plan}");
     for _ in 0..2 {
         let report = trainer.step().unwrap();
         assert_eq!(report.micro_batch, 512, "no out-of-memory recovery");
@@ -128,7 +132,7 @@ fn a_planned_run_evaluates_within_the_predicted_evaluation_peak() {
     config.micro_batch = None;
     config.checkpointing = CheckpointPolicy::None;
     // About half the batch fits.
-    config.memory_budget_bytes = Some((reserved_at(512) + reserved_at(1024)) / 2);
+    config.memory_budget_bytes = Some((peak_at(512) + peak_at(1024)) / 2);
     let gpu = fresh_gpu();
     let test = data(700, 32, 10);
     let mut trainer = Trainer::new(
