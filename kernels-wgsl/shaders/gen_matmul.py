@@ -122,11 +122,18 @@ def gen(t: int) -> str:
     # were most of lavapipe's JIT time for this entry point (about 4.3 of 5.4 s).
     w("    let oc4 = (params.offset_c + wg.z * params.stride_c) >> 2u;")
     w("    let n04 = n0 >> 2u; let n4c = N >> 2u;")
+    # The epilogue's bias: one vec4 per column group, loaded once for all T rows (not per
+    # store: 4 x T x G scalar loads made the epilogue JIT seconds slower).
+    w("    " + " ".join(f"var bias{j} = vec4<f32>(0.0);" for j in range(g)))
+    w("    if (epilogue_bias()) {")
+    for j in range(g):
+        w(f"        bias{j} = bias4(min(n04 + {j}u, n4c - 1u));")
+    w("    }")
     for i in range(t):
         w(f"    if (m0 + {i}u < M) {{")
         w(f"        let rc = oc4 + (m0 + {i}u) * n4c + n04;")
         for j in range(g):
-            w(f"        if (n0 + {4 * j}u < N) {{ store4(rc + {j}u, n04 + {j}u, acc{i}_{j}); }}")
+            w(f"        if (n0 + {4 * j}u < N) {{ store4(rc + {j}u, acc{i}_{j}, bias{j}); }}")
         w("    }")
     w("}")
     w("// END main")

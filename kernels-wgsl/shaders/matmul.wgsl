@@ -12,8 +12,8 @@
 //     m, n, k, batch, stride_a, stride_b, stride_c, offset_a, offset_b, offset_c : u32,
 //     flags : u32 (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
 //                  never reads C, main reads it and discards the value (one branch-free store);
-//                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar; bits 3, 4 = main_scalar's
-//                  epilogue: + bias, then ReLU),
+//                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar; bits 3, 4 = the epilogue:
+//                  + bias, then ReLU),
 //     alpha : f32 (1.0 for a plain matmul),
 //     offset_bias : u32 (element offset of bias[0] in binding 4), 3 x u32 padding
 //   @binding(1) a, @binding(2) b, @binding(3) c : array<f32>
@@ -21,7 +21,7 @@
 //     launcher binds C's segment there without one)
 //   Bindings 1, 2 and 3 are ALSO declared as array<vec4<f32>> (a_v4, b_v4, c_v4); only `main`
 //   uses those, only `main_scalar` the f32 views (aliasing by entry point; naga/wgpu accept it).
-//   The epilogue (override EPILOGUE for main, flag bits 3 and 4 for main_scalar) is
+//   The epilogue (flag bits 3 and 4, on both entry points) is
 //   C = relu(C + bias) with the additions in the order of an unfused matmul, then a bias add,
 //   then relu: the same values, one pass over C instead of three.
 //
@@ -73,20 +73,28 @@
 
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
-// main's epilogue, one pipeline per value (0 compiles to the plain store): 0 none, 1 + bias,
-// 2 + bias then ReLU. main_scalar takes the same from flag bits 3 (bias) and 4 (ReLU).
-override EPILOGUE: u32 = 0u;
+// The epilogue is flag bits 3 (+ bias) and 4 (then ReLU), on both entry points: a uniform
+// branch outside the k loop. (As an override constant, one pipeline per value, it cost lavapipe
+// another 1-2 s of JIT at the first dispatch for each layout a run used with and without it.)
+fn epilogue_bias() -> bool {
+    return (params.flags & 8u) != 0u;
+}
 
-fn store4(index4: u32, col4: u32, v: vec4<f32>) {
-    // writes C[4 * index4 .. +3] (columns 4 * col4 .. +3) through C's vec4 view, alpha,
-    // accumulate and the epilogue applied; the load is always made (C is in bounds) and its
-    // value used only when accumulating
+// bias[4 * col4 .. +3] (from offset_bias), for main's epilogue: loaded once per column group.
+fn bias4(col4: u32) -> vec4<f32> {
+    let o = params.offset_bias + 4u * col4;
+    return vec4<f32>(bias[o], bias[o + 1u], bias[o + 2u], bias[o + 3u]);
+}
+
+fn store4(index4: u32, v: vec4<f32>, b: vec4<f32>) {
+    // writes C[4 * index4 .. +3] through C's vec4 view, alpha, accumulate and the epilogue
+    // (+ b, the columns' bias, then ReLU) applied; the load is always made (C is in bounds) and
+    // its value used only when accumulating
     let old = c_v4[index4];
     var r = v * params.alpha + select(vec4<f32>(0.0), old, (params.flags & 1u) != 0u);
-    if (EPILOGUE != 0u) {
-        let o = params.offset_bias + 4u * col4;
-        r += vec4<f32>(bias[o], bias[o + 1u], bias[o + 2u], bias[o + 3u]);
-        if (EPILOGUE == 2u) { r = max(r, vec4<f32>(0.0)); }
+    if (epilogue_bias()) {
+        r += b;
+        if ((params.flags & 16u) != 0u) { r = max(r, vec4<f32>(0.0)); }
     }
     c_v4[index4] = r;
 }
@@ -589,117 +597,124 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let oc4 = (params.offset_c + wg.z * params.stride_c) >> 2u;
     let n04 = n0 >> 2u; let n4c = N >> 2u;
+    var bias0 = vec4<f32>(0.0); var bias1 = vec4<f32>(0.0); var bias2 = vec4<f32>(0.0); var bias3 = vec4<f32>(0.0);
+    if (epilogue_bias()) {
+        bias0 = bias4(min(n04 + 0u, n4c - 1u));
+        bias1 = bias4(min(n04 + 1u, n4c - 1u));
+        bias2 = bias4(min(n04 + 2u, n4c - 1u));
+        bias3 = bias4(min(n04 + 3u, n4c - 1u));
+    }
     if (m0 + 0u < M) {
         let rc = oc4 + (m0 + 0u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc0_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc0_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc0_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc0_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc0_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc0_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc0_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc0_3, bias3); }
     }
     if (m0 + 1u < M) {
         let rc = oc4 + (m0 + 1u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc1_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc1_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc1_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc1_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc1_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc1_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc1_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc1_3, bias3); }
     }
     if (m0 + 2u < M) {
         let rc = oc4 + (m0 + 2u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc2_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc2_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc2_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc2_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc2_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc2_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc2_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc2_3, bias3); }
     }
     if (m0 + 3u < M) {
         let rc = oc4 + (m0 + 3u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc3_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc3_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc3_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc3_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc3_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc3_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc3_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc3_3, bias3); }
     }
     if (m0 + 4u < M) {
         let rc = oc4 + (m0 + 4u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc4_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc4_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc4_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc4_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc4_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc4_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc4_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc4_3, bias3); }
     }
     if (m0 + 5u < M) {
         let rc = oc4 + (m0 + 5u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc5_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc5_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc5_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc5_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc5_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc5_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc5_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc5_3, bias3); }
     }
     if (m0 + 6u < M) {
         let rc = oc4 + (m0 + 6u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc6_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc6_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc6_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc6_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc6_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc6_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc6_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc6_3, bias3); }
     }
     if (m0 + 7u < M) {
         let rc = oc4 + (m0 + 7u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc7_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc7_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc7_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc7_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc7_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc7_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc7_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc7_3, bias3); }
     }
     if (m0 + 8u < M) {
         let rc = oc4 + (m0 + 8u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc8_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc8_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc8_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc8_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc8_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc8_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc8_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc8_3, bias3); }
     }
     if (m0 + 9u < M) {
         let rc = oc4 + (m0 + 9u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc9_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc9_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc9_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc9_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc9_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc9_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc9_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc9_3, bias3); }
     }
     if (m0 + 10u < M) {
         let rc = oc4 + (m0 + 10u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc10_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc10_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc10_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc10_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc10_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc10_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc10_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc10_3, bias3); }
     }
     if (m0 + 11u < M) {
         let rc = oc4 + (m0 + 11u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc11_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc11_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc11_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc11_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc11_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc11_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc11_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc11_3, bias3); }
     }
     if (m0 + 12u < M) {
         let rc = oc4 + (m0 + 12u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc12_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc12_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc12_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc12_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc12_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc12_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc12_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc12_3, bias3); }
     }
     if (m0 + 13u < M) {
         let rc = oc4 + (m0 + 13u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc13_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc13_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc13_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc13_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc13_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc13_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc13_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc13_3, bias3); }
     }
     if (m0 + 14u < M) {
         let rc = oc4 + (m0 + 14u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc14_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc14_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc14_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc14_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc14_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc14_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc14_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc14_3, bias3); }
     }
     if (m0 + 15u < M) {
         let rc = oc4 + (m0 + 15u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, n04 + 0u, acc15_0); }
-        if (n0 + 4u < N) { store4(rc + 1u, n04 + 1u, acc15_1); }
-        if (n0 + 8u < N) { store4(rc + 2u, n04 + 2u, acc15_2); }
-        if (n0 + 12u < N) { store4(rc + 3u, n04 + 3u, acc15_3); }
+        if (n0 + 0u < N) { store4(rc + 0u, acc15_0, bias0); }
+        if (n0 + 4u < N) { store4(rc + 1u, acc15_1, bias1); }
+        if (n0 + 8u < N) { store4(rc + 2u, acc15_2, bias2); }
+        if (n0 + 12u < N) { store4(rc + 3u, acc15_3, bias3); }
     }
 }
 // END main

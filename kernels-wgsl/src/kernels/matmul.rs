@@ -153,9 +153,9 @@ shader_params! {
         offset_a: u32,
         offset_b: u32,
         offset_c: u32,
-        /// Bit 0: accumulate (`C += ..`); bits 1 and 2: `trans_a` and `trans_b`, bits 3 and 4:
-        /// the epilogue's bias and ReLU, for `main_scalar` (`main` takes them as override
-        /// constants, one pipeline per layout and epilogue).
+        /// Bit 0: accumulate (`C += ..`); bits 1 and 2: `trans_a` and `trans_b` for
+        /// `main_scalar` (`main` takes them as override constants, one pipeline per layout);
+        /// bits 3 and 4: the epilogue's bias and ReLU, on both.
         flags: u32,
         alpha: f32,
         offset_bias: u32,
@@ -176,16 +176,7 @@ pub enum Epilogue {
     BiasRelu,
 }
 
-impl Epilogue {
-    /// The shader's `EPILOGUE` override (`main`).
-    fn code(self) -> u32 {
-        match self {
-            Epilogue::None => 0,
-            Epilogue::Bias => 1,
-            Epilogue::BiasRelu => 2,
-        }
-    }
-}
+
 
 /// Which entry point of `matmul.wgsl` a launch uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -492,7 +483,6 @@ fn launch(
     let overrides = [
         ("TRANS_A", flag(dims.trans_a)),
         ("TRANS_B", flag(dims.trans_b)),
-        ("EPILOGUE", f64::from(epilogue.code())),
     ];
     if let Some(log) = gpu.matmul_log().as_mut() {
         log.push(*dims);
