@@ -117,8 +117,14 @@ pub fn accumulate_gradients(
             .model
             .loss(&batch, inputs.segment_len, inputs.label_smoothing)?;
         drop(batch);
-        let scaled = mean.mul_scalar(chunk.len() as f32 / batch_len)?;
-        drop(mean);
+        // One micro-batch of the whole batch: the factor is exactly 1 and x * 1 is x, so no
+        // pass (forward or backward) multiplies by it.
+        let factor = chunk.len() as f32 / batch_len;
+        let scaled = if factor == 1.0 {
+            mean
+        } else {
+            mean.mul_scalar(factor)?
+        };
         set_phase(inputs.gpu, inputs.step, Phase::Backward);
         scaled.backward()?;
         let value = scaled.detach();
