@@ -129,12 +129,14 @@ def gen(t: int) -> str:
     for j in range(g):
         w(f"        bias{j} = bias4(min(n04 + {j}u, n4c - 1u));")
     w("    }")
+    w("    var sq = 0.0;")
     for i in range(t):
         w(f"    if (m0 + {i}u < M) {{")
         w(f"        let rc = oc4 + (m0 + {i}u) * n4c + n04;")
         for j in range(g):
-            w(f"        if (n0 + {4 * j}u < N) {{ store4(rc + {j}u, acc{i}_{j}, bias{j}); }}")
+            w(f"        if (n0 + {4 * j}u < N) {{ sq += store4(rc + {j}u, acc{i}_{j}, bias{j}); }}")
         w("    }")
+    w(f"    put_squares(wg, m0 / {t}u, n0 / {t}u, {t}u, sq);")
     w("}")
     w("// END main")
     return "\n".join(o) + "\n"

@@ -86,10 +86,10 @@ fn bias4(col4: u32) -> vec4<f32> {
     return vec4<f32>(bias[o], bias[o + 1u], bias[o + 2u], bias[o + 3u]);
 }
 
-fn store4(index4: u32, v: vec4<f32>, b: vec4<f32>) {
+fn store4(index4: u32, v: vec4<f32>, b: vec4<f32>) -> f32 {
     // writes C[4 * index4 .. +3] through C's vec4 view, alpha, accumulate and the epilogue
     // (+ b, the columns' bias, then ReLU) applied; the load is always made (C is in bounds) and
-    // its value used only when accumulating
+    // its value used only when accumulating. Returns the sum of the squares of what it wrote.
     let old = c_v4[index4];
     var r = v * params.alpha + select(vec4<f32>(0.0), old, (params.flags & 1u) != 0u);
     if (epilogue_bias()) {
@@ -97,11 +97,24 @@ fn store4(index4: u32, v: vec4<f32>, b: vec4<f32>) {
         if ((params.flags & 16u) != 0u) { r = max(r, vec4<f32>(0.0)); }
     }
     c_v4[index4] = r;
+    return dot(r, r);
 }
 
-fn store1(index: u32, col: u32, v: f32) {
+// Flag bit 5: each invocation writes the sum of the squares of the C elements it stored (after
+// accumulate and epilogue: the values now in C) to binding 4 at offset_bias + its block's index
+// (batch, row block, column block of `size` x `size` outputs, row-major): a gradient's squared
+// norm in partial sums, with no pass over it (kernels::matmul::squares_len).
+fn put_squares(wg: vec3<u32>, row_block: u32, col_block: u32, size: u32, sq: f32) {
+    if ((params.flags & 32u) != 0u) {
+        let rows = (params.m + size - 1u) / size;
+        let cols = (params.n + size - 1u) / size;
+        bias[params.offset_bias + (wg.z * rows + row_block) * cols + col_block] = sq;
+    }
+}
+
+fn store1(index: u32, col: u32, v: f32) -> f32 {
     // main_scalar's store of C[index] (column col): alpha applied by the caller, accumulate and
-    // the epilogue by flag bits 0, 3 and 4
+    // the epilogue by flag bits 0, 3 and 4; returns the square of what it wrote
     let fl = params.flags;
     var r = v;
     if ((fl & 1u) != 0u) { r = c[index] + v; }
@@ -110,6 +123,7 @@ fn store1(index: u32, col: u32, v: f32) {
         if ((fl & 16u) != 0u) { r = max(r, 0.0); }
     }
     c[index] = r;
+    return r * r;
 }
 
 // BEGIN main (gen_matmul.py T=16)
@@ -604,118 +618,120 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         bias2 = bias4(min(n04 + 2u, n4c - 1u));
         bias3 = bias4(min(n04 + 3u, n4c - 1u));
     }
+    var sq = 0.0;
     if (m0 + 0u < M) {
         let rc = oc4 + (m0 + 0u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc0_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc0_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc0_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc0_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc0_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc0_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc0_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc0_3, bias3); }
     }
     if (m0 + 1u < M) {
         let rc = oc4 + (m0 + 1u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc1_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc1_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc1_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc1_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc1_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc1_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc1_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc1_3, bias3); }
     }
     if (m0 + 2u < M) {
         let rc = oc4 + (m0 + 2u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc2_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc2_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc2_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc2_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc2_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc2_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc2_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc2_3, bias3); }
     }
     if (m0 + 3u < M) {
         let rc = oc4 + (m0 + 3u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc3_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc3_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc3_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc3_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc3_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc3_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc3_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc3_3, bias3); }
     }
     if (m0 + 4u < M) {
         let rc = oc4 + (m0 + 4u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc4_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc4_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc4_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc4_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc4_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc4_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc4_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc4_3, bias3); }
     }
     if (m0 + 5u < M) {
         let rc = oc4 + (m0 + 5u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc5_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc5_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc5_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc5_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc5_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc5_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc5_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc5_3, bias3); }
     }
     if (m0 + 6u < M) {
         let rc = oc4 + (m0 + 6u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc6_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc6_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc6_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc6_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc6_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc6_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc6_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc6_3, bias3); }
     }
     if (m0 + 7u < M) {
         let rc = oc4 + (m0 + 7u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc7_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc7_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc7_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc7_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc7_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc7_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc7_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc7_3, bias3); }
     }
     if (m0 + 8u < M) {
         let rc = oc4 + (m0 + 8u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc8_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc8_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc8_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc8_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc8_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc8_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc8_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc8_3, bias3); }
     }
     if (m0 + 9u < M) {
         let rc = oc4 + (m0 + 9u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc9_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc9_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc9_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc9_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc9_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc9_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc9_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc9_3, bias3); }
     }
     if (m0 + 10u < M) {
         let rc = oc4 + (m0 + 10u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc10_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc10_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc10_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc10_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc10_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc10_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc10_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc10_3, bias3); }
     }
     if (m0 + 11u < M) {
         let rc = oc4 + (m0 + 11u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc11_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc11_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc11_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc11_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc11_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc11_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc11_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc11_3, bias3); }
     }
     if (m0 + 12u < M) {
         let rc = oc4 + (m0 + 12u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc12_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc12_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc12_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc12_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc12_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc12_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc12_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc12_3, bias3); }
     }
     if (m0 + 13u < M) {
         let rc = oc4 + (m0 + 13u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc13_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc13_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc13_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc13_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc13_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc13_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc13_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc13_3, bias3); }
     }
     if (m0 + 14u < M) {
         let rc = oc4 + (m0 + 14u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc14_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc14_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc14_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc14_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc14_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc14_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc14_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc14_3, bias3); }
     }
     if (m0 + 15u < M) {
         let rc = oc4 + (m0 + 15u) * n4c + n04;
-        if (n0 + 0u < N) { store4(rc + 0u, acc15_0, bias0); }
-        if (n0 + 4u < N) { store4(rc + 1u, acc15_1, bias1); }
-        if (n0 + 8u < N) { store4(rc + 2u, acc15_2, bias2); }
-        if (n0 + 12u < N) { store4(rc + 3u, acc15_3, bias3); }
+        if (n0 + 0u < N) { sq += store4(rc + 0u, acc15_0, bias0); }
+        if (n0 + 4u < N) { sq += store4(rc + 1u, acc15_1, bias1); }
+        if (n0 + 8u < N) { sq += store4(rc + 2u, acc15_2, bias2); }
+        if (n0 + 12u < N) { sq += store4(rc + 3u, acc15_3, bias3); }
     }
+    put_squares(wg, m0 / 16u, n0 / 16u, 16u, sq);
 }
 // END main
 
@@ -764,32 +780,34 @@ fn main_scalar(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     }
     let oc = params.offset_c + wg.z * params.stride_c;
     let alpha = params.alpha;
+    var sq = 0.0;
     if (m0 + 0u < M) {
         let rc = oc + (m0 + 0u) * N + n0;
-        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc0[0]); }
-        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc0[1]); }
-        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc0[2]); }
-        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc0[3]); }
+        if (n0 + 0u < N) { sq += store1(rc + 0u, n0 + 0u, alpha * acc0[0]); }
+        if (n0 + 1u < N) { sq += store1(rc + 1u, n0 + 1u, alpha * acc0[1]); }
+        if (n0 + 2u < N) { sq += store1(rc + 2u, n0 + 2u, alpha * acc0[2]); }
+        if (n0 + 3u < N) { sq += store1(rc + 3u, n0 + 3u, alpha * acc0[3]); }
     }
     if (m0 + 1u < M) {
         let rc = oc + (m0 + 1u) * N + n0;
-        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc1[0]); }
-        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc1[1]); }
-        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc1[2]); }
-        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc1[3]); }
+        if (n0 + 0u < N) { sq += store1(rc + 0u, n0 + 0u, alpha * acc1[0]); }
+        if (n0 + 1u < N) { sq += store1(rc + 1u, n0 + 1u, alpha * acc1[1]); }
+        if (n0 + 2u < N) { sq += store1(rc + 2u, n0 + 2u, alpha * acc1[2]); }
+        if (n0 + 3u < N) { sq += store1(rc + 3u, n0 + 3u, alpha * acc1[3]); }
     }
     if (m0 + 2u < M) {
         let rc = oc + (m0 + 2u) * N + n0;
-        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc2[0]); }
-        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc2[1]); }
-        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc2[2]); }
-        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc2[3]); }
+        if (n0 + 0u < N) { sq += store1(rc + 0u, n0 + 0u, alpha * acc2[0]); }
+        if (n0 + 1u < N) { sq += store1(rc + 1u, n0 + 1u, alpha * acc2[1]); }
+        if (n0 + 2u < N) { sq += store1(rc + 2u, n0 + 2u, alpha * acc2[2]); }
+        if (n0 + 3u < N) { sq += store1(rc + 3u, n0 + 3u, alpha * acc2[3]); }
     }
     if (m0 + 3u < M) {
         let rc = oc + (m0 + 3u) * N + n0;
-        if (n0 + 0u < N) { store1(rc + 0u, n0 + 0u, alpha * acc3[0]); }
-        if (n0 + 1u < N) { store1(rc + 1u, n0 + 1u, alpha * acc3[1]); }
-        if (n0 + 2u < N) { store1(rc + 2u, n0 + 2u, alpha * acc3[2]); }
-        if (n0 + 3u < N) { store1(rc + 3u, n0 + 3u, alpha * acc3[3]); }
+        if (n0 + 0u < N) { sq += store1(rc + 0u, n0 + 0u, alpha * acc3[0]); }
+        if (n0 + 1u < N) { sq += store1(rc + 1u, n0 + 1u, alpha * acc3[1]); }
+        if (n0 + 2u < N) { sq += store1(rc + 2u, n0 + 2u, alpha * acc3[2]); }
+        if (n0 + 3u < N) { sq += store1(rc + 3u, n0 + 3u, alpha * acc3[3]); }
     }
+    put_squares(wg, m0 / 4u, n0 / 4u, 4u, sq);
 }

@@ -165,6 +165,14 @@ shader_params! {
     }
 }
 
+/// What a launch does besides the product: an epilogue with its bias, or the squares of C.
+#[derive(Clone, Copy)]
+enum Extra<'a> {
+    None,
+    Bias(DeviceSlice<'a>, Epilogue),
+    Squares(DeviceSlice<'a>),
+}
+
 /// What a matmul does to each element of C after the product ([`matmul_bias`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Epilogue {
@@ -175,8 +183,6 @@ pub enum Epilogue {
     /// `C[.., i, j] = max(C[.., i, j] + bias[j], 0)`: a linear layer and its ReLU.
     BiasRelu,
 }
-
-
 
 /// Which entry point of `matmul.wgsl` a launch uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,7 +274,14 @@ pub fn matmul(
     lhs: DeviceSlice<'_>,
     rhs: DeviceSlice<'_>,
 ) -> Result<()> {
-    launch(gpu, dims, [out, lhs, rhs], [MAIN, MAIN_SCALAR], None, None)
+    launch(
+        gpu,
+        dims,
+        [out, lhs, rhs],
+        [MAIN, MAIN_SCALAR],
+        None,
+        Extra::None,
+    )
 }
 
 /// [`matmul`], then `epilogue` on every element of C in the same pass: `C[b][i][j] =
@@ -313,7 +326,60 @@ pub fn matmul_bias(
         [out, lhs, rhs],
         kernels,
         None,
-        Some((bias, epilogue)),
+        Extra::Bias(bias, epilogue),
+    )
+}
+
+/// The entry point a launch of `dims` on these slices takes ([`entry_point`], demoted to
+/// `main_scalar` when an operand does not start on a multiple of 4 elements).
+pub fn launch_entry(dims: &MatmulDims, [out, lhs, rhs]: [DeviceSlice<'_>; 3]) -> MatmulEntry {
+    if [lhs, rhs, out].iter().all(|s| s.index().is_multiple_of(4)) {
+        entry_point(dims)
+    } else {
+        MatmulEntry::MainScalar
+    }
+}
+
+/// How many partial sums [`matmul_squares`] writes for `dims` on `entry`: one per block of
+/// outputs one invocation stores (16×16 on `main`, 4×4 on `main_scalar`), per batch.
+pub fn squares_len(dims: &MatmulDims, entry: MatmulEntry) -> u64 {
+    let size = match entry {
+        MatmulEntry::Main => 16,
+        MatmulEntry::MainScalar => 4,
+    };
+    let blocks = |x: usize| (x as u64).div_ceil(size);
+    dims.batch as u64 * blocks(dims.m) * blocks(dims.n)
+}
+
+/// [`matmul`] that also writes, into `squares`, the sums of the squares of what it stored in C
+/// (after `accumulate`: the values C then holds), one per block of outputs an invocation stores
+/// ([`squares_len`] of [`launch_entry`]); their sum is C's squared norm. For a gradient's norm
+/// with no pass over the gradient. Errors: those of [`matmul`], and [`Error::InvalidArgument`]
+/// when `squares` does not hold that many elements or overlaps C.
+pub fn matmul_squares(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    out: DeviceSlice<'_>,
+    lhs: DeviceSlice<'_>,
+    rhs: DeviceSlice<'_>,
+    squares: DeviceSlice<'_>,
+) -> Result<()> {
+    let len = squares_len(dims, launch_entry(dims, [out, lhs, rhs]));
+    squares.expect_len("matmul_squares", "squares", len)?;
+    if out.overlaps(&squares) {
+        return Err(Error::InvalidArgument {
+            op: "matmul_squares",
+            message: format!("out (C) {out:?} overlaps the squares {squares:?}"),
+        });
+    }
+    let kernels = [MAIN, MAIN_SCALAR];
+    launch(
+        gpu,
+        dims,
+        [out, lhs, rhs],
+        kernels,
+        None,
+        Extra::Squares(squares),
     )
 }
 
@@ -335,7 +401,7 @@ pub fn matmul_on(
         [out, lhs, rhs],
         [MAIN, MAIN_SCALAR],
         Some(entry),
-        None,
+        Extra::None,
     )
 }
 
@@ -355,18 +421,18 @@ pub fn matmul_unchecked(
         ..kernel
     };
     let kernels = [unchecked(MAIN), unchecked(MAIN_SCALAR)];
-    launch(gpu, dims, [out, lhs, rhs], kernels, None, None)
+    launch(gpu, dims, [out, lhs, rhs], kernels, None, Extra::None)
 }
 
 /// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
-/// `[main, main_scalar]`; `bias` is the epilogue's operand, checked by [`matmul_bias`].
+/// `[main, main_scalar]`; `extra`'s operand (binding 4) is checked by its public launcher.
 fn launch(
     gpu: &Gpu,
     dims: &MatmulDims,
     [out, lhs, rhs]: [DeviceSlice<'_>; 3],
     kernels: [Kernel; 2],
     forced: Option<MatmulEntry>,
-    bias: Option<(DeviceSlice<'_>, Epilogue)>,
+    extra: Extra<'_>,
 ) -> Result<()> {
     let invalid = |message: String| Error::InvalidArgument {
         op: "matmul",
@@ -440,14 +506,14 @@ fn launch(
     for (name, slice) in [("lhs (A)", lhs), ("rhs (B)", rhs), ("out (C)", out)] {
         to_u32(name, u64::from(slice.index()) + slice.len())?;
     }
-    let epilogue = bias.map_or(Epilogue::None, |(_, e)| e);
-    let bias = bias.map_or(out, |(b, _)| b);
-    to_u32("bias", u64::from(bias.index()) + bias.len())?;
-    let epilogue_flags = match epilogue {
-        Epilogue::None => 0,
-        Epilogue::Bias => 8,
-        Epilogue::BiasRelu => 8 | 16,
+    let (bias, epilogue_flags) = match extra {
+        Extra::None => (out, 0),
+        Extra::Bias(bias, Epilogue::None) => (bias, 0),
+        Extra::Bias(bias, Epilogue::Bias) => (bias, 8),
+        Extra::Bias(bias, Epilogue::BiasRelu) => (bias, 8 | 16),
+        Extra::Squares(squares) => (squares, 32),
     };
+    to_u32("bias", u64::from(bias.index()) + bias.len())?;
     let params = Params {
         m,
         n,

@@ -499,3 +499,83 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() {
     let err = matmul::matmul_bias(&gpu, &acc, Epilogue::BiasRelu, c, a, b, bias8).unwrap_err();
     assert!(err.to_string().contains("accumulate"), "{err}");
 }
+
+/// `matmul_squares`: C as `matmul` writes it (the same bits), and each partial sum is the sum of
+/// the squares of its block of C as read back (16×16 on `main`, 4×4 on `main_scalar`, per
+/// batch, row-major over the blocks), on both entry points, every transpose, accumulating or
+/// not (the squares are of what C then holds); a wrong length is refused.
+#[test]
+fn matmul_squares_are_the_blocks_of_c() {
+    let gpu = gpu();
+    let mut rng = Rng::new(0x5a5a);
+    let mut entries = Vec::new();
+    for (m, n, k) in [(7, 13, 5), (132, 260, 124)] {
+        for (t, &trans) in TRANSPOSES.iter().enumerate() {
+            let d = MatmulDims {
+                accumulate: t % 2 == 1,
+                batch_stride_a: m * k,
+                batch_stride_b: k * n,
+                batch_stride_c: m * n,
+                ..MatmulDims {
+                    batch: 2,
+                    ..dims(m, n, k, trans)
+                }
+            };
+            let (a_len, b_len) = operand_lens(&d);
+            let c_len = d.c_len();
+            let a = rng.vec_f32(a_len, -1.0, 1.0);
+            let b = rng.vec_f32(b_len, -1.0, 1.0);
+            let c0 = rng.vec_f32(c_len, -1.0, 1.0);
+            let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
+            let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
+            let c_gpu = gpu.upload(&c0, Category::Temporary, "c").unwrap();
+            let plain = gpu.upload(&c0, Category::Temporary, "c").unwrap();
+            let (a_s, b_s, c_s) = (a_gpu.whole(), b_gpu.whole(), c_gpu.whole());
+            let entry = matmul::launch_entry(&d, [c_s, a_s, b_s]);
+            entries.push(entry);
+            let len = matmul::squares_len(&d, entry);
+            let sq_gpu = gpu
+                .upload(&vec![POISON; len as usize], Category::Temporary, "sq")
+                .unwrap();
+            matmul::matmul_squares(&gpu, &d, c_s, a_s, b_s, sq_gpu.whole()).unwrap();
+            matmul::matmul(&gpu, &d, plain.whole(), a_s, b_s).unwrap();
+            let c: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
+            let want_c: Vec<f32> = gpu.read_all(&plain, DEADLINE).unwrap();
+            let sq: Vec<f32> = gpu.read_all(&sq_gpu, DEADLINE).unwrap();
+            let name = format!("matmul_squares {entry:?} {d:?}");
+            assert!(
+                c.iter()
+                    .zip(&want_c)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name}: C differs from matmul's"
+            );
+            let size = if entry == MatmulEntry::Main { 16 } else { 4 };
+            let (rows, cols) = (m.div_ceil(size), n.div_ceil(size));
+            let mut want = vec![0.0f64; 2 * rows * cols];
+            for bi in 0..2 {
+                for i in 0..m {
+                    for j in 0..n {
+                        let v = f64::from(c[bi * m * n + i * n + j]);
+                        want[(bi * rows + i / size) * cols + j / size] += v * v;
+                    }
+                }
+            }
+            // f32 sums of at most 256 squares of values up to ~k in size.
+            assert_close(&name, &sq, &want, 1e-4, 1e-5);
+        }
+    }
+    assert!(entries.contains(&MatmulEntry::Main), "{entries:?}");
+    assert!(entries.contains(&MatmulEntry::MainScalar), "{entries:?}");
+    let d = dims(4, 8, 4, (false, false));
+    let buf = gpu.upload(&[0.0f32; 80], Category::Temporary, "x").unwrap();
+    let (c, a, b) = (
+        buf.slice(0, 32).unwrap(),
+        buf.slice(32, 16).unwrap(),
+        buf.slice(48, 16).unwrap(),
+    );
+    let err = matmul::matmul_squares(&gpu, &d, c, a, b, buf.slice(64, 3).unwrap()).unwrap_err();
+    assert!(
+        err.to_string().contains("squares: 3 elements given"),
+        "{err}"
+    );
+}
