@@ -102,6 +102,34 @@ pub(crate) struct GradSlot {
     pub(crate) category: Category,
     pub(crate) label: String,
     pub(crate) grad: Mutex<Option<Tensor>>,
+    /// The gradient's squares as the matmul that last wrote it computed them
+    /// ([`Tensor::want_grad_squares`]).
+    pub(crate) squares: Mutex<Squares>,
+}
+
+/// Whether a leaf's gradient's squares come with it ([`Tensor::want_grad_squares`]).
+#[derive(Clone, Default)]
+pub(crate) enum Squares {
+    /// Not asked for.
+    #[default]
+    Off,
+    /// Asked for: the next matmul that writes the whole gradient computes them.
+    Wanted,
+    /// The partial sums of the squares of the gradient as it now is.
+    Written(Tensor),
+    /// Asked for, but something else changed the gradient after the matmul wrote them.
+    Stale,
+}
+
+impl GradSlot {
+    /// The gradient was changed other than by a matmul that computed its squares: any squares
+    /// written before are no longer its squares.
+    pub(crate) fn touched(&self) {
+        let mut squares = lock(&self.squares);
+        if matches!(*squares, Squares::Written(_)) {
+            *squares = Squares::Stale;
+        }
+    }
 }
 
 /// Locks `m`, going on after a panic elsewhere (the data is still consistent for our uses).
@@ -126,6 +154,7 @@ impl GradSlot {
     /// Stores `written` (from [`GradSlot::target`]) as the gradient, or adds it to the one
     /// there.
     pub(crate) fn land(&self, written: Tensor) -> Result<()> {
+        self.touched();
         let mut slot = lock(&self.grad);
         match slot.as_ref() {
             Some(existing) => crate::ops::elementwise::add_into(existing, &written),
@@ -138,6 +167,7 @@ impl GradSlot {
 
     /// `grad += g` (the first gradient is copied into a buffer of the slot's category).
     pub(crate) fn accumulate(&self, g: &Tensor) -> Result<()> {
+        self.touched();
         let mut slot = lock(&self.grad);
         match slot.as_ref() {
             Some(existing) => crate::ops::elementwise::add_into(existing, g)?,
@@ -240,6 +270,7 @@ impl Tensor {
             category,
             label: format!("grad {}", self.storage.label()),
             grad: Mutex::new(None),
+            squares: Mutex::new(Squares::Off),
         }));
         self
     }
@@ -407,6 +438,7 @@ impl Tensor {
             });
         };
         Self::checked_len("set_grad_from_slice", &self.shape, data.len())?;
+        slot.touched();
         if let Some(g) = self.grad() {
             return g.write_from_slice(data);
         }
@@ -424,6 +456,32 @@ impl Tensor {
     pub fn clear_grad(&self) {
         if let Autograd::Leaf(slot) = &self.autograd {
             lock(&slot.grad).take();
+            *lock(&slot.squares) = Squares::Off;
+        }
+    }
+
+    /// Asks the next matmul that writes this leaf's whole gradient (the weight gradient of a
+    /// linear layer or a matmul, fresh or accumulated) to compute the squares of the gradient it
+    /// leaves, in partial sums ([`Tensor::take_grad_squares`]): a gradient norm with no pass
+    /// over the gradient. Anything else that changes the gradient afterwards makes them stale.
+    /// No effect on a tensor that is not a leaf requiring grad.
+    pub fn want_grad_squares(&self) {
+        if let Autograd::Leaf(slot) = &self.autograd {
+            *lock(&slot.squares) = Squares::Wanted;
+        }
+    }
+
+    /// The partial sums of the squares of this leaf's gradient as it now is, when the matmul
+    /// that last wrote it computed them after [`Tensor::want_grad_squares`] and nothing changed
+    /// it since (their sum is the gradient's squared norm); `None` otherwise. Either way the
+    /// request ends.
+    pub fn take_grad_squares(&self) -> Option<Tensor> {
+        let Autograd::Leaf(slot) = &self.autograd else {
+            return None;
+        };
+        match std::mem::take(&mut *lock(&slot.squares)) {
+            Squares::Written(partials) => Some(partials),
+            _ => None,
         }
     }
 

@@ -24,6 +24,7 @@
 
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
+use plimsoll_autograd::ops::reduce::SquaresOf;
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::{Optimizer, zero_grad};
 
@@ -107,6 +108,7 @@ pub fn accumulate_gradients(
 ) -> Result<Tensor> {
     let batch_len = inputs.batch_len.max(indices.len()) as f32;
     let mut loss_sum: Option<Tensor> = None;
+    let mut done = 0;
     // The previous micro-batch's graph is already freed and its blocks are reused at once; an
     // upload that lands in bytes the open batch used submits that batch first (kernels-wgsl's
     // rule), so no explicit submit is needed here.
@@ -125,6 +127,16 @@ pub fn accumulate_gradients(
         } else {
             mean.mul_scalar(factor)?
         };
+        // The last micro-batch's weight-gradient matmuls leave each gradient whole (written or
+        // accumulated): they compute its squares for the read-back, with no pass over it.
+        // Gradients summed across processes afterwards are changed, so their squares go stale.
+        let one_process = inputs.collective.is_none_or(|c| c.ranks() <= 1);
+        if chunk.len() + done >= indices.len() && one_process {
+            for (_, p) in inputs.params {
+                p.want_grad_squares();
+            }
+        }
+        done += chunk.len();
         set_phase(inputs.gpu, inputs.step, Phase::Backward);
         scaled.backward()?;
         let value = scaled.detach();
@@ -157,23 +169,37 @@ pub struct StepReadBack {
     pub grad_norm: f32,
 }
 
-/// Reads the loss and every gradient's sums of squares by chunks
-/// ([`Tensor::with_sums_of_squares`]) in one wait: the loss, the first parameter whose gradient
+/// Reads the loss and every gradient's sums of squares in partial sums
+/// ([`Tensor::with_sums_of_squares`]: those its weight-gradient matmul computed when
+/// [`Tensor::want_grad_squares`] asked, [`Tensor::take_grad_squares`], else by chunks) in one
+/// wait: the loss, the first parameter whose gradient
 /// is not finite (a NaN or infinity propagates into its sum of squares), and the global gradient
 /// norm (the chunks added in f64 here).
 pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
     let _no_grad = no_grad();
-    let mut grads = Vec::new();
+    // (tensor, true when it is the partial sums the weight-gradient matmul already computed)
+    let mut parts: Vec<(Tensor, bool)> = Vec::new();
     let mut names = Vec::new();
     for (name, p) in params {
+        let squares = p.take_grad_squares();
         if let Some(g) = p.grad() {
-            grads.push(g);
+            parts.push(match squares {
+                Some(partials) => (partials, true),
+                None => (g, false),
+            });
             names.push(name.as_str());
         }
     }
-    let refs: Vec<&Tensor> = grads.iter().collect();
+    let refs: Vec<SquaresOf<'_>> = parts
+        .iter()
+        .map(|(t, partials)| match partials {
+            true => SquaresOf::Partials(t),
+            false => SquaresOf::Tensor(t),
+        })
+        .collect();
     let (all, ranges) = Tensor::with_sums_of_squares(Some(loss_sum), &refs)?;
-    drop(grads);
+    drop(refs);
+    drop(parts);
     let values = all.to_vec()?;
     let loss = values.first().copied().unwrap_or(f32::NAN);
     let squares: Vec<f64> = ranges

@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
-use crate::tensor::{DType, GradSlot, Shape, Tensor, lock, numel};
+use crate::tensor::{DType, GradSlot, Shape, Squares, Tensor, lock, numel};
 
 /// How a matmul of two shapes runs: `batch` products of `m×k · k×n`; `shared_*` marks an
 /// operand used by every batch (batch stride 0). A shared right operand is folded into `m`.
@@ -85,8 +85,32 @@ impl Product {
     /// Records `out = op(A) · op(B)`, or `out += op(A) · op(B)` with `accumulate` (the kernel's
     /// accumulate flag: no temporary).
     fn record(&self, a: &Tensor, b: &Tensor, out: &Tensor, accumulate: bool) -> Result<()> {
+        let d = self.matmul_dims(accumulate);
+        matmul::matmul(&a.gpu, &d, out.elements()?, a.elements()?, b.elements()?)?;
+        Ok(())
+    }
+
+    /// [`Product::record`] that also computes the squares of what it leaves in `out`, into a
+    /// new temporary of partial sums ([`matmul::matmul_squares`]), which it returns.
+    fn record_squares(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        accumulate: bool,
+    ) -> Result<Tensor> {
+        let d = self.matmul_dims(accumulate);
+        let (c, lhs, rhs) = (out.elements()?, a.elements()?, b.elements()?);
+        let len = matmul::squares_len(&d, matmul::launch_entry(&d, [c, lhs, rhs]));
+        let squares = Tensor::empty(&a.gpu, &[len as usize], Category::Temporary, "grad squares")?;
+        matmul::matmul_squares(&a.gpu, &d, c, lhs, rhs, squares.elements()?)?;
+        Ok(squares)
+    }
+
+    /// The kernel's description of this product.
+    fn matmul_dims(&self, accumulate: bool) -> MatmulDims {
         let (batch, m, n, k) = self.dims;
-        let d = MatmulDims {
+        MatmulDims {
             trans_a: self.trans.0,
             trans_b: self.trans.1,
             batch_stride_a: self.strides.0,
@@ -95,9 +119,7 @@ impl Product {
             accumulate,
             alpha: self.alpha,
             ..MatmulDims::dense(batch, m, n, k)
-        };
-        matmul::matmul(&a.gpu, &d, out.elements()?, a.elements()?, b.elements()?)?;
-        Ok(())
+        }
     }
 
     /// `op(A) · op(B)` in a new tensor of `shape`.
@@ -129,13 +151,32 @@ impl Product {
             return self.new_tensor(a, b, shape, Category::Temporary).map(Some);
         };
         let mut grad = lock(&slot.grad);
-        match grad.as_ref() {
-            Some(existing) => self.record(a, b, existing, true)?,
+        let mut squares = lock(&slot.squares);
+        // Asked for the squares (and not already stale): this matmul leaves the whole gradient
+        // (written fresh, or accumulated: C then holds old + new), so its squares are the
+        // gradient's.
+        let wanted = matches!(*squares, Squares::Wanted | Squares::Written(_));
+        let fresh = match grad.as_ref() {
+            Some(existing) => {
+                if wanted {
+                    *squares = Squares::Written(self.record_squares(a, b, existing, true)?);
+                } else {
+                    self.record(a, b, existing, true)?;
+                }
+                None
+            }
             None => {
                 let out = Tensor::empty(&slot.gpu, &slot.shape, slot.category, &slot.label)?;
-                self.record(a, b, &out, false)?;
-                *grad = Some(out);
+                if wanted {
+                    *squares = Squares::Written(self.record_squares(a, b, &out, false)?);
+                } else {
+                    self.record(a, b, &out, false)?;
+                }
+                Some(out)
             }
+        };
+        if let Some(out) = fresh {
+            *grad = Some(out);
         }
         Ok(None)
     }

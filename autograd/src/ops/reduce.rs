@@ -128,19 +128,21 @@ impl Tensor {
         Ok(out)
     }
 
-    /// `head`'s elements followed by each of `tensors`' sums of squares in chunks (one f32 per
-    /// [`reduce::SQUARES_CHUNK`] elements, at least one per tensor), in one new tensor: a
-    /// value and the squared norms of many tensors in one read-back, with no concatenation
-    /// and no reduction after the chunks. The ranges say where each tensor's chunks are; their
-    /// sum (in f64, on the host) is its sum of squares, which is not finite when the tensor
-    /// holds a NaN or an infinity. Not differentiable: refused where it would be recorded.
+    /// `head`'s elements followed by each of `tensors`' sums of squares in partial sums, in one
+    /// new tensor: a value and the squared norms of many tensors in one read-back, with no
+    /// concatenation and no reduction after the partial sums. A [`SquaresOf::Tensor`] gets one
+    /// sum per [`reduce::SQUARES_CHUNK`] elements (at least one), computed here; a
+    /// [`SquaresOf::Partials`] (such as [`Tensor::take_grad_squares`] returns) is copied in. The
+    /// ranges say where each one's partial sums are; their sum (in f64, on the host) is its sum
+    /// of squares, which is not finite when the tensor holds a NaN or an infinity. Not
+    /// differentiable: refused where it would be recorded.
     pub fn with_sums_of_squares(
         head: Option<&Tensor>,
-        tensors: &[&Tensor],
+        tensors: &[SquaresOf<'_>],
     ) -> Result<(Tensor, Vec<std::ops::Range<usize>>)> {
         let op = "with_sums_of_squares";
         let mut all: Vec<&Tensor> = head.into_iter().collect();
-        all.extend(tensors);
+        all.extend(tensors.iter().map(SquaresOf::tensor));
         for t in &all {
             t.expect_dtype(op, DType::F32)?;
         }
@@ -163,9 +165,12 @@ impl Tensor {
         let mut ranges = Vec::with_capacity(tensors.len());
         let mut end = start;
         for t in tensors {
-            let chunks = reduce::squares_chunks(t.numel() as u64) as usize;
-            ranges.push(end..end + chunks);
-            end += chunks;
+            let len = match t {
+                SquaresOf::Tensor(t) => reduce::squares_chunks(t.numel() as u64) as usize,
+                SquaresOf::Partials(p) => p.numel(),
+            };
+            ranges.push(end..end + len);
+            end += len;
         }
         let out = Tensor::empty(&gpu, &[end], Category::Temporary, op)?;
         let slots = out.elements()?;
@@ -174,7 +179,10 @@ impl Tensor {
         }
         for (t, range) in tensors.iter().zip(&ranges) {
             let at = slots.slice(range.start as u64, range.len() as u64)?;
-            reduce::sum_squares_chunks(&gpu, at, t.elements()?)?;
+            match t {
+                SquaresOf::Tensor(t) => reduce::sum_squares_chunks(&gpu, at, t.elements()?)?,
+                SquaresOf::Partials(p) => copy::copy(&gpu, at, p.elements()?)?,
+            }
         }
         Ok((out, ranges))
     }
@@ -236,4 +244,21 @@ pub(crate) fn max_grad(
     reduce::max_backward(&g.gpu, dx.elements()?, dy, indices, input, axis)?;
     debug_assert_eq!(numel(input), dx.numel());
     Ok(dx)
+}
+
+/// One entry of [`Tensor::with_sums_of_squares`].
+#[derive(Clone, Copy, Debug)]
+pub enum SquaresOf<'a> {
+    /// A tensor whose squares are summed there.
+    Tensor(&'a Tensor),
+    /// Partial sums of a tensor's squares computed before, copied as they are.
+    Partials(&'a Tensor),
+}
+
+impl<'a> SquaresOf<'a> {
+    fn tensor(&self) -> &'a Tensor {
+        match *self {
+            SquaresOf::Tensor(t) | SquaresOf::Partials(t) => t,
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! Typed errors: second backward, non-scalar backward, mismatched shapes, no graph.
 
+use plimsoll_autograd::ops::reduce::SquaresOf;
 use plimsoll_autograd::{Error, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::testing::gpu;
 
@@ -134,14 +135,15 @@ fn with_sums_of_squares_puts_each_tensor_in_its_range() {
     let big = param(&gpu, &long, &[long.len()]);
     let nan = param(&gpu, &with_nan, &[9]);
     assert!(matches!(
-        Tensor::with_sums_of_squares(Some(&head), &[&small]),
+        Tensor::with_sums_of_squares(Some(&head), &[SquaresOf::Tensor(&small)]),
         Err(Error::InvalidArgument {
             op: "with_sums_of_squares",
             ..
         })
     ));
     let _no_grad = plimsoll_autograd::no_grad();
-    let (all, ranges) = Tensor::with_sums_of_squares(Some(&head), &[&small, &big, &nan]).unwrap();
+    let parts = [&small, &big, &nan].map(SquaresOf::Tensor);
+    let (all, ranges) = Tensor::with_sums_of_squares(Some(&head), &parts).unwrap();
     assert_eq!(ranges, vec![2..3, 3..6, 6..7]);
     let values = all.to_vec().unwrap();
     assert_eq!(values.len(), 7);
@@ -157,6 +159,6 @@ fn with_sums_of_squares_puts_each_tensor_in_its_range() {
         "{got} against {oracle}"
     );
     assert!(sum(&ranges[2]).is_nan());
-    let (none, empty) = Tensor::with_sums_of_squares(None, &[&small]).unwrap();
+    let (none, empty) = Tensor::with_sums_of_squares(None, &[SquaresOf::Tensor(&small)]).unwrap();
     assert_eq!((none.to_vec().unwrap(), empty), (vec![17.25], vec![0..1]));
 }

@@ -170,3 +170,77 @@ fn linear_equals_matmul_add_relu() {
         ));
     }
 }
+
+/// `want_grad_squares`: the weight-gradient matmul of the next backward leaves partial sums
+/// whose sum is the gradient's squared norm (the oracle: the gradient read back, squared and
+/// summed in f64), also when it accumulates onto a gradient already there (the squares of the
+/// sum); anything else that then changes the gradient (here an embedding lookup of the same
+/// table) makes them stale (`None`); a bias (not written by a matmul) gets none; `take` ends the
+/// request, and `clear_grad` drops it.
+#[test]
+fn grad_squares_come_from_the_weight_gradient_matmul() {
+    use plimsoll_kernels_wgsl::testing::Rng;
+    let gpu = gpu();
+    let mut rng = Rng::new(77);
+    let (rows, n, k) = (130, 260, 124); // large enough for the vec4 entry point
+    let x = Tensor::from_slice(&gpu, &rng.vec_f32(rows * k, -1.0, 1.0), &[rows, k]).unwrap();
+    let w = param(&gpu, &rng.vec_f32(n * k, -1.0, 1.0), &[n, k]);
+    let b = param(&gpu, &rng.vec_f32(n, -1.0, 1.0), &[n]);
+    let squared = |t: &Tensor| -> f64 {
+        t.grad()
+            .unwrap()
+            .to_vec()
+            .unwrap()
+            .iter()
+            .map(|&v| f64::from(v).powi(2))
+            .sum()
+    };
+    let summed = |p: Tensor| -> f64 { p.to_vec().unwrap().iter().map(|&v| f64::from(v)).sum() };
+    let loss = |relu: bool| x.linear(&w, &b, relu).unwrap().sum_all().unwrap();
+    // Fresh, then accumulated onto (the second backward's squares are of the sum).
+    for round in 0..2 {
+        w.want_grad_squares();
+        b.want_grad_squares();
+        loss(round == 1).backward().unwrap();
+        let got = summed(w.take_grad_squares().unwrap());
+        let want = squared(&w);
+        assert!(
+            (got - want).abs() <= 1e-5 * want,
+            "round {round}: {got} against {want}"
+        );
+        assert!(
+            b.take_grad_squares().is_none(),
+            "the bias's gradient is no matmul's"
+        );
+        assert!(w.take_grad_squares().is_none(), "take ends the request");
+    }
+    // Not asked: none.
+    loss(false).backward().unwrap();
+    assert!(w.take_grad_squares().is_none());
+    // The same table also looked up: backward runs the ops in reverse. Looked up after the
+    // product, its gradient lands first and the matmul accumulates last: the squares are of
+    // the whole gradient. Looked up before, its gradient lands after the matmul's: stale.
+    let ids = Tensor::from_indices(&gpu, &[1, 2], &[2]).unwrap();
+    let looked_up = || w.embedding(&ids).unwrap().sum_all().unwrap();
+    w.clear_grad();
+    w.want_grad_squares();
+    loss(false).add(&looked_up()).unwrap().backward().unwrap();
+    let (got, want) = (summed(w.take_grad_squares().unwrap()), squared(&w));
+    assert!(
+        (got - want).abs() <= 1e-5 * want,
+        "matmul last: {got} against {want}"
+    );
+    w.clear_grad();
+    w.want_grad_squares();
+    let first = looked_up();
+    first.add(&loss(false)).unwrap().backward().unwrap();
+    assert!(
+        w.take_grad_squares().is_none(),
+        "stale after the embedding's gradient"
+    );
+    // clear_grad drops a request.
+    w.want_grad_squares();
+    w.clear_grad();
+    loss(false).backward().unwrap();
+    assert!(w.take_grad_squares().is_none());
+}

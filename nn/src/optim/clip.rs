@@ -1,6 +1,7 @@
 //! Gradient norms: [`grad_norm`] (global L2 norm, summed on the GPU, one read-back) and
 //! [`clip_grad_norm`] (scales every gradient in place when the norm is above a maximum).
 
+use plimsoll_autograd::ops::reduce::SquaresOf;
 use plimsoll_autograd::{Tensor, no_grad};
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, scalar_rhs};
 
@@ -16,7 +17,7 @@ pub fn grad_norm(params: &[(String, Tensor)]) -> Result<f32> {
     if grads.is_empty() {
         return Ok(0.0);
     }
-    let refs: Vec<&Tensor> = grads.iter().collect();
+    let refs: Vec<SquaresOf<'_>> = grads.iter().map(SquaresOf::Tensor).collect();
     let (sums, _) = Tensor::with_sums_of_squares(None, &refs)?;
     drop(grads);
     let squares: f64 = sums.to_vec()?.iter().map(|&v| f64::from(v)).sum();
