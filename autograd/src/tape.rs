@@ -227,13 +227,13 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
             })
             .collect();
         // A contiguous slice of another node's output: its gradient waits there as a piece.
-        if let (Op::Slice { input, axis, start }, [Edge::Node(child)]) = (&op, &inputs[..]) {
-            if input[..*axis].iter().all(|&e| e == 1) {
-                let inner: usize = input[axis + 1..].iter().product();
-                let pending = incoming.entry(child.sequence).or_default();
-                pending.add_piece(start * inner, grad);
-                continue;
-            }
+        if let (Op::Slice { input, axis, start }, [Edge::Node(child)]) = (&op, &inputs[..])
+            && input[..*axis].iter().all(|&e| e == 1)
+        {
+            let inner: usize = input[axis + 1..].iter().product();
+            let pending = incoming.entry(child.sequence).or_default();
+            pending.add_piece(start * inner, grad);
+            continue;
         }
         let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves)?;
         // The op's saved tensors and the incoming gradient are released here, right after their

@@ -268,7 +268,13 @@ fn written_gradients_go_straight_into_leaf_slots() {
     // Layer norm of [2, n] rows: dβ = Σ_rows g = 2; dγ = Σ_rows x̂ = 0 for two rows that are
     // each other's negation (x̂ is ±1 per column, opposite in the two rows).
     let data: Vec<f32> = (0..2 * n)
-        .map(|i| if (i / n + i % 2) % 2 == 0 { 1.0 } else { -1.0 })
+        .map(|i| {
+            if (i / n + i % 2).is_multiple_of(2) {
+                1.0
+            } else {
+                -1.0
+            }
+        })
         .collect();
     let x = Tensor::from_slice(&gpu, &data, &[2, n]).unwrap();
     let gamma = param(&gpu, &vec![1.0; n], &[n]);
