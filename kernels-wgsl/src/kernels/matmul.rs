@@ -569,29 +569,6 @@ fn launch(
     })
 }
 
-impl Gpu {
-    /// Starts recording the shape of every matmul launched on this device from now on (each
-    /// launch that passes validation, on either entry point), dropping any earlier record. For
-    /// measurements such as `cargo xtask bench train`'s step efficiency, which times a step's
-    /// matmuls alone; costs one lock per matmul while on.
-    pub fn record_matmuls(&self) {
-        *self.matmul_log() = Some(Vec::new());
-    }
-
-    /// Stops recording and returns the shapes launched since [`Gpu::record_matmuls`], in launch
-    /// order (empty if it was never called).
-    pub fn take_matmuls(&self) -> Vec<MatmulDims> {
-        self.matmul_log().take().unwrap_or_default()
-    }
-
-    fn matmul_log(&self) -> std::sync::MutexGuard<'_, Option<Vec<MatmulDims>>> {
-        self.shared
-            .matmul_log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The `usize` figures of [`MatmulDims`] as `u64` (usize is at most 64 bits on every target
 /// wgpu supports), so products are checked in one width.
 struct Dims64 {
