@@ -6,8 +6,10 @@
 //! three slices q, k, v of one projection cost three zero-filled full-size tensors and two
 //! full-size additions; kept as pieces, the node's gradient is assembled once when backward
 //! reaches it: each piece copied to its place and only the gaps zero-filled (or, with a dense
-//! gradient too, each piece added to its place). The values are the same: a piece's elements
-//! get `g` (plus the dense gradient when there is one) either way, with the same additions.
+//! gradient too, each piece added to its place). With no dense gradient, or one, the values are
+//! the same as before: a piece's elements get `g` (plus the dense gradient) either way. With
+//! several dense gradients they are summed first and the pieces added after, where arrival
+//! order interleaved them: the rounding of such elements may differ.
 
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::{copy, fill};

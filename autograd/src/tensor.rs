@@ -463,8 +463,10 @@ impl Tensor {
     /// Asks the next matmul that writes this leaf's whole gradient (the weight gradient of a
     /// linear layer or a matmul, fresh or accumulated) to compute the squares of the gradient it
     /// leaves, in partial sums ([`Tensor::take_grad_squares`]): a gradient norm with no pass
-    /// over the gradient. Anything else that changes the gradient afterwards makes them stale.
-    /// No effect on a tensor that is not a leaf requiring grad.
+    /// over the gradient. Anything else autograd does to the gradient afterwards (another
+    /// backward's contribution, `set_grad_from_slice`) makes them stale; a write in place
+    /// through the [`Tensor::grad`] handle (such as `nn::clip_grad_norm`'s scaling) is not
+    /// seen, so read them before any. No effect on a tensor that is not a leaf requiring grad.
     pub fn want_grad_squares(&self) {
         if let Autograd::Leaf(slot) = &self.autograd {
             *lock(&slot.squares) = Squares::Wanted;

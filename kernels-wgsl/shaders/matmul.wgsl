@@ -13,17 +13,21 @@
 //     flags : u32 (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
 //                  never reads C, main reads it and discards the value (one branch-free store);
 //                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar; bits 3, 4 = the epilogue:
-//                  + bias, then ReLU),
+//                  + bias, then ReLU; bit 5 = write the squares of C per block to binding 4,
+//                  see put_squares),
 //     alpha : f32 (1.0 for a plain matmul),
 //     offset_bias : u32 (element offset of bias[0] in binding 4), 3 x u32 padding
 //   @binding(1) a, @binding(2) b, @binding(3) c : array<f32>
-//   @binding(4) bias : array<f32>, N elements from offset_bias, read only with an epilogue (the
-//     launcher binds C's segment there without one)
+//   @binding(4) bias : array<f32> from offset_bias: with the epilogue (bit 3) the N biases,
+//     read; with bit 5 the squares' partial sums, written (kernels::matmul::squares_len of
+//     them); neither: not accessed (the launcher binds C's segment there). The launcher checks
+//     its extent and that it does not overlap C (or, written, A and B).
 //   Bindings 1, 2 and 3 are ALSO declared as array<vec4<f32>> (a_v4, b_v4, c_v4); only `main`
 //   uses those, only `main_scalar` the f32 views (aliasing by entry point; naga/wgpu accept it).
-//   The epilogue (flag bits 3 and 4, on both entry points) is
-//   C = relu(C + bias) with the additions in the order of an unfused matmul, then a bias add,
-//   then relu: the same values, one pass over C instead of three.
+//   The epilogue (flag bits 3 and 4, on both entry points) is C = relu(C + bias) with the
+//   additions in the order of an unfused matmul, then a bias add, then relu: with alpha 1 the
+//   same values, one pass over C instead of three (with another alpha, a driver that fuses the
+//   multiply and the add into one FMA may round differently).
 //
 // Entry points (launcher picks one; dispatch z = batch):
 //   main        fast path. Preconditions (else use main_scalar):

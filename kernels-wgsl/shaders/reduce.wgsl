@@ -228,8 +228,8 @@ fn sum_all(@builtin(local_invocation_index) lid: u32) {
 // Dispatch (ceil(chunks / 256), 1, 1) with chunks = max(1, ceil(n / SQ_CHUNK)): with one
 // chunk, dst gets the whole sum. No workgroup memory and no barrier (on lavapipe a barrier
 // costs more than the loads of a chunk); the chunks depend on n alone, so the result is
-// deterministic; the launcher adds the chunks' sums with sum_all when there are several
-// (kernels::reduce::sum_squares_chunks), the trainer on the host. Each invocation takes 64
+// deterministic; kernels::reduce::sum_squares_all adds the chunks' sums with sum_all when there
+// are several, the trainer adds them on the host. Each invocation takes 64
 // vec4s (or 64 passes of 4 scalars): far below lavapipe's loop limit.
 const SQ_CHUNK: u32 = 256u;
 

@@ -128,8 +128,8 @@ pub fn accumulate_gradients(
             mean.mul_scalar(factor)?
         };
         // The last micro-batch's weight-gradient matmuls leave each gradient whole (written or
-        // accumulated): they compute its squares for the read-back, with no pass over it.
-        // Gradients summed across processes afterwards are changed, so their squares go stale.
+        // accumulated): they compute its squares for the read-back, with no pass over it. Not
+        // asked for with several processes, whose sum changes the gradients afterwards.
         let one_process = inputs.collective.is_none_or(|c| c.ranks() <= 1);
         if chunk.len() + done >= indices.len() && one_process {
             for (_, p) in inputs.params {

@@ -285,9 +285,11 @@ pub fn matmul(
 }
 
 /// [`matmul`], then `epilogue` on every element of C in the same pass: `C[b][i][j] =
-/// op(alpha · op(A)·op(B)[i][j] + bias[j])` with `op` the identity or ReLU, the same values as a
-/// plain matmul followed by a bias add and a ReLU (the same additions in the same order) with
-/// one pass over C instead of three. `bias` holds `n` elements.
+/// op(alpha · op(A)·op(B)[i][j] + bias[j])` with `op` the identity or ReLU, one pass over C
+/// instead of three. With `alpha` 1 the same values as a plain matmul followed by a bias add
+/// and a ReLU (the same additions in the same order); with another `alpha` a driver that fuses
+/// the multiply and the bias add into one FMA may round the last bit differently. `bias` holds
+/// `n` elements.
 ///
 /// # Errors
 /// Those of [`matmul`], and [`Error::InvalidArgument`] when `bias` does not hold `n` elements,
@@ -355,7 +357,7 @@ pub fn squares_len(dims: &MatmulDims, entry: MatmulEntry) -> u64 {
 /// (after `accumulate`: the values C then holds), one per block of outputs an invocation stores
 /// ([`squares_len`] of [`launch_entry`]); their sum is C's squared norm. For a gradient's norm
 /// with no pass over the gradient. Errors: those of [`matmul`], and [`Error::InvalidArgument`]
-/// when `squares` does not hold that many elements or overlaps C.
+/// when `squares` does not hold that many elements or overlaps C, A or B.
 pub fn matmul_squares(
     gpu: &Gpu,
     dims: &MatmulDims,
@@ -366,11 +368,13 @@ pub fn matmul_squares(
 ) -> Result<()> {
     let len = squares_len(dims, launch_entry(dims, [out, lhs, rhs]));
     squares.expect_len("matmul_squares", "squares", len)?;
-    if out.overlaps(&squares) {
-        return Err(Error::InvalidArgument {
-            op: "matmul_squares",
-            message: format!("out (C) {out:?} overlaps the squares {squares:?}"),
-        });
+    for (name, operand) in [("out (C)", out), ("lhs (A)", lhs), ("rhs (B)", rhs)] {
+        if operand.overlaps(&squares) {
+            return Err(Error::InvalidArgument {
+                op: "matmul_squares",
+                message: format!("{name} {operand:?} overlaps the squares {squares:?}"),
+            });
+        }
     }
     let kernels = [MAIN, MAIN_SCALAR];
     launch(

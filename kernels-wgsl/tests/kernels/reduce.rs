@@ -133,7 +133,7 @@ fn reduce_matches_reference() {
     }
 }
 
-/// `sum_squares_chunks`: one sum per 16384-element chunk, each against the f64 sum of its
+/// `sum_squares_chunks`: one sum per `SQUARES_CHUNK`-element chunk, each against the f64 sum of its
 /// chunk's squares, at a 4-aligned offset (vec4 loads) and at an odd one; a guard element on
 /// each side of `out` stays untouched.
 #[test]

@@ -112,7 +112,8 @@ fn other_families(
         4.0 * len as f64 / seconds / 1e9,
         "GB/s",
     );
-    let (vocab, dim, tokens) = (128u64, 256u64, 1024u64); // scatter_add loops over every token per (row, column)
+    // scatter_add sorts the tokens by id, then sums each table element over its row's tokens
+    let (vocab, dim, tokens) = (128u64, 256u64, 1024u64);
     let ids = gpu.upload(
         &(0..tokens as u32)
             .map(|t| t % vocab as u32)
