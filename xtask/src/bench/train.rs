@@ -1,7 +1,7 @@
 //! The train suite: the peer workload (MLP 784-1024-1024-1024-10, ReLU, cross-entropy, Adam,
 //! batch 128, synthetic data) through `plimsoll-trainer`'s real step (micro-batch 128, leak
 //! check on, no checkpointing): median step time and GFLOP/s over 20 steps after 5 warm-up
-//! steps, step efficiency (the step's matmuls timed alone over the step), peak allocated and
+//! steps, step efficiency (the step's matmuls timed alone over the step, in rounds), peak allocated and
 //! reserved bytes against the analytic minimum; the cold start of digits, mlp-bench and the
 //! GPT (spawned with an empty Mesa shader cache: adapter, device, every kernel's JIT, to the end
 //! of step 1, plus the process's own exit); and a 12-layer,
@@ -136,11 +136,21 @@ pub(super) fn steps(
     Ok((times, peaks))
 }
 
+/// Rounds of [`step_efficiency`]: each times [`ROUND_STEPS`] steps and then the matmuls alone.
+const ROUNDS: usize = 3;
+/// Steps timed per round of [`step_efficiency`].
+const ROUND_STEPS: usize = 5;
+/// Steps [`step_efficiency`] runs: one that records the shapes, then the rounds.
+pub(super) const EFFICIENCY_STEPS: usize = 1 + ROUNDS * ROUND_STEPS;
+
 /// Step efficiency (issue 17's definition): the step's matmuls timed alone on `trainer`'s
-/// device, each at its median rate, over `step_ms`. Records one more step to collect the
-/// shapes ([`Gpu::record_matmuls`]), then times each distinct shape by itself. Returns
-/// (matmul ms, efficiency, number of matmuls in the step).
-pub(super) fn step_efficiency(trainer: &mut Trainer, step_ms: f64) -> Result<(f64, f64, usize)> {
+/// device, each at its median rate, over the step's time. Records one more step to collect the
+/// shapes ([`Gpu::record_matmuls`]), then in each of [`ROUNDS`] rounds times [`ROUND_STEPS`]
+/// steps (median) and right after them each distinct shape by itself: the two halves of a
+/// ratio are measured under the same load of a shared machine, whose speed drifts by tens of
+/// percent between minutes. Returns (matmul ms, efficiency, number of matmuls in the step), the
+/// medians over the rounds, and prints every round.
+pub(super) fn step_efficiency(trainer: &mut Trainer, name: &str) -> Result<(f64, f64, usize)> {
     let gpu = trainer.gpu().clone();
     gpu.record_matmuls();
     let stepped = trainer.step();
@@ -153,12 +163,25 @@ pub(super) fn step_efficiency(trainer: &mut Trainer, step_ms: f64) -> Result<(f6
             None => distinct.push((*d, 1)),
         }
     }
-    let mut total = 0.0;
-    for (d, count) in &distinct {
-        total += *count as f64 * matmul_alone_seconds(&gpu, d)?;
+    let (mut matmuls, mut ratios) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let (times, _) = steps(trainer, 0, ROUND_STEPS)?;
+        let step_ms = median(times);
+        let mut total = 0.0;
+        for (d, count) in &distinct {
+            total += *count as f64 * matmul_alone_seconds(&gpu, d)?;
+        }
+        let matmul_ms = total * 1e3;
+        println!(
+            "train: {name} efficiency round {}: matmuls alone {matmul_ms:.1} ms / step \
+             {step_ms:.1} ms = {:.3}",
+            round + 1,
+            matmul_ms / step_ms
+        );
+        matmuls.push(matmul_ms);
+        ratios.push(matmul_ms / step_ms);
     }
-    let matmul_ms = total * 1e3;
-    Ok((matmul_ms, matmul_ms / step_ms, shapes.len()))
+    Ok((median(matmuls), median(ratios), shapes.len()))
 }
 
 /// Median seconds of one `d` product alone (operands filled with small values; repeated within
@@ -201,7 +224,7 @@ fn peer_workload(report: &mut Report) -> Result<()> {
     let gpu = Gpu::new()?;
     println!("train: adapter {}", gpu.adapter());
     let data = Dataset::synthetic(BATCH * 4, PEER_WIDTHS[0], 10, 5)?;
-    let steps_total = (WARMUP_STEPS + TIMED_STEPS + 1) as u64; // + the efficiency step
+    let steps_total = (WARMUP_STEPS + TIMED_STEPS + EFFICIENCY_STEPS) as u64;
     let mut trainer = Trainer::new(
         &gpu,
         config(steps_total, CheckpointPolicy::None),
@@ -211,7 +234,7 @@ fn peer_workload(report: &mut Report) -> Result<()> {
     )?;
     let (times, [allocated, reserved, _]) = steps(&mut trainer, WARMUP_STEPS, TIMED_STEPS)?;
     let step_ms = median(times);
-    let (matmul_ms, efficiency, products) = step_efficiency(&mut trainer, step_ms)?;
+    let (matmul_ms, efficiency, products) = step_efficiency(&mut trainer, "mlp-bench")?;
     report.push(
         format!("mlp_bench/step_matmuls_alone ({products} products)"),
         matmul_ms,

@@ -102,12 +102,12 @@ pub fn run(report: &mut Report) -> Result<()> {
 
     // Speed and memory of the default run.
     let gpu = Gpu::new()?;
-    let total = (WARMUP_STEPS + TIMED_STEPS + 1) as u64; // + the efficiency step
+    let total = (WARMUP_STEPS + TIMED_STEPS + super::train::EFFICIENCY_STEPS) as u64;
     let cfg = config(BATCH, Some(BATCH), total, CheckpointPolicy::None);
     let mut trainer = Trainer::new(&gpu, cfg, &spec, data.clone(), None)?;
     let (times, [allocated, reserved, _]) = steps(&mut trainer, WARMUP_STEPS, TIMED_STEPS)?;
     let step_ms = median(times);
-    let (matmul_ms, efficiency, products) = super::train::step_efficiency(&mut trainer, step_ms)?;
+    let (matmul_ms, efficiency, products) = super::train::step_efficiency(&mut trainer, "gpt")?;
     drop(trainer);
     report.push(
         format!("gpt/step_matmuls_alone ({products} products)"),
