@@ -105,6 +105,7 @@ pub mod embedding;
 pub mod fill;
 pub mod layer_norm;
 pub mod matmul;
+mod matmul_epilogue;
 mod matmul_record;
 pub mod nonfinite;
 pub mod optimizer;
