@@ -128,10 +128,12 @@ pub fn accumulate_gradients(
             mean.mul_scalar(factor)?
         };
         // The last micro-batch's weight-gradient matmuls leave each gradient whole (written or
-        // accumulated): they compute its squares for the read-back, with no pass over it. Not
-        // asked for with several processes, whose sum changes the gradients afterwards.
-        let one_process = inputs.collective.is_none_or(|c| c.ranks() <= 1);
-        if chunk.len() + done >= indices.len() && one_process {
+        // accumulated): they compute its squares for the read-back, with no pass over it. Asked
+        // for with several processes too, although their sum then changes the gradients (the
+        // squares go stale and the read-back sums the gradients itself): the memory plan's dry
+        // run, one process, launches the same matmuls, so the kernels its warm-up compiled for
+        // those arguments are the ones step 1 runs (lavapipe compiles for the arguments seen).
+        if chunk.len() + done >= indices.len() {
             for (_, p) in inputs.params {
                 p.want_grad_squares();
             }
