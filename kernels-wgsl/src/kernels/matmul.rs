@@ -349,8 +349,9 @@ pub(super) fn launch(
     // Before the range checks: the entry point depends only on `dims` and the segment offsets.
     let segments_aligned = [lhs, rhs, out].iter().all(|s| s.index().is_multiple_of(4));
     let entry = match forced {
-        None if segments_aligned => entry_point(dims),
-        None | Some(MatmulEntry::MainScalar) => MatmulEntry::MainScalar,
+        // The one rule, which squares_len relies on too.
+        None => launch_entry(dims, [out, lhs, rhs]),
+        Some(MatmulEntry::MainScalar) => MatmulEntry::MainScalar,
         Some(MatmulEntry::Main) if segments_aligned && main_fits(dims) => MatmulEntry::Main,
         Some(MatmulEntry::Main) => {
             return Err(invalid(format!(

@@ -144,6 +144,19 @@ shader_params! {
 }
 
 impl Params {
+    /// All of `x` as one axis (`outer = inner = 1`), into `out`: the `*_all` and chunked
+    /// entry points' Params.
+    fn whole(x: DeviceSlice<'_>, out: DeviceSlice<'_>) -> Params {
+        Params {
+            outer: 1,
+            axis_len: x.len() as u32,
+            inner: 1,
+            src_offset: x.index(),
+            dst_offset: out.index(),
+            ..Params::default()
+        }
+    }
+
     fn of_view(view: AxisView) -> Params {
         Params {
             outer: view.outer as u32,
@@ -304,14 +317,7 @@ fn all_reduction(
 ) -> Result<()> {
     check_loop_limit(gpu, op, "len", x.len(), all_loop_iterations)?;
     out.expect_len(op, "out", 1)?;
-    let mut params = Params {
-        outer: 1,
-        axis_len: x.len() as u32,
-        inner: 1,
-        src_offset: x.index(),
-        dst_offset: out.index(),
-        ..Params::default()
-    };
+    let mut params = Params::whole(x, out);
     let mut buffers = vec![x, out];
     if let Some(index) = index {
         index.expect_len(op, "index", 1)?;
@@ -371,14 +377,7 @@ pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -
     } else {
         &SUM_SQUARES_CHUNKS
     };
-    let params = Params {
-        outer: 1,
-        axis_len: x.len() as u32,
-        inner: 1,
-        src_offset: x.index(),
-        dst_offset: out.index(),
-        ..Params::default()
-    };
+    let params = Params::whole(x, out);
     let buffers = [x, out];
     gpu.dispatch(Dispatch {
         kernel,

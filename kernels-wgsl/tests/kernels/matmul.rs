@@ -85,6 +85,17 @@ fn operand_lens(d: &MatmulDims) -> (usize, usize) {
     )
 }
 
+/// [`dims`] over a batch of 2 contiguous products.
+fn two_batches(m: usize, n: usize, k: usize, trans: (bool, bool)) -> MatmulDims {
+    MatmulDims {
+        batch: 2,
+        batch_stride_a: m * k,
+        batch_stride_b: k * n,
+        batch_stride_c: m * n,
+        ..dims(m, n, k, trans)
+    }
+}
+
 /// `MatmulDims::dense(1, m, n, k)` with transposes (alpha and accumulate set by the callers).
 fn dims(m: usize, n: usize, k: usize, trans: (bool, bool)) -> MatmulDims {
     MatmulDims {
@@ -411,13 +422,7 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() {
             let alpha = if t < 2 { 1.0 } else { 1.5 };
             let d = MatmulDims {
                 alpha,
-                batch_stride_a: m * k,
-                batch_stride_b: k * n,
-                batch_stride_c: m * n,
-                ..MatmulDims {
-                    batch: 2,
-                    ..dims(m, n, k, trans)
-                }
+                ..two_batches(m, n, k, trans)
             };
             let (a_len, b_len) = operand_lens(&d);
             let c_len = d.c_len();
@@ -515,13 +520,7 @@ fn matmul_squares_are_the_blocks_of_c() {
         for (t, &trans) in TRANSPOSES.iter().enumerate() {
             let d = MatmulDims {
                 accumulate: t % 2 == 1,
-                batch_stride_a: m * k,
-                batch_stride_b: k * n,
-                batch_stride_c: m * n,
-                ..MatmulDims {
-                    batch: 2,
-                    ..dims(m, n, k, trans)
-                }
+                ..two_batches(m, n, k, trans)
             };
             let (a_len, b_len) = operand_lens(&d);
             let c_len = d.c_len();
