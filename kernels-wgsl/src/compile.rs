@@ -21,7 +21,9 @@ impl Gpu {
     /// skipping the 16-bit ones on a device without `SHADER_F16`, on parallel threads
     /// ([`Gpu::compile_pipelines`]), and returns how many it built.
     pub fn compile_kernels(&self) -> Result<usize> {
-        Ok(self.compile_pipelines(&every_variant())?.built)
+        Ok(self
+            .compile_pipelines(&every_variant(self.features()))?
+            .built)
     }
 
     /// Builds the pipelines this device's planning twins' launches asked for (a run's memory
@@ -41,7 +43,7 @@ impl Gpu {
     pub fn compile_wanted(&self, deadline: std::time::Duration) -> Result<Compiled> {
         let wanted = self.shared.wanted.take();
         if wanted.is_empty() {
-            return self.compile_pipelines(&every_variant());
+            return self.compile_pipelines(&every_variant(self.features()));
         }
         let compiled = self.compile_pipelines(&wanted)?;
         self.warm_up(&wanted, deadline)?;
@@ -219,10 +221,14 @@ impl Gpu {
     }
 }
 
-/// Every pipeline the launchers can ask for ([`crate::kernels::variants`]), with no `Params`.
-fn every_variant() -> Vec<WantedPipeline> {
+/// Every pipeline the launchers can ask for on a device with `features`
+/// ([`crate::kernels::variants`]), with no `Params`.
+fn every_variant(features: wgpu::Features) -> Vec<WantedPipeline> {
     crate::kernels::variants()
         .into_iter()
+        .filter(|(kernel, _)| {
+            !kernel.needs_shader_f16() || features.contains(wgpu::Features::SHADER_F16)
+        })
         .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
         .collect()
 }

@@ -146,6 +146,9 @@ pub(crate) struct Shared {
     pub(crate) max_in_flight: usize,
     /// Whether [`Gpu::begin_profile`] is on (checked before touching the batch's profile).
     pub(crate) profiling: AtomicBool,
+    /// Whether 16-bit conversions take the packed path although the device has `SHADER_F16`
+    /// ([`Gpu::set_f16_path`]).
+    pub(crate) f16_packed: AtomicBool,
     /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
     pub(crate) planning: bool,
     /// Pipelines asked for by this device's planning twins ([`Gpu::compile_wanted`]).
@@ -214,6 +217,7 @@ impl Shared {
             deadlines: p.deadlines,
             max_in_flight: p.max_in_flight,
             profiling: AtomicBool::new(false),
+            f16_packed: AtomicBool::new(false),
             planning: p.planning,
             wanted: p.wanted,
             matmul_log: Mutex::new(None),

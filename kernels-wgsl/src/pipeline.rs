@@ -133,7 +133,20 @@ impl Kernel {
                 declared.push((index, binding));
             }
         }
-        format!("{}\n{declarations}\n{}", self.params, self.wgsl)
+        // A directive (`enable f16;`) must precede every declaration.
+        let (directives, body) = match self.needs_shader_f16() {
+            true => self
+                .wgsl
+                .split_at(self.wgsl.find('\n').map_or(0, |i| i + 1)),
+            false => ("", self.wgsl),
+        };
+        format!("{directives}{}\n{declarations}\n{body}", self.params)
+    }
+
+    /// Whether the shader uses `f16` arithmetic or storage (its file starts with `enable f16;`):
+    /// it needs the device feature `SHADER_F16` ([`crate::Gpu::f16_path`]).
+    pub fn needs_shader_f16(&self) -> bool {
+        self.wgsl.starts_with("enable f16;")
     }
 }
 

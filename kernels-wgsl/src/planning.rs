@@ -36,6 +36,10 @@ impl Gpu {
             planning: true,
             wanted: Arc::clone(&real.wanted),
         });
+        let packed = real.f16_packed.load(std::sync::atomic::Ordering::Relaxed);
+        shared
+            .f16_packed
+            .store(packed, std::sync::atomic::Ordering::Relaxed);
         Gpu {
             shared: Arc::new(shared),
         }

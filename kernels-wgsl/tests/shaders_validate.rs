@@ -13,9 +13,10 @@ use plimsoll_kernels_wgsl::kernels;
 /// `SHADER_FLOAT16_IN_FLOAT32`, which wgpu grants when the adapter reports
 /// `DownlevelFlags::SHADER_F16_IN_F32` (every Vulkan adapter, lavapipe included; see
 /// wgpu-naga-bridge). `convert.wgsl` needs it for `pack2x16float` / `unpack2x16float`; no device
-/// *feature* is needed (docs/wgpu.md §6).
+/// *feature* is needed (docs/wgpu.md §6). `SHADER_FLOAT16` is what wgpu grants with the feature
+/// `SHADER_F16`, which `convert_native.wgsl` (`enable f16;`) needs.
 fn capabilities() -> Capabilities {
-    Capabilities::default() | Capabilities::SHADER_FLOAT16_IN_FLOAT32
+    Capabilities::default() | Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SHADER_FLOAT16
 }
 
 fn shader_files() -> Vec<PathBuf> {

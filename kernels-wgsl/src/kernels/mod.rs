@@ -127,6 +127,8 @@ pub const ALL: &[Kernel] = &[
     binary::BACKWARD_SAME_V4,
     convert::F32_TO_F16,
     convert::F16_TO_F32,
+    convert::F32_TO_F16_NATIVE,
+    convert::F16_TO_F32_NATIVE,
     copy::COPY,
     copy::COPY_V4,
     copy::STRIDED_COPY,
