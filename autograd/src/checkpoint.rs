@@ -68,7 +68,7 @@ where
             rng,
         },
     };
-    Ok(attach(kept, op, inputs))
+    attach(kept, op, inputs)
 }
 
 /// Backward of a checkpoint node: recompute with a tape from fresh leaves, back-propagate `g`,

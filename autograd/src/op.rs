@@ -236,3 +236,60 @@ impl std::fmt::Debug for Replay {
         f.debug_struct("Replay").field("rng", &self.rng).finish()
     }
 }
+
+impl Op {
+    /// The tensors this op saved that may be stored in f16 under
+    /// [`crate::half::f16_activations`] (the caller keeps only f32 activations): its operands
+    /// and outputs, not layer norm's statistics, the ids, or the arg-max indices.
+    pub(crate) fn saved_activations(&mut self) -> SmallVec<[&mut Tensor; 4]> {
+        let mut saved: SmallVec<[&mut Tensor; 4]> = SmallVec::new();
+        match self {
+            Op::Binary { a, b, .. } | Op::Matmul { a, b } | Op::MatmulTransposed { a, b, .. } => {
+                saved.push(a);
+                saved.push(b);
+            }
+            Op::ScalarDiv { x, .. } => saved.push(x),
+            Op::Unary { saved: s, .. } => saved.push(s),
+            Op::Linear { x, relu_output, .. } => {
+                saved.push(x);
+                saved.extend(relu_output.as_mut());
+            }
+            Op::Softmax { y, .. } | Op::LogSoftmax { y, .. } => saved.push(y),
+            Op::CrossEntropy { logits, .. } => saved.push(logits),
+            Op::LayerNorm { x, .. } => saved.push(x),
+            Op::Checkpoint { inputs, .. } => saved.extend(inputs.iter_mut()),
+            Op::Add { .. }
+            | Op::Sub { .. }
+            | Op::AddScalar { .. }
+            | Op::MulScalar { .. }
+            | Op::DivScalar { .. }
+            | Op::ScalarSub { .. }
+            | Op::Permute { .. }
+            | Op::Reshape { .. }
+            | Op::Sum { .. }
+            | Op::Mean { .. }
+            | Op::Max { .. }
+            | Op::Embedding { .. }
+            | Op::Dropout { .. }
+            | Op::Concat { .. }
+            | Op::Slice { .. } => {}
+        }
+        saved
+    }
+
+    /// Whether the op's output is an activation that [`crate::half::f16_activations`] stores
+    /// in f16: not a view (reshape, slice: its input's type), a reduction, log-probabilities or
+    /// a loss (f32, as autocast keeps them).
+    pub(crate) fn outputs_activation(&self) -> bool {
+        !matches!(
+            self,
+            Op::Reshape { .. }
+                | Op::Slice { .. }
+                | Op::Sum { .. }
+                | Op::Mean { .. }
+                | Op::Max { .. }
+                | Op::LogSoftmax { .. }
+                | Op::CrossEntropy { .. }
+        )
+    }
+}

@@ -106,8 +106,12 @@ pub(crate) fn output_category(recording: bool) -> Category {
 }
 
 /// Makes `output` the output of a new node for `op` (with what it saved) over `inputs` (call
-/// only when [`records`] said so, so that `no_grad` saves nothing).
-pub(crate) fn attach(mut output: Tensor, op: Op, inputs: &[&Tensor]) -> Tensor {
+/// only when [`records`] said so, so that `no_grad` saves nothing). Under
+/// [`crate::f16_activations`] the activations `op` saved are stored in f16 first (which
+/// allocates, and so can fail).
+pub(crate) fn attach(output: Tensor, mut op: Op, inputs: &[&Tensor]) -> Result<Tensor> {
+    crate::half::save_in_f16(&mut op)?;
+    let mut output = crate::half::output_in_f16(&op, output)?;
     let node = Node {
         sequence: NEXT_SEQUENCE.fetch_add(1, Ordering::Relaxed),
         output_shape: output.shape.clone(),
@@ -118,17 +122,21 @@ pub(crate) fn attach(mut output: Tensor, op: Op, inputs: &[&Tensor]) -> Tensor {
         }),
     };
     output.autograd = Autograd::Node(Arc::new(node));
-    output
+    Ok(output)
 }
 
 /// `output`, made the output of a new node for `op()` over `inputs` when [`records`] says an op
 /// over them records; otherwise `output` as it is, and `op` (with the tensors it would save)
 /// is never built.
-pub(crate) fn record(output: Tensor, inputs: &[&Tensor], op: impl FnOnce() -> Op) -> Tensor {
+pub(crate) fn record(
+    output: Tensor,
+    inputs: &[&Tensor],
+    op: impl FnOnce() -> Op,
+) -> Result<Tensor> {
     if records(inputs) {
         attach(output, op(), inputs)
     } else {
-        output
+        Ok(output)
     }
 }
 
@@ -208,7 +216,8 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
             continue; // no gradient reached this node (every path to it was constant)
         };
         let grad = pending.into_tensor(&node.output_shape)?;
-        let op = op.ok_or(Error::BackwardTwice)?;
+        let mut op = op.ok_or(Error::BackwardTwice)?;
+        crate::half::restore_f32(&mut op)?;
         if grad.shape != node.output_shape {
             return Err(Error::SeedShape {
                 shape: node.output_shape.to_vec(),

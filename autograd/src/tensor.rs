@@ -33,6 +33,9 @@ pub enum DType {
     F32,
     /// 32-bit unsigned integers: class targets, token ids. Never requires grad.
     U32,
+    /// IEEE binary16, two per 4-byte word (`crate::half`): saved activations under
+    /// [`crate::f16_activations`], and [`Tensor::to_f16`]. No op computes in it.
+    F16,
 }
 
 impl DType {
@@ -40,6 +43,7 @@ impl DType {
     pub fn size_bytes(self) -> usize {
         match self {
             DType::F32 | DType::U32 => 4,
+            DType::F16 => 2,
         }
     }
 }
@@ -489,8 +493,9 @@ impl Tensor {
 
     /// The tensor's `numel()` contiguous elements in its storage: what kernel launchers take
     /// (`plimsoll-nn`'s fused optimizers update parameters in place through it). 4-byte
-    /// elements (f32 or u32).
+    /// elements (f32 or u32; an f16 tensor is [`Tensor::halves`]).
     pub fn elements(&self) -> Result<DeviceSlice<'_>> {
+        self.expect_4_bytes("elements")?;
         Ok(self.storage.slice(self.offset, self.numel() as u64)?)
     }
 
@@ -511,13 +516,16 @@ impl Tensor {
         Ok(())
     }
 
-    /// Reads the f32 values back within the GPU's default deadline.
+    /// Reads the values back as f32 (an f16 tensor's exactly) within the default deadline.
     pub fn to_vec(&self) -> Result<Vec<f32>> {
         self.to_vec_within(self.gpu.default_deadline())
     }
 
     /// Reads the f32 values back, waiting at most `deadline` for the GPU.
     pub fn to_vec_within(&self, deadline: Duration) -> Result<Vec<f32>> {
+        if self.dtype == DType::F16 {
+            return self.halves_to_vec(deadline);
+        }
         self.expect_dtype("to_vec", DType::F32)?;
         Ok(self
             .gpu

@@ -9,6 +9,7 @@ use plimsoll_kernels_wgsl::kernels::reduce;
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 
 use crate::error::Result;
+use crate::half::any_f16;
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
@@ -40,6 +41,9 @@ fn broadcast_of(op: &'static str, a: &Tensor, b: &Tensor) -> Result<Broadcast> {
 
 /// `a op b` over the broadcast shape, recorded when needed.
 fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
+    if any_f16(&[a, b]) {
+        return binary(&a.widened()?, &b.widened()?, op);
+    }
     let name = binary_name(op);
     let shape = broadcast_of(name, a, b)?;
     let recording = records(&[a, b]);
@@ -50,7 +54,7 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         b_shape: &b.shape,
     };
     binary::broadcast(&a.gpu, &dims, out.elements()?, a.elements()?, b.elements()?)?;
-    Ok(record(out, &[a, b], || {
+    record(out, &[a, b], || {
         let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
         match op {
             BinaryOp::Add => Op::Add { lhs, rhs },
@@ -61,7 +65,7 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
                 b: b.detach(),
             },
         }
-    }))
+    })
 }
 
 /// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `recorded()` when needed.
@@ -72,6 +76,9 @@ fn scalar(
     rhs: bool,
     recorded: impl FnOnce() -> Op,
 ) -> Result<Tensor> {
+    if x.dtype == DType::F16 {
+        return scalar(&x.widened()?, op, s, rhs, recorded);
+    }
     let name = binary_name(op);
     x.expect_dtype(name, DType::F32)?;
     let recording = records(&[x]);
@@ -81,11 +88,14 @@ fn scalar(
     } else {
         binary::scalar_lhs(&x.gpu, op, out.elements()?, s, x.elements()?)?;
     }
-    Ok(record(out, &[x], recorded))
+    record(out, &[x], recorded)
 }
 
 /// `f(x)` elementwise, recorded when needed.
 fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
+    if x.dtype == DType::F16 {
+        return unary(&x.widened()?, op, exponent);
+    }
     let name = op.name();
     x.expect_dtype(name, DType::F32)?;
     let recording = records(&[x]);
@@ -96,11 +106,11 @@ fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
     } else {
         x.detach()
     };
-    Ok(record(out, &[x], || Op::Unary {
+    record(out, &[x], || Op::Unary {
         op,
         exponent,
         saved,
-    }))
+    })
 }
 
 impl Tensor {

@@ -5,6 +5,7 @@
 use plimsoll_kernels_wgsl::kernels::matmul::{self, Epilogue, MatmulDims};
 
 use crate::error::Result;
+use crate::half::any_f16;
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
@@ -18,6 +19,11 @@ impl Tensor {
     /// gradients; the bias and ReLU run in the matmul's epilogue. With `relu` the op saves its
     /// output for backward (ReLU's derivative is `[y > 0]`), not the pre-activation.
     pub fn linear(&self, weight: &Tensor, bias: &Tensor, relu: bool) -> Result<Tensor> {
+        if any_f16(&[self, weight, bias]) {
+            return self
+                .widened()?
+                .linear(&weight.widened()?, &bias.widened()?, relu);
+        }
         for t in [self, weight, bias] {
             t.expect_dtype("linear", DType::F32)?;
         }
@@ -63,10 +69,10 @@ impl Tensor {
         let (c, a, b) = (out.elements()?, self.elements()?, weight.elements()?);
         matmul::matmul_bias(&self.gpu, &dims, epilogue, c, a, b, bias.elements()?)?;
         let saved = relu.then(|| out.detach());
-        Ok(record(out, &inputs, || Op::Linear {
+        record(out, &inputs, || Op::Linear {
             x: self.detach(),
             weight: weight.detach(),
             relu_output: saved,
-        }))
+        })
     }
 }

@@ -6,6 +6,7 @@ use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 
 use crate::error::Result;
+use crate::half::any_f16;
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
@@ -185,6 +186,9 @@ impl Product {
 impl Tensor {
     /// Batched matrix product (see the module docs for the shapes taken).
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if any_f16(&[self, rhs]) {
+            return self.widened()?.matmul(&rhs.widened()?);
+        }
         self.expect_dtype("matmul", DType::F32)?;
         rhs.expect_dtype("matmul", DType::F32)?;
         let (p, shape) = plan(&self.shape, &rhs.shape)?;
@@ -197,10 +201,10 @@ impl Tensor {
             alpha: 1.0,
         };
         let out = product.new_tensor(self, rhs, &shape, output_category(recording))?;
-        Ok(record(out, &[self, rhs], || Op::Matmul {
+        record(out, &[self, rhs], || Op::Matmul {
             a: self.detach(),
             b: rhs.detach(),
-        }))
+        })
     }
 
     /// `self · rhsᵀ`: for a `[.., k]` tensor and a `[n, k]` matrix shared by every row,
@@ -214,6 +218,11 @@ impl Tensor {
     /// `alpha · self · rhsᵀ` ([`Tensor::matmul_transposed`] scaled by the kernel: attention's
     /// `q · kᵀ / sqrt(d)` with no pass to scale q, forward or backward).
     pub fn matmul_transposed_scaled(&self, rhs: &Tensor, alpha: f32) -> Result<Tensor> {
+        if any_f16(&[self, rhs]) {
+            return self
+                .widened()?
+                .matmul_transposed_scaled(&rhs.widened()?, alpha);
+        }
         self.expect_dtype("matmul_transposed", DType::F32)?;
         rhs.expect_dtype("matmul_transposed", DType::F32)?;
         let t = transposed_plan(&self.shape, &rhs.shape)?;
@@ -227,11 +236,11 @@ impl Tensor {
         };
         let category = output_category(records(&[self, rhs]));
         let out = product.new_tensor(self, rhs, &shape, category)?;
-        Ok(record(out, &[self, rhs], || Op::MatmulTransposed {
+        record(out, &[self, rhs], || Op::MatmulTransposed {
             a: self.detach(),
             b: rhs.detach(),
             alpha,
-        }))
+        })
     }
 }
 

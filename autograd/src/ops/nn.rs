@@ -10,6 +10,7 @@ use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce};
 
 use crate::error::{Error, Result};
 use crate::grad_mode::next_seed;
+use crate::half::any_f16;
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
@@ -27,6 +28,9 @@ fn rows_cols(op: &'static str, x: &Tensor) -> Result<(usize, usize)> {
 }
 
 fn softmax_like(x: &Tensor, log: bool) -> Result<Tensor> {
+    if x.dtype == DType::F16 {
+        return softmax_like(&x.widened()?, log);
+    }
     let name = if log { "log_softmax" } else { "softmax" };
     let (rows, cols) = rows_cols(name, x)?;
     let recording = records(&[x]);
@@ -39,10 +43,10 @@ fn softmax_like(x: &Tensor, log: bool) -> Result<Tensor> {
     let (y, x_elements) = (out.elements()?, x.elements()?);
     softmax::forward(&x.gpu, kind, y, x_elements, rows as u64, cols as u64)?;
     let y = out.detach();
-    Ok(record(out, &[x], || match log {
+    record(out, &[x], || match log {
         true => Op::LogSoftmax { cols, y },
         false => Op::Softmax { cols, y },
-    }))
+    })
 }
 
 impl Tensor {
@@ -56,6 +60,9 @@ impl Tensor {
     /// `-1e9` mask above the diagonal and calling [`Tensor::softmax`] (bit for bit), in one pass
     /// and without a mask tensor; its backward is softmax's.
     pub fn softmax_causal(&self) -> Result<Tensor> {
+        if self.dtype == DType::F16 {
+            return self.widened()?.softmax_causal();
+        }
         let (rows, cols) = rows_cols("softmax_causal", self)?;
         let rank = self.shape.len();
         if rank < 2 || self.shape[rank - 2] != cols {
@@ -72,7 +79,7 @@ impl Tensor {
         let (y, x_elements) = (out.elements()?, self.elements()?);
         softmax::forward_causal(&self.gpu, y, x_elements, rows as u64, cols as u64)?;
         let y = out.detach();
-        Ok(record(out, &[self], || Op::Softmax { cols, y }))
+        record(out, &[self], || Op::Softmax { cols, y })
     }
 
     /// Log-softmax over the last axis.
@@ -83,6 +90,9 @@ impl Tensor {
     /// Mean cross-entropy of these `[.., classes]` logits against u32 `targets` (one per row),
     /// with label smoothing `smoothing` in `[0, 1]`; a scalar. A target `>= classes` gives NaN.
     pub fn cross_entropy(&self, targets: &Tensor, smoothing: f32) -> Result<Tensor> {
+        if self.dtype == DType::F16 {
+            return self.widened()?.cross_entropy(targets, smoothing);
+        }
         let (rows, cols) = rows_cols("cross_entropy", self)?;
         targets.expect_dtype("cross_entropy", DType::U32)?;
         if targets.numel() != rows {
@@ -111,18 +121,22 @@ impl Tensor {
         )?;
         let out = Tensor::empty(&self.gpu, &[], output_category(recording), "cross_entropy")?;
         reduce::mean_all(&self.gpu, out.elements()?, losses.elements()?)?;
-        Ok(record(out, &[self, targets], || Op::CrossEntropy {
+        record(out, &[self, targets], || Op::CrossEntropy {
             rows,
             cols,
             smoothing,
             logits: self.detach(),
             targets: targets.detach(),
-        }))
+        })
     }
 
     /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * gamma + beta`, `gamma` and
     /// `beta` of shape `[cols]`.
     pub fn layer_norm(&self, gamma: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
+        if any_f16(&[self, gamma, beta]) {
+            let (gamma, beta) = (gamma.widened()?, beta.widened()?);
+            return self.widened()?.layer_norm(&gamma, &beta, eps);
+        }
         let (rows, cols) = rows_cols("layer_norm", self)?;
         for p in [gamma, beta] {
             p.expect_dtype("layer_norm", DType::F32)?;
@@ -153,19 +167,22 @@ impl Tensor {
             gamma.elements()?,
             beta.elements()?,
         )?;
-        Ok(record(out, &[self, gamma, beta], || Op::LayerNorm {
+        record(out, &[self, gamma, beta], || Op::LayerNorm {
             rows,
             cols,
             x: self.detach(),
             gamma: gamma.detach(),
             mean,
             rstd,
-        }))
+        })
     }
 
     /// Rows of this `[vocab, dim]` table picked by u32 `ids` (any shape): `[ids.., dim]`. An id
     /// `>= vocab` gives a row of NaN.
     pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
+        if self.dtype == DType::F16 {
+            return self.widened()?.embedding(ids);
+        }
         self.expect_dtype("embedding", DType::F32)?;
         ids.expect_dtype("embedding", DType::U32)?;
         let (vocab, dim) = match self.shape.as_slice() {
@@ -193,11 +210,11 @@ impl Tensor {
             vocab_u64,
             dim_u64,
         )?;
-        Ok(record(out, &[self, ids], || Op::Embedding {
+        record(out, &[self, ids], || Op::Embedding {
             vocab,
             dim,
             ids: ids.detach(),
-        }))
+        })
     }
 
     /// Inverted dropout: each element zeroed with probability `p`, the rest scaled by
@@ -210,6 +227,9 @@ impl Tensor {
     /// [`Tensor::dropout`] with an explicit mask seed (the same seed gives the same mask, on the
     /// GPU and in `reference::dropout`).
     pub fn dropout_with_seed(&self, p: f32, seed: u64) -> Result<Tensor> {
+        if self.dtype == DType::F16 {
+            return self.widened()?.dropout_with_seed(p, seed);
+        }
         self.expect_dtype("dropout", DType::F32)?;
         if !(0.0..1.0).contains(&p) {
             return Err(Error::InvalidArgument {
@@ -225,7 +245,7 @@ impl Tensor {
             "dropout",
         )?;
         dropout_raw(self, &out, p, seed)?;
-        Ok(record(out, &[self], || Op::Dropout { p, seed }))
+        record(out, &[self], || Op::Dropout { p, seed })
     }
 }
 

@@ -78,19 +78,22 @@ fn reduce_axes(x: &Tensor, axes: &[usize], kind: Kind, category: Category) -> Re
 }
 
 fn reduction(x: &Tensor, axes: &[usize], keepdim: bool, kind: Kind) -> Result<Tensor> {
+    if x.dtype == DType::F16 {
+        return reduction(&x.widened()?, axes, keepdim, kind);
+    }
     let name = if kind == Kind::Sum { "sum" } else { "mean" };
     x.expect_dtype(name, DType::F32)?;
     let axes = normalise(name, &x.shape, axes)?;
     let recording = records(&[x]);
     let out = reduce_axes(x, &axes, kind, output_category(recording))?;
     let out = out.view(&reduced_shape(&x.shape, &axes, keepdim), out.offset);
-    Ok(record(out, &[x], || {
+    record(out, &[x], || {
         let input = x.shape.clone();
         match kind {
             Kind::Sum => Op::Sum { input, axes },
             Kind::Mean => Op::Mean { input, axes },
         }
-    }))
+    })
 }
 
 impl Tensor {
@@ -195,6 +198,9 @@ impl Tensor {
     /// Maximum over `axis` (NaN wins; the first index among equals), dropping it unless
     /// `keepdim`. The gradient goes to the arg-max.
     pub fn max(&self, axis: usize, keepdim: bool) -> Result<Tensor> {
+        if self.dtype == DType::F16 {
+            return self.widened()?.max(axis, keepdim);
+        }
         self.expect_dtype("max", DType::F32)?;
         let axes = normalise("max", &self.shape, &[axis])?;
         let recording = records(&[self]);
@@ -212,11 +218,11 @@ impl Tensor {
             axis,
         )?;
         let out = out.view(&reduced_shape(&self.shape, &axes, keepdim), 0);
-        Ok(record(out, &[self], || Op::Max {
+        record(out, &[self], || Op::Max {
             input: self.shape.clone(),
             axis,
             indices,
-        }))
+        })
     }
 }
 

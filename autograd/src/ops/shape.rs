@@ -67,13 +67,16 @@ impl Tensor {
             ));
         }
         let out = self.view(shape, self.offset);
-        Ok(record(out, &[self], || Op::Reshape {
+        record(out, &[self], || Op::Reshape {
             input: self.shape.clone(),
-        }))
+        })
     }
 
     /// Axes reordered: output axis `i` is input axis `perm[i]` (a copy).
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        if self.dtype == DType::F16 {
+            return self.widened()?.permute(perm);
+        }
         let rank = self.rank();
         let mut seen = [false; 64];
         let valid = perm.len() == rank
@@ -100,9 +103,9 @@ impl Tensor {
             output_category(recording),
             "permute",
         )?;
-        Ok(record(out, &[self], || Op::Permute {
+        record(out, &[self], || Op::Permute {
             perm: perm.iter().copied().collect(),
-        }))
+        })
     }
 
     /// Axes `dim0` and `dim1` swapped (a copy).
@@ -117,6 +120,10 @@ impl Tensor {
     /// extent 1 (e.g. rows of a matrix), else a copy.
     pub fn slice(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
         check_axis("slice", &self.shape, axis)?;
+        // A view keeps f16; a copy is made in f32.
+        if self.dtype == DType::F16 && self.shape[..axis].iter().any(|&e| e != 1) {
+            return self.widened()?.slice(axis, start, len);
+        }
         if start
             .checked_add(len)
             .is_none_or(|end| end > self.shape[axis])
@@ -147,11 +154,11 @@ impl Tensor {
                 "slice",
             )?
         };
-        Ok(record(out, &[self], || Op::Slice {
+        record(out, &[self], || Op::Slice {
             input: self.shape.clone(),
             axis,
             start,
-        }))
+        })
     }
 
     /// `tensors` joined along `axis` (equal extents elsewhere).
@@ -161,6 +168,13 @@ impl Tensor {
             message: "nothing to concatenate".to_string(),
         })?;
         check_axis("concat", &first.shape, axis)?;
+        if tensors.iter().any(|t| t.dtype == DType::F16) {
+            let wide = tensors
+                .iter()
+                .map(|t| t.widened())
+                .collect::<Result<Vec<_>>>()?;
+            return Tensor::concat(&wide.iter().collect::<Vec<_>>(), axis);
+        }
         for t in tensors {
             t.expect_dtype("concat", DType::F32)?;
             let same_rank = t.rank() == first.rank();
@@ -178,7 +192,7 @@ impl Tensor {
         let sizes: SmallVec<[usize; 4]> = tensors.iter().map(|t| t.shape[axis]).collect();
         let recording = records(tensors);
         let out = concat_raw(tensors, axis, output_category(recording))?;
-        Ok(record(out, tensors, || Op::Concat { axis, sizes }))
+        record(out, tensors, || Op::Concat { axis, sizes })
     }
 }
 

@@ -5,6 +5,7 @@ mod checkpoint;
 mod common;
 mod errors;
 mod gradcheck;
+mod half;
 mod hand_worked;
 mod memory;
 mod pieces;

@@ -1,0 +1,266 @@
+//! 16-bit storage. [`Tensor::to_f16`] and [`Tensor::to_f32`] convert (recording no graph), and
+//! under [`f16_activations`] every op that records a node stores the activations it saves for
+//! backward as f16: half the bytes of the largest part of a step's memory. Backward converts a
+//! node's saved tensors back to f32 temporaries just before its derivative runs and frees them
+//! right after, so every op still computes in f32 (gradients, statistics and the loss are f32
+//! throughout); what changes is that backward sees the activations rounded to f16.
+//!
+//! Saved for backward in f16: an op's saved tensors that are themselves activations (outputs
+//! of recorded ops, `Category::Activation`) in f32. Not converted: parameters, inputs, u32 ids,
+//! and layer norm's per-row mean and `1/std` (statistics stay f32, as PyTorch's autocast keeps
+//! them). One activation saved by two ops (attention's probabilities: by the softmax and by the
+//! product with `v`) is converted once: the f16 copy is shared for as long as either holds it.
+//!
+//! The conversion takes the device's path ([`plimsoll_kernels_wgsl::Gpu::f16_path`]): native
+//! `f16` where the adapter has `SHADER_F16`, packed words elsewhere; the bytes are the same.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use plimsoll_kernels_wgsl::kernels::convert::{self, Halves};
+use plimsoll_kernels_wgsl::reference::convert::f16_bits_to_f32;
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer};
+
+use crate::error::{Error, Result};
+use crate::op::Op;
+use crate::tensor::{DType, Tensor};
+
+/// Where an f32 activation's elements live: its storage (by address), offset and length.
+type Key = (usize, u64, usize);
+
+/// The f16 copy of an activation, while both the activation's storage and the copy live (weak
+/// references: the cache keeps neither alive, and the original's address cannot be reused
+/// while the entry holds it).
+struct Entry {
+    original: Weak<DeviceBuffer>,
+    half: Weak<DeviceBuffer>,
+    offset: u64,
+}
+
+thread_local! {
+    /// `Some` while an [`F16ActivationsGuard`] is alive on this thread.
+    static SAVED_F16: RefCell<Option<HashMap<Key, Entry>>> = const { RefCell::new(None) };
+}
+
+/// Ends [`f16_activations`] when dropped (unless an outer guard is still alive).
+#[must_use = "activations are saved in f32 again as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct F16ActivationsGuard {
+    outer: bool,
+}
+
+impl Drop for F16ActivationsGuard {
+    fn drop(&mut self) {
+        if !self.outer {
+            SAVED_F16.with(|s| s.borrow_mut().take());
+        }
+    }
+}
+
+/// Until the guard drops, ops recorded on this thread save their activations for backward in
+/// f16 (see the module docs). Wrap the forward pass in it; backward needs no guard.
+pub fn f16_activations() -> F16ActivationsGuard {
+    let outer = SAVED_F16.with(|s| {
+        let mut s = s.borrow_mut();
+        let outer = s.is_some();
+        s.get_or_insert_with(HashMap::new);
+        outer
+    });
+    F16ActivationsGuard { outer }
+}
+
+/// Whether ops recorded on this thread now save their activations in f16.
+pub fn saves_f16_activations() -> bool {
+    SAVED_F16.with(|s| s.borrow().is_some())
+}
+
+/// Under [`f16_activations`], replaces each f32 activation `op` saved with its f16 copy.
+pub(crate) fn save_in_f16(op: &mut Op) -> Result<()> {
+    if !saves_f16_activations() {
+        return Ok(());
+    }
+    for t in op.saved_activations() {
+        if t.dtype != DType::F32 {
+            continue;
+        }
+        if let Some(half) = known_half(t) {
+            *t = half; // an f16 input widened for the op: saved as it came
+        } else if t.category() == Category::Activation && t.numel() > 0 {
+            *t = shared_half(t)?;
+        }
+    }
+    Ok(())
+}
+
+/// Replaces each f16 tensor `op` saved with an f32 temporary (before its derivative runs).
+pub(crate) fn restore_f32(op: &mut Op) -> Result<()> {
+    for t in op.saved_activations() {
+        if t.dtype == DType::F16 {
+            *t = t.convert_to(DType::F32, Category::Temporary, "saved f16 as f32")?;
+        }
+    }
+    Ok(())
+}
+
+/// Where `t`'s elements live.
+fn key_of(t: &Tensor) -> Key {
+    (Arc::as_ptr(&t.storage) as usize, t.offset, t.numel())
+}
+
+/// The f16 tensor (with `t`'s shape) known to hold `t`'s values: the copy made of it, or the
+/// f16 input it was widened from.
+fn known_half(t: &Tensor) -> Option<Tensor> {
+    let (storage, offset) = SAVED_F16.with(|s| {
+        let s = s.borrow();
+        let entry = s.as_ref()?.get(&key_of(t))?;
+        entry.original.upgrade()?;
+        Some((entry.half.upgrade()?, entry.offset))
+    })?;
+    Some(t.with_storage(storage, offset, DType::F16))
+}
+
+/// Records (while [`f16_activations`] is on) that `half` holds `wide`'s values.
+fn remember(wide: &Tensor, half: &Tensor) {
+    SAVED_F16.with(|s| {
+        if let Some(map) = s.borrow_mut().as_mut() {
+            // Entries whose copy is gone can never hit again.
+            if map.len() >= 1024 {
+                map.retain(|_, e| e.half.strong_count() > 0);
+            }
+            let entry = Entry {
+                original: Arc::downgrade(&wide.storage),
+                half: Arc::downgrade(&half.storage),
+                offset: half.offset,
+            };
+            map.insert(key_of(wide), entry);
+        }
+    });
+}
+
+/// `t`'s f16 copy: the one already known, or a new one (an activation, remembered).
+fn shared_half(t: &Tensor) -> Result<Tensor> {
+    if let Some(half) = known_half(t) {
+        return Ok(half);
+    }
+    let label = format!("f16 {}", t.label());
+    let half = t.convert_to(DType::F16, Category::Activation, &label)?;
+    remember(t, &half);
+    Ok(half)
+}
+
+/// Whether any of `tensors` is f16 (ops then run on [`Tensor::widened`] copies).
+pub(crate) fn any_f16(tensors: &[&Tensor]) -> bool {
+    tensors.iter().any(|t| t.dtype == DType::F16)
+}
+
+/// Under [`f16_activations`], an op's output in f16 (when the op makes activations: not a
+/// view, a reduction, a log-probability or a loss; nor a single element), so the f32 output is
+/// freed as soon as the op has run.
+pub(crate) fn output_in_f16(op: &Op, output: Tensor) -> Result<Tensor> {
+    let keep = !saves_f16_activations()
+        || !op.outputs_activation()
+        || output.dtype != DType::F32
+        || output.numel() <= 1;
+    if keep {
+        return Ok(output);
+    }
+    shared_half(&output)
+}
+
+impl Tensor {
+    /// This f32 tensor in f16 (round to nearest; |x| >= 65520 becomes ±inf, NaN stays NaN), a
+    /// `Temporary` that records no graph. Errors: [`Error::DTypeMismatch`] unless f32.
+    pub fn to_f16(&self) -> Result<Tensor> {
+        self.convert_to(DType::F16, Category::Temporary, "to_f16")
+    }
+
+    /// This f16 tensor in f32 (exact), a `Temporary` that records no graph. Errors:
+    /// [`Error::DTypeMismatch`] unless f16.
+    pub fn to_f32(&self) -> Result<Tensor> {
+        self.convert_to(DType::F32, Category::Temporary, "to_f32")
+    }
+
+    /// This tensor with f32 elements and the same place in the graph: itself unless f16, else
+    /// an f32 temporary (remembered under [`f16_activations`] as the f16's copy, so an op that
+    /// saves it saves the f16). Ops call it on f16 inputs and compute in f32.
+    pub(crate) fn widened(&self) -> Result<Tensor> {
+        if self.dtype != DType::F16 {
+            return Ok(self.clone());
+        }
+        let mut wide = self.convert_to(DType::F32, Category::Temporary, "f16 input as f32")?;
+        wide.autograd = self.autograd.clone();
+        remember(&wide, self);
+        Ok(wide)
+    }
+
+    /// The 16-bit elements of an f16 tensor, for launchers.
+    pub fn halves(&self) -> Result<Halves<'_>> {
+        self.expect_dtype("halves", DType::F16)?;
+        Ok(Halves::of(&self.storage, self.offset, self.numel() as u64)?)
+    }
+
+    /// A new tensor of `dtype` (f16 or f32) with this one's values and shape, in `category`.
+    pub(crate) fn convert_to(
+        &self,
+        dtype: DType,
+        category: Category,
+        label: &str,
+    ) -> Result<Tensor> {
+        let from = match dtype {
+            DType::F16 => DType::F32,
+            _ => DType::F16,
+        };
+        let op = match dtype {
+            DType::F16 => "to_f16",
+            _ => "to_f32",
+        };
+        self.expect_dtype(op, from)?;
+        let out = Tensor::empty_typed(&self.gpu, &self.shape, dtype, category, label)?;
+        match dtype {
+            DType::F16 => convert::f32_to_f16(&self.gpu, out.halves()?, self.elements()?)?,
+            _ => convert::f16_to_f32(&self.gpu, out.elements()?, self.halves()?)?,
+        }
+        Ok(out)
+    }
+
+    /// Errors unless the tensor has 4-byte elements (what [`Tensor::elements`] yields).
+    pub(crate) fn expect_4_bytes(&self, op: &'static str) -> Result<()> {
+        if self.dtype == DType::F16 {
+            return Err(Error::DTypeMismatch {
+                op,
+                expected: DType::F32,
+                got: DType::F16,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads an f16 tensor back as f32 (the words it touches, decoded on the host).
+    pub(crate) fn halves_to_vec(&self, deadline: Duration) -> Result<Vec<f32>> {
+        let words = self.halves()?.words();
+        let raw: Vec<u32> = self
+            .gpu
+            .read(&self.storage, words.offset(), words.len(), deadline)?;
+        let first = (self.offset % 2) as usize;
+        Ok((first..first + self.numel())
+            .map(|h| {
+                let word = raw.get(h / 2).copied().unwrap_or(0);
+                f16_bits_to_f32((word >> (16 * (h % 2))) as u16)
+            })
+            .collect())
+    }
+
+    /// A tensor of this one's shape over `storage` from `offset`, of `dtype`, in no graph.
+    fn with_storage(&self, storage: Arc<DeviceBuffer>, offset: u64, dtype: DType) -> Tensor {
+        Tensor {
+            gpu: self.gpu.clone(),
+            storage,
+            offset,
+            shape: self.shape.clone(),
+            dtype,
+            autograd: crate::tensor::Autograd::None,
+        }
+    }
+}
