@@ -17,6 +17,7 @@ use plimsoll_nn::Optimizer;
 use plimsoll_nn::state::{self, LoadedState};
 
 use crate::error::{Error, Result};
+use crate::scaler::LossScaler;
 
 /// File name of the latest checkpoint inside the checkpoint directory.
 pub const LATEST: &str = "latest.safetensors";
@@ -45,6 +46,8 @@ pub struct RunPosition {
     pub micro_batch: usize,
     /// The lowest evaluation loss so far (the one in `best.safetensors`), if any.
     pub best_eval_loss: Option<f32>,
+    /// The loss scaler of an f16 run (`None` in f32).
+    pub loss_scaler: Option<LossScaler>,
 }
 
 /// The path of the latest checkpoint in `dir`.
@@ -93,6 +96,11 @@ pub fn save(
     if let Some(best) = position.best_eval_loss {
         // Display prints the shortest text that parses back to the same f32.
         put("best_eval_loss", best.to_string());
+    }
+    if let Some(s) = position.loss_scaler {
+        put("loss_scale", s.scale.to_string());
+        put("loss_scale_good_steps", s.good_steps.to_string());
+        put("skipped_steps", s.skipped_steps.to_string());
     }
     let path = dir.join(file);
     state::save(&path, &tensors, &metadata)?;
@@ -182,7 +190,23 @@ pub fn load(
             None => None,
             Some(_) => Some(meta(&loaded, path, "best_eval_loss")?),
         },
+        loss_scaler: match loaded.metadata.get("loss_scale") {
+            None => None,
+            Some(_) => Some(LossScaler {
+                scale: meta(&loaded, path, "loss_scale")?,
+                good_steps: meta(&loaded, path, "loss_scale_good_steps")?,
+                skipped_steps: meta(&loaded, path, "skipped_steps")?,
+            }),
+        },
     };
+    if let Some(s) = position.loss_scaler
+        && !(s.scale.is_finite() && s.scale > 0.0)
+    {
+        return Err(Error::invalid(
+            path.display().to_string(),
+            format!("loss scale {} is not a positive finite number", s.scale),
+        ));
+    }
     let optimizer_steps: u64 = meta(&loaded, path, "optimizer_steps")?;
     let bad = |message: String| Error::invalid(path.display().to_string(), message);
     if let Some(seed) = checks.expected_seed

@@ -97,6 +97,30 @@ pub struct TrainConfig {
     pub profile_steps: Option<crate::timeline::StepSpan>,
     /// Best fit for every request, or planned steps.
     pub allocator: AllocatorMode,
+    /// f32 throughout, or activations stored in f16 with dynamic loss scaling.
+    pub precision: Precision,
+}
+
+/// What a step stores activations in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Everything in f32.
+    #[default]
+    F32,
+    /// Activations (the outputs of layers, and what backward saves) stored in f16, half the
+    /// bytes; every op still computes in f32, and parameters, gradients, optimizer state,
+    /// layer norm statistics and the loss stay f32. The loss is scaled dynamically
+    /// ([`crate::scaler`]) and a step whose gradients overflow is skipped.
+    F16,
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        })
+    }
 }
 
 impl Default for TrainConfig {
@@ -120,6 +144,7 @@ impl Default for TrainConfig {
             memory_timeline: None,
             profile_steps: None,
             allocator: AllocatorMode::Caching,
+            precision: Precision::F32,
         }
     }
 }
@@ -145,6 +170,7 @@ impl TrainConfig {
             "label_smoothing": self.label_smoothing,
             "clip_grad_norm": self.clip_grad_norm,
             "allocator": format!("{:?}", self.allocator),
+            "precision": self.precision.to_string(),
         })
     }
 

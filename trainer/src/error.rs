@@ -90,6 +90,23 @@ pub enum Error {
         /// The first parameter (in module order) whose gradient holds a NaN or infinity.
         first_parameter: Option<String>,
     },
+    /// `--precision f16`: the gradients overflowed with the loss scale already at 1, so no
+    /// lower scale is left to try.
+    #[error(
+        "{}: gradients not finite with the loss scale already lowered to 1 (it halves at each \
+         overflow from 65536; {skipped} steps skipped over the run); first parameter with a non-finite gradient: {first_parameter}. The step was \
+         not applied.\nhint: the model diverged, or an activation overflows f16 (|x| > 65504): \
+         lower the learning rate (--lr), clip gradients, or train with --precision f32",
+        step_name(*step)
+    )]
+    LossScaleExhausted {
+        /// The step.
+        step: u64,
+        /// The first parameter (in module order) whose gradient holds a NaN or infinity.
+        first_parameter: String,
+        /// Steps skipped for overflows over the run.
+        skipped: u64,
+    },
     /// Memory still allocated after a step beyond parameters, gradients and optimizer state.
     #[error(
         "step {step}: {} still allocated after the step beyond parameters, gradients and \

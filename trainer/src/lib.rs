@@ -37,6 +37,7 @@ pub mod profiling;
 pub mod report;
 pub mod run_dir;
 pub mod sample;
+pub mod scaler;
 pub mod step;
 pub mod task;
 pub mod text;
@@ -45,7 +46,7 @@ pub mod trainer;
 mod trainer_eval;
 mod trainer_files;
 
-pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, RunLength, TrainConfig};
+pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, RunLength, TrainConfig};
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};

@@ -27,6 +27,11 @@ pub struct StepReport {
     pub lr: f32,
     /// The global gradient norm (before clipping).
     pub grad_norm: f32,
+    /// The loss scale the step ran with (`--precision f16`; absent in f32).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f32>,
+    /// Whether the update was skipped because the scaled gradients overflowed (f16).
+    pub skipped: bool,
     /// Samples in the batch.
     pub samples: usize,
     /// Samples per forward/backward.

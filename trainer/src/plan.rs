@@ -251,6 +251,10 @@ fn probe(
             batch_len: indices.len(),
             collective: None,
             stop: false,
+            precision: config.precision,
+            // The first step's scale: the same arguments as the run's first step (the warm-up
+            // compiles what the dry run launched).
+            loss_scale: crate::scaler::first_scale(config.precision),
         };
         let micro = balanced(indices.len(), micro_batch);
         let result = run_step(&inputs, optimizer.as_mut(), indices, micro, lr);

@@ -21,14 +21,22 @@
 //! read back. A NaN or infinity in a gradient propagates into its sum of squares, so this names
 //! the first parameter whose gradient is not finite, and the step is refused before the update;
 //! the sums also give the global gradient norm, so clipping costs no extra wait.
+//!
+//! `--precision f16` ([`Precision::F16`]): each micro-batch's forward runs under autograd's
+//! `f16_activations` (activations stored in f16), and its loss is also multiplied by the loss
+//! scale ([`crate::scaler`]). The read-back is divided by it (the loss, the norm) and so is the
+//! update's gradient scale (with clipping's factor, from the unscaled norm). Gradients that are
+//! not finite while the loss is do not fail the step: it is skipped ([`StepResult::overflow`];
+//! no update, no optimizer step) and the trainer lowers the scale.
 
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
-use plimsoll_autograd::{Gpu, Tensor, no_grad};
+use plimsoll_autograd::{Gpu, Tensor, f16_activations, no_grad};
 use plimsoll_nn::{Optimizer, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
+use crate::config::Precision;
 use crate::error::{Error, Result};
 use crate::task::{Data, Model};
 
@@ -60,6 +68,10 @@ pub struct StepInputs<'a> {
     /// Whether this process was asked to stop (Ctrl-C, SIGTERM): told to the other ranks in
     /// the step's sum, so that every rank stops after the same step ([`StepResult::stop`]).
     pub stop: bool,
+    /// What activations are stored in.
+    pub precision: Precision,
+    /// The loss scale ([`crate::scaler::LossScaler::scale`]; 1 in f32).
+    pub loss_scale: f32,
 }
 
 /// Runs `f` as one step of the allocator's planned steps (a no-op bracket when planning is off):
@@ -85,6 +97,9 @@ pub struct StepResult {
     pub samples: usize,
     /// The global gradient norm before clipping (`sqrt` of the sum of every gradient's squares).
     pub grad_norm: f32,
+    /// With a loss scale: the first parameter whose (scaled) gradient was not finite, when one
+    /// was; the update was then skipped.
+    pub overflow: Option<String>,
     /// One line per out-of-memory recovery (`micro-batch 64 -> 32`).
     pub recoveries: Vec<String>,
     /// How the step went for the allocator's planned steps.
@@ -115,13 +130,16 @@ pub fn accumulate_gradients(
     for chunk in indices.chunks(micro_batch.max(1)) {
         set_phase(inputs.gpu, inputs.step, Phase::Forward);
         let batch = inputs.data.upload(inputs.gpu, chunk)?;
-        let mean = inputs
-            .model
-            .loss(&batch, inputs.segment_len, inputs.label_smoothing)?;
+        let mean = {
+            let _half = (inputs.precision == Precision::F16).then(f16_activations);
+            inputs
+                .model
+                .loss(&batch, inputs.segment_len, inputs.label_smoothing)?
+        };
         drop(batch);
-        // One micro-batch of the whole batch: the factor is exactly 1 and x * 1 is x, so no
-        // pass (forward or backward) multiplies by it.
-        let factor = chunk.len() as f32 / batch_len;
+        // One micro-batch of the whole batch, unscaled: the factor is exactly 1 and x * 1 is x,
+        // so no pass (forward or backward) multiplies by it.
+        let factor = chunk.len() as f32 / batch_len * inputs.loss_scale;
         let scaled = if factor == 1.0 {
             mean
         } else {
@@ -304,7 +322,28 @@ fn run_step_inner(
     };
     let read = read_loss_and_check(&loss_sum, inputs.params)?;
     drop(loss_sum);
-    let loss = read.loss;
+    // Unscaled (by the loss scale) before anything reads them.
+    let loss = read.loss / inputs.loss_scale;
+    let grad_norm = read.grad_norm / inputs.loss_scale;
+    let mut result = StepResult {
+        loss,
+        grad_norm,
+        overflow: None,
+        micro_batch,
+        micro_batches: indices.len().div_ceil(micro_batch),
+        samples: inputs.batch_len.max(indices.len()),
+        recoveries,
+        allocation: StepOutcome::NotPlanning,
+        stop: shared.stop,
+        allreduce_bytes: shared.bytes,
+        allreduce_ms: shared.ms,
+    };
+    let scaled = inputs.precision == Precision::F16;
+    if read.first_nonfinite.is_some() && loss.is_finite() && scaled {
+        // GradScaler's skipped step: the trainer halves the scale.
+        result.overflow = read.first_nonfinite;
+        return Ok(result);
+    }
     if read.first_nonfinite.is_some() || !loss.is_finite() {
         return Err(Error::NonFinite {
             step: inputs.step,
@@ -313,12 +352,12 @@ fn run_step_inner(
         });
     }
     // torch.nn.utils.clip_grad_norm_'s rule: scale by max / (norm + 1e-6) when norm > max.
-    let scale = match inputs.clip_grad_norm {
-        Some(max) if read.grad_norm > max => max / (read.grad_norm + 1e-6),
+    let clip = match inputs.clip_grad_norm {
+        Some(max) if grad_norm > max => max / (grad_norm + 1e-6),
         _ => 1.0,
     };
     optimizer.set_lr(lr);
-    optimizer.set_grad_scale(scale);
+    optimizer.set_grad_scale(clip / inputs.loss_scale);
     // All or nothing: the optimizer creates its state before recording any update, and a
     // failure while recording or submitting it discards what was recorded (and undoes the
     // optimizer's step count and new state), so an error leaves every parameter and the
@@ -333,18 +372,7 @@ fn run_step_inner(
     });
     optimizer.set_grad_scale(1.0);
     stepped?;
-    Ok(StepResult {
-        loss,
-        grad_norm: read.grad_norm,
-        micro_batch,
-        micro_batches: indices.len().div_ceil(micro_batch),
-        samples: inputs.batch_len.max(indices.len()),
-        recoveries,
-        allocation: StepOutcome::NotPlanning,
-        stop: shared.stop,
-        allreduce_bytes: shared.bytes,
-        allreduce_ms: shared.ms,
-    })
+    Ok(result)
 }
 
 /// What the ranks agreed on in a step, and what it cost.

@@ -22,6 +22,7 @@ use crate::data::epoch_order;
 use crate::error::{Error, Result};
 use crate::metrics::{Observer, PhasePeak, StepReport};
 use crate::plan::{MemoryPlan, plan};
+use crate::scaler::{GROWTH_INTERVAL, ScaleChange};
 use crate::step::{StepInputs, run_step};
 use crate::task::{Data, Evaluation, Model, Recipe};
 
@@ -185,6 +186,8 @@ impl Trainer {
             seed: config.seed,
             micro_batch,
             best_eval_loss: None,
+            loss_scaler: (config.precision == crate::config::Precision::F16)
+                .then(crate::scaler::LossScaler::default),
         };
         let mut log = Vec::new();
         if let Some(p) = &plan {
@@ -377,6 +380,8 @@ impl Trainer {
             batch_len: indices.len(),
             collective: (ranks > 1).then_some(self.collective.as_ref()),
             stop: self.stop.load(Ordering::SeqCst),
+            precision: self.config.precision,
+            loss_scale: self.position.loss_scaler.map_or(1.0, |s| s.scale),
         };
         let result = run_step(
             &inputs,
@@ -394,6 +399,11 @@ impl Trainer {
         };
         for line in &result.recoveries {
             self.log.push(line.clone());
+        }
+        let loss_scale = self.position.loss_scaler.map(|s| s.scale);
+        if let Err(e) = self.update_loss_scale(step, result.overflow.as_deref()) {
+            self.abandon_profile();
+            return Err(self.give_up(step, e));
         }
         // Some rank was asked to stop: every rank stops after this same step.
         self.agreed_stop = result.stop;
@@ -427,6 +437,8 @@ impl Trainer {
             loss_mean,
             lr,
             grad_norm: result.grad_norm,
+            loss_scale,
+            skipped: result.overflow.is_some(),
             samples: result.samples,
             micro_batch: result.micro_batch,
             micro_batches: result.micro_batches,
@@ -442,6 +454,40 @@ impl Trainer {
             allreduce_ms: result.allreduce_ms,
             phases: PhasePeak::of(&stats),
         })
+    }
+
+    /// Moves the loss scaler on after step `step` (whose gradients overflowed when
+    /// `overflow` names the first parameter): a skipped step is logged; an overflow at scale 1
+    /// is [`Error::LossScaleExhausted`]. Nothing to do in f32.
+    fn update_loss_scale(&mut self, step: u64, overflow: Option<&str>) -> Result<()> {
+        let Some(scaler) = self.position.loss_scaler.as_mut() else {
+            return Ok(());
+        };
+        let from = scaler.scale;
+        let line = match scaler.update(overflow.is_some()) {
+            ScaleChange::Kept => return Ok(()),
+            ScaleChange::Exhausted => {
+                return Err(Error::LossScaleExhausted {
+                    step,
+                    first_parameter: overflow.unwrap_or("?").to_string(),
+                    skipped: scaler.skipped_steps,
+                });
+            }
+            ScaleChange::Skipped => format!(
+                "step {step}: gradients overflowed at loss scale {from} (first: {}); update \
+                 skipped, loss scale now {} ({} skipped so far)",
+                overflow.unwrap_or("?"),
+                scaler.scale,
+                scaler.skipped_steps
+            ),
+            ScaleChange::Grew => format!(
+                "step {step}: {GROWTH_INTERVAL} steps without overflow; loss scale {from} -> {}",
+                scaler.scale
+            ),
+        };
+        self.gpu.with_allocator(|a| a.mark(&line));
+        self.log.push(line);
+        Ok(())
     }
 
     fn deliver_log(&mut self, observer: &mut dyn Observer) {

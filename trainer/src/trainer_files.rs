@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint_io;
+use crate::config::Precision;
 use plimsoll_kernels_wgsl::Error as KernelError;
 
 use crate::error::{Error, Result};
@@ -38,10 +39,20 @@ impl Trainer {
         let micro_batch = self.config.micro_batch.unwrap_or(position.micro_batch);
         self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
         position.micro_batch = self.micro_batch;
+        // An f16 run goes on with the saved loss scale (a checkpoint of an f32 run has none:
+        // the scaler starts afresh); an f32 run scales nothing.
+        position.loss_scaler = match self.config.precision {
+            Precision::F16 => Some(position.loss_scaler.unwrap_or_default()),
+            Precision::F32 => None,
+        };
         self.position = position;
         self.last_saved = Some((position.step, path.to_path_buf()));
+        let scale = match position.loss_scaler {
+            Some(s) => format!(", loss scale {}", s.scale),
+            None => String::new(),
+        };
         self.note(format!(
-            "resumed from {} at step {}{}",
+            "resumed from {} at step {}{scale}{}",
             path.display(),
             position.step,
             if reset_optimizer {

@@ -1,7 +1,7 @@
 //! Flag parsers: every value is checked when it is parsed, so a bad one is a usage error
 //! (exit code 2, clap's message naming the flag) before anything runs.
 
-use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, LeakPolicy, StepSpan};
+use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, StepSpan};
 
 type Parsed<T> = std::result::Result<T, String>;
 
@@ -68,6 +68,15 @@ pub fn allocator(s: &str) -> Parsed<AllocatorMode> {
         "caching" => Ok(AllocatorMode::Caching),
         "planned" => Ok(AllocatorMode::Planned),
         _ => Err(format!("{s:?}: use caching or planned")),
+    }
+}
+
+/// `--precision`: `f32` or `f16`.
+pub fn precision(s: &str) -> Parsed<Precision> {
+    match s {
+        "f32" => Ok(Precision::F32),
+        "f16" => Ok(Precision::F16),
+        _ => Err(format!("{s:?}: use f32 or f16")),
     }
 }
 

@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
-use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, Error, LeakPolicy, Result, TrainConfig};
+use plimsoll_trainer::{
+    AllocatorMode, CheckpointPolicy, Error, LeakPolicy, Precision, Result, TrainConfig,
+};
 
 use workloads::job;
 
@@ -158,6 +160,15 @@ pub(crate) struct CommonArgs {
     /// close to the most bytes live at once; a step that differs falls back to best fit).
     #[arg(long, default_value = "caching", value_parser = flags::allocator)]
     allocator: AllocatorMode,
+    /// What activations are stored in: `f32`, or `f16`, which halves activation memory (the
+    /// outputs of layers and what backward keeps are stored in 16 bits; every op still computes
+    /// in f32, and parameters, gradients, optimizer state and the loss stay f32). f16 scales
+    /// the loss dynamically (from 65536; halved and the step skipped when gradients overflow,
+    /// doubled after 2000 steps without). Use it when activations are what fills memory (long
+    /// sequences, big batches, deep models): a larger micro-batch fits. Steps take longer (a
+    /// conversion pass per layer output).
+    #[arg(long, default_value = "f32", value_parser = flags::precision)]
+    precision: Precision,
     /// What the after-step leak check does: `off`, `warn` or `error`.
     #[arg(long, default_value = "warn", value_parser = flags::leak)]
     leak_check: LeakPolicy,

@@ -136,6 +136,7 @@ fn base_config(
         memory_timeline: common.memory_timeline.0,
         profile_steps: common.profile_steps.0,
         allocator: common.allocator,
+        precision: common.precision,
         ..TrainConfig::default()
     })
 }
