@@ -1,8 +1,9 @@
 //! Kernel families beyond matmul and the elementwise ops, for `cargo xtask bench kernels`: the
-//! row kernels (softmax in both layouts, layer norm, cross-entropy), the embedding and AdamW,
-//! each as GB/s of what it reads and writes once.
+//! row kernels (softmax in both layouts, layer norm, cross-entropy), the embedding, AdamW and
+//! the f16 conversions, each as GB/s of what it reads and writes once.
 
 use anyhow::Result;
+use plimsoll_kernels_wgsl::kernels::convert::{self, F16Path, Halves};
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
@@ -179,5 +180,39 @@ fn other_families(
         7.0 * 4.0 * n as f64 / seconds / 1e9,
         "GB/s",
     );
+    convert_family(gpu, report, (x, y))
+}
+
+/// f32 to f16 and back (what `--precision f16` adds per activation), on each path the device
+/// has, at an odd half offset; GB/s of the 6 bytes per element read and written.
+fn convert_family(
+    gpu: &Gpu,
+    report: &mut Report,
+    (x, y): (&DeviceBuffer, &DeviceBuffer),
+) -> Result<()> {
+    let n = 1u64 << 21;
+    for path in [F16Path::Native, F16Path::Packed] {
+        if path == F16Path::Native && gpu.set_f16_path(path).is_err() {
+            continue;
+        }
+        let seconds = median_seconds(gpu, 5, || {
+            let halves = Halves::of(y, 1, n)?;
+            Ok(convert::f32_to_f16_on(gpu, path, halves, x.slice(0, n)?)?)
+        })?;
+        report.push(
+            format!("convert/f32_to_f16 {path:?} 2M elements"),
+            6.0 * n as f64 / seconds / 1e9,
+            "GB/s",
+        );
+        let seconds = median_seconds(gpu, 5, || {
+            let halves = Halves::of(y, 1, n)?;
+            Ok(convert::f16_to_f32_on(gpu, path, x.slice(0, n)?, halves)?)
+        })?;
+        report.push(
+            format!("convert/f16_to_f32 {path:?} 2M elements"),
+            6.0 * n as f64 / seconds / 1e9,
+            "GB/s",
+        );
+    }
     Ok(())
 }

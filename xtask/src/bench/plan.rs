@@ -1,7 +1,7 @@
 //! The plan suite: the memory plan's predictions against what the run then measures, and the
 //! plan's own time, for digits' MLP (64-128-10, batch 64), mlp-bench (784-1024-1024-1024-10,
 //! batch 128) and the shakespeare GPT (batch 12) without checkpointing and with every block
-//! checkpointed. The run is three steps, then an evaluation; measured peaks are the largest of
+//! checkpointed, and in f16 (`--precision f16`). The run is three steps, then an evaluation; measured peaks are the largest of
 //! the steps' and the evaluation's. MLP data are synthetic with the real shapes (a plan depends
 //! on shapes only).
 //!
@@ -16,8 +16,8 @@ use anyhow::Result;
 use plimsoll_kernels_wgsl::Gpu;
 use plimsoll_nn::{Activation, AdamWConfig};
 use plimsoll_trainer::{
-    AllocatorMode, CharCorpus, CheckpointPolicy, Data, Dataset, ModelSpec, OptimizerSpec, Recipe,
-    TokenData, TrainConfig, Trainer,
+    AllocatorMode, CharCorpus, CheckpointPolicy, Data, Dataset, ModelSpec, OptimizerSpec,
+    Precision, Recipe, TokenData, TrainConfig, Trainer,
 };
 
 use super::Report;
@@ -50,14 +50,16 @@ fn case(
     recipe: &dyn Recipe,
     data: MakeData<'_>,
     batch: usize,
-    checkpointing: CheckpointPolicy,
+    (checkpointing, precision): (CheckpointPolicy, Precision),
 ) -> Result<()> {
-    predicted_against_measured(report, name, recipe, data()?, batch, checkpointing)?;
+    let settings = (checkpointing, precision);
+    predicted_against_measured(report, name, recipe, data()?, batch, settings)?;
     let mut ratios = Vec::new();
     for mode in [AllocatorMode::Caching, AllocatorMode::Planned] {
         let gpu = Gpu::new()?;
         let cfg = TrainConfig {
             allocator: mode,
+            precision,
             ..config(batch, None, ARENA_STEPS, checkpointing)
         };
         let (train, test) = data()?;
@@ -130,10 +132,13 @@ fn predicted_against_measured(
     recipe: &dyn Recipe,
     (train, test): (Box<dyn Data>, Box<dyn Data>),
     batch: usize,
-    checkpointing: CheckpointPolicy,
+    (checkpointing, precision): (CheckpointPolicy, Precision),
 ) -> Result<()> {
     let gpu = Gpu::new()?;
-    let cfg = config(batch, None, 3, checkpointing);
+    let cfg = TrainConfig {
+        precision,
+        ..config(batch, None, 3, checkpointing)
+    };
     let mut trainer = Trainer::new(&gpu, cfg, recipe, train, Some(test))?;
     let plan = trainer
         .plan()
@@ -190,7 +195,7 @@ pub fn run() -> Result<Report> {
         &mlp(&[64, 128, 10]),
         &|| tables(1437, 64),
         64,
-        CheckpointPolicy::None,
+        (CheckpointPolicy::None, Precision::F32),
     )?;
     case(
         &mut report,
@@ -198,20 +203,27 @@ pub fn run() -> Result<Report> {
         &mlp(&[784, 1024, 1024, 1024, 10]),
         &|| tables(512, 784),
         128,
-        CheckpointPolicy::None,
+        (CheckpointPolicy::None, Precision::F32),
     )?;
     let corpus = CharCorpus::shakespeare()?;
     let vocab = corpus.vocab_size();
     let train = TokenData::windows(Arc::new(corpus.train().to_vec()), CONTEXT, vocab)?;
     let val = TokenData::evenly_spaced(Arc::new(corpus.val().to_vec()), CONTEXT, vocab, 240)?;
-    for (name, policy) in [
-        ("gpt_no_checkpointing", CheckpointPolicy::None),
-        ("gpt_every_block", CheckpointPolicy::EveryBlocks(1)),
+    for (name, settings) in [
+        (
+            "gpt_no_checkpointing",
+            (CheckpointPolicy::None, Precision::F32),
+        ),
+        (
+            "gpt_every_block",
+            (CheckpointPolicy::EveryBlocks(1), Precision::F32),
+        ),
+        ("gpt_f16", (CheckpointPolicy::None, Precision::F16)),
     ] {
         let data = || -> Result<(Box<dyn Data>, Box<dyn Data>)> {
             Ok((Box::new(train.clone()), Box::new(val.clone())))
         };
-        case(&mut report, name, &spec(vocab), &data, BATCH, policy)?;
+        case(&mut report, name, &spec(vocab), &data, BATCH, settings)?;
     }
     Ok(report)
 }

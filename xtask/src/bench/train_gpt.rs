@@ -5,6 +5,9 @@
 //! - Median step time and tokens per second over 10 steps after 3 warm-up steps; peak
 //!   allocated and reserved bytes against the analytic minimum.
 //! - Peak activation bytes and step time with every block checkpointed against none.
+//! - Part `precision`: `--precision f32` against `f16` on each f16 path the adapter has (native `SHADER_F16`,
+//!   packed words): peak activation, allocated and reserved bytes, and step time, side by
+//!   side (f16's activation peak must be at most 0.55 of f32's).
 //!
 //! (The memory plan's predictions are `cargo xtask bench plan`.)
 //!
@@ -23,10 +26,11 @@ use std::time::Duration;
 
 use anyhow::Result;
 use plimsoll_kernels_wgsl::Gpu;
+use plimsoll_kernels_wgsl::kernels::convert::F16Path;
 use plimsoll_nn::{AdamWConfig, GptConfig, LrSchedule};
 use plimsoll_trainer::{
-    CharCorpus, CheckpointPolicy, GptSpec, LeakPolicy, OptimizerSpec, Recipe, RunLength, TokenData,
-    TrainConfig, Trainer,
+    CharCorpus, CheckpointPolicy, GptSpec, LeakPolicy, OptimizerSpec, Precision, Recipe, RunLength,
+    TokenData, TrainConfig, Trainer,
 };
 
 use super::Report;
@@ -36,6 +40,8 @@ pub(crate) const BATCH: usize = 12;
 pub(crate) const CONTEXT: usize = 64;
 const WARMUP_STEPS: usize = 3;
 const TIMED_STEPS: usize = 10;
+/// Timed steps of each precision in the `precision` part, taken in turn.
+const PRECISION_ROUNDS: usize = 9;
 
 /// `plimsoll train shakespeare`'s default model on `vocab` characters (also `cargo xtask
 /// soak`'s GPT).
@@ -155,5 +161,70 @@ pub fn run(report: &mut Report) -> Result<()> {
         report.push(format!("{key}/peak_allocated"), mb(allocated), "MB");
     }
 
+    Ok(())
+}
+
+/// The `precision` part: the GPT in f32 against f16 on each conversion path (see the module
+/// docs).
+pub fn run_precisions(report: &mut Report) -> Result<()> {
+    let corpus = CharCorpus::shakespeare()?;
+    let vocab = corpus.vocab_size();
+    let data = TokenData::windows(Arc::new(corpus.train().to_vec()), CONTEXT, vocab)?;
+    let spec = spec(vocab);
+    // Interleaved: a step of each run in turn, so the machine's drift between minutes falls on
+    // every run alike.
+    let mut runs = Vec::new();
+    for (name, precision, path) in [
+        ("f32", Precision::F32, None),
+        ("f16_native", Precision::F16, Some(F16Path::Native)),
+        ("f16_packed", Precision::F16, Some(F16Path::Packed)),
+    ] {
+        let gpu = Gpu::new()?;
+        if let Some(path) = path
+            && gpu.set_f16_path(path).is_err()
+        {
+            println!("train: gpt/precision_{name}: skipped (the adapter has no SHADER_F16)");
+            continue;
+        }
+        let mut cfg = config(
+            BATCH,
+            Some(BATCH),
+            (2 + PRECISION_ROUNDS) as u64,
+            CheckpointPolicy::None,
+        );
+        cfg.precision = precision;
+        let mut trainer = Trainer::new(&gpu, cfg, &spec, data.clone(), None)?;
+        let (_, peaks) = steps(&mut trainer, 2, 0)?;
+        runs.push((name, trainer, Vec::new(), peaks));
+    }
+    for _ in 0..PRECISION_ROUNDS {
+        for (_, trainer, times, peaks) in &mut runs {
+            let (t, p) = steps(trainer, 0, 1)?;
+            times.extend(t);
+            for (peak, new) in peaks.iter_mut().zip(p) {
+                *peak = (*peak).max(new);
+            }
+        }
+    }
+    let mut f32_run: Option<(f64, u64)> = None;
+    for (name, _, times, [allocated, reserved, activation]) in runs {
+        let key = format!("gpt/precision_{name}");
+        let step_ms = median(times);
+        report.push(format!("{key}/step_median"), step_ms, "ms");
+        report.push(format!("{key}/peak_activation"), mb(activation), "MB");
+        report.push(format!("{key}/peak_allocated"), mb(allocated), "MB");
+        report.push(format!("{key}/peak_reserved"), mb(reserved), "MB");
+        let Some((f32_ms, f32_activation)) = f32_run else {
+            f32_run = Some((step_ms, activation));
+            continue;
+        };
+        let ratio = activation as f64 / f32_activation as f64;
+        report.push(format!("{key}/activation_over_f32"), ratio, "ratio");
+        report.push(format!("{key}/step_over_f32"), step_ms / f32_ms, "ratio");
+        println!(
+            "train: floor gpt {name} peak activation <= 0.55 of f32: {}",
+            if ratio <= 0.55 { "met" } else { "NOT met" }
+        );
+    }
     Ok(())
 }
