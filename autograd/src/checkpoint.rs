@@ -14,6 +14,7 @@ use plimsoll_kernels_wgsl::kernels::copy;
 use crate::backward::Grads;
 use crate::error::Result;
 use crate::grad_mode::{enable_grad, is_grad_enabled, no_grad, rng_state, set_rng_state};
+use crate::half::{f16_activations, saves_f16_activations};
 use crate::op::{Op, Replay};
 use crate::tape::{attach, backward_from};
 use crate::tensor::{Autograd, Tensor};
@@ -51,7 +52,8 @@ where
     let rng = rng_state();
     let out = {
         let _no_grad = no_grad();
-        f(&values)?
+        // A segment that returns an input as it came may hand back an f16 tensor.
+        f(&values)?.widened()?
     };
     let kept = Tensor::empty_typed(
         &out.gpu,
@@ -66,6 +68,7 @@ where
         replay: Replay {
             function: Arc::new(f),
             rng,
+            f16: saves_f16_activations(),
         },
     };
     attach(kept, op, inputs)
@@ -95,6 +98,8 @@ pub(crate) fn backward(
     set_rng_state(replay.rng);
     let out = {
         let _grad = enable_grad();
+        // Recomputed as first computed: in f16 when its forward ran under f16_activations.
+        let _half = replay.f16.then(f16_activations);
         replay.function.run(&leaves)
     };
     set_rng_state(outer_rng);

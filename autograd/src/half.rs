@@ -1,20 +1,22 @@
 //! 16-bit storage. [`Tensor::to_f16`] and [`Tensor::to_f32`] convert (recording no graph), and
-//! under [`f16_activations`] every op that records a node stores the activations it saves for
-//! backward as f16: half the bytes of the largest part of a step's memory. Backward converts a
-//! node's saved tensors back to f32 temporaries just before its derivative runs and frees them
-//! right after, so every op still computes in f32 (gradients, statistics and the loss are f32
-//! throughout); what changes is that backward sees the activations rounded to f16.
+//! under [`f16_activations`] every op that records a node stores its output (when it is an
+//! activation) and the activations it saves for backward as f16: half the bytes of the largest
+//! part of a step's memory. Every op takes f16 operands, widening them to f32 temporaries, and
+//! backward converts a node's saved tensors back to f32 temporaries just before its derivative
+//! runs and frees them right after. So every op computes in f32 (gradients, statistics and the
+//! loss are f32 throughout); what changes is that activations are rounded to f16 between ops,
+//! in the forward as in the backward, and that one beyond f16's 65504 becomes infinite.
 //!
 //! Saved for backward in f16: an op's saved tensors that are themselves activations (outputs
 //! of recorded ops, `Category::Activation`) in f32. Not converted: parameters, inputs, u32 ids,
-//! and layer norm's per-row mean and `1/std` (statistics stay f32, as PyTorch's autocast keeps
-//! them). One activation saved by two ops (attention's probabilities: by the softmax and by the
+//! layer norm's per-row mean and `1/std` (statistics stay f32, as PyTorch's autocast keeps
+//! them), reductions, log-probabilities and losses. One activation saved by two ops (attention's probabilities: by the softmax and by the
 //! product with `v`) is converted once: the f16 copy is shared for as long as either holds it.
 //!
 //! The conversion takes the device's path ([`plimsoll_kernels_wgsl::Gpu::f16_path`]): native
 //! `f16` where the adapter has `SHADER_F16`, packed words elsewhere; the bytes are the same.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -42,6 +44,8 @@ struct Entry {
 thread_local! {
     /// `Some` while an [`F16ActivationsGuard`] is alive on this thread.
     static SAVED_F16: RefCell<Option<HashMap<Key, Entry>>> = const { RefCell::new(None) };
+    /// The cache's size above which the next insertion drops dead entries first.
+    static PRUNE_AT: Cell<usize> = const { Cell::new(1024) };
 }
 
 /// Ends [`f16_activations`] when dropped (unless an outer guard is still alive).
@@ -125,9 +129,11 @@ fn known_half(t: &Tensor) -> Option<Tensor> {
 fn remember(wide: &Tensor, half: &Tensor) {
     SAVED_F16.with(|s| {
         if let Some(map) = s.borrow_mut().as_mut() {
-            // Entries whose copy is gone can never hit again.
-            if map.len() >= 1024 {
-                map.retain(|_, e| e.half.strong_count() > 0);
+            // Entries whose copy or original is gone can never hit again; pruned when the map
+            // has doubled since the last time, so inserting stays O(1) amortised.
+            if map.len() >= PRUNE_AT.with(Cell::get) {
+                map.retain(|_, e| e.half.strong_count() > 0 && e.original.strong_count() > 0);
+                PRUNE_AT.with(|p| p.set((2 * map.len()).max(1024)));
             }
             let entry = Entry {
                 original: Arc::downgrade(&wide.storage),

@@ -229,6 +229,8 @@ pub struct Replay {
     pub(crate) function: Arc<dyn Segment>,
     /// [`crate::grad_mode::rng_state`] at the forward.
     pub(crate) rng: u64,
+    /// Whether the forward ran under [`crate::f16_activations`] (the recomputation does too).
+    pub(crate) f16: bool,
 }
 
 impl std::fmt::Debug for Replay {
@@ -254,11 +256,13 @@ impl Op {
                 saved.push(x);
                 saved.extend(relu_output.as_mut());
             }
-            Op::Softmax { y, .. } | Op::LogSoftmax { y, .. } => saved.push(y),
+            // Log-probabilities stay f32 (their output is not stored in f16 either).
+            Op::Softmax { y, .. } => saved.push(y),
             Op::CrossEntropy { logits, .. } => saved.push(logits),
             Op::LayerNorm { x, .. } => saved.push(x),
             Op::Checkpoint { inputs, .. } => saved.extend(inputs.iter_mut()),
-            Op::Add { .. }
+            Op::LogSoftmax { .. }
+            | Op::Add { .. }
             | Op::Sub { .. }
             | Op::AddScalar { .. }
             | Op::MulScalar { .. }

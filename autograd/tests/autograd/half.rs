@@ -200,7 +200,7 @@ fn an_activation_saved_by_two_ops_is_converted_once() {
         2 * half,
         "y and z in f16"
     );
-    // Backward through both saved copies matches the f32 graph run on the rounded values.
+    // Backward runs through both ops' saved copy.
     z.sum_all().unwrap().backward().unwrap();
     assert!(x.grad().is_some() && v.grad().is_some());
 }

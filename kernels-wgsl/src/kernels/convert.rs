@@ -164,6 +164,20 @@ pub fn f16_words(len: u64) -> u64 {
     len.div_ceil(2)
 }
 
+/// [`Error::InvalidArgument`] for the native path on a device without `SHADER_F16` (refused
+/// when recorded, also on a planning twin, not when the pipeline is built).
+fn expect_path(gpu: &Gpu, op: &'static str, path: F16Path) -> Result<()> {
+    if path == F16Path::Native && !gpu.features().contains(wgpu::Features::SHADER_F16) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "the native f16 path needs SHADER_F16, which this device lacks; use the \
+                      packed path"
+                .to_string(),
+        });
+    }
+    Ok(())
+}
+
 fn expect_same_len(op: &'static str, halves: &Halves<'_>, x: &DeviceSlice<'_>) -> Result<()> {
     if halves.len() == x.len() {
         return Ok(());
@@ -192,6 +206,7 @@ pub fn f16_to_f32(gpu: &Gpu, out: DeviceSlice<'_>, src: Halves<'_>) -> Result<()
 /// [`f32_to_f16`] on a chosen path (tests cover both on one adapter).
 pub fn f32_to_f16_on(gpu: &Gpu, path: F16Path, dst: Halves<'_>, x: DeviceSlice<'_>) -> Result<()> {
     expect_same_len("f32_to_f16", &dst, &x)?;
+    expect_path(gpu, "f32_to_f16", path)?;
     let params = Params {
         n: dst.len() as u32,
         src_offset: x.index(),
@@ -214,6 +229,7 @@ pub fn f16_to_f32_on(
     src: Halves<'_>,
 ) -> Result<()> {
     expect_same_len("f16_to_f32", &src, &out)?;
+    expect_path(gpu, "f16_to_f32", path)?;
     let params = Params {
         n: src.len() as u32,
         src_offset: src.index(),

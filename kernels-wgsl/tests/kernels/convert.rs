@@ -14,6 +14,9 @@ fn input(rng: &mut Rng, len: usize) -> Vec<f32> {
         -2.5,
         0.1,
         65504.0,  // largest half
+        65519.0,  // rounds down to 65504
+        65520.0,  // the first value that rounds to +inf
+        -65520.0, // -inf
         70000.0,  // overflows to +inf
         -70000.0, // -inf
         f32::NAN, // 0x7e00
