@@ -90,20 +90,22 @@ pub enum Error {
         /// The first parameter (in module order) whose gradient holds a NaN or infinity.
         first_parameter: Option<String>,
     },
-    /// `--precision f16`: the gradients overflowed with the loss scale already at 1, so no
-    /// lower scale is left to try.
+    /// `--precision f16`: the step overflowed with the loss scale already at 1, so no lower
+    /// scale is left to try.
     #[error(
-        "{}: gradients not finite with the loss scale already lowered to 1 (it halves at each \
-         overflow from 65536; {skipped} steps skipped over the run); first parameter with a non-finite gradient: {first_parameter}. The step was \
-         not applied.\nhint: the model diverged, or an activation overflows f16 (|x| > 65504): \
-         lower the learning rate (--lr), clip gradients, or train with --precision f32",
-        step_name(*step)
+        "{}: the loss or the gradients are not finite with the loss scale already lowered to 1 \
+         (it halves at each overflow from 65536; {skipped} steps skipped over the run); first \
+         parameter with a non-finite gradient: {}. The step was not applied.\nhint: an \
+         activation overflows f16 (|x| > 65504: train with --precision f32), or the model \
+         diverged (lower the learning rate with --lr, clip gradients)",
+        step_name(*step),
+        .first_parameter.as_deref().unwrap_or("none (only the loss)")
     )]
     LossScaleExhausted {
         /// The step.
         step: u64,
         /// The first parameter (in module order) whose gradient holds a NaN or infinity.
-        first_parameter: String,
+        first_parameter: Option<String>,
         /// Steps skipped for overflows over the run.
         skipped: u64,
     },
@@ -141,10 +143,11 @@ pub enum Error {
     /// (`predicted_bytes`: the least budget, within 1%, in which a dry run of that step fits).
     #[error(
         "memory budget {} cannot hold one step: the smallest step (micro-batch 1, or the one \
-         given) needs a budget of at least {} (fixed state {}).\nhint: raise --memory-budget to \
-         at least that, use a smaller model, or (if you turned it off) let --checkpointing auto \
-         try checkpointing",
-        format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes)
+         given) needs a budget of at least {} (fixed state {}).\nhint: {}raise --memory-budget \
+         to at least that, use a smaller model, or (if you turned it off) let --checkpointing \
+         auto try checkpointing",
+        format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes),
+        f16_hint(*f16_fits)
     )]
     BudgetTooSmall {
         /// The budget.
@@ -153,6 +156,9 @@ pub enum Error {
         predicted_bytes: u64,
         /// Bytes that do not depend on the micro-batch.
         fixed_bytes: u64,
+        /// In f32 only: the micro-batch and predicted peak reserved bytes of the plan with
+        /// `--precision f16`, when it fits this budget.
+        f16_fits: Option<(usize, u64)>,
     },
     /// Sampling's largest forward (the longest context it will use) does not fit the budget,
     /// even after the allocator's cache was emptied.
@@ -358,5 +364,17 @@ impl std::fmt::Display for Unresponsive {
              the last checkpoint with the same mpirun command and --resume, or raise \
              --deadline-ms if a rank is merely slow"
         )
+    }
+}
+
+/// The part of [`Error::BudgetTooSmall`]'s hint about `--precision f16`, when it fits.
+fn f16_hint(f16_fits: Option<(usize, u64)>) -> String {
+    match f16_fits {
+        Some((micro, reserved)) => format!(
+            "--precision f16 fits this budget (activations in 16 bits: micro-batch {micro}, \
+             peak {} reserved); or ",
+            format_bytes(reserved)
+        ),
+        None => String::new(),
     }
 }

@@ -22,7 +22,7 @@ use plimsoll_allocator::format_bytes;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::Category;
 
-use crate::config::{CheckpointPolicy, TrainConfig};
+use crate::config::{CheckpointPolicy, Precision, TrainConfig};
 use crate::error::{Error, Result};
 use crate::step::{StepInputs, run_step};
 use crate::task::{Data, Recipe};
@@ -420,10 +420,26 @@ pub fn plan(
     }
     let Some(choice) = best else {
         let (need, fixed) = least_budget(gpu, (spec, data, config), &candidates, budget)?;
+        // Would storing activations in f16 make it fit?
+        let f16_fits = match config.precision {
+            Precision::F32 => {
+                let half = TrainConfig {
+                    precision: Precision::F16,
+                    ..config.clone()
+                };
+                match plan(gpu, spec, data, &half) {
+                    Ok(p) => Some((p.micro_batch, p.predicted_peak_reserved_bytes)),
+                    Err(Error::BudgetTooSmall { .. }) => None,
+                    Err(e) => return Err(e),
+                }
+            }
+            Precision::F16 => None,
+        };
         return Err(Error::BudgetTooSmall {
             budget_bytes: budget,
             predicted_bytes: need,
             fixed_bytes: fixed,
+            f16_fits,
         });
     };
     Ok(MemoryPlan {

@@ -1,19 +1,26 @@
-//! Dynamic loss scaling for `--precision f16`, with PyTorch's `torch.amp.GradScaler` semantics:
-//! the loss is multiplied by the scale before backward (so small gradients of f16 activations
-//! stay representable), the gradients are divided by it before clipping and the update (inside
-//! the fused update's gradient scale: no pass of its own), and the scale adapts:
+//! Dynamic loss scaling for `--precision f16`, with PyTorch's `torch.amp.GradScaler` rules:
+//! the loss is multiplied by the scale before backward, the gradients are divided by it before
+//! clipping and the update (inside the fused update's gradient scale: no pass of its own), and
+//! the scale adapts:
 //! - it starts at [`INITIAL_SCALE`] (2^16);
-//! - a step whose gradients overflow is skipped, no update and no optimizer step, and the
-//!   scale is halved ([`BACKOFF`]). The check is the step's one read-back of every gradient's
-//!   sum of squares (computed on the device in f32 partial sums, added on the host): a NaN or
-//!   an infinity makes it non-finite, and so does a scaled gradient so large that its squares
-//!   overflow f32 (|g| around 1.8e19 and up), where the norm that clipping needs would be
-//!   infinite too. PyTorch checks the gradients for NaN and infinity only; the difference is
-//!   gradients of 1e19 and more, which no healthy run has;
-//! - after [`GROWTH_INTERVAL`] steps in a row without one, it doubles ([`GROWTH`]).
+//! - a step that overflows is skipped, no update and no optimizer step, and the scale is halved
+//!   ([`BACKOFF`]). Overflow is read from the step's one read-back: the loss is not finite (an
+//!   activation beyond f16's 65504 became infinite in the forward), or a gradient's sum of
+//!   squares is not finite (a NaN or an infinity, or a scaled gradient so large that its squares
+//!   overflow f32, |g| around 1.8e19 and up, where the norm clipping needs would be infinite);
+//! - after [`GROWTH_INTERVAL`] steps in a row without one, it doubles ([`GROWTH`]), up to
+//!   [`MAX_SCALE`].
 //!
-//! A step that overflows when the scale is already 1 is an error (the gradients are not finite
-//! at every scale from 2^16 down to 1: no scale will help), naming the first parameter.
+//! What differs from PyTorch, and why. Here only activations are stored in f16; gradients are
+//! computed and kept in f32, so the scale does not guard them against underflow as it does for
+//! PyTorch's f16 gradients. What the scaler does here is GradScaler's other half: a step whose
+//! forward or backward overflows is skipped instead of applied, with the same schedule. The
+//! scale stops growing at [`MAX_SCALE`] (PyTorch has no cap; its f16 gradients overflow
+//! themselves long before): without a cap, an f32 gradient's squares would overflow after about
+//! 47 growths and skip one update every [`GROWTH_INTERVAL`] steps for nothing.
+//!
+//! A step that overflows when the scale is already 1 is an error, naming the first parameter
+//! whose gradient is not finite (none when only the loss is): no scale helps.
 
 use serde::Serialize;
 
@@ -25,6 +32,8 @@ pub const GROWTH_INTERVAL: u32 = 2000;
 pub const GROWTH: f32 = 2.0;
 /// The factor after an overflow (PyTorch's `backoff_factor`).
 pub const BACKOFF: f32 = 0.5;
+/// The largest scale (2^24; see the module docs).
+pub const MAX_SCALE: f32 = 16_777_216.0;
 
 /// The scaler's state: saved in checkpoints, so a resumed run continues with it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -84,11 +93,10 @@ impl LossScaler {
         if self.good_steps < GROWTH_INTERVAL {
             return ScaleChange::Kept;
         }
-        // As PyTorch: the tracker restarts at the interval even when the grown scale would not
-        // be finite (then the scale stays).
+        // As PyTorch: the tracker restarts at the interval even when the scale cannot grow.
         self.good_steps = 0;
         let grown = self.scale * GROWTH;
-        match grown.is_finite() {
+        match grown <= MAX_SCALE {
             true => {
                 self.scale = grown;
                 ScaleChange::Grew

@@ -25,9 +25,9 @@
 //! `--precision f16` ([`Precision::F16`]): each micro-batch's forward runs under autograd's
 //! `f16_activations` (activations stored in f16), and its loss is also multiplied by the loss
 //! scale ([`crate::scaler`]). The read-back is divided by it (the loss, the norm) and so is the
-//! update's gradient scale (with clipping's factor, from the unscaled norm). Gradients that are
-//! not finite while the loss is do not fail the step: it is skipped ([`StepResult::overflow`];
-//! no update, no optimizer step) and the trainer lowers the scale.
+//! update's gradient scale (with clipping's factor, from the unscaled norm). A loss or gradient
+//! that is not finite does not fail the step: it is skipped ([`StepResult::overflow`]; no
+//! update, no optimizer step) and the trainer lowers the scale.
 
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
@@ -97,8 +97,9 @@ pub struct StepResult {
     pub samples: usize,
     /// The global gradient norm before clipping (`sqrt` of the sum of every gradient's squares).
     pub grad_norm: f32,
-    /// With a loss scale: the first parameter whose (scaled) gradient was not finite, when one
-    /// was; the update was then skipped.
+    /// With a loss scale: `Some` when the loss or a (scaled) gradient was not finite, naming
+    /// the first parameter whose gradient was not (empty when only the loss was); the update
+    /// was then skipped.
     pub overflow: Option<String>,
     /// One line per out-of-memory recovery (`micro-batch 64 -> 32`).
     pub recoveries: Vec<String>,
@@ -137,10 +138,11 @@ pub fn accumulate_gradients(
                 .loss(&batch, inputs.segment_len, inputs.label_smoothing)?
         };
         drop(batch);
-        // One micro-batch of the whole batch, unscaled: the factor is exactly 1 and x * 1 is x,
-        // so no pass (forward or backward) multiplies by it.
+        // One micro-batch of the whole batch in f32: the factor is exactly 1 and x * 1 is x, so
+        // no pass (forward or backward) multiplies by it. In f16 the scale is always applied,
+        // whatever its value, so every step allocates as the memory plan's dry run did.
         let factor = chunk.len() as f32 / batch_len * inputs.loss_scale;
-        let scaled = if factor == 1.0 {
+        let scaled = if factor == 1.0 && inputs.precision == Precision::F32 {
             mean
         } else {
             mean.mul_scalar(factor)?
@@ -338,10 +340,10 @@ fn run_step_inner(
         allreduce_bytes: shared.bytes,
         allreduce_ms: shared.ms,
     };
-    let scaled = inputs.precision == Precision::F16;
-    if read.first_nonfinite.is_some() && loss.is_finite() && scaled {
+    let overflowed = read.first_nonfinite.is_some() || !loss.is_finite();
+    if overflowed && inputs.precision == Precision::F16 {
         // GradScaler's skipped step: the trainer halves the scale.
-        result.overflow = read.first_nonfinite;
+        result.overflow = Some(read.first_nonfinite.unwrap_or_default());
         return Ok(result);
     }
     if read.first_nonfinite.is_some() || !loss.is_finite() {

@@ -469,14 +469,17 @@ impl Trainer {
             ScaleChange::Exhausted => {
                 return Err(Error::LossScaleExhausted {
                     step,
-                    first_parameter: overflow.unwrap_or("?").to_string(),
+                    first_parameter: overflow.filter(|p| !p.is_empty()).map(str::to_string),
                     skipped: scaler.skipped_steps,
                 });
             }
             ScaleChange::Skipped => format!(
-                "step {step}: gradients overflowed at loss scale {from} (first: {}); update \
-                 skipped, loss scale now {} ({} skipped so far)",
-                overflow.unwrap_or("?"),
+                "step {step}: {} at loss scale {from}; update skipped, loss scale now {} ({} \
+                 skipped so far)",
+                match overflow {
+                    Some(p) if !p.is_empty() => format!("gradients overflowed (first: {p})"),
+                    _ => "the loss was not finite".to_string(),
+                },
                 scaler.scale,
                 scaler.skipped_steps
             ),

@@ -22,49 +22,59 @@ use plimsoll_trainer::{
 };
 use proptest::prelude::*;
 
-/// GradScaler's update as its documentation states it, written from scratch: the scale after
-/// each step of an overflow sequence, and which steps updated the model.
-fn plain_grad_scaler(overflows: &[bool]) -> (Vec<f64>, Vec<bool>) {
+/// GradScaler's update as its documentation states it, written from scratch, with Plimsoll's
+/// cap (2^24) and its end (an overflow at scale 1): the scale after each step of an overflow
+/// sequence and which steps updated the model, up to the step that exhausts the scaler.
+fn plain_grad_scaler(overflows: &[bool]) -> (Vec<f64>, Vec<bool>, Option<usize>) {
     let (mut scale, mut tracker) = (65536.0f64, 0u32);
     let mut scales = Vec::new();
     let mut updated = Vec::new();
-    for &inf in overflows {
+    for (i, &inf) in overflows.iter().enumerate() {
         if inf {
+            if scale <= 1.0 {
+                return (scales, updated, Some(i));
+            }
             scale *= 0.5;
             tracker = 0;
         } else {
             tracker += 1;
             if tracker == 2000 {
-                scale *= 2.0;
+                scale = (scale * 2.0).min(16_777_216.0);
                 tracker = 0;
             }
         }
         scales.push(scale);
         updated.push(!inf);
     }
-    (scales, updated)
+    (scales, updated, None)
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
-    /// Runs of good steps long enough to grow the scale, broken by overflows (never 16 in a row,
-    /// so the scale stays above 1 and nothing is exhausted).
+    /// Runs of good steps, some long enough to grow the scale, broken by runs of overflows,
+    /// some long enough to exhaust it.
     #[test]
-    fn the_scaler_is_pytorchs_grad_scaler(runs in prop::collection::vec((0u32..4500, 1usize..4), 1..8)) {
+    fn the_scaler_is_pytorchs_grad_scaler(
+        runs in prop::collection::vec((0u32..6500, 1usize..12), 1..10)
+    ) {
         let mut overflows = Vec::new();
         for (good, bad) in runs {
             overflows.extend(std::iter::repeat_n(false, good as usize));
             overflows.extend(std::iter::repeat_n(true, bad));
         }
-        let (scales, updated) = plain_grad_scaler(&overflows);
+        let (scales, updated, exhausted) = plain_grad_scaler(&overflows);
         let mut scaler = LossScaler::default();
         prop_assert_eq!(scaler.scale, INITIAL_SCALE);
         for (i, &inf) in overflows.iter().enumerate() {
             let change = scaler.update(inf);
+            if exhausted == Some(i) {
+                prop_assert_eq!(change, ScaleChange::Exhausted);
+                break;
+            }
             prop_assert_eq!(change == ScaleChange::Skipped, !updated[i]);
             prop_assert_eq!(f64::from(scaler.scale), scales[i], "after step {}", i + 1);
         }
-        let skipped = overflows.iter().filter(|&&o| o).count() as u64;
+        let skipped = updated.iter().filter(|&&u| !u).count() as u64;
         prop_assert_eq!(scaler.skipped_steps, skipped);
     }
 }
@@ -99,6 +109,8 @@ fn the_scale_stops_at_one_and_grows_every_interval() {
 enum Overflowing {
     Times(f32),
     Sqrt,
+    /// `sum(w * 1e5)` at `w = 1`: the product, an activation, is beyond f16's range.
+    Activation,
 }
 
 struct Probe {
@@ -114,6 +126,7 @@ impl Model for Probe {
         Ok(match self.kind {
             Overflowing::Times(c) => self.w.sum_all()?.mul_scalar(c)?,
             Overflowing::Sqrt => self.w.sqrt()?.sum_all()?,
+            Overflowing::Activation => self.w.mul_scalar(1e5)?.sum_all()?,
         })
     }
     fn evaluate(&self, _: &Batch) -> Result<EvalSums> {
@@ -127,6 +140,7 @@ impl Recipe for Overflowing {
         let w0 = match *self {
             Overflowing::Times(_) => 1e-34,
             Overflowing::Sqrt => 0.0,
+            Overflowing::Activation => 1.0,
         };
         let w = Tensor::full(gpu, &[4], w0, TensorOptions::parameter("w"))?;
         let model = Probe { kind: *self, w };
@@ -194,7 +208,7 @@ fn overflowing_steps_are_skipped_until_the_scale_fits_and_a_resume_keeps_it() {
     let logged = trainer.log().join("\n");
     assert!(
         logged.contains(
-            "step 5: gradients overflowed at loss scale 4096 (first: w); update \
+            "step 5: gradients overflowed (first: w) at loss scale 4096; update \
                          skipped, loss scale now 2048 (5 skipped so far)"
         ),
         "{logged}"
@@ -246,6 +260,38 @@ fn gradients_that_overflow_at_every_scale_are_an_error_naming_the_parameter() {
     );
     assert!(text.contains("--precision f32"), "{text}");
     assert_eq!(trainer.parameters()[0].1.to_vec().unwrap(), [0.0; 4]);
+}
+
+/// An activation beyond f16's 65504 is infinite in the forward: the loss is not finite, so the
+/// step is skipped (GradScaler's rule; the scale cannot help a forward, so the run ends at
+/// scale 1 with an error that names no parameter).
+#[test]
+fn an_activation_beyond_f16_skips_the_step_and_ends_at_scale_one() {
+    let gpu = fresh_gpu();
+    let mut trainer = probe_trainer(&gpu, Overflowing::Activation, 20, None);
+    let report = trainer.step().unwrap();
+    assert!(report.skipped && !report.loss.is_finite(), "{report:?}");
+    assert!(trainer.log().iter().any(|l| l.contains(
+        "step 1: the loss was not finite at loss \
+                                                          scale 65536; update skipped"
+    )));
+    for _ in 1..16 {
+        assert!(trainer.step().unwrap().skipped);
+    }
+    let err = trainer.step().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::LossScaleExhausted {
+                first_parameter: None,
+                skipped: 16,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("none (only the loss)"), "{err}");
+    assert_eq!(trainer.parameters()[0].1.to_vec().unwrap(), [1.0; 4]);
 }
 
 /// A small GPT on Shakespeare (2 layers, width 64, context 32) from the same initial weights:
@@ -342,4 +388,49 @@ fn f16_out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
         .find(|l| l.contains("out of memory at micro-batch 1024"));
     assert!(split.is_some(), "no split in the log: {log:#?}");
     assert_params_close(&constrained, &full, 1e-5);
+}
+
+/// A budget between the f16 and the f32 plans of the same run: the f32 plan's refusal says
+/// that f16 fits, with the f16 plan's micro-batch and peak.
+#[test]
+fn a_budget_only_f16_fits_is_refused_with_f16_suggested() {
+    // Deep and narrow, so activations dominate: twelve 256-wide layers at batch 2048.
+    let mut widths = vec![32];
+    widths.extend([256; 12]);
+    widths.push(10);
+    let spec = sgd_spec(&widths);
+    let data = data(2048, 32, 10);
+    let plan_at = |budget: Option<u64>, precision: Precision| {
+        let gpu = fresh_gpu();
+        if let Some(b) = budget {
+            gpu.set_memory_budget(b);
+        }
+        let mut config = config(2048, 2048, 1, 1e-2);
+        config.precision = precision;
+        plimsoll_trainer::plan::plan(&gpu, &spec, &data, &config)
+    };
+    let full = plan_at(None, Precision::F32).unwrap();
+    let half = plan_at(None, Precision::F16).unwrap();
+    let (full, half) = (
+        full.predicted_peak_reserved_bytes,
+        half.predicted_peak_reserved_bytes,
+    );
+    assert!(half < full, "f16 {half} B, f32 {full} B");
+    let budget = (half + full) / 2;
+    let fitting = plan_at(Some(budget), Precision::F16).unwrap();
+    let err = plan_at(Some(budget), Precision::F32).unwrap_err();
+    match &err {
+        Error::BudgetTooSmall {
+            f16_fits: Some((micro, reserved)),
+            ..
+        } => {
+            assert_eq!(*micro, fitting.micro_batch);
+            assert_eq!(*reserved, fitting.predicted_peak_reserved_bytes);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(
+        err.to_string().contains("--precision f16 fits this budget"),
+        "{err}"
+    );
 }
