@@ -15,7 +15,8 @@
 //!   must hold step 1.
 //!
 //! A third workload is the MLP under `--allocator planned`, faulted in its fourth step: the
-//! first that replays the plan built from steps 2 and 3 (checked on the clean run).
+//! first that replays the plan built from steps 2 and 3 (checked on the clean run). A fourth is
+//! the MLP with `--precision f16` (activations stored in f16, the loss scaled).
 //!
 //! Anything else is counted as a failure: a panic, an untyped outcome, a changed model, an
 //! uncaptured wgpu error. Every wait has the device's deadline, so a hang cannot happen
@@ -37,7 +38,7 @@ use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
     AllocatorMode, CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec,
-    Recipe, RunLength, TokenData, TrainConfig, Trainer,
+    Precision, Recipe, RunLength, TokenData, TrainConfig, Trainer,
 };
 
 /// Values of every parameter and optimizer-state tensor, by name.
@@ -54,6 +55,8 @@ struct Workload {
     phases: &'static [Phase],
     /// The allocator's small-segment size (`None`: its default, 2 MiB).
     small_segment_bytes: Option<u64>,
+    /// What activations are stored in.
+    precision: Precision,
 }
 
 fn adamw() -> OptimizerSpec {
@@ -76,6 +79,7 @@ fn workloads() -> Result<Vec<Workload>> {
         optimizer: adamw(),
     };
     let planned_table = table.clone();
+    let f16_table = table.clone();
     let mlp = Workload {
         name: "mlp 64-1024-10",
         recipe: Box::new(mlp_recipe()),
@@ -85,6 +89,20 @@ fn workloads() -> Result<Vec<Workload>> {
         allocator: AllocatorMode::Caching,
         phases: &Phase::ALL,
         small_segment_bytes: None,
+        precision: Precision::F32,
+    };
+    // The same in f16: the conversions allocate too, and a skipped or failed step must leave
+    // the model and the loss scale as they were.
+    let mlp_f16 = Workload {
+        name: "mlp 64-1024-10 f16",
+        recipe: Box::new(mlp_recipe()),
+        data: Box::new(move || -> Box<dyn Data> { Box::new(f16_table.clone()) }),
+        batch: 1024,
+        micro: 512,
+        allocator: AllocatorMode::Caching,
+        phases: &Phase::ALL,
+        small_segment_bytes: None,
+        precision: Precision::F16,
     };
     let planned = Workload {
         name: "mlp 64-1024-10 planned",
@@ -98,6 +116,7 @@ fn workloads() -> Result<Vec<Workload>> {
             empty_cache: false,
         }],
         small_segment_bytes: None,
+        precision: Precision::F32,
     };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
@@ -123,8 +142,9 @@ fn workloads() -> Result<Vec<Workload>> {
         // Its tensors are a few KiB: in 32 KiB small segments its activations need segments
         // of their own, so segment creation fails in its steps too.
         small_segment_bytes: Some(32 << 10),
+        precision: Precision::F32,
     };
-    Ok(vec![mlp, gpt, planned])
+    Ok(vec![mlp, gpt, planned, mlp_f16])
 }
 
 fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
@@ -140,6 +160,7 @@ fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
         clip_grad_norm: Some(1.0),
         checkpoint_dir: Some(dir.to_path_buf()),
         allocator: w.allocator,
+        precision: w.precision,
         ..TrainConfig::default()
     }
 }
