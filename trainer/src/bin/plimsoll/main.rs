@@ -160,12 +160,13 @@ pub(crate) struct CommonArgs {
     /// close to the most bytes live at once; a step that differs falls back to best fit).
     #[arg(long, default_value = "caching", value_parser = flags::allocator)]
     allocator: AllocatorMode,
-    /// What activations are stored in: `f32`, or `f16`, which halves activation memory (the
-    /// outputs of layers and what backward keeps are stored in 16 bits; every op still computes
-    /// in f32, and parameters, gradients, optimizer state and the loss stay f32). f16 scales
-    /// the loss dynamically (from 65536; halved and the step skipped when gradients overflow,
-    /// doubled after 2000 steps without). Use it when activations are what fills memory (long
-    /// sequences, big batches, deep models): a larger micro-batch fits. Steps take longer (a
+    /// What activations are stored in: `f32`, or `f16`, which about halves activation memory
+    /// (the outputs of layers and what backward keeps are stored in 16 bits; every op still
+    /// computes in f32, and parameters, gradients, optimizer state and the loss stay f32). f16
+    /// scales the loss as PyTorch's GradScaler (from 65536; halved and the step skipped when
+    /// the loss or a gradient is not finite, doubled after 2000 steps without, up to 2^24).
+    /// Use it when many activations are kept (deep models, attention, long sequences, big
+    /// batches): a larger micro-batch fits; `plimsoll plan` shows both. Steps take longer (a
     /// conversion pass per layer output).
     #[arg(long, default_value = "f32", value_parser = flags::precision)]
     precision: Precision,
