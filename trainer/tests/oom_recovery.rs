@@ -8,24 +8,13 @@ mod common;
 use common::*;
 use plimsoll_autograd::{Category, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
-use plimsoll_trainer::{Silent, Trainer};
+use plimsoll_trainer::{Precision, Trainer};
 
 /// Activations of (1024, 1024) f32 are 4 MiB: dedicated segments, so reserved bytes follow them.
-const BATCH: usize = 1024;
-
-/// Trains 3 steps; returns the parameters, the peak reserved bytes and the log.
-type Values = Vec<(String, Vec<f32>)>;
+const BATCH: usize = OOM_BATCH;
 
 fn run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
-    let gpu = fresh_gpu();
-    // SGD: Adam's m / sqrt(v) magnifies summation-order differences of near-zero gradients.
-    let spec = sgd_spec(&[32, 1024, 10]);
-    let mut config = config(BATCH, micro, 3, 0.05);
-    config.memory_budget_bytes = budget;
-    let mut trainer = Trainer::new(&gpu, config, &spec, data(BATCH * 2, 32, 10), None).unwrap();
-    trainer.run(&mut Silent).unwrap();
-    let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
-    (values(trainer.parameters()), peak, trainer.log().to_vec())
+    oom_run(micro, budget, Precision::F32)
 }
 
 #[test]

@@ -232,16 +232,22 @@ fn overflowing_steps_are_skipped_until_the_scale_fits_and_a_resume_keeps_it() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Steps `trainer`, `done` steps in, until its scaler is exhausted: every step up to the 16th
+/// skipped, then the 17th's error.
+fn skipped_until_exhausted(trainer: &mut Trainer, done: usize) -> Error {
+    for _ in done..16 {
+        assert!(trainer.step().unwrap().skipped);
+    }
+    trainer.step().unwrap_err()
+}
+
 /// `sqrt(w)` at `w = 0`: the gradient is infinite at every scale while the loss is 0. Sixteen
 /// steps are skipped (65536 down to 1), then the step at scale 1 is the error.
 #[test]
 fn gradients_that_overflow_at_every_scale_are_an_error_naming_the_parameter() {
     let gpu = fresh_gpu();
     let mut trainer = probe_trainer(&gpu, Overflowing::Sqrt, 20, None);
-    for _ in 0..16 {
-        assert!(trainer.step().unwrap().skipped);
-    }
-    let err = trainer.step().unwrap_err();
+    let err = skipped_until_exhausted(&mut trainer, 0);
     assert!(
         matches!(
             err,
@@ -271,14 +277,9 @@ fn an_activation_beyond_f16_skips_the_step_and_ends_at_scale_one() {
     let mut trainer = probe_trainer(&gpu, Overflowing::Activation, 20, None);
     let report = trainer.step().unwrap();
     assert!(report.skipped && !report.loss.is_finite(), "{report:?}");
-    assert!(trainer.log().iter().any(|l| l.contains(
-        "step 1: the loss was not finite at loss \
-                                                          scale 65536; update skipped"
-    )));
-    for _ in 1..16 {
-        assert!(trainer.step().unwrap().skipped);
-    }
-    let err = trainer.step().unwrap_err();
+    let logged = "step 1: the loss was not finite at loss scale 65536; update skipped";
+    assert!(trainer.log().iter().any(|l| l.contains(logged)));
+    let err = skipped_until_exhausted(&mut trainer, 1);
     assert!(
         matches!(
             err,
@@ -365,18 +366,8 @@ fn f16_micro_batches_give_the_full_batch_update() {
 /// halves the micro-batch and ends with the update of the unbudgeted run.
 #[test]
 fn f16_out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
-    const BATCH: usize = 1024;
-    let run = |micro: usize, budget: Option<u64>| {
-        let gpu = fresh_gpu();
-        let spec = sgd_spec(&[32, 1024, 10]);
-        let mut config = config(BATCH, micro, 3, 0.05);
-        config.memory_budget_bytes = budget;
-        config.precision = Precision::F16;
-        let mut trainer = Trainer::new(&gpu, config, &spec, data(BATCH * 2, 32, 10), None).unwrap();
-        trainer.run(&mut Silent).unwrap();
-        let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
-        (values(trainer.parameters()), peak, trainer.log().to_vec())
-    };
+    const BATCH: usize = OOM_BATCH;
+    let run = |micro: usize, budget: Option<u64>| oom_run(micro, budget, Precision::F16);
     let (full, full_peak, _) = run(BATCH, None);
     let (_, half_peak, _) = run(BATCH / 2, None);
     assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");

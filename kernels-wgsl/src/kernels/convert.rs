@@ -58,6 +58,17 @@ shader_params! {
     }
 }
 
+impl Params {
+    fn new(n: u64, src_offset: u32, dst_offset: u32) -> Params {
+        Params {
+            n: n as u32,
+            src_offset,
+            dst_offset,
+            _pad0: 0,
+        }
+    }
+}
+
 /// How a device converts between `f32` and 16-bit storage (the layout is the same either way).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum F16Path {
@@ -207,12 +218,7 @@ pub fn f16_to_f32(gpu: &Gpu, out: DeviceSlice<'_>, src: Halves<'_>) -> Result<()
 pub fn f32_to_f16_on(gpu: &Gpu, path: F16Path, dst: Halves<'_>, x: DeviceSlice<'_>) -> Result<()> {
     expect_same_len("f32_to_f16", &dst, &x)?;
     expect_path(gpu, "f32_to_f16", path)?;
-    let params = Params {
-        n: dst.len() as u32,
-        src_offset: x.index(),
-        dst_offset: dst.index(),
-        _pad0: 0,
-    };
+    let params = Params::new(dst.len(), x.index(), dst.index());
     let (kernel, invocations) = match path {
         F16Path::Native => (&F32_TO_F16_NATIVE, dst.len()),
         // One invocation per word touched: it writes the whole word.
@@ -230,12 +236,7 @@ pub fn f16_to_f32_on(
 ) -> Result<()> {
     expect_same_len("f16_to_f32", &src, &out)?;
     expect_path(gpu, "f16_to_f32", path)?;
-    let params = Params {
-        n: src.len() as u32,
-        src_offset: src.index(),
-        dst_offset: out.index(),
-        _pad0: 0,
-    };
+    let params = Params::new(src.len(), src.index(), out.index());
     let kernel = match path {
         F16Path::Native => &F16_TO_F32_NATIVE,
         F16Path::Packed => &F16_TO_F32,

@@ -120,3 +120,30 @@ pub fn temp_dir(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Parameters as [`values`] gives them.
+pub type Values = Vec<(String, Vec<f32>)>;
+
+/// The batch of [`oom_run`].
+pub const OOM_BATCH: usize = 1024;
+
+/// The out-of-memory tests' run: a 32-1024-10 MLP with SGD (Adam's `m / sqrt(v)` magnifies
+/// summation-order differences of near-zero gradients), three steps of [`OOM_BATCH`] in
+/// micro-batches of `micro` under `budget` in `precision`; the parameters after, the peak
+/// reserved bytes and the log.
+pub fn oom_run(
+    micro: usize,
+    budget: Option<u64>,
+    precision: plimsoll_trainer::Precision,
+) -> (Values, u64, Vec<String>) {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let spec = sgd_spec(&[32, 1024, 10]);
+    let mut config = config(OOM_BATCH, micro, 3, 0.05);
+    config.memory_budget_bytes = budget;
+    config.precision = precision;
+    let data = data(OOM_BATCH * 2, 32, 10);
+    let mut trainer = plimsoll_trainer::Trainer::new(&gpu, config, &spec, data, None).unwrap();
+    trainer.run(&mut plimsoll_trainer::Silent).unwrap();
+    let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
+    (values(trainer.parameters()), peak, trainer.log().to_vec())
+}
