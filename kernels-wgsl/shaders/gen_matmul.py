@@ -34,10 +34,10 @@ def branch_core(t, g, w):
     w("        let n4 = N >> 2u;")
     w("        for (var k4 = 0u; k4 < (K >> 2u); k4++) {")
     for i in range(t):
-        w(f"            let a{i} = a_v4[ra{i} + k4];")
+        w(f"            let a{i} = lda4(ra{i} + k4);")
     for kk in range(4):
         for j in range(g):
-            w(f"            let b{kk}_{j} = b_v4[rb + {kk}u * n4 + (cg{j} >> 2u)];")
+            w(f"            let b{kk}_{j} = ldb4(rb + {kk}u * n4 + (cg{j} >> 2u));")
     for i in range(t):
         for j in range(g):
             w(f"            acc{i}_{j} += a{i}.x * b0_{j} + a{i}.y * b1_{j} + a{i}.z * b2_{j} + a{i}.w * b3_{j};")
@@ -50,9 +50,9 @@ def branch_core(t, g, w):
     w("        var ra = oa >> 2u; var rb = ob >> 2u;")
     w("        for (var k = 0u; k < K; k++) {   // any K: A^T rows run along m, B rows along n")
     for q in range(g):
-        w(f"            let a{q} = a_v4[ra + mg{q}];")
+        w(f"            let a{q} = lda4(ra + mg{q});")
     for j in range(g):
-        w(f"            let b{j} = b_v4[rb + (cg{j} >> 2u)];")
+        w(f"            let b{j} = ldb4(rb + (cg{j} >> 2u));")
     for i in range(t):
         for j in range(g):
             w(f"            acc{i}_{j} += a{i // 4}[{i % 4}] * b{j};")
@@ -64,9 +64,9 @@ def branch_core(t, g, w):
     rb_rows()
     w("        for (var k4 = 0u; k4 < (K >> 2u); k4++) {")
     for i in range(t):
-        w(f"            let a{i} = a_v4[ra{i} + k4];")
+        w(f"            let a{i} = lda4(ra{i} + k4);")
     for j in range(t):
-        w(f"            let b{j} = b_v4[rb{j} + k4];")
+        w(f"            let b{j} = ldb4(rb{j} + k4);")
     for i in range(t):
         for j in range(g):
             d = ", ".join(f"dot(a{i}, b{4 * j + c})" for c in range(4))
@@ -81,9 +81,9 @@ def branch_core(t, g, w):
     w("        for (var k4 = 0u; k4 < (K >> 2u); k4++) {")
     for kk in range(4):
         for q in range(g):
-            w(f"            let a{kk}_{q} = a_v4[ra + {kk}u * m4 + mg{q}];")
+            w(f"            let a{kk}_{q} = lda4(ra + {kk}u * m4 + mg{q});")
     for j in range(t):
-        w(f"            let b{j} = b_v4[rb{j} + k4];")
+        w(f"            let b{j} = ldb4(rb{j} + k4);")
     for i in range(t):
         q, c = i // 4, i % 4
         for j in range(g):

@@ -94,13 +94,13 @@ fn store4(index4: u32, v: vec4<f32>, b: vec4<f32>) -> f32 {
     // writes C[4 * index4 .. +3] through C's vec4 view, alpha, accumulate and the epilogue
     // (+ b, the columns' bias, then ReLU) applied; the load is always made (C is in bounds) and
     // its value used only when accumulating. Returns the sum of the squares of what it wrote.
-    let old = c_v4[index4];
+    let old = ldc4(index4);
     var r = v * params.alpha + select(vec4<f32>(0.0), old, (params.flags & 1u) != 0u);
     if (epilogue_bias()) {
         r += b;
         if ((params.flags & 16u) != 0u) { r = max(r, vec4<f32>(0.0)); }
     }
-    c_v4[index4] = r;
+    stc4(index4, r);
     return dot(r, r);
 }
 
@@ -121,12 +121,12 @@ fn store1(index: u32, col: u32, v: f32) -> f32 {
     // the epilogue by flag bits 0, 3 and 4; returns the square of what it wrote
     let fl = params.flags;
     var r = v;
-    if ((fl & 1u) != 0u) { r = c[index] + v; }
+    if ((fl & 1u) != 0u) { r = ldc(index) + v; }
     if ((fl & 8u) != 0u) {
         r += bias[params.offset_bias + col];
         if ((fl & 16u) != 0u) { r = max(r, 0.0); }
     }
-    c[index] = r;
+    stc(index, r);
     return r * r;
 }
 
@@ -179,38 +179,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         var rb = ob >> 2u;
         let n4 = N >> 2u;
         for (var k4 = 0u; k4 < (K >> 2u); k4++) {
-            let a0 = a_v4[ra0 + k4];
-            let a1 = a_v4[ra1 + k4];
-            let a2 = a_v4[ra2 + k4];
-            let a3 = a_v4[ra3 + k4];
-            let a4 = a_v4[ra4 + k4];
-            let a5 = a_v4[ra5 + k4];
-            let a6 = a_v4[ra6 + k4];
-            let a7 = a_v4[ra7 + k4];
-            let a8 = a_v4[ra8 + k4];
-            let a9 = a_v4[ra9 + k4];
-            let a10 = a_v4[ra10 + k4];
-            let a11 = a_v4[ra11 + k4];
-            let a12 = a_v4[ra12 + k4];
-            let a13 = a_v4[ra13 + k4];
-            let a14 = a_v4[ra14 + k4];
-            let a15 = a_v4[ra15 + k4];
-            let b0_0 = b_v4[rb + 0u * n4 + (cg0 >> 2u)];
-            let b0_1 = b_v4[rb + 0u * n4 + (cg1 >> 2u)];
-            let b0_2 = b_v4[rb + 0u * n4 + (cg2 >> 2u)];
-            let b0_3 = b_v4[rb + 0u * n4 + (cg3 >> 2u)];
-            let b1_0 = b_v4[rb + 1u * n4 + (cg0 >> 2u)];
-            let b1_1 = b_v4[rb + 1u * n4 + (cg1 >> 2u)];
-            let b1_2 = b_v4[rb + 1u * n4 + (cg2 >> 2u)];
-            let b1_3 = b_v4[rb + 1u * n4 + (cg3 >> 2u)];
-            let b2_0 = b_v4[rb + 2u * n4 + (cg0 >> 2u)];
-            let b2_1 = b_v4[rb + 2u * n4 + (cg1 >> 2u)];
-            let b2_2 = b_v4[rb + 2u * n4 + (cg2 >> 2u)];
-            let b2_3 = b_v4[rb + 2u * n4 + (cg3 >> 2u)];
-            let b3_0 = b_v4[rb + 3u * n4 + (cg0 >> 2u)];
-            let b3_1 = b_v4[rb + 3u * n4 + (cg1 >> 2u)];
-            let b3_2 = b_v4[rb + 3u * n4 + (cg2 >> 2u)];
-            let b3_3 = b_v4[rb + 3u * n4 + (cg3 >> 2u)];
+            let a0 = lda4(ra0 + k4);
+            let a1 = lda4(ra1 + k4);
+            let a2 = lda4(ra2 + k4);
+            let a3 = lda4(ra3 + k4);
+            let a4 = lda4(ra4 + k4);
+            let a5 = lda4(ra5 + k4);
+            let a6 = lda4(ra6 + k4);
+            let a7 = lda4(ra7 + k4);
+            let a8 = lda4(ra8 + k4);
+            let a9 = lda4(ra9 + k4);
+            let a10 = lda4(ra10 + k4);
+            let a11 = lda4(ra11 + k4);
+            let a12 = lda4(ra12 + k4);
+            let a13 = lda4(ra13 + k4);
+            let a14 = lda4(ra14 + k4);
+            let a15 = lda4(ra15 + k4);
+            let b0_0 = ldb4(rb + 0u * n4 + (cg0 >> 2u));
+            let b0_1 = ldb4(rb + 0u * n4 + (cg1 >> 2u));
+            let b0_2 = ldb4(rb + 0u * n4 + (cg2 >> 2u));
+            let b0_3 = ldb4(rb + 0u * n4 + (cg3 >> 2u));
+            let b1_0 = ldb4(rb + 1u * n4 + (cg0 >> 2u));
+            let b1_1 = ldb4(rb + 1u * n4 + (cg1 >> 2u));
+            let b1_2 = ldb4(rb + 1u * n4 + (cg2 >> 2u));
+            let b1_3 = ldb4(rb + 1u * n4 + (cg3 >> 2u));
+            let b2_0 = ldb4(rb + 2u * n4 + (cg0 >> 2u));
+            let b2_1 = ldb4(rb + 2u * n4 + (cg1 >> 2u));
+            let b2_2 = ldb4(rb + 2u * n4 + (cg2 >> 2u));
+            let b2_3 = ldb4(rb + 2u * n4 + (cg3 >> 2u));
+            let b3_0 = ldb4(rb + 3u * n4 + (cg0 >> 2u));
+            let b3_1 = ldb4(rb + 3u * n4 + (cg1 >> 2u));
+            let b3_2 = ldb4(rb + 3u * n4 + (cg2 >> 2u));
+            let b3_3 = ldb4(rb + 3u * n4 + (cg3 >> 2u));
             acc0_0 += a0.x * b0_0 + a0.y * b1_0 + a0.z * b2_0 + a0.w * b3_0;
             acc0_1 += a0.x * b0_1 + a0.y * b1_1 + a0.z * b2_1 + a0.w * b3_1;
             acc0_2 += a0.x * b0_2 + a0.y * b1_2 + a0.z * b2_2 + a0.w * b3_2;
@@ -285,14 +285,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let m4 = M >> 2u; let n4 = N >> 2u;
         var ra = oa >> 2u; var rb = ob >> 2u;
         for (var k = 0u; k < K; k++) {   // any K: A^T rows run along m, B rows along n
-            let a0 = a_v4[ra + mg0];
-            let a1 = a_v4[ra + mg1];
-            let a2 = a_v4[ra + mg2];
-            let a3 = a_v4[ra + mg3];
-            let b0 = b_v4[rb + (cg0 >> 2u)];
-            let b1 = b_v4[rb + (cg1 >> 2u)];
-            let b2 = b_v4[rb + (cg2 >> 2u)];
-            let b3 = b_v4[rb + (cg3 >> 2u)];
+            let a0 = lda4(ra + mg0);
+            let a1 = lda4(ra + mg1);
+            let a2 = lda4(ra + mg2);
+            let a3 = lda4(ra + mg3);
+            let b0 = ldb4(rb + (cg0 >> 2u));
+            let b1 = ldb4(rb + (cg1 >> 2u));
+            let b2 = ldb4(rb + (cg2 >> 2u));
+            let b3 = ldb4(rb + (cg3 >> 2u));
             acc0_0 += a0[0] * b0;
             acc0_1 += a0[0] * b1;
             acc0_2 += a0[0] * b2;
@@ -393,38 +393,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let rb14 = (ob + min(n0 + 14u, N - 1u) * K) >> 2u;
         let rb15 = (ob + min(n0 + 15u, N - 1u) * K) >> 2u;
         for (var k4 = 0u; k4 < (K >> 2u); k4++) {
-            let a0 = a_v4[ra0 + k4];
-            let a1 = a_v4[ra1 + k4];
-            let a2 = a_v4[ra2 + k4];
-            let a3 = a_v4[ra3 + k4];
-            let a4 = a_v4[ra4 + k4];
-            let a5 = a_v4[ra5 + k4];
-            let a6 = a_v4[ra6 + k4];
-            let a7 = a_v4[ra7 + k4];
-            let a8 = a_v4[ra8 + k4];
-            let a9 = a_v4[ra9 + k4];
-            let a10 = a_v4[ra10 + k4];
-            let a11 = a_v4[ra11 + k4];
-            let a12 = a_v4[ra12 + k4];
-            let a13 = a_v4[ra13 + k4];
-            let a14 = a_v4[ra14 + k4];
-            let a15 = a_v4[ra15 + k4];
-            let b0 = b_v4[rb0 + k4];
-            let b1 = b_v4[rb1 + k4];
-            let b2 = b_v4[rb2 + k4];
-            let b3 = b_v4[rb3 + k4];
-            let b4 = b_v4[rb4 + k4];
-            let b5 = b_v4[rb5 + k4];
-            let b6 = b_v4[rb6 + k4];
-            let b7 = b_v4[rb7 + k4];
-            let b8 = b_v4[rb8 + k4];
-            let b9 = b_v4[rb9 + k4];
-            let b10 = b_v4[rb10 + k4];
-            let b11 = b_v4[rb11 + k4];
-            let b12 = b_v4[rb12 + k4];
-            let b13 = b_v4[rb13 + k4];
-            let b14 = b_v4[rb14 + k4];
-            let b15 = b_v4[rb15 + k4];
+            let a0 = lda4(ra0 + k4);
+            let a1 = lda4(ra1 + k4);
+            let a2 = lda4(ra2 + k4);
+            let a3 = lda4(ra3 + k4);
+            let a4 = lda4(ra4 + k4);
+            let a5 = lda4(ra5 + k4);
+            let a6 = lda4(ra6 + k4);
+            let a7 = lda4(ra7 + k4);
+            let a8 = lda4(ra8 + k4);
+            let a9 = lda4(ra9 + k4);
+            let a10 = lda4(ra10 + k4);
+            let a11 = lda4(ra11 + k4);
+            let a12 = lda4(ra12 + k4);
+            let a13 = lda4(ra13 + k4);
+            let a14 = lda4(ra14 + k4);
+            let a15 = lda4(ra15 + k4);
+            let b0 = ldb4(rb0 + k4);
+            let b1 = ldb4(rb1 + k4);
+            let b2 = ldb4(rb2 + k4);
+            let b3 = ldb4(rb3 + k4);
+            let b4 = ldb4(rb4 + k4);
+            let b5 = ldb4(rb5 + k4);
+            let b6 = ldb4(rb6 + k4);
+            let b7 = ldb4(rb7 + k4);
+            let b8 = ldb4(rb8 + k4);
+            let b9 = ldb4(rb9 + k4);
+            let b10 = ldb4(rb10 + k4);
+            let b11 = ldb4(rb11 + k4);
+            let b12 = ldb4(rb12 + k4);
+            let b13 = ldb4(rb13 + k4);
+            let b14 = ldb4(rb14 + k4);
+            let b15 = ldb4(rb15 + k4);
             acc0_0 += vec4<f32>(dot(a0, b0), dot(a0, b1), dot(a0, b2), dot(a0, b3));
             acc0_1 += vec4<f32>(dot(a0, b4), dot(a0, b5), dot(a0, b6), dot(a0, b7));
             acc0_2 += vec4<f32>(dot(a0, b8), dot(a0, b9), dot(a0, b10), dot(a0, b11));
@@ -514,38 +514,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         let m4 = M >> 2u;
         var ra = oa >> 2u;
         for (var k4 = 0u; k4 < (K >> 2u); k4++) {
-            let a0_0 = a_v4[ra + 0u * m4 + mg0];
-            let a0_1 = a_v4[ra + 0u * m4 + mg1];
-            let a0_2 = a_v4[ra + 0u * m4 + mg2];
-            let a0_3 = a_v4[ra + 0u * m4 + mg3];
-            let a1_0 = a_v4[ra + 1u * m4 + mg0];
-            let a1_1 = a_v4[ra + 1u * m4 + mg1];
-            let a1_2 = a_v4[ra + 1u * m4 + mg2];
-            let a1_3 = a_v4[ra + 1u * m4 + mg3];
-            let a2_0 = a_v4[ra + 2u * m4 + mg0];
-            let a2_1 = a_v4[ra + 2u * m4 + mg1];
-            let a2_2 = a_v4[ra + 2u * m4 + mg2];
-            let a2_3 = a_v4[ra + 2u * m4 + mg3];
-            let a3_0 = a_v4[ra + 3u * m4 + mg0];
-            let a3_1 = a_v4[ra + 3u * m4 + mg1];
-            let a3_2 = a_v4[ra + 3u * m4 + mg2];
-            let a3_3 = a_v4[ra + 3u * m4 + mg3];
-            let b0 = b_v4[rb0 + k4];
-            let b1 = b_v4[rb1 + k4];
-            let b2 = b_v4[rb2 + k4];
-            let b3 = b_v4[rb3 + k4];
-            let b4 = b_v4[rb4 + k4];
-            let b5 = b_v4[rb5 + k4];
-            let b6 = b_v4[rb6 + k4];
-            let b7 = b_v4[rb7 + k4];
-            let b8 = b_v4[rb8 + k4];
-            let b9 = b_v4[rb9 + k4];
-            let b10 = b_v4[rb10 + k4];
-            let b11 = b_v4[rb11 + k4];
-            let b12 = b_v4[rb12 + k4];
-            let b13 = b_v4[rb13 + k4];
-            let b14 = b_v4[rb14 + k4];
-            let b15 = b_v4[rb15 + k4];
+            let a0_0 = lda4(ra + 0u * m4 + mg0);
+            let a0_1 = lda4(ra + 0u * m4 + mg1);
+            let a0_2 = lda4(ra + 0u * m4 + mg2);
+            let a0_3 = lda4(ra + 0u * m4 + mg3);
+            let a1_0 = lda4(ra + 1u * m4 + mg0);
+            let a1_1 = lda4(ra + 1u * m4 + mg1);
+            let a1_2 = lda4(ra + 1u * m4 + mg2);
+            let a1_3 = lda4(ra + 1u * m4 + mg3);
+            let a2_0 = lda4(ra + 2u * m4 + mg0);
+            let a2_1 = lda4(ra + 2u * m4 + mg1);
+            let a2_2 = lda4(ra + 2u * m4 + mg2);
+            let a2_3 = lda4(ra + 2u * m4 + mg3);
+            let a3_0 = lda4(ra + 3u * m4 + mg0);
+            let a3_1 = lda4(ra + 3u * m4 + mg1);
+            let a3_2 = lda4(ra + 3u * m4 + mg2);
+            let a3_3 = lda4(ra + 3u * m4 + mg3);
+            let b0 = ldb4(rb0 + k4);
+            let b1 = ldb4(rb1 + k4);
+            let b2 = ldb4(rb2 + k4);
+            let b3 = ldb4(rb3 + k4);
+            let b4 = ldb4(rb4 + k4);
+            let b5 = ldb4(rb5 + k4);
+            let b6 = ldb4(rb6 + k4);
+            let b7 = ldb4(rb7 + k4);
+            let b8 = ldb4(rb8 + k4);
+            let b9 = ldb4(rb9 + k4);
+            let b10 = ldb4(rb10 + k4);
+            let b11 = ldb4(rb11 + k4);
+            let b12 = ldb4(rb12 + k4);
+            let b13 = ldb4(rb13 + k4);
+            let b14 = ldb4(rb14 + k4);
+            let b15 = ldb4(rb15 + k4);
             acc0_0 += vec4<f32>(a0_0[0] * b0[0] + a1_0[0] * b0[1] + a2_0[0] * b0[2] + a3_0[0] * b0[3], a0_0[0] * b1[0] + a1_0[0] * b1[1] + a2_0[0] * b1[2] + a3_0[0] * b1[3], a0_0[0] * b2[0] + a1_0[0] * b2[1] + a2_0[0] * b2[2] + a3_0[0] * b2[3], a0_0[0] * b3[0] + a1_0[0] * b3[1] + a2_0[0] * b3[2] + a3_0[0] * b3[3]);
             acc0_1 += vec4<f32>(a0_0[0] * b4[0] + a1_0[0] * b4[1] + a2_0[0] * b4[2] + a3_0[0] * b4[3], a0_0[0] * b5[0] + a1_0[0] * b5[1] + a2_0[0] * b5[2] + a3_0[0] * b5[3], a0_0[0] * b6[0] + a1_0[0] * b6[1] + a2_0[0] * b6[2] + a3_0[0] * b6[3], a0_0[0] * b7[0] + a1_0[0] * b7[1] + a2_0[0] * b7[2] + a3_0[0] * b7[3]);
             acc0_2 += vec4<f32>(a0_0[0] * b8[0] + a1_0[0] * b8[1] + a2_0[0] * b8[2] + a3_0[0] * b8[3], a0_0[0] * b9[0] + a1_0[0] * b9[1] + a2_0[0] * b9[2] + a3_0[0] * b9[3], a0_0[0] * b10[0] + a1_0[0] * b10[1] + a2_0[0] * b10[2] + a3_0[0] * b10[3], a0_0[0] * b11[0] + a1_0[0] * b11[1] + a2_0[0] * b11[2] + a3_0[0] * b11[3]);
@@ -764,11 +764,11 @@ fn main_scalar(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_i
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
     for (var k = 0u; k < K; k++) {
-        let a0 = a[pa0];
-        let a1 = a[pa1];
-        let a2 = a[pa2];
-        let a3 = a[pa3];
-        let bv = vec4<f32>(b[pb0], b[pb1], b[pb2], b[pb3]);
+        let a0 = lda(pa0);
+        let a1 = lda(pa1);
+        let a2 = lda(pa2);
+        let a3 = lda(pa3);
+        let bv = vec4<f32>(ldb(pb0), ldb(pb1), ldb(pb2), ldb(pb3));
         acc0 += a0 * bv;
         acc1 += a1 * bv;
         acc2 += a2 * bv;

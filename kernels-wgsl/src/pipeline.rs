@@ -213,7 +213,9 @@ pub(crate) use storage_type;
 /// point `entry` of `shaders/<stem>.wgsl`, with the module's `PARAMS_WGSL` (from
 /// `shader_params!`), the uniform `params: Params` (or `name: Struct` after the entry), and its
 /// storage bindings in order (`array<f32>` unless a type is given). Used in
-/// `src/kernels/<stem>.rs`.
+/// `src/kernels/<stem>.rs`. `kernel!(stem, entry, source: EXPR, params: Params, [..], size)`
+/// takes the WGSL from `EXPR` instead (a `concat!` of files, for one body built with
+/// different accessors).
 macro_rules! kernel {
     ($stem:literal, $entry:literal, [$($name:ident $(: $ty:literal)?),* $(,)?], $wg:expr) => {
         $crate::pipeline::kernel!($stem, $entry, params: Params, [$($name $(: $ty)?),*], $wg)
@@ -225,10 +227,27 @@ macro_rules! kernel {
         [$($name:ident $(: $ty:literal)?),* $(,)?],
         $wg:expr
     ) => {
+        $crate::pipeline::kernel!(
+            $stem,
+            $entry,
+            source: include_str!(concat!("../../shaders/", $stem, ".wgsl")),
+            $uniform: $params,
+            [$($name $(: $ty)?),*],
+            $wg
+        )
+    };
+    (
+        $stem:literal,
+        $entry:literal,
+        source: $wgsl:expr,
+        $uniform:ident : $params:ident,
+        [$($name:ident $(: $ty:literal)?),* $(,)?],
+        $wg:expr
+    ) => {
         $crate::pipeline::Kernel::new(
             $stem,
             PARAMS_WGSL,
-            include_str!(concat!("../../shaders/", $stem, ".wgsl")),
+            $wgsl,
             $entry,
             $crate::pipeline::Binding { name: stringify!($uniform), ty: stringify!($params) },
             &[$($crate::pipeline::Binding {

@@ -52,8 +52,9 @@ fn every_shader_file_belongs_to_a_kernel() {
     for path in shader_files() {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(
-            kernels::ALL.iter().any(|k| k.wgsl == text),
-            "{} is not the source of any kernel in kernels::ALL (so nothing validates it)",
+            kernels::ALL.iter().any(|k| k.wgsl.contains(&text)),
+            "{} is not (part of) the source of any kernel in kernels::ALL (so nothing \
+             validates it)",
             path.display()
         );
     }

@@ -119,16 +119,32 @@ fn stored_index(
     }
 }
 
+/// The f32 module: the body (`shaders/matmul.wgsl`, which loads and stores its operands through
+/// accessors: `lda4`, `stc`, ...) and the accessors of `shaders/matmul_io.wgsl`.
+const WGSL_F32: &str = concat!(
+    include_str!("../../shaders/matmul.wgsl"),
+    include_str!("../../shaders/matmul_io.wgsl")
+);
+
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
 pub const MAIN: Kernel = kernel!(
     "matmul",
     "main",
+    source: WGSL_F32,
+    params: Params,
     [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c_v4: "array<vec4<f32>>", bias],
     64
 );
 
 /// The any-shape entry point.
-pub const MAIN_SCALAR: Kernel = kernel!("matmul", "main_scalar", [a, b, c, bias], 64);
+pub const MAIN_SCALAR: Kernel = kernel!(
+    "matmul",
+    "main_scalar",
+    source: WGSL_F32,
+    params: Params,
+    [a, b, c, bias],
+    64
+);
 
 /// The least work (`2·batch·m·n·k`) a product takes `main` for: below it `main_scalar` does.
 /// `main`'s first dispatch costs lavapipe 0.9–1.7 s of JIT per layout (`cargo xtask bench
