@@ -15,6 +15,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
+use crate::kernels::convert::F16Path;
 use crate::pipeline::{Kernel, RuntimeChecks, kernel, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
@@ -22,6 +23,8 @@ use crate::slice::DeviceSlice;
 pub use super::matmul_epilogue::{
     Epilogue, launch_entry, matmul_bias, matmul_squares, squares_len,
 };
+pub(super) use super::matmul_half::f16_overrides;
+pub use super::matmul_half::{MAIN_F16, MAIN_SCALAR_F16, NATIVE, Operand, native_kernels};
 
 /// Shape, layout and options of one batched matmul, mirroring the shader's `Params` (the
 /// element offsets come from the slices).
@@ -120,10 +123,12 @@ fn stored_index(
 }
 
 /// The f32 module: the body (`shaders/matmul.wgsl`, which loads and stores its operands through
-/// accessors: `lda4`, `stc`, ...) and the accessors of `shaders/matmul_io.wgsl`.
+/// accessors: `lda4`, `stc`, ...) and the f32 accessors of `shaders/matmul_io_{a,b,c}.wgsl`.
 const WGSL_F32: &str = concat!(
     include_str!("../../shaders/matmul.wgsl"),
-    include_str!("../../shaders/matmul_io.wgsl")
+    include_str!("../../shaders/matmul_io_a.wgsl"),
+    include_str!("../../shaders/matmul_io_b.wgsl"),
+    include_str!("../../shaders/matmul_io_c.wgsl")
 );
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
@@ -184,6 +189,9 @@ shader_params! {
         _pad2: u32,
     }
 }
+
+/// The `Params` declaration, for the 16-bit modules' kernels (`super::matmul_half`).
+pub(super) const MATMUL_PARAMS_WGSL: &str = PARAMS_WGSL;
 
 /// What a launch does besides the product: an epilogue with its bias, or the squares of C.
 #[derive(Clone, Copy)]
@@ -276,17 +284,17 @@ pub fn loop_iterations(entry: MatmulEntry, trans_a: bool, trans_b: bool, k: u64)
 /// not fit its slice, a figure does not fit the shader's `u32`, C's batches
 /// overlap (`batch > 1` with `batch_stride_c < m · n`), C overlaps an operand, or the grid exceeds
 /// the device's workgroup limit; otherwise what [`Gpu::dispatch`] returns.
-pub fn matmul(
+pub fn matmul<'a>(
     gpu: &Gpu,
     dims: &MatmulDims,
-    out: DeviceSlice<'_>,
-    lhs: DeviceSlice<'_>,
-    rhs: DeviceSlice<'_>,
+    out: impl Into<Operand<'a>>,
+    lhs: impl Into<Operand<'a>>,
+    rhs: impl Into<Operand<'a>>,
 ) -> Result<()> {
     launch(
         gpu,
         dims,
-        [out, lhs, rhs],
+        [out.into(), lhs.into(), rhs.into()],
         [MAIN, MAIN_SCALAR],
         None,
         Extra::None,
@@ -297,18 +305,18 @@ pub fn matmul(
 /// that compare the two). Errors: those of [`matmul`], and [`Error::InvalidArgument`] when
 /// `entry` is [`MatmulEntry::Main`] and `dims` or the slices miss its alignment (see
 /// [`entry_point`]).
-pub fn matmul_on(
+pub fn matmul_on<'a>(
     gpu: &Gpu,
     entry: MatmulEntry,
     dims: &MatmulDims,
-    out: DeviceSlice<'_>,
-    lhs: DeviceSlice<'_>,
-    rhs: DeviceSlice<'_>,
+    out: impl Into<Operand<'a>>,
+    lhs: impl Into<Operand<'a>>,
+    rhs: impl Into<Operand<'a>>,
 ) -> Result<()> {
     launch(
         gpu,
         dims,
-        [out, lhs, rhs],
+        [out.into(), lhs.into(), rhs.into()],
         [MAIN, MAIN_SCALAR],
         Some(entry),
         Extra::None,
@@ -331,15 +339,17 @@ pub fn matmul_unchecked(
         ..kernel
     };
     let kernels = [unchecked(MAIN), unchecked(MAIN_SCALAR)];
-    launch(gpu, dims, [out, lhs, rhs], kernels, None, Extra::None)
+    let operands = [out.into(), lhs.into(), rhs.into()];
+    launch(gpu, dims, operands, kernels, None, Extra::None)
 }
 
 /// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
-/// `[main, main_scalar]`; `extra`'s operand (binding 4) is checked by its public launcher.
+/// `[main, main_scalar]` for f32 operands (with any 16-bit operand, the device's 16-bit module
+/// instead); `extra`'s operand (binding 4) is checked by its public launcher.
 pub(super) fn launch(
     gpu: &Gpu,
     dims: &MatmulDims,
-    [out, lhs, rhs]: [DeviceSlice<'_>; 3],
+    [out, lhs, rhs]: [Operand<'_>; 3],
     kernels: [Kernel; 2],
     forced: Option<MatmulEntry>,
     extra: Extra<'_>,
@@ -351,6 +361,12 @@ pub(super) fn launch(
     let d = Dims64::new(dims);
     if d.batch == 0 || d.m == 0 || d.n == 0 {
         return Ok(());
+    }
+    let half = [out, lhs, rhs].map(|o| o.is_f16());
+    if half.contains(&true) && kernels[0].runtime_checks != MAIN.runtime_checks {
+        return Err(invalid(
+            "16-bit operands run with wgpu's runtime checks on".to_string(),
+        ));
     }
     let to_u32 = |what: &str, x: u64| {
         u32::try_from(x).map_err(|_| invalid(format!("{what} = {x} does not fit in u32")))
@@ -408,8 +424,8 @@ pub(super) fn launch(
     for (name, operand) in [("lhs (A)", lhs), ("rhs (B)", rhs)] {
         if out.overlaps(&operand) {
             return Err(invalid(format!(
-                "out (C) {out:?} overlaps {name} {operand:?} in the same segment; write the \
-                 product to a separate buffer"
+                "out (C) {out:?} overlaps {name} {operand:?} in the same segment (or shares a \
+                 word with it); write the product to a separate buffer"
             )));
         }
     }
@@ -418,7 +434,7 @@ pub(super) fn launch(
         to_u32(name, u64::from(slice.index()) + slice.len())?;
     }
     let (bias, epilogue_flags) = match extra {
-        Extra::None => (out, 0),
+        Extra::None => (out.words(), 0),
         Extra::Bias(bias, Epilogue::None) => (bias, 0),
         Extra::Bias(bias, Epilogue::Bias) => (bias, 8),
         Extra::Bias(bias, Epilogue::BiasRelu) => (bias, 8 | 16),
@@ -444,6 +460,11 @@ pub(super) fn launch(
         offset_bias: bias.index(),
         ..Params::default()
     };
+    let kernels = match (half.contains(&true), gpu.f16_path()) {
+        (false, _) => kernels,
+        (true, F16Path::Native) => native_kernels(half[1], half[2], half[0]),
+        (true, F16Path::Packed) => [MAIN_F16, MAIN_SCALAR_F16],
+    };
     let (kernel, tile) = match entry {
         MatmulEntry::Main => (&kernels[0], TILE_MAIN),
         MatmulEntry::MainScalar => (&kernels[1], TILE_SCALAR),
@@ -457,25 +478,38 @@ pub(super) fn launch(
         )));
     }
     let flag = |on: bool| if on { 1.0 } else { 0.0 };
+    let [c16, a16, b16] = half.map(flag);
     let overrides = [
         ("TRANS_A", flag(dims.trans_a)),
         ("TRANS_B", flag(dims.trans_b)),
+        ("A_F16", a16),
+        ("B_F16", b16),
+        ("C_F16", c16),
     ];
+    // The packed 16-bit module takes the widths as override constants; a native one is built
+    // for its widths.
+    let packed = kernel.stem == MAIN_F16.stem;
+    let overrides: &[(&str, f64)] = match (entry, packed) {
+        (MatmulEntry::Main, false) => &overrides[..2],
+        (MatmulEntry::Main, true) => &overrides,
+        (MatmulEntry::MainScalar, false) => &[],
+        (MatmulEntry::MainScalar, true) => &overrides[2..],
+    };
     if let Some(log) = gpu.matmul_log().as_mut() {
         log.push(*dims);
     }
     gpu.dispatch(Dispatch {
         kernel,
-        overrides: match entry {
-            MatmulEntry::Main => &overrides,
-            MatmulEntry::MainScalar => &[],
-        },
+        overrides,
         params: bytemuck::bytes_of(&params),
-        buffers: &[lhs, rhs, out, bias],
+        buffers: &[lhs.words(), rhs.words(), out.words(), bias],
         workgroups: workgroups.map(|w| w as u32),
         work: crate::recorder::Work {
             flops: 2 * d.batch * d.m * d.n * d.k,
-            bytes: 4 * d.batch * (d.m * d.k + d.k * d.n + d.m * d.n),
+            bytes: d.batch
+                * (lhs.element_bytes() * d.m * d.k
+                    + rhs.element_bytes() * d.k * d.n
+                    + out.element_bytes() * d.m * d.n),
         },
     })
 }

@@ -4,7 +4,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::matmul::{
-    Extra, MAIN, MAIN_SCALAR, MatmulDims, MatmulEntry, entry_point, launch, matmul,
+    Extra, MAIN, MAIN_SCALAR, MatmulDims, MatmulEntry, Operand, entry_point, launch, matmul,
 };
 use crate::slice::DeviceSlice;
 
@@ -29,15 +29,16 @@ pub enum Epilogue {
 /// # Errors
 /// Those of [`matmul`], and [`Error::InvalidArgument`] when `bias` does not hold `n` elements,
 /// overlaps C, or `dims.accumulate` is set (an epilogue applies to a fresh product only).
-pub fn matmul_bias(
+pub fn matmul_bias<'a>(
     gpu: &Gpu,
     dims: &MatmulDims,
     epilogue: Epilogue,
-    out: DeviceSlice<'_>,
-    lhs: DeviceSlice<'_>,
-    rhs: DeviceSlice<'_>,
+    out: impl Into<Operand<'a>>,
+    lhs: impl Into<Operand<'a>>,
+    rhs: impl Into<Operand<'a>>,
     bias: DeviceSlice<'_>,
 ) -> Result<()> {
+    let (out, lhs, rhs) = (out.into(), lhs.into(), rhs.into());
     if epilogue == Epilogue::None {
         return matmul(gpu, dims, out, lhs, rhs);
     }
@@ -51,7 +52,7 @@ pub fn matmul_bias(
             "an epilogue applies to a fresh product: accumulate must be off".to_string(),
         ));
     }
-    if out.overlaps(&bias) {
+    if out.words().overlaps(&bias) {
         return Err(invalid(format!(
             "out (C) {out:?} overlaps the bias {bias:?}; write the product to a separate buffer"
         )));
@@ -69,7 +70,7 @@ pub fn matmul_bias(
 
 /// The entry point a launch of `dims` on these slices takes ([`entry_point`], demoted to
 /// `main_scalar` when an operand does not start on a multiple of 4 elements).
-pub fn launch_entry(dims: &MatmulDims, [out, lhs, rhs]: [DeviceSlice<'_>; 3]) -> MatmulEntry {
+pub fn launch_entry(dims: &MatmulDims, [out, lhs, rhs]: [Operand<'_>; 3]) -> MatmulEntry {
     if [lhs, rhs, out].iter().all(|s| s.index().is_multiple_of(4)) {
         entry_point(dims)
     } else {
@@ -93,18 +94,19 @@ pub fn squares_len(dims: &MatmulDims, entry: MatmulEntry) -> u64 {
 /// ([`squares_len`] of [`launch_entry`]); their sum is C's squared norm. For a gradient's norm
 /// with no pass over the gradient. Errors: those of [`matmul`], and [`Error::InvalidArgument`]
 /// when `squares` does not hold that many elements or overlaps C, A or B.
-pub fn matmul_squares(
+pub fn matmul_squares<'a>(
     gpu: &Gpu,
     dims: &MatmulDims,
-    out: DeviceSlice<'_>,
-    lhs: DeviceSlice<'_>,
-    rhs: DeviceSlice<'_>,
+    out: impl Into<Operand<'a>>,
+    lhs: impl Into<Operand<'a>>,
+    rhs: impl Into<Operand<'a>>,
     squares: DeviceSlice<'_>,
 ) -> Result<()> {
+    let (out, lhs, rhs) = (out.into(), lhs.into(), rhs.into());
     let len = squares_len(dims, launch_entry(dims, [out, lhs, rhs]));
     squares.expect_len("matmul_squares", "squares", len)?;
     for (name, operand) in [("out (C)", out), ("lhs (A)", lhs), ("rhs (B)", rhs)] {
-        if operand.overlaps(&squares) {
+        if operand.words().overlaps(&squares) {
             return Err(Error::InvalidArgument {
                 op: "matmul_squares",
                 message: format!("{name} {operand:?} overlaps the squares {squares:?}"),

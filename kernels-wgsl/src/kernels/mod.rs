@@ -106,6 +106,7 @@ pub mod fill;
 pub mod layer_norm;
 pub mod matmul;
 mod matmul_epilogue;
+mod matmul_half;
 mod matmul_record;
 pub mod nonfinite;
 pub mod optimizer;
@@ -152,6 +153,22 @@ pub const ALL: &[Kernel] = &[
     layer_norm::BACKWARD_INPUT_ROWS,
     matmul::MAIN,
     matmul::MAIN_SCALAR,
+    matmul::MAIN_F16,
+    matmul::MAIN_SCALAR_F16,
+    matmul::NATIVE[1][0],
+    matmul::NATIVE[1][1],
+    matmul::NATIVE[2][0],
+    matmul::NATIVE[2][1],
+    matmul::NATIVE[3][0],
+    matmul::NATIVE[3][1],
+    matmul::NATIVE[4][0],
+    matmul::NATIVE[4][1],
+    matmul::NATIVE[5][0],
+    matmul::NATIVE[5][1],
+    matmul::NATIVE[6][0],
+    matmul::NATIVE[6][1],
+    matmul::NATIVE[7][0],
+    matmul::NATIVE[7][1],
     nonfinite::KERNEL,
     optimizer::SGD,
     optimizer::ADAMW,
@@ -181,7 +198,8 @@ pub const ALL: &[Kernel] = &[
 
 /// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
 /// of override constants its launcher passes (the unary and binary ops' `OP`, matmul `main`'s
-/// `TRANS_A`/`TRANS_B`; `main_scalar` takes its transposes as runtime flags): what
+/// `TRANS_A`/`TRANS_B`, `main_scalar` taking its transposes as runtime flags; the 16-bit matmul
+/// modules' `A_F16`/`B_F16`/`C_F16` too): what
 /// [`Gpu::compile_kernels`] builds, and [`Gpu::compile_wanted`] when no planning twin asked for any.
 pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
     let mut out = Vec::new();
@@ -194,10 +212,15 @@ pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
             for op in binary::BinaryOp::ALL {
                 out.push((kernel, binary::overrides(op).to_vec()));
             }
-        } else if kernel.stem == matmul::MAIN.stem && kernel.entry == matmul::MAIN.entry {
+        } else if kernel.stem.starts_with(matmul::MAIN.stem)
+            && kernel.entry == matmul::MAIN.entry
+            && kernel.stem != matmul::MAIN_F16.stem
+        {
             for (a, b) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)] {
                 out.push((kernel, vec![("TRANS_A", a), ("TRANS_B", b)]));
             }
+        } else if let Some(sets) = matmul::f16_overrides(kernel) {
+            out.extend(sets.into_iter().map(|set| (kernel, set)));
         } else {
             out.push((kernel, Vec::new()));
         }

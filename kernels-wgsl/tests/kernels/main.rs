@@ -14,6 +14,7 @@ mod embedding;
 mod fill;
 mod layer_norm;
 mod matmul;
+mod matmul_f16;
 mod nonfinite;
 mod optimizer;
 mod reduce;

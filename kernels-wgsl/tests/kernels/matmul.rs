@@ -532,7 +532,7 @@ fn matmul_squares_are_the_blocks_of_c() {
             let c_gpu = gpu.upload(&c0, Category::Temporary, "c").unwrap();
             let plain = gpu.upload(&c0, Category::Temporary, "c").unwrap();
             let (a_s, b_s, c_s) = (a_gpu.whole(), b_gpu.whole(), c_gpu.whole());
-            let entry = matmul::launch_entry(&d, [c_s, a_s, b_s]);
+            let entry = matmul::launch_entry(&d, [c_s.into(), a_s.into(), b_s.into()]);
             entries.push(entry);
             let len = matmul::squares_len(&d, entry);
             let sq_gpu = gpu

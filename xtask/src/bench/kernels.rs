@@ -229,11 +229,11 @@ fn matmul_checked_vs_unchecked(gpu: &Gpu, report: &mut Report) -> Result<()> {
         })
     };
     run(matmul::matmul_unchecked)?;
-    run(matmul::matmul)?;
+    run(checked_matmul)?;
     let (mut unchecked, mut checked) = (Vec::new(), Vec::new());
     for _ in 0..7 {
         unchecked.push(run(matmul::matmul_unchecked)?);
-        checked.push(run(matmul::matmul)?);
+        checked.push(run(checked_matmul)?);
     }
     let (unchecked, checked) = (median(&mut unchecked), median(&mut checked));
     report.push(
@@ -313,7 +313,7 @@ fn matmul_mlp(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let flop: f64 = step.iter().map(|d| 2.0 * (d.m * d.n * d.k) as f64).sum();
     let launchers: [(&str, Launch); 2] = [
         ("unchecked", matmul::matmul_unchecked),
-        ("checked", matmul::matmul),
+        ("checked", checked_matmul),
     ];
     let run_step = |launch: Launch| {
         time_once(gpu, || {
@@ -347,6 +347,17 @@ fn matmul_mlp(gpu: &Gpu, report: &mut Report) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// [`matmul::matmul`] on f32 slices, as a [`Launch`].
+fn checked_matmul(
+    gpu: &Gpu,
+    d: &MatmulDims,
+    c: DeviceSlice<'_>,
+    a: DeviceSlice<'_>,
+    b: DeviceSlice<'_>,
+) -> plimsoll_kernels_wgsl::Result<()> {
+    matmul::matmul(gpu, d, c, a, b)
 }
 
 type Launch = for<'a> fn(
