@@ -36,82 +36,8 @@
 // 256: elementwise work, no shared memory.
 
 
-override OP: u32;
-
-const WG: u32 = 256u;
-
-// `Params` and the bindings are declared in src/kernels/binary.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
-var<private> nan_bits: u32 = 0x7fc00000u;
-
-fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
-
-// Indices into a and b (offsets included) of output element i (row-major over the output shape).
-// Rank 0 is the same-shape fast path: both operands contiguous like the output, no index
-// arithmetic (a true scalar, n = 1, gives the same indices).
-fn operand_offsets(i: u32) -> vec2<u32> {
-    if (params.rank == 0u) {
-        return vec2<u32>(params.a_offset + i, params.b_offset + i);
-    }
-    var rest = i;
-    var offsets = vec2<u32>(params.a_offset, params.b_offset);
-    for (var k = 0u; k < params.rank; k++) {
-        let d = params.rank - 1u - k;
-        let extent = params.shape[d / 4u][d % 4u];
-        let idx = rest % extent;
-        rest = rest / extent;
-        offsets.x += idx * params.a_strides[d / 4u][d % 4u];
-        offsets.y += idx * params.b_strides[d / 4u][d % 4u];
-    }
-    return offsets;
-}
-
-fn apply(l: f32, r: f32) -> f32 {
-    var v: f32;
-    switch OP {
-        case 0u: { v = l + r; }
-        case 1u: { v = l - r; }
-        case 2u: { v = l * r; }
-        case 3u: { v = l / r; }
-        case 4u: { v = select(max(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
-        case 5u: { v = select(min(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
-        default: { v = bitcast<f32>(nan_bits); }
-    }
-    return v;
-}
-
-// dy to the winner, dy/2 each on a tie
-fn split_by_winner(l_wins: bool, r_wins: bool, g: f32) -> vec2<f32> {
-    if (l_wins) {
-        return vec2<f32>(g, 0.0);
-    }
-    if (r_wins) {
-        return vec2<f32>(0.0, g);
-    }
-    return vec2<f32>(0.5 * g, 0.5 * g);
-}
-
-// (dy * d(l op r)/dl, dy * d(l op r)/dr)
-fn apply_backward(l: f32, r: f32, g: f32) -> vec2<f32> {
-    var v: vec2<f32>;
-    switch OP {
-        case 0u: { v = vec2<f32>(g, g); }                      // d(l+r) = (1, 1)
-        case 1u: { v = vec2<f32>(g, -g); }                     // d(l-r) = (1, -1)
-        case 2u: { v = vec2<f32>(g * r, g * l); }              // d(lr) = (r, l)
-        case 3u: { v = vec2<f32>(g / r, -g * l / (r * r)); }   // d(l/r) = (1/r, -l/r^2)
-        case 4u: { v = split_by_winner(l > r, r > l, g); }
-        case 5u: { v = split_by_winner(l < r, r < l, g); }
-        default: { v = vec2<f32>(bitcast<f32>(nan_bits)); }
-    }
-    return v;
-}
+// The op (override OP) and its math are in binary_ops.wgsl, appended to this file (and shared
+// with the 16-bit modules, binary_f16*.wgsl).
 
 @compute @workgroup_size(256)
 fn broadcast(@builtin(global_invocation_id) gid: vec3<u32>,

@@ -132,19 +132,30 @@ impl Broadcast {
 /// Most output dimensions a broadcast takes (the shader's `shape_lo`/`shape_hi`).
 pub const MAX_RANK: usize = 8;
 
+/// The module: `shaders/binary.wgsl` (entry points) and `shaders/binary_ops.wgsl` (the op
+/// and its math, shared with the 16-bit modules).
+const WGSL: &str = concat!(
+    include_str!("../../shaders/binary.wgsl"),
+    include_str!("../../shaders/binary_ops.wgsl")
+);
+
 /// The `broadcast` entry point: bindings `a`, `b`, `out`.
-pub const BROADCAST: Kernel = kernel!("binary", "broadcast", [a, b, out], ELEMENTWISE_WORKGROUP);
+pub const BROADCAST: Kernel = kernel!("binary", "broadcast", source: WGSL, params: Params, [a, b, out], ELEMENTWISE_WORKGROUP);
 
 /// The `scalar_rhs` entry point (`a op s`): bindings `a`, `y`.
-pub const SCALAR_RHS: Kernel = kernel!("binary", "scalar_rhs", [a, y], ELEMENTWISE_WORKGROUP);
+pub const SCALAR_RHS: Kernel =
+    kernel!("binary", "scalar_rhs", source: WGSL, params: Params, [a, y], ELEMENTWISE_WORKGROUP);
 
 /// The `scalar_lhs` entry point (`s op a`): bindings `a`, `y`.
-pub const SCALAR_LHS: Kernel = kernel!("binary", "scalar_lhs", [a, y], ELEMENTWISE_WORKGROUP);
+pub const SCALAR_LHS: Kernel =
+    kernel!("binary", "scalar_lhs", source: WGSL, params: Params, [a, y], ELEMENTWISE_WORKGROUP);
 
 /// The `backward` entry point: bindings `a`, `b`, `dy`, `da`, `db`.
 pub const BACKWARD: Kernel = kernel!(
     "binary",
     "backward",
+    source: WGSL,
+    params: Params,
     [a, b, dy, da, db],
     ELEMENTWISE_WORKGROUP
 );
@@ -153,6 +164,8 @@ pub const BACKWARD: Kernel = kernel!(
 pub const SAME_V4: Kernel = kernel!(
     "binary",
     "same_v4",
+    source: WGSL,
+    params: Params,
     [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", out_v4: "array<vec4<f32>>"],
     ELEMENTWISE_WORKGROUP
 );
@@ -161,6 +174,8 @@ pub const SAME_V4: Kernel = kernel!(
 pub const SUFFIX_V4: Kernel = kernel!(
     "binary",
     "suffix_v4",
+    source: WGSL,
+    params: Params,
     [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", out_v4: "array<vec4<f32>>"],
     ELEMENTWISE_WORKGROUP
 );
@@ -169,6 +184,8 @@ pub const SUFFIX_V4: Kernel = kernel!(
 pub const SCALAR_RHS_V4: Kernel = kernel!(
     "binary",
     "scalar_rhs_v4",
+    source: WGSL,
+    params: Params,
     [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
     ELEMENTWISE_WORKGROUP
 );
@@ -177,6 +194,8 @@ pub const SCALAR_RHS_V4: Kernel = kernel!(
 pub const SCALAR_LHS_V4: Kernel = kernel!(
     "binary",
     "scalar_lhs_v4",
+    source: WGSL,
+    params: Params,
     [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
     ELEMENTWISE_WORKGROUP
 );
@@ -185,6 +204,8 @@ pub const SCALAR_LHS_V4: Kernel = kernel!(
 pub const BACKWARD_SAME_V4: Kernel = kernel!(
     "binary",
     "backward_same_v4",
+    source: WGSL,
+    params: Params,
     [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", dy_v4: "array<vec4<f32>>", da_v4: "array<vec4<f32>>", db_v4: "array<vec4<f32>>"],
     ELEMENTWISE_WORKGROUP
 );

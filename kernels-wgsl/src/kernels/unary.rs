@@ -75,16 +75,26 @@ impl UnaryOp {
     }
 }
 
+/// The module: `shaders/unary.wgsl` (entry points) and `shaders/unary_ops.wgsl` (the op
+/// and its math, shared with the 16-bit modules).
+const WGSL: &str = concat!(
+    include_str!("../../shaders/unary.wgsl"),
+    include_str!("../../shaders/unary_ops.wgsl")
+);
+
 /// The `forward` entry point: bindings `x`, `y`.
-pub const FORWARD: Kernel = kernel!("unary", "forward", [x, y], ELEMENTWISE_WORKGROUP);
+pub const FORWARD: Kernel =
+    kernel!("unary", "forward", source: WGSL, params: Params, [x, y], ELEMENTWISE_WORKGROUP);
 
 /// The `backward` entry point: bindings `saved`, `dy`, `dx`.
-pub const BACKWARD: Kernel = kernel!("unary", "backward", [saved, dy, dx], ELEMENTWISE_WORKGROUP);
+pub const BACKWARD: Kernel = kernel!("unary", "backward", source: WGSL, params: Params, [saved, dy, dx], ELEMENTWISE_WORKGROUP);
 
 /// The `forward_v4` entry point (four elements per invocation): bindings `x_v4`, `y_v4`.
 pub const FORWARD_V4: Kernel = kernel!(
     "unary",
     "forward_v4",
+    source: WGSL,
+    params: Params,
     [x_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
     ELEMENTWISE_WORKGROUP
 );
@@ -93,6 +103,8 @@ pub const FORWARD_V4: Kernel = kernel!(
 pub const BACKWARD_V4: Kernel = kernel!(
     "unary",
     "backward_v4",
+    source: WGSL,
+    params: Params,
     [
         saved_v4: "array<vec4<f32>>",
         dy_v4: "array<vec4<f32>>",
