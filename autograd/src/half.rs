@@ -1,11 +1,17 @@
-//! 16-bit storage. [`Tensor::to_f16`] and [`Tensor::to_f32`] convert (recording no graph), and
-//! under [`f16_activations`] every op that records a node stores its output (when it is an
-//! activation) and the activations it saves for backward as f16: half the bytes of the largest
-//! part of a step's memory. Every op takes f16 operands, widening them to f32 temporaries, and
-//! backward converts a node's saved tensors back to f32 temporaries just before its derivative
-//! runs and frees them right after. So every op computes in f32 (gradients, statistics and the
-//! loss are f32 throughout); what changes is that activations are rounded to f16 between ops,
-//! in the forward as in the backward, and that one beyond f16's 65504 becomes infinite.
+//! 16-bit storage and matmul inputs. [`Tensor::to_f16`] and [`Tensor::to_f32`] convert
+//! (recording no graph), and under [`f16_activations`] every op that records a node stores its
+//! output (when it is an activation) and the activations it saves for backward as f16: half the
+//! bytes of the largest part of a step's memory.
+//!
+//! Matmuls (`matmul`, `matmul_transposed*`, `linear`) read 16-bit operands as they are and write
+//! a 16-bit output under [`f16_activations`] (the kernel's products and sums are f32, as on a
+//! tensor core); their derivatives read the saved f16 operands as they are too. Under
+//! [`f16_weight_copies`] they read each parameter through an f16 copy made once per update.
+//! Other ops take f16 operands by widening them to f32 temporaries, and backward converts a
+//! node's other saved tensors back to f32 temporaries just before its derivative runs and frees
+//! them right after. Gradients, statistics and the loss are f32 throughout; what changes is that
+//! activations are rounded to f16 between ops, in the forward as in the backward, and that one
+//! beyond f16's 65504 becomes infinite.
 //!
 //! Saved for backward in f16: an op's saved tensors that are themselves activations (outputs
 //! of recorded ops, `Category::Activation`) in f32. Not converted: parameters, inputs, u32 ids,
@@ -24,6 +30,9 @@ use std::time::Duration;
 use plimsoll_kernels_wgsl::kernels::convert::{self, Halves};
 use plimsoll_kernels_wgsl::reference::convert::f16_bits_to_f32;
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer};
+
+use plimsoll_kernels_wgsl::kernels::matmul::Operand;
+use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -46,6 +55,94 @@ thread_local! {
     static SAVED_F16: RefCell<Option<HashMap<Key, Entry>>> = const { RefCell::new(None) };
     /// The cache's size above which the next insertion drops dead entries first.
     static PRUNE_AT: Cell<usize> = const { Cell::new(1024) };
+    /// `Some` while an [`F16WeightCopiesGuard`] is alive on this thread: each parameter's f16
+    /// copy (with the parameter, weakly, so a new tensor at a freed one's address misses).
+    static WEIGHT_COPIES: RefCell<Option<HashMap<Key, (Weak<DeviceBuffer>, Tensor)>>> =
+        const { RefCell::new(None) };
+}
+
+/// Ends [`f16_weight_copies`] when dropped (unless an outer guard is still alive), freeing the
+/// copies.
+#[must_use = "the copies are dropped as soon as the guard is"]
+#[derive(Debug)]
+pub struct F16WeightCopiesGuard {
+    outer: bool,
+}
+
+impl Drop for F16WeightCopiesGuard {
+    fn drop(&mut self) {
+        if !self.outer {
+            WEIGHT_COPIES.with(|w| w.borrow_mut().take());
+        }
+    }
+}
+
+/// Until the guard drops, a matmul recorded under [`f16_activations`] on this thread reads each
+/// parameter (an f32 tensor of `Category::Parameter`) through its f16 copy, made the first time
+/// the parameter is used and reused after: once per update when the guard spans the update's
+/// micro-batches, forward and backward (the trainer's step does). The copies are `Temporary`
+/// memory and their gradients go to the f32 parameters. Without the guard, matmuls read f32
+/// parameters directly. The optimizers of `plimsoll-nn` call [`forget_weight_copies`] before
+/// they change the weights; code that writes parameters otherwise must do the same (or drop the
+/// guard first).
+pub fn f16_weight_copies() -> F16WeightCopiesGuard {
+    let outer = WEIGHT_COPIES.with(|w| {
+        let mut w = w.borrow_mut();
+        let outer = w.is_some();
+        w.get_or_insert_with(HashMap::new);
+        outer
+    });
+    F16WeightCopiesGuard { outer }
+}
+
+/// Drops this thread's f16 weight copies (the weights are about to change); an alive
+/// [`f16_weight_copies`] guard makes new ones on next use.
+pub fn forget_weight_copies() {
+    WEIGHT_COPIES.with(|w| {
+        if let Some(copies) = w.borrow_mut().as_mut() {
+            copies.clear();
+        }
+    });
+}
+
+/// `t` as a matmul reads it: under [`f16_activations`] and [`f16_weight_copies`], a parameter's
+/// f16 copy (in `t`'s place in the graph), else `t` itself.
+pub(crate) fn matmul_input(t: &Tensor) -> Result<Tensor> {
+    let wanted = t.dtype == DType::F32
+        && t.category() == Category::Parameter
+        && t.numel() > 0
+        && saves_f16_activations();
+    let key = key_of(t);
+    let cached = WEIGHT_COPIES.with(|w| {
+        let w = w.borrow();
+        let copies = w.as_ref().filter(|_| wanted)?;
+        let same = |(original, _): &&(Weak<DeviceBuffer>, Tensor)| {
+            original
+                .upgrade()
+                .is_some_and(|o| Arc::ptr_eq(&o, &t.storage))
+        };
+        Some(copies.get(&key).filter(same).map(|(_, copy)| copy.clone()))
+    });
+    let copy = match cached {
+        None => return Ok(t.clone()),
+        Some(Some(copy)) => copy,
+        Some(None) => {
+            let copy = t.convert_to(
+                DType::F16,
+                Category::Temporary,
+                &format!("f16 {}", t.label()),
+            )?;
+            WEIGHT_COPIES.with(|w| {
+                if let Some(copies) = w.borrow_mut().as_mut() {
+                    copies.insert(key, (Arc::downgrade(&t.storage), copy.clone()));
+                }
+            });
+            copy
+        }
+    };
+    let mut copy = copy;
+    copy.autograd = t.autograd.clone();
+    Ok(copy)
 }
 
 /// Ends [`f16_activations`] when dropped (unless an outer guard is still alive).
@@ -98,9 +195,16 @@ pub(crate) fn save_in_f16(op: &mut Op) -> Result<()> {
     Ok(())
 }
 
-/// Replaces each f16 tensor `op` saved with an f32 temporary (before its derivative runs).
+/// Replaces each f16 tensor `op` saved with an f32 temporary (before its derivative runs),
+/// except those its derivative reads in f16 itself: a matmul's operands (its derivatives are
+/// matmuls, which take 16-bit operands).
 pub(crate) fn restore_f32(op: &mut Op) -> Result<()> {
-    for t in op.saved_activations() {
+    let saved: SmallVec<[&mut Tensor; 4]> = match op {
+        Op::Matmul { .. } | Op::MatmulTransposed { .. } => return Ok(()),
+        Op::Linear { relu_output, .. } => relu_output.iter_mut().collect(),
+        _ => op.saved_activations(),
+    };
+    for t in saved {
         if t.dtype == DType::F16 {
             *t = t.convert_to(DType::F32, Category::Temporary, "saved f16 as f32")?;
         }
@@ -156,6 +260,16 @@ fn shared_half(t: &Tensor) -> Result<Tensor> {
     Ok(half)
 }
 
+/// The element type of a new op output in `category`: f16 under [`f16_activations`] for an
+/// activation (the output of a recorded op), else f32. For ops whose kernels write 16-bit
+/// outputs themselves (no f32 output then converted).
+pub(crate) fn output_dtype(category: Category) -> DType {
+    match saves_f16_activations() && category == Category::Activation {
+        true => DType::F16,
+        false => DType::F32,
+    }
+}
+
 /// Whether any of `tensors` is f16 (ops then run on [`Tensor::widened`] copies).
 pub(crate) fn any_f16(tensors: &[&Tensor]) -> bool {
     tensors.iter().any(|t| t.dtype == DType::F16)
@@ -199,6 +313,18 @@ impl Tensor {
         wide.autograd = self.autograd.clone();
         remember(&wide, self);
         Ok(wide)
+    }
+
+    /// The tensor as a matmul operand: its f32 elements, or its halves when f16. Errors:
+    /// [`Error::DTypeMismatch`] for u32 tensors.
+    pub(crate) fn operand(&self, op: &'static str) -> Result<Operand<'_>> {
+        match self.dtype {
+            DType::F16 => Ok(Operand::F16(self.halves()?)),
+            _ => {
+                self.expect_dtype(op, DType::F32)?;
+                Ok(Operand::F32(self.elements()?))
+            }
+        }
     }
 
     /// The 16-bit elements of an f16 tensor, for launchers.

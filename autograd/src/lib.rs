@@ -28,7 +28,10 @@ pub mod tensor;
 pub use checkpoint::{Segment, checkpoint};
 pub use error::{Error, Result};
 pub use grad_mode::{NoGradGuard, enable_grad, is_grad_enabled, manual_seed, no_grad};
-pub use half::{F16ActivationsGuard, f16_activations, saves_f16_activations};
+pub use half::{
+    F16ActivationsGuard, F16WeightCopiesGuard, f16_activations, f16_weight_copies,
+    forget_weight_copies, saves_f16_activations,
+};
 pub use op::Op;
 pub use plimsoll_kernels_wgsl::{Category, Gpu};
 pub use tensor::{DType, Shape, Tensor, TensorOptions};

@@ -32,7 +32,7 @@
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
-use plimsoll_autograd::{Gpu, Tensor, f16_activations, no_grad};
+use plimsoll_autograd::{Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
 use plimsoll_nn::{Optimizer, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
@@ -123,6 +123,9 @@ pub fn accumulate_gradients(
     micro_batch: usize,
 ) -> Result<Tensor> {
     let batch_len = inputs.batch_len.max(indices.len()) as f32;
+    // In f16 the matmuls read each weight through an f16 copy made once for all the update's
+    // micro-batches, forward and backward, and freed here, before the optimizer changes them.
+    let _weights = (inputs.precision == Precision::F16).then(f16_weight_copies);
     let mut loss_sum: Option<Tensor> = None;
     let mut done = 0;
     // The previous micro-batch's graph is already freed and its blocks are reused at once; an

@@ -5,8 +5,9 @@
 use plimsoll_kernels_wgsl::kernels::matmul::{self, Epilogue, MatmulDims};
 
 use crate::error::Result;
-use crate::half::any_f16;
+use crate::half::{matmul_input, output_dtype};
 use crate::op::Op;
+use crate::ops::matmul::expect_float;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, Shape, Tensor, numel};
@@ -18,15 +19,14 @@ impl Tensor {
     /// `matmul_transposed`, `add` and `relu` one after another, bit for bit, and the same
     /// gradients; the bias and ReLU run in the matmul's epilogue. With `relu` the op saves its
     /// output for backward (ReLU's derivative is `[y > 0]`), not the pre-activation.
+    ///
+    /// `self` and `weight` may be f16 (read as they are; under [`crate::f16_weight_copies`] an
+    /// f32 weight is read through its f16 copy); the bias is added in f32.
     pub fn linear(&self, weight: &Tensor, bias: &Tensor, relu: bool) -> Result<Tensor> {
-        if any_f16(&[self, weight, bias]) {
-            return self
-                .widened()?
-                .linear(&weight.widened()?, &bias.widened()?, relu);
-        }
-        for t in [self, weight, bias] {
-            t.expect_dtype("linear", DType::F32)?;
-        }
+        let weight = &matmul_input(weight)?;
+        expect_float("linear", [self, weight])?;
+        let bias = &bias.widened()?;
+        bias.expect_dtype("linear", DType::F32)?;
         let (n, k) = match (&weight.shape[..], self.shape.last()) {
             (&[n, k], Some(&k2)) if k == k2 => (n, k),
             _ => {
@@ -55,18 +55,19 @@ impl Tensor {
             ..MatmulDims::dense(1, m, n, k)
         };
         let inputs = [self, weight, bias];
-        let out = Tensor::empty(
-            &self.gpu,
-            &shape,
-            output_category(records(&inputs)),
-            "linear",
-        )?;
+        let category = output_category(records(&inputs));
+        let dtype = output_dtype(category);
+        let out = Tensor::empty_typed(&self.gpu, &shape, dtype, category, "linear")?;
         let epilogue = if relu {
             Epilogue::BiasRelu
         } else {
             Epilogue::Bias
         };
-        let (c, a, b) = (out.elements()?, self.elements()?, weight.elements()?);
+        let (c, a, b) = (
+            out.operand("linear")?,
+            self.operand("linear")?,
+            weight.operand("linear")?,
+        );
         matmul::matmul_bias(&self.gpu, &dims, epilogue, c, a, b, bias.elements()?)?;
         let saved = relu.then(|| out.detach());
         record(out, &inputs, || Op::Linear {

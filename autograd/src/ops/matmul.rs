@@ -6,11 +6,24 @@ use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 
 use crate::error::Result;
-use crate::half::any_f16;
+use crate::half::{matmul_input, output_dtype};
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, GradSlot, Shape, Squares, Tensor, lock, numel};
+
+/// The operation named in dtype errors of the products' launches.
+const OP: &str = "matmul";
+
+/// [`crate::Error::DTypeMismatch`] unless each operand is f32 or f16 (what the kernel reads).
+pub(crate) fn expect_float<const N: usize>(op: &'static str, operands: [&Tensor; N]) -> Result<()> {
+    for t in operands {
+        if t.dtype != DType::F16 {
+            t.expect_dtype(op, DType::F32)?;
+        }
+    }
+    Ok(())
+}
 
 /// How a matmul of two shapes runs: `batch` products of `m×k · k×n`; `shared_*` marks an
 /// operand used by every batch (batch stride 0). A shared right operand is folded into `m`.
@@ -87,7 +100,8 @@ impl Product {
     /// accumulate flag: no temporary).
     fn record(&self, a: &Tensor, b: &Tensor, out: &Tensor, accumulate: bool) -> Result<()> {
         let d = self.matmul_dims(accumulate);
-        matmul::matmul(&a.gpu, &d, out.elements()?, a.elements()?, b.elements()?)?;
+        let (c, lhs, rhs) = (out.operand(OP)?, a.operand(OP)?, b.operand(OP)?);
+        matmul::matmul(&a.gpu, &d, c, lhs, rhs)?;
         Ok(())
     }
 
@@ -101,7 +115,7 @@ impl Product {
         accumulate: bool,
     ) -> Result<Tensor> {
         let d = self.matmul_dims(accumulate);
-        let (c, lhs, rhs) = (out.elements()?, a.elements()?, b.elements()?);
+        let (c, lhs, rhs) = (out.operand(OP)?, a.operand(OP)?, b.operand(OP)?);
         let len = matmul::squares_len(&d, matmul::launch_entry(&d, [c, lhs, rhs]));
         let squares = Tensor::empty(&a.gpu, &[len as usize], Category::Temporary, "grad squares")?;
         matmul::matmul_squares(&a.gpu, &d, c, lhs, rhs, squares.elements()?)?;
@@ -123,7 +137,7 @@ impl Product {
         }
     }
 
-    /// `op(A) · op(B)` in a new tensor of `shape`.
+    /// `op(A) · op(B)` in a new tensor of `shape` (f16 when [`output_dtype`] says so).
     fn new_tensor(
         &self,
         a: &Tensor,
@@ -131,7 +145,8 @@ impl Product {
         shape: &[usize],
         category: Category,
     ) -> Result<Tensor> {
-        let out = Tensor::empty(&a.gpu, shape, category, "matmul")?;
+        let dtype = output_dtype(category);
+        let out = Tensor::empty_typed(&a.gpu, shape, dtype, category, "matmul")?;
         self.record(a, b, &out, false)?;
         Ok(out)
     }
@@ -186,11 +201,13 @@ impl Product {
 impl Tensor {
     /// Batched matrix product (see the module docs for the shapes taken).
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
-        if any_f16(&[self, rhs]) {
-            return self.widened()?.matmul(&rhs.widened()?);
-        }
-        self.expect_dtype("matmul", DType::F32)?;
-        rhs.expect_dtype("matmul", DType::F32)?;
+        let (lhs, rhs) = (&matmul_input(self)?, &matmul_input(rhs)?);
+        expect_float("matmul", [lhs, rhs])?;
+        lhs.matmul_inner(rhs)
+    }
+
+    /// [`Tensor::matmul`] of `self` and `rhs` as they are (f32 or f16 each).
+    fn matmul_inner(&self, rhs: &Tensor) -> Result<Tensor> {
         let (p, shape) = plan(&self.shape, &rhs.shape)?;
         let recording = records(&[self, rhs]);
         let stride_a = if p.shared_lhs { 0 } else { p.m * p.k };
@@ -218,13 +235,13 @@ impl Tensor {
     /// `alpha · self · rhsᵀ` ([`Tensor::matmul_transposed`] scaled by the kernel: attention's
     /// `q · kᵀ / sqrt(d)` with no pass to scale q, forward or backward).
     pub fn matmul_transposed_scaled(&self, rhs: &Tensor, alpha: f32) -> Result<Tensor> {
-        if any_f16(&[self, rhs]) {
-            return self
-                .widened()?
-                .matmul_transposed_scaled(&rhs.widened()?, alpha);
-        }
-        self.expect_dtype("matmul_transposed", DType::F32)?;
-        rhs.expect_dtype("matmul_transposed", DType::F32)?;
+        let (lhs, rhs) = (&matmul_input(self)?, &matmul_input(rhs)?);
+        expect_float("matmul_transposed", [lhs, rhs])?;
+        lhs.matmul_transposed_inner(rhs, alpha)
+    }
+
+    /// [`Tensor::matmul_transposed_scaled`] of `self` and `rhs` as they are.
+    fn matmul_transposed_inner(&self, rhs: &Tensor, alpha: f32) -> Result<Tensor> {
         let t = transposed_plan(&self.shape, &rhs.shape)?;
         let mut shape: Shape = self.shape[..self.shape.len() - 1].iter().copied().collect();
         shape.push(t.n);

@@ -2,7 +2,7 @@
 //! (`f16_activations`), on both conversion paths: the gradients against a CPU oracle that rounds
 //! the saved activation to f16, against the f32 run, and the activation peak.
 
-use plimsoll_autograd::{Category, DType, Error, Gpu, Tensor, f16_activations};
+use plimsoll_autograd::{Category, DType, Error, Gpu, Tensor, TensorOptions, f16_activations};
 use plimsoll_kernels_wgsl::kernels::convert::F16Path;
 use plimsoll_kernels_wgsl::reference::convert::round_to_f16;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, fresh_gpu};
@@ -203,4 +203,165 @@ fn an_activation_saved_by_two_ops_is_converted_once() {
     // Backward runs through both ops' saved copy.
     z.sum_all().unwrap().backward().unwrap();
     assert!(x.grad().is_some() && v.grad().is_some());
+}
+
+/// An input leaf that requires grad (not a parameter: no f16 copy is made of it).
+fn input(gpu: &Gpu, data: &[f32], shape: &[usize]) -> Tensor {
+    let options = TensorOptions::default().requires_grad(true);
+    Tensor::from_slice_with(gpu, data, shape, options).unwrap()
+}
+
+/// Bytes held now by live allocations labelled `label`.
+fn held(gpu: &Gpu, label: &str) -> u64 {
+    gpu.flush("stats").unwrap();
+    gpu.with_allocator(|a| a.summary().top_labels)
+        .iter()
+        .find(|l| l.label == label)
+        .map_or(0, |l| l.allocated_bytes)
+}
+
+/// Under `f16_activations` a linear layer reads an f16 input and an f32 weight as they are
+/// (no f32 copy of the input: no temporary memory at all) and writes its output in f16; the
+/// weight's gradient reads the saved f16 input. Against a CPU reference on the f16-rounded
+/// input, on both paths.
+#[test]
+fn f16_matmuls_read_their_operands_without_f32_copies() {
+    let (rows, k, n) = (33, 48, 40);
+    let mut rng = Rng::new(21);
+    let x = rng.vec_f32(rows * k, -1.0, 1.0);
+    let w = rng.vec_f32(n * k, -0.5, 0.5);
+    let b = rng.vec_f32(n, -0.5, 0.5);
+    let x16 = round_to_f16(&x);
+    // y = x16 · wᵀ + b, in f64
+    let y_want: Vec<f64> = (0..rows * n)
+        .map(|i| {
+            let (r, c) = (i / n, i % n);
+            let dot: f64 = (0..k)
+                .map(|l| f64::from(x16[r * k + l]) * f64::from(w[c * k + l]))
+                .sum();
+            dot + f64::from(b[c])
+        })
+        .collect();
+    // dW[c][l] = Σ_r x16[r][l] (the seed is all ones)
+    let dw_want: Vec<f64> = (0..n * k)
+        .map(|i| (0..rows).map(|r| f64::from(x16[r * k + i % k])).sum())
+        .collect();
+    for (path, gpu) in devices() {
+        let xh = Tensor::from_slice(&gpu, &x, &[rows, k])
+            .unwrap()
+            .to_f16()
+            .unwrap();
+        let (wt, bt) = (param(&gpu, &w, &[n, k]), param(&gpu, &b, &[n]));
+        reset_peaks(&gpu);
+        let before = allocated(&gpu, Category::Temporary); // xh itself
+        let guard = f16_activations();
+        let y = xh.linear(&wt, &bt, false).unwrap();
+        drop(guard);
+        assert_eq!(y.dtype(), DType::F16, "{path:?}");
+        let temporary = peak(&gpu, Category::Temporary) - before;
+        assert_eq!(temporary, 0, "{path:?}: no widened copy");
+        // One rounding of the f32 result to f16 (2^-11 relative), f32 sums of 48 products.
+        assert_close(
+            &format!("{path:?} y"),
+            &y.to_vec().unwrap(),
+            &y_want,
+            1e-4,
+            1.0 / 2048.0,
+        );
+        y.sum_all().unwrap().backward().unwrap();
+        let dw = wt.grad().unwrap().to_vec().unwrap();
+        assert_close(&format!("{path:?} dW"), &dw, &dw_want, 1e-4, 1e-6);
+    }
+}
+
+/// Under `f16_weight_copies` a weight is converted to f16 once for every forward and backward
+/// the guard spans (two micro-batches here: one copy held while both graphs are alive), the
+/// matmuls read the copy (the input's gradient is the rounded weight's), the gradients reach
+/// the f32 weight, and `forget_weight_copies` (the optimizers call it) frees the copy.
+#[test]
+fn weights_are_copied_to_f16_once_per_update() {
+    let (rows, k, n) = (8, 48, 64);
+    let mut rng = Rng::new(22);
+    let w = rng.vec_f32(n * k, -1.0, 1.0);
+    let w16 = round_to_f16(&w);
+    // dX[r][l] = Σ_c w[c][l] with the seed all ones: the column sums of the weight read.
+    let column_sums = |w: &[f32]| -> Vec<f64> {
+        (0..rows * k)
+            .map(|i| (0..n).map(|c| f64::from(w[c * k + i % k])).sum())
+            .collect()
+    };
+    let copy_bytes = (n * k * 2) as u64;
+    for (path, gpu) in devices() {
+        let wt = param(&gpu, &w, &[n, k]);
+        let inputs: Vec<Tensor> = (0..2)
+            .map(|_| input(&gpu, &rng.vec_f32(rows * k, -1.0, 1.0), &[rows, k]))
+            .collect();
+        let weights = plimsoll_autograd::f16_weight_copies();
+        let outputs: Vec<Tensor> = inputs
+            .iter()
+            .map(|x| {
+                let _half = f16_activations();
+                x.matmul_transposed(&wt).unwrap()
+            })
+            .collect();
+        assert_eq!(
+            held(&gpu, "f16 w"),
+            copy_bytes,
+            "{path:?}: one copy for both passes"
+        );
+        for y in outputs {
+            y.sum_all().unwrap().backward().unwrap();
+        }
+        for x in &inputs {
+            let dx = x.grad().unwrap().to_vec().unwrap();
+            assert_close(&format!("{path:?} dX"), &dx, &column_sums(&w16), 1e-5, 1e-6);
+        }
+        // dW = Σ over both passes of Σ_r x[r] (the inputs are f32 leaves, read as they are):
+        // into the f32 weight's gradient.
+        let xs: Vec<Vec<f32>> = inputs.iter().map(|x| x.to_vec().unwrap()).collect();
+        let dw_want: Vec<f64> = (0..n * k)
+            .map(|i| {
+                let l = i % k;
+                xs.iter()
+                    .map(|x| (0..rows).map(|r| f64::from(x[r * k + l])).sum::<f64>())
+                    .sum()
+            })
+            .collect();
+        assert_eq!(wt.grad().unwrap().dtype(), DType::F32);
+        assert_close(
+            &format!("{path:?} dW"),
+            &wt.grad().unwrap().to_vec().unwrap(),
+            &dw_want,
+            1e-4,
+            1e-6,
+        );
+        assert_eq!(
+            held(&gpu, "f16 w"),
+            copy_bytes,
+            "{path:?}: kept for the next pass"
+        );
+        plimsoll_autograd::forget_weight_copies();
+        assert_eq!(held(&gpu, "f16 w"), 0, "{path:?}: forgotten");
+        drop(weights);
+        // Without the guard the matmul reads the f32 weight: no copy, the exact column sums.
+        let x = input(&gpu, &xs[0], &[rows, k]);
+        let y = {
+            let _half = f16_activations();
+            x.matmul_transposed(&wt).unwrap()
+        };
+        assert_eq!(
+            held(&gpu, "f16 w"),
+            0,
+            "{path:?}: no copy without the guard"
+        );
+        y.sum_all().unwrap().backward().unwrap();
+        let dx = x.grad().unwrap().to_vec().unwrap();
+        assert_close(
+            &format!("{path:?} dX (f32 w)"),
+            &dx,
+            &column_sums(&w),
+            1e-5,
+            1e-6,
+        );
+    }
 }

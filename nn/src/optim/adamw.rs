@@ -99,6 +99,8 @@ impl AdamW {
 
 impl Optimizer for AdamW {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        // The weights change: f16 copies made of them are stale.
+        plimsoll_autograd::forget_weight_copies();
         let config = self.config.to_reference();
         let step = self.steps + 1;
         self.undo = None;

@@ -83,6 +83,8 @@ impl Sgd {
 
 impl Optimizer for Sgd {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        // The weights change: f16 copies made of them are stale.
+        plimsoll_autograd::forget_weight_copies();
         let config = self.config.to_reference();
         self.undo = None;
         let created = if self.config.momentum != 0.0 {
