@@ -45,19 +45,6 @@ fn word_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
-// binary16 bits of v in the low 16 bits
-fn half_bits(v: f32) -> u32 {
-    let bits = bitcast<u32>(v);
-    let sign = (bits >> 16u) & 0x8000u;
-    let magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) {
-        return sign | 0x7e00u;                  // NaN
-    }
-    if (magnitude >= 0x477ff000u) {
-        return sign | 0x7c00u;                  // >= 65520 rounds to infinity
-    }
-    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
-}
 
 @compute @workgroup_size(256)
 fn f32_to_f16(@builtin(global_invocation_id) gid: vec3<u32>,

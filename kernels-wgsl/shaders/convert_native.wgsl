@@ -26,21 +26,6 @@ fn element_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * WG;
 }
 
-// f32 to f16 with WGSL's indeterminate cases made definite: a NaN is converted as the quiet NaN
-// 0x7fc00000 (0x7e00 in f16), and a finite |v| >= 65520 as the infinity of its sign (a float
-// conversion keeps infinities and NaNs; naga does not take a bitcast to vec2<f16> apart).
-fn to_half(v: f32) -> f16 {
-    let bits = bitcast<u32>(v);
-    let sign = bits & 0x80000000u;
-    let magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) {
-        return f16(bitcast<f32>(sign | 0x7fc00000u));    // NaN
-    }
-    if (magnitude >= 0x477ff000u) {
-        return f16(bitcast<f32>(sign | 0x7f800000u));    // >= 65520 rounds to infinity
-    }
-    return f16(v);
-}
 
 @compute @workgroup_size(256)
 fn f32_to_f16(@builtin(global_invocation_id) gid: vec3<u32>,

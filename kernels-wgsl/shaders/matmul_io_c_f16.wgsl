@@ -16,15 +16,3 @@ fn stc4(i: u32, v: vec4<f32>) {
 fn ldc(i: u32) -> f32 { return f32(c_h[i]); }
 fn stc(i: u32, v: f32) { c_h[i] = to_half(v); }
 
-fn to_half(v: f32) -> f16 {
-    let bits = bitcast<u32>(v);
-    let sign = bits & 0x80000000u;
-    let magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) {
-        return f16(bitcast<f32>(sign | 0x7fc00000u));    // NaN
-    }
-    if (magnitude >= 0x477ff000u) {
-        return f16(bitcast<f32>(sign | 0x7f800000u));    // >= 65520 rounds to infinity
-    }
-    return f16(v);
-}

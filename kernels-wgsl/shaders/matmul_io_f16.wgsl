@@ -95,21 +95,6 @@ fn halves4(w: vec2<u32>) -> vec4<f32> {
     return vec4<f32>(halves2(w.x), halves2(w.y));
 }
 
-// Rounding to f16: to nearest even;
-// |v| >= 65520 becomes +-inf and NaN stays NaN, as convert.wgsl does, so the loss scaler's
-// overflow check still sees them.
-fn half_bits(v: f32) -> u32 {
-    let bits = bitcast<u32>(v);
-    let sign = (bits >> 16u) & 0x8000u;
-    let magnitude = bits & 0x7fffffffu;
-    if (magnitude > 0x7f800000u) {
-        return sign | 0x7e00u;                  // NaN
-    }
-    if (magnitude >= 0x477ff000u) {
-        return sign | 0x7c00u;                  // >= 65520 rounds to infinity
-    }
-    return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
-}
 
 // x in the low half, y in the high half.
 fn pack_halves(x: f32, y: f32) -> u32 {

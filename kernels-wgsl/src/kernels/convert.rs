@@ -21,20 +21,33 @@ use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
+/// The packed module: `shaders/convert.wgsl` and the rounding of `shaders/f16_bits.wgsl`.
+const WGSL_PACKED: &str = concat!(
+    include_str!("../../shaders/convert.wgsl"),
+    include_str!("../../shaders/f16_bits.wgsl")
+);
+
+/// The native module: `shaders/convert_native.wgsl` (`enable f16;` first) and the rounding of
+/// `shaders/f16_native.wgsl`.
+const WGSL_NATIVE: &str = concat!(
+    include_str!("../../shaders/convert_native.wgsl"),
+    include_str!("../../shaders/f16_native.wgsl")
+);
+
 /// The packed path's `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32); one
 /// invocation per destination word.
-pub const F32_TO_F16: Kernel =
-    kernel!("convert", "f32_to_f16", [src, dst_words: "array<u32>"], ELEMENTWISE_WORKGROUP);
+pub const F32_TO_F16: Kernel = kernel!("convert", "f32_to_f16", source: WGSL_PACKED, params: Params, [src, dst_words: "array<u32>"], ELEMENTWISE_WORKGROUP);
 
 /// The packed path's `f16_to_f32` entry point: bindings `src_words` (u32), `dst` (f32); one
 /// invocation per element.
-pub const F16_TO_F32: Kernel =
-    kernel!("convert", "f16_to_f32", [src_words: "array<u32>", dst], ELEMENTWISE_WORKGROUP);
+pub const F16_TO_F32: Kernel = kernel!("convert", "f16_to_f32", source: WGSL_PACKED, params: Params, [src_words: "array<u32>", dst], ELEMENTWISE_WORKGROUP);
 
 /// The native path's `f32_to_f16` entry point: bindings `src` (f32), `dst_halves` (f16).
 pub const F32_TO_F16_NATIVE: Kernel = kernel!(
     "convert_native",
     "f32_to_f16",
+    source: WGSL_NATIVE,
+    params: Params,
     [src, dst_halves: "array<f16>"],
     ELEMENTWISE_WORKGROUP
 );
@@ -43,6 +56,8 @@ pub const F32_TO_F16_NATIVE: Kernel = kernel!(
 pub const F16_TO_F32_NATIVE: Kernel = kernel!(
     "convert_native",
     "f16_to_f32",
+    source: WGSL_NATIVE,
+    params: Params,
     [src_halves: "array<f16>", dst],
     ELEMENTWISE_WORKGROUP
 );

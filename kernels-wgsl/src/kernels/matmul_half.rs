@@ -17,7 +17,8 @@ use crate::slice::DeviceSlice;
 /// widths: naga allows no more).
 const WGSL_F16: &str = concat!(
     include_str!("../../shaders/matmul.wgsl"),
-    include_str!("../../shaders/matmul_io_f16.wgsl")
+    include_str!("../../shaders/matmul_io_f16.wgsl"),
+    include_str!("../../shaders/f16_bits.wgsl")
 );
 
 /// [`super::matmul::MAIN`] when an operand is 16-bit, packed path.
@@ -56,7 +57,8 @@ macro_rules! native {
                     include_str!("../../shaders/matmul.wgsl"),
                     include_str!(concat!("../../shaders/matmul_io_", $a, ".wgsl")),
                     include_str!(concat!("../../shaders/matmul_io_", $b, ".wgsl")),
-                    include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl"))
+                    include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl")),
+                    include_str!("../../shaders/f16_native.wgsl")
                 ),
                 params: Params,
                 [$($m: $mt,)* bias],
@@ -70,7 +72,8 @@ macro_rules! native {
                     include_str!("../../shaders/matmul.wgsl"),
                     include_str!(concat!("../../shaders/matmul_io_", $a, ".wgsl")),
                     include_str!(concat!("../../shaders/matmul_io_", $b, ".wgsl")),
-                    include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl"))
+                    include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl")),
+                    include_str!("../../shaders/f16_native.wgsl")
                 ),
                 params: Params,
                 [$($s: $st,)* bias],
