@@ -15,3 +15,9 @@ fn half_bits(v: f32) -> u32 {
     }
     return pack2x16float(vec2<f32>(v, 0.0)) & 0xffffu;
 }
+
+// Half h % 2 of `word` (half h of a run of packed halves), as f32.
+fn half_at(word: u32, h: u32) -> f32 {
+    let v = unpack2x16float(word);
+    return select(v.x, v.y, (h & 1u) != 0u);
+}

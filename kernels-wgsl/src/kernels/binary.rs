@@ -10,6 +10,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
+use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
@@ -210,6 +211,36 @@ pub const BACKWARD_SAME_V4: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// `broadcast` on 16-bit operands, packed path: `shaders/binary_f16.wgsl` with the op and the
+/// rounding.
+pub const BROADCAST_F16: Kernel = kernel!(
+    "binary_f16",
+    "broadcast_f16",
+    source: concat!(
+        include_str!("../../shaders/binary_f16.wgsl"),
+        include_str!("../../shaders/binary_ops.wgsl"),
+        include_str!("../../shaders/f16_bits.wgsl")
+    ),
+    params: Params,
+    [a_w: "array<u32>", b_w: "array<u32>", out_w: "array<u32>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// `broadcast` on 16-bit operands, native path (`SHADER_F16`): `shaders/binary_f16_native.wgsl`.
+pub const BROADCAST_F16_NATIVE: Kernel = kernel!(
+    "binary_f16_native",
+    "broadcast_f16",
+    source: concat!(
+        "enable f16;\n",
+        include_str!("../../shaders/binary_f16_native.wgsl"),
+        include_str!("../../shaders/binary_ops.wgsl"),
+        include_str!("../../shaders/f16_native.wgsl")
+    ),
+    params: Params,
+    [a_h: "array<f16>", b_h: "array<f16>", out_h: "array<f16>"],
+    ELEMENTWISE_WORKGROUP
+);
+
 shader_params! {
     /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).
     struct Params {
@@ -319,6 +350,55 @@ fn checked(
     b.expect_len(op, "b", elements(dims.b_shape))?;
     let len = elements(&shape.out_shape);
     Ok((shape, len))
+}
+
+/// [`broadcast`] on 16-bit operands and output: `out[i] = half(a[ia] op b[ib])`, on the
+/// device's path ([`Gpu::f16_path`]): native `f16` arithmetic for add, sub, mul and div where
+/// the device has `SHADER_F16`, else f32 arithmetic rounded once to f16 (the same bits for those
+/// four ops; max and min are exact either way). Errors: those of [`broadcast`], and
+/// [`Error::InvalidArgument`] on the packed path when `out` starts in the high half of a word.
+pub fn broadcast_f16(
+    gpu: &Gpu,
+    dims: &BinaryDims<'_>,
+    out: Halves<'_>,
+    a: Halves<'_>,
+    b: Halves<'_>,
+) -> Result<()> {
+    let op = "binary_f16";
+    let shape = broadcast_shapes(op, dims.a_shape, dims.b_shape)?;
+    let len = elements(&shape.out_shape);
+    for (name, halves, want) in [
+        ("a", &a, elements(dims.a_shape)),
+        ("b", &b, elements(dims.b_shape)),
+        ("out", &out, len),
+    ] {
+        if halves.len() != want {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!("{name}: {} halves given, {want} needed", halves.len()),
+            });
+        }
+    }
+    expect_whole_words(gpu, op, &out)?;
+    let params = Params {
+        a_offset: a.index(),
+        b_offset: b.index(),
+        out_offset: out.index(),
+        ..shaped_params(&shape)
+    };
+    let buffers = [a.words(), b.words(), out.words()];
+    let (kernel, invocations) = match gpu.f16_path() {
+        F16Path::Native => (&BROADCAST_F16_NATIVE, len),
+        F16Path::Packed => (&BROADCAST_F16, len.div_ceil(2)),
+    };
+    launch_1d(
+        gpu,
+        kernel,
+        &overrides(dims.op),
+        &params,
+        &buffers,
+        invocations,
+    )
 }
 
 /// Records `out[i] = a[ia] op b[ib]` over the numpy broadcast of `dims`' shapes; `out` holds

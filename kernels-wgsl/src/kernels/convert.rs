@@ -185,6 +185,23 @@ impl<'a> Halves<'a> {
     }
 }
 
+/// [`Error::InvalidArgument`] unless the packed path can write `out` one whole word per
+/// invocation: its first half is the low half of a word (the native path stores single halves).
+pub(crate) fn expect_whole_words(gpu: &Gpu, op: &'static str, out: &Halves<'_>) -> Result<()> {
+    if gpu.f16_path() == F16Path::Native || out.index().is_multiple_of(2) {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument {
+        op,
+        message: format!(
+            "the output's first half is the high half of word {} ({:?}); the packed f16 path \
+             writes whole words: give an output that starts at an even element",
+            out.words().index(),
+            out.words()
+        ),
+    })
+}
+
 /// Number of `u32` words holding `len` halves: `ceil(len / 2)`.
 pub fn f16_words(len: u64) -> u64 {
     len.div_ceil(2)

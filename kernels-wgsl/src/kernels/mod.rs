@@ -126,6 +126,8 @@ pub const ALL: &[Kernel] = &[
     binary::SCALAR_RHS_V4,
     binary::SCALAR_LHS_V4,
     binary::BACKWARD_SAME_V4,
+    binary::BROADCAST_F16,
+    binary::BROADCAST_F16_NATIVE,
     convert::F32_TO_F16,
     convert::F16_TO_F32,
     convert::F32_TO_F16_NATIVE,
@@ -194,6 +196,8 @@ pub const ALL: &[Kernel] = &[
     unary::BACKWARD,
     unary::FORWARD_V4,
     unary::BACKWARD_V4,
+    unary::FORWARD_F16,
+    unary::FORWARD_F16_NATIVE,
 ];
 
 /// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
@@ -204,11 +208,25 @@ pub const ALL: &[Kernel] = &[
 pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
     let mut out = Vec::new();
     for kernel in ALL {
-        if kernel.stem == unary::FORWARD.stem {
+        if [
+            unary::FORWARD,
+            unary::FORWARD_F16,
+            unary::FORWARD_F16_NATIVE,
+        ]
+        .iter()
+        .any(|k| k.stem == kernel.stem)
+        {
             for op in unary::UnaryOp::ALL {
                 out.push((kernel, unary::overrides(op).to_vec()));
             }
-        } else if kernel.stem == binary::BROADCAST.stem {
+        } else if [
+            binary::BROADCAST,
+            binary::BROADCAST_F16,
+            binary::BROADCAST_F16_NATIVE,
+        ]
+        .iter()
+        .any(|k| k.stem == kernel.stem)
+        {
             for op in binary::BinaryOp::ALL {
                 out.push((kernel, binary::overrides(op).to_vec()));
             }

@@ -3,8 +3,10 @@
 //! [`crate::reference::unary`].
 
 use crate::device::Gpu;
+use crate::error::Error;
 use crate::error::Result;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_split, same_len};
+use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -113,6 +115,36 @@ pub const BACKWARD_V4: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// `forward` on 16-bit x and y, packed path: `shaders/unary_f16.wgsl` with the op and the
+/// rounding.
+pub const FORWARD_F16: Kernel = kernel!(
+    "unary_f16",
+    "forward_f16",
+    source: concat!(
+        include_str!("../../shaders/unary_f16.wgsl"),
+        include_str!("../../shaders/unary_ops.wgsl"),
+        include_str!("../../shaders/f16_bits.wgsl")
+    ),
+    params: Params,
+    [x_w: "array<u32>", y_w: "array<u32>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// `forward` on 16-bit x and y, native path (`SHADER_F16`): `shaders/unary_f16_native.wgsl`.
+pub const FORWARD_F16_NATIVE: Kernel = kernel!(
+    "unary_f16_native",
+    "forward_f16",
+    source: concat!(
+        "enable f16;\n",
+        include_str!("../../shaders/unary_f16_native.wgsl"),
+        include_str!("../../shaders/unary_ops.wgsl"),
+        include_str!("../../shaders/f16_native.wgsl")
+    ),
+    params: Params,
+    [x_h: "array<f16>", y_h: "array<f16>"],
+    ELEMENTWISE_WORKGROUP
+);
+
 shader_params! {
     /// The `Params` of `unary.wgsl` (shared by both entry points; unused offsets are 0).
     struct Params {
@@ -177,4 +209,41 @@ pub fn backward(
         dx_offset: part.offset(dx.index()),
         ..Params::default()
     })
+}
+
+/// [`forward`] on 16-bit `x` and `y`: `y = half(f(x))`, `f` computed in f32 (as PyTorch computes
+/// its f16 elementwise ops), on the device's path ([`Gpu::f16_path`]; the same values on both).
+/// Errors: [`Error::InvalidArgument`] when the lengths differ, or on the packed path when `y`
+/// starts in the high half of a word.
+pub fn forward_f16(
+    gpu: &Gpu,
+    op: UnaryOp,
+    y: Halves<'_>,
+    x: Halves<'_>,
+    exponent: f32,
+) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(Error::InvalidArgument {
+            op: "unary_f16",
+            message: format!(
+                "x has {} halves, y {}; they must be equal",
+                x.len(),
+                y.len()
+            ),
+        });
+    }
+    expect_whole_words(gpu, "unary_f16", &y)?;
+    let params = Params {
+        n: x.len() as u32,
+        exponent,
+        x_offset: x.index(),
+        y_offset: y.index(),
+        ..Params::default()
+    };
+    let (kernel, invocations) = match gpu.f16_path() {
+        F16Path::Native => (&FORWARD_F16_NATIVE, x.len()),
+        F16Path::Packed => (&FORWARD_F16, x.len().div_ceil(2)),
+    };
+    let buffers = [x.words(), y.words()];
+    launch_1d(gpu, kernel, &overrides(op), &params, &buffers, invocations)
 }

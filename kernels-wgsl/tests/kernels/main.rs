@@ -10,6 +10,7 @@ mod convert;
 mod copy;
 mod cross_entropy;
 mod dropout;
+mod elementwise_f16;
 mod embedding;
 mod fill;
 mod layer_norm;

@@ -1,0 +1,30 @@
+
+// binary_f16_native.wgsl: `out = a op b` with a, b and out in WGSL `f16` (the native path: the
+// module starts with `enable f16;` and needs SHADER_F16), with binary_ops.wgsl's broadcasting.
+// +, -, * and / are f16 arithmetic; max and min take binary_ops.wgsl's f32 rule (NaN if either
+// is NaN), exact in f16. One invocation per element (16-bit stores). Module
+// `binary_f16_native`: `enable f16;`, this file, binary_ops.wgsl and f16_native.wgsl
+// (kernels::binary::BROADCAST_F16_NATIVE). Bindings: a_h, b_h, out_h (array<f16>).
+
+fn apply_f16(l: f16, r: f16) -> f16 {
+    var v: f16;
+    switch OP {
+        case 0u: { v = l + r; }
+        case 1u: { v = l - r; }
+        case 2u: { v = l * r; }
+        case 3u: { v = l / r; }
+        default: { v = to_half(apply(f32(l), f32(r))); }
+    }
+    return v;
+}
+
+@compute @workgroup_size(256)
+fn broadcast_f16(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let o = operand_offsets(i);
+    out_h[params.out_offset + i] = apply_f16(a_h[o.x], b_h[o.y]);
+}
