@@ -9,7 +9,7 @@ use plimsoll_kernels_wgsl::kernels::reduce;
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 
 use crate::error::Result;
-use crate::half::any_f16;
+use crate::half::{any_f16, output_dtype};
 use crate::op::Op;
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
@@ -42,6 +42,11 @@ fn broadcast_of(op: &'static str, a: &Tensor, b: &Tensor) -> Result<Broadcast> {
 /// `a op b` over the broadcast shape, recorded when needed.
 fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
     if any_f16(&[a, b]) {
+        let category = output_category(records(&[a, b]));
+        let both = a.dtype == DType::F16 && b.dtype == DType::F16;
+        if both && output_dtype(category) == DType::F16 {
+            return binary_f16(a, b, op, category);
+        }
         return binary(&a.widened()?, &b.widened()?, op);
     }
     let name = binary_name(op);
@@ -54,18 +59,43 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         b_shape: &b.shape,
     };
     binary::broadcast(&a.gpu, &dims, out.elements()?, a.elements()?, b.elements()?)?;
-    record(out, &[a, b], || {
-        let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
-        match op {
-            BinaryOp::Add => Op::Add { lhs, rhs },
-            BinaryOp::Sub => Op::Sub { lhs, rhs },
-            BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => Op::Binary {
-                op,
-                a: a.detach(),
-                b: b.detach(),
-            },
-        }
-    })
+    record(out, &[a, b], || binary_op(op, a, b))
+}
+
+/// The node of `a op b`: the shapes, or the operands when the derivative reads them.
+fn binary_op(op: BinaryOp, a: &Tensor, b: &Tensor) -> Op {
+    let (lhs, rhs) = (a.shape.clone(), b.shape.clone());
+    match op {
+        BinaryOp::Add => Op::Add { lhs, rhs },
+        BinaryOp::Sub => Op::Sub { lhs, rhs },
+        BinaryOp::Mul | BinaryOp::Div | BinaryOp::Max | BinaryOp::Min => Op::Binary {
+            op,
+            a: a.detach(),
+            b: b.detach(),
+        },
+    }
+}
+
+/// [`binary`] of two f16 tensors into an f16 output (under `f16_activations`): the 16-bit
+/// kernel, with no f32 copies.
+fn binary_f16(a: &Tensor, b: &Tensor, op: BinaryOp, category: Category) -> Result<Tensor> {
+    let name = binary_name(op);
+    let shape = Broadcast::new(&a.shape, &b.shape).ok_or_else(|| {
+        mismatch(
+            name,
+            &a.shape,
+            &b.shape,
+            "trailing extents must be equal or 1",
+        )
+    })?;
+    let out = Tensor::empty_typed(&a.gpu, &shape.out_shape, DType::F16, category, name)?;
+    let dims = BinaryDims {
+        op,
+        a_shape: &a.shape,
+        b_shape: &b.shape,
+    };
+    binary::broadcast_f16(&a.gpu, &dims, out.halves()?, a.halves()?, b.halves()?)?;
+    record(out, &[a, b], || binary_op(op, a, b))
 }
 
 /// `x op s` (`rhs`) or `s op x` (`!rhs`), recorded as `recorded()` when needed.
@@ -93,14 +123,26 @@ fn scalar(
 
 /// `f(x)` elementwise, recorded when needed.
 fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
-    if x.dtype == DType::F16 {
+    let name = op.name();
+    let category = output_category(records(&[x]));
+    let half = x.dtype == DType::F16;
+    if half && output_dtype(category) == DType::F32 {
         return unary(&x.widened()?, op, exponent);
     }
-    let name = op.name();
-    x.expect_dtype(name, DType::F32)?;
-    let recording = records(&[x]);
-    let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
-    unary::forward(&x.gpu, op, out.elements()?, x.elements()?, exponent)?;
+    let out = match half {
+        // Under `f16_activations`: the 16-bit kernel, f16 in and out.
+        true => {
+            let out = Tensor::empty_typed(&x.gpu, &x.shape, DType::F16, category, name)?;
+            unary::forward_f16(&x.gpu, op, out.halves()?, x.halves()?, exponent)?;
+            out
+        }
+        false => {
+            x.expect_dtype(name, DType::F32)?;
+            let out = Tensor::empty(&x.gpu, &x.shape, category, name)?;
+            unary::forward(&x.gpu, op, out.elements()?, x.elements()?, exponent)?;
+            out
+        }
+    };
     let saved = if op.backward_uses_output() {
         out.detach()
     } else {

@@ -365,3 +365,48 @@ fn weights_are_copied_to_f16_once_per_update() {
         );
     }
 }
+
+/// Under `f16_activations` an add of two f16 activations and a GELU of one run on the 16-bit
+/// kernels (f16 in and out, no temporary memory), with values as the CPU rounds them and the
+/// gradient of the rounded chain.
+#[test]
+fn f16_elementwise_ops_run_in_16_bits() {
+    let x: Vec<f32> = Rng::new(23).vec_f32(35, -3.0, 3.0);
+    let gelu = |v: f64| plimsoll_kernels_wgsl::reference::unary::gelu(v);
+    let gelu_d = |v: f64| plimsoll_kernels_wgsl::reference::unary::gelu_derivative(v);
+    let h = round_to_f16(&x);
+    let s: Vec<f32> = round_to_f16(&h.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
+    let want: Vec<f32> = round_to_f16(
+        &s.iter()
+            .map(|&v| gelu(f64::from(v)) as f32)
+            .collect::<Vec<_>>(),
+    );
+    let dx_want: Vec<f64> = s.iter().map(|&v| 2.0 * gelu_d(f64::from(v))).collect();
+    for (path, gpu) in devices() {
+        let xt = param(&gpu, &x, &[5, 7]);
+        let guard = f16_activations();
+        let h = xt.mul_scalar(1.0).unwrap();
+        reset_peaks(&gpu);
+        let before = allocated(&gpu, Category::Temporary);
+        let s = h.add(&h).unwrap();
+        let g = s.gelu().unwrap();
+        let temporary = peak(&gpu, Category::Temporary) - before;
+        drop(guard);
+        assert_eq!(
+            (h.dtype(), s.dtype(), g.dtype()),
+            (DType::F16, DType::F16, DType::F16)
+        );
+        assert_eq!(temporary, 0, "{path:?}: no f32 copies");
+        // GELU in f32 then one rounding: one f16 ULP at most.
+        assert_close(
+            &format!("{path:?} gelu"),
+            &g.to_vec().unwrap(),
+            &want,
+            1e-6,
+            1.0 / 1024.0,
+        );
+        g.sum_all().unwrap().backward().unwrap();
+        let dx = xt.grad().unwrap().to_vec().unwrap();
+        assert_close(&format!("{path:?} dx"), &dx, &dx_want, 1e-5, 1e-5);
+    }
+}
