@@ -91,3 +91,27 @@ fn strided_copy_rows_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(
         dst_v4[to + j] = src_v4[at + j];
     }
 }
+
+// strided_copy_f16: strided_copy over 16-bit elements, two to a word (both 16-bit paths: a copy
+// has no arithmetic, the bits move as they are). Offsets, strides and len count halves. One
+// invocation per destination word writes it whole, keeping the high half of a last word the
+// run does not fill; dst_offset is even (the launcher checks), so no two share a word.
+fn src_half(h: u32) -> u32 {
+    return (src[h >> 1u] >> (16u * (h & 1u))) & 0xffffu;
+}
+
+@compute @workgroup_size(256)
+fn strided_copy_f16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = 2u * (gid.x + gid.y * groups.x * WORKGROUP_SIZE);
+    if i >= params.len {
+        return;
+    }
+    let w = (params.dst_offset + i) >> 1u;
+    var bits = src_half(source_index(i));
+    if i + 1u < params.len {
+        bits = bits | (src_half(source_index(i + 1u)) << 16u);
+    } else {
+        bits = bits | (dst[w] & 0xffff0000u);
+    }
+    dst[w] = bits;
+}

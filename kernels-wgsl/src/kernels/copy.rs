@@ -4,6 +4,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
+use crate::kernels::convert::Halves;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
@@ -26,6 +27,14 @@ pub const COPY_V4: Kernel = kernel!(
 /// The `strided_copy` entry point.
 pub const STRIDED_COPY: Kernel =
     kernel!("copy", "strided_copy", [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
+
+/// The `strided_copy_f16` entry point: [`strided_copy_f16`], bindings `src`, `dst` (words).
+pub const STRIDED_COPY_F16: Kernel = kernel!(
+    "copy",
+    "strided_copy_f16",
+    [src: "array<u32>", dst: "array<u32>"],
+    ELEMENTWISE_WORKGROUP
+);
 
 /// The `strided_copy_v4` entry point (four words per invocation).
 pub const STRIDED_COPY_V4: Kernel = kernel!(
@@ -141,6 +150,76 @@ pub fn strided_copy(
     };
     params.len = invocations as u32;
     launch_1d(gpu, kernel, &[], &params, &[src, dst], invocations)
+}
+
+/// [`strided_copy`] over 16-bit elements (the bits as they are, on either 16-bit path): `shape`,
+/// `src_strides` and the runs count halves; `dst` must start at an even half (one invocation
+/// writes each word whole). Errors: those of [`strided_copy`], and [`Error::InvalidArgument`]
+/// when `dst` starts in the high half of a word.
+pub fn strided_copy_f16(
+    gpu: &Gpu,
+    dst: Halves<'_>,
+    src: Halves<'_>,
+    shape: &[u32],
+    src_strides: &[u32],
+) -> Result<()> {
+    let invalid = |message: String| Error::InvalidArgument {
+        op: "strided_copy_f16",
+        message,
+    };
+    if shape.len() != src_strides.len() || shape.len() > MAX_RANK {
+        return Err(invalid(format!(
+            "shape {shape:?} and strides {src_strides:?} must have the same rank <= {MAX_RANK}"
+        )));
+    }
+    let len: u64 = shape.iter().map(|&s| u64::from(s)).product();
+    if dst.len() != len {
+        return Err(invalid(format!(
+            "dst: {} halves given, {len} needed",
+            dst.len()
+        )));
+    }
+    if !dst.index().is_multiple_of(2) {
+        return Err(invalid(format!(
+            "dst {:?} starts in the high half of a word; give one that starts at an even element",
+            dst.words()
+        )));
+    }
+    if len == 0 {
+        return Ok(());
+    }
+    let span: u64 = shape
+        .iter()
+        .zip(src_strides)
+        .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
+        .sum();
+    if src.len() < span + 1 {
+        return Err(invalid(format!(
+            "src: {} halves given, at least {} read",
+            src.len(),
+            span + 1
+        )));
+    }
+    let (shape, strides) = canonical(shape, src_strides);
+    let rank = shape.len();
+    let mut params = Params {
+        rank: rank as u32,
+        len: len as u32,
+        src_offset: src.index(),
+        dst_offset: dst.index(),
+        ..Params::default()
+    };
+    params.shape[..rank].copy_from_slice(&shape);
+    params.src_strides[..rank].copy_from_slice(&strides);
+    let buffers = [src.words(), dst.words()];
+    launch_1d(
+        gpu,
+        &STRIDED_COPY_F16,
+        &[],
+        &params,
+        &buffers,
+        len.div_ceil(2),
+    )
 }
 
 /// The same gather with fewer dimensions: extents of 1 dropped, and each dimension merged into

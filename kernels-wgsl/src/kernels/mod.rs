@@ -135,6 +135,7 @@ pub const ALL: &[Kernel] = &[
     copy::COPY,
     copy::COPY_V4,
     copy::STRIDED_COPY,
+    copy::STRIDED_COPY_F16,
     copy::STRIDED_COPY_V4,
     copy::STRIDED_COPY_ROWS_V4,
     cross_entropy::FORWARD,
