@@ -3,6 +3,7 @@
 //! contiguous, see [`crate::tensor`]).
 
 use plimsoll_kernels_wgsl::Category;
+use plimsoll_kernels_wgsl::kernels::convert::Halves;
 use plimsoll_kernels_wgsl::kernels::{copy, fill};
 use smallvec::SmallVec;
 
@@ -38,6 +39,14 @@ pub(crate) fn gather(
     } else {
         (to_u32(shape), to_u32(strides))
     };
+    if x.dtype == DType::F16 {
+        // The bits as they are: an f16 copy stays f16.
+        let start = x.offset + offset as u64;
+        let rest = (x.numel() as u64).saturating_sub(offset as u64);
+        let source = Halves::of(&x.storage, start, rest)?;
+        copy::strided_copy_f16(&x.gpu, out.halves()?, source, &shape32, &strides32)?;
+        return Ok(out);
+    }
     let source = x.elements()?;
     let source = source.slice(offset as u64, source.len().saturating_sub(offset as u64))?;
     copy::strided_copy(&x.gpu, out.elements()?, source, &shape32, &strides32)?;
@@ -74,9 +83,6 @@ impl Tensor {
 
     /// Axes reordered: output axis `i` is input axis `perm[i]` (a copy).
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
-        if self.dtype == DType::F16 {
-            return self.widened()?.permute(perm);
-        }
         let rank = self.rank();
         let mut seen = [false; 64];
         let valid = perm.len() == rank
@@ -120,10 +126,6 @@ impl Tensor {
     /// extent 1 (e.g. rows of a matrix), else a copy.
     pub fn slice(&self, axis: usize, start: usize, len: usize) -> Result<Tensor> {
         check_axis("slice", &self.shape, axis)?;
-        // A view keeps f16; a copy is made in f32.
-        if self.dtype == DType::F16 && self.shape[..axis].iter().any(|&e| e != 1) {
-            return self.widened()?.slice(axis, start, len);
-        }
         if start
             .checked_add(len)
             .is_none_or(|end| end > self.shape[axis])

@@ -410,3 +410,47 @@ fn f16_elementwise_ops_run_in_16_bits() {
         assert_close(&format!("{path:?} dx"), &dx, &dx_want, 1e-5, 1e-5);
     }
 }
+
+/// An f16 permute and a slice that copies move the halves as they are (f16 out, no f32 copy),
+/// and the gradient flows back through both.
+#[test]
+fn f16_permutes_and_copied_slices_stay_16_bit() {
+    let x: Vec<f32> = Rng::new(24).vec_f32(30, -3.0, 3.0);
+    let h = round_to_f16(&x);
+    // p[i][j][k] = h[j][k][i] over h of shape (2, 3, 5): p has shape (5, 2, 3).
+    let p_want: Vec<f32> = (0..30)
+        .map(|n| {
+            let (i, j, k) = (n / 6, (n / 3) % 2, n % 3);
+            h[j * 15 + k * 5 + i]
+        })
+        .collect();
+    // s = h[:, 1:3, :]: shape (2, 2, 5), a copy (axis 0 has extent 2).
+    let s_want: Vec<f32> = (0..20)
+        .map(|n| {
+            let (j, k, l) = (n / 10, (n / 5) % 2, n % 5);
+            h[j * 15 + (k + 1) * 5 + l]
+        })
+        .collect();
+    for (path, gpu) in devices() {
+        let xt = param(&gpu, &x, &[2, 3, 5]);
+        let guard = f16_activations();
+        let ht = xt.mul_scalar(1.0).unwrap();
+        reset_peaks(&gpu);
+        let before = allocated(&gpu, Category::Temporary);
+        let p = ht.permute(&[2, 0, 1]).unwrap();
+        let s = ht.slice(1, 1, 2).unwrap();
+        let temporary = peak(&gpu, Category::Temporary) - before;
+        drop(guard);
+        assert_eq!((p.dtype(), s.dtype()), (DType::F16, DType::F16), "{path:?}");
+        assert_eq!(temporary, 0, "{path:?}: no f32 copies");
+        assert_eq!(p.to_vec().unwrap(), p_want, "{path:?} permute");
+        assert_eq!(s.to_vec().unwrap(), s_want, "{path:?} slice");
+        let loss = p.sum_all().unwrap().add(&s.sum_all().unwrap()).unwrap();
+        loss.backward().unwrap();
+        // d/dx: 1 from the permute, and 1 more where the slice read.
+        let dx_want: Vec<f32> = (0..30)
+            .map(|n| if (n / 5) % 3 >= 1 { 2.0 } else { 1.0 })
+            .collect();
+        assert_eq!(xt.grad().unwrap().to_vec().unwrap(), dx_want, "{path:?} dx");
+    }
+}
