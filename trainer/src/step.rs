@@ -17,10 +17,12 @@
 //! next micro-batch's upload likely lands in them, and an upload into bytes the open batch used
 //! would submit it anyway (kernels-wgsl's host/GPU ordering rule).
 //!
-//! The one read-back: after the last backward, one tensor `[loss, sum(g_0²), sum(g_1²), ...]` is
-//! read back. A NaN or infinity in a gradient propagates into its sum of squares, so this names
-//! the first parameter whose gradient is not finite, and the step is refused before the update;
-//! the sums also give the global gradient norm, so clipping costs no extra wait.
+//! The one read-back: after the last backward, one tensor `[loss, sum(g_0²), sum(g_1²), ...,
+//! flags]` is read back. A NaN or infinity in a gradient propagates into its sums of squares,
+//! and the `nonfinite` kernel checks the loss and the sums on the device into the two flag words
+//! at the end: the step is refused (or, in f16, skipped) before the update when it found one, and
+//! the sums name the first parameter whose gradient is not finite; they also give the global
+//! gradient norm, so clipping costs no extra wait.
 //!
 //! `--precision f16` ([`Precision::F16`]): each micro-batch's forward runs under autograd's
 //! `f16_activations` (activations stored in f16), and its loss is also multiplied by the loss
@@ -33,6 +35,7 @@ use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
 use plimsoll_autograd::{Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
+use plimsoll_kernels_wgsl::kernels::nonfinite;
 use plimsoll_nn::{Optimizer, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
@@ -188,6 +191,10 @@ pub fn set_phase(gpu: &Gpu, step: u64, phase: Phase) {
 pub struct StepReadBack {
     /// Mean loss over the batch.
     pub loss: f32,
+    /// Whether the loss or a gradient is not finite: the `nonfinite` kernel's flag over the
+    /// loss and the gradients' partial sums of squares (a NaN or infinity in a gradient reaches
+    /// them), computed on the device and read back with them.
+    pub nonfinite: bool,
     /// The first parameter (in module order) whose gradient is not finite.
     pub first_nonfinite: Option<String>,
     /// The global gradient norm.
@@ -197,9 +204,9 @@ pub struct StepReadBack {
 /// Reads the loss and every gradient's sums of squares in partial sums
 /// ([`Tensor::with_sums_of_squares`]: those its weight-gradient matmul computed when
 /// [`Tensor::want_grad_squares`] asked, [`Tensor::take_grad_squares`], else by chunks) in one
-/// wait: the loss, the first parameter whose gradient
-/// is not finite (a NaN or infinity propagates into its sum of squares), and the global gradient
-/// norm (the chunks added in f64 here).
+/// wait, with the `nonfinite` kernel's flags over them: the loss, whether it or a gradient is
+/// not finite (a NaN or infinity propagates into its sums of squares), the first parameter whose
+/// gradient is not, and the global gradient norm (the chunks added in f64 here).
 pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
     let _no_grad = no_grad();
     // (tensor, true when it is the partial sums the weight-gradient matmul already computed)
@@ -225,7 +232,24 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
     let (all, ranges) = Tensor::with_sums_of_squares(Some(loss_sum), &refs)?;
     drop(refs);
     drop(parts);
-    let values = all.to_vec()?;
+    // Two words after the sums for the `nonfinite` kernel's flags, so they come back in the same
+    // read.
+    let n = all.numel();
+    let flags = Tensor::zeros(
+        loss_sum.gpu(),
+        &[nonfinite::FLAG_WORDS as usize],
+        Default::default(),
+    )?;
+    let all = Tensor::concat(&[&all, &flags], 0)?;
+    drop(flags);
+    {
+        let words = all.elements()?;
+        let (sums, flags) = (words.slice(0, n as u64)?, words.slice(n as u64, 2)?);
+        nonfinite::check(loss_sum.gpu(), flags, sums)?;
+    }
+    let mut values = all.to_vec()?;
+    let nonfinite = values.get(n).is_none_or(|flag| flag.to_bits() != 0);
+    values.truncate(n);
     let loss = values.first().copied().unwrap_or(f32::NAN);
     let squares: Vec<f64> = ranges
         .iter()
@@ -242,6 +266,7 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
         .map(|(_, name)| name.to_string());
     Ok(StepReadBack {
         loss,
+        nonfinite,
         first_nonfinite,
         grad_norm: squares.iter().sum::<f64>().sqrt() as f32,
     })
@@ -343,13 +368,12 @@ fn run_step_inner(
         allreduce_bytes: shared.bytes,
         allreduce_ms: shared.ms,
     };
-    let overflowed = read.first_nonfinite.is_some() || !loss.is_finite();
-    if overflowed && inputs.precision == Precision::F16 {
+    if read.nonfinite && inputs.precision == Precision::F16 {
         // GradScaler's skipped step: the trainer halves the scale.
         result.overflow = Some(read.first_nonfinite.unwrap_or_default());
         return Ok(result);
     }
-    if read.first_nonfinite.is_some() || !loss.is_finite() {
+    if read.nonfinite {
         return Err(Error::NonFinite {
             step: inputs.step,
             loss,
