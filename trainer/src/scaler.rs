@@ -4,16 +4,18 @@
 //! the scale adapts:
 //! - it starts at [`INITIAL_SCALE`] (2^16);
 //! - a step that overflows is skipped, no update and no optimizer step, and the scale is halved
-//!   ([`BACKOFF`]). Overflow is read from the step's one read-back: the loss is not finite (an
-//!   activation beyond f16's 65504 became infinite in the forward), or a gradient's sum of
-//!   squares is not finite (a NaN or an infinity, or a scaled gradient so large that its squares
-//!   overflow f32, |g| around 1.8e19 and up, where the norm clipping needs would be infinite);
+//!   ([`BACKOFF`]). Overflow is the `nonfinite` kernel's flag, computed on the device over the
+//!   loss and the gradients' partial sums of squares and read back with them in the step's one
+//!   read-back: the loss is not finite (an activation beyond f16's 65504 became infinite in the
+//!   forward), or a gradient's sum of squares is not finite (a NaN or an infinity, or a scaled
+//!   gradient so large that its squares overflow f32, |g| around 1.8e19 and up, where the norm
+//!   clipping needs would be infinite);
 //! - after [`GROWTH_INTERVAL`] steps in a row without one, it doubles ([`GROWTH`]), up to
 //!   [`MAX_SCALE`].
 //!
-//! What differs from PyTorch, and why. Here only activations are stored in f16; gradients are
-//! computed and kept in f32, so the scale does not guard them against underflow as it does for
-//! PyTorch's f16 gradients. What the scaler does here is GradScaler's other half: a step whose
+//! What differs from PyTorch, and why. Here activations, matmul inputs and the elementwise ops
+//! between them are f16, but gradients are computed and kept in f32, so the scale does not guard
+//! them against underflow as it does for PyTorch's f16 gradients. What the scaler does here is GradScaler's other half: a step whose
 //! forward or backward overflows is skipped instead of applied, with the same schedule. The
 //! scale stops growing at [`MAX_SCALE`] (PyTorch has no cap; its f16 gradients overflow
 //! themselves long before): without a cap, an f32 gradient's squares would overflow after about
