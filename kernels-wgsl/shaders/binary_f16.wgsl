@@ -30,3 +30,32 @@ fn broadcast_f16(@builtin(global_invocation_id) gid: vec3<u32>,
     }
     out_w[w] = bits;
 }
+
+// scalar_f16: y = a op s (params.period 0) or s op a (1), a and y 16-bit, s the f32
+// params.scalar (as PyTorch keeps a Python scalar in f32), in f32 rounded once to f16. Bindings
+// a_w, y_w; a_offset, out_offset and n count halves; out_offset even, one word per invocation.
+fn scalar_value(i: u32) -> f32 {
+    let h = params.a_offset + i;
+    let x = half_at(a_w[h >> 1u], h);
+    if (params.period == 0u) {
+        return apply(x, params.scalar);
+    }
+    return apply(params.scalar, x);
+}
+
+@compute @workgroup_size(256)
+fn scalar_f16(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = 2u * flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let w = (params.out_offset + i) >> 1u;
+    var bits = half_bits(scalar_value(i));
+    if (i + 1u < params.n) {
+        bits = bits | (half_bits(scalar_value(i + 1u)) << 16u);
+    } else {
+        bits = bits | (y_w[w] & 0xffff0000u);
+    }
+    y_w[w] = bits;
+}

@@ -28,3 +28,23 @@ fn broadcast_f16(@builtin(global_invocation_id) gid: vec3<u32>,
     let o = operand_offsets(i);
     out_h[params.out_offset + i] = apply_f16(a_h[o.x], b_h[o.y]);
 }
+
+// scalar_f16: y = a op s (params.period 0) or s op a (1), a and y `f16`, s the f32
+// params.scalar (as PyTorch keeps a Python scalar in f32): f32 arithmetic on the f16 value,
+// rounded once. Bindings a_h, y_h.
+@compute @workgroup_size(256)
+fn scalar_f16(@builtin(global_invocation_id) gid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= params.n) {
+        return;
+    }
+    let x = f32(a_h[params.a_offset + i]);
+    var v: f32;
+    if (params.period == 0u) {
+        v = apply(x, params.scalar);
+    } else {
+        v = apply(params.scalar, x);
+    }
+    y_h[params.out_offset + i] = to_half(v);
+}

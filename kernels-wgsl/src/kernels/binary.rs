@@ -211,16 +211,28 @@ pub const BACKWARD_SAME_V4: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// The packed 16-bit module: `shaders/binary_f16.wgsl`, the op and the rounding.
+const WGSL_F16: &str = concat!(
+    include_str!("../../shaders/binary_f16.wgsl"),
+    include_str!("../../shaders/binary_ops.wgsl"),
+    include_str!("../../shaders/f16_bits.wgsl")
+);
+
+/// The native 16-bit module: `enable f16;`, `shaders/binary_f16_native.wgsl`, the op and the
+/// rounding.
+const WGSL_F16_NATIVE: &str = concat!(
+    "enable f16;\n",
+    include_str!("../../shaders/binary_f16_native.wgsl"),
+    include_str!("../../shaders/binary_ops.wgsl"),
+    include_str!("../../shaders/f16_native.wgsl")
+);
+
 /// `broadcast` on 16-bit operands, packed path: `shaders/binary_f16.wgsl` with the op and the
 /// rounding.
 pub const BROADCAST_F16: Kernel = kernel!(
     "binary_f16",
     "broadcast_f16",
-    source: concat!(
-        include_str!("../../shaders/binary_f16.wgsl"),
-        include_str!("../../shaders/binary_ops.wgsl"),
-        include_str!("../../shaders/f16_bits.wgsl")
-    ),
+    source: WGSL_F16,
     params: Params,
     [a_w: "array<u32>", b_w: "array<u32>", out_w: "array<u32>"],
     ELEMENTWISE_WORKGROUP
@@ -230,14 +242,29 @@ pub const BROADCAST_F16: Kernel = kernel!(
 pub const BROADCAST_F16_NATIVE: Kernel = kernel!(
     "binary_f16_native",
     "broadcast_f16",
-    source: concat!(
-        "enable f16;\n",
-        include_str!("../../shaders/binary_f16_native.wgsl"),
-        include_str!("../../shaders/binary_ops.wgsl"),
-        include_str!("../../shaders/f16_native.wgsl")
-    ),
+    source: WGSL_F16_NATIVE,
     params: Params,
     [a_h: "array<f16>", b_h: "array<f16>", out_h: "array<f16>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The scalar forms on 16-bit operands, packed path (`a op s`, or `s op a` with `period` 1).
+pub const SCALAR_F16: Kernel = kernel!(
+    "binary_f16",
+    "scalar_f16",
+    source: WGSL_F16,
+    params: Params,
+    [a_w: "array<u32>", y_w: "array<u32>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// [`SCALAR_F16`] on the native path (`SHADER_F16`).
+pub const SCALAR_F16_NATIVE: Kernel = kernel!(
+    "binary_f16_native",
+    "scalar_f16",
+    source: WGSL_F16_NATIVE,
+    params: Params,
+    [a_h: "array<f16>", y_h: "array<f16>"],
     ELEMENTWISE_WORKGROUP
 );
 
@@ -254,7 +281,7 @@ shader_params! {
         dy_offset: u32,
         da_offset: u32,
         db_offset: u32,
-        /// `suffix_v4`: b's length in `vec4`s.
+        /// `suffix_v4`: b's length in `vec4`s; `scalar_f16`: 1 for `s op a`, 0 for `a op s`.
         period: u32,
         _pad1: u32,
         shape: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
@@ -399,6 +426,45 @@ pub fn broadcast_f16(
         &buffers,
         invocations,
     )
+}
+
+/// `y = half(x op s)` (`rhs`) or `half(s op x)` (`!rhs`) over 16-bit `x` and `y`, `s` kept in
+/// f32 (as PyTorch keeps a Python scalar), computed in f32 and rounded once, on the device's
+/// path. Errors: [`Error::InvalidArgument`] when the lengths differ, or on the packed path when
+/// `y` starts in the high half of a word.
+pub fn scalar_f16(
+    gpu: &Gpu,
+    op: BinaryOp,
+    y: Halves<'_>,
+    x: Halves<'_>,
+    s: f32,
+    rhs: bool,
+) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(Error::InvalidArgument {
+            op: "binary_scalar_f16",
+            message: format!(
+                "x has {} halves, y {}; they must be equal",
+                x.len(),
+                y.len()
+            ),
+        });
+    }
+    expect_whole_words(gpu, "binary_scalar_f16", &y)?;
+    let params = Params {
+        n: x.len() as u32,
+        scalar: s,
+        a_offset: x.index(),
+        out_offset: y.index(),
+        period: u32::from(!rhs),
+        ..Params::default()
+    };
+    let (kernel, invocations) = match gpu.f16_path() {
+        F16Path::Native => (&SCALAR_F16_NATIVE, x.len()),
+        F16Path::Packed => (&SCALAR_F16, x.len().div_ceil(2)),
+    };
+    let buffers = [x.words(), y.words()];
+    launch_1d(gpu, kernel, &overrides(op), &params, &buffers, invocations)
 }
 
 /// Records `out[i] = a[ia] op b[ib]` over the numpy broadcast of `dims`' shapes; `out` holds

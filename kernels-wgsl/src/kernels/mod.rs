@@ -128,6 +128,8 @@ pub const ALL: &[Kernel] = &[
     binary::BACKWARD_SAME_V4,
     binary::BROADCAST_F16,
     binary::BROADCAST_F16_NATIVE,
+    binary::SCALAR_F16,
+    binary::SCALAR_F16_NATIVE,
     convert::F32_TO_F16,
     convert::F16_TO_F32,
     convert::F32_TO_F16_NATIVE,

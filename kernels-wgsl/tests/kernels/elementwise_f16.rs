@@ -222,3 +222,46 @@ fn f16_strided_copy_permutes_the_bits() {
         assert!(err.to_string().contains("even element"), "{err}");
     }
 }
+
+/// `binary::scalar_f16`: `x op s` and `s op x` with `s` in f32, against the f32 result of the f16
+/// value rounded once to f16, on both paths.
+#[test]
+fn f16_scalar_ops_match_reference_on_both_paths() {
+    let mut rng = Rng::new(0x5C);
+    let s = 0.3f32; // not an f16 value: the kernel must keep it in f32
+    for gpu in devices() {
+        let path = gpu.f16_path();
+        for op in BinaryOp::ALL {
+            for rhs in [true, false] {
+                let len = 41;
+                let mut x = halves_input(&mut rng, len);
+                if op == BinaryOp::Div && !rhs {
+                    x.iter_mut().filter(|v| **v == 0.0).for_each(|v| *v = 0.5);
+                }
+                let x_gpu = upload_halves(&gpu, &x, 5);
+                let words = vec![SENTINEL; len.div_ceil(2) + 2];
+                let y_gpu = gpu.upload(&words, Category::Temporary, "y").unwrap();
+                let xh = Halves::of(&x_gpu, 5, len as u64).unwrap();
+                let y = Halves::of(&y_gpu, 0, len as u64).unwrap();
+                binary::scalar_f16(&gpu, op, y, xh, s, rhs).unwrap();
+                let (got, kept) = read_halves(&gpu, &y_gpu, 0, len);
+                let name = format!("{path:?} {op:?} rhs {rhs}");
+                assert!(kept, "{name}: a half outside the output changed");
+                let want: Vec<f32> = x
+                    .iter()
+                    .map(|&v| {
+                        let (l, r) = if rhs { (v, s) } else { (s, v) };
+                        let f32_result = op.apply_f64(f64::from(l), f64::from(r)) as f32;
+                        cpu::round_to_f16(&[f32_result])[0]
+                    })
+                    .collect();
+                let rtol = if op == BinaryOp::Div {
+                    1.0 / 1024.0
+                } else {
+                    0.0
+                };
+                assert_close(&name, &got, &want, 0.0, rtol);
+            }
+        }
+    }
+}
