@@ -106,13 +106,19 @@ fn scalar(
     rhs: bool,
     recorded: impl FnOnce() -> Op,
 ) -> Result<Tensor> {
-    if x.dtype == DType::F16 {
-        return scalar(&x.widened()?, op, s, rhs, recorded);
-    }
     let name = binary_name(op);
+    let category = output_category(records(&[x]));
+    if x.dtype == DType::F16 {
+        if output_dtype(category) == DType::F32 {
+            return scalar(&x.widened()?, op, s, rhs, recorded);
+        }
+        // Under `f16_activations`: the 16-bit kernel, `s` kept in f32.
+        let out = Tensor::empty_typed(&x.gpu, &x.shape, DType::F16, category, name)?;
+        binary::scalar_f16(&x.gpu, op, out.halves()?, x.halves()?, s, rhs)?;
+        return record(out, &[x], recorded);
+    }
     x.expect_dtype(name, DType::F32)?;
-    let recording = records(&[x]);
-    let out = Tensor::empty(&x.gpu, &x.shape, output_category(recording), name)?;
+    let out = Tensor::empty(&x.gpu, &x.shape, category, name)?;
     if rhs {
         binary::scalar_rhs(&x.gpu, op, out.elements()?, x.elements()?, s)?;
     } else {

@@ -366,9 +366,9 @@ fn weights_are_copied_to_f16_once_per_update() {
     }
 }
 
-/// Under `f16_activations` an add of two f16 activations and a GELU of one run on the 16-bit
-/// kernels (f16 in and out, no temporary memory), with values as the CPU rounds them and the
-/// gradient of the rounded chain.
+/// Under `f16_activations` an add of two f16 activations, scalar multiplies and a GELU run on
+/// the 16-bit kernels (f16 in and out, no temporary memory), with values as the CPU rounds them
+/// and the gradient of the rounded chain (halving and doubling a half is exact).
 #[test]
 fn f16_elementwise_ops_run_in_16_bits() {
     let x: Vec<f32> = Rng::new(23).vec_f32(35, -3.0, 3.0);
@@ -388,7 +388,7 @@ fn f16_elementwise_ops_run_in_16_bits() {
         let h = xt.mul_scalar(1.0).unwrap();
         reset_peaks(&gpu);
         let before = allocated(&gpu, Category::Temporary);
-        let s = h.add(&h).unwrap();
+        let s = h.add(&h).unwrap().mul_scalar(0.5).unwrap().mul_scalar(2.0).unwrap();
         let g = s.gelu().unwrap();
         let temporary = peak(&gpu, Category::Temporary) - before;
         drop(guard);
