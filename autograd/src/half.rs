@@ -57,9 +57,12 @@ thread_local! {
     static PRUNE_AT: Cell<usize> = const { Cell::new(1024) };
     /// `Some` while an [`F16WeightCopiesGuard`] is alive on this thread: each parameter's f16
     /// copy (with the parameter, weakly, so a new tensor at a freed one's address misses).
-    static WEIGHT_COPIES: RefCell<Option<HashMap<Key, (Weak<DeviceBuffer>, Tensor)>>> =
+    static WEIGHT_COPIES: RefCell<Option<HashMap<Key, WeightCopy>>> =
         const { RefCell::new(None) };
 }
+
+/// A parameter (weakly) and its f16 copy.
+type WeightCopy = (Weak<DeviceBuffer>, Tensor);
 
 /// Ends [`f16_weight_copies`] when dropped (unless an outer guard is still alive), freeing the
 /// copies.
@@ -116,7 +119,7 @@ pub(crate) fn matmul_input(t: &Tensor) -> Result<Tensor> {
     let cached = WEIGHT_COPIES.with(|w| {
         let w = w.borrow();
         let copies = w.as_ref().filter(|_| wanted)?;
-        let same = |(original, _): &&(Weak<DeviceBuffer>, Tensor)| {
+        let same = |(original, _): &&WeightCopy| {
             original
                 .upgrade()
                 .is_some_and(|o| Arc::ptr_eq(&o, &t.storage))

@@ -388,7 +388,13 @@ fn f16_elementwise_ops_run_in_16_bits() {
         let h = xt.mul_scalar(1.0).unwrap();
         reset_peaks(&gpu);
         let before = allocated(&gpu, Category::Temporary);
-        let s = h.add(&h).unwrap().mul_scalar(0.5).unwrap().mul_scalar(2.0).unwrap();
+        let s = h
+            .add(&h)
+            .unwrap()
+            .mul_scalar(0.5)
+            .unwrap()
+            .mul_scalar(2.0)
+            .unwrap();
         let g = s.gelu().unwrap();
         let temporary = peak(&gpu, Category::Temporary) - before;
         drop(guard);

@@ -172,7 +172,7 @@ const WIDTHS: [[bool; 3]; 7] = [
 
 #[test]
 fn f16_matmul_matches_reference_on_both_paths() {
-    let mut rng = Rng::new(0x16_16);
+    let mut rng = Rng::new(0x1616);
     for gpu in devices() {
         // main_scalar: odd sizes, odd half offsets, every width combination and transpose.
         for (i, widths) in WIDTHS.iter().enumerate() {
