@@ -161,13 +161,15 @@ pub(crate) struct CommonArgs {
     #[arg(long, default_value = "caching", value_parser = flags::allocator)]
     allocator: AllocatorMode,
     /// What activations are stored in: `f32`, or `f16`, which about halves activation memory
-    /// (the outputs of layers and what backward keeps are stored in 16 bits; every op still
-    /// computes in f32, and parameters, gradients, optimizer state and the loss stay f32). f16
-    /// scales the loss as PyTorch's GradScaler (from 65536; halved and the step skipped when
-    /// the loss or a gradient is not finite, doubled after 2000 steps without, up to 2^24).
-    /// Use it when many activations are kept (deep models, attention, long sequences, big
-    /// batches): a larger micro-batch fits; `plimsoll plan` shows both. Steps take longer (a
-    /// conversion pass per layer output).
+    /// (as PyTorch's autocast: the outputs of layers and what backward keeps are 16-bit;
+    /// matmuls read 16-bit inputs, weights through f16 copies made once per update, and sum in
+    /// f32; adds, multiplies and activation functions run in 16 bits; layer norm, softmax, the
+    /// loss, gradients, parameters and optimizer state stay f32). f16 scales the loss as
+    /// PyTorch's GradScaler (from 65536; halved and the step skipped when the loss or a
+    /// gradient is not finite, doubled after 2000 steps without, up to 2^24). Use it when many
+    /// activations are kept (deep models, attention, long sequences, big batches): a larger
+    /// micro-batch fits; `plimsoll plan` shows both. On a CPU adapter steps take longer (the
+    /// conversions around layer norm, softmax and the loss).
     #[arg(long, default_value = "f32", value_parser = flags::precision)]
     precision: Precision,
     /// What the after-step leak check does: `off`, `warn` or `error`.
