@@ -144,6 +144,9 @@ pub(crate) fn matmul_input(t: &Tensor) -> Result<Tensor> {
         }
     };
     let mut copy = copy;
+    // The copy has the elements of `t`; a view of the parameter with another shape (the same
+    // storage, offset and length) reads it with its own shape.
+    copy.shape = t.shape.clone();
     copy.autograd = t.autograd.clone();
     Ok(copy)
 }
@@ -263,11 +266,12 @@ fn shared_half(t: &Tensor) -> Result<Tensor> {
     Ok(half)
 }
 
-/// The element type of a new op output in `category`: f16 under [`f16_activations`] for an
-/// activation (the output of a recorded op), else f32. For ops whose kernels write 16-bit
-/// outputs themselves (no f32 output then converted).
-pub(crate) fn output_dtype(category: Category) -> DType {
-    match saves_f16_activations() && category == Category::Activation {
+/// The element type of a new op output of `numel` elements in `category`: f16 under
+/// [`f16_activations`] for an activation (the output of a recorded op) of more than one
+/// element (as [`output_in_f16`] decides), else f32. For ops whose kernels write 16-bit outputs
+/// themselves (no f32 output then converted).
+pub(crate) fn output_dtype(category: Category, numel: usize) -> DType {
+    match saves_f16_activations() && category == Category::Activation && numel > 1 {
         true => DType::F16,
         false => DType::F32,
     }

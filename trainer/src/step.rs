@@ -25,7 +25,8 @@
 //! gradient norm, so clipping costs no extra wait.
 //!
 //! `--precision f16` ([`Precision::F16`]): each micro-batch's forward runs under autograd's
-//! `f16_activations` (activations stored in f16), and its loss is also multiplied by the loss
+//! `f16_activations` (activations stored in f16), all of them under `f16_weight_copies`
+//! (matmuls read each weight through one f16 copy per update), and its loss is also multiplied by the loss
 //! scale ([`crate::scaler`]). The read-back is divided by it (the loss, the norm) and so is the
 //! update's gradient scale (with clipping's factor, from the unscaled norm). A loss or gradient
 //! that is not finite does not fail the step: it is skipped ([`StepResult::overflow`]; no
@@ -34,7 +35,9 @@
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
-use plimsoll_autograd::{Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
+use plimsoll_autograd::{
+    Category, Gpu, Tensor, TensorOptions, f16_activations, f16_weight_copies, no_grad,
+};
 use plimsoll_kernels_wgsl::kernels::nonfinite;
 use plimsoll_nn::{Optimizer, zero_grad};
 
@@ -235,11 +238,12 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
     // Two words after the sums for the `nonfinite` kernel's flags, so they come back in the same
     // read.
     let n = all.numel();
-    let flags = Tensor::zeros(
-        loss_sum.gpu(),
-        &[nonfinite::FLAG_WORDS as usize],
-        Default::default(),
-    )?;
+    let options = TensorOptions {
+        category: Category::Temporary,
+        label: "nonfinite flags",
+        requires_grad: false,
+    };
+    let flags = Tensor::zeros(loss_sum.gpu(), &[nonfinite::FLAG_WORDS as usize], options)?;
     let all = Tensor::concat(&[&all, &flags], 0)?;
     drop(flags);
     {

@@ -44,7 +44,8 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
     if any_f16(&[a, b]) {
         let category = output_category(records(&[a, b]));
         let both = a.dtype == DType::F16 && b.dtype == DType::F16;
-        if both && output_dtype(category) == DType::F16 {
+        let numel = crate::tensor::numel(&a.shape).max(crate::tensor::numel(&b.shape));
+        if both && output_dtype(category, numel) == DType::F16 {
             return binary_f16(a, b, op, category);
         }
         return binary(&a.widened()?, &b.widened()?, op);
@@ -109,7 +110,7 @@ fn scalar(
     let name = binary_name(op);
     let category = output_category(records(&[x]));
     if x.dtype == DType::F16 {
-        if output_dtype(category) == DType::F32 {
+        if output_dtype(category, x.numel()) == DType::F32 {
             return scalar(&x.widened()?, op, s, rhs, recorded);
         }
         // Under `f16_activations`: the 16-bit kernel, `s` kept in f32.
@@ -132,7 +133,7 @@ fn unary(x: &Tensor, op: UnaryOp, exponent: f32) -> Result<Tensor> {
     let name = op.name();
     let category = output_category(records(&[x]));
     let half = x.dtype == DType::F16;
-    if half && output_dtype(category) == DType::F32 {
+    if half && output_dtype(category, x.numel()) == DType::F32 {
         return unary(&x.widened()?, op, exponent);
     }
     let out = match half {

@@ -56,7 +56,7 @@ impl Tensor {
         };
         let inputs = [self, weight, bias];
         let category = output_category(records(&inputs));
-        let dtype = output_dtype(category);
+        let dtype = output_dtype(category, numel(&shape));
         let out = Tensor::empty_typed(&self.gpu, &shape, dtype, category, "linear")?;
         let epilogue = if relu {
             Epilogue::BiasRelu

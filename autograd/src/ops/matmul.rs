@@ -145,7 +145,7 @@ impl Product {
         shape: &[usize],
         category: Category,
     ) -> Result<Tensor> {
-        let dtype = output_dtype(category);
+        let dtype = output_dtype(category, crate::tensor::numel(shape));
         let out = Tensor::empty_typed(&a.gpu, shape, dtype, category, "matmul")?;
         self.record(a, b, &out, false)?;
         Ok(out)

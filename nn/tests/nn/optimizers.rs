@@ -422,3 +422,43 @@ fn undo_step_takes_back_the_step_count_and_new_state() {
         assert_eq!(ta.to_vec().unwrap(), tb.to_vec().unwrap(), "{na}");
     }
 }
+
+/// An optimizer's step drops the f16 weight copies an `f16_weight_copies` guard holds, so a
+/// forward after the update reads the new weights even if one guard spans both updates.
+#[test]
+fn an_optimizer_step_refreshes_f16_weight_copies() {
+    use plimsoll_autograd::{f16_activations, f16_weight_copies};
+    for (opt_name, mut opt) in [
+        (
+            "sgd",
+            Box::new(Sgd::new(SgdConfig {
+                lr: 0.5,
+                ..SgdConfig::default()
+            })) as Box<dyn Optimizer>,
+        ),
+        (
+            "adamw",
+            Box::new(AdamW::new(AdamWConfig {
+                lr: 0.5,
+                ..AdamWConfig::default()
+            })),
+        ),
+    ] {
+        let gpu = gpu();
+        let w = param(&gpu, &[1.0, -2.0, 0.5, 3.0], &[2, 2], "w");
+        let x = Tensor::from_slice(&gpu, &[1.0, 1.0], &[1, 2]).unwrap();
+        let params = vec![("w".to_string(), w.clone())];
+        let forward = || {
+            let _half = f16_activations();
+            x.matmul_transposed(&w).unwrap()
+        };
+        let _weights = f16_weight_copies();
+        forward().sum_all().unwrap().backward().unwrap();
+        opt.step(&params).unwrap();
+        // y = x · wᵀ with the updated weights, as f16 rounds them.
+        let w_now = plimsoll_kernels_wgsl::reference::convert::round_to_f16(&w.to_vec().unwrap());
+        let want = [w_now[0] + w_now[1], w_now[2] + w_now[3]];
+        let got = forward().to_vec().unwrap();
+        assert_close(opt_name, &got, &want, 1e-3, 1e-3);
+    }
+}
