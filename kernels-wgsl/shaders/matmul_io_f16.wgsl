@@ -61,17 +61,17 @@ fn stc4(i: u32, v: vec4<f32>) {
 }
 
 fn lda(i: u32) -> f32 {
-    if (A_F16) { return half_of(a_w[i >> 1u], i); }
+    if (A_F16) { return half_at(a_w[i >> 1u], i); }
     return bitcast<f32>(a_w[i]);
 }
 
 fn ldb(i: u32) -> f32 {
-    if (B_F16) { return half_of(b_w[i >> 1u], i); }
+    if (B_F16) { return half_at(b_w[i >> 1u], i); }
     return bitcast<f32>(b_w[i]);
 }
 
 fn ldc(i: u32) -> f32 {
-    if (C_F16) { return half_of(atomicLoad(&c_atomic[i >> 1u]), i); }
+    if (C_F16) { return half_at(atomicLoad(&c_atomic[i >> 1u]), i); }
     return bitcast<f32>(atomicLoad(&c_atomic[i]));
 }
 
@@ -79,28 +79,17 @@ fn stc(i: u32, v: f32) {
     if (C_F16) {
         let shift = 16u * (i & 1u);
         atomicAnd(&c_atomic[i >> 1u], ~(0xffffu << shift));
-        atomicOr(&c_atomic[i >> 1u], (pack_halves(v, 0.0) & 0xffffu) << shift);
+        atomicOr(&c_atomic[i >> 1u], half_bits(v) << shift);
         return;
     }
     atomicStore(&c_atomic[i], bitcast<u32>(v));
 }
 
-// Half i % 2 of `word`, as f32.
-fn half_of(word: u32, i: u32) -> f32 {
-    let v = halves2(word);
-    return select(v.x, v.y, (i & 1u) != 0u);
-}
-
 fn halves4(w: vec2<u32>) -> vec4<f32> {
-    return vec4<f32>(halves2(w.x), halves2(w.y));
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
 
-
-// x in the low half, y in the high half.
+// x in the low half, y in the high half (f16_bits.wgsl's rounding).
 fn pack_halves(x: f32, y: f32) -> u32 {
     return half_bits(x) | (half_bits(y) << 16u);
-}
-
-fn halves2(word: u32) -> vec2<f32> {
-    return unpack2x16float(word);
 }

@@ -26,9 +26,10 @@ fn binary_name(op: BinaryOp) -> &'static str {
     }
 }
 
-fn broadcast_of(op: &'static str, a: &Tensor, b: &Tensor) -> Result<Broadcast> {
-    a.expect_dtype(op, DType::F32)?;
-    b.expect_dtype(op, DType::F32)?;
+/// The broadcast of `a` and `b`, each of `dtype`.
+fn broadcast_of(op: &'static str, a: &Tensor, b: &Tensor, dtype: DType) -> Result<Broadcast> {
+    a.expect_dtype(op, dtype)?;
+    b.expect_dtype(op, dtype)?;
     Broadcast::new(&a.shape, &b.shape).ok_or_else(|| {
         mismatch(
             op,
@@ -51,7 +52,7 @@ fn binary(a: &Tensor, b: &Tensor, op: BinaryOp) -> Result<Tensor> {
         return binary(&a.widened()?, &b.widened()?, op);
     }
     let name = binary_name(op);
-    let shape = broadcast_of(name, a, b)?;
+    let shape = broadcast_of(name, a, b, DType::F32)?;
     let recording = records(&[a, b]);
     let out = Tensor::empty(&a.gpu, &shape.out_shape, output_category(recording), name)?;
     let dims = BinaryDims {
@@ -81,14 +82,7 @@ fn binary_op(op: BinaryOp, a: &Tensor, b: &Tensor) -> Op {
 /// kernel, with no f32 copies.
 fn binary_f16(a: &Tensor, b: &Tensor, op: BinaryOp, category: Category) -> Result<Tensor> {
     let name = binary_name(op);
-    let shape = Broadcast::new(&a.shape, &b.shape).ok_or_else(|| {
-        mismatch(
-            name,
-            &a.shape,
-            &b.shape,
-            "trailing extents must be equal or 1",
-        )
-    })?;
+    let shape = broadcast_of(name, a, b, DType::F16)?;
     let out = Tensor::empty_typed(&a.gpu, &shape.out_shape, DType::F16, category, name)?;
     let dims = BinaryDims {
         op,

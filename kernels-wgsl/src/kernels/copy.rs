@@ -91,27 +91,12 @@ pub fn strided_copy(
     shape: &[u32],
     src_strides: &[u32],
 ) -> Result<()> {
-    let invalid = |message: String| Error::InvalidArgument {
-        op: "strided_copy",
-        message,
-    };
-    if shape.len() != src_strides.len() || shape.len() > MAX_RANK {
-        return Err(invalid(format!(
-            "shape {shape:?} and strides {src_strides:?} must have the same rank <= {MAX_RANK}"
-        )));
-    }
-    let len: u64 = shape.iter().map(|&s| u64::from(s)).product();
+    let (len, reads) = gather_extent("strided_copy", shape, src_strides)?;
     dst.expect_len("strided_copy", "dst", len)?;
     if len == 0 {
         return Ok(());
     }
-    // Highest source element read, relative to the start of `src`.
-    let span: u64 = shape
-        .iter()
-        .zip(src_strides)
-        .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
-        .sum();
-    src.expect_at_least("strided_copy", "src", span + 1)?;
+    src.expect_at_least("strided_copy", "src", reads)?;
     let (shape, strides) = canonical(shape, src_strides);
     let rank = shape.len();
     // Innermost dimension contiguous and whole vec4s, everything else 4-aligned: vec4s.
@@ -167,12 +152,7 @@ pub fn strided_copy_f16(
         op: "strided_copy_f16",
         message,
     };
-    if shape.len() != src_strides.len() || shape.len() > MAX_RANK {
-        return Err(invalid(format!(
-            "shape {shape:?} and strides {src_strides:?} must have the same rank <= {MAX_RANK}"
-        )));
-    }
-    let len: u64 = shape.iter().map(|&s| u64::from(s)).product();
+    let (len, reads) = gather_extent("strided_copy_f16", shape, src_strides)?;
     if dst.len() != len {
         return Err(invalid(format!(
             "dst: {} halves given, {len} needed",
@@ -188,16 +168,10 @@ pub fn strided_copy_f16(
     if len == 0 {
         return Ok(());
     }
-    let span: u64 = shape
-        .iter()
-        .zip(src_strides)
-        .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
-        .sum();
-    if src.len() < span + 1 {
+    if src.len() < reads {
         return Err(invalid(format!(
-            "src: {} halves given, at least {} read",
-            src.len(),
-            span + 1
+            "src: {} halves given, at least {reads} read",
+            src.len()
         )));
     }
     let (shape, strides) = canonical(shape, src_strides);
@@ -220,6 +194,31 @@ pub fn strided_copy_f16(
         &buffers,
         len.div_ceil(2),
     )
+}
+
+/// A gather's element count and how many source elements it reads (the highest index read plus
+/// one; 0 when it is empty), or [`Error::InvalidArgument`] when `shape` and `src_strides` differ
+/// in rank or pass [`MAX_RANK`].
+fn gather_extent(op: &'static str, shape: &[u32], src_strides: &[u32]) -> Result<(u64, u64)> {
+    if shape.len() != src_strides.len() || shape.len() > MAX_RANK {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "shape {shape:?} and strides {src_strides:?} must have the same rank <= \
+                 {MAX_RANK}"
+            ),
+        });
+    }
+    let len: u64 = shape.iter().map(|&s| u64::from(s)).product();
+    if len == 0 {
+        return Ok((0, 0));
+    }
+    let span: u64 = shape
+        .iter()
+        .zip(src_strides)
+        .map(|(&n, &s)| u64::from(n - 1) * u64::from(s))
+        .sum();
+    Ok((len, span + 1))
 }
 
 /// The same gather with fewer dimensions: extents of 1 dropped, and each dimension merged into
