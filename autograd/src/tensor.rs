@@ -33,8 +33,9 @@ pub enum DType {
     F32,
     /// 32-bit unsigned integers: class targets, token ids. Never requires grad.
     U32,
-    /// IEEE binary16, two per 4-byte word (`crate::half`): saved activations under
-    /// [`crate::f16_activations`], and [`Tensor::to_f16`]. No op computes in it.
+    /// IEEE binary16, two per 4-byte word (`crate::half`): activations under
+    /// [`crate::f16_activations`], and [`Tensor::to_f16`]. Matmuls, elementwise ops, permutes
+    /// and slices read and write it themselves; other ops widen it to f32 first.
     F16,
 }
 

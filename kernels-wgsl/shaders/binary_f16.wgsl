@@ -2,8 +2,9 @@
 // binary_f16.wgsl: `out = a op b` with a, b and out 16-bit, on the packed path (u32 words,
 // unpack2x16float and f16_bits.wgsl's rounding: every adapter), with binary_ops.wgsl's
 // broadcasting (operand_offsets) and op, computed in f32 and rounded once to f16. For +, -, *
-// and / that is f16 arithmetic's result bit for bit: f32 has 24 >= 2 * 11 + 2 significand bits,
-// so rounding to f32 and then to f16 is rounding once. Module `binary_f16`: this file,
+// that is f16 arithmetic's result bit for bit: f32 has 24 >= 2 * 11 + 2 significand bits, so
+// rounding a correctly rounded f32 sum, difference or product to f16 is rounding once (division
+// is within WGSL's 2.5 ULP on either path). Module `binary_f16`: this file,
 // binary_ops.wgsl and f16_bits.wgsl (kernels::binary::BROADCAST_F16).
 // Bindings: a_w, b_w, out_w (array<u32>). Offsets and n count halves. One invocation per output
 // word writes it whole, keeping the high half of a last word the run does not fill; out_offset

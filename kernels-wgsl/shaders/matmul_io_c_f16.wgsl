@@ -6,7 +6,7 @@
 
 // C is rounded once, after alpha, accumulate and the epilogue, and stored one f16 at a time
 // (16-bit stores: no two invocations share a store whatever the offset). |v| >= 65520 becomes
-// +-inf and NaN stays NaN (to_half, as convert_native.wgsl does), so the loss scaler's overflow
+// +-inf and NaN stays NaN (to_half, f16_native.wgsl), so the loss scaler's overflow
 // check still sees them.
 
 fn ldc4(i: u32) -> vec4<f32> { return vec4<f32>(c_h4[i]); }

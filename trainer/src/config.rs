@@ -107,10 +107,12 @@ pub enum Precision {
     /// Everything in f32.
     #[default]
     F32,
-    /// Activations (the outputs of layers, and what backward saves) stored in f16, half the
-    /// bytes; every op still computes in f32, and parameters, gradients, optimizer state,
-    /// layer norm statistics and the loss stay f32. The loss is scaled dynamically
-    /// ([`crate::scaler`]) and a step whose gradients overflow is skipped.
+    /// As PyTorch's autocast: activations (the outputs of layers, and what backward saves)
+    /// stored in f16, half the bytes; matmuls read 16-bit inputs (weights through f16 copies
+    /// made once per update) and sum in f32; elementwise ops run in 16 bits; parameters,
+    /// gradients, optimizer state, layer norm statistics, softmax and the loss stay f32. The
+    /// loss is scaled dynamically ([`crate::scaler`]) and a step whose gradients overflow is
+    /// skipped.
     F16,
 }
 

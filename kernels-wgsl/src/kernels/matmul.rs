@@ -276,8 +276,12 @@ pub fn loop_iterations(entry: MatmulEntry, trans_a: bool, trans_b: bool, k: u64)
 /// contents do not affect it (`main` loads them and discards them; NaN included). Nothing is recorded when `batch`, `m` or `n` is 0; `k = 0` gives
 /// `C = 0` (or leaves C as it is when accumulating).
 ///
-/// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if the slices do not
-/// overlap.
+/// Each operand is an [`Operand`]: f32 elements (a [`DeviceSlice`]) or 16-bit ones (a
+/// [`crate::kernels::convert::Halves`]), in any mix; products and sums are f32 and a 16-bit C
+/// is rounded once, after the epilogue (see `super::matmul_half`).
+///
+/// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if they do not
+/// overlap (and, for 16-bit operands, share no word).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] if an operand's extent (`(batch − 1) · stride + rows · cols`) does
