@@ -47,40 +47,20 @@ pub const MAIN_SCALAR_F16: Kernel = kernel!(
 /// point.
 macro_rules! native {
     ($stem:literal, $a:literal, $b:literal, $c:literal, [$($m:ident: $mt:literal),*],
-     [$($s:ident: $st:literal),*]) => {
+     [$($s:ident: $st:literal),*]) => {{
+        const SOURCE: &str = concat!(
+            "enable f16;\n",
+            include_str!("../../shaders/matmul.wgsl"),
+            include_str!(concat!("../../shaders/matmul_io_", $a, ".wgsl")),
+            include_str!(concat!("../../shaders/matmul_io_", $b, ".wgsl")),
+            include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl")),
+            include_str!("../../shaders/f16_native.wgsl")
+        );
         [
-            kernel!(
-                $stem,
-                "main",
-                source: concat!(
-                    "enable f16;\n",
-                    include_str!("../../shaders/matmul.wgsl"),
-                    include_str!(concat!("../../shaders/matmul_io_", $a, ".wgsl")),
-                    include_str!(concat!("../../shaders/matmul_io_", $b, ".wgsl")),
-                    include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl")),
-                    include_str!("../../shaders/f16_native.wgsl")
-                ),
-                params: Params,
-                [$($m: $mt,)* bias],
-                64
-            ),
-            kernel!(
-                $stem,
-                "main_scalar",
-                source: concat!(
-                    "enable f16;\n",
-                    include_str!("../../shaders/matmul.wgsl"),
-                    include_str!(concat!("../../shaders/matmul_io_", $a, ".wgsl")),
-                    include_str!(concat!("../../shaders/matmul_io_", $b, ".wgsl")),
-                    include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl")),
-                    include_str!("../../shaders/f16_native.wgsl")
-                ),
-                params: Params,
-                [$($s: $st,)* bias],
-                64
-            ),
+            kernel!($stem, "main", source: SOURCE, params: Params, [$($m: $mt,)* bias], 64),
+            kernel!($stem, "main_scalar", source: SOURCE, params: Params, [$($s: $st,)* bias], 64),
         ]
-    };
+    }};
 }
 
 /// The native 16-bit modules' `[main, main_scalar]`, one module per combination of widths
