@@ -35,9 +35,7 @@
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
-use plimsoll_autograd::{
-    Category, Gpu, Tensor, TensorOptions, f16_activations, f16_weight_copies, no_grad,
-};
+use plimsoll_autograd::{Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
 use plimsoll_kernels_wgsl::kernels::nonfinite;
 use plimsoll_nn::{Optimizer, zero_grad};
 
@@ -232,25 +230,11 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
             false => SquaresOf::Tensor(t),
         })
         .collect();
-    let (all, ranges) = Tensor::with_sums_of_squares(Some(loss_sum), &refs)?;
+    let (all, ranges) = Tensor::with_sums_of_squares_checked(Some(loss_sum), &refs)?;
     drop(refs);
     drop(parts);
-    // Two words after the sums for the `nonfinite` kernel's flags, so they come back in the same
-    // read.
-    let n = all.numel();
-    let options = TensorOptions {
-        category: Category::Temporary,
-        label: "nonfinite flags",
-        requires_grad: false,
-    };
-    let flags = Tensor::zeros(loss_sum.gpu(), &[nonfinite::FLAG_WORDS as usize], options)?;
-    let all = Tensor::concat(&[&all, &flags], 0)?;
-    drop(flags);
-    {
-        let words = all.elements()?;
-        let (sums, flags) = (words.slice(0, n as u64)?, words.slice(n as u64, 2)?);
-        nonfinite::check(loss_sum.gpu(), flags, sums)?;
-    }
+    // The sums, then the `nonfinite` kernel's flags over them: one read.
+    let n = all.numel().saturating_sub(nonfinite::FLAG_WORDS as usize);
     let mut values = all.to_vec()?;
     let nonfinite = values.get(n).is_none_or(|flag| flag.to_bits() != 0);
     values.truncate(n);

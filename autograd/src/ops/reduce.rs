@@ -2,7 +2,7 @@
 //! Kernels: `reduce` (one `sum_axis`/`mean_axis` dispatch per axis, `*_all` for everything).
 
 use plimsoll_kernels_wgsl::Category;
-use plimsoll_kernels_wgsl::kernels::{copy, reduce};
+use plimsoll_kernels_wgsl::kernels::{copy, nonfinite, reduce};
 
 use crate::error::{Error, Result};
 use crate::op::{Axes, Op};
@@ -143,53 +143,84 @@ impl Tensor {
         head: Option<&Tensor>,
         tensors: &[SquaresOf<'_>],
     ) -> Result<(Tensor, Vec<std::ops::Range<usize>>)> {
-        let op = "with_sums_of_squares";
-        let mut all: Vec<&Tensor> = head.into_iter().collect();
-        all.extend(tensors.iter().map(SquaresOf::tensor));
-        for t in &all {
-            t.expect_dtype(op, DType::F32)?;
-        }
-        if records(&all) {
-            return Err(Error::InvalidArgument {
-                op,
-                message: "has no backward; call it under no_grad() or on tensors that do not \
-                          require grad"
-                    .to_string(),
-            });
-        }
-        let Some(first) = all.first() else {
-            return Err(Error::InvalidArgument {
-                op,
-                message: "no head and no tensors: nothing to read".to_string(),
-            });
-        };
-        let gpu = first.gpu.clone();
-        let start = head.map_or(0, Tensor::numel);
-        let mut ranges = Vec::with_capacity(tensors.len());
-        let mut end = start;
-        for t in tensors {
-            let len = match t {
-                SquaresOf::Tensor(t) => reduce::squares_chunks(t.numel() as u64) as usize,
-                SquaresOf::Partials(p) => p.numel(),
-            };
-            ranges.push(end..end + len);
-            end += len;
-        }
-        let out = Tensor::empty(&gpu, &[end], Category::Temporary, op)?;
-        let slots = out.elements()?;
-        if let Some(head) = head {
-            copy::copy(&gpu, slots.slice(0, start as u64)?, head.elements()?)?;
-        }
-        for (t, range) in tensors.iter().zip(&ranges) {
-            let at = slots.slice(range.start as u64, range.len() as u64)?;
-            match t {
-                SquaresOf::Tensor(t) => reduce::sum_squares_chunks(&gpu, at, t.elements()?)?,
-                SquaresOf::Partials(p) => copy::copy(&gpu, at, p.elements()?)?,
-            }
-        }
-        Ok((out, ranges))
+        sums_of_squares(head, tensors, false)
     }
 
+    /// [`Tensor::with_sums_of_squares`] followed by the `nonfinite` kernel's two flag words
+    /// ([`nonfinite::FLAG_WORDS`], u32 bits: `[any, first index]`) over everything before them,
+    /// computed on the device: whether the head or a sum is NaN or infinite comes back in the
+    /// same read-back. The flags start at `numel() - 2`.
+    pub fn with_sums_of_squares_checked(
+        head: Option<&Tensor>,
+        tensors: &[SquaresOf<'_>],
+    ) -> Result<(Tensor, Vec<std::ops::Range<usize>>)> {
+        sums_of_squares(head, tensors, true)
+    }
+}
+
+/// [`Tensor::with_sums_of_squares`], with the nonfinite flags after the sums when `flags`.
+fn sums_of_squares(
+    head: Option<&Tensor>,
+    tensors: &[SquaresOf<'_>],
+    flags: bool,
+) -> Result<(Tensor, Vec<std::ops::Range<usize>>)> {
+    let op = "with_sums_of_squares";
+    let mut all: Vec<&Tensor> = head.into_iter().collect();
+    all.extend(tensors.iter().map(SquaresOf::tensor));
+    for t in &all {
+        t.expect_dtype(op, DType::F32)?;
+    }
+    if records(&all) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "has no backward; call it under no_grad() or on tensors that do not \
+                      require grad"
+                .to_string(),
+        });
+    }
+    let Some(first) = all.first() else {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "no head and no tensors: nothing to read".to_string(),
+        });
+    };
+    let gpu = first.gpu.clone();
+    let start = head.map_or(0, Tensor::numel);
+    let mut ranges = Vec::with_capacity(tensors.len());
+    let mut end = start;
+    for t in tensors {
+        let len = match t {
+            SquaresOf::Tensor(t) => reduce::squares_chunks(t.numel() as u64) as usize,
+            SquaresOf::Partials(p) => p.numel(),
+        };
+        ranges.push(end..end + len);
+        end += len;
+    }
+    let tail = if flags {
+        nonfinite::FLAG_WORDS as usize
+    } else {
+        0
+    };
+    let out = Tensor::empty(&gpu, &[end + tail], Category::Temporary, op)?;
+    let slots = out.elements()?;
+    if let Some(head) = head {
+        copy::copy(&gpu, slots.slice(0, start as u64)?, head.elements()?)?;
+    }
+    for (t, range) in tensors.iter().zip(&ranges) {
+        let at = slots.slice(range.start as u64, range.len() as u64)?;
+        match t {
+            SquaresOf::Tensor(t) => reduce::sum_squares_chunks(&gpu, at, t.elements()?)?,
+            SquaresOf::Partials(p) => copy::copy(&gpu, at, p.elements()?)?,
+        }
+    }
+    if flags {
+        let words = slots.slice(end as u64, nonfinite::FLAG_WORDS)?;
+        nonfinite::check(&gpu, words, slots.slice(0, end as u64)?)?;
+    }
+    Ok((out, ranges))
+}
+
+impl Tensor {
     /// Mean of every element, as a scalar (shape `[]`).
     pub fn mean_all(&self) -> Result<Tensor> {
         self.mean(&[], false)

@@ -162,4 +162,16 @@ fn with_sums_of_squares_puts_each_tensor_in_its_range() {
     let (none, empty) = Tensor::with_sums_of_squares(None, &[SquaresOf::Tensor(&small)]).unwrap();
     assert_eq!(none.to_vec().unwrap(), vec![17.25]);
     assert_eq!((empty.len(), empty[0].clone()), (1, 0..1));
+    // The checked form: the same values, then the nonfinite flags [any, first index] as u32
+    // bits, on the device: the NaN's range starts at 6.
+    let (checked, same) = Tensor::with_sums_of_squares_checked(Some(&head), &parts).unwrap();
+    assert_eq!(same, ranges);
+    let flagged = checked.to_vec().unwrap();
+    assert_eq!(flagged.len(), 9);
+    assert_eq!(&flagged[..2], &values[..2]);
+    assert_eq!([flagged[7].to_bits(), flagged[8].to_bits()], [1, 6]);
+    let finite = [&small, &big].map(SquaresOf::Tensor);
+    let (clean, _) = Tensor::with_sums_of_squares_checked(Some(&head), &finite).unwrap();
+    let clean = clean.to_vec().unwrap();
+    assert_eq!(clean[clean.len() - 2].to_bits(), 0, "nothing non-finite");
 }
