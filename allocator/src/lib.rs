@@ -52,7 +52,7 @@ pub use config::{AllocatorConfig, Request};
 pub use error::{AllocError, OomCause, OutOfMemory, Result};
 pub use phase::{Phase, PhaseStats};
 pub use simulated::{SimulatedDeviceFull, SimulatedSource};
-pub use snapshot::{BlockSnapshot, SegmentSnapshot, Snapshot};
+pub use snapshot::{BlockSnapshot, Layout, SegmentSnapshot, Snapshot};
 pub use source::SegmentSource;
 pub use stats::{CategoryStats, Stats};
 pub use step_plan::{StepOutcome, StepPlanStats};

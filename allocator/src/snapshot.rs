@@ -91,3 +91,47 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
         }
     }
 }
+
+/// The allocator's state as far as it decides where future requests go: the budget, every
+/// segment (in id order, named by rank, since ids only grow and order is all best fit uses),
+/// its size, kind and pin, and its blocks in address order (offset, size, and for a used block
+/// its category and label), plus the installed step plan. Two allocators with equal layouts
+/// answer the same sequence of requests and frees identically, so a training step that starts
+/// and ends at the same layout is a fixed point: every later step like it repeats it, peaks
+/// included. The memory plan uses this to replay a run until its allocator stops changing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Layout(Vec<u64>);
+
+impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
+    /// The allocator's [`Layout`] now, in one walk over its blocks.
+    pub fn layout(&self) -> Layout {
+        let mut entries: Vec<_> = self.segments.iter().map(|(_, entry)| entry).collect();
+        entries.sort_unstable_by_key(|entry| entry.id);
+        let plan = self.step_plan_stats();
+        let mut words = vec![
+            self.config.budget_bytes,
+            plan.plans_built,
+            plan.arena_bytes,
+            plan.planned_requests,
+            entries.len() as u64,
+        ];
+        for entry in entries {
+            words.push(entry.size_bytes);
+            words.push(u64::from(entry.shared) | (u64::from(entry.pinned) << 1));
+            let mut index = entry.first_block;
+            while index != crate::block::NIL {
+                let block = &self.blocks[index];
+                let used = if block.is_used() {
+                    1 | (u64::from(block.label()) << 8) | ((block.category() as u64) << 1)
+                } else {
+                    0
+                };
+                words.push((u64::from(block.offset) << 32) | u64::from(block.size));
+                words.push(used);
+                index = block.next;
+            }
+            words.push(u64::MAX);
+        }
+        Layout(words)
+    }
+}

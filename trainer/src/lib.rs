@@ -38,6 +38,7 @@ pub mod report;
 pub mod run_dir;
 pub mod sample;
 pub mod scaler;
+mod schedule;
 pub mod step;
 pub mod task;
 pub mod text;

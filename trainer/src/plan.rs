@@ -1,29 +1,35 @@
 //! The memory plan: before step one, the run's own steps are replayed on a planning twin of the
 //! device (`Gpu::planning_twin`: the same allocator over stand-in segments, no kernel run), so
 //! every allocation happens as it will in the run, at its size and offset, in milliseconds. Each
-//! dry run builds the model, runs three steps over the whole effective batch (in micro-batches,
-//! through the same [`crate::step::run_step`] the trainer uses) with an evaluation of two chunks
-//! between the second and the third, and the last partial batch of an epoch when there is one.
-//! It fits when nothing in it runs out of memory under the budget, and then its peaks are the
-//! run's: allocated and reserved, per category, of the steps and of the evaluation.
+//! dry run builds the model and replays the run's events in the trainer's order
+//! ([`crate::schedule`]: steps over the whole effective batch in micro-batches, through the same
+//! [`crate::step::run_step`] the trainer uses, an epoch's last partial batch, and evaluations in
+//! chunks) until the allocator's state stops changing: an event that starts from the layout it
+//! started from before and leaves it unchanged repeats itself, so once every kind of event is
+//! such a fixed point the rest of the run, however long, repeats what was replayed. (The caching
+//! allocator keeps reshaping its segments for several steps: three steps were not enough.) It
+//! fits when nothing in it runs out of memory under the budget, and then its peaks are the
+//! run's, for every step: allocated and reserved, per category, of the steps and of the
+//! evaluations.
 //!
 //! The plan tries every checkpointing choice that matters (none, and every `k` blocks for each
 //! `k` from 1 to the number of blocks) and, for each, finds by bisection the fewest equal
 //! micro-batches that fit; it picks the largest micro-batch, then no checkpointing, then the
 //! lowest reserved peak. [`MemoryPlan::margin_bytes`] is what the dry run cannot see: 0, since
-//! it replays the run's allocation sequence itself (steps, an evaluation between steps, the last
-//! partial batch); a run that evaluates more often, or resumes from a checkpoint, allocates in
-//! the same sizes in another order, which out-of-memory recovery covers.
+//! it replays the run's allocation sequence itself. A run resumed from a checkpoint starts its
+//! allocator afresh at another point of the same sequence, which out-of-memory recovery covers.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::Instant;
 
-use plimsoll_allocator::format_bytes;
+use plimsoll_allocator::{Layout, format_bytes};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::Category;
 
 use crate::config::{CheckpointPolicy, Precision, TrainConfig};
 use crate::error::{Error, Result};
+use crate::schedule::{Event, RunEvents};
 use crate::step::{StepInputs, run_step};
 use crate::task::{Data, Recipe};
 
@@ -44,16 +50,25 @@ pub struct Probe {
     /// Peak allocated bytes per category ([`Category::ALL`] order) of the steps.
     pub category_peaks: [u64; 7],
     /// Peak allocated bytes of the evaluation (chunks of `micro_batch` samples, the optimizer
-    /// state alive, as the trainer evaluates); `None` when it ran out of memory.
+    /// state alive, as the trainer evaluates); 0 without an evaluation set; `None` when it ran
+    /// out of memory or the dry run ended before one.
     pub eval_peak_allocated_bytes: Option<u64>,
     /// Peak reserved bytes of the evaluation.
     pub eval_peak_reserved_bytes: Option<u64>,
+    /// Whether an evaluation chunk ran out of memory (then it does not fit).
+    pub eval_out_of_memory: bool,
+    /// Steps and evaluation chunks the dry run replayed before the allocator's state repeated
+    /// (the rest of the run's events repeat one of these).
+    pub events_replayed: usize,
+    /// Whether the allocator's state repeated within the replayed events; when not, later steps
+    /// of a long run may reserve more than predicted (out-of-memory recovery covers them).
+    pub converged: bool,
 }
 
 impl Probe {
     /// Whether it ran without running out of memory.
     pub fn fits(&self) -> bool {
-        !self.out_of_memory && self.eval_peak_allocated_bytes.is_some()
+        !self.out_of_memory && !self.eval_out_of_memory
     }
 }
 
@@ -121,12 +136,23 @@ impl fmt::Display for MemoryPlan {
                 if p.fits() { "yes" } else { "out of memory" },
             )?;
         }
+        let replayed = self.probes.iter().map(|p| p.events_replayed).max();
         writeln!(
             f,
-            "  margin: {} (the dry run replays the run's own allocations: steps, an evaluation \
-             between steps, the last partial batch)",
-            format_bytes(self.margin_bytes)
+            "  margin: {} (each dry run replays the run's steps, partial batches and evaluations \
+             until the allocator's state repeats: at most {} of them here)",
+            format_bytes(self.margin_bytes),
+            replayed.unwrap_or(0)
         )?;
+        if self.probes.iter().any(|p| !p.converged) {
+            writeln!(
+                f,
+                "  note: in some dry runs the allocator's state did not repeat within {} steps \
+                 and evaluation chunks; later steps may reserve more than predicted \
+                 (out-of-memory recovery covers them)",
+                MAX_REPLAYED_EVENTS
+            )?;
+        }
         write!(
             f,
             "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}; \
@@ -140,10 +166,11 @@ impl fmt::Display for MemoryPlan {
             format_bytes(self.predicted_peak_reserved_bytes),
             100.0 * self.predicted_peak_reserved_bytes as f64 / self.budget_bytes.max(1) as f64,
             self.micro_batch,
-            self.predicted_eval_peak_bytes.map_or(
-                "out of memory (it will split its chunks)".to_string(),
-                |b| format!("peak {}", format_bytes(b))
-            )
+            match self.predicted_eval_peak_bytes {
+                None => "out of memory (it will split its chunks)".to_string(),
+                Some(0) => "none (no evaluation set)".to_string(),
+                Some(b) => format!("peak {}", format_bytes(b)),
+            }
         )
     }
 }
@@ -165,11 +192,20 @@ pub fn segment_name(segment_len: usize) -> String {
     }
 }
 
-/// The dry run of `micro_batch` with checkpoint segments of `segment_len` on the twin (see the
-/// module docs).
+/// Events a dry run replays at most before it gives up waiting for the allocator's state to
+/// repeat (each is a step or an evaluation chunk on the twin: milliseconds for the models here).
+const MAX_REPLAYED_EVENTS: usize = 256;
+
+/// The dry run of `micro_batch` with checkpoint segments of `segment_len` on the twin: the run's
+/// own events ([`RunEvents`]: its steps, partial steps and evaluation chunks, in order), each
+/// replayed until it reaches a fixed point. An event that starts from the allocator layout it
+/// started from the last time and left unchanged then is a fixed point: it would repeat that
+/// replay exactly (peaks included), so it is skipped; once every kind of event the run has is a
+/// fixed point of the current layout, the rest of the run repeats what was replayed and the dry
+/// run stops. Its peaks are then those of every step of the run, however long.
 fn probe(
     twin: &Gpu,
-    (spec, data, config): (&dyn Recipe, &dyn Data, &TrainConfig),
+    (spec, data, test, config): Inputs<'_>,
     segment_len: usize,
     micro_batch: usize,
 ) -> Result<Probe> {
@@ -185,110 +221,201 @@ fn probe(
         peak_allocated_bytes: 0,
         peak_reserved_bytes: 0,
         category_peaks: [0; 7],
-        eval_peak_allocated_bytes: None,
-        eval_peak_reserved_bytes: None,
+        // Without an evaluation set the run never evaluates: nothing to run out of memory.
+        eval_peak_allocated_bytes: test.is_none().then_some(0),
+        eval_peak_reserved_bytes: test.is_none().then_some(0),
+        eval_out_of_memory: false,
+        events_replayed: 0,
+        converged: true,
     };
     // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
     let (mut model, mut optimizer) = crate::task::build_within_budget(spec, twin)?;
     let params = model.parameters();
-    let len = data.len();
-    let effective = config.effective_batch.min(len).max(1);
-    let full: Vec<usize> = (0..effective).collect();
-    let partial: Vec<usize> = (0..len % config.effective_batch).collect();
+    let eval_len = test.map_or(0, |t| t.len());
+    let events = RunEvents::new(config, data.len(), eval_len, micro_batch);
+    let kinds = events.kinds();
+    // Per kind of event: the layout it last started from and the one it left.
+    let mut replayed: HashMap<Event, (Layout, Layout)> = HashMap::new();
+    // The kinds known to be fixed points of the current layout.
+    let mut fixed: HashSet<Event> = HashSet::new();
+    let mut layout = twin.with_allocator(|a| a.layout());
     let lr = config.schedule.lr_at(0);
-    let keep_step_peaks = |p: &mut Probe| {
-        let stats = twin.with_allocator(|a| a.stats().clone());
-        p.peak_allocated_bytes = p.peak_allocated_bytes.max(stats.peak_allocated_bytes);
-        p.peak_reserved_bytes = p.peak_reserved_bytes.max(stats.peak_reserved_bytes);
-        for c in Category::ALL {
-            let peak = &mut p.category_peaks[c.index()];
-            *peak = (*peak).max(stats.category(c).peak_allocated_bytes);
-        }
-    };
-    // Steps 1 and 2, an evaluation, step 3, and the last partial batch.
-    let steps: [&[usize]; 4] = [&full, &full, &full, &partial];
-    for (i, indices) in steps.into_iter().enumerate() {
-        if i == 2 {
-            twin.with_allocator(|a| a.reset_peaks());
-            let chunk = micro_batch.min(len);
-            let eval: Vec<usize> = (0..(2 * chunk).min(len)).collect();
-            let _no_grad = plimsoll_autograd::no_grad();
-            model.set_training(false);
-            let mut result = Ok(());
-            for part in eval.chunks(chunk.max(1)) {
-                result = data
-                    .upload(twin, part)
-                    .and_then(|batch| model.evaluate(&batch))
-                    .map(drop);
-                if result.is_err() {
-                    break;
-                }
+    for event in events {
+        if fixed.contains(&event) {
+            if kinds.iter().all(|k| fixed.contains(k)) {
+                break; // everything the run does from here repeats a replay
             }
-            model.set_training(true);
-            match result {
-                Ok(()) => {
-                    let stats = twin.with_allocator(|a| a.stats().clone());
-                    p.eval_peak_allocated_bytes = Some(stats.peak_allocated_bytes);
-                    p.eval_peak_reserved_bytes = Some(stats.peak_reserved_bytes);
-                }
-                Err(e) if e.is_out_of_memory() => return Ok(p),
-                Err(e) => return Err(e),
-            }
-        }
-        if indices.is_empty() {
             continue;
         }
-        twin.with_allocator(|a| a.reset_peaks());
-        let inputs = StepInputs {
-            gpu: twin,
-            model: model.as_ref(),
-            params: &params,
-            data,
-            segment_len,
-            label_smoothing: config.label_smoothing,
-            clip_grad_norm: config.clip_grad_norm,
-            step: 0,
-            batch_len: indices.len(),
-            collective: None,
-            stop: false,
-            precision: config.precision,
-            // The first step's scale: the same arguments as the run's first step (the warm-up
-            // compiles what the dry run launched).
-            loss_scale: crate::scaler::first_scale(config.precision),
-        };
-        let micro = balanced(indices.len(), micro_batch);
-        let result = run_step(&inputs, optimizer.as_mut(), indices, micro, lr);
-        keep_step_peaks(&mut p);
-        match result {
-            Ok(r) if r.recoveries.is_empty() => {}
-            Ok(_) => {
-                p.out_of_memory = true;
-                return Ok(p);
-            }
-            Err(e) if e.is_out_of_memory() => {
-                p.out_of_memory = true;
-                return Ok(p);
-            }
-            Err(e) => return Err(e),
+        if let Some((before, after)) = replayed.get(&event)
+            && *before == layout
+            && *after == layout
+        {
+            fixed.insert(event);
+            continue;
         }
+        if p.events_replayed == MAX_REPLAYED_EVENTS {
+            p.converged = false;
+            break;
+        }
+        p.events_replayed += 1;
+        let fits = match event {
+            Event::Step(samples) => replay_step(
+                twin,
+                (model.as_mut(), optimizer.as_mut()),
+                &params,
+                (data, config),
+                segment_len,
+                (samples, micro_batch),
+                lr,
+                &mut p,
+            )?,
+            Event::EvalChunk(samples) => {
+                let Some(test) = test else { continue };
+                replay_eval_chunk(twin, model.as_mut(), test, samples, &mut p)?
+            }
+        };
+        if !fits {
+            return Ok(p);
+        }
+        let after = twin.with_allocator(|a| a.layout());
+        if after != layout {
+            fixed.clear();
+        }
+        replayed.insert(
+            event,
+            (std::mem::replace(&mut layout, after.clone()), after),
+        );
     }
     Ok(p)
 }
+
+/// Replays one optimizer step of `samples` samples in micro-batches of at most `micro_batch`
+/// on the twin, folding its peaks into `p`; false (and `p` marked) when it ran out of memory.
+#[allow(clippy::too_many_arguments)]
+fn replay_step(
+    twin: &Gpu,
+    (model, optimizer): (&mut dyn crate::task::Model, &mut dyn plimsoll_nn::Optimizer),
+    params: &[(String, plimsoll_autograd::Tensor)],
+    (data, config): (&dyn Data, &TrainConfig),
+    segment_len: usize,
+    (samples, micro_batch): (usize, usize),
+    lr: f32,
+    p: &mut Probe,
+) -> Result<bool> {
+    twin.with_allocator(|a| {
+        // As the trainer's step: with a plan installed, what an evaluation left empty goes first.
+        if a.step_plan_stats().planned_requests > 0 {
+            a.empty_cache();
+        }
+        a.reset_peaks();
+    });
+    let indices: Vec<usize> = (0..samples).collect();
+    let inputs = StepInputs {
+        gpu: twin,
+        model: &*model,
+        params,
+        data,
+        segment_len,
+        label_smoothing: config.label_smoothing,
+        clip_grad_norm: config.clip_grad_norm,
+        step: 0,
+        batch_len: samples,
+        collective: None,
+        stop: false,
+        precision: config.precision,
+        // The first step's scale: the same arguments as the run's first step (the warm-up
+        // compiles what the dry run launched).
+        loss_scale: crate::scaler::first_scale(config.precision),
+    };
+    let micro = balanced(samples, micro_batch);
+    let result = run_step(&inputs, optimizer, &indices, micro, lr);
+    let stats = twin.with_allocator(|a| a.stats().clone());
+    p.peak_allocated_bytes = p.peak_allocated_bytes.max(stats.peak_allocated_bytes);
+    p.peak_reserved_bytes = p.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+    for c in Category::ALL {
+        let peak = &mut p.category_peaks[c.index()];
+        *peak = (*peak).max(stats.category(c).peak_allocated_bytes);
+    }
+    match result {
+        Ok(r) if r.recoveries.is_empty() => Ok(true),
+        Ok(_) => {
+            p.out_of_memory = true;
+            Ok(false)
+        }
+        Err(e) if e.is_out_of_memory() => {
+            p.out_of_memory = true;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Replays one evaluation chunk of `samples` samples (forward without a graph, evaluation
+/// mode, as the trainer evaluates), folding its peaks into `p`'s evaluation peaks; false (and
+/// those peaks `None`) when it ran out of memory.
+fn replay_eval_chunk(
+    twin: &Gpu,
+    model: &mut dyn crate::task::Model,
+    test: &dyn Data,
+    samples: usize,
+    p: &mut Probe,
+) -> Result<bool> {
+    twin.with_allocator(|a| a.reset_peaks());
+    let indices: Vec<usize> = (0..samples.min(test.len())).collect();
+    let result = {
+        let _no_grad = plimsoll_autograd::no_grad();
+        model.set_training(false);
+        let result = test
+            .upload(twin, &indices)
+            .and_then(|batch| model.evaluate(&batch))
+            .map(drop);
+        model.set_training(true);
+        result
+    };
+    match result {
+        Ok(()) => {
+            let stats = twin.with_allocator(|a| a.stats().clone());
+            let peak = |old: Option<u64>, new: u64| Some(old.unwrap_or(0).max(new));
+            p.eval_peak_allocated_bytes =
+                peak(p.eval_peak_allocated_bytes, stats.peak_allocated_bytes);
+            p.eval_peak_reserved_bytes =
+                peak(p.eval_peak_reserved_bytes, stats.peak_reserved_bytes);
+            Ok(true)
+        }
+        Err(e) if e.is_out_of_memory() => {
+            p.eval_peak_allocated_bytes = None;
+            p.eval_peak_reserved_bytes = None;
+            p.eval_out_of_memory = true;
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// What a dry run replays: the recipe, the training data, the evaluation data (if the run
+/// evaluates) and the run's configuration.
+type Inputs<'a> = (
+    &'a dyn Recipe,
+    &'a dyn Data,
+    Option<&'a dyn Data>,
+    &'a TrainConfig,
+);
 
 /// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
 /// fits with some checkpointing choice, and its fixed state: an unbudgeted dry run bounds it from
 /// above (without a budget the allocator sizes segments more freely), then bisection on twins.
 fn least_budget(
     gpu: &Gpu,
-    (spec, data, config): (&dyn Recipe, &dyn Data, &TrainConfig),
+    inputs: Inputs<'_>,
     candidates: &[usize],
     refused: u64,
 ) -> Result<(u64, u64)> {
-    let micro = config.micro_batch.unwrap_or(1);
+    let micro = inputs.3.micro_batch.unwrap_or(1);
     let unbounded = gpu.planning_twin(u64::MAX);
     let (mut fits, mut fixed) = (u64::MAX, u64::MAX);
     for &segment_len in candidates {
-        let p = probe(&unbounded, (spec, data, config), segment_len, micro)?;
+        let p = probe(&unbounded, inputs, segment_len, micro)?;
         fits = fits.min(
             p.peak_reserved_bytes
                 .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
@@ -310,7 +437,7 @@ fn least_budget(
         let twin = gpu.planning_twin(mid);
         let mut ok = false;
         for &segment_len in candidates {
-            if probe(&twin, (spec, data, config), segment_len, micro)?.fits() {
+            if probe(&twin, inputs, segment_len, micro)?.fits() {
                 ok = true;
                 break;
             }
@@ -334,6 +461,7 @@ pub fn plan(
     gpu: &Gpu,
     spec: &dyn Recipe,
     data: &dyn Data,
+    test: Option<&dyn Data>,
     config: &TrainConfig,
 ) -> Result<MemoryPlan> {
     config.validate()?;
@@ -357,7 +485,7 @@ pub fn plan(
             {
                 return Ok(p.clone());
             }
-            let p = probe(&twin, (spec, data, config), segment_len, micro)?;
+            let p = probe(&twin, (spec, data, test, config), segment_len, micro)?;
             probes.push(p.clone());
             Ok(p)
         };
@@ -419,7 +547,7 @@ pub fn plan(
         }
     }
     let Some(choice) = best else {
-        let (need, fixed) = least_budget(gpu, (spec, data, config), &candidates, budget)?;
+        let (need, fixed) = least_budget(gpu, (spec, data, test, config), &candidates, budget)?;
         // Would storing activations in f16 make it fit?
         let f16_fits = match config.precision {
             Precision::F32 => {
@@ -427,7 +555,7 @@ pub fn plan(
                     precision: Precision::F16,
                     ..config.clone()
                 };
-                match plan(gpu, spec, data, &half) {
+                match plan(gpu, spec, data, test, &half) {
                     Ok(p) => Some((p.micro_batch, p.predicted_peak_reserved_bytes)),
                     Err(Error::BudgetTooSmall { .. }) => None,
                     Err(e) => return Err(e),

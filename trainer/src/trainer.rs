@@ -151,12 +151,14 @@ impl Trainer {
             per_rank.effective_batch =
                 crate::collective::largest_shard(effective, collective.ranks());
             Some(
-                plan(gpu, recipe, &train, &per_rank).map_err(|e| match e.is_timeout() {
-                    true => Error::PlanTimeout {
-                        deadline_ms: config.fence_deadline.as_millis() as u64,
-                        source: Box::new(e),
-                    },
-                    false => e,
+                plan(gpu, recipe, &train, test.as_deref(), &per_rank).map_err(|e| {
+                    match e.is_timeout() {
+                        true => Error::PlanTimeout {
+                            deadline_ms: config.fence_deadline.as_millis() as u64,
+                            source: Box::new(e),
+                        },
+                        false => e,
+                    }
                 })?,
             )
         } else {
@@ -543,10 +545,12 @@ impl Trainer {
             summary.steps = report.step;
             summary.last_loss = Some(report.loss_mean);
             let epoch_done = self.position.sample_in_epoch == 0;
-            let eval_due = match self.config.eval_interval_steps {
-                Some(k) => report.step % k.max(1) == 0,
-                None => epoch_done,
-            };
+            let eval_due = crate::schedule::eval_due(
+                self.config.eval_interval_steps,
+                report.step,
+                epoch_done,
+                self.finished(),
+            );
             let evaluation = match eval_due {
                 true => self.evaluate(),
                 false => Ok(None),

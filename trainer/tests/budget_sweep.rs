@@ -71,7 +71,13 @@ fn need(w: &Workload, budget: u64) -> Option<u64> {
     let gpu = fresh_gpu();
     gpu.set_memory_budget(budget);
     let data = (w.train)();
-    match plimsoll_trainer::plan::plan(&gpu, w.recipe.as_ref(), &data, &run_config(w.batch, budget))
+    match plimsoll_trainer::plan::plan(
+        &gpu,
+        w.recipe.as_ref(),
+        &data,
+        Some(&data),
+        &run_config(w.batch, budget),
+    )
     {
         Err(Error::BudgetTooSmall {
             predicted_bytes, ..
@@ -85,7 +91,13 @@ fn accepts(w: &Workload, budget: u64) -> bool {
     let gpu = fresh_gpu();
     gpu.set_memory_budget(budget);
     let data = (w.train)();
-    plimsoll_trainer::plan::plan(&gpu, w.recipe.as_ref(), &data, &run_config(w.batch, budget))
+    plimsoll_trainer::plan::plan(
+        &gpu,
+        w.recipe.as_ref(),
+        &data,
+        Some(&data),
+        &run_config(w.batch, budget),
+    )
         .is_ok()
 }
 
@@ -125,6 +137,7 @@ fn sweep(w: &Workload) {
             &gpu,
             w.recipe.as_ref(),
             &data,
+            Some(&data),
             &run_config(w.batch, u64::MAX / 4),
         )
         .unwrap()

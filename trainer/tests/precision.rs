@@ -398,7 +398,7 @@ fn a_budget_only_f16_fits_is_refused_with_f16_suggested() {
         }
         let mut config = config(2048, 2048, 1, 1e-2);
         config.precision = precision;
-        plimsoll_trainer::plan::plan(&gpu, &spec, &data, &config)
+        plimsoll_trainer::plan::plan(&gpu, &spec, &data, Some(&data), &config)
     };
     let full = plan_at(None, Precision::F32).unwrap();
     let half = plan_at(None, Precision::F16).unwrap();

@@ -1,8 +1,8 @@
 //! The plan suite: the memory plan's predictions against what the run then measures, and the
 //! plan's own time, for digits' MLP (64-128-10, batch 64), mlp-bench (784-1024-1024-1024-10,
 //! batch 128) and the shakespeare GPT (batch 12) without checkpointing and with every block
-//! checkpointed, and in f16 (`--precision f16`). The run is three steps, then an evaluation; measured peaks are the largest of
-//! the steps' and the evaluation's. MLP data are synthetic with the real shapes (a plan depends
+//! checkpointed, and in f16 (`--precision f16`). The run is 50 steps with an evaluation every
+//! 10; measured peaks are the largest over all of its steps and evaluations. MLP data are synthetic with the real shapes (a plan depends
 //! on shapes only).
 //!
 //! Then the same workloads under each allocator (`--allocator caching` and `planned`) for
@@ -125,7 +125,34 @@ fn case(
     Ok(())
 }
 
-/// The memory plan's prediction against three steps and an evaluation.
+/// Steps of the run the plan's prediction is compared with, evaluating every [`EVAL_EVERY`].
+const RUN_STEPS: u64 = 50;
+/// Steps between the compared run's evaluations.
+const EVAL_EVERY: u64 = 10;
+
+/// The largest peaks over every step and evaluation of a run, and its out-of-memory lines.
+#[derive(Default)]
+struct RunPeaks {
+    allocated: u64,
+    reserved: u64,
+    recovered: usize,
+}
+
+impl plimsoll_trainer::Observer for RunPeaks {
+    fn on_step(&mut self, r: &plimsoll_trainer::StepReport) {
+        self.allocated = self.allocated.max(r.peak_allocated_bytes);
+        self.reserved = self.reserved.max(r.peak_reserved_bytes);
+    }
+    fn on_eval(&mut self, _: u64, _: u64, e: &plimsoll_trainer::Evaluation) {
+        self.reserved = self.reserved.max(e.peak_reserved_bytes);
+    }
+    fn on_log(&mut self, line: &str) {
+        self.recovered += usize::from(line.contains("out of memory"));
+    }
+}
+
+/// The memory plan's prediction against the run's peaks over all of its [`RUN_STEPS`] steps
+/// and its evaluations (the steps' peak allocated; the steps' and evaluations' peak reserved).
 fn predicted_against_measured(
     report: &mut Report,
     name: &str,
@@ -137,22 +164,22 @@ fn predicted_against_measured(
     let gpu = Gpu::new()?;
     let cfg = TrainConfig {
         precision,
-        ..config(batch, None, 3, checkpointing)
+        eval_interval_steps: Some(EVAL_EVERY),
+        ..config(batch, None, RUN_STEPS, checkpointing)
     };
     let mut trainer = Trainer::new(&gpu, cfg, recipe, train, Some(test))?;
     let plan = trainer
         .plan()
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("{name}: no plan was made"))?;
-    let (mut allocated, mut reserved) = (0u64, 0u64);
-    for _ in 0..3 {
-        let r = trainer.step()?;
-        allocated = allocated.max(r.peak_allocated_bytes);
-        reserved = reserved.max(r.peak_reserved_bytes);
-    }
-    if let Some(e) = trainer.evaluate()? {
-        reserved = reserved.max(e.peak_reserved_bytes);
-    }
+    let mut peaks = RunPeaks::default();
+    trainer.run(&mut peaks)?;
+    let (allocated, reserved) = (peaks.allocated, peaks.reserved);
+    report.push(
+        format!("plan/{name}/run_out_of_memory_lines"),
+        peaks.recovered as f64,
+        "lines",
+    );
     let key = format!("plan/{name}");
     report.push(format!("{key}/plan_time"), plan.plan_ms, "ms");
     report.push(format!("{key}/dry_runs"), plan.probes.len() as f64, "runs");

@@ -359,7 +359,13 @@ fn plan_only(workload: Workload) -> Result<()> {
         micro_batch: common.micro_batch,
         ..job.config
     };
-    let plan = plimsoll_trainer::plan::plan(&gpu, job.spec.as_ref(), &job.train, &config)?;
+    let plan = plimsoll_trainer::plan::plan(
+        &gpu,
+        job.spec.as_ref(),
+        &job.train,
+        job.test.as_deref(),
+        &config,
+    )?;
     out::say(format_args!("{} on {}", job.name, gpu.adapter()));
     out::say(&plan);
     Ok(())
