@@ -451,6 +451,25 @@ fn least_budget(
     Ok((fits, fixed))
 }
 
+/// One dry run of a run whose micro-batch and checkpointing are fixed (it needs no plan), on a
+/// planning twin of `gpu` under its budget: the kernels it launches are noted for
+/// `Gpu::compile_wanted`, so the run compiles what it uses rather than every kernel, and
+/// [`Probe::fits`] says whether the run will meet out-of-memory recovery.
+///
+/// # Errors
+/// Errors of the dry run other than out-of-memory (a model that cannot be built within the
+/// budget is [`Error::ModelTooLarge`]).
+pub fn rehearse(
+    gpu: &Gpu,
+    (spec, data, test): (&dyn Recipe, &dyn Data, Option<&dyn Data>),
+    config: &TrainConfig,
+    micro_batch: usize,
+    segment_len: usize,
+) -> Result<Probe> {
+    let twin = gpu.planning_twin(gpu.memory_budget_bytes());
+    probe(&twin, (spec, data, test, config), segment_len, micro_batch)
+}
+
 /// Plans the run of `spec` on `data` under `config` and the budget of `gpu` (dry runs on a
 /// planning twin of `gpu`; `gpu` itself allocates nothing).
 ///

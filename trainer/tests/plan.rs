@@ -327,3 +327,74 @@ fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
         "the peaks over 60 steps (allocated, reserved)\n{plan}"
     );
 }
+
+/// A run whose micro-batch and checkpointing are given needs no plan, but it is rehearsed on
+/// a planning twin: the kernels it compiles before step 1 are those its steps and evaluations
+/// then use (no pipeline is built later), not every kernel the crate has (`compile_wanted`
+/// builds all of them when no twin noted any: 260 on lavapipe).
+#[test]
+fn a_run_with_a_fixed_micro_batch_compiles_only_its_kernels() {
+    let gpu = fresh_gpu();
+    let spec = adam_spec(&[32, 64, 10]);
+    let mut cfg = config(64, 64, 3, 1e-3);
+    cfg.eval_interval_steps = Some(2);
+    let mut trainer = Trainer::new(
+        &gpu,
+        cfg,
+        &spec,
+        data(256, 32, 10),
+        Some(Box::new(data(100, 32, 10))),
+    )
+    .unwrap();
+    assert!(trainer.plan().is_none());
+    let compiled = gpu
+        .compile_wanted(std::time::Duration::from_secs(120))
+        .unwrap();
+    let before = gpu.compiled_pipelines();
+    assert!(
+        compiled.built > 0 && compiled.built < 40,
+        "{} pipelines compiled",
+        compiled.built
+    );
+    let mut peaks = Peaks::default();
+    trainer.run(&mut peaks).unwrap();
+    assert_eq!(
+        gpu.compiled_pipelines(),
+        before,
+        "a kernel was built after step 1"
+    );
+}
+
+/// Counts evaluations.
+#[derive(Default)]
+struct Evaluations(Vec<u64>);
+
+impl plimsoll_trainer::Observer for Evaluations {
+    fn on_step(&mut self, _: &plimsoll_trainer::StepReport) {}
+    fn on_eval(&mut self, _: u64, step: u64, _: &plimsoll_trainer::Evaluation) {
+        self.0.push(step);
+    }
+    fn on_log(&mut self, _: &str) {}
+}
+
+/// A run of 5 steps evaluating every 2 ends evaluated: after steps 2, 4 and 5 (`train
+/// shakespeare --steps 20` with evaluations every 250 never evaluated, and kept no best
+/// checkpoint).
+#[test]
+fn a_run_of_steps_evaluates_at_its_end() {
+    let gpu = fresh_gpu();
+    let spec = adam_spec(&[32, 16, 10]);
+    let mut cfg = config(32, 32, 5, 1e-3);
+    cfg.eval_interval_steps = Some(2);
+    let mut trainer = Trainer::new(
+        &gpu,
+        cfg,
+        &spec,
+        data(256, 32, 10),
+        Some(Box::new(data(40, 32, 10))),
+    )
+    .unwrap();
+    let mut evaluations = Evaluations::default();
+    trainer.run(&mut evaluations).unwrap();
+    assert_eq!(evaluations.0, [2, 4, 5]);
+}
