@@ -54,7 +54,7 @@ pub use phase::{Phase, PhaseStats};
 pub use simulated::{SimulatedDeviceFull, SimulatedSource};
 pub use snapshot::{BlockSnapshot, Layout, SegmentSnapshot, Snapshot};
 pub use source::SegmentSource;
-pub use stats::{CategoryStats, Stats};
+pub use stats::{CategoryStats, LifetimePeaks, Stats};
 pub use step_plan::{StepOutcome, StepPlanStats};
 pub use summary::{LabelUsage, Summary};
 pub use trace::{Trace, TraceEvent, TraceEventKind};

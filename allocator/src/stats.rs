@@ -79,6 +79,41 @@ pub struct Stats {
     pub phase: Phase,
     /// Peaks per phase, in the order of [`Phase::ALL`], since creation or the last `reset_peaks`.
     pub phases: [PhaseStats; 5],
+    /// The peaks since creation, which `reset_peaks` does not reset (a trainer resets the
+    /// peaks at every step, so that a step's are its own; a run's summary shows these).
+    pub lifetime: LifetimePeaks,
+}
+
+/// The highest values since the allocator was created. `reset_peaks` folds the peaks into them
+/// before it resets, and [`crate::BufferAllocator::stats`] folds in the current ones, so they
+/// cost nothing per allocation.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct LifetimePeaks {
+    /// Highest `allocated_bytes`.
+    pub allocated_bytes: u64,
+    /// Highest `reserved_bytes`.
+    pub reserved_bytes: u64,
+    /// Highest `requested_bytes`.
+    pub requested_bytes: u64,
+    /// Highest `allocated_bytes` per category, in the order of [`Category::ALL`].
+    pub category_allocated_bytes: [u64; 7],
+}
+
+impl LifetimePeaks {
+    /// These peaks with `stats`' current peaks folded in.
+    fn with(mut self, stats: &Stats) -> Self {
+        self.allocated_bytes = self.allocated_bytes.max(stats.peak_allocated_bytes);
+        self.reserved_bytes = self.reserved_bytes.max(stats.peak_reserved_bytes);
+        self.requested_bytes = self.requested_bytes.max(stats.peak_requested_bytes);
+        for (peak, category) in self
+            .category_allocated_bytes
+            .iter_mut()
+            .zip(&stats.categories)
+        {
+            *peak = (*peak).max(category.peak_allocated_bytes);
+        }
+        self
+    }
 }
 
 impl Stats {
@@ -121,6 +156,7 @@ impl Stats {
             largest_free_bytes,
             fragmentation: fragmentation(free_bytes, largest_free_bytes),
             free_blocks,
+            lifetime: self.lifetime.with(self),
             ..self.clone()
         }
     }
@@ -158,6 +194,7 @@ impl Stats {
     }
 
     pub(crate) fn reset_peaks(&mut self) {
+        self.lifetime = self.lifetime.with(self);
         self.peak_allocated_bytes = self.allocated_bytes;
         self.peak_reserved_bytes = self.reserved_bytes;
         self.peak_requested_bytes = self.requested_bytes;
@@ -186,6 +223,8 @@ pub(crate) struct LabelEntry {
     pub allocated_bytes: u64,
     /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
     pub peak_allocated_bytes: u64,
+    /// Highest `allocated_bytes` since creation (`reset_peaks` folds the peak in first).
+    pub lifetime_peak_bytes: u64,
     /// Live allocations with this label.
     pub live_allocations: u64,
 }
@@ -225,6 +264,7 @@ impl LabelTable {
                     name: label.into(),
                     allocated_bytes: 0,
                     peak_allocated_bytes: 0,
+                    lifetime_peak_bytes: 0,
                     live_allocations: 0,
                 });
                 id
@@ -255,6 +295,7 @@ impl LabelTable {
 
     pub fn reset_peaks(&mut self) {
         for entry in &mut self.entries {
+            entry.lifetime_peak_bytes = entry.lifetime_peak_bytes.max(entry.peak_allocated_bytes);
             entry.peak_allocated_bytes = entry.allocated_bytes;
         }
     }

@@ -13,7 +13,7 @@ pub struct LabelUsage {
     pub label: String,
     /// Bytes in its live allocations.
     pub allocated_bytes: u64,
-    /// Highest `allocated_bytes` since creation or the last `reset_peaks`.
+    /// Highest `allocated_bytes` since creation (`reset_peaks` does not reset it).
     pub peak_allocated_bytes: u64,
     /// Its live allocations.
     pub live_allocations: u64,
@@ -40,7 +40,7 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
             .map(|entry| LabelUsage {
                 label: entry.name.to_string(),
                 allocated_bytes: entry.allocated_bytes,
-                peak_allocated_bytes: entry.peak_allocated_bytes,
+                peak_allocated_bytes: entry.lifetime_peak_bytes.max(entry.peak_allocated_bytes),
                 live_allocations: entry.live_allocations,
             })
             .collect();
@@ -72,7 +72,7 @@ impl fmt::Display for Summary {
             f,
             "allocated",
             bytes(stats.allocated_bytes),
-            bytes(stats.peak_allocated_bytes),
+            bytes(stats.lifetime.allocated_bytes),
         )?;
         for category in Category::ALL {
             let entry = stats.category(category);
@@ -80,20 +80,20 @@ impl fmt::Display for Summary {
                 f,
                 &format!("  {}", category.name()),
                 bytes(entry.allocated_bytes),
-                bytes(entry.peak_allocated_bytes),
+                bytes(stats.lifetime.category_allocated_bytes[category.index()]),
             )?;
         }
         row(
             f,
             "requested",
             bytes(stats.requested_bytes),
-            bytes(stats.peak_requested_bytes),
+            bytes(stats.lifetime.requested_bytes),
         )?;
         row(
             f,
             "reserved",
             bytes(stats.reserved_bytes),
-            bytes(stats.peak_reserved_bytes),
+            bytes(stats.lifetime.reserved_bytes),
         )?;
         let budget = if self.budget_bytes == u64::MAX {
             "none".to_owned()

@@ -1,7 +1,8 @@
 //! Per-phase peaks and the trace's step/phase stamps, against a naive model: random allocations,
 //! frees, phase changes, peak resets and cache releases; after every action the allocator's
-//! per-phase peaks (allocated, reserved, per category) must equal the model's, which it computes
-//! from the allocations' sizes and from replaying the trace's segment events.
+//! per-phase peaks (allocated, reserved, per category) and the peaks since creation (which resets
+//! leave alone) must equal the model's, which it computes from the allocations' sizes and from
+//! replaying the trace's segment events.
 #![allow(clippy::unwrap_used)]
 
 use plimsoll_allocator::{
@@ -37,6 +38,8 @@ struct Model {
     reserved: u64,
     categories: [u64; 7],
     phases: [PhaseStats; 5],
+    /// Peaks never reset: allocated, reserved and per category.
+    lifetime: (u64, u64, [u64; 7]),
 }
 
 impl Model {
@@ -45,6 +48,12 @@ impl Model {
         p.peak_allocated_bytes = p.peak_allocated_bytes.max(self.allocated);
         p.peak_reserved_bytes = p.peak_reserved_bytes.max(self.reserved);
         for (peak, &now) in p.peak_category_bytes.iter_mut().zip(&self.categories) {
+            *peak = (*peak).max(now);
+        }
+        let (allocated, reserved, categories) = &mut self.lifetime;
+        *allocated = (*allocated).max(self.allocated);
+        *reserved = (*reserved).max(self.reserved);
+        for (peak, &now) in categories.iter_mut().zip(&self.categories) {
             *peak = (*peak).max(now);
         }
     }
@@ -119,6 +128,12 @@ proptest! {
             prop_assert_eq!(stats.phase, Phase::ALL[model.phase]);
             prop_assert_eq!(stats.reserved_bytes, model.reserved);
             prop_assert_eq!(stats.phases, model.phases);
+            // The peaks since creation survive every reset (a run's summary shows them).
+            let (allocated, reserved, categories) = model.lifetime;
+            prop_assert_eq!(stats.lifetime.allocated_bytes, allocated);
+            prop_assert_eq!(stats.lifetime.reserved_bytes, reserved);
+            prop_assert_eq!(stats.lifetime.category_allocated_bytes, categories);
+            prop_assert!(allocator.summary().to_string().contains(&plimsoll_allocator::format_bytes(allocated)));
         }
     }
 }
