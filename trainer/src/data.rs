@@ -146,8 +146,18 @@ impl Dataset {
                     feature_dim.unwrap_or(0)
                 )));
             }
-            for p in pixels {
-                features.push(p.parse::<f32>().map_err(|e| bad(format!("{p:?}: {e}")))?);
+            for (column, p) in pixels.iter().enumerate() {
+                let value = p.parse::<f32>().map_err(|e| bad(format!("{p:?}: {e}")))?;
+                // "nan", "inf" and numbers past f32's range parse, and would train to NaN.
+                if !value.is_finite() {
+                    return Err(bad(format!(
+                        "feature {} is {p:?}, not a finite number (every feature must be one, \
+                         at most {:e} in magnitude); fix or drop that row",
+                        column + 1,
+                        f32::MAX
+                    )));
+                }
+                features.push(value);
             }
             labels.push(
                 label
@@ -402,5 +412,23 @@ mod tests {
         assert_eq!((train.len(), test.len()), (40, 10));
         assert!(Dataset::new(vec![0.0; 3], vec![9], 3, 4).is_err());
         Ok(())
+    }
+
+    /// "nan", "inf" and a number beyond f32's range parse as floats; each is refused with its
+    /// line and column, and finite rows still load.
+    #[test]
+    fn a_feature_that_is_not_finite_is_refused_with_its_line() {
+        for bad in ["nan", "inf", "-inf", "1e39"] {
+            let text = format!("1,2,0\n3,{bad},1\n");
+            match Dataset::from_csv_gz_bytes("t.csv", text.as_bytes()) {
+                Err(Error::Invalid { what, message: why }) => {
+                    assert_eq!(what, "t.csv:2", "{bad}");
+                    assert!(why.contains("feature 2") && why.contains("finite"), "{why}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let ok = Dataset::from_csv_gz_bytes("t.csv", b"1,2,0\n3,-4.5e3,1\n");
+        assert_eq!(ok.map(|d| d.len()).ok(), Some(2));
     }
 }
