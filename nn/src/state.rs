@@ -4,7 +4,9 @@
 //! unchanged.
 //!
 //! [`save`] is atomic: it writes `<path>.<pid>.<n>.tmp`, syncs it to disk, renames it over `path` and
-//! syncs the directory, so a crash leaves the old file or the new one, never half of one.
+//! syncs the directory, so a crash leaves the old file or the new one, never half of one; a
+//! failed write (a full disk) removes its temporary file. [`serialize`] and [`write_atomic`]
+//! are its two halves, for a caller that checks the room it needs in between.
 //! [`load`] treats the file as hostile: it checks the header length against a cap and against
 //! the file length *before* allocating anything sized by the file's claims, then lets
 //! `safetensors` validate every offset and byte count. [`load_into`] checks every name, shape
@@ -111,6 +113,17 @@ pub fn save(
     tensors: &[(String, Tensor)],
     metadata: &BTreeMap<String, String>,
 ) -> Result<()> {
+    let bytes = serialize(path, tensors, metadata)?;
+    write_atomic(path, &bytes)
+}
+
+/// The bytes [`save`] would write to `path` (named in errors only): for a caller that checks
+/// the room they need before [`write_atomic`]. Errors as [`save`]'s, I/O aside.
+pub fn serialize(
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    metadata: &BTreeMap<String, String>,
+) -> Result<Vec<u8>> {
     let mut seen = std::collections::BTreeSet::new();
     let mut host: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
@@ -150,22 +163,33 @@ pub fn save(
                 .collect(),
         )
     };
-    let bytes = safetensors::serialize(views, info).map_err(|e| Error::Corrupt {
+    safetensors::serialize(views, info).map_err(|e| Error::Corrupt {
         path: path.to_path_buf(),
         reason: format!("serialising: {e}"),
-    })?;
+    })
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, synced, renamed over
+/// `path`, then the directory synced. On any failure (create, write, sync, rename) the
+/// temporary file is removed, so a full disk leaves the old file and nothing else.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temporary_path(path);
-    {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io("create", &tmp))?;
-        file.write_all(&bytes).map_err(io("write", &tmp))?;
-        file.sync_all().map_err(io("sync", &tmp))?;
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(io("create", &tmp))
+        .and_then(|mut file| {
+            file.write_all(bytes).map_err(io("write", &tmp))?;
+            file.sync_all().map_err(io("sync", &tmp))
+        })
+        .and_then(|()| fs::rename(&tmp, path).map_err(io("rename into place", path)));
+    if let Err(e) = written {
+        // Whatever part of it exists is useless; the error above is the one to report.
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
-    fs::rename(&tmp, path).map_err(io("rename into place", path))?;
     // Make the rename itself durable. Directories cannot be opened everywhere (Windows), and
     // the file is already complete, so a failure here is not an error.
     if let Some(Ok(d)) = path

@@ -1,8 +1,11 @@
 //! Training checkpoints: one safetensors file holding every parameter (`param.<name>`) and every
 //! optimizer-state tensor (`optim.<name>`), with the position of the run in its metadata (step,
 //! epoch, samples consumed within the epoch, autograd random state, data seed, optimizer step count).
-//! Written atomically by `plimsoll_nn::state::save` (a temporary file, then a rename), so a
-//! crash mid-save leaves the previous checkpoint intact.
+//! Written atomically by `plimsoll_nn::state::write_atomic` (a temporary file, then a rename),
+//! so a crash mid-save leaves the previous checkpoint intact, after [`write_checked`] has found
+//! room for the whole file on its file system: a full disk refuses the save before its first
+//! byte, and a write that fails anyway removes its temporary file. Either is
+//! [`Error::CheckpointNotWritten`], naming the checkpoints still on disk.
 //!
 //! Resuming restores the parameters and optimizer state bit for bit, and the data order is a
 //! pure function of `(seed, epoch)`, so a resumed run computes exactly what the uninterrupted
@@ -103,12 +106,83 @@ pub fn save(
         put("skipped_steps", s.skipped_steps.to_string());
     }
     let path = dir.join(file);
-    state::save(&path, &tensors, &metadata)?;
+    let bytes = state::serialize(&path, &tensors, &metadata)?;
+    write_checked(&path, &bytes, position.step)?;
     Ok(path)
 }
 
+/// Writes `bytes` (the state after `step`) to `path` atomically, after checking that its file
+/// system has room for all of them where the platform says (statvfs): refused early rather
+/// than a partial file. Either failure is [`Error::CheckpointNotWritten`], with the checkpoints
+/// left on disk; no temporary file remains.
+pub fn write_checked(path: &Path, bytes: &[u8], step: u64) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let room = free_space(dir);
+    // Whole blocks: the file takes its length rounded up to the file system's block.
+    let needed_bytes = match room {
+        Some((_, block)) if block > 0 => (bytes.len() as u64).div_ceil(block) * block,
+        _ => bytes.len() as u64,
+    };
+    let available_bytes = room.map(|(free, _)| free);
+    let not_written = |cause: String| Error::CheckpointNotWritten {
+        path: path.to_path_buf(),
+        step,
+        cause,
+        needed_bytes,
+        available_bytes,
+        saved: checkpoints_in(dir),
+    };
+    if available_bytes.is_some_and(|free| free < needed_bytes) {
+        return Err(not_written(
+            "refused before writing: not enough free space".to_string(),
+        ));
+    }
+    match state::write_atomic(path, bytes) {
+        Ok(()) => Ok(()),
+        Err(plimsoll_nn::Error::Io {
+            action,
+            path: file,
+            source,
+        }) => Err(not_written(format!(
+            "{action} {}: {source}; its temporary file was removed",
+            file.display()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Bytes free to this (unprivileged) process on the file system holding `dir`, and its block
+/// size; `None` where the platform does not say.
+pub fn free_space(dir: &Path) -> Option<(u64, u64)> {
+    #[cfg(unix)]
+    {
+        let s = rustix::fs::statvfs(dir).ok()?;
+        Some((s.f_bavail.saturating_mul(s.f_frsize), s.f_frsize))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = dir;
+        None
+    }
+}
+
+/// The checkpoints in `dir` ([`LATEST`], [`BEST`]) that read back, with the step each holds.
+pub fn checkpoints_in(dir: &Path) -> Vec<(PathBuf, u64)> {
+    [LATEST, BEST]
+        .iter()
+        .map(|name| dir.join(name))
+        .filter_map(|path| {
+            let step = state::metadata(&path).ok()?.get("step")?.parse().ok()?;
+            Some((path, step))
+        })
+        .collect()
+}
+
 /// Writes `record` (what the run was told: see `TrainConfig::to_json`) as pretty JSON to
-/// `dir/<name>`, atomically (a temporary file, then a rename).
+/// `dir/<name>`, atomically (a temporary file, then a rename; removed when either fails).
 pub fn save_record(dir: &Path, name: &str, record: &serde_json::Value) -> Result<PathBuf> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
@@ -119,8 +193,14 @@ pub fn save_record(dir: &Path, name: &str, record: &serde_json::Value) -> Result
     let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
     let text = serde_json::to_string_pretty(record)
         .map_err(|e| Error::invalid(path.display().to_string(), e.to_string()))?;
-    std::fs::write(&tmp, text + "\n").map_err(io(&tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    let written = std::fs::write(&tmp, text + "\n")
+        .map_err(io(&tmp))
+        .and_then(|()| std::fs::rename(&tmp, &path).map_err(io(&path)));
+    if let Err(e) = written {
+        // A partial record is useless; the one it was to replace is intact.
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(path)
 }
 

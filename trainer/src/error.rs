@@ -194,6 +194,30 @@ pub enum Error {
         /// Bytes the host has available (`None`: unknown).
         available_bytes: Option<u64>,
     },
+    /// A checkpoint (or the exported model) was not written: refused before the first byte when
+    /// the file system has less room than the file needs, or its write failed (its temporary
+    /// file was removed). What is on disk is as it was.
+    #[error(
+        "could not write {} (the state after step {step}): {cause}. It needs {}; {} free on \
+         that file system.\n{}\nhint: {}",
+        .path.display(), bytes_exact(*needed_bytes),
+        .available_bytes.map(bytes_exact).unwrap_or_else(|| "an unknown amount is".to_string()),
+        safe_on_disk(saved), space_hint(*needed_bytes, *available_bytes, saved)
+    )]
+    CheckpointNotWritten {
+        /// The file that was not written.
+        path: PathBuf,
+        /// The step whose state it was to hold.
+        step: u64,
+        /// What happened: too little room, or the I/O error.
+        cause: String,
+        /// Bytes the file needs.
+        needed_bytes: u64,
+        /// Bytes free to this process on its file system (`None`: the platform does not say).
+        available_bytes: Option<u64>,
+        /// The checkpoints on disk (path, step), intact.
+        saved: Vec<(PathBuf, u64)>,
+    },
     /// Bad configuration or data.
     #[error("{what}: {message}")]
     Invalid {
@@ -286,6 +310,63 @@ fn memory_state(error: &Error) -> String {
     match error.kernel_error() {
         Some(KernelError::OutOfMemory(report)) => report.state(),
         _ => error.to_string(),
+    }
+}
+
+/// `98.5 KiB (100,864 bytes)`: the figure to compare and the exact one to free.
+fn bytes_exact(bytes: u64) -> String {
+    let digits = bytes.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(c);
+    }
+    match bytes < 1024 {
+        true => format!("{grouped} bytes"),
+        false => format!("{} ({grouped} bytes)", format_bytes(bytes)),
+    }
+}
+
+/// What [`Error::CheckpointNotWritten`] left safe: each checkpoint on disk and its step, or that
+/// there is none.
+fn safe_on_disk(saved: &[(PathBuf, u64)]) -> String {
+    if saved.is_empty() {
+        return "no checkpoint of this run exists yet: its record (run.json, metrics.jsonl) \
+                is all it has on disk"
+            .to_string();
+    }
+    let list: Vec<String> = saved
+        .iter()
+        .map(|(path, step)| format!("{} holds step {step}", path.display()))
+        .collect();
+    format!("safe on disk, as they were: {}", list.join("; "))
+}
+
+/// How much to free, when room was short (otherwise what else limits a write), and how to go
+/// on: resume from `latest.safetensors` when it is among the `saved`, else train again.
+fn space_hint(needed_bytes: u64, available_bytes: Option<u64>, saved: &[(PathBuf, u64)]) -> String {
+    let resumable = saved.iter().any(|(path, _)| {
+        path.file_name()
+            .is_some_and(|n| n == crate::checkpoint_io::LATEST)
+    });
+    let then = match resumable {
+        true => "then continue the run with --resume",
+        false => {
+            "then start the run again in a new directory (with no latest checkpoint there is \
+             nothing to resume)"
+        }
+    };
+    match available_bytes {
+        Some(free) if free < needed_bytes => format!(
+            "free at least {} on that file system (or move the run to a larger one), {then}",
+            bytes_exact(needed_bytes - free)
+        ),
+        _ => format!(
+            "the file system refused the write with room to spare: check its quota, a \
+             file-size limit (ulimit -f) or the device, {then}"
+        ),
     }
 }
 

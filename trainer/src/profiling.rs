@@ -312,13 +312,16 @@ impl Trainer {
         if let Some(dir) = self.config.checkpoint_dir.clone() {
             let record = json!({"table": table, "overhead": overhead,
                 "unprofiled_step_ms": self.profiling.unprofiled_ms.mean()});
-            let written = write(&dir.join(PROFILE_JSON), &record)
-                .and_then(|()| write(&dir.join(TRACE_JSON), &chrome_trace(&self.profiling.steps)));
+            // An earlier part of a resumed run keeps its profile: this one takes `-part<N>`.
+            let paths = crate::run_dir::unused_names(&dir, &[PROFILE_JSON, TRACE_JSON]);
+            let (profile, trace) = (&paths[0], &paths[1]);
+            let written = write(profile, &record)
+                .and_then(|()| write(trace, &chrome_trace(&self.profiling.steps)));
             lines.push(match written {
                 Ok(()) => format!(
                     "wrote {} and {} (open it in Perfetto or chrome://tracing)",
-                    dir.join(PROFILE_JSON).display(),
-                    dir.join(TRACE_JSON).display()
+                    profile.display(),
+                    trace.display()
                 ),
                 Err(e) => format!("warning: the profile was not saved: {e}"),
             });

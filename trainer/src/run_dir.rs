@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint_io::LATEST;
+use crate::checkpoint_io::{BEST, LATEST};
 use crate::error::{Error, Result};
 
 /// The configuration record of a run.
@@ -149,6 +149,65 @@ impl RunDir {
     }
 }
 
+/// Cuts `metrics.jsonl` in `dir` back to `step`, the step of the checkpoint a resumed run
+/// continues from: from the first line of a later step (or evaluation), which the resumed run
+/// replays, or a line torn by a crash, the file is cut off; events and earlier steps stay. So
+/// the file reads as one run, each step once. Lines are in the order they happened, so what
+/// stays is a prefix, and the cut is one truncation in place: it needs no free space (a disk
+/// that filled up is the usual reason to resume). Returns the number of lines removed; a run
+/// with no metrics file has nothing to cut.
+pub fn rewind_metrics(dir: &Path, step: u64) -> Result<usize> {
+    let path = dir.join(METRICS_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(&path)(e)),
+    };
+    let mut kept_bytes = 0;
+    let mut lines = text.split_inclusive('\n');
+    for line in lines.by_ref() {
+        let later = match serde_json::from_str::<serde_json::Value>(line.trim_end()) {
+            Ok(v) => v
+                .get("step")
+                .and_then(serde_json::Value::as_u64)
+                .is_some_and(|s| s > step),
+            // A line cut short by a crash in its write (or with no end of line yet).
+            Err(_) => true,
+        };
+        if later || !line.ends_with('\n') {
+            let removed = 1 + lines.count();
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(kept_bytes as u64))
+                .map_err(io(&path))?;
+            return Ok(removed);
+        }
+        kept_bytes += line.len();
+    }
+    Ok(0)
+}
+
+/// `names` in `dir`, or when any of them is there already (an earlier part of a resumed run
+/// wrote it), the same names with `-part<N>` before the extension for the smallest `N` from 2
+/// that none of them has: a later part never overwrites an earlier part's files.
+pub fn unused_names(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+    let with = |n: u64| -> Vec<PathBuf> {
+        names
+            .iter()
+            .map(|name| match (n, name.split_once('.')) {
+                (1, _) => dir.join(name),
+                (_, Some((stem, ext))) => dir.join(format!("{stem}-part{n}.{ext}")),
+                (_, None) => dir.join(format!("{name}-part{n}")),
+            })
+            .collect()
+    };
+    (1..)
+        .map(with)
+        .find(|paths| paths.iter().all(|p| !p.exists()))
+        .unwrap_or_else(|| with(1))
+}
+
 /// What `plimsoll runs` shows of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
@@ -181,6 +240,8 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
             .unwrap_or("?")
             .to_string();
         let meta = plimsoll_nn::state::metadata(&path.join(LATEST)).unwrap_or_default();
+        // A run that failed before its first latest checkpoint may still have a best one.
+        let best = || plimsoll_nn::state::metadata(&path.join(BEST)).unwrap_or_default();
         let status = match std::fs::read_to_string(path.join(SUMMARY_FILE)) {
             Ok(s) => serde_json::from_str::<serde_json::Value>(&s)
                 .ok()
@@ -192,7 +253,10 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
         runs.push(RunInfo {
             workload,
             step: meta.get("step").and_then(|v| v.parse().ok()),
-            best_eval_loss: meta.get("best_eval_loss").and_then(|v| v.parse().ok()),
+            best_eval_loss: meta
+                .get("best_eval_loss")
+                .or(best().get("best_eval_loss"))
+                .and_then(|v| v.parse().ok()),
             status,
             path,
         });

@@ -214,21 +214,24 @@ impl Timeline {
             .replace("{{DATA}}", &script_json(data))
     }
 
-    /// Writes the three files into `dir`; returns their paths.
+    /// Writes the three files into `dir` (JSON, page, pickle); returns their paths. When an
+    /// earlier part of a resumed run left its timeline there, the names take `-part<N>`
+    /// ([`crate::run_dir::unused_names`]): each part's timeline is kept.
     ///
     /// # Errors
     /// [`Error::Io`] when a file cannot be written.
     pub fn write(&self, dir: &Path) -> Result<Vec<PathBuf>> {
         let pickle = crate::memory_viz::snapshot_pickle(self)?;
         let data = self.data();
-        let files: [(&str, Vec<u8>); 3] = [
-            (TIMELINE_JSON, data.to_string().into_bytes()),
-            (TIMELINE_HTML, self.page(&data).into_bytes()),
-            (SNAPSHOT_PICKLE, pickle),
+        let paths =
+            crate::run_dir::unused_names(dir, &[TIMELINE_JSON, TIMELINE_HTML, SNAPSHOT_PICKLE]);
+        let files: [Vec<u8>; 3] = [
+            data.to_string().into_bytes(),
+            self.page(&data).into_bytes(),
+            pickle,
         ];
         let mut written = Vec::new();
-        for (name, bytes) in files {
-            let path = dir.join(name);
+        for (path, bytes) in paths.into_iter().zip(files) {
             std::fs::write(&path, bytes).map_err(|source| Error::Io {
                 path: path.clone(),
                 source,
@@ -334,11 +337,11 @@ impl Trainer {
         };
         if let Some(dir) = self.config.checkpoint_dir.clone() {
             match timeline.write(&dir) {
-                Ok(_) => self.note(format!(
+                Ok(paths) => self.note(format!(
                     "memory timeline of steps {}-{}: {}",
                     timeline.span.first,
                     timeline.span.last,
-                    dir.join(TIMELINE_HTML).display()
+                    paths.get(1).unwrap_or(&dir.join(TIMELINE_HTML)).display()
                 )),
                 Err(e) => self.note(format!("warning: the memory timeline was not saved: {e}")),
             }

@@ -171,11 +171,13 @@ impl Trainer {
 
     /// Writes the model alone to `path` for PyTorch: the [`crate::task::Model::state_dict`] names and
     /// layouts, F32, `{"format": "pt"}` metadata as `safetensors.torch.save_file` writes
-    /// (`load_state_dict(safetensors.torch.load_file(path), strict=True)` reads it). Atomic.
+    /// (`load_state_dict(safetensors.torch.load_file(path), strict=True)` reads it). Atomic, and
+    /// refused before writing when its file system lacks the room
+    /// ([`checkpoint_io::write_checked`]).
     pub fn export_model(&self, path: &Path) -> Result<()> {
         let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
-        plimsoll_nn::state::save(path, &self.model.state_dict(), &metadata)?;
-        Ok(())
+        let bytes = plimsoll_nn::state::serialize(path, &self.model.state_dict(), &metadata)?;
+        checkpoint_io::write_checked(path, &bytes, self.position.step)
     }
 
     /// Records `evaluation` if its loss is the lowest so far and then, with a checkpoint

@@ -198,6 +198,27 @@ fn an_interrupted_save_leaves_the_previous_file_intact() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A save that fails after its temporary file exists (here the rename: the path is a folder)
+/// is an error naming the step that failed, and removes the temporary file: a failed save
+/// (a full disk) leaves nothing behind for the next one to trip over.
+#[test]
+fn a_failed_save_removes_its_temporary_file() {
+    let dir = folder("failed-save");
+    let path = dir.join("latest.safetensors");
+    std::fs::create_dir_all(path.join("in-the-way")).unwrap();
+    let w = param(&gpu(), &awkward(), &[awkward().len()], "w");
+    let e = state::save(&path, &[("w".into(), w)], &metadata()).unwrap_err();
+    assert!(
+        matches!(e, Error::Io { action, .. } if action == "rename into place"),
+        "{e}"
+    );
+    assert!(
+        temporary_files(&dir).is_empty(),
+        "the failed save left its temporary file"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn saves_to_one_path_at_once_leave_one_whole_file() {
     // Two runs sharing a checkpoint folder: each writer's file must arrive whole. With one
