@@ -4,6 +4,12 @@
 //! `no_grad`; every forward's read-back waits within the device's deadline. Before the first
 //! token, a forward over the longest context measures the peak ([`SamplePlan`]): a budget that
 //! cannot hold it fails at once with the numbers, not halfway through the text.
+//!
+//! A temperature of 0 is greedy decoding: the most likely token every time, no draw.
+//! [`sample_each`] hands each token to a callback as soon as it is drawn, so that a caller can
+//! show the text as it is made and stop between two tokens; [`sample`] keeps them all.
+
+use std::ops::ControlFlow;
 
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_kernels_wgsl::Category;
@@ -17,7 +23,8 @@ use crate::error::{Error, Result};
 pub struct SampleOptions {
     /// Tokens to generate after the prompt.
     pub tokens: usize,
-    /// Divides the logits: below 1 sharper, above 1 flatter.
+    /// Divides the logits: below 1 sharper, above 1 flatter; 0 is greedy (the arg-max, see
+    /// [`pick`]).
     pub temperature: f32,
     /// Draw only among the `k` most likely tokens (`None`: all).
     pub top_k: Option<usize>,
@@ -26,13 +33,15 @@ pub struct SampleOptions {
 }
 
 impl SampleOptions {
-    /// Checks the figures.
+    /// Checks the figures: a temperature that is negative or not finite, or a top-k of 0, is
+    /// an [`Error::Invalid`] naming the flag.
     pub fn validate(&self) -> Result<()> {
-        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+        if !(self.temperature.is_finite() && self.temperature >= 0.0) {
             return Err(Error::invalid(
                 "--temperature",
                 format!(
-                    "{} must be positive and finite (1.0 is neutral)",
+                    "{} must be 0 or above and finite (0: greedy, the most likely token every \
+                     time; 1.0: the model's own distribution)",
                     self.temperature
                 ),
             ));
@@ -46,7 +55,14 @@ impl SampleOptions {
 
 /// The token drawn from `logits` with `options`' temperature and top-k, `u` uniform in
 /// `[0, 1)`. Ties keep the lower token; a row with no finite logit gives token 0.
+///
+/// A temperature of 0 (or below) is greedy: the token of the largest finite logit, whatever
+/// `top_k` and `u` are (the limit of the softmax as the temperature goes to 0, without its
+/// division by zero).
 pub fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, u: f64) -> u32 {
+    if temperature <= 0.0 {
+        return greedy(logits);
+    }
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     order.truncate(top_k.unwrap_or(logits.len()).max(1));
@@ -67,6 +83,17 @@ pub fn pick(logits: &[f32], temperature: f32, top_k: Option<usize>, u: f64) -> u
         target -= w;
     }
     order.last().map_or(0, |&i| i as u32)
+}
+
+/// The token of the largest finite logit, the lower on ties; 0 when none is finite.
+fn greedy(logits: &[f32]) -> u32 {
+    let mut best: Option<usize> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if l.is_finite() && best.is_none_or(|b| l > logits[b]) {
+            best = Some(i);
+        }
+    }
+    best.map_or(0, |i| i as u32)
 }
 
 /// What sampling needs, measured before its first token: one forward over the longest context
@@ -98,8 +125,11 @@ impl std::fmt::Display for SamplePlan {
 /// Text sampled from a model, with what it used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sampled {
-    /// The prompt followed by the sampled tokens.
+    /// The prompt followed by the sampled tokens (fewer than asked for when the caller of
+    /// [`sample_each`] stopped it).
     pub tokens: Vec<u32>,
+    /// Whether the caller of [`sample_each`] stopped it before the tokens asked for.
+    pub stopped: bool,
     /// The measured plan.
     pub plan: SamplePlan,
     /// Forwards that ran out of memory and succeeded after the allocator's cache was emptied.
@@ -145,6 +175,25 @@ fn last_logits(gpt: &Gpt, gpu: &Gpu, context: &[u32], recoveries: &mut usize) ->
 /// `prompt` (at least one token) followed by `options.tokens` sampled tokens. Plans first: a
 /// forward over the longest context it will use, whose peak is [`Sampled::plan`].
 pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Sampled> {
+    sample_each(gpt, prompt, options, |_| ControlFlow::Continue(()))
+}
+
+/// [`sample`], handing each sampled token to `on_token` as soon as it is drawn (before the
+/// forward for the next one): a caller prints it, and returns [`ControlFlow::Break`] to stop
+/// there (an interrupt, a reader gone), which ends the sampling with the tokens so far and
+/// [`Sampled::stopped`] set. The plan runs before the first token, so the first call comes one
+/// planning forward and one sampling forward after the start.
+///
+/// # Errors
+/// Bad options or an empty prompt ([`Error::Invalid`]), a forward that does not fit the
+/// budget ([`Error::SampleOutOfMemory`]), or a device error; the tokens already handed out
+/// stay the caller's.
+pub fn sample_each(
+    gpt: &Gpt,
+    prompt: &[u32],
+    options: &SampleOptions,
+    mut on_token: impl FnMut(u32) -> ControlFlow<()>,
+) -> Result<Sampled> {
     options.validate()?;
     if prompt.is_empty() {
         return Err(Error::invalid(
@@ -175,18 +224,20 @@ pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Samp
     };
     let mut rng = SplitMix64::new(options.seed);
     let mut out = prompt.to_vec();
+    let mut stopped = false;
     for _ in 0..options.tokens {
         let context = &out[out.len().saturating_sub(block)..];
         let last = last_logits(gpt, &gpu, context, &mut recoveries)?;
-        out.push(pick(
-            &last,
-            options.temperature,
-            options.top_k,
-            rng.unit_f64(),
-        ));
+        let token = pick(&last, options.temperature, options.top_k, rng.unit_f64());
+        out.push(token);
+        if on_token(token).is_break() {
+            stopped = out.len() - prompt.len() < options.tokens;
+            break;
+        }
     }
     Ok(Sampled {
         tokens: out,
+        stopped,
         plan,
         recoveries,
     })
@@ -220,6 +271,24 @@ mod tests {
         assert_eq!(pick(&skewed, 1.0, None, 0.74), 0);
     }
 
+    /// Temperature 0 is the arg-max whatever the draw and the top-k: no division by zero, no
+    /// NaN; ties keep the lower token and non-finite logits are passed over.
+    #[test]
+    fn temperature_zero_is_the_arg_max() {
+        let logits = [0.5, 3.0, -1.0, 3.0];
+        for u in [0.0, 0.5, 0.999] {
+            for top_k in [None, Some(1), Some(3)] {
+                assert_eq!(pick(&logits, 0.0, top_k, u), 1);
+            }
+        }
+        assert_eq!(
+            pick(&[f32::NAN, 1.0, f32::INFINITY, 2.0], 0.0, None, 0.5),
+            3
+        );
+        assert_eq!(pick(&[f32::NAN, f32::NEG_INFINITY], 0.0, None, 0.5), 0);
+        assert_eq!(pick(&[-2.0, -1.0], -0.0, None, 0.5), 1);
+    }
+
     #[test]
     fn bad_options_are_errors() {
         let ok = SampleOptions {
@@ -232,6 +301,23 @@ mod tests {
         assert!(
             SampleOptions {
                 temperature: 0.0,
+                ..ok
+            }
+            .validate()
+            .is_ok(),
+            "0 is greedy"
+        );
+        assert!(
+            SampleOptions {
+                temperature: -0.5,
+                ..ok
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            SampleOptions {
+                temperature: f32::INFINITY,
                 ..ok
             }
             .validate()

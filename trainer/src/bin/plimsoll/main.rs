@@ -4,8 +4,9 @@
 //! images; 20% held out) and prints test accuracy each epoch and the memory summary at the end.
 //! `plimsoll train mlp-bench` is the peer workload (MLP 784-1024-1024-1024-10, ReLU,
 //! cross-entropy, Adam, batch 128, synthetic data). `plimsoll plan <workload>` prints the
-//! memory plan without training. Errors are one message with the numbers and a hint, and a
-//! non-zero exit code.
+//! memory plan without training. `plimsoll sample` prints text from a trained `shakespeare` run
+//! as it is made. Errors are one message with the numbers and a hint, and a non-zero exit code;
+//! SIGINT and SIGTERM stop `train` and `sample` cleanly with 130 and 143 (`signals.rs`).
 
 mod flags;
 mod inspect;
@@ -14,6 +15,7 @@ mod progress;
 mod ranks;
 mod records;
 mod sampling;
+mod signals;
 mod train;
 mod workloads;
 
@@ -373,12 +375,14 @@ fn plan_only(workload: Workload) -> Result<()> {
 
 fn main() -> ExitCode {
     let started = Instant::now();
-    let argv: Vec<String> = std::env::args().collect();
+    // As the system gave them: an argument that is not UTF-8 (a path) is no panic; a path
+    // flag keeps it as a `PathBuf`, any other flag is clap's usage error.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = Cli::parse_from(&argv);
     let result = match cli.command {
         Command::Train { workload } => train::train(workload, &argv, started),
         Command::Plan { workload } => plan_only(workload).map(|()| ExitCode::SUCCESS),
-        Command::Sample(args) => sampling::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Sample(args) => sampling::run(&args),
         Command::Eval(args) => inspect::eval(&args).map(|()| ExitCode::SUCCESS),
         Command::Runs(args) => inspect::runs(&args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => inspect::report(&args).map(|()| ExitCode::SUCCESS),

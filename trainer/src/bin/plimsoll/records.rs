@@ -117,13 +117,20 @@ pub fn changes(
     Ok(out)
 }
 
-/// What this run writes to `run.json`.
-pub fn record(job: &Job, args: &[String], adapter: &str, ranks: usize) -> serde_json::Value {
+/// What this run writes to `run.json`: `args` to rebuild it, and `command`, the command line
+/// as given (both text: `train` refuses arguments that are not UTF-8).
+pub fn record(
+    job: &Job,
+    args: &[String],
+    command: &[String],
+    adapter: &str,
+    ranks: usize,
+) -> serde_json::Value {
     serde_json::json!({
         "plimsoll": env!("CARGO_PKG_VERSION"),
         "workload": job.name,
         "args": args,
-        "command": std::env::args().collect::<Vec<_>>(),
+        "command": command,
         "started": jiff::Timestamp::now().to_string(),
         "model": job.spec.describe(),
         "parameters": job.spec.parameter_count(),

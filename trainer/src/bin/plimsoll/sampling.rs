@@ -1,15 +1,28 @@
-//! `plimsoll sample`: text from a trained character-level GPT.
+//! `plimsoll sample`: text from a trained character-level GPT, printed as it is made.
+//!
+//! Each character is written and flushed as soon as it is drawn: a terminal shows it at once,
+//! a pipe receives it without waiting for the end. SIGINT and SIGTERM (`signals.rs`, as for
+//! `train`) stop between two characters: the text so far stays printed, a note on standard
+//! error says how many characters were made, and the exit code is 130 or 143. A reader that
+//! goes away (`plimsoll sample | head -c 100`) ends the sampling quietly: nobody reads the rest.
 
+use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 use plimsoll_nn::{AdamW, AdamWConfig, Gpt, Module};
 use plimsoll_trainer::checkpoint_io;
-use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, sample};
+use plimsoll_trainer::sample::sample_each;
+use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions};
 
 use crate::GptShape;
 use crate::inspect::{Which, run_or_newest};
 use crate::records::{read_record, recorded_args};
+use crate::signals;
 
 /// The options of `plimsoll sample`. The model's shape comes from the run's `run.json`; a shape
 /// flag must agree with it.
@@ -27,7 +40,9 @@ pub struct SampleArgs {
     /// Characters to generate.
     #[arg(long, default_value_t = 500)]
     tokens: usize,
-    /// Below 1 sharper, above 1 more random (nanoGPT's default: 0.8).
+    /// Below 1 sharper, above 1 more random (nanoGPT's default: 0.8). 0 is greedy: the most
+    /// likely character every time (--top-k and --seed then change nothing). Negative is an
+    /// error.
     #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     temperature: f32,
     /// Draw among the k most likely characters only (0: all).
@@ -79,8 +94,36 @@ fn recorded_data(dir: &std::path::Path) -> Result<Option<PathBuf>> {
     Ok(at.and_then(|at| args.get(at + 1)).map(PathBuf::from))
 }
 
-/// Loads the run's checkpoint and prints the prompt and its continuation.
-pub fn run(args: &SampleArgs) -> Result<()> {
+/// Standard output for text made a character at a time: each piece is written and flushed at
+/// once. Once the reader has gone (a write fails: a closed pipe), nothing more is written.
+struct TextOut {
+    /// A write failed; later ones are skipped.
+    closed: bool,
+}
+
+impl TextOut {
+    /// Writes `text` and flushes it, or nothing once the output has closed.
+    fn write(&mut self, text: &str) {
+        if self.closed {
+            return;
+        }
+        let mut out = std::io::stdout().lock();
+        if out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            self.closed = true;
+        }
+    }
+}
+
+/// Loads the run's checkpoint and prints the prompt and its continuation as it is made (see
+/// the module's documentation); the exit code is 0, or 130 / 143 after SIGINT / SIGTERM.
+pub fn run(args: &SampleArgs) -> Result<ExitCode> {
+    // First: a signal while the model loads stops the command too, before its first character.
+    let stop = Arc::new(AtomicBool::new(false));
+    let signal = signals::watch(Arc::clone(&stop))?;
     let options = SampleOptions {
         tokens: args.tokens,
         temperature: args.temperature,
@@ -122,10 +165,33 @@ pub fn run(args: &SampleArgs) -> Result<()> {
     };
     checkpoint_io::load(&gpu, &path, &gpt.parameters(), &mut optimizer, checks)?;
     drop(optimizer);
-    let sampled = sample(&gpt, &prompt, &options)?;
-    if args.device.memory_budget.is_some() {
-        crate::out::warn(sampled.plan);
+    let mut text = TextOut { closed: false };
+    let mut made = 0;
+    if !stop.load(Ordering::SeqCst) {
+        text.write(&corpus.decode(&prompt));
+        let sampled = sample_each(&gpt, &prompt, &options, |token| {
+            made += 1;
+            text.write(&corpus.decode(&[token]));
+            match text.closed || stop.load(Ordering::SeqCst) {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            }
+        });
+        // The line ends, also after an interrupt or an error (whose message follows on
+        // standard error).
+        text.write("\n");
+        let plan = sampled?.plan;
+        if args.device.memory_budget.is_some() {
+            crate::out::warn(plan);
+        }
     }
-    crate::out::say(corpus.decode(&sampled.tokens));
-    Ok(())
+    if stop.load(Ordering::SeqCst) && made < options.tokens {
+        crate::out::warn(format_args!(
+            "{} after {made} of {} characters; the text so far is above",
+            signal.name(),
+            options.tokens
+        ));
+        return Ok(signal.exit_code());
+    }
+    Ok(ExitCode::SUCCESS)
 }

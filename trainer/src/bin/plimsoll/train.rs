@@ -5,10 +5,9 @@
 //! alongside `--resume` applied on top (and recorded as changes). The model and the seed cannot
 //! change; data whose checksum changed since the run began is refused unless `--data` is given.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use plimsoll_trainer::checkpoint_io::{latest_path, save_record};
@@ -19,7 +18,7 @@ use crate::progress::{self, Mode, Progress};
 use crate::ranks::Ranks;
 use crate::records::{changes, parse, read_record, record, recorded_args};
 use crate::workloads::{Job, job};
-use crate::{CommonArgs, Workload, out};
+use crate::{CommonArgs, Workload, out, signals};
 
 /// Every rank's end-of-run memory summary, in the run's directory.
 pub const MEMORY_SUMMARY_FILE: &str = "memory_summary.txt";
@@ -56,8 +55,9 @@ impl Workload {
 }
 
 /// The tokens after `train <workload>` without the run-directory flags, and with a `--data`
-/// path made absolute (a resumed run may start elsewhere).
-fn training_tokens(argv: &[String]) -> Vec<String> {
+/// path made absolute (a resumed run may start elsewhere). An absolute path that is not UTF-8
+/// (the working directory's name, say) is refused: `run.json` could not record it unchanged.
+fn training_tokens(argv: &[String]) -> Result<Vec<String>> {
     let mut out = Vec::new();
     let mut tokens = argv.iter().skip(3).peekable();
     while let Some(t) = tokens.next() {
@@ -79,9 +79,19 @@ fn training_tokens(argv: &[String]) -> Vec<String> {
                 .map(str::to_string)
                 .or_else(|| tokens.next().cloned());
             if let Some(v) = value {
-                let abs = std::fs::canonicalize(&v)
-                    .map(|p| p.display().to_string())
-                    .unwrap_or(v);
+                let abs = match std::fs::canonicalize(&v) {
+                    Ok(p) => p.into_os_string().into_string().map_err(|p| {
+                        Error::invalid(
+                            "--data",
+                            format!(
+                                "{v} is {p:?}, which is not valid UTF-8: run.json records the \
+                                 data's absolute path as text (to resume the run) and cannot \
+                                 hold it unchanged; move or link the data under a UTF-8 path"
+                            ),
+                        )
+                    })?,
+                    Err(_) => v,
+                };
                 out.push("--data".to_string());
                 out.push(abs);
             }
@@ -89,7 +99,7 @@ fn training_tokens(argv: &[String]) -> Vec<String> {
         }
         out.push(t.clone());
     }
-    out
+    Ok(out)
 }
 
 /// What [`prepare`] gives: the locked directory, the job, its options, the arguments to record,
@@ -111,7 +121,7 @@ type Prepared = (
 fn prepare(workload: Workload, argv: &[String], follower: bool) -> Result<Prepared> {
     let name = workload.name();
     let common = workload.common().clone();
-    let explicit = training_tokens(argv);
+    let explicit = training_tokens(argv)?;
     let Some(resume) = common.resume.clone() else {
         // The job first: bad flags and bad data leave no run directory behind.
         let (job, common) = job(workload)?;
@@ -149,6 +159,16 @@ fn prepare(workload: Workload, argv: &[String], follower: bool) -> Result<Prepar
         })?,
         Some(path) => path,
     };
+    if path.to_str().is_none() {
+        // The newest run's folder, renamed since: run.json and the metrics name it as text.
+        return Err(Error::invalid(
+            "--resume",
+            format!(
+                "the run's folder {path:?} is not valid UTF-8, and a run records its folder as \
+                 text; rename it to a UTF-8 name and give it to --resume"
+            ),
+        ));
+    }
     let run = match follower {
         true => None,
         false => Some(RunDir::open(&path)?),
@@ -225,10 +245,42 @@ fn already_done(path: &Path, job: &Job) -> Result<()> {
     ))
 }
 
+/// `argv` as text. `run.json` records a run's arguments as JSON strings, for `--resume` to
+/// replay, and its command line; an argument that is not UTF-8 cannot be recorded without being
+/// changed, so it is refused here, before anything is written, naming its flag.
+fn utf8_arguments(argv: &[OsString]) -> Result<Vec<String>> {
+    let mut text = Vec::with_capacity(argv.len());
+    for (i, arg) in argv.iter().enumerate() {
+        let Some(s) = arg.to_str() else {
+            let lossy = arg.to_string_lossy();
+            let before = i.checked_sub(1).and_then(|j| argv.get(j)?.to_str());
+            let flag = match lossy.split_once('=') {
+                Some((flag, _)) if flag.starts_with("--") => flag.to_string(),
+                _ => before
+                    .filter(|b| b.starts_with("--"))
+                    .unwrap_or("argument")
+                    .to_string(),
+            };
+            return Err(Error::invalid(
+                flag,
+                format!(
+                    "{arg:?} is not valid UTF-8: run.json records a run's arguments as text \
+                     (to resume it) and cannot hold it unchanged; rename the file or folder \
+                     to a UTF-8 name, or give a link with one"
+                ),
+            ));
+        };
+        text.push(s.to_string());
+    }
+    Ok(text)
+}
+
 /// Trains; the exit code is 0, or 130 / 143 after SIGINT / SIGTERM (the run saved). Under
 /// `mpirun` (the `mpi` feature), every rank trains the model on its shard of each batch and
-/// rank 0 keeps the run's directory.
-pub fn train(workload: Workload, argv: &[String], started: Instant) -> Result<ExitCode> {
+/// rank 0 keeps the run's directory. An argument that is not UTF-8 is refused before anything
+/// starts (see [`utf8_arguments`]).
+pub fn train(workload: Workload, argv: &[OsString], started: Instant) -> Result<ExitCode> {
+    let argv = &utf8_arguments(argv)?;
     let ranks = Ranks::start()?;
     let outcome = match ranks.rank() {
         0 => lead(workload, argv, started, &ranks),
@@ -262,7 +314,19 @@ fn follow(
 /// Rank 0 (or the only process): the run's directory, its records and the output.
 fn lead(workload: Workload, argv: &[String], started: Instant, ranks: &Ranks) -> Result<ExitCode> {
     let (run, dir, job, common, args, resumed) = prepare(workload, argv, false)?;
-    let outcome = train_in(&dir, job, &common, &args, resumed.as_ref(), started, ranks);
+    let arguments = Arguments {
+        recorded: &args,
+        command: argv,
+    };
+    let outcome = train_in(
+        &dir,
+        job,
+        &common,
+        &arguments,
+        resumed.as_ref(),
+        started,
+        ranks,
+    );
     if let Err(e) = &outcome {
         // The run's record of how it ended; the error itself is what the user sees.
         let failed = serde_json::json!({ "status": "failed", "error": e.to_string() });
@@ -281,12 +345,21 @@ fn lead(workload: Workload, argv: &[String], started: Instant, ranks: &Ranks) ->
     outcome
 }
 
+/// The argument lists a run records in its `run.json`.
+struct Arguments<'a> {
+    /// The tokens after `train <workload>` that rebuild the run (`args`, replayed by
+    /// `--resume`).
+    recorded: &'a [String],
+    /// The whole command line as given (`command`).
+    command: &'a [String],
+}
+
 /// [`train`] inside the run's directory `dir` (locked by the caller).
 fn train_in(
     dir: &Path,
     mut job: Job,
     common: &CommonArgs,
-    args: &[String],
+    arguments: &Arguments<'_>,
     resumed: Option<&serde_json::Value>,
     started: Instant,
     ranks: &Ranks,
@@ -297,7 +370,13 @@ fn train_in(
     let gpu = common.device.open()?;
     let mut saved = match resumed {
         Some(_) => read_record(&dir)?,
-        None => record(&job, args, &gpu.adapter().to_string(), ranks.ranks()),
+        None => record(
+            &job,
+            arguments.recorded,
+            arguments.command,
+            &gpu.adapter().to_string(),
+            ranks.ranks(),
+        ),
     };
     if let Some(r) = resumed {
         let step = plimsoll_nn::state::metadata(&latest_path(&dir))
@@ -328,7 +407,7 @@ fn train_in(
             ));
             saved["ranks"] = serde_json::json!(ranks.ranks());
         }
-        saved["args"] = serde_json::json!(args);
+        saved["args"] = serde_json::json!(arguments.recorded);
         if let Some(list) = saved.get_mut("resumes").and_then(|l| l.as_array_mut()) {
             list.push(r);
         } else {
@@ -420,7 +499,7 @@ fn run_training(
     }
     // Before the kernels' compile (seconds on lavapipe): Ctrl-C or SIGTERM during it stops the
     // run as during a step (a second one exits at once), not by the default kill.
-    let signal = watch_signals(trainer.stop_flag())?;
+    let signal = signals::watch(trainer.stop_flag())?;
     // The pipelines the plan's dry run dispatched, built and run once now: outside any
     // step's deadline (lavapipe compiles a shader at a dispatch, docs/wgpu.md §5.1).
     let compile = Instant::now();
@@ -457,12 +536,7 @@ fn run_training(
     }
     let mut code = ExitCode::SUCCESS;
     if summary.interrupted {
-        let signal = signal.load(Ordering::SeqCst);
-        let name = if signal == 143 {
-            "SIGTERM"
-        } else {
-            "interrupted (Ctrl-C)"
-        };
+        let name = signal.name();
         // Rank 0 saved; the other ranks stopped after the same step and have nothing to add.
         if ranks.rank() == 0 {
             let launcher = match ranks.ranks() {
@@ -478,7 +552,7 @@ fn run_training(
                 dir.display()
             ));
         }
-        code = ExitCode::from(if signal == 143 { 143 } else { 130 });
+        code = signal.exit_code();
     }
     // Only a run that finished a step here says when (a resumed run's progress counts from
     // its own first step; a run stopped before step 1 has none).
@@ -502,21 +576,4 @@ fn run_training(
         return Err(e);
     }
     Ok((summary, seconds, code))
-}
-
-/// SIGINT and SIGTERM raise `stop` (the run saves after the current step) and set the
-/// returned code to 130 or 143; a second signal while stopping exits at once with that code
-/// (the last checkpoint on disk stays intact: saves are atomic).
-fn watch_signals(stop: Arc<AtomicBool>) -> Result<Arc<AtomicUsize>> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let which = Arc::new(AtomicUsize::new(0));
-    for (signal, code) in [(SIGINT, 130), (SIGTERM, 143)] {
-        let failed = |e: std::io::Error| Error::invalid("signal handler", e.to_string());
-        signal_hook::flag::register_conditional_shutdown(signal, code, Arc::clone(&stop))
-            .map_err(failed)?;
-        signal_hook::flag::register_usize(signal, Arc::clone(&which), code as usize)
-            .map_err(failed)?;
-        signal_hook::flag::register(signal, Arc::clone(&stop)).map_err(failed)?;
-    }
-    Ok(which)
 }
