@@ -14,7 +14,7 @@ pub(crate) fn eval_due(
     finished: bool,
 ) -> bool {
     let due = match eval_interval_steps {
-        Some(k) => step % k.max(1) == 0,
+        Some(k) => step.is_multiple_of(k.max(1)),
         None => epoch_done,
     };
     due || finished
