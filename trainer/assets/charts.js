@@ -256,7 +256,8 @@ function drawTimeline(root, data) {
   return state;
 }
 
-// A line chart of one or more series [{name, points: [[x, y], ...], color, dashed}].
+// A line chart of one or more series [{name, points: [[x, y], ...], color, dashed, dots}];
+// opts.yMin and opts.yMax fix the vertical range (a percentage from 80 to 100).
 function drawLines(canvas, series, opts) {
   const width = opts.width || 560, height = opts.height || 260;
   const pad = { l: 70, r: 16, t: 22, b: 34 };
@@ -268,7 +269,8 @@ function drawLines(canvas, series, opts) {
   }
   const xs = all.map(p => p[0]), ys = all.map(p => p[1]).filter(Number.isFinite);
   const x0 = Math.min(...xs), x1 = Math.max(...xs, x0 + 1);
-  const y0 = opts.zero ? 0 : Math.min(...ys), y1 = Math.max(...ys, y0 + 1e-9);
+  const y0 = opts.yMin !== undefined ? opts.yMin : opts.zero ? 0 : Math.min(...ys);
+  const y1 = opts.yMax !== undefined ? opts.yMax : Math.max(...ys, y0 + 1e-9);
   const X = x => pad.l + (width - pad.l - pad.r) * (x - x0) / (x1 - x0);
   const Y = y => height - pad.b - (height - pad.t - pad.b) * (y - y0) / (y1 - y0);
   ctx.font = "11px sans-serif";
@@ -296,6 +298,12 @@ function drawLines(canvas, series, opts) {
     ctx.stroke();
     ctx.setLineDash([]);
     ctx.fillStyle = ctx.strokeStyle;
+    if (s.dots) {
+      // Few points (one per evaluation): each marked, so a single one shows.
+      s.points.filter(p => Number.isFinite(p[1])).forEach(p => {
+        ctx.beginPath(); ctx.arc(X(p[0]), Y(p[1]), 3, 0, 2 * Math.PI); ctx.fill();
+      });
+    }
     ctx.fillText(s.name, width - pad.r - 150, pad.t + 12 * (k + 1));
   });
   return all.length;

@@ -151,27 +151,95 @@ impl Default for TrainConfig {
     }
 }
 
+impl std::fmt::Display for CheckpointPolicy {
+    /// As `--checkpointing` takes it: `none`, `auto`, `every 2 modules`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckpointPolicy::None => f.write_str("none"),
+            CheckpointPolicy::Automatic => f.write_str("auto"),
+            CheckpointPolicy::EveryBlocks(1) => f.write_str("every module"),
+            CheckpointPolicy::EveryBlocks(k) => write!(f, "every {k} modules"),
+        }
+    }
+}
+
+impl std::fmt::Display for AllocatorMode {
+    /// As `--allocator` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AllocatorMode::Caching => "caching",
+            AllocatorMode::Planned => "planned",
+        })
+    }
+}
+
+impl std::fmt::Display for LeakPolicy {
+    /// As `--leak-check` takes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LeakPolicy::Off => "off",
+            LeakPolicy::Warn => "warn",
+            LeakPolicy::Error => "error",
+        })
+    }
+}
+
+impl std::fmt::Display for RunLength {
+    /// `30 epochs`, `1 step`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (n, unit) = match *self {
+            RunLength::Epochs(n) => (n, "epoch"),
+            RunLength::Steps(n) => (n, "step"),
+        };
+        write!(f, "{n} {unit}{}", if n == 1 { "" } else { "s" })
+    }
+}
+
+/// A learning-rate schedule in words: `constant 0.002`, or `warm-up over 100 steps to 0.001,
+/// then cosine decay to 0.0001 at step 2000`.
+pub fn describe_schedule(schedule: &LrSchedule) -> String {
+    match *schedule {
+        LrSchedule::Constant { lr } => format!("constant {lr}"),
+        LrSchedule::WarmupCosine {
+            peak_lr,
+            warmup_steps: 0,
+            total_steps,
+            min_lr,
+        } => format!("cosine decay from {peak_lr} to {min_lr} at step {total_steps}"),
+        LrSchedule::WarmupCosine {
+            peak_lr,
+            warmup_steps,
+            total_steps,
+            min_lr,
+        } => format!(
+            "warm-up over {warmup_steps} steps to {peak_lr}, then cosine decay to {min_lr} at \
+             step {total_steps}"
+        ),
+    }
+}
+
 impl TrainConfig {
     /// Every setting as JSON, for the record a run keeps of itself (`run.json`). Numbers stay
-    /// numbers; the schedule and the policies are written as their Rust values.
+    /// numbers; the length, the schedule and the policies are written in words (`30 epochs`,
+    /// `auto`), as the flags take them where there is a flag.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "effective_batch": self.effective_batch,
             "micro_batch": self.micro_batch,
-            "length": format!("{:?}", self.length),
-            "schedule": format!("{:?}", self.schedule),
+            "length": self.length.to_string(),
+            "schedule": describe_schedule(&self.schedule),
             "seed": self.seed,
             "memory_budget_bytes": self.memory_budget_bytes,
-            "checkpointing": format!("{:?}", self.checkpointing),
+            "checkpointing": self.checkpointing.to_string(),
             "fence_deadline_ms": self.fence_deadline.as_millis() as u64,
             "save_deadline_ms": self.save_deadline.as_millis() as u64,
             "eval_interval_steps": self.eval_interval_steps,
             "checkpoint_dir": self.checkpoint_dir,
             "checkpoint_interval_steps": self.checkpoint_interval_steps,
-            "leak_policy": format!("{:?}", self.leak_policy),
+            "leak_policy": self.leak_policy.to_string(),
             "label_smoothing": self.label_smoothing,
             "clip_grad_norm": self.clip_grad_norm,
-            "allocator": format!("{:?}", self.allocator),
+            "allocator": self.allocator.to_string(),
             "precision": self.precision.to_string(),
         })
     }
@@ -208,8 +276,10 @@ impl TrainConfig {
             return Err(Error::invalid(
                 "--micro-batch",
                 format!(
-                    "{m} is not between 1 and the effective batch (--batch) {}",
-                    self.effective_batch
+                    "{m} is not between 1 and the effective batch (--batch) {b}; give a \
+                     --micro-batch of at most {b}, a --batch of at least {m}, or leave \
+                     --micro-batch out for the largest that fits",
+                    b = self.effective_batch
                 ),
             ));
         }

@@ -28,6 +28,81 @@ impl OptimizerSpec {
             OptimizerSpec::Sgd(c) => Box::new(Sgd::new(c)),
         }
     }
+
+    /// The optimizer's name and settings as a JSON object (`run.json`'s `optimizer`):
+    /// `{"name": "AdamW", "lr": 0.002, "beta1": 0.9, ...}`, numbers as written (`0.002`, not
+    /// the f32's `0.0020000000949949026`).
+    pub fn to_json(&self) -> serde_json::Value {
+        match *self {
+            OptimizerSpec::AdamW(c) => serde_json::json!({
+                "name": "AdamW",
+                "lr": plain_number(c.lr),
+                "beta1": plain_number(c.beta1),
+                "beta2": plain_number(c.beta2),
+                "eps": plain_number(c.eps),
+                "weight_decay": plain_number(c.weight_decay),
+                "weight_decay_on": if c.decay_matrices_only { "matrices only" } else { "all parameters" },
+            }),
+            OptimizerSpec::Sgd(c) => serde_json::json!({
+                "name": "SGD",
+                "lr": plain_number(c.lr),
+                "momentum": plain_number(c.momentum),
+                "dampening": plain_number(c.dampening),
+                "weight_decay": plain_number(c.weight_decay),
+                "nesterov": c.nesterov,
+            }),
+        }
+    }
+}
+
+/// `v` as the JSON number its shortest decimal form names (f32 `0.002` is `0.002`, not
+/// `0.0020000000949949026`).
+pub fn plain_number(v: f32) -> serde_json::Value {
+    v.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+impl std::fmt::Display for OptimizerSpec {
+    /// `AdamW lr 0.002, betas 0.9 and 0.999, eps 1e-8, weight decay 0.1 on matrices only`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            OptimizerSpec::AdamW(c) => write!(
+                f,
+                "AdamW lr {}, betas {} and {}, eps {:e}, weight decay {}{}",
+                c.lr,
+                c.beta1,
+                c.beta2,
+                c.eps,
+                c.weight_decay,
+                match (c.weight_decay == 0.0, c.decay_matrices_only) {
+                    (true, _) => "",
+                    (false, true) => " on matrices only",
+                    (false, false) => " on all parameters",
+                }
+            ),
+            OptimizerSpec::Sgd(c) => write!(
+                f,
+                "SGD lr {}, momentum {}{}, weight decay {}",
+                c.lr,
+                c.momentum,
+                if c.nesterov { " (Nesterov)" } else { "" },
+                c.weight_decay
+            ),
+        }
+    }
+}
+
+/// An activation's usual name: `ReLU`, `GELU`, `tanh`, `sigmoid`.
+fn activation_name(activation: Activation) -> &'static str {
+    match activation {
+        Activation::Relu => "ReLU",
+        Activation::Gelu => "GELU",
+        Activation::Tanh => "tanh",
+        Activation::Sigmoid => "sigmoid",
+    }
 }
 
 /// An MLP classifier `widths[0] -> ... -> widths[last]` and its optimizer.
@@ -90,9 +165,9 @@ impl Recipe for ModelSpec {
     fn describe(&self) -> String {
         let widths: Vec<String> = self.widths.iter().map(usize::to_string).collect();
         format!(
-            "MLP {}, {:?}, seed {}; {:?}",
+            "MLP {}, {}, seed {}; {}",
             widths.join("-"),
-            self.activation,
+            activation_name(self.activation),
             self.seed,
             self.optimizer
         )
@@ -207,7 +282,7 @@ impl Recipe for GptSpec {
     fn describe(&self) -> String {
         let c = self.config;
         format!(
-            "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}, seed {}; {:?}",
+            "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}, seed {}; {}",
             c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, self.seed, self.optimizer
         )
     }

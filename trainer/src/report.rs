@@ -1,6 +1,6 @@
 //! `report.html`: one self-contained page per run (no network, no external script), from the
 //! files in its directory: `metrics.jsonl` (loss, validation loss, learning rate, throughput,
-//! memory per step), `plan.json` (the memory plan's predicted peak), `memory_timeline.json`,
+//! memory per step; a classifier's test accuracy per evaluation), `plan.json` (the memory plan's predicted peak), `memory_timeline.json`,
 //! `profile.json` (the kernel table) and `run.json` (the configuration). Parts whose file is
 //! missing say how to get them.
 
@@ -61,6 +61,8 @@ pub fn report_data(dir: &Path) -> Result<Value> {
     })?;
     let mut steps = Vec::new();
     let mut evals = Vec::new();
+    // A classifier's evaluations: [step, epoch (1-based), accuracy].
+    let mut accuracy = Vec::new();
     let metrics = dir.join(METRICS_FILE);
     let text = match std::fs::read_to_string(&metrics) {
         Ok(t) => t,
@@ -89,7 +91,12 @@ pub fn report_data(dir: &Path) -> Result<Value> {
                 f("peak_reserved_bytes"),
                 f("step_ms")
             ])),
-            (Some(step), None, Some(eval)) => evals.push(json!([step, eval, f("eval_accuracy")])),
+            (Some(step), None, Some(eval)) => {
+                evals.push(json!([step, eval, f("eval_accuracy")]));
+                if let Some(a) = f("eval_accuracy") {
+                    accuracy.push(json!([step, f("epoch").map(|e| e + 1.0), a]));
+                }
+            }
             _ => {}
         }
     }
@@ -119,6 +126,7 @@ pub fn report_data(dir: &Path) -> Result<Value> {
         "overview": overview,
         "steps": steps,
         "evals": evals,
+        "accuracy": accuracy,
         "predicted_peak": plan.as_ref().and_then(|p| p.get("predicted_peak_bytes")).cloned(),
         "timeline": read_json(&dir.join(TIMELINE_JSON))?,
         "kernels": read_json(&dir.join(PROFILE_JSON))?,

@@ -210,7 +210,7 @@ fn the_metrics_file_has_every_step_and_every_evaluation() {
         serde_json::from_str(&std::fs::read_to_string(dir.join("ck/run.json")).unwrap()).unwrap();
     assert_eq!(record["workload"], "digits");
     assert_eq!(record["parameters"], 9610);
-    assert_eq!(record["config"]["length"], "Epochs(2)");
+    assert_eq!(record["config"]["length"], "2 epochs");
     assert_eq!(record["config"]["clip_grad_norm"], 0.5);
     assert_eq!(record["args"][1], "2");
     assert!(record["data"]["sha256"].as_str().unwrap().len() == 64);

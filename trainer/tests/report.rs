@@ -47,8 +47,65 @@ fn the_report_holds_the_runs_steps_evaluations_and_plan() {
     assert!(html.contains("\"predicted_peak\":1234") && !html.contains("{{"));
     assert!(!html.contains("http://") && !html.contains("https://"));
 
+    // A regression run has no accuracy: no accuracy data, the chart stays hidden.
+    assert_eq!(data["accuracy"], serde_json::json!([]));
+
     let empty = temp_dir("report-empty");
     let err = write_report(&empty).unwrap_err();
     assert!(matches!(err, Error::Invalid { .. }), "{err}");
     assert!(err.to_string().contains("not a run directory"), "{err}");
+}
+
+/// A classifier's evaluations (digits: `eval_accuracy` per epoch) give the accuracy chart its
+/// data, `[step, epoch (1-based), accuracy]`, and its canvas; the configuration is a table of
+/// settings whose values wrap within the page.
+#[test]
+fn a_classifiers_report_has_an_accuracy_chart_and_a_wrapped_configuration() {
+    let dir = temp_dir("report-digits");
+    let long = "x".repeat(400);
+    std::fs::write(
+        dir.join("run.json"),
+        serde_json::json!({
+            "model": "MLP 64-128-10, ReLU, seed 0; AdamW lr 0.002",
+            "command": [long],
+            "optimizer": {"name": "AdamW", "lr": 0.002},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("metrics.jsonl"),
+        concat!(
+            "{\"step\":1,\"loss\":2.3,\"loss_mean\":2.3,\"lr\":0.002}\n",
+            "{\"step\":23,\"epoch\":0,\"eval_loss\":0.4,\"eval_accuracy\":0.9,",
+            "\"eval_samples\":359}\n",
+            "{\"step\":46,\"epoch\":1,\"eval_loss\":0.2,\"eval_accuracy\":0.95,",
+            "\"eval_samples\":359}\n",
+        ),
+    )
+    .unwrap();
+    let data = report_data(&dir).unwrap();
+    assert_eq!(
+        data["accuracy"],
+        serde_json::json!([[23.0, 1.0, 0.9], [46.0, 2.0, 0.95]])
+    );
+    let html = std::fs::read_to_string(write_report(&dir).unwrap()).unwrap();
+    assert!(html.contains("\"accuracy\":[[23.0,1.0,0.9],[46.0,2.0,0.95]]"));
+    assert!(
+        html.contains("<canvas id=\"accuracy\""),
+        "the chart's canvas"
+    );
+    assert!(html.contains("REPORT.accuracy"), "the page draws it");
+    // The configuration: a table of rows, whose values wrap (a 400-character value stays on
+    // the page).
+    assert!(html.contains("<table class=\"config\" id=\"config\">"));
+    assert!(!html.contains("<pre id=\"config\">"));
+    let rule = html
+        .find("table.config td")
+        .map(|i| &html[i..i + html[i..].find('}').unwrap()])
+        .expect("a style for the configuration's values");
+    assert!(
+        rule.contains("white-space: pre-wrap") && rule.contains("overflow-wrap: anywhere"),
+        "{rule}"
+    );
 }

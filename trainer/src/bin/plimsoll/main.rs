@@ -356,6 +356,9 @@ struct BenchArgs {
 
 fn plan_only(workload: Workload) -> Result<()> {
     let (job, common) = job(workload)?;
+    for note in &job.notes {
+        out::say(note);
+    }
     let gpu = common.device.open()?;
     let config = TrainConfig {
         micro_batch: common.micro_batch,

@@ -83,10 +83,13 @@ impl Progress {
         }
     }
 
-    /// Prints a line above the bar, or plainly on standard output.
+    /// Prints a line (or several) above the bar, or plainly on standard output: each ended
+    /// by a newline either way. (indicatif's `println` would pad each line with spaces to the
+    /// terminal's width instead, so a captured log would run them into one line; `suspend`
+    /// clears the bar, lets the line through, and draws the bar again below it.)
     fn line(&self, text: String) {
         match &self.bar {
-            Some(bar) => bar.println(text),
+            Some(bar) => bar.suspend(|| crate::out::say(text)),
             None => crate::out::say(text),
         }
     }
@@ -97,9 +100,15 @@ impl Progress {
         let mut failed = Vec::new();
         for (i, m) in self.metrics.iter_mut().enumerate() {
             if let Err(e) = m.write(record) {
-                crate::out::warn(format_args!(
-                    "warning: {e}; no more metrics go to that file (training goes on)"
-                ));
+                let warn = || {
+                    crate::out::warn(format_args!(
+                        "warning: {e}; no more metrics go to that file (training goes on)"
+                    ))
+                };
+                match &self.bar {
+                    Some(bar) => bar.suspend(warn),
+                    None => warn(),
+                }
                 self.metrics_error.get_or_insert(e);
                 failed.push(i);
             }

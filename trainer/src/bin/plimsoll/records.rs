@@ -108,6 +108,12 @@ pub fn changes(
             }
         }
     }
+    if old.optimizer != new.optimizer {
+        out.insert(
+            "optimizer".into(),
+            serde_json::json!([old.optimizer.to_string(), new.optimizer.to_string()]),
+        );
+    }
     if old.data != new.data {
         out.insert(
             "data".into(),
@@ -138,9 +144,20 @@ pub fn record(
         "train_data": job.train.describe(),
         "eval_data": job.test.as_ref().map(|t| t.describe()),
         "config": job.config.to_json(),
+        "optimizer": job.optimizer_record(),
         "adapter": adapter,
         "ranks": ranks,
         "gpt": job.gpt_shape.map(GptShape::record),
         "resumes": [],
     })
+}
+
+/// A value of `run.json` in words, for a line a user reads: a string as it is, `none` for
+/// null, anything else as JSON (`64`, `0.5`).
+pub fn plain(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => "none".to_string(),
+        other => other.to_string(),
+    }
 }

@@ -16,7 +16,7 @@ use plimsoll_trainer::{Error, JsonLines, Result, RunLength, RunSummary, Trainer}
 
 use crate::progress::{self, Mode, Progress};
 use crate::ranks::Ranks;
-use crate::records::{changes, parse, read_record, record, recorded_args};
+use crate::records::{changes, parse, plain, read_record, record, recorded_args};
 use crate::workloads::{Job, job};
 use crate::{CommonArgs, Workload, out, signals};
 
@@ -389,7 +389,7 @@ fn train_in(
         {
             let list: Vec<String> = c
                 .iter()
-                .map(|(k, v)| format!("{k} {} -> {}", v[0], v[1]))
+                .map(|(k, v)| format!("{k} {} -> {}", plain(&v[0]), plain(&v[1])))
                 .collect();
             out::say(format_args!(
                 "changed (recorded in run.json): {}",
@@ -413,6 +413,9 @@ fn train_in(
         } else {
             saved["resumes"] = serde_json::json!([r]);
         }
+    }
+    for note in &job.notes {
+        out::say(note);
     }
     save_record(&dir, RUN_FILE, &saved)?;
     out::say(format_args!(

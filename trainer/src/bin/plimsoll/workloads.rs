@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
+use plimsoll_trainer::config::describe_schedule;
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
+use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::SHAKESPEARE_GZ;
 use plimsoll_trainer::{
     CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec, OptimizerSpec, Recipe,
@@ -31,6 +33,37 @@ pub struct Job {
     /// Where the training data came from and its SHA-256 (`run.json`'s `data`; a resumed run
     /// checks it).
     pub data: DataSource,
+    /// The optimizer the model trains with (its `lr` is the schedule's peak).
+    pub optimizer: OptimizerSpec,
+    /// What the job changed of what it was given, in words (a default shortened to fit the
+    /// run), for the command to print before it runs.
+    pub notes: Vec<String>,
+}
+
+impl Job {
+    /// The optimizer as it trains, as `run.json` records it: its name and settings, the peak
+    /// learning rate, the schedule (warm-up, floor, decay length) and the gradient clipping.
+    pub fn optimizer_record(&self) -> serde_json::Value {
+        let mut record = self.optimizer.to_json();
+        let config = &self.config;
+        let (warmup_steps, min_lr, decay_ends) = match config.schedule {
+            LrSchedule::Constant { .. } => (0, None, None),
+            LrSchedule::WarmupCosine {
+                warmup_steps,
+                total_steps,
+                min_lr,
+                ..
+            } => (warmup_steps, Some(min_lr), Some(total_steps)),
+        };
+        record["schedule"] = describe_schedule(&config.schedule).into();
+        record["warmup_steps"] = warmup_steps.into();
+        record["min_lr"] = min_lr.map_or(serde_json::Value::Null, plain_number);
+        record["decay_ends_at_step"] = decay_ends.into();
+        record["clip_grad_norm"] = config
+            .clip_grad_norm
+            .map_or(serde_json::Value::Null, plain_number);
+        record
+    }
 }
 
 /// The origin of a run's data: a file (absolute path) or the bundled copy, and a checksum of
@@ -90,24 +123,100 @@ fn digits_data(path: Option<PathBuf>) -> Result<Dataset> {
     Ok(data)
 }
 
-/// The shared options over a workload's `defaults`; `steps`: the run's length in steps, for
-/// the schedule's decay. The checkpoint directory is the run's, set by the caller.
-fn base_config(
+/// Refuses an effective batch larger than the `samples` there are to train on (`what`: the
+/// samples' name): one step would see each sample at most once and the rest of the batch
+/// would never be filled.
+fn check_batch(batch: usize, samples: usize, what: &str) -> Result<()> {
+    if batch > samples {
+        return Err(Error::invalid(
+            "--batch",
+            format!(
+                "{batch}, but the training set has only {samples} {what}; give a --batch of at \
+                 most {samples}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The learning rate, the warm-up and the floor, from the flags over the workload's defaults.
+/// A flag that contradicts another (a floor above the peak, a warm-up longer than the run's
+/// `steps`) is an error; a workload default that does not fit the run is shortened to fit,
+/// and `notes` says so.
+fn schedule_values(
     common: &CommonArgs,
-    batch: usize,
     steps: u64,
     defaults: &Defaults,
-) -> Result<TrainConfig> {
+    notes: &mut Vec<String>,
+) -> Result<(f32, u64, Option<f32>)> {
     let lr = common.lr.unwrap_or(defaults.lr);
-    let warmup_steps = common.warmup_steps.unwrap_or(defaults.warmup_steps);
-    let min_lr = common.min_lr.or(defaults.min_lr);
-    for (flag, value) in [("--lr", Some(lr)), ("--min-lr", min_lr)] {
+    for (flag, value) in [("--lr", Some(lr)), ("--min-lr", common.min_lr)] {
         if let Some(v) = value
             && !(v.is_finite() && v >= 0.0)
         {
             return Err(Error::invalid(flag, format!("{v} must be finite and >= 0")));
         }
     }
+    let lr_source = match common.lr {
+        Some(_) => "--lr",
+        None => "the workload's default --lr",
+    };
+    let min_lr = match (common.min_lr, defaults.min_lr) {
+        (Some(min), _) if min > lr => {
+            return Err(Error::invalid(
+                "--min-lr",
+                format!(
+                    "{min} is above the peak learning rate {lr} ({lr_source}): the rate would \
+                     rise as it decays; give a --min-lr of at most {lr}, or a --lr of at least \
+                     {min}"
+                ),
+            ));
+        }
+        (Some(min), _) => Some(min),
+        (None, Some(min)) if min > lr => {
+            notes.push(format!(
+                "note: the workload's --min-lr {min} is above --lr {lr}; the rate decays to \
+                 {lr} instead (no decay), give --min-lr to choose the floor"
+            ));
+            Some(lr)
+        }
+        (None, min) => min,
+    };
+    let warmup_steps = match common.warmup_steps {
+        Some(w) if w > steps => {
+            return Err(Error::invalid(
+                "--warmup-steps",
+                format!(
+                    "{w}, but the run has only {steps} steps; give --warmup-steps of at most \
+                     {steps} (or a longer run)"
+                ),
+            ));
+        }
+        Some(w) => w,
+        None if defaults.warmup_steps > steps => {
+            notes.push(format!(
+                "note: the workload's {} warm-up steps are more than the run's {steps}; the \
+                 warm-up takes {steps} steps instead (give --warmup-steps to choose)",
+                defaults.warmup_steps
+            ));
+            steps
+        }
+        None => defaults.warmup_steps,
+    };
+    Ok((lr, warmup_steps, min_lr))
+}
+
+/// The shared options over a workload's `defaults`; `steps`: the run's length in steps, for
+/// the schedule's decay (see [`schedule_values`]; `notes` gets what was shortened). The
+/// checkpoint directory is the run's, set by the caller.
+fn base_config(
+    common: &CommonArgs,
+    batch: usize,
+    steps: u64,
+    defaults: &Defaults,
+    notes: &mut Vec<String>,
+) -> Result<TrainConfig> {
+    let (lr, warmup_steps, min_lr) = schedule_values(common, steps, defaults, notes)?;
     let schedule = match (warmup_steps, min_lr) {
         (0, None) => LrSchedule::Constant { lr },
         (warmup_steps, min_lr) => LrSchedule::WarmupCosine {
@@ -141,8 +250,10 @@ fn base_config(
     })
 }
 
-/// AdamW with `betas`, the workload's (or the flag's) weight decay on matrices only.
+/// AdamW with `betas`, the workload's (or the flag's) peak learning rate and weight decay on
+/// matrices only.
 fn adamw(common: &CommonArgs, defaults: &Defaults, beta2: f32) -> Result<OptimizerSpec> {
+    let lr = common.lr.unwrap_or(defaults.lr);
     let weight_decay = common.weight_decay.unwrap_or(defaults.weight_decay);
     if !(weight_decay.is_finite() && weight_decay >= 0.0) {
         return Err(Error::invalid(
@@ -151,6 +262,7 @@ fn adamw(common: &CommonArgs, defaults: &Defaults, beta2: f32) -> Result<Optimiz
         ));
     }
     Ok(OptimizerSpec::AdamW(AdamWConfig {
+        lr,
         beta2,
         weight_decay,
         decay_matrices_only: true,
@@ -195,7 +307,46 @@ fn mlp_job(
             source: String::new(),
             sha256: String::new(),
         },
+        optimizer,
+        notes: Vec::new(),
     }
+}
+
+/// Refuses a `--context` the text cannot hold (a window is `context + 1` tokens, of the
+/// `train_tokens` and of the `val_tokens`: the last 10%) and more `--eval-windows` than the
+/// validation text has distinct windows.
+fn check_text(
+    context: usize,
+    eval_windows: usize,
+    train_tokens: usize,
+    val_tokens: usize,
+) -> Result<()> {
+    let (part, tokens) = match train_tokens <= val_tokens {
+        true => ("training text", train_tokens),
+        false => ("validation text (the last 10%)", val_tokens),
+    };
+    if context >= tokens {
+        return Err(Error::invalid(
+            "--context",
+            format!(
+                "{context}, but the {part} has {tokens} tokens and a window needs context + 1; \
+                 give a --context of at most {}, or more text",
+                tokens.saturating_sub(1)
+            ),
+        ));
+    }
+    let windows = val_tokens - context;
+    if eval_windows > windows {
+        return Err(Error::invalid(
+            "--eval-windows",
+            format!(
+                "{eval_windows}, but the validation text (the last 10%, {val_tokens} tokens) has \
+                 only {windows} windows of {context} tokens; give --eval-windows of at most \
+                 {windows}"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The job of `workload`, and its shared options.
@@ -208,17 +359,20 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             let mut widths = vec![train.feature_dim()];
             widths.extend(a.hidden.iter().copied().filter(|&w| w > 0));
             widths.push(train.num_classes());
+            check_batch(a.batch, train.len(), "samples")?;
             let steps = a
                 .epochs
                 .saturating_mul(train.len().div_ceil(a.batch.max(1)) as u64);
             let defaults = mlp_defaults(2e-3);
-            let mut config = base_config(&a.common, a.batch, steps, &defaults)?;
+            let mut notes = Vec::new();
+            let mut config = base_config(&a.common, a.batch, steps, &defaults, &mut notes)?;
             config.length = RunLength::Epochs(a.epochs);
             let optimizer = adamw(&a.common, &defaults, 0.999)?;
             let job = mlp_job("digits", widths, a.common.seed, optimizer, config, train);
             let job = Job {
                 test: Some(Box::new(test)),
                 data: source,
+                notes,
                 ..job
             };
             (job, a.common)
@@ -232,7 +386,8 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             widths.extend(std::iter::repeat_n(1024, a.layers));
             widths.push(10);
             let defaults = mlp_defaults(1e-3);
-            let mut config = base_config(&a.common, a.batch, a.steps, &defaults)?;
+            let mut notes = Vec::new();
+            let mut config = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
             config.length = RunLength::Steps(a.steps);
             if a.common.device.memory_budget.is_none() {
                 // The peer workload runs plain batches of 128; plan only under a budget.
@@ -243,6 +398,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             }
             let optimizer = adamw(&a.common, &defaults, 0.999)?;
             let mut job = mlp_job("mlp-bench", widths, a.common.seed, optimizer, config, train);
+            job.notes = notes;
             job.data = DataSource {
                 source: format!(
                     "synthetic: {samples} samples of 784 features, seed {}",
@@ -262,7 +418,14 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             let vocab = corpus.vocab_size();
             let shape = a.shape.resolve(None)?;
             let context = shape[0];
+            check_text(
+                context,
+                a.eval_windows,
+                corpus.train().len(),
+                corpus.val().len(),
+            )?;
             let train = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab)?;
+            check_batch(a.batch, train.len(), "windows")?;
             let val = TokenData::evenly_spaced(
                 Arc::new(corpus.val().to_vec()),
                 context,
@@ -278,13 +441,15 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                 clip_grad_norm: Some(1.0),
                 weight_decay: 0.1,
             };
-            let mut config = base_config(&a.common, a.batch, a.steps, &defaults)?;
+            let mut notes = Vec::new();
+            let mut config = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
             config.length = RunLength::Steps(a.steps);
             config.eval_interval_steps = Some(a.eval_every.max(1));
+            let optimizer = adamw(&a.common, &defaults, 0.99)?;
             let spec = GptSpec {
                 config: GptShape::config(shape, vocab),
                 seed: a.common.seed,
-                optimizer: adamw(&a.common, &defaults, 0.99)?,
+                optimizer,
             };
             spec.config.validate()?;
             let job = Job {
@@ -295,6 +460,8 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
                 config,
                 gpt_shape: Some(shape),
                 data: source,
+                optimizer,
+                notes,
             };
             (job, a.common)
         }
