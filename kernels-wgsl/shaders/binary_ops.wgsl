@@ -11,10 +11,6 @@ const WG: u32 = 256u;
 
 var<private> nan_bits: u32 = 0x7fc00000u;
 
-fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
 fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
 }

@@ -21,10 +21,9 @@
 //               and keeps the other half of the first and last word as it was, so no two
 //               invocations write one word.
 //   f16_to_f32: one invocation per element.
-// Params (uniform, 16 bytes):
-//   { n: u32 (element count), src_offset: u32, dst_offset: u32, _pad0: u32 }
-//   the f32 side's offset counts f32 elements, the halves' side counts halves; both include the
-//   block's offset in the segment (from the launcher).
+// Params: declared in src/kernels/convert.rs (`shader_params!`), prepended with the bindings.
+//   n counts elements; the f32 side's offset counts f32 elements, the halves' side counts
+//   halves; both include the block's offset in the segment (from the launcher).
 // Bindings (group 0; all storage read_write, docs/wgpu.md §4; each binds a WHOLE segment, not the
 // tensor, so bind groups are cached per segment; every index adds its binding's offset):
 //   f32_to_f16: 0 params, 1 src: array<f32> [src_offset ..+ n],
@@ -38,20 +37,13 @@
 
 const WG: u32 = 256u;
 
-// `Params` and the bindings are declared in src/kernels/convert.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
-fn word_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
 
 @compute @workgroup_size(256)
 fn f32_to_f16(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
     let first_word = params.dst_offset / 2u;
     let end = params.dst_offset + params.n;           // one past the last half
-    let w = first_word + word_index(gid, nwg);
+    let w = first_word + flat_index(gid, nwg);
     if (params.n == 0u || 2u * w >= end) {
         return;
     }
@@ -75,7 +67,7 @@ fn f32_to_f16(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn f16_to_f32(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = word_index(gid, nwg);
+    let i = flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

@@ -11,9 +11,9 @@ enable f16;
 // Entry points (both @workgroup_size(256), one invocation per element):
 //   f32_to_f16: dst_halves[dst_offset + i] = f16(src[src_offset + i])
 //   f16_to_f32: dst[dst_offset + i] = f32(src_halves[src_offset + i])
-// Params (uniform, 16 bytes): { n: u32, src_offset: u32, dst_offset: u32, _pad0: u32 }: the
-// f32 side's offset counts f32 elements, the f16 side's halves; both include the block's offset
-// in the segment (from the launcher).
+// Params: declared in src/kernels/convert.rs (`shader_params!`), prepended with the bindings.
+//   the f32 side's offset counts f32 elements, the f16 side's halves; both include the block's
+//   offset in the segment (from the launcher).
 // Bindings (group 0; storage read_write; whole segments):
 //   f32_to_f16: 0 params, 1 src: array<f32>, 2 dst_halves: array<f16>
 //   f16_to_f32: 0 params, 1 src_halves: array<f16>, 2 dst: array<f32>
@@ -22,15 +22,11 @@ enable f16;
 
 const WG: u32 = 256u;
 
-fn element_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
 
 @compute @workgroup_size(256)
 fn f32_to_f16(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = element_index(gid, nwg);
+    let i = flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }
@@ -40,7 +36,7 @@ fn f32_to_f16(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn f16_to_f32(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = element_index(gid, nwg);
+    let i = flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

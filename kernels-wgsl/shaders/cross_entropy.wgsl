@@ -21,10 +21,7 @@
 // (kernels::cross_entropy::loop_iterations; the launcher refuses more than the adapter's limit).
 // Entry points (both @workgroup_size(64)): forward, backward.
 //
-// Params (uniform, 48 bytes):
-//   { rows: u32, cols: u32, dloss_stride: u32, smoothing: f32,
-//     scale: f32, logits_offset: u32, targets_offset: u32, losses_offset: u32,
-//     dloss_offset: u32, dlogits_offset: u32, _pad0: u32, _pad1: u32 }
+// Params: declared in src/kernels/cross_entropy.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset).
 //   forward reads rows, cols, smoothing, logits_offset, targets_offset, losses_offset.
@@ -40,34 +37,13 @@
 
 const WG: u32 = 64u;
 
-// `Params` and the bindings are declared in src/kernels/cross_entropy.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
 var<private> nan_bits: u32 = 0x7fc00000u;
-
-fn row_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
-const NEG_INF_BITS: u32 = 0xff800000u;
 
 // Running statistics of a row: max m, s = sum of exp(v - m), and the plain sum of the values.
 struct Stats {
     m: f32,
     s: f32,
     sum: f32,
-}
-
-// Factor taking a sum relative to max m to one relative to m_new >= m (1 when equal: also when
-// both are -inf, where exp(m - m_new) would be NaN).
-fn rescale(m: f32, m_new: f32) -> f32 {
-    return select(exp(m - m_new), 1.0, m == m_new);
-}
-
-// What exp(v - shift) subtracts: the max, or 0 while it is -inf (all values so far are -inf and
-// contribute exp(-inf) = 0).
-fn shift_of(m: f32) -> f32 {
-    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
 }
 
 fn see(st: Stats, v: f32) -> Stats {
@@ -100,7 +76,7 @@ fn row_stats(b: u32) -> Stats {
 @compute @workgroup_size(64)
 fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = row_index(gid, nwg);
+    let r = flat_index(gid, nwg);
     if (r >= params.rows) {
         return;
     }
@@ -127,7 +103,7 @@ fn put_grad(base: u32, out: u32, j: u32, t: u32, lse: f32, g: f32, uniform_q: f3
 @compute @workgroup_size(64)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = row_index(gid, nwg);
+    let r = flat_index(gid, nwg);
     if (r >= params.rows) {
         return;
     }

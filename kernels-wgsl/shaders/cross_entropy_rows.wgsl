@@ -1,7 +1,7 @@
 // cross_entropy_rows: cross_entropy.wgsl's `forward` and `backward` with a WORKGROUP per row
 // instead of an invocation per row, for few long rows (large vocabularies) on a GPU
 // (kernels::row_layout picks). Same Params, bindings and formulas; reference:
-// src/reference/cross_entropy.rs. Each of the RW = 64 invocations takes the columns j = lid,
+// src/reference/cross_entropy.rs. Each of the WG = 64 invocations takes the columns j = lid,
 // lid + 64, ...; the row's statistics (online max and sum of exp, plain sum) are combined by a
 // tree in workgroup memory (another order of additions than cross_entropy.wgsl: rounding only).
 //
@@ -9,49 +9,22 @@
 // 65535), 1); r = wg.x + wg.y * num_workgroups.x; a workgroup with r >= rows returns at once
 // (uniformly, before any barrier).
 
-const RW: u32 = 64u;
-const NEG_INF_BITS: u32 = 0xff800000u;
+const WG: u32 = 64u;
 var<private> nan_bits: u32 = 0x7fc00000u;
-
-// (max, sum exp(v - max), sum v) per invocation, then the tree.
-var<workgroup> part: array<vec3<f32>, 64>;
-
-fn row_of(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wg.x + wg.y * nwg.x;
-}
-
-fn rescale(m: f32, m_new: f32) -> f32 {
-    return select(exp(m - m_new), 1.0, m == m_new);
-}
-
-fn shift_of(m: f32) -> f32 {
-    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
-}
 
 // The row's (max, sum of exp(x - max), sum of x), combined over the workgroup.
 fn row_stats(base: u32, lid: u32) -> vec3<f32> {
     var m = bitcast<f32>(NEG_INF_BITS);
     var s = 0.0;
     var sum = 0.0;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         let v = logits[base + j];
         let m_new = max(m, v);
         s = s * rescale(m, m_new) + exp(v - shift_of(m_new));
         m = m_new;
         sum += v;
     }
-    part[lid] = vec3<f32>(m, s, sum);
-    workgroupBarrier();
-    for (var stride = RW / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            let a = part[lid];
-            let b = part[lid + stride];
-            let mm = max(a.x, b.x);
-            part[lid] = vec3<f32>(mm, a.y * rescale(a.x, mm) + b.y * rescale(b.x, mm), a.z + b.z);
-        }
-        workgroupBarrier();
-    }
-    return part[0];
+    return workgroup_softmax_stats(lid, vec3<f32>(m, s, sum));
 }
 
 @compute @workgroup_size(64)
@@ -96,7 +69,7 @@ fn backward_rows(@builtin(workgroup_id) wg: vec3<u32>,
     let st = row_stats(base, lid);
     let lse = st.x + log(st.y);
     let uniform_q = params.smoothing / f32(n);
-    for (var j = lid; j < n; j += RW) {
+    for (var j = lid; j < n; j += WG) {
         let q = select(0.0, 1.0 - params.smoothing, j == t) + uniform_q;
         dlogits[out + j] = (exp(logits[base + j] - lse) - q) * g;
     }

@@ -21,8 +21,7 @@
 // Entry points (all @workgroup_size(256)): gather (count = tokens*dim), scatter_rows
 // (count = vocab*dim), id_counts and id_lists (count = vocab), id_starts (count = 1).
 //
-// Params (uniform, 32 bytes): { tokens: u32, dim: u32, vocab: u32, src_offset: u32,
-//   ids_offset: u32, dst_offset: u32, order_offset: u32, _pad0: u32 }
+// Params: declared in src/kernels/embedding.rs (`shader_params!`), prepended with the bindings.
 //   Element index of each tensor in its binding (the launcher's segment_index: block offset +
 //   tensor offset): src = binding 1 (gather: table, scatter_add: dy), ids = binding 2,
 //   dst = binding 3 (gather: out, scatter_add: dtable), order = binding 4.
@@ -44,14 +43,7 @@
 
 const WG: u32 = 256u;
 
-// `Params` and the bindings are declared in src/kernels/embedding.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
 var<private> nan_bits: u32 = 0x7fc00000u;
-
-fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
 
 @compute @workgroup_size(256)
 fn gather(@builtin(global_invocation_id) gid: vec3<u32>,

@@ -14,9 +14,7 @@
 // Entry points (all @workgroup_size(64)): forward and backward_input have one invocation per
 // ROW (count = rows); backward_params one per COLUMN (count = cols).
 //
-// Params (uniform, 64 bytes): { rows: u32, cols: u32, eps: f32, x_offset: u32,
-//   gamma_offset: u32, beta_offset: u32, y_offset: u32, mean_offset: u32, rstd_offset: u32,
-//   dy_offset: u32, dx_offset: u32, dgamma_offset: u32, dbeta_offset: u32, _pad0..2: u32 }
+// Params: declared in src/kernels/layer_norm.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset); each entry point reads the offsets of the
 //   tensors it binds.
@@ -40,13 +38,6 @@
 
 
 const WG: u32 = 64u;
-
-// `Params` and the bindings are declared in src/kernels/layer_norm.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
-fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
 
 // The three column loops of forward: 0 = sum x, 1 = sum (x - mean)^2, 2 = write y.
 fn forward_step(pass_: u32, base: u32, yb: u32, j: u32, mean: f32, rstd: f32) -> f32 {

@@ -1,7 +1,7 @@
 // layer_norm_rows: layer_norm.wgsl's `forward` and `backward_input` with a WORKGROUP per row
 // instead of an invocation per row, for few long rows on a GPU (kernels::softmax::row_layout
 // picks). Same Params, bindings and formulas as layer_norm.wgsl (two-pass variance); reference:
-// src/reference/layer_norm.rs. Each of the RW = 64 invocations takes the columns j = lid,
+// src/reference/layer_norm.rs. Each of the WG = 64 invocations takes the columns j = lid,
 // lid + 64, ...; each row sum is combined by a tree in workgroup memory (so the additions come
 // in another order than layer_norm.wgsl's: rounding only).
 //
@@ -9,27 +9,12 @@
 // 65535), 1); r = wg.x + wg.y * num_workgroups.x; a workgroup with r >= rows returns at once
 // (uniformly, before any barrier).
 
-const RW: u32 = 64u;
+const WG: u32 = 64u;
 
-var<workgroup> part: array<vec2<f32>, 64>;
-
-fn row_of(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wg.x + wg.y * nwg.x;
-}
-
-// The workgroup's sum of `v` (each invocation's partial) into part[0]; every invocation of the
+// The workgroup's sum of each invocation's `v` (workgroup_reduce.wgsl); every invocation of the
 // workgroup must call it.
 fn tree_sum(lid: u32, v: vec2<f32>) -> vec2<f32> {
-    workgroupBarrier();   // part may still be read from a previous tree
-    part[lid] = v;
-    workgroupBarrier();
-    for (var stride = RW / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            part[lid] += part[lid + stride];
-        }
-        workgroupBarrier();
-    }
-    return part[0];
+    return workgroup_sum(lid, vec4<f32>(v, 0.0, 0.0)).xy;
 }
 
 @compute @workgroup_size(64)
@@ -44,17 +29,17 @@ fn forward_rows(@builtin(workgroup_id) wg: vec3<u32>,
     let yb = params.y_offset + r * params.cols;
     let inv_cols = 1.0 / f32(params.cols);
     var acc = 0.0;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         acc += x[base + j];
     }
     let mean = tree_sum(lid, vec2<f32>(acc, 0.0)).x * inv_cols;
     var sq = 0.0;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         let d = x[base + j] - mean;
         sq += d * d;
     }
     let rstd = inverseSqrt(tree_sum(lid, vec2<f32>(sq, 0.0)).x * inv_cols + params.eps);
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         let d = x[base + j] - mean;
         y[yb + j] = d * rstd * gamma[params.gamma_offset + j] + beta[params.beta_offset + j];
     }
@@ -78,13 +63,13 @@ fn backward_input_rows(@builtin(workgroup_id) wg: vec3<u32>,
     let m = bi_mean[params.mean_offset + r];
     let s = bi_rstd[params.rstd_offset + r];
     var acc = vec2<f32>(0.0);   // (sum g, sum g * xhat)
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         let xhat = (x[base + j] - m) * s;
         let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
         acc += vec2<f32>(g, g * xhat);
     }
     let means = tree_sum(lid, acc) * (1.0 / f32(params.cols));
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         let xhat = (x[base + j] - m) * s;
         let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
         dx[xb + j] = s * (g - means.x - xhat * means.y);

@@ -8,15 +8,13 @@
 // Batch b of an operand starts at offset_X + b * stride_X elements; stride 0 broadcasts it.
 //
 // Bindings (Plimsoll convention), all storage bindings read_write:
-//   @binding(0) uniform Params (64 bytes, 16 x 4-byte fields in this order):
-//     m, n, k, batch, stride_a, stride_b, stride_c, offset_a, offset_b, offset_c : u32,
-//     flags : u32 (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
+//   @binding(0) uniform Params (declared in src/kernels/matmul.rs, `shader_params!`), where
+//     flags (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
 //                  never reads C, main reads it and discards the value (one branch-free store);
 //                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar; bits 3, 4 = the epilogue:
 //                  + bias, then ReLU; bit 5 = write the squares of C per block to binding 4,
 //                  see put_squares),
-//     alpha : f32 (1.0 for a plain matmul),
-//     offset_bias : u32 (element offset of bias[0] in binding 4), 3 x u32 padding
+//     alpha (1.0 for a plain matmul), offset_bias (element offset of bias[0] in binding 4)
 //   @binding(1) a, @binding(2) b, @binding(3) c : array<f32>
 //   @binding(4) bias : array<f32> from offset_bias: with the epilogue (bit 3) the N biases,
 //     read; with bit 5 the squares' partial sums, written (kernels::matmul::squares_len of

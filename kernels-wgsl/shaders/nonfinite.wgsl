@@ -7,7 +7,7 @@
 // The test inspects the exponent bits (exponent all ones), not x != x, which a compiler may fold.
 //
 // Entry point: check, @workgroup_size(256), one invocation per element.
-// Params (uniform, 16 bytes): { n: u32, x_offset: u32, flags_offset: u32, _pad0: u32 }
+// Params: declared in src/kernels/nonfinite.rs (`shader_params!`), prepended with the bindings.
 //   x_offset, flags_offset: element offsets of x and of the two flag words in the segments their
 //   bindings hold (block offset + tensor offset, from the launcher). The index written to the
 //   flags is relative to x_offset (the index within the tensor).
@@ -21,13 +21,10 @@
 
 const WG: u32 = 256u;
 
-// `Params` and the bindings are declared in src/kernels/nonfinite.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
 @compute @workgroup_size(256)
 fn check(@builtin(global_invocation_id) gid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = gid.x + gid.y * nwg.x * WG;
+    let i = flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

@@ -15,15 +15,9 @@
 //
 // Entry points (both @workgroup_size(256), one invocation per parameter element): sgd, adamw.
 //
-// Params — each entry point has its own uniform struct at binding 0:
-//   sgd:   SgdParams (48 bytes): { n: u32, lr: f32, momentum: f32, one_minus_dampening: f32,
-//          weight_decay: f32, grad_scale: f32, nesterov: u32 (0/1), first_step: u32 (0/1),
-//          param_offset: u32, grad_offset: u32, momentum_offset: u32, _pad0: u32 }
-//   adamw: AdamWParams (64 bytes): { n: u32, decay_factor: f32 (1 - lr*wd),
-//          one_minus_beta1: f32, beta2: f32, one_minus_beta2: f32, step_size: f32 (lr/bc1),
-//          bias_correction2_sqrt: f32, eps: f32, grad_scale: f32, param_offset: u32,
-//          grad_offset: u32, exp_avg_offset: u32, exp_avg_sq_offset: u32, _pad0: u32,
-//          _pad1: u32, _pad2: u32 }
+// Params: SgdParams (sgd) and AdamWParams (adamw), declared in src/kernels/optimizer.rs
+//   (`shader_params!`), prepended with the bindings. nesterov and first_step are 0 or 1;
+//   decay_factor = 1 - lr * wd, step_size = lr / bias_correction1.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset).
 // Bindings (group 0; all storage read_write, docs/wgpu.md §4; all array<f32> [n]; each the WHOLE
@@ -38,13 +32,6 @@
 
 
 const WG: u32 = 256u;
-
-// `Params` and the bindings are declared in src/kernels/optimizer.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
-fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
 
 @compute @workgroup_size(256)
 fn sgd(@builtin(global_invocation_id) gid: vec3<u32>,

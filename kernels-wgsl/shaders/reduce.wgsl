@@ -21,10 +21,7 @@
 //   sum_squares_chunks(_v4) @workgroup_size(256): dst[c] = sum of src[i]^2 over chunk c (below)
 // For *_all, n = outer * axis_len * inner (write outer = inner = 1, axis_len = n).
 //
-// Params (uniform, 48 bytes):
-//   { outer: u32, axis_len: u32, inner: u32, src_offset: u32,
-//     dst_offset: u32, idx_out_offset: u32, dy_offset: u32, idx_in_offset: u32,
-//     dx_offset: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+// Params: declared in src/kernels/reduce.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element offset of that tensor in the segment its binding holds (block
 //   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
 //   groups are cached per segment, and every index below adds its binding's offset (the index
@@ -46,9 +43,6 @@
 //     fixed-order tree in workgroup memory (8 barriers; deterministic). Accumulation is f32.
 
 
-// `Params` and the bindings are declared in src/kernels/reduce.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
 // Mesa's lavapipe (llvmpipe) silently stops looping after 65535 loop iterations per invocation,
 // counted over ALL loops of the shader (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, one counter per
 // function, set at entry): a flat loop over a 70_001-long axis returned the sum of its first
@@ -58,12 +52,12 @@
 // launcher), and *_all over up to 65535 * 256 * 4 elements (more than one binding holds).
 const UNROLL: u32 = 8u;
 const ROW_WG: u32 = 64u;
-const ELEM_WG: u32 = 256u;
-const ALL_WG: u32 = 256u;
+// The workgroup size of max_backward and *_all (indexing.wgsl, workgroup_reduce.wgsl).
+const WG: u32 = 256u;
 
 var<private> neg_inf_bits: u32 = 0xff800000u;
-var<workgroup> partial_value: array<f32, 256>;
-var<workgroup> partial_index: array<u32, 256>;
+var<workgroup> partial_value: array<f32, WG>;
+var<workgroup> partial_index: array<u32, WG>;
 
 fn is_nan(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
@@ -171,7 +165,7 @@ fn max_axis(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = gid.x + gid.y * nwg.x * ELEM_WG;
+    let e = flat_index(gid, nwg);
     if (e >= params.outer * params.axis_len * params.inner) {
         return;
     }
@@ -183,42 +177,30 @@ fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
         select(0.0, dy[params.dy_offset + r], idx_in[params.idx_in_offset + r] == k);
 }
 
-// The workgroup's sum of every invocation's `acc`, by a fixed-order tree, into
-// partial_value[0]; every invocation of the workgroup must call it.
-fn tree_sum(lid: u32, acc: f32) {
-    partial_value[lid] = acc;
-    workgroupBarrier();
-    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            partial_value[lid] += partial_value[lid + stride];
-        }
-        workgroupBarrier();
-    }
-}
-
-// Sum of src[0..n) into partial_value[0]; every invocation of the workgroup must call it.
-fn workgroup_sum(lid: u32) {
+// Sum of src[0..n), by each invocation's strided chunk and then workgroup_reduce.wgsl's
+// fixed-order tree; every invocation of the workgroup must call it.
+fn sum_of_src(lid: u32) -> f32 {
     let n = params.outer * params.axis_len * params.inner;
     let base = params.src_offset;
     var acc = 0.0;
     var i = lid;
-    for (; i + 3u * ALL_WG < n; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+    for (; i + 3u * WG < n; i += 4u * WG) {   // 4 per iteration: see UNROLL
         acc += src[base + i];
-        acc += src[base + i + ALL_WG];
-        acc += src[base + i + 2u * ALL_WG];
-        acc += src[base + i + 3u * ALL_WG];
+        acc += src[base + i + WG];
+        acc += src[base + i + 2u * WG];
+        acc += src[base + i + 3u * WG];
     }
-    for (; i < n; i += ALL_WG) {
+    for (; i < n; i += WG) {
         acc += src[base + i];
     }
-    tree_sum(lid, acc);
+    return workgroup_sum(lid, vec4<f32>(acc, 0.0, 0.0, 0.0)).x;
 }
 
 @compute @workgroup_size(256)
 fn sum_all(@builtin(local_invocation_index) lid: u32) {
-    workgroup_sum(lid);
+    let total = sum_of_src(lid);
     if (lid == 0u) {
-        dst[params.dst_offset] = partial_value[0];
+        dst[params.dst_offset] = total;
     }
 }
 
@@ -288,9 +270,9 @@ fn sum_squares_chunks_v4(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 @compute @workgroup_size(256)
 fn mean_all(@builtin(local_invocation_index) lid: u32) {
-    workgroup_sum(lid);
+    let total = sum_of_src(lid);
     if (lid == 0u) {
-        dst[params.dst_offset] = partial_value[0] / f32(params.outer * params.axis_len * params.inner);
+        dst[params.dst_offset] = total / f32(params.outer * params.axis_len * params.inner);
     }
 }
 
@@ -300,19 +282,19 @@ fn max_all(@builtin(local_invocation_index) lid: u32) {
     let base = params.src_offset;
     var best = Best(bitcast<f32>(neg_inf_bits), 0xffffffffu);
     var i = lid;
-    for (; i + 3u * ALL_WG < n; i += 4u * ALL_WG) {   // 4 per iteration: see UNROLL
+    for (; i + 3u * WG < n; i += 4u * WG) {   // 4 per iteration: see UNROLL
         best = keep(best, src[base + i], i);
-        best = keep(best, src[base + i + ALL_WG], i + ALL_WG);
-        best = keep(best, src[base + i + 2u * ALL_WG], i + 2u * ALL_WG);
-        best = keep(best, src[base + i + 3u * ALL_WG], i + 3u * ALL_WG);
+        best = keep(best, src[base + i + WG], i + WG);
+        best = keep(best, src[base + i + 2u * WG], i + 2u * WG);
+        best = keep(best, src[base + i + 3u * WG], i + 3u * WG);
     }
-    for (; i < n; i += ALL_WG) {
+    for (; i < n; i += WG) {
         best = keep(best, src[base + i], i);
     }
     partial_value[lid] = best.value;
     partial_index[lid] = best.index;
     workgroupBarrier();
-    for (var stride = ALL_WG / 2u; stride > 0u; stride = stride / 2u) {
+    for (var stride = WG / 2u; stride > 0u; stride = stride / 2u) {
         if (lid < stride) {
             let v = partial_value[lid + stride];
             let i = partial_index[lid + stride];

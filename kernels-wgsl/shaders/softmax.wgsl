@@ -19,8 +19,7 @@
 //   softmax_backward:     dx = y * (dy - sum_j dy_j y_j)           (y = softmax output)
 //   log_softmax_backward: dx = dy - exp(y) * sum_j dy_j            (y = log-softmax output)
 //
-// Params (uniform, 32 bytes): { rows: u32, cols: u32, x_offset: u32, y_offset: u32,
-//   dy_offset: u32, dx_offset: u32, causal: u32, _pad0: u32 }
+// Params: declared in src/kernels/softmax.rs (`shader_params!`), prepended with the bindings.
 //   causal: 0, or T for a causal softmax of [.., T, T] scores (softmax_forward only; see
 //   causal_valid: the masked columns come out 0).
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
@@ -37,15 +36,6 @@
 
 
 const WG: u32 = 64u;
-
-// `Params` and the bindings are declared in src/kernels/softmax.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
-
-fn row_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
-const NEG_INF_BITS: u32 = 0xff800000u;
 
 // The causal mask (params.causal = T > 0, rows of [.., T, T] scores): row r is query position
 // r % T and sees columns j <= r % T; the others read as -inf (exp 0), exactly what adding a mask
@@ -65,18 +55,6 @@ fn xv(b: u32, j: u32) -> f32 {
 struct Stats {
     m: f32,
     s: f32,
-}
-
-// Factor taking a sum relative to max m to one relative to m_new >= m (1 when equal: also when
-// both are -inf, where exp(m - m_new) would be NaN).
-fn rescale(m: f32, m_new: f32) -> f32 {
-    return select(exp(m - m_new), 1.0, m == m_new);
-}
-
-// What exp(v - shift) subtracts: the max, or 0 while it is -inf (every value so far is -inf and
-// contributes exp(-inf) = 0; a row of only -inf ends with s = 0 and NaN outputs, as two passes).
-fn shift_of(m: f32) -> f32 {
-    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
 }
 
 fn see(st: Stats, v: f32) -> Stats {
@@ -142,7 +120,7 @@ fn forward_row(r: u32, is_log: bool) {
 @compute @workgroup_size(64)
 fn softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = row_index(gid, nwg);
+    let r = flat_index(gid, nwg);
     if (r >= params.rows) {
         return;
     }
@@ -152,7 +130,7 @@ fn softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn log_softmax_forward(@builtin(global_invocation_id) gid: vec3<u32>,
                        @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = row_index(gid, nwg);
+    let r = flat_index(gid, nwg);
     if (r >= params.rows) {
         return;
     }
@@ -222,7 +200,7 @@ fn backward_row(r: u32, is_log: bool) {
 @compute @workgroup_size(64)
 fn softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = row_index(gid, nwg);
+    let r = flat_index(gid, nwg);
     if (r >= params.rows) {
         return;
     }
@@ -232,7 +210,7 @@ fn softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn log_softmax_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                         @builtin(num_workgroups) nwg: vec3<u32>) {
-    let r = row_index(gid, nwg);
+    let r = flat_index(gid, nwg);
     if (r >= params.rows) {
         return;
     }

@@ -3,7 +3,7 @@
 // idle; see kernels::row_layout for the launchers' choice). Same Params,
 // bindings and formulas as softmax.wgsl; reference: src/reference/softmax.rs.
 //
-// Each of the RW = 64 invocations of a workgroup takes the columns j = lid, lid + 64, ...; the
+// Each of the WG = 64 invocations of a workgroup takes the columns j = lid, lid + 64, ...; the
 // row's statistic (online max and sum of exp; or the dot / sum of dy) is combined across them
 // by a tree in workgroup memory (log2(64) = 6 barrier steps), then each invocation writes its
 // columns. The order of the additions therefore differs from softmax.wgsl's (rounding only).
@@ -12,20 +12,7 @@
 // 65535), 1); r = wg.x + wg.y * num_workgroups.x; a workgroup with r >= rows returns at once
 // (uniformly, before any barrier).
 
-const RW: u32 = 64u;
-const NEG_INF_BITS: u32 = 0xff800000u;
-
-var<workgroup> part_m: array<f32, 64>;
-var<workgroup> part_s: array<f32, 64>;
-
-fn row_of(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wg.x + wg.y * nwg.x;
-}
-
-// exp(m - m_new), 1 when equal (also both -inf).
-fn rescale(m: f32, m_new: f32) -> f32 {
-    return select(exp(m - m_new), 1.0, m == m_new);
-}
+const WG: u32 = 64u;
 
 // softmax.wgsl's causal mask (params.causal), the same way.
 var<private> valid_cols: u32;
@@ -38,46 +25,30 @@ fn xv(b: u32, j: u32) -> f32 {
     return select(bitcast<f32>(NEG_INF_BITS), x[b + j], j < valid_cols);
 }
 
-fn shift_of(m: f32) -> f32 {
-    return select(m, 0.0, m == bitcast<f32>(NEG_INF_BITS));
-}
-
-// (max, sum exp(x - max)) of row r, reduced over the workgroup into part_m[0], part_s[0].
-fn row_stats(r: u32, lid: u32) {
+// (max, sum exp(x - max)) of row r, combined over the workgroup.
+fn row_stats(r: u32, lid: u32) -> vec2<f32> {
     let b = params.x_offset + r * params.cols;
     var m = bitcast<f32>(NEG_INF_BITS);
     var s = 0.0;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         let v = xv(b, j);
         let m_new = max(m, v);
         s = s * rescale(m, m_new) + exp(v - shift_of(m_new));
         m = m_new;
     }
-    part_m[lid] = m;
-    part_s[lid] = s;
-    workgroupBarrier();
-    for (var stride = RW / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            let m0 = part_m[lid];
-            let m1 = part_m[lid + stride];
-            let mm = max(m0, m1);
-            part_s[lid] = part_s[lid] * rescale(m0, mm) + part_s[lid + stride] * rescale(m1, mm);
-            part_m[lid] = mm;
-        }
-        workgroupBarrier();
-    }
+    return workgroup_softmax_stats(lid, vec3<f32>(m, s, 0.0)).xy;
 }
 
 fn forward_row(r: u32, lid: u32, is_log: bool) {
     valid_cols = causal_valid(r);
-    row_stats(r, lid);
-    let m = part_m[0];
-    let total = part_s[0];
+    let st = row_stats(r, lid);
+    let m = st.x;
+    let total = st.y;
     let inv_sum = 1.0 / total;
     let log_sum = log(total);
     let xb = params.x_offset + r * params.cols;
     let yb = params.y_offset + r * params.cols;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         if (is_log) {
             y[yb + j] = (xv(xb, j) - m) - log_sum;
         } else {
@@ -108,35 +79,27 @@ fn log_softmax_forward_rows(@builtin(workgroup_id) wg: vec3<u32>,
     forward_row(r, lid, true);
 }
 
-// sum over the row of dy * y_saved (dot) or of dy, reduced over the workgroup into part_s[0].
-fn dy_sum(r: u32, lid: u32, dot: bool) {
+// sum over the row of dy * y_saved (dot) or of dy, summed over the workgroup.
+fn dy_sum(r: u32, lid: u32, dot: bool) -> f32 {
     let yb = params.y_offset + r * params.cols;
     let gb = params.dy_offset + r * params.cols;
     var acc = 0.0;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         if (dot) {
             acc += dy[gb + j] * y_saved[yb + j];
         } else {
             acc += dy[gb + j];
         }
     }
-    part_s[lid] = acc;
-    workgroupBarrier();
-    for (var stride = RW / 2u; stride > 0u; stride = stride / 2u) {
-        if (lid < stride) {
-            part_s[lid] += part_s[lid + stride];
-        }
-        workgroupBarrier();
-    }
+    return workgroup_sum(lid, vec4<f32>(acc, 0.0, 0.0, 0.0)).x;
 }
 
 fn backward_row(r: u32, lid: u32, is_log: bool) {
-    dy_sum(r, lid, !is_log);
-    let s = part_s[0];
+    let s = dy_sum(r, lid, !is_log);
     let yb = params.y_offset + r * params.cols;
     let gb = params.dy_offset + r * params.cols;
     let xb = params.dx_offset + r * params.cols;
-    for (var j = lid; j < params.cols; j += RW) {
+    for (var j = lid; j < params.cols; j += WG) {
         if (is_log) {
             dx[xb + j] = dy[gb + j] - exp(y_saved[yb + j]) * s;
         } else {

@@ -13,8 +13,7 @@
 //   backward: dx[i] = dy[i] * f'(.) evaluated from `saved`, which is the forward OUTPUT y for
 //             exp (1), tanh (7), sigmoid (8) and the forward INPUT x for every other op.
 //
-// Params (uniform, 32 bytes): { n: u32, exponent: f32, x_offset: u32, y_offset: u32,
-//                               saved_offset: u32, dy_offset: u32, dx_offset: u32, _pad0: u32 }
+// Params: declared in src/kernels/unary.rs (`shader_params!`), prepended with the bindings.
 //   n = element count; exponent used only by pow. Each *_offset is the element offset of that
 //   tensor in the segment its binding holds (block offset + tensor offset, from the launcher);
 //   forward reads x_offset, y_offset; backward saved_offset, dy_offset, dx_offset.

@@ -13,10 +13,6 @@ const WG: u32 = 256u;
 var<private> nan_bits: u32 = 0x7fc00000u;
 var<private> inf_bits: u32 = 0x7f800000u;
 
-fn flat_index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * WG;
-}
-
 // sigmoid without overflow for either sign
 fn sigmoid(v: f32) -> f32 {
     if (v >= 0.0) {

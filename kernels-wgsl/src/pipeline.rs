@@ -214,11 +214,28 @@ pub(crate) use storage_type;
 /// `shader_params!`), the uniform `params: Params` (or `name: Struct` after the entry), and its
 /// storage bindings in order (`array<f32>` unless a type is given). Used in
 /// `src/kernels/<stem>.rs`. `kernel!(stem, entry, source: EXPR, params: Params, [..], size)`
-/// takes the WGSL from `EXPR` instead (a `concat!` of files, for one body built with
-/// different accessors).
+/// takes the WGSL from `EXPR` instead: a `concat!` of the stem's file and the helper files it
+/// calls (`shaders/indexing.wgsl`, ...), or of one body and its accessors; every kernel of a
+/// stem takes the same source (one shader module per stem). `params: Params` may be left out.
 macro_rules! kernel {
     ($stem:literal, $entry:literal, [$($name:ident $(: $ty:literal)?),* $(,)?], $wg:expr) => {
         $crate::pipeline::kernel!($stem, $entry, params: Params, [$($name $(: $ty)?),*], $wg)
+    };
+    (
+        $stem:literal,
+        $entry:literal,
+        source: $wgsl:expr,
+        [$($name:ident $(: $ty:literal)?),* $(,)?],
+        $wg:expr
+    ) => {
+        $crate::pipeline::kernel!(
+            $stem,
+            $entry,
+            source: $wgsl,
+            params: Params,
+            [$($name $(: $ty)?),*],
+            $wg
+        )
     };
     (
         $stem:literal,
@@ -259,6 +276,17 @@ macro_rules! kernel {
     };
 }
 pub(crate) use kernel;
+
+/// `shader_source!("softmax_rows", "online_softmax", "indexing")`: the text of
+/// `shaders/softmax_rows.wgsl` followed by the helper files it calls (appended: WGSL declarations
+/// may come in any order), one module's source for `kernel!(.., source: ..)`. Used in
+/// `src/kernels/<stem>.rs`, which the paths are relative to.
+macro_rules! shader_source {
+    ($($file:literal),+ $(,)?) => {
+        concat!($(include_str!(concat!("../../shaders/", $file, ".wgsl"))),+)
+    };
+}
+pub(crate) use shader_source;
 
 /// wgpu's runtime checks on a kernel's shader module: storage accesses clamped to the bound
 /// segment, loops bounded. [`RuntimeChecks::ON`] is the default and the only value code outside

@@ -11,7 +11,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 #[path = "binary_f16.rs"]
@@ -141,10 +141,7 @@ pub const MAX_RANK: usize = 8;
 
 /// The module: `shaders/binary.wgsl` (entry points) and `shaders/binary_ops.wgsl` (the op
 /// and its math, shared with the 16-bit modules).
-const WGSL: &str = concat!(
-    include_str!("../../shaders/binary.wgsl"),
-    include_str!("../../shaders/binary_ops.wgsl")
-);
+const WGSL: &str = shader_source!("binary", "binary_ops", "indexing");
 
 /// The `broadcast` entry point: bindings `a`, `b`, `out`.
 pub const BROADCAST: Kernel = kernel!("binary", "broadcast", source: WGSL, params: Params, [a, b, out], ELEMENTWISE_WORKGROUP);

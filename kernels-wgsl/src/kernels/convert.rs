@@ -18,21 +18,15 @@ use std::sync::atomic::Ordering;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// The packed module: `shaders/convert.wgsl` and the rounding of `shaders/f16_bits.wgsl`.
-const WGSL_PACKED: &str = concat!(
-    include_str!("../../shaders/convert.wgsl"),
-    include_str!("../../shaders/f16_bits.wgsl")
-);
+const WGSL_PACKED: &str = shader_source!("convert", "f16_bits", "indexing");
 
 /// The native module: `shaders/convert_native.wgsl` (`enable f16;` first) and the rounding of
 /// `shaders/f16_native.wgsl`.
-const WGSL_NATIVE: &str = concat!(
-    include_str!("../../shaders/convert_native.wgsl"),
-    include_str!("../../shaders/f16_native.wgsl")
-);
+const WGSL_NATIVE: &str = shader_source!("convert_native", "f16_native", "indexing");
 
 /// The packed path's `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32); one
 /// invocation per destination word.

@@ -10,23 +10,35 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_layout};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of both entry points (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
 
+/// The invocation-per-row module: `shaders/cross_entropy.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("cross_entropy", "online_softmax", "indexing");
+
+/// The workgroup-per-row module: `shaders/cross_entropy_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = shader_source!(
+    "cross_entropy_rows",
+    "online_softmax",
+    "workgroup_reduce",
+    "workgroup_softmax",
+    "indexing"
+);
+
 /// The `forward` entry point.
-pub const FORWARD: Kernel =
-    kernel!("cross_entropy", "forward", [logits, targets: "array<u32>", losses], ROW_WORKGROUP);
+pub const FORWARD: Kernel = kernel!("cross_entropy", "forward", source: WGSL, [logits, targets: "array<u32>", losses], ROW_WORKGROUP);
 
 /// The `backward` entry point.
-pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
+pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", source: WGSL, [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
 
 /// `forward` with a workgroup per row (`shaders/cross_entropy_rows.wgsl`).
 pub const FORWARD_ROWS: Kernel = kernel!(
     "cross_entropy_rows",
     "forward_rows",
+    source: WGSL_ROWS,
     [logits, targets: "array<u32>", losses],
     ROW_WORKGROUP
 );
@@ -35,6 +47,7 @@ pub const FORWARD_ROWS: Kernel = kernel!(
 pub const BACKWARD_ROWS: Kernel = kernel!(
     "cross_entropy_rows",
     "backward_rows",
+    source: WGSL_ROWS,
     [logits, targets: "array<u32>", dloss, dlogits],
     ROW_WORKGROUP
 );

@@ -14,12 +14,14 @@ use plimsoll_allocator::Category;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, loop_passes};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
+/// The module: `shaders/embedding.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("embedding", "indexing");
+
 /// The `gather` entry point.
-pub const GATHER: Kernel =
-    kernel!("embedding", "gather", [table, ids: "array<u32>", out], ELEMENTWISE_WORKGROUP);
+pub const GATHER: Kernel = kernel!("embedding", "gather", source: WGSL, [table, ids: "array<u32>", out], ELEMENTWISE_WORKGROUP);
 
 /// The bindings of [`scatter_add`]'s four entry points.
 macro_rules! sort_kernel {
@@ -27,6 +29,7 @@ macro_rules! sort_kernel {
         kernel!(
             "embedding",
             $entry,
+            source: WGSL,
             [dy, ids: "array<u32>", dtable, order: "array<u32>"],
             ELEMENTWISE_WORKGROUP
         )

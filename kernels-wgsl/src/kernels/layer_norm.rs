@@ -12,17 +12,24 @@ use crate::error::{Error, Result};
 use crate::kernels::{
     RowLayout, check_loop_limit, launch_1d, launch_rows, loop_passes, row_layout,
 };
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of every entry point (`@workgroup_size(64)`: each invocation loops over a whole
 /// row or column).
 pub const WORKGROUP: u32 = 64;
 
+/// The invocation-per-row module: `shaders/layer_norm.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("layer_norm", "indexing");
+
+/// The workgroup-per-row module: `shaders/layer_norm_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = shader_source!("layer_norm_rows", "workgroup_reduce", "indexing");
+
 /// The `forward` entry point.
 pub const FORWARD: Kernel = kernel!(
     "layer_norm",
     "forward",
+    source: WGSL,
     [x, gamma, beta, y, mean_out, rstd_out],
     WORKGROUP
 );
@@ -31,6 +38,7 @@ pub const FORWARD: Kernel = kernel!(
 pub const BACKWARD_INPUT: Kernel = kernel!(
     "layer_norm",
     "backward_input",
+    source: WGSL,
     [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
     WORKGROUP
 );
@@ -39,6 +47,7 @@ pub const BACKWARD_INPUT: Kernel = kernel!(
 pub const FORWARD_ROWS: Kernel = kernel!(
     "layer_norm_rows",
     "forward_rows",
+    source: WGSL_ROWS,
     [x, gamma, beta, y, mean_out, rstd_out],
     WORKGROUP
 );
@@ -47,6 +56,7 @@ pub const FORWARD_ROWS: Kernel = kernel!(
 pub const BACKWARD_INPUT_ROWS: Kernel = kernel!(
     "layer_norm_rows",
     "backward_input_rows",
+    source: WGSL_ROWS,
     [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
     WORKGROUP
 );
@@ -55,6 +65,7 @@ pub const BACKWARD_INPUT_ROWS: Kernel = kernel!(
 pub const BACKWARD_PARAMS: Kernel = kernel!(
     "layer_norm",
     "backward_params",
+    source: WGSL,
     [x, bp_mean, bp_rstd, bp_dy, dgamma, dbeta],
     WORKGROUP
 );

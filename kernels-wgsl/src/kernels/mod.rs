@@ -21,15 +21,20 @@
 //!      [`DeviceSlice::index`] in `Params` (`x_offset: x.index()`), and the shader adds it.
 //!    - Integer data (indices, targets) and packed f16 (`pack2x16float`) use `array<u32>`.
 //!    - Use `@workgroup_size(256)` for elementwise work and compute the index as
-//!      `let i = gid.x + gid.y * groups.x * 256u;` with `@builtin(num_workgroups) groups`, so
-//!      [`grid_1d`] can spread large launches over a 2-D grid. Return when `i >= params.len`.
+//!      `let i = flat_index(gid, nwg);` with `@builtin(num_workgroups) nwg` and
+//!      `const WG: u32 = 256u;` (`shaders/indexing.wgsl`), so [`grid_1d`] can spread large
+//!      launches over a 2-D grid. Return when `i >= params.len`.
+//!    - A helper more than one shader needs (`indexing.wgsl`, `online_softmax.wgsl`,
+//!      `workgroup_reduce.wgsl`, `f16_bits.wgsl`, ...) is written once in its own file and
+//!      appended to each module that calls it (`shader_source!` in the launcher).
 //!    - Specialise with WGSL `override` constants (tile sizes, flags) rather than string edits;
 //!      they are part of the pipeline cache key.
 //! 2. **Launcher** `src/kernels/<stem>.rs`:
-//!    - a `const KERNEL: Kernel = Kernel { stem, wgsl: include_str!("../../shaders/<stem>.wgsl"),
-//!      entry, storage_bindings, runtime_checks: RuntimeChecks::ON }` per entry point;
-//!    - a `#[repr(C)] #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)] struct Params`
-//!      matching the WGSL struct field for field (padding included);
+//!    - a `const KERNEL: Kernel = kernel!("<stem>", "<entry>", source: WGSL, [a, out], 256)`
+//!      per entry point, with `const WGSL: &str = shader_source!("<stem>", "indexing");` (or
+//!      `kernel!("<stem>", "<entry>", [a, out], 256)` for a file that calls no helper);
+//!    - its `Params` in `shader_params!`, which declares them for Rust and WGSL at once
+//!      (padding included);
 //!    - `pub fn <stem>(gpu: &Gpu, [description,] out: DeviceSlice, a: DeviceSlice, ...)
 //!      -> Result<()>`. One convention for every launcher: `gpu`, then what describes the
 //!      work where there is more than a scalar or two (an op, or a `<Stem>Dims` / `<Stem>Step`

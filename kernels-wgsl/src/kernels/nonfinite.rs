@@ -14,7 +14,7 @@ use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::fill::fill_u32;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// The `first_index` word when no element is non-finite.
@@ -23,9 +23,11 @@ pub const NO_INDEX: u32 = u32::MAX;
 /// Number of `u32` flag words: `[any, first_index]`.
 pub const FLAG_WORDS: u64 = 2;
 
+/// The module: `shaders/nonfinite.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("nonfinite", "indexing");
+
 /// The `check` entry point: bindings `x`, `flags`.
-pub const KERNEL: Kernel =
-    kernel!("nonfinite", "check", [x, flags: "array<atomic<u32>>"], ELEMENTWISE_WORKGROUP);
+pub const KERNEL: Kernel = kernel!("nonfinite", "check", source: WGSL, [x, flags: "array<atomic<u32>>"], ELEMENTWISE_WORKGROUP);
 
 shader_params! {
     /// The `Params` of `nonfinite.wgsl`.

@@ -8,19 +8,23 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
+/// The module: `shaders/optimizer.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("optimizer", "indexing");
+
 /// The `sgd` entry point.
-pub const SGD: Kernel = kernel!("optimizer", "sgd", sgd_params: SgdParams, [param, grad, momentum_buf], ELEMENTWISE_WORKGROUP);
+pub const SGD: Kernel = kernel!("optimizer", "sgd", source: WGSL, sgd_params: SgdParams, [param, grad, momentum_buf], ELEMENTWISE_WORKGROUP);
 
 /// The `adamw` entry point.
-pub const ADAMW: Kernel = kernel!("optimizer", "adamw", adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq], ELEMENTWISE_WORKGROUP);
+pub const ADAMW: Kernel = kernel!("optimizer", "adamw", source: WGSL, adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq], ELEMENTWISE_WORKGROUP);
 
 /// The `adamw_v4` entry point (four elements per invocation; vec4 views of the same bindings).
 pub const ADAMW_V4: Kernel = kernel!(
     "optimizer",
     "adamw_v4",
+    source: WGSL,
     adamw_params: AdamWParams,
     [
         param_v4: "array<vec4<f32>>",

@@ -13,7 +13,7 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
@@ -80,22 +80,27 @@ pub const fn all_loop_iterations(len: u64) -> u64 {
 /// Invocations of the one workgroup of the `*_all` entry points (`ALL_WG` in the shader).
 const ALL_WORKGROUP: u64 = 256;
 
+/// The module: `shaders/reduce.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("reduce", "workgroup_reduce", "indexing");
+
 /// The `sum_axis` entry point: bindings `src`, `dst`.
-pub const SUM_AXIS: Kernel = kernel!("reduce", "sum_axis", [src, dst], AXIS_WORKGROUP);
+pub const SUM_AXIS: Kernel =
+    kernel!("reduce", "sum_axis", source: WGSL, [src, dst], AXIS_WORKGROUP);
 
 /// The `mean_axis` entry point: bindings `src`, `dst`.
-pub const MEAN_AXIS: Kernel = kernel!("reduce", "mean_axis", [src, dst], AXIS_WORKGROUP);
+pub const MEAN_AXIS: Kernel =
+    kernel!("reduce", "mean_axis", source: WGSL, [src, dst], AXIS_WORKGROUP);
 
 /// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
 pub const MAX_AXIS: Kernel =
-    kernel!("reduce", "max_axis", [src, dst, idx_out: "array<u32>"], AXIS_WORKGROUP);
+    kernel!("reduce", "max_axis", source: WGSL, [src, dst, idx_out: "array<u32>"], AXIS_WORKGROUP);
 
 /// The `max_backward` entry point: bindings `dy`, `idx_in`, `dx`.
-pub const MAX_BACKWARD: Kernel =
-    kernel!("reduce", "max_backward", [dy, idx_in: "array<u32>", dx], ELEMENTWISE_WORKGROUP);
+pub const MAX_BACKWARD: Kernel = kernel!("reduce", "max_backward", source: WGSL, [dy, idx_in: "array<u32>", dx], ELEMENTWISE_WORKGROUP);
 
 /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const SUM_ALL: Kernel = kernel!("reduce", "sum_all", [src, dst], ALL_WORKGROUP as u32);
+pub const SUM_ALL: Kernel =
+    kernel!("reduce", "sum_all", source: WGSL, [src, dst], ALL_WORKGROUP as u32);
 
 /// Elements per invocation (one sum each) of the `sum_squares_chunks` entry points (`SQ_CHUNK`
 /// in the shader).
@@ -106,6 +111,7 @@ pub const SQUARES_CHUNK: u64 = 256;
 pub const SUM_SQUARES_CHUNKS_V4: Kernel = kernel!(
     "reduce",
     "sum_squares_chunks_v4",
+    source: WGSL,
     [src_v4: "array<vec4<f32>>", dst],
     ALL_WORKGROUP as u32
 );
@@ -114,16 +120,17 @@ pub const SUM_SQUARES_CHUNKS_V4: Kernel = kernel!(
 pub const SUM_SQUARES_CHUNKS: Kernel = kernel!(
     "reduce",
     "sum_squares_chunks",
+    source: WGSL,
     [src, dst],
     ALL_WORKGROUP as u32
 );
 
 /// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const MEAN_ALL: Kernel = kernel!("reduce", "mean_all", [src, dst], ALL_WORKGROUP as u32);
+pub const MEAN_ALL: Kernel =
+    kernel!("reduce", "mean_all", source: WGSL, [src, dst], ALL_WORKGROUP as u32);
 
 /// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
-pub const MAX_ALL: Kernel =
-    kernel!("reduce", "max_all", [src, dst, idx_out: "array<u32>"], ALL_WORKGROUP as u32);
+pub const MAX_ALL: Kernel = kernel!("reduce", "max_all", source: WGSL, [src, dst, idx_out: "array<u32>"], ALL_WORKGROUP as u32);
 
 shader_params! {
     /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).

@@ -9,23 +9,37 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_rows, loop_passes, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`).
 pub use crate::kernels::ROW_WORKGROUP;
 
+/// The invocation-per-row module: `shaders/softmax.wgsl` and the helpers it calls.
+const WGSL: &str = shader_source!("softmax", "online_softmax", "indexing");
+
+/// The workgroup-per-row module: `shaders/softmax_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = shader_source!(
+    "softmax_rows",
+    "online_softmax",
+    "workgroup_reduce",
+    "workgroup_softmax",
+    "indexing"
+);
+
 /// The `softmax_forward` entry point.
-pub const SOFTMAX_FORWARD: Kernel = kernel!("softmax", "softmax_forward", [x, y], ROW_WORKGROUP);
+pub const SOFTMAX_FORWARD: Kernel =
+    kernel!("softmax", "softmax_forward", source: WGSL, [x, y], ROW_WORKGROUP);
 
 /// The `log_softmax_forward` entry point.
 pub const LOG_SOFTMAX_FORWARD: Kernel =
-    kernel!("softmax", "log_softmax_forward", [x, y], ROW_WORKGROUP);
+    kernel!("softmax", "log_softmax_forward", source: WGSL, [x, y], ROW_WORKGROUP);
 
 /// The `softmax_backward` entry point.
 pub const SOFTMAX_BACKWARD: Kernel = kernel!(
     "softmax",
     "softmax_backward",
+    source: WGSL,
     [y_saved, dy, dx],
     ROW_WORKGROUP
 );
@@ -34,6 +48,7 @@ pub const SOFTMAX_BACKWARD: Kernel = kernel!(
 pub const LOG_SOFTMAX_BACKWARD: Kernel = kernel!(
     "softmax",
     "log_softmax_backward",
+    source: WGSL,
     [y_saved, dy, dx],
     ROW_WORKGROUP
 );
@@ -42,6 +57,7 @@ pub const LOG_SOFTMAX_BACKWARD: Kernel = kernel!(
 pub const SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
     "softmax_rows",
     "softmax_forward_rows",
+    source: WGSL_ROWS,
     [x, y],
     ROW_WORKGROUP
 );
@@ -49,6 +65,7 @@ pub const SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
 pub const LOG_SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
     "softmax_rows",
     "log_softmax_forward_rows",
+    source: WGSL_ROWS,
     [x, y],
     ROW_WORKGROUP
 );
@@ -56,6 +73,7 @@ pub const LOG_SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
 pub const SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
     "softmax_rows",
     "softmax_backward_rows",
+    source: WGSL_ROWS,
     [y_saved, dy, dx],
     ROW_WORKGROUP
 );
@@ -63,6 +81,7 @@ pub const SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
 pub const LOG_SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
     "softmax_rows",
     "log_softmax_backward_rows",
+    source: WGSL_ROWS,
     [y_saved, dy, dx],
     ROW_WORKGROUP
 );

@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in `shaders/unary.wgsl`.
@@ -79,10 +79,7 @@ impl UnaryOp {
 
 /// The module: `shaders/unary.wgsl` (entry points) and `shaders/unary_ops.wgsl` (the op
 /// and its math, shared with the 16-bit modules).
-const WGSL: &str = concat!(
-    include_str!("../../shaders/unary.wgsl"),
-    include_str!("../../shaders/unary_ops.wgsl")
-);
+const WGSL: &str = shader_source!("unary", "unary_ops", "indexing");
 
 /// The `forward` entry point: bindings `x`, `y`.
 pub const FORWARD: Kernel =
@@ -120,11 +117,7 @@ pub const BACKWARD_V4: Kernel = kernel!(
 pub const FORWARD_F16: Kernel = kernel!(
     "unary_f16",
     "forward_f16",
-    source: concat!(
-        include_str!("../../shaders/unary_f16.wgsl"),
-        include_str!("../../shaders/unary_ops.wgsl"),
-        include_str!("../../shaders/f16_bits.wgsl")
-    ),
+    source: shader_source!("unary_f16", "unary_ops", "indexing", "f16_bits"),
     params: Params,
     [x_w: "array<u32>", y_w: "array<u32>"],
     ELEMENTWISE_WORKGROUP
@@ -138,6 +131,7 @@ pub const FORWARD_F16_NATIVE: Kernel = kernel!(
         "enable f16;\n",
         include_str!("../../shaders/unary_f16_native.wgsl"),
         include_str!("../../shaders/unary_ops.wgsl"),
+        include_str!("../../shaders/indexing.wgsl"),
         include_str!("../../shaders/f16_native.wgsl")
     ),
     params: Params,
