@@ -101,15 +101,10 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
             format!("the {name} workload has no evaluation data"),
         ));
     }
-    if let Some(saved) = record.get("data").and_then(|d| d.get("sha256"))
-        && saved.as_str() != Some(job.data.sha256.as_str())
-    {
+    if let Some(changed) = crate::records::data_changed(&record, &job) {
         return Err(Error::invalid(
             "eval",
-            format!(
-                "the run's data changed since it trained: {} had sha256 {saved}, now {}",
-                job.data.source, job.data.sha256
-            ),
+            format!("{changed}; restore it to evaluate the run on the data it trained on"),
         ));
     }
     common.device = args.device.clone();

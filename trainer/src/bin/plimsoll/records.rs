@@ -57,9 +57,25 @@ pub fn recorded_args(record: &serde_json::Value, dir: &Path) -> Result<Vec<Strin
         })
 }
 
-/// The settings that differ between the run as recorded and as resumed, as
-/// `name: [before, after]`; an error for those that cannot change.
+/// Whether `job`'s data differs from what the run recorded (`run.json`'s `data.sha256`): what
+/// changed, in words, or `None`. `eval` refuses such a run, and so does a resume unless `--data`
+/// is given again.
+pub fn data_changed(record: &serde_json::Value, job: &Job) -> Option<String> {
+    let saved = record.get("data").and_then(|d| d.get("sha256"))?;
+    (saved.as_str() != Some(job.data.sha256.as_str())).then(|| {
+        format!(
+            "the run's data changed since it trained: {} had sha256 {saved}, now {}",
+            job.data.source, job.data.sha256
+        )
+    })
+}
+
+/// The settings that differ between the run as recorded (`saved`, its `run.json`; `old`, its
+/// arguments parsed again) and as resumed (`new`), as `name: [before, after]`; an error for
+/// those that cannot change. Data that changed since the run began is refused unless
+/// `explicit_data` (`--data` given with the resume).
 pub fn changes(
+    saved: &serde_json::Value,
     old: &Job,
     new: &Job,
     explicit_data: bool,
@@ -89,13 +105,14 @@ pub fn changes(
             ),
         );
     }
-    if old.data != new.data && !explicit_data {
+    if let Some(changed) = data_changed(saved, new)
+        && !explicit_data
+    {
         return invalid(
             "--resume",
             format!(
-                "the run's data changed since it began: {} had sha256 {}, now {}. Restore it, \
-                 or pass --data explicitly to go on with the new data (recorded in run.json)",
-                new.data.source, old.data.sha256, new.data.sha256
+                "{changed}. Restore it, or pass --data explicitly to go on with the new data \
+                 (recorded in run.json)"
             ),
         );
     }
@@ -108,16 +125,14 @@ pub fn changes(
             }
         }
     }
-    if old.optimizer != new.optimizer {
-        out.insert(
-            "optimizer".into(),
-            serde_json::json!([old.optimizer.to_string(), new.optimizer.to_string()]),
-        );
-    }
-    if old.data != new.data {
+    let recorded = saved
+        .get("data")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    if recorded != new.data.record() {
         out.insert(
             "data".into(),
-            serde_json::json!([old.data.record(), new.data.record()]),
+            serde_json::json!([recorded, new.data.record()]),
         );
     }
     Ok(out)

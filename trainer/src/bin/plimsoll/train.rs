@@ -195,8 +195,19 @@ fn prepare(workload: Workload, argv: &[String], follower: bool) -> Result<Prepar
     let explicit_data = explicit.iter().any(|t| t == "--data");
     let (old, _) = job(parse(name, &before)?)?;
     let (mut new, mut new_common) = job(parse(name, &merged)?)?;
-    let changed = changes(&old, &new, explicit_data)?;
+    let changed = changes(&saved, &old, &new, explicit_data)?;
     new.config.validate_for(new.spec.blocks())?;
+    if !latest_path(&path).exists() {
+        // Said before "resuming": nothing of the run is touched.
+        return Err(Error::invalid(
+            "--resume",
+            format!(
+                "{} holds no checkpoint yet (the run stopped before its first save); start a new \
+                 run",
+                path.display()
+            ),
+        ));
+    }
     already_done(&path, &new)?;
     new_common.resume = Some(Some(path.clone()));
     new_common.reset_optimizer = common.reset_optimizer;
@@ -307,7 +318,18 @@ fn follow(
     let (_, dir, mut job, common, _, _) = prepare(workload, argv, true)?;
     job.config.checkpoint_dir = None;
     let gpu = common.device.open()?;
-    let (_, _, code) = run_training(job, &gpu, &common, &dir, Vec::new(), started, ranks)?;
+    let name = job.name;
+    let trainer = start_trainer(job, &gpu, &common, &dir, ranks)?;
+    let (_, _, code) = run_training(
+        trainer,
+        name,
+        &gpu,
+        &common,
+        &dir,
+        Vec::new(),
+        started,
+        ranks,
+    )?;
     Ok(code)
 }
 
@@ -318,6 +340,7 @@ fn lead(workload: Workload, argv: &[String], started: Instant, ranks: &Ranks) ->
         recorded: &args,
         command: argv,
     };
+    let mut recorded = false;
     let outcome = train_in(
         &dir,
         job,
@@ -326,19 +349,26 @@ fn lead(workload: Workload, argv: &[String], started: Instant, ranks: &Ranks) ->
         resumed.as_ref(),
         started,
         ranks,
+        &mut recorded,
     );
-    if let Err(e) = &outcome {
-        // The run's record of how it ended; the error itself is what the user sees.
+    if let Err(e) = &outcome
+        && recorded
+    {
+        // The run's record of how it ended; the error itself is what the user sees. (A
+        // refused resume recorded nothing, and writes nothing now either.)
         let failed = serde_json::json!({ "status": "failed", "error": e.to_string() });
-        let _ = save_record(&dir, SUMMARY_FILE, &failed);
+        if let Err(not_saved) = save_record(&dir, SUMMARY_FILE, &failed) {
+            out::warn(format_args!(
+                "warning: the run's {SUMMARY_FILE} was not updated to `failed`: {not_saved}"
+            ));
+        }
     }
     drop(run);
-    if outcome.is_err() && resumed.is_none() && !latest_path(&dir).exists() {
-        // A new run that failed before it saved anything leaves no directory behind: only
-        // the files it wrote are removed, then the folder if that left it empty.
-        for file in [RUN_FILE, METRICS_FILE, SUMMARY_FILE, run_dir::LOCK_FILE] {
-            let _ = std::fs::remove_file(dir.join(file));
-        }
+    if outcome.is_err() && resumed.is_none() && !recorded {
+        // A new run refused before its run.json (no device, a model or plan that does not fit)
+        // leaves no directory behind: the lock is removed, then the folder if that left it
+        // empty. From its run.json on, a directory is a run and keeps its records.
+        let _ = std::fs::remove_file(dir.join(run_dir::LOCK_FILE));
         let _ = std::fs::remove_dir(&dir);
         let _ = std::fs::remove_dir(RUNS_ROOT);
     }
@@ -354,7 +384,10 @@ struct Arguments<'a> {
     command: &'a [String],
 }
 
-/// [`train`] inside the run's directory `dir` (locked by the caller).
+/// [`train`] inside the run's directory `dir` (locked by the caller). `recorded` becomes true
+/// once run.json is written: after the memory plan (and for a resumed run its checkpoint)
+/// is accepted, before anything else is written.
+#[allow(clippy::too_many_arguments)]
 fn train_in(
     dir: &Path,
     mut job: Job,
@@ -363,6 +396,7 @@ fn train_in(
     resumed: Option<&serde_json::Value>,
     started: Instant,
     ranks: &Ranks,
+    recorded: &mut bool,
 ) -> Result<ExitCode> {
     let dir = dir.to_path_buf();
     let common = common.clone();
@@ -408,6 +442,8 @@ fn train_in(
             saved["ranks"] = serde_json::json!(ranks.ranks());
         }
         saved["args"] = serde_json::json!(arguments.recorded);
+        // The data it goes on with (the same, or what --data gave): what eval checks next.
+        saved["data"] = job.data.record();
         if let Some(list) = saved.get_mut("resumes").and_then(|l| l.as_array_mut()) {
             list.push(r);
         } else {
@@ -417,7 +453,6 @@ fn train_in(
     for note in &job.notes {
         out::say(note);
     }
-    save_record(&dir, RUN_FILE, &saved)?;
     out::say(format_args!(
         "training {} ({} parameters) on {}{}; run directory {}",
         job.name,
@@ -432,6 +467,34 @@ fn train_in(
         },
         dir.display()
     ));
+    let name = job.name;
+    let trainer = start_trainer(job, &gpu, &common, &dir, ranks)?;
+    let step = trainer.position().step;
+    // Everything is checked (the memory plan made, a resumed run's checkpoint loaded): the run's
+    // record comes first, before the kernels' compile and any step. A configuration the plan
+    // refused left no run behind, and a refused resume wrote nothing.
+    save_record(&dir, RUN_FILE, &saved)?;
+    *recorded = true;
+    if resumed.is_some() {
+        // The steps after the checkpoint, which this part replays, leave metrics.jsonl (each
+        // step is there once), and the last part's summary goes until this part writes its own.
+        let replayed = run_dir::rewind_metrics(&dir, step)?;
+        if replayed > 0 {
+            out::say(format_args!(
+                "{replayed} line(s) after step {step} left {METRICS_FILE}: the steps since the \
+                 checkpoint run again"
+            ));
+        }
+        match std::fs::remove_file(dir.join(SUMMARY_FILE)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::Io {
+                    path: dir.join(SUMMARY_FILE),
+                    source: e,
+                });
+            }
+            _ => {}
+        }
+    }
     let mut metrics = vec![JsonLines::create(
         &dir.join(METRICS_FILE),
         resumed.is_some(),
@@ -441,9 +504,11 @@ fn train_in(
     }
     for m in &mut metrics {
         // A first line now: a file that cannot be written fails before step 1, not after.
-        m.write(&serde_json::json!({"event": if resumed.is_some() { "resume" } else { "start" }, "run": dir}))?;
+        let event = if resumed.is_some() { "resume" } else { "start" };
+        m.write(&serde_json::json!({"event": event, "run": dir, "at_step": step}))?;
     }
-    let (s, seconds, code) = match run_training(job, &gpu, &common, &dir, metrics, started, ranks) {
+    let outcome = run_training(trainer, name, &gpu, &common, &dir, metrics, started, ranks);
+    let (s, seconds, code) = match outcome {
         Ok(done) => done,
         Err(e) => {
             // Shown now: dropping the device below may wait (within its drop deadline) for
@@ -468,16 +533,15 @@ fn train_in(
     Ok(code)
 }
 
-/// The training itself, after the run's records are in place.
-fn run_training(
+/// The run's trainer (its memory plan made) and, for a resumed run, its checkpoint loaded:
+/// everything checked before a resumed run writes a byte.
+fn start_trainer(
     job: Job,
     gpu: &plimsoll_trainer::Gpu,
     common: &CommonArgs,
     dir: &Path,
-    metrics: Vec<JsonLines>,
-    started: Instant,
     ranks: &Ranks,
-) -> Result<(RunSummary, f64, ExitCode)> {
+) -> Result<Trainer> {
     let mut trainer = Trainer::new_distributed(
         gpu,
         job.config,
@@ -488,18 +552,23 @@ fn run_training(
     )?;
     if common.resume.is_some() {
         let path = latest_path(dir);
-        if !path.exists() {
-            return Err(Error::invalid(
-                "--resume",
-                format!(
-                    "{} holds no checkpoint yet (the run stopped before its first save); start \
-                     a new run",
-                    dir.display()
-                ),
-            ));
-        }
         trainer.resume_with(&path, common.reset_optimizer)?;
     }
+    Ok(trainer)
+}
+
+/// The training itself, after the run's records are in place.
+#[allow(clippy::too_many_arguments)]
+fn run_training(
+    mut trainer: Trainer,
+    workload: &str,
+    gpu: &plimsoll_trainer::Gpu,
+    common: &CommonArgs,
+    dir: &Path,
+    metrics: Vec<JsonLines>,
+    started: Instant,
+    ranks: &Ranks,
+) -> Result<(RunSummary, f64, ExitCode)> {
     // Before the kernels' compile (seconds on lavapipe): Ctrl-C or SIGTERM during it stops the
     // run as during a step (a second one exits at once), not by the default kill.
     let signal = signals::watch(trainer.stop_flag())?;
@@ -551,7 +620,7 @@ fn run_training(
                  --resume {}",
                 summary.steps,
                 latest_path(dir).display(),
-                job.name,
+                workload,
                 dir.display()
             ));
         }
