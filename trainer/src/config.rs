@@ -244,6 +244,12 @@ impl TrainConfig {
         })
     }
 
+    /// Whether the trainer makes a memory plan before step 1: unless both the micro-batch and
+    /// a checkpointing other than automatic are given.
+    pub fn needs_plan(&self) -> bool {
+        self.micro_batch.is_none() || self.checkpointing == CheckpointPolicy::Automatic
+    }
+
     /// [`TrainConfig::validate`], and that a checkpointing segment length fits a model of
     /// `blocks` checkpointable modules.
     pub fn validate_for(&self, blocks: usize) -> Result<()> {

@@ -451,10 +451,12 @@ fn least_budget(
     Ok((fits, fixed))
 }
 
-/// One dry run of a run whose micro-batch and checkpointing are fixed (it needs no plan), on a
-/// planning twin of `gpu` under its budget: the kernels it launches are noted for
+/// One dry run of a run whose micro-batch and checkpointing are given (it needs no plan:
+/// [`TrainConfig::needs_plan`]), on a planning twin of `gpu` under its budget, each of `ranks`
+/// ranks taking its shard of a batch: the kernels it launches are noted for
 /// `Gpu::compile_wanted`, so the run compiles what it uses rather than every kernel, and
-/// [`Probe::fits`] says whether the run will meet out-of-memory recovery.
+/// [`Probe::fits`] says whether the run will meet out-of-memory recovery. `None` when the run
+/// makes a plan (whose dry runs note the kernels).
 ///
 /// # Errors
 /// Errors of the dry run other than out-of-memory (a model that cannot be built within the
@@ -463,11 +465,26 @@ pub fn rehearse(
     gpu: &Gpu,
     (spec, data, test): (&dyn Recipe, &dyn Data, Option<&dyn Data>),
     config: &TrainConfig,
-    micro_batch: usize,
-    segment_len: usize,
-) -> Result<Probe> {
+    ranks: usize,
+) -> Result<Option<Probe>> {
+    if config.needs_plan() {
+        return Ok(None);
+    }
+    let mut per_rank = config.clone();
+    per_rank.effective_batch = crate::collective::largest_shard(config.effective_batch, ranks);
+    let micro_batch = config.micro_batch.unwrap_or(per_rank.effective_batch);
+    let segment_len = match config.checkpointing {
+        CheckpointPolicy::EveryBlocks(k) => k,
+        _ => 0,
+    };
     let twin = gpu.planning_twin(gpu.memory_budget_bytes());
-    probe(&twin, (spec, data, test, config), segment_len, micro_batch)
+    probe(
+        &twin,
+        (spec, data, test, &per_rank),
+        segment_len,
+        micro_batch,
+    )
+    .map(Some)
 }
 
 /// Plans the run of `spec` on `data` under `config` and the budget of `gpu` (dry runs on a

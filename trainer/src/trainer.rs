@@ -143,8 +143,7 @@ impl Trainer {
         }
         gpu.set_default_deadline(config.fence_deadline);
         let effective = config.effective_batch;
-        let needs_plan =
-            config.micro_batch.is_none() || config.checkpointing == CheckpointPolicy::Automatic;
+        let needs_plan = config.needs_plan();
         // Each rank runs its shard of every batch: that is what its memory must fit.
         let mut per_rank = config.clone();
         per_rank.effective_batch = crate::collective::largest_shard(effective, collective.ranks());
@@ -174,27 +173,6 @@ impl Trainer {
             ),
         };
         let mut log = Vec::new();
-        if plan.is_none() {
-            // The fixed choice, rehearsed: its kernels are what the run compiles, and a choice
-            // that will meet out-of-memory recovery is said before step 1.
-            let rehearsal = crate::plan::rehearse(
-                gpu,
-                (recipe, &train, test.as_deref()),
-                &per_rank,
-                micro_batch,
-                segment_len,
-            )?;
-            if !rehearsal.fits() {
-                log.push(format!(
-                    "warning: a dry run of micro-batch {micro_batch} with checkpointing {} runs \
-                     out of memory under the budget of {}; the run will halve the micro-batch \
-                     when it does (leave --micro-batch and --checkpointing out to let the plan \
-                     choose)",
-                    crate::plan::segment_name(segment_len),
-                    plimsoll_allocator::format_bytes(gpu.memory_budget_bytes()),
-                ));
-            }
-        }
         // A new run plans afresh (nothing recorded by an earlier trainer on this device counts),
         // from the model's first parameter on.
         let planned = config.allocator == crate::config::AllocatorMode::Planned;

@@ -330,3 +330,39 @@ fn a_build_without_mpi_refuses_to_be_one_of_several_mpirun_processes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `train digits --micro-batch 64 --checkpointing none` makes no plan, but compiles only the
+/// kernels its run uses before step 1 (a dozen), not every kernel of the crate (260).
+#[test]
+fn a_run_with_its_micro_batch_given_compiles_only_its_kernels() {
+    let dir = folder("compile-own");
+    let out = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args([
+            "train",
+            "digits",
+            "--epochs",
+            "1",
+            "--micro-batch",
+            "64",
+            "--checkpointing",
+            "none",
+            "--run-dir",
+            "run",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("compiled the run's"))
+        .unwrap_or_else(|| panic!("no compile line in\n{text}"));
+    let count: usize = line.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert!(count < 40, "{line}");
+}

@@ -329,23 +329,21 @@ fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
 }
 
 /// A run whose micro-batch and checkpointing are given needs no plan, but it is rehearsed on
-/// a planning twin: the kernels it compiles before step 1 are those its steps and evaluations
-/// then use (no pipeline is built later), not every kernel the crate has (`compile_wanted`
-/// builds all of them when no twin noted any: 260 on lavapipe).
+/// a planning twin (`plan::rehearse`, as `plimsoll train` does): the kernels it compiles before
+/// step 1 are those its steps and evaluations then use (no pipeline is built later), not every
+/// kernel the crate has (`compile_wanted` builds all of them when no twin noted any: 260 on
+/// lavapipe).
 #[test]
 fn a_run_with_a_fixed_micro_batch_compiles_only_its_kernels() {
     let gpu = fresh_gpu();
     let spec = adam_spec(&[32, 64, 10]);
     let mut cfg = config(64, 64, 3, 1e-3);
     cfg.eval_interval_steps = Some(2);
-    let mut trainer = Trainer::new(
-        &gpu,
-        cfg,
-        &spec,
-        data(256, 32, 10),
-        Some(Box::new(data(100, 32, 10))),
-    )
-    .unwrap();
+    let (train, test) = (data(256, 32, 10), data(100, 32, 10));
+    let rehearsal =
+        plimsoll_trainer::plan::rehearse(&gpu, (&spec, &train, Some(&test)), &cfg, 1).unwrap();
+    assert!(rehearsal.is_some_and(|p| p.fits()));
+    let mut trainer = Trainer::new(&gpu, cfg, &spec, train, Some(Box::new(test))).unwrap();
     assert!(trainer.plan().is_none());
     let compiled = gpu
         .compile_wanted(std::time::Duration::from_secs(120))

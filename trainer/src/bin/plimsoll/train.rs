@@ -542,6 +542,25 @@ fn start_trainer(
     dir: &Path,
     ranks: &Ranks,
 ) -> Result<Trainer> {
+    // A run with its micro-batch and checkpointing given makes no plan: it is rehearsed on a
+    // planning twin instead, so the compile before step 1 builds the kernels it uses (not all
+    // of them), and a choice that will run out of memory is said now.
+    let rehearsal = plimsoll_trainer::plan::rehearse(
+        gpu,
+        (job.spec.as_ref(), job.train.as_ref(), job.test.as_deref()),
+        &job.config,
+        ranks.ranks(),
+    )?;
+    if let Some(p) = rehearsal.filter(|p| !p.fits()) {
+        out::say(format_args!(
+            "warning: a dry run of micro-batch {} with checkpointing {} runs out of memory \
+             under the budget of {}; the run will halve the micro-batch when it does (leave \
+             --micro-batch and --checkpointing out to let the plan choose)",
+            p.micro_batch,
+            plimsoll_trainer::plan::segment_name(p.segment_len),
+            plimsoll_allocator::format_bytes(gpu.memory_budget_bytes()),
+        ));
+    }
     let mut trainer = Trainer::new_distributed(
         gpu,
         job.config,
