@@ -169,3 +169,58 @@ fn every_kernel_states_its_entry_points_workgroup_size() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// `main` in `shaders/matmul.wgsl`, from its `// BEGIN main (gen_matmul.py T=..)` line to its
+/// `// END main` line, is exactly what `python3 shaders/gen_matmul.py T` writes: the script is
+/// the source, the shader its pasted output. Without python3 the test fails and says so (CI
+/// installs it).
+#[test]
+fn matmul_main_is_gen_matmul_output() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let shader = std::fs::read_to_string(dir.join("matmul.wgsl")).unwrap();
+    let begin = shader
+        .find("// BEGIN main (gen_matmul.py T=")
+        .expect("matmul.wgsl has no `// BEGIN main (gen_matmul.py T=..)` line");
+    let end_marker = "// END main\n";
+    let end = begin
+        + shader[begin..]
+            .find(end_marker)
+            .expect("matmul.wgsl has no `// END main` line after its BEGIN line")
+        + end_marker.len();
+    let pasted = &shader[begin..end];
+    let t = pasted["// BEGIN main (gen_matmul.py T=".len()..]
+        .split(')')
+        .next()
+        .unwrap();
+    let output = std::process::Command::new("python3")
+        .arg(dir.join("gen_matmul.py"))
+        .arg(t)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): install python3 (CI does) to check matmul.wgsl")
+        });
+    assert!(
+        output.status.success(),
+        "python3 gen_matmul.py {t} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = String::from_utf8(output.stdout).unwrap();
+    if let Some(line) = pasted
+        .lines()
+        .zip(generated.lines())
+        .position(|(a, b)| a != b)
+    {
+        panic!(
+            "matmul.wgsl's main differs from gen_matmul.py {t}'s output at line {} of the block (the \
+             BEGIN line is 1):\n  shader: {:?}\n  script: {:?}\nedit the script and paste its \
+             output between the markers",
+            line + 1,
+            pasted.lines().nth(line).unwrap_or(""),
+            generated.lines().nth(line).unwrap_or("")
+        );
+    }
+    assert_eq!(
+        pasted, generated,
+        "matmul.wgsl's main and gen_matmul.py {t}'s output differ in length: paste the script's output between the markers"
+    );
+}
