@@ -153,8 +153,6 @@ pub(crate) struct Shared {
     pub(crate) planning: bool,
     /// Pipelines asked for by this device's planning twins ([`Gpu::compile_wanted`]).
     pub(crate) wanted: Arc<crate::pipeline::Wanted>,
-    /// The shapes of the matmuls launched while [`Gpu::record_matmuls`] is on.
-    pub(crate) matmul_log: Mutex<Option<Vec<crate::kernels::matmul::MatmulDims>>>,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
     /// thread go only once every other field has dropped (see `crate::teardown`).
     pub(crate) teardown: TeardownGate,
@@ -220,7 +218,6 @@ impl Shared {
             f16_packed: AtomicBool::new(false),
             planning: p.planning,
             wanted: p.wanted,
-            matmul_log: Mutex::new(None),
             teardown: TeardownGate::default(),
         }
     }

@@ -11,8 +11,15 @@
 //! checked and unchecked runs interleaved) that gains only 1–3 % (1024³: 21.4 against 21.3
 //! GFLOP/s; MLP step: 213 against 219 ms), so [`matmul`] keeps wgpu's checks on; re-measure on
 //! a real GPU before switching.
+//!
+//! Besides the product, a launch can apply an epilogue to C in the same pass (a bias per column,
+//! then ReLU: [`matmul_bias`]) or write the squares of C per block ([`matmul_squares`]); and a
+//! thread can record the shapes a device's matmuls take ([`Gpu::record_matmuls`]).
 
-use crate::device::Gpu;
+use std::cell::RefCell;
+use std::sync::{Arc, Weak};
+
+use crate::device::{Gpu, Shared};
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
 use crate::kernels::convert::F16Path;
@@ -20,9 +27,6 @@ use crate::pipeline::{Kernel, RuntimeChecks, kernel, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub use super::matmul_epilogue::{
-    Epilogue, launch_entry, matmul_bias, matmul_squares, squares_len,
-};
 pub(super) use super::matmul_half::f16_overrides;
 pub use super::matmul_half::{MAIN_F16, MAIN_SCALAR_F16, NATIVE, Operand, native_kernels};
 
@@ -347,6 +351,122 @@ pub fn matmul_unchecked(
     launch(gpu, dims, operands, kernels, None, Extra::None)
 }
 
+/// What a matmul does to each element of C after the product ([`matmul_bias`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    /// Nothing: C is the product.
+    None,
+    /// `C[.., i, j] += bias[j]`.
+    Bias,
+    /// `C[.., i, j] = max(C[.., i, j] + bias[j], 0)`: a linear layer and its ReLU.
+    BiasRelu,
+}
+
+/// [`matmul`], then `epilogue` on every element of C in the same pass: `C[b][i][j] =
+/// op(alpha · op(A)·op(B)[i][j] + bias[j])` with `op` the identity or ReLU, one pass over C
+/// instead of three. With `alpha` 1 the same values as a plain matmul followed by a bias add
+/// and a ReLU (the same additions in the same order); with another `alpha` a driver that fuses
+/// the multiply and the bias add into one FMA may round the last bit differently. `bias` holds
+/// `n` elements.
+///
+/// # Errors
+/// Those of [`matmul`], and [`Error::InvalidArgument`] when `bias` does not hold `n` elements,
+/// overlaps C, or `dims.accumulate` is set (an epilogue applies to a fresh product only).
+pub fn matmul_bias<'a>(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    epilogue: Epilogue,
+    out: impl Into<Operand<'a>>,
+    lhs: impl Into<Operand<'a>>,
+    rhs: impl Into<Operand<'a>>,
+    bias: DeviceSlice<'_>,
+) -> Result<()> {
+    let (out, lhs, rhs) = (out.into(), lhs.into(), rhs.into());
+    if epilogue == Epilogue::None {
+        return matmul(gpu, dims, out, lhs, rhs);
+    }
+    let invalid = |message: String| Error::InvalidArgument {
+        op: "matmul_bias",
+        message,
+    };
+    bias.expect_len("matmul_bias", "bias", dims.n as u64)?;
+    if dims.accumulate {
+        return Err(invalid(
+            "an epilogue applies to a fresh product: accumulate must be off".to_string(),
+        ));
+    }
+    if out.words().overlaps(&bias) {
+        return Err(invalid(format!(
+            "out (C) {out:?} overlaps the bias {bias:?}; write the product to a separate buffer"
+        )));
+    }
+    let kernels = [MAIN, MAIN_SCALAR];
+    launch(
+        gpu,
+        dims,
+        [out, lhs, rhs],
+        kernels,
+        None,
+        Extra::Bias(bias, epilogue),
+    )
+}
+
+/// The entry point a launch of `dims` on these slices takes ([`entry_point`], demoted to
+/// `main_scalar` when an operand does not start on a multiple of 4 elements).
+pub fn launch_entry(dims: &MatmulDims, [out, lhs, rhs]: [Operand<'_>; 3]) -> MatmulEntry {
+    if [lhs, rhs, out].iter().all(|s| s.index().is_multiple_of(4)) {
+        entry_point(dims)
+    } else {
+        MatmulEntry::MainScalar
+    }
+}
+
+/// How many partial sums [`matmul_squares`] writes for `dims` on `entry`: one per block of
+/// outputs one invocation stores (16×16 on `main`, 4×4 on `main_scalar`), per batch.
+pub fn squares_len(dims: &MatmulDims, entry: MatmulEntry) -> u64 {
+    let size = match entry {
+        MatmulEntry::Main => 16,
+        MatmulEntry::MainScalar => 4,
+    };
+    let blocks = |x: usize| (x as u64).div_ceil(size);
+    dims.batch as u64 * blocks(dims.m) * blocks(dims.n)
+}
+
+/// [`matmul`] that also writes, into `squares`, the sums of the squares of what it stored in C
+/// (after `accumulate`: the values C then holds), one per block of outputs an invocation stores
+/// ([`squares_len`] of [`launch_entry`]); their sum is C's squared norm. For a gradient's norm
+/// with no pass over the gradient. Errors: those of [`matmul`], and [`Error::InvalidArgument`]
+/// when `squares` does not hold that many elements or overlaps C, A or B.
+pub fn matmul_squares<'a>(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    out: impl Into<Operand<'a>>,
+    lhs: impl Into<Operand<'a>>,
+    rhs: impl Into<Operand<'a>>,
+    squares: DeviceSlice<'_>,
+) -> Result<()> {
+    let (out, lhs, rhs) = (out.into(), lhs.into(), rhs.into());
+    let len = squares_len(dims, launch_entry(dims, [out, lhs, rhs]));
+    squares.expect_len("matmul_squares", "squares", len)?;
+    for (name, operand) in [("out (C)", out), ("lhs (A)", lhs), ("rhs (B)", rhs)] {
+        if operand.words().overlaps(&squares) {
+            return Err(Error::InvalidArgument {
+                op: "matmul_squares",
+                message: format!("{name} {operand:?} overlaps the squares {squares:?}"),
+            });
+        }
+    }
+    let kernels = [MAIN, MAIN_SCALAR];
+    launch(
+        gpu,
+        dims,
+        [out, lhs, rhs],
+        kernels,
+        None,
+        Extra::Squares(squares),
+    )
+}
+
 /// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
 /// `[main, main_scalar]` for f32 operands (with any 16-bit operand, the device's 16-bit module
 /// instead); `extra`'s operand (binding 4) is checked by its public launcher.
@@ -499,9 +619,7 @@ pub(super) fn launch(
         (MatmulEntry::MainScalar, false) => &[],
         (MatmulEntry::MainScalar, true) => &overrides[2..],
     };
-    if let Some(log) = gpu.matmul_log().as_mut() {
-        log.push(*dims);
-    }
+    note_launch(gpu, dims);
     gpu.dispatch(Dispatch {
         kernel,
         overrides,
@@ -516,6 +634,45 @@ pub(super) fn launch(
                     + out.element_bytes() * d.m * d.n),
         },
     })
+}
+
+thread_local! {
+    /// This thread's record of matmul shapes ([`Gpu::record_matmuls`]): the device it records
+    /// and the shapes launched on it so far.
+    static RECORD: RefCell<Option<(Weak<Shared>, Vec<MatmulDims>)>> = const { RefCell::new(None) };
+}
+
+impl Gpu {
+    /// Starts recording the shape of every matmul this thread launches on this device from now
+    /// on (each launch that passes validation, on either entry point), dropping any earlier
+    /// record of this thread. For measurements such as `cargo xtask bench train`'s step
+    /// efficiency, which times a step's matmuls alone.
+    pub fn record_matmuls(&self) {
+        RECORD.with_borrow_mut(|r| *r = Some((Arc::downgrade(&self.shared), Vec::new())));
+    }
+
+    /// Stops recording and returns the shapes launched since [`Gpu::record_matmuls`], in launch
+    /// order (empty if this thread never called it on this device).
+    pub fn take_matmuls(&self) -> Vec<MatmulDims> {
+        RECORD.with_borrow_mut(|r| match r.take() {
+            Some((device, shapes)) if device.as_ptr() == Arc::as_ptr(&self.shared) => shapes,
+            other => {
+                *r = other;
+                Vec::new()
+            }
+        })
+    }
+}
+
+/// Adds `dims` to this thread's record if it records `gpu`.
+fn note_launch(gpu: &Gpu, dims: &MatmulDims) {
+    RECORD.with_borrow_mut(|r| {
+        if let Some((device, shapes)) = r
+            && device.as_ptr() == Arc::as_ptr(&gpu.shared)
+        {
+            shapes.push(*dims);
+        }
+    });
 }
 
 /// The `usize` figures of [`MatmulDims`] as `u64` (usize is at most 64 bits on every target
