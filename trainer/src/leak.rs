@@ -10,6 +10,10 @@ use plimsoll_allocator::format_bytes;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::Category;
 
+use crate::config::LeakPolicy;
+use crate::error::Error;
+use crate::hooks::{CheckFailure, HookContext, StepHook};
+
 /// Categories that may stay allocated between steps.
 pub const KEPT_CATEGORIES: [Category; 3] = [
     Category::Parameter,
@@ -103,4 +107,35 @@ pub fn check(gpu: &Gpu) -> plimsoll_kernels_wgsl::Result<LeakReport> {
         leaked_bytes,
         holders,
     })
+}
+
+/// The check after every step, as the configuration's leak policy says: off, a warning in the
+/// log, or [`Error::Leak`].
+#[derive(Debug, Default)]
+pub(crate) struct LeakCheck;
+
+impl StepHook for LeakCheck {
+    fn check_step(&mut self, cx: &mut HookContext<'_>, step: u64) -> Result<(), CheckFailure> {
+        if cx.config.leak_policy == LeakPolicy::Off {
+            return Ok(());
+        }
+        // After the update was submitted: the state after this step is the good one.
+        let report = check(cx.gpu).map_err(|e| CheckFailure::Device(e.into()))?;
+        if report.is_clean() {
+            return Ok(());
+        }
+        let error = Error::Leak {
+            step,
+            leaked_bytes: report.leaked_bytes,
+            expected_bytes: report.expected_bytes,
+            holders: report.holders_text(),
+        };
+        match cx.config.leak_policy {
+            LeakPolicy::Error => Err(CheckFailure::Refused(error)),
+            _ => {
+                cx.note(format!("warning: {error}"));
+                Ok(())
+            }
+        }
+    }
 }

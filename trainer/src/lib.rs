@@ -25,6 +25,7 @@ pub mod collective;
 pub mod config;
 pub mod data;
 pub mod error;
+mod hooks;
 pub mod host;
 pub mod leak;
 pub mod memory_viz;
@@ -44,7 +45,6 @@ pub mod task;
 pub mod text;
 pub mod timeline;
 pub mod trainer;
-mod trainer_eval;
 mod trainer_files;
 
 pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, RunLength, TrainConfig};

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::trainer::Trainer;
+use crate::hooks::{HookContext, StepHook};
 
 /// The kernel table and the steps it covers.
 pub const PROFILE_JSON: &str = "profile.json";
@@ -223,68 +223,68 @@ impl Mean {
     }
 }
 
-impl Trainer {
-    /// Before step `step`: starts its profile when it is one to profile.
-    pub(crate) fn profile_before_step(&mut self, step: u64) {
-        let Some(span) = self.config.profile_steps else {
+impl StepHook for Profiling {
+    /// Starts the profile of `step` when it is one to profile.
+    fn before_step(&mut self, cx: &mut HookContext<'_>, step: u64) {
+        let Some(span) = cx.config.profile_steps else {
             return;
         };
-        if !span.contains(step) || self.gpu.is_profiling() {
+        if !span.contains(step) || cx.gpu.is_profiling() {
             return;
         }
-        match self.gpu.begin_profile(None) {
+        match cx.gpu.begin_profile(None) {
             Ok(_) => {
                 let now = Instant::now();
-                self.profiling.first_began.get_or_insert(now);
-                self.profiling.current = Some((step, now));
+                self.first_began.get_or_insert(now);
+                self.current = Some((step, now));
             }
-            Err(e) => self.note(format!("warning: step {step} not profiled: {e}")),
+            Err(e) => cx.note(format!("warning: step {step} not profiled: {e}")),
         }
     }
 
-    /// After step `step` took `step_ms`: ends its profile, or counts it as unprofiled.
-    pub(crate) fn profile_after_step(&mut self, step: u64, step_ms: f64) {
-        let Some((profiled, began)) = self.profiling.current.take() else {
+    /// Ends the profile of `step`, which took `step_ms`, or counts it as unprofiled.
+    fn after_step(&mut self, cx: &mut HookContext<'_>, step: u64, step_ms: f64) {
+        let Some((profiled, began)) = self.current.take() else {
             if step > 1 {
-                self.profiling.unprofiled_ms.add(step_ms);
+                self.unprofiled_ms.add(step_ms);
             }
             return;
         };
-        let deadline = self.gpu.default_deadline();
-        match self.gpu.end_profile(deadline) {
+        let deadline = cx.gpu.default_deadline();
+        match cx.gpu.end_profile(deadline) {
             Ok(profile) => {
-                let first = self.profiling.first_began.unwrap_or(began);
-                self.profiling.steps.push(ProfiledStep {
+                let first = self.first_began.unwrap_or(began);
+                self.steps.push(ProfiledStep {
                     step: profiled,
                     step_ms,
                     offset: began.saturating_duration_since(first),
                     profile,
                 });
             }
-            Err(e) => self.note(format!(
+            Err(e) => cx.note(format!(
                 "warning: the profile of step {profiled} was lost: {e}"
             )),
         }
     }
 
-    /// Stops a profile still running (a step that failed) without keeping it.
-    pub(crate) fn abandon_profile(&mut self) {
-        if self.profiling.current.take().is_some() {
-            let _ = self.gpu.end_profile(Duration::ZERO);
+    /// Stops a profile still running without keeping it.
+    fn step_failed(&mut self, cx: &mut HookContext<'_>) {
+        if self.current.take().is_some() {
+            let _ = cx.gpu.end_profile(Duration::ZERO);
         }
     }
 
     /// Writes `profile.json` and `trace.json` (with a checkpoint directory) and notes the kernel
     /// table and the measured overhead; once per run, at its end (or when a step gives up).
-    pub(crate) fn finish_profile(&mut self) {
-        if self.profiling.written {
+    fn finish(&mut self, cx: &mut HookContext<'_>, _step: u64) {
+        if self.written {
             return;
         }
-        let Some(table) = KernelTable::of(&self.profiling.steps) else {
-            if let Some(span) = self.config.profile_steps {
-                self.profiling.written = true;
-                let last = self.position.step;
-                self.note(format!(
+        let Some(table) = KernelTable::of(&self.steps) else {
+            if let Some(span) = cx.config.profile_steps {
+                self.written = true;
+                let last = cx.steps_done;
+                cx.note(format!(
                     "no kernel profile: --profile-steps {}-{} names no step this run finished \
                      (its last step is {last})",
                     span.first, span.last
@@ -292,13 +292,13 @@ impl Trainer {
             }
             return;
         };
-        self.profiling.written = true;
+        self.written = true;
         let profiled_ms = table.steps_ms / table.steps.len().max(1) as f64;
-        let overhead = match self.profiling.unprofiled_ms.mean() {
+        let overhead = match self.unprofiled_ms.mean() {
             Some(plain) => format!(
                 "profiling overhead: profiled steps took {profiled_ms:.1} ms on average, the {} \
                  unprofiled steps after step 1 {plain:.1} ms ({:+.0}%)",
-                self.profiling.unprofiled_ms.count,
+                self.unprofiled_ms.count,
                 100.0 * (profiled_ms / plain.max(1e-9) - 1.0)
             ),
             None => format!(
@@ -309,14 +309,14 @@ impl Trainer {
         let mut lines = vec![format!("kernel profile of steps {:?}:", table.steps)];
         lines.extend(table.render(15).lines().map(str::to_string));
         lines.push(overhead.clone());
-        if let Some(dir) = self.config.checkpoint_dir.clone() {
+        if let Some(dir) = cx.config.checkpoint_dir.as_deref() {
             let record = json!({"table": table, "overhead": overhead,
-                "unprofiled_step_ms": self.profiling.unprofiled_ms.mean()});
+                "unprofiled_step_ms": self.unprofiled_ms.mean()});
             // An earlier part of a resumed run keeps its profile: this one takes `-part<N>`.
-            let paths = crate::run_dir::unused_names(&dir, &[PROFILE_JSON, TRACE_JSON]);
+            let paths = crate::run_dir::unused_names(dir, &[PROFILE_JSON, TRACE_JSON]);
             let (profile, trace) = (&paths[0], &paths[1]);
-            let written = write(profile, &record)
-                .and_then(|()| write(trace, &chrome_trace(&self.profiling.steps)));
+            let written =
+                write(profile, &record).and_then(|()| write(trace, &chrome_trace(&self.steps)));
             lines.push(match written {
                 Ok(()) => format!(
                     "wrote {} and {} (open it in Perfetto or chrome://tracing)",
@@ -327,13 +327,8 @@ impl Trainer {
             });
         }
         for line in lines {
-            self.note(line);
+            cx.note(line);
         }
-    }
-
-    /// The profiled steps so far.
-    pub fn profiled_steps(&self) -> &[ProfiledStep] {
-        &self.profiling.steps
     }
 }
 

@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::trainer::Trainer;
+use crate::hooks::{HookContext, StepHook};
 
 /// The events, as JSON.
 pub const TIMELINE_JSON: &str = "memory_timeline.json";
@@ -266,46 +266,56 @@ pub(crate) struct Recording {
     reported_missing: bool,
 }
 
-impl Trainer {
-    /// Before step `step`: starts recording when the configured span begins here.
-    pub(crate) fn timeline_before_step(&mut self, step: u64) {
-        let Some(span) = self.config.memory_timeline else {
+impl StepHook for Recording {
+    /// Starts recording when the configured span begins at `step`.
+    fn before_step(&mut self, cx: &mut HookContext<'_>, step: u64) {
+        let Some(span) = cx.config.memory_timeline else {
             return;
         };
-        if self.recording.started.is_some() || !span.contains(step) {
+        if self.started.is_some() || !span.contains(step) {
             return;
         }
-        let start = self.gpu.with_allocator(|a| {
+        let start = cx.gpu.with_allocator(|a| {
             a.set_trace_capacity(0);
             a.set_trace_capacity(MAX_EVENTS);
             a.snapshot()
         });
-        self.recording.started = Some((start, step));
+        self.started = Some((start, step));
     }
 
-    /// After step `step` (and its evaluation): ends the recording when the span is over.
-    pub(crate) fn timeline_after_step(&mut self, step: u64) {
-        if self
+    /// Ends the recording when the span is over (after the step's evaluation: it is drawn too).
+    fn after_evaluation(&mut self, cx: &mut HookContext<'_>, step: u64) {
+        if cx
             .config
             .memory_timeline
             .is_some_and(|span| step >= span.last)
         {
-            self.finish_timeline(step);
+            self.finish_recording(cx, step);
         }
     }
 
+    fn finish(&mut self, cx: &mut HookContext<'_>, step: u64) {
+        self.finish_recording(cx, step);
+    }
+}
+
+impl Recording {
     /// Ends a recording in progress (at the end of a run, or when a step gave up at `step`) and
     /// writes it into the checkpoint directory, if there is one; a file that cannot be written
-    /// is a note, not an error. Returns the timeline, also kept for [`Trainer::timeline`].
-    pub fn finish_timeline(&mut self, step: u64) -> Option<&Timeline> {
-        let Some((start, first)) = self.recording.started.take() else {
-            if let Some(span) = self.config.memory_timeline
-                && self.recording.finished.is_none()
-                && !self.recording.reported_missing
+    /// is a note, not an error. Returns the timeline, also kept in `finished`.
+    pub(crate) fn finish_recording(
+        &mut self,
+        cx: &mut HookContext<'_>,
+        step: u64,
+    ) -> Option<&Timeline> {
+        let Some((start, first)) = self.started.take() else {
+            if let Some(span) = cx.config.memory_timeline
+                && self.finished.is_none()
+                && !self.reported_missing
                 && step < span.first
             {
-                self.recording.reported_missing = true;
-                self.note(format!(
+                self.reported_missing = true;
+                cx.note(format!(
                     "no memory timeline: the run stopped at step {step}, before step {} of \
                      --memory-timeline {}-{}",
                     span.first, span.first, span.last
@@ -313,12 +323,12 @@ impl Trainer {
             }
             return None;
         };
-        let (trace, end, budget) = self.gpu.with_allocator(|a| {
+        let (trace, end, budget) = cx.gpu.with_allocator(|a| {
             let trace = a.trace().clone();
             a.set_trace_capacity(0);
             (trace, a.snapshot(), a.budget_bytes())
         });
-        let title = self
+        let title = cx
             .config
             .checkpoint_dir
             .as_deref()
@@ -335,23 +345,18 @@ impl Trainer {
             trace,
             end,
         };
-        if let Some(dir) = self.config.checkpoint_dir.clone() {
-            match timeline.write(&dir) {
-                Ok(paths) => self.note(format!(
+        if let Some(dir) = cx.config.checkpoint_dir.as_deref() {
+            match timeline.write(dir) {
+                Ok(paths) => cx.note(format!(
                     "memory timeline of steps {}-{}: {}",
                     timeline.span.first,
                     timeline.span.last,
                     paths.get(1).unwrap_or(&dir.join(TIMELINE_HTML)).display()
                 )),
-                Err(e) => self.note(format!("warning: the memory timeline was not saved: {e}")),
+                Err(e) => cx.note(format!("warning: the memory timeline was not saved: {e}")),
             }
         }
-        self.recording.finished = Some(timeline);
-        self.recording.finished.as_ref()
-    }
-
-    /// The last memory timeline recorded (see [`crate::TrainConfig::memory_timeline`]).
-    pub fn timeline(&self) -> Option<&Timeline> {
-        self.recording.finished.as_ref()
+        self.finished = Some(timeline);
+        self.finished.as_ref()
     }
 }

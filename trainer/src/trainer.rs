@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use plimsoll_allocator::StepOutcome;
+use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
-use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_nn::Optimizer;
 
 use crate::checkpoint_io::RunPosition;
@@ -20,11 +20,14 @@ use crate::collective::{Collective, SingleProcess, shard};
 use crate::config::{CheckpointPolicy, RunLength, TrainConfig};
 use crate::data::epoch_order;
 use crate::error::{Error, Result};
+use crate::hooks::{CheckFailure, HookContext, Hooks, StepHook};
 use crate::metrics::{Observer, PhasePeak, StepReport};
 use crate::plan::{MemoryPlan, plan};
+use crate::profiling::ProfiledStep;
 use crate::scaler::{GROWTH_INTERVAL, ScaleChange};
-use crate::step::{StepInputs, run_step};
-use crate::task::{Data, Evaluation, Model, Recipe};
+use crate::step::{StepInputs, run_step, set_phase};
+use crate::task::{Data, EvalSums, Evaluation, Model, Recipe};
+use crate::timeline::Timeline;
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,10 +73,8 @@ pub struct Trainer {
     pub(crate) recent_losses: VecDeque<f32>,
     /// The step and path of the last training state this trainer saved.
     pub(crate) last_saved: Option<(u64, PathBuf)>,
-    /// The memory timeline being recorded, and the last one finished.
-    pub(crate) recording: crate::timeline::Recording,
-    /// Kernel profiles of the configured steps.
-    pub(crate) profiling: crate::profiling::Profiling,
+    /// What watches each step: the memory timeline, the kernel profile, the leak check.
+    pub(crate) hooks: Hooks,
     /// The processes training this model together ([`SingleProcess`] for one).
     pub(crate) collective: Box<dyn Collective>,
     /// Whether the ranks agreed, in the last step's sum, to stop after it. With several ranks
@@ -212,8 +213,7 @@ impl Trainer {
             recent_losses: VecDeque::with_capacity(LOSS_WINDOW),
             stop: Arc::new(AtomicBool::new(false)),
             last_saved: None,
-            recording: Default::default(),
-            profiling: Default::default(),
+            hooks: Hooks::default(),
             collective,
             agreed_stop: false,
         })
@@ -239,6 +239,62 @@ impl Trainer {
 
     pub(crate) fn note(&mut self, line: String) {
         self.log.push(line);
+    }
+
+    /// The hooks, and the context they are called with.
+    fn hooks_and_context(&mut self) -> (&mut Hooks, HookContext<'_>) {
+        let cx = HookContext::new(&self.gpu, &self.config, self.position.step, &mut self.log);
+        (&mut self.hooks, cx)
+    }
+
+    /// Calls `event` on each hook, in order.
+    pub(crate) fn each_hook(
+        &mut self,
+        mut event: impl FnMut(&mut dyn StepHook, &mut HookContext<'_>),
+    ) {
+        let (hooks, mut cx) = self.hooks_and_context();
+        for hook in hooks.each() {
+            event(hook, &mut cx);
+        }
+    }
+
+    /// Runs each hook's check after step `step`'s update; the first failure stops the step
+    /// (after the state is saved, when the check itself failed: the update is in).
+    fn check_step(&mut self, step: u64) -> Result<()> {
+        let (hooks, mut cx) = self.hooks_and_context();
+        let checked = hooks
+            .each()
+            .into_iter()
+            .try_for_each(|hook| hook.check_step(&mut cx, step));
+        let error = match checked {
+            Ok(()) => return Ok(()),
+            Err(CheckFailure::Device(error)) => {
+                self.save_last_good(step, &error);
+                error
+            }
+            Err(CheckFailure::Refused(error)) => error,
+        };
+        self.each_hook(|hook, cx| hook.step_failed(cx));
+        Err(error)
+    }
+
+    /// Ends a memory timeline in progress (at the end of a run, or when a step gave up at
+    /// `step`) and writes it into the checkpoint directory, if there is one; a file that cannot
+    /// be written is a note, not an error. Returns the timeline, also kept for
+    /// [`Trainer::timeline`].
+    pub fn finish_timeline(&mut self, step: u64) -> Option<&Timeline> {
+        let (hooks, mut cx) = self.hooks_and_context();
+        hooks.timeline.finish_recording(&mut cx, step)
+    }
+
+    /// The last memory timeline recorded (see [`crate::TrainConfig::memory_timeline`]).
+    pub fn timeline(&self) -> Option<&Timeline> {
+        self.hooks.timeline.finished.as_ref()
+    }
+
+    /// The profiled steps so far (see [`crate::TrainConfig::profile_steps`]).
+    pub fn profiled_steps(&self) -> &[ProfiledStep] {
+        &self.hooks.profiling.steps
     }
 
     /// Logs what the allocator's planned steps did in `step` when it is news: a plan built, or an
@@ -357,8 +413,7 @@ impl Trainer {
         let step = self.position.step + 1;
         let lr = self.config.schedule.lr_at(self.position.step);
         set_rng_state(self.position.rng_state);
-        self.timeline_before_step(step);
-        self.profile_before_step(step);
+        self.each_hook(|hook, cx| hook.before_step(cx, step));
         self.gpu.with_allocator(|a| {
             // With a plan installed, segments an evaluation left empty are released before the
             // step's peaks start (the plan has room for the whole step; its own are pinned).
@@ -393,7 +448,7 @@ impl Trainer {
         let result = match result {
             Ok(r) => r,
             Err(e) => {
-                self.abandon_profile();
+                self.each_hook(|hook, cx| hook.step_failed(cx));
                 return Err(self.give_up(step, e));
             }
         };
@@ -402,7 +457,7 @@ impl Trainer {
         }
         let loss_scale = self.position.loss_scaler.map(|s| s.scale);
         if let Err(e) = self.update_loss_scale(step, result.overflow.as_deref()) {
-            self.abandon_profile();
+            self.each_hook(|hook, cx| hook.step_failed(cx));
             return Err(self.give_up(step, e));
         }
         // Some rank was asked to stop: every rank stops after this same step.
@@ -418,13 +473,10 @@ impl Trainer {
         }
         self.position.rng_state = rng_state();
         self.position.micro_batch = self.micro_batch;
-        if let Err(e) = self.check_leaks(step) {
-            self.abandon_profile();
-            return Err(e);
-        }
+        self.check_step(step)?;
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
         let step_ms = start.elapsed().as_secs_f64() * 1e3;
-        self.profile_after_step(step, step_ms);
+        self.each_hook(|hook, cx| hook.after_step(cx, step, step_ms));
         if self.recent_losses.len() == LOSS_WINDOW {
             self.recent_losses.pop_front();
         }
@@ -454,6 +506,88 @@ impl Trainer {
             allreduce_ms: result.allreduce_ms,
             phases: PhasePeak::of(&stats),
         })
+    }
+
+    /// The evaluation set's mean loss (and accuracy, for classifiers), forward in evaluation
+    /// mode without a graph, or `None` without an evaluation set. A chunk that runs out of
+    /// memory is split in two and the evaluation goes on (logged); only a single sample that
+    /// does not fit is an error.
+    pub fn evaluate(&mut self) -> Result<Option<Evaluation>> {
+        let Some(test) = &self.test else {
+            return Ok(None);
+        };
+        let _no_grad = no_grad();
+        self.model.set_training(false);
+        let step = self.position.step;
+        set_phase(&self.gpu, step, Phase::Evaluation);
+        // Each rank of a data-parallel run evaluates its shard; the sums are added up below.
+        let all: Vec<usize> = (0..test.len()).collect();
+        let (rank, ranks) = (self.collective.rank(), self.collective.ranks());
+        let indices = shard(&all, rank, ranks).to_vec();
+        let mut chunk = self.micro_batch.max(1);
+        let mut sums = EvalSums::default();
+        let mut at = 0;
+        let mut notes = Vec::new();
+        let outcome = loop {
+            let Some(part) = indices.get(at..(at + chunk).min(indices.len())) else {
+                break Ok(());
+            };
+            if part.is_empty() {
+                break Ok(());
+            }
+            let result = test
+                .upload(&self.gpu, part)
+                .and_then(|batch| self.model.evaluate(&batch));
+            match result {
+                Ok(s) => {
+                    sums = sums + s;
+                    at += part.len();
+                }
+                Err(e) if e.is_out_of_memory() && chunk > 1 => {
+                    self.gpu.flush("evaluation out-of-memory recovery")?;
+                    let smaller = chunk.div_ceil(2);
+                    let line = format!(
+                        "evaluation: out of memory at {chunk} samples per chunk; going on with \
+                         {smaller}"
+                    );
+                    self.gpu.with_allocator(|a| a.mark(&line));
+                    notes.push(line);
+                    chunk = smaller;
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        self.model.set_training(true);
+        set_phase(&self.gpu, step, Phase::Other);
+        self.log.extend(notes);
+        outcome?;
+        if ranks > 1 {
+            let local = [
+                sums.count as f64,
+                sums.loss_sum,
+                sums.correct.unwrap_or(0) as f64,
+                f64::from(u8::from(sums.correct.is_some())),
+            ];
+            let deadline = self.gpu.default_deadline();
+            let total = self
+                .collective
+                .all_reduce_sum_f64(local.to_vec(), deadline)?;
+            if let [count, loss_sum, correct, classifier] = total[..] {
+                sums = EvalSums {
+                    count: count as u64,
+                    loss_sum,
+                    correct: (classifier > 0.0).then_some(correct as u64),
+                };
+            }
+        }
+        let peaks = self
+            .gpu
+            .with_allocator(|a| *a.stats().phase(Phase::Evaluation));
+        Ok(Some(Evaluation {
+            peak_allocated_bytes: peaks.peak_allocated_bytes,
+            peak_reserved_bytes: peaks.peak_reserved_bytes,
+            ..sums.into()
+        }))
     }
 
     /// Moves the loss scaler on after step `step` (whose gradients overflowed when
@@ -569,7 +703,7 @@ impl Trainer {
                 observer.on_eval(report.epoch, report.step, &evaluation);
                 summary.last_evaluation = Some(evaluation);
             }
-            self.timeline_after_step(report.step);
+            self.each_hook(|hook, cx| hook.after_evaluation(cx, report.step));
             // With several ranks, the others wait for this save (rank 0's) in the next step's
             // sum, within the fence deadline, so a dead rank is found as fast here as anywhere.
             if let Some(k) = self.config.checkpoint_interval_steps
@@ -579,8 +713,8 @@ impl Trainer {
             }
             self.deliver_log(observer);
         }
-        self.finish_timeline(self.position.step);
-        self.finish_profile();
+        let last = self.position.step;
+        self.each_hook(|hook, cx| hook.finish(cx, last));
         if let Some(path) = self.save_checkpoint()? {
             summary.checkpoint = Some(path);
         }

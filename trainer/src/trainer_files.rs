@@ -151,8 +151,7 @@ impl Trainer {
     /// errors are returned as they are (the log names the checkpoint).
     pub(crate) fn give_up(&mut self, step: u64, mut error: Error) -> Error {
         // The timeline of a failing step is the one worth having (it shows the out-of-memory).
-        self.finish_timeline(step);
-        self.finish_profile();
+        self.each_hook(|hook, cx| hook.finish(cx, step));
         let saved = self.save_last_good(step.saturating_sub(1), &error);
         if let Error::RanksUnresponsive(u) = &mut error {
             u.saved.clone_from(&saved);
