@@ -1,15 +1,19 @@
 //! Test support shared by every crate's test suites (a dev-dependency for autograd, nn and the
-//! trainer): the device, the tolerant comparison, seeded inputs and the test deadline. Kept in
-//! one place so that NaN handling, tolerances and "no adapter" messages cannot drift apart.
+//! trainer): the device (and one per 16-bit path), the tolerant comparison, seeded inputs, the
+//! test deadline, a fresh folder per test, and [`skip`]. Kept in one place so that NaN handling,
+//! tolerances, "no adapter" messages and skip reports cannot drift apart.
 //!
 //! Not for production code: [`gpu`] panics when there is no adapter, which is what a test wants
 //! (fail loudly, never skip) and what a library must never do.
 
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, GpuOptions};
+use crate::kernels::convert::F16Path;
 use plimsoll_allocator::Category;
 
 pub use crate::random::SplitMix64 as Rng;
@@ -47,6 +51,65 @@ pub fn gpu_with(options: GpuOptions) -> Gpu {
              apt-get install mesa-vulkan-drivers libvulkan1)"
         ),
     }
+}
+
+/// A device of its own on each 16-bit path the adapter has: always [`F16Path::Packed`], and
+/// [`F16Path::Native`] where the adapter has `SHADER_F16` (lavapipe has; elsewhere a note on
+/// stderr says the native path goes untested).
+///
+/// # Panics
+/// As [`gpu`].
+pub fn f16_devices() -> Vec<(F16Path, Gpu)> {
+    let mut out = Vec::new();
+    for path in [F16Path::Packed, F16Path::Native] {
+        let gpu = fresh_gpu();
+        match gpu.set_f16_path(path) {
+            Ok(()) => out.push((path, gpu)),
+            Err(e) => eprintln!("{path:?} 16-bit path not tested: {e}"),
+        }
+    }
+    out
+}
+
+/// The environment variable naming the file [`skip`] appends its lines to (`cargo xtask ci`
+/// sets it for `cargo test --workspace` and then lists the skipped tests).
+pub const SKIPPED_ENV: &str = "PLIMSOLL_SKIPPED";
+
+/// Says that `test` (its function name) checks nothing on this machine, and `why`: the line
+/// `SKIPPED: <test>: <why>` on stderr (shown with `--nocapture`) and, when [`SKIPPED_ENV`] names
+/// a file, appended to it. The caller returns right after. Rust's harness has no "skipped", so
+/// such a test still counts as passed there; this line is how it is told apart.
+///
+/// # Panics
+/// When the file [`SKIPPED_ENV`] names cannot be appended to (a skip must not go uncounted).
+pub fn skip(test: &str, why: &str) {
+    let line = format!("SKIPPED: {test}: {why}\n");
+    eprint!("{line}");
+    if let Some(path) = std::env::var_os(SKIPPED_ENV) {
+        // One write of one short line with O_APPEND: lines from parallel tests do not interleave.
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("{SKIPPED_ENV}={}: {e}", PathBuf::from(path).display());
+        }
+    }
+}
+
+/// A fresh, empty folder for one test: `plimsoll-<suite>-<process id>-<name>` in the temporary
+/// directory, emptied first if an earlier run left it.
+///
+/// # Panics
+/// When the folder cannot be created.
+pub fn fresh_dir(suite: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-{suite}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        panic!("test folder {}: {e}", dir.display());
+    }
+    dir
 }
 
 /// `len` uninitialised 4-byte elements of [`Category::Temporary`] memory labelled `label`.

@@ -333,17 +333,11 @@ fn sampling_peaks_at_its_plan_and_a_budget_below_it_fails_first() {
 /// width 128, are 2 MiB, so they take dedicated segments and reserved bytes follow them.
 const OOM_BATCH: usize = 512;
 
-type Values = Vec<(String, Vec<f32>)>;
-
 /// Trains 3 steps of `OOM_BATCH` windows; returns the parameters, peak reserved bytes, log.
 fn oom_run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
-    let gpu = fresh_gpu();
     let mut config = config(OOM_BATCH, micro, 3, 0.05);
     config.memory_budget_bytes = budget;
-    let mut trainer = Trainer::new(&gpu, config, &spec(sgd()), windows(2000), None).unwrap();
-    trainer.run(&mut Silent).unwrap();
-    let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
-    (values(trainer.parameters()), peak, trainer.log().to_vec())
+    run_measured(config, &spec(sgd()), windows(2000))
 }
 
 #[test]

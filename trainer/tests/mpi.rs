@@ -13,14 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use plimsoll_kernels_wgsl::testing::fresh_dir;
+
 const BIN: &str = env!("CARGO_BIN_EXE_plimsoll");
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-mpi-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir("mpi", name)
 }
 
 /// `mpirun` with what a test machine needs: running as root allowed (CI runs as root), more

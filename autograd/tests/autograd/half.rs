@@ -5,25 +5,13 @@
 use plimsoll_autograd::{Category, DType, Error, Gpu, Tensor, TensorOptions, f16_activations};
 use plimsoll_kernels_wgsl::kernels::convert::F16Path;
 use plimsoll_kernels_wgsl::reference::convert::round_to_f16;
-use plimsoll_kernels_wgsl::testing::{Rng, assert_close, fresh_gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, f16_devices, fresh_gpu};
 
 use crate::common::{allocated, param, peak, reset_peaks};
 
-/// A fresh device on each conversion path the adapter has (lavapipe: both).
-fn devices() -> Vec<(F16Path, Gpu)> {
-    let mut out = Vec::new();
-    for path in [F16Path::Packed, F16Path::Native] {
-        let gpu = fresh_gpu();
-        if gpu.set_f16_path(path).is_ok() {
-            out.push((path, gpu));
-        }
-    }
-    out
-}
-
 #[test]
 fn casts_round_trip_and_f16_tensors_are_refused_by_f32_ops() {
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let x: Vec<f32> = vec![0.1, -2.5, 70000.0, 1.0 / 3.0, 6.0e-5];
         let t = Tensor::from_slice(&gpu, &x, &[5]).unwrap();
         let h = t.to_f16().unwrap();
@@ -55,7 +43,7 @@ fn casts_round_trip_and_f16_tensors_are_refused_by_f32_ops() {
 fn a_saved_activation_at_an_odd_offset_comes_back_rounded_to_f16() {
     let (rows, cols, out) = (5, 3, 2);
     let x: Vec<f32> = Rng::new(3).vec_f32(rows * cols, -3.0, 3.0);
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let grad_w = |half: bool| {
             let xt = param(&gpu, &x, &[rows, cols]);
             let w = param(&gpu, &vec![0.5; cols * out], &[cols, out]);
@@ -138,7 +126,7 @@ fn stack(gpu: &Gpu, half: bool) -> (Vec<Vec<f32>>, u64) {
 
 #[test]
 fn f16_activations_halve_the_activation_peak_and_keep_the_gradients() {
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let (full, full_peak) = stack(&gpu, false);
         let (half, half_peak) = stack(&gpu, true);
         // Every activation rounded to f16 (the residual stream too) moves each gradient by
@@ -246,7 +234,7 @@ fn f16_matmuls_read_their_operands_without_f32_copies() {
     let dw_want: Vec<f64> = (0..n * k)
         .map(|i| (0..rows).map(|r| f64::from(x16[r * k + i % k])).sum())
         .collect();
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let xh = Tensor::from_slice(&gpu, &x, &[rows, k])
             .unwrap()
             .to_f16()
@@ -291,7 +279,7 @@ fn weights_are_copied_to_f16_once_per_update() {
             .collect()
     };
     let copy_bytes = (n * k * 2) as u64;
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let wt = param(&gpu, &w, &[n, k]);
         let inputs: Vec<Tensor> = (0..2)
             .map(|_| input(&gpu, &rng.vec_f32(rows * k, -1.0, 1.0), &[rows, k]))
@@ -382,7 +370,7 @@ fn f16_elementwise_ops_run_in_16_bits() {
             .collect::<Vec<_>>(),
     );
     let dx_want: Vec<f64> = s.iter().map(|&v| 2.0 * gelu_d(f64::from(v))).collect();
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let xt = param(&gpu, &x, &[5, 7]);
         let guard = f16_activations();
         let h = xt.mul_scalar(1.0).unwrap();
@@ -437,7 +425,7 @@ fn f16_permutes_and_copied_slices_stay_16_bit() {
             h[j * 15 + (k + 1) * 5 + l]
         })
         .collect();
-    for (path, gpu) in devices() {
+    for (path, gpu) in f16_devices() {
         let xt = param(&gpu, &x, &[2, 3, 5]);
         let guard = f16_activations();
         let ht = xt.mul_scalar(1.0).unwrap();

@@ -6,22 +6,10 @@ use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
 use plimsoll_kernels_wgsl::kernels::convert::{F16Path, Halves};
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 use plimsoll_kernels_wgsl::reference::convert as cpu;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, f16_devices};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Error, Gpu, reference};
 
 const SENTINEL: u32 = 0xDEAD_BEEF;
-
-/// A device of its own on each 16-bit path it has.
-fn devices() -> Vec<Gpu> {
-    let mut out = Vec::new();
-    for path in [F16Path::Packed, F16Path::Native] {
-        let gpu = fresh_gpu();
-        if gpu.set_f16_path(path).is_ok() {
-            out.push(gpu);
-        }
-    }
-    out
-}
 
 /// `values` as halves at half `offset` of a buffer of sentinel words (two spare words after).
 fn upload_halves(gpu: &Gpu, values: &[f32], offset: usize) -> DeviceBuffer {
@@ -61,7 +49,7 @@ fn halves_input(rng: &mut Rng, len: usize) -> Vec<f32> {
 fn f16_binary_ops_match_reference_on_both_paths() {
     let mut rng = Rng::new(0xB16);
     let cases: [(&[usize], &[usize]); 3] = [(&[37], &[37]), (&[3, 5, 7], &[5, 1]), (&[1], &[9, 3])];
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         let path = gpu.f16_path();
         for op in BinaryOp::ALL {
             for (i, (a_shape, b_shape)) in cases.into_iter().enumerate() {
@@ -123,7 +111,7 @@ fn f16_binary_ops_match_reference_on_both_paths() {
 #[test]
 fn f16_unary_ops_match_reference_on_both_paths() {
     let mut rng = Rng::new(0x016);
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         let path = gpu.f16_path();
         for op in UnaryOp::ALL {
             let len = 257;
@@ -164,7 +152,7 @@ fn f16_unary_ops_match_reference_on_both_paths() {
 /// naming the fix; the native path takes it.
 #[test]
 fn f16_outputs_at_odd_offsets_are_refused_on_the_packed_path_only() {
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         let x_gpu = upload_halves(&gpu, &[1.0, -2.0, 3.0], 0);
         let y_gpu = upload_halves(&gpu, &[0.0; 4], 0);
         let x = Halves::of(&x_gpu, 0, 3).unwrap();
@@ -199,7 +187,7 @@ fn f16_strided_copy_permutes_the_bits() {
     // out[i][j][k] = x[k][i][j]: shape (d1, d2, d0) over x of (d0, d1, d2).
     let shape = [d1 as u32, d2 as u32, d0 as u32];
     let strides = [d2 as u32, 1, (d1 * d2) as u32];
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         let (off_src, off_dst) = (3, 2);
         let src_gpu = upload_halves(&gpu, &x, off_src);
         let words = vec![SENTINEL; (off_dst + len).div_ceil(2) + 2];
@@ -229,7 +217,7 @@ fn f16_strided_copy_permutes_the_bits() {
 fn f16_scalar_ops_match_reference_on_both_paths() {
     let mut rng = Rng::new(0x5C);
     let s = 0.3f32; // not an f16 value: the kernel must keep it in f32
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         let path = gpu.f16_path();
         for op in BinaryOp::ALL {
             for rhs in [true, false] {

@@ -2,10 +2,10 @@
 //! (f16-rounded) inputs, on both 16-bit paths, both entry points, every transpose, odd half
 //! offsets, accumulate, alpha and the epilogue: products and sums in f32, a 16-bit C rounded once.
 
-use plimsoll_kernels_wgsl::kernels::convert::{F16Path, Halves};
+use plimsoll_kernels_wgsl::kernels::convert::Halves;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, Epilogue, MatmulDims, MatmulEntry, Operand};
 use plimsoll_kernels_wgsl::reference::convert as cpu;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, to_f64};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, f16_devices, to_f64};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
 
 /// What every word outside an operand holds, and C before a non-accumulating launch.
@@ -147,19 +147,6 @@ fn lens(d: &MatmulDims) -> (usize, usize) {
     )
 }
 
-/// A device of its own on each 16-bit path it has (the path is the device's setting).
-fn devices() -> Vec<Gpu> {
-    let packed = fresh_gpu();
-    packed.set_f16_path(F16Path::Packed).unwrap();
-    let mut out = vec![packed];
-    let native = fresh_gpu();
-    if native.features().contains(wgpu::Features::SHADER_F16) {
-        native.set_f16_path(F16Path::Native).unwrap();
-        out.push(native);
-    }
-    out
-}
-
 const WIDTHS: [[bool; 3]; 7] = [
     [true, false, false],
     [false, true, false],
@@ -173,7 +160,7 @@ const WIDTHS: [[bool; 3]; 7] = [
 #[test]
 fn f16_matmul_matches_reference_on_both_paths() {
     let mut rng = Rng::new(0x1616);
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         // main_scalar: odd sizes, odd half offsets, every width combination and transpose.
         for (i, widths) in WIDTHS.iter().enumerate() {
             for (t, (trans_a, trans_b)) in
@@ -261,7 +248,7 @@ fn f16_matmul_matches_reference_on_both_paths() {
 /// scaler's overflow check sees them; f32 inputs beyond f16's range are read as they are.
 #[test]
 fn f16_output_overflows_to_infinity() {
-    for gpu in devices() {
+    for (_, gpu) in f16_devices() {
         for entry in [MatmulEntry::MainScalar, MatmulEntry::Main] {
             let dims = MatmulDims::dense(1, 4, 4, 4);
             // A in f32 with entries 200 (f16 holds them), B f16 of ±100: |C| = 80000 > 65504.

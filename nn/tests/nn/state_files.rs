@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use plimsoll_autograd::{Tensor, TensorOptions};
-use plimsoll_kernels_wgsl::testing::gpu;
+use plimsoll_kernels_wgsl::testing::{fresh_dir, gpu};
 use plimsoll_nn::state::{self, MAX_HEADER_BYTES};
 use plimsoll_nn::{Error, Init, Linear, Module};
 
@@ -13,10 +13,7 @@ use crate::common::param;
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-nn-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir("nn", name)
 }
 
 /// A raw safetensors file: the header JSON as given, then `data`.

@@ -115,10 +115,7 @@ pub fn assert_params_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], r
 
 /// A fresh, empty temporary directory for this test.
 pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-trainer-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    plimsoll_kernels_wgsl::testing::fresh_dir("trainer", name)
 }
 
 /// Parameters as [`values`] gives them.
@@ -136,13 +133,22 @@ pub fn oom_run(
     budget: Option<u64>,
     precision: plimsoll_trainer::Precision,
 ) -> (Values, u64, Vec<String>) {
-    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
-    let spec = sgd_spec(&[32, 1024, 10]);
     let mut config = config(OOM_BATCH, micro, 3, 0.05);
     config.memory_budget_bytes = budget;
     config.precision = precision;
-    let data = data(OOM_BATCH * 2, 32, 10);
-    let mut trainer = plimsoll_trainer::Trainer::new(&gpu, config, &spec, data, None).unwrap();
+    let spec = sgd_spec(&[32, 1024, 10]);
+    run_measured(config, &spec, data(OOM_BATCH * 2, 32, 10))
+}
+
+/// Runs `recipe` on `train` to the end of `config` on a device of its own; the parameters after,
+/// the peak reserved bytes and the log.
+pub fn run_measured(
+    config: TrainConfig,
+    recipe: &dyn plimsoll_trainer::Recipe,
+    train: impl plimsoll_trainer::Data + 'static,
+) -> (Values, u64, Vec<String>) {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let mut trainer = plimsoll_trainer::Trainer::new(&gpu, config, recipe, train, None).unwrap();
     trainer.run(&mut plimsoll_trainer::Silent).unwrap();
     let peak = gpu.with_allocator(|a| a.stats().peak_reserved_bytes);
     (values(trainer.parameters()), peak, trainer.log().to_vec())
