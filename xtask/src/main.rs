@@ -139,7 +139,12 @@ fn ci() -> Result<()> {
         if i == 3 {
             require_mpi()?;
         }
-        timed(format!("cargo {}", step.join(" ")), &mut || cargo(step))?;
+        let name = format!("cargo {}", step.join(" "));
+        if step == ["test", "--workspace"] {
+            timed(name, &mut || test_listing_skips(step))?;
+        } else {
+            timed(name, &mut || cargo(step))?;
+        }
     }
     eprintln!("$ cargo xtask chaos");
     timed("cargo xtask chaos".into(), &mut || chaos(&[]))?;
@@ -153,6 +158,27 @@ fn ci() -> Result<()> {
     }
     eprintln!("  {:>7.0} s  total", started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// `cargo <args>` with `testing::SKIPPED_ENV` naming `target/skipped-tests.txt`, then how many
+/// tests reported themselves skipped (`testing::skip`: the harness counts them as passed) and
+/// which. Skips are listed, never a failure; the result is the tests'.
+fn test_listing_skips(args: &[&str]) -> Result<()> {
+    use plimsoll_kernels_wgsl::testing::SKIPPED_ENV;
+    let file = workspace_root().join("target").join("skipped-tests.txt");
+    // A stale list would count the last run's skips again.
+    let _ = std::fs::remove_file(&file);
+    let result = cargo_with_env(args, &[(SKIPPED_ENV, file.as_os_str())]);
+    let skipped = std::fs::read_to_string(&file).unwrap_or_default();
+    let lines: Vec<&str> = skipped.lines().collect();
+    eprintln!(
+        "ci: {} test(s) skipped (counted as passed above)",
+        lines.len()
+    );
+    for line in lines {
+        eprintln!("  {line}");
+    }
+    result
 }
 
 /// The MPI steps need Open MPI's `mpirun` (and, to build, its headers and libclang).
@@ -185,10 +211,20 @@ fn chaos(args: &[String]) -> Result<()> {
 
 /// Runs `cargo <args>` with the same toolchain that runs xtask, failing on a non-zero exit.
 pub(crate) fn cargo(args: &[&str]) -> Result<()> {
+    cargo_with_env(args, &[])
+}
+
+/// [`cargo`] with environment variables set for it.
+fn cargo_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    eprintln!("$ cargo {}", args.join(" "));
+    let shown: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", v.display()))
+        .collect();
+    eprintln!("$ {}cargo {}", shown.concat(), args.join(" "));
     let status = Command::new(&cargo)
         .args(args)
+        .envs(env.iter().copied())
         .status()
         .with_context(|| format!("could not start `{cargo}`"))?;
     if !status.success() {

@@ -1,9 +1,10 @@
 //! Helpers of the kernel test binaries beyond `plimsoll_kernels_wgsl::testing` (the device,
 //! `assert_close`, the seeded RNG, the deadline): `Guarded` / `upload_u32_at` (tensors at an
-//! offset inside guard elements) and the loop-limit checks.
+//! offset inside guard elements) and the loop-limit checks (a test with nothing to check on this
+//! adapter is reported skipped).
 #![allow(dead_code)]
 
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, skip};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, DeviceSlice, Gpu};
 
 /// Random elements kept after each guarded range.
@@ -77,15 +78,17 @@ pub fn upload_u32_at(gpu: &Gpu, data: &[u32], offset: usize, label: &str) -> Dev
     gpu.upload(&words, Category::Temporary, label).unwrap()
 }
 
-/// The adapter's loop limit, or `None` after saying on stderr that `test` has nothing to refuse
-/// there (its launches run unrestricted; the `*_at_the_loop_limit_*` tests still run them).
-pub fn loop_limit_or_note(gpu: &Gpu, test: &str) -> Option<u64> {
+/// The adapter's loop limit, or `None` after reporting `test` (its function name) as skipped
+/// ([`skip`]): on an adapter without the limit there is nothing to refuse (its launches run
+/// unrestricted; the `*_at_the_loop_limit_*` tests still run them).
+pub fn loop_limit_or_skip(gpu: &Gpu, test: &str) -> Option<u64> {
     let limit = gpu.loop_iteration_limit();
     if limit.is_none() {
-        eprintln!(
-            "{test}: adapter {} has no loop limit; nothing to refuse",
+        let why = format!(
+            "adapter {} has no loop limit; nothing to refuse",
             gpu.adapter()
         );
+        skip(test, &why);
     }
     limit
 }

@@ -7,7 +7,7 @@ use plimsoll_kernels_wgsl::reference::reduce as cpu;
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
-use crate::common::{assert_loop_limit, loop_limit_or_note};
+use crate::common::{assert_loop_limit, loop_limit_or_skip};
 
 /// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
 /// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
@@ -406,7 +406,8 @@ fn reduce_long_axis_is_not_truncated() {
 #[test]
 fn reduce_all_refuses_lengths_over_the_loop_limit() {
     let gpu = gpu();
-    let Some(limit) = loop_limit_or_note(&gpu, "reduce") else {
+    let Some(limit) = loop_limit_or_skip(&gpu, "reduce_all_refuses_lengths_over_the_loop_limit")
+    else {
         return;
     };
     let largest = largest_within(limit, reduce::all_loop_iterations);
