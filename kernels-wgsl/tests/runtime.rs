@@ -127,13 +127,24 @@ fn bad_requests_are_typed_errors() {
     let err = gpu.alloc(over, Category::Activation, "huge").unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err}");
     let buf = gpu.alloc(64, Category::Temporary, "small").unwrap();
+    // Write past the end: 8 elements from element 10 are bytes 40..72 of 64.
+    let err = gpu.write(&buf, 10, &[1.0f32; 8]).unwrap_err();
     assert!(
-        gpu.write(&buf, 10, &[1.0f32; 8]).is_err(),
-        "write past the end"
+        matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("bytes 40..72"),
+        "{err}"
     );
+    let err = gpu.read_bytes(&buf, 2, 4, DEADLINE).unwrap_err();
     assert!(
-        gpu.read_bytes(&buf, 2, 4, DEADLINE).is_err(),
-        "misaligned read"
+        matches!(
+            err,
+            Error::Misaligned {
+                what: "offset_bytes",
+                value: 2,
+                required: 4,
+                ..
+            }
+        ),
+        "{err}"
     );
 }
 
@@ -201,7 +212,11 @@ fn a_failed_atomic_section_runs_none_of_its_work() {
             message: "the section fails after recording".to_string(),
         })
     });
-    assert!(failed.is_err());
+    let err = failed.unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { message, .. } if message.contains("after recording")),
+        "{err}"
+    );
     let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
     assert_eq!(got, vec![7.0; 100], "the failed section's fills ran");
 
@@ -443,7 +458,8 @@ fn injected_faults_fire_once_at_the_armed_event() {
     kernels::fill::fill(&gpu, first.slice(0, 4).unwrap(), 5.0).unwrap();
     let err = gpu.flush("lost").unwrap_err();
     assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
-    assert!(gpu.check_alive().is_err());
+    let err = gpu.check_alive().unwrap_err();
+    assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
 }
 
 /// The same hazard under planned steps: a step that records a read of A, frees A, then uploads

@@ -21,7 +21,12 @@ fn double_free_and_foreign_allocations_are_caught() {
     let stale = reuse.duplicate_for_misuse_test();
     free(&mut allocator, reuse);
     let reuse2 = alloc(&mut allocator, KIB);
-    assert!(allocator.free(stale).is_err());
+    let stale_id = stale.id();
+    let error = allocator.free(stale).unwrap_err();
+    assert!(
+        matches!(error, AllocError::UnknownAllocation { id } if id == stale_id),
+        "{error:?}"
+    );
     let foreign = alloc(&mut other, KIB);
     let error = allocator.free(foreign).unwrap_err();
     assert!(matches!(error, AllocError::UnknownAllocation { .. }));

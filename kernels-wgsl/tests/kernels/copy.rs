@@ -135,5 +135,12 @@ fn copy_within_one_segment_and_bad_ranges() {
         "{err}"
     );
     // A destination of the wrong length for the shape.
-    assert!(kernels::copy::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).is_err());
+    let err =
+        kernels::copy::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { .. })
+            && err.to_string().contains("dst: 100 elements given")
+            && err.to_string().contains("110 needed"),
+        "{err}"
+    );
 }

@@ -1,5 +1,5 @@
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
-use plimsoll_kernels_wgsl::{Category, kernels, reference};
+use plimsoll_kernels_wgsl::{Category, Error, kernels, reference};
 
 #[test]
 fn dropout_matches_reference() {
@@ -25,8 +25,19 @@ fn dropout_matches_reference() {
         }
     }
     let buf = gpu.alloc_elements(4, Category::Temporary, "b").unwrap();
-    assert!(kernels::dropout::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).is_err());
+    let err = kernels::dropout::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { .. })
+            && err.to_string().contains("probability 1 outside [0, 1)"),
+        "{err}"
+    );
     // y and x of different lengths are refused.
     let short = buf.slice(0, 3).unwrap();
-    assert!(kernels::dropout::dropout(&gpu, short, buf.whole(), 0.5, 0).is_err());
+    let err = kernels::dropout::dropout(&gpu, short, buf.whole(), 0.5, 0).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { .. })
+            && err.to_string().contains("x: 4 elements given")
+            && err.to_string().contains("3 needed"),
+        "{err}"
+    );
 }

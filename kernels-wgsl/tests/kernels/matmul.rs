@@ -6,7 +6,7 @@ use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entr
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
 use plimsoll_kernels_wgsl::{Category, DeviceSlice, Error, Gpu, reference};
 
-use crate::common::{assert_loop_limit, loop_limit_or_note};
+use crate::common::{assert_loop_limit, loop_limit_or_skip};
 
 /// What C holds before a non-accumulating launch: any element the kernel fails to write shows.
 const POISON: f32 = 12345.0;
@@ -346,7 +346,11 @@ fn recorded_matmuls_are_the_launches() {
     assert!(gpu.take_matmuls().is_empty());
     gpu.record_matmuls();
     matmul::matmul(&gpu, &first, c, a, b).unwrap();
-    matmul::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).unwrap_err(); // refused
+    let err = matmul::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("at least 81"),
+        "{err}"
+    );
     matmul::matmul(&gpu, &second, c, a, b).unwrap();
     assert_eq!(gpu.take_matmuls(), vec![first, second]);
     matmul::matmul(&gpu, &first, c, a, b).unwrap(); // after: not recorded
@@ -356,7 +360,7 @@ fn recorded_matmuls_are_the_launches() {
 #[test]
 fn matmul_refuses_k_over_the_loop_limit() {
     let gpu = gpu();
-    let Some(limit) = loop_limit_or_note(&gpu, "matmul") else {
+    let Some(limit) = loop_limit_or_skip(&gpu, "matmul_refuses_k_over_the_loop_limit") else {
         return;
     };
     let t = gpu.alloc_elements(4, Category::Temporary, "tiny").unwrap();

@@ -206,7 +206,15 @@ fn optimizer_rejects_bad_arguments() {
         ..momentum
     };
     let with_buf = Some(b.whole());
-    assert!(optimizer::sgd_step(&gpu, &step(nesterov), a.whole(), b.whole(), with_buf).is_err());
+    let err =
+        optimizer::sgd_step(&gpu, &step(nesterov), a.whole(), b.whole(), with_buf).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { .. })
+            && err
+                .to_string()
+                .contains("dampening = 0, got momentum 0.9 dampening 0.1"),
+        "{err}"
+    );
     let config = AdamWConfig {
         lr: 1e-3,
         beta1: 0.9,

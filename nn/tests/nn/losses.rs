@@ -3,7 +3,7 @@
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::reference::cross_entropy;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
-use plimsoll_nn::loss;
+use plimsoll_nn::{Error, loss};
 
 use crate::common::input;
 
@@ -38,7 +38,13 @@ fn mse_matches_reference() {
         1e-5,
     );
     let wrong = Tensor::from_slice(&gpu, &[0.0; 7], &[7, 1]).unwrap();
-    assert!(loss::mse(&p, &wrong).is_err(), "no silent broadcasting");
+    // No silent broadcasting.
+    let err = loss::mse(&p, &wrong).unwrap_err();
+    assert!(
+        matches!(&err, Error::InputShape { module: "mse", expected, found }
+            if found == &[7] && expected.contains("[7, 1]")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -78,7 +84,27 @@ fn cross_entropy_matches_reference() {
     }
     let x = input(&gpu, &logits, &[rows, classes]);
     let t = Tensor::from_indices(&gpu, &targets, &[rows]).unwrap();
-    assert!(loss::cross_entropy(&x, &t, 1.5).is_err());
+    let err = loss::cross_entropy(&x, &t, 1.5).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig {
+                what: "cross_entropy",
+                ..
+            }
+        ) && err.to_string().contains("label_smoothing 1.5"),
+        "{err}"
+    );
     let f32_targets = Tensor::from_slice(&gpu, &[0.0; 4], &[4]).unwrap();
-    assert!(loss::cross_entropy(&x, &f32_targets, 0.0).is_err());
+    let err = loss::cross_entropy(&x, &f32_targets, 0.0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InputShape {
+                module: "cross_entropy",
+                ..
+            }
+        ) && err.to_string().contains("u32 class targets"),
+        "{err}"
+    );
 }

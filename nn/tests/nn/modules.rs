@@ -5,7 +5,7 @@ use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::reference::{layer_norm, unary};
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
-    Activation, CausalSelfAttention, Dropout, Embedding, Init, LayerNorm, Linear, Module,
+    Activation, CausalSelfAttention, Dropout, Embedding, Error, Init, LayerNorm, Linear, Module,
     ResidualMlpBlock, Sequential, TransformerBlock, mlp, zero_grad,
 };
 
@@ -53,11 +53,25 @@ fn linear_init_is_seeded_and_bounded() {
             .iter()
             .all(|w| w.abs() <= bound)
     );
-    assert!(Linear::new(&gpu, 0, 4, true, Init::XavierUniform, 7).is_err());
-    let bad = a.forward(&Tensor::from_slice(&gpu, &[0.0; 5], &[5]).unwrap());
+    let err = Linear::new(&gpu, 0, 4, true, Init::XavierUniform, 7).unwrap_err();
     assert!(
-        bad.is_err(),
-        "a width-5 input to a 6-wide layer must be an error"
+        matches!(
+            err,
+            Error::InvalidConfig {
+                what: "Linear::new",
+                ..
+            }
+        ) && err.to_string().contains("in_features 0"),
+        "{err}"
+    );
+    // A width-5 input to a 6-wide layer.
+    let err = a
+        .forward(&Tensor::from_slice(&gpu, &[0.0; 5], &[5]).unwrap())
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InputShape { module: "Linear", expected, found }
+            if expected == "[.., 6]" && found == &[5]),
+        "{err}"
     );
 }
 
@@ -89,9 +103,18 @@ fn embedding_matches_reference() {
             .flat_map(|&i| p["weight"][i as usize * 3..i as usize * 3 + 3].to_vec())
             .collect()
     });
+    let err = emb
+        .forward(&Tensor::from_slice(&gpu, &[1.0], &[1]).unwrap())
+        .unwrap_err();
     assert!(
-        emb.forward(&Tensor::from_slice(&gpu, &[1.0], &[1]).unwrap())
-            .is_err()
+        matches!(
+            err,
+            Error::InputShape {
+                module: "Embedding",
+                ..
+            }
+        ) && err.to_string().contains("u32 token ids"),
+        "{err}"
     );
 }
 
@@ -152,13 +175,27 @@ fn attention_matches_reference() {
     check_module(&attn, &x, true, &|p: &Params, x: &[f64]| {
         attention(p, "", x, time, dim, heads)
     });
+    // 3 heads do not divide 8.
+    let err = CausalSelfAttention::new(&gpu, 8, 3, 0).unwrap_err();
     assert!(
-        CausalSelfAttention::new(&gpu, 8, 3, 0).is_err(),
-        "3 heads do not divide 8"
+        matches!(
+            err,
+            Error::InvalidConfig {
+                what: "CausalSelfAttention::new",
+                ..
+            }
+        ) && err
+            .to_string()
+            .contains("dim 8 must be a positive multiple of heads 3"),
+        "{err}"
     );
+    let err = attn
+        .forward(&Tensor::zeros(&gpu, &[3, 8], Default::default()).unwrap())
+        .unwrap_err();
     assert!(
-        attn.forward(&Tensor::zeros(&gpu, &[3, 8], Default::default()).unwrap())
-            .is_err()
+        matches!(&err, Error::InputShape { module: "CausalSelfAttention", found, .. }
+            if found == &[3, 8]),
+        "{err}"
     );
 }
 
@@ -265,7 +302,12 @@ fn mlp_matches_reference_and_names_children() {
             .collect();
         linear(&h, &p["2.weight"], &p["2.bias"], 5, 2)
     });
-    assert!(mlp(&gpu, &[3], Activation::Relu, 0).is_err());
+    let err = mlp(&gpu, &[3], Activation::Relu, 0).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidConfig { what: "mlp", .. })
+            && err.to_string().contains("widths [3]"),
+        "{err}"
+    );
 }
 
 /// In a `Sequential`, a `Linear` followed by a `Relu` runs as one `Tensor::linear` (the ReLU in

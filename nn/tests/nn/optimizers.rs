@@ -2,9 +2,11 @@
 //! state naming and round trip; clipping; schedules.
 
 use plimsoll_autograd::{Category, Gpu, Tensor};
+use plimsoll_kernels_wgsl::Error as KernelError;
 use plimsoll_kernels_wgsl::testing::{assert_close, gpu};
 use plimsoll_nn::{
-    AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
+    AdamW, AdamWConfig, Error, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm,
+    zero_grad,
 };
 
 use crate::common::param;
@@ -89,9 +91,12 @@ fn sgd_nesterov_two_steps_by_hand() {
         ..config
     };
     set_grad(&gpu, &w, &[0.5, 0.25]);
+    // Nesterov without momentum is refused, by the fused kernel's launcher.
+    let err = Sgd::new(bad).step(&params).unwrap_err();
     assert!(
-        Sgd::new(bad).step(&params).is_err(),
-        "nesterov without momentum is refused"
+        matches!(err, Error::Kernel(KernelError::InvalidArgument { .. }))
+            && err.to_string().contains("nesterov needs momentum > 0"),
+        "{err}"
     );
 }
 
@@ -164,9 +169,18 @@ fn adamw_two_steps_by_hand_and_state_round_trip() {
     opt.step(&params).unwrap();
     assert!(w.grad().is_none());
     let foreign = vec![("momentum.w".to_string(), w.clone())];
-    assert!(AdamW::new(config).load_state(foreign, 1).is_err());
+    let err = AdamW::new(config).load_state(foreign, 1).unwrap_err();
+    assert!(
+        matches!(&err, Error::OptimizerState { name, .. } if name == "momentum.w"),
+        "{err}"
+    );
     let half = vec![("exp_avg.w".to_string(), w.clone())];
-    assert!(AdamW::new(config).load_state(half, 1).is_err());
+    let err = AdamW::new(config).load_state(half, 1).unwrap_err();
+    assert!(
+        matches!(&err, Error::OptimizerState { name, message } if name == "exp_avg_sq.w"
+            && message.contains("missing")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -230,7 +244,17 @@ fn clip_grad_norm_matches_cpu_norm() {
         1e-5,
         1e-5,
     );
-    assert!(clip_grad_norm(&params, 0.0).is_err());
+    let err = clip_grad_norm(&params, 0.0).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidConfig {
+                what: "clip_grad_norm",
+                ..
+            }
+        ) && err.to_string().contains("max_norm 0 must be positive"),
+        "{err}"
+    );
     zero_grad(&params);
     assert_eq!(grad_norm(&params).unwrap(), 0.0);
 }
