@@ -17,35 +17,26 @@
 //!
 //! It is not a layer library (that is `plimsoll-nn`): it trains whatever a [`Recipe`] builds on
 //! whatever [`Data`] holds ([`task`]); the MLP classifier and nanoGPT's GPT come with it
-//! ([`model`]). Map: [`task`], [`config`], [`data`], [`model`], [`step`], [`plan`], [`leak`],
-//! [`checkpoint_io`], [`metrics`], [`trainer`], [`text`], [`error`].
+//! ([`model`]). Map, one folder per part: the loop (`training/`: [`trainer`], [`step`], [`plan`],
+//! [`scaler`], [`collective`]), runs on disk (`runs/`: [`checkpoint_io`], [`run_dir`]), what
+//! watches the run (`observe/`: the step hooks [`timeline`], [`profiling`] and [`leak`], with
+//! [`memory_viz`], [`metrics`], [`report`]), what is trained (`workload/`: [`task`], [`model`],
+//! [`data`], [`text`], [`sample`](mod@sample), [`host`]); [`config`] and [`error`] at the root.
 
-pub mod checkpoint_io;
-pub mod collective;
 pub mod config;
-pub mod data;
 pub mod error;
-mod hooks;
-pub mod host;
-pub mod leak;
-pub mod memory_viz;
-pub mod metrics;
-pub mod model;
 #[cfg(feature = "mpi")]
 pub mod mpi;
-pub mod plan;
-pub mod profiling;
-pub mod report;
-pub mod run_dir;
-pub mod sample;
-pub mod scaler;
-mod schedule;
-pub mod step;
-pub mod task;
-pub mod text;
-pub mod timeline;
-pub mod trainer;
-mod trainer_files;
+mod observe;
+mod runs;
+mod training;
+mod workload;
+
+// Each part's modules, at the crate root where their paths have always been.
+pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
+pub use runs::{checkpoint_io, run_dir};
+pub use training::{collective, plan, scaler, step, trainer};
+pub use workload::{data, host, model, sample, task, text};
 
 pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, RunLength, TrainConfig};
 pub use data::{Dataset, TokenData};

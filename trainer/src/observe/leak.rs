@@ -12,7 +12,7 @@ use plimsoll_kernels_wgsl::Category;
 
 use crate::config::LeakPolicy;
 use crate::error::Error;
-use crate::hooks::{CheckFailure, HookContext, StepHook};
+use crate::observe::hooks::{CheckFailure, HookContext, StepHook};
 
 /// Categories that may stay allocated between steps.
 pub const KEPT_CATEGORIES: [Category; 3] = [

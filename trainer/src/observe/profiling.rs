@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::hooks::{HookContext, StepHook};
+use crate::observe::hooks::{HookContext, StepHook};
 
 /// The kernel table and the steps it covers.
 pub const PROFILE_JSON: &str = "profile.json";

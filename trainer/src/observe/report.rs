@@ -19,7 +19,7 @@ pub const REPORT_HTML: &str = "report.html";
 /// The memory plan of a run, as the trainer made it.
 pub const PLAN_JSON: &str = "plan.json";
 
-const TEMPLATE: &str = include_str!("../assets/report.html");
+const TEMPLATE: &str = include_str!("../../assets/report.html");
 
 fn read_json(path: &Path) -> Result<Option<Value>> {
     match std::fs::read_to_string(path) {

@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::{Error, Result};
-use crate::hooks::{HookContext, StepHook};
+use crate::observe::hooks::{HookContext, StepHook};
 
 /// The events, as JSON.
 pub const TIMELINE_JSON: &str = "memory_timeline.json";
@@ -31,10 +31,10 @@ pub const SNAPSHOT_PICKLE: &str = "memory_snapshot.pickle";
 pub const MAX_EVENTS: usize = 1_000_000;
 
 /// The chart code both pages embed.
-pub(crate) const CHARTS_JS: &str = include_str!("../assets/charts.js");
+pub(crate) const CHARTS_JS: &str = include_str!("../../assets/charts.js");
 /// The pages' style sheet.
-pub(crate) const STYLE_CSS: &str = include_str!("../assets/style.css");
-const TIMELINE_TEMPLATE: &str = include_str!("../assets/timeline.html");
+pub(crate) const STYLE_CSS: &str = include_str!("../../assets/style.css");
+const TIMELINE_TEMPLATE: &str = include_str!("../../assets/timeline.html");
 
 /// Steps `first..=last` (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -2,7 +2,7 @@
 //! device (`Gpu::planning_twin`: the same allocator over stand-in segments, no kernel run), so
 //! every allocation happens as it will in the run, at its size and offset, in milliseconds. Each
 //! dry run builds the model and replays the run's events in the trainer's order
-//! ([`crate::schedule`]: steps over the whole effective batch in micro-batches, through the same
+//! ([`crate::training::schedule`]: steps over the whole effective batch in micro-batches, through the same
 //! [`crate::step::run_step`] the trainer uses, an epoch's last partial batch, and evaluations in
 //! chunks) until the allocator's state stops changing: an event that starts from the layout it
 //! started from before and leaves it unchanged repeats itself, so once every kind of event is
@@ -29,9 +29,9 @@ use plimsoll_kernels_wgsl::Category;
 
 use crate::config::{CheckpointPolicy, Precision, TrainConfig};
 use crate::error::{Error, Result};
-use crate::schedule::{Event, RunEvents};
 use crate::step::{StepInputs, run_step};
 use crate::task::{Data, Recipe};
+use crate::training::schedule::{Event, RunEvents};
 
 /// One dry run on the planning twin.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

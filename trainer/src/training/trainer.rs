@@ -20,8 +20,8 @@ use crate::collective::{Collective, SingleProcess, shard};
 use crate::config::{CheckpointPolicy, RunLength, TrainConfig};
 use crate::data::epoch_order;
 use crate::error::{Error, Result};
-use crate::hooks::{CheckFailure, HookContext, Hooks, StepHook};
 use crate::metrics::{Observer, PhasePeak, StepReport};
+use crate::observe::hooks::{CheckFailure, HookContext, Hooks, StepHook};
 use crate::plan::{MemoryPlan, plan};
 use crate::profiling::ProfiledStep;
 use crate::scaler::{GROWTH_INTERVAL, ScaleChange};
@@ -677,7 +677,7 @@ impl Trainer {
             summary.steps = report.step;
             summary.last_loss = Some(report.loss_mean);
             let epoch_done = self.position.sample_in_epoch == 0;
-            let eval_due = crate::schedule::eval_due(
+            let eval_due = crate::training::schedule::eval_due(
                 self.config.eval_interval_steps,
                 report.step,
                 epoch_done,

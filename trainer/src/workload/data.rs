@@ -303,7 +303,7 @@ impl Data for Dataset {
 }
 
 /// `data/digits.csv.gz`, compiled in so that the command works from any directory.
-pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../data/digits.csv.gz");
+pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../data/digits.csv.gz");
 
 /// Windows of `context` tokens of a token sequence, each paired with the next `context` tokens:
 /// every window (training, drawn in a seeded order) or `count` evenly spaced ones (a fixed

@@ -11,7 +11,7 @@ use plimsoll_autograd::{Gpu, Tensor};
 use crate::error::{Error, Result};
 
 /// `data/shakespeare.txt.gz`, compiled in so that the command works from any directory.
-pub const SHAKESPEARE_GZ: &[u8] = include_bytes!("../../data/shakespeare.txt.gz");
+pub const SHAKESPEARE_GZ: &[u8] = include_bytes!("../../../data/shakespeare.txt.gz");
 
 /// A text as token ids over its own character vocabulary, split in two.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,11 @@
+//! The loop: the [`Trainer`](trainer::Trainer) and its steps ([`step`]: micro-batches,
+//! out-of-memory recovery, the update as a transaction), the memory plan ([`plan`]), when to
+//! evaluate (`schedule`), the f16 loss scaler ([`scaler`]) and how the ranks of a data-parallel
+//! run agree ([`collective`]).
+
+pub mod collective;
+pub mod plan;
+pub mod scaler;
+pub(crate) mod schedule;
+pub mod step;
+pub mod trainer;

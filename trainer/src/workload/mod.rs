@@ -1,0 +1,11 @@
+//! What is trained on what: the traits the loop speaks to ([`task`]), the two recipes
+//! ([`model`]), the two kinds of data ([`data`]), the character corpus ([`text`]), text sampled
+//! from a trained GPT ([`sample`]) and the host-memory check before data or a model is made
+//! ([`host`]).
+
+pub mod data;
+pub mod host;
+pub mod model;
+pub mod sample;
+pub mod task;
+pub mod text;
