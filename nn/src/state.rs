@@ -153,16 +153,16 @@ pub fn serialize(
                 })
         })
         .collect::<Result<Vec<_>>>()?;
-    let info: Option<HashMap<String, String>> = if metadata.is_empty() {
-        None
-    } else {
-        Some(
-            metadata
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        )
-    };
+    let mut info: HashMap<String, String> = metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let digest = tensor_digest(
+        host.iter()
+            .map(|(n, s, b)| (n.as_str(), s.as_slice(), b.as_slice())),
+    );
+    info.insert(DIGEST_KEY.to_string(), digest);
+    let info = Some(info);
     safetensors::serialize(views, info).map_err(|e| Error::Corrupt {
         path: path.to_path_buf(),
         reason: format!("serialising: {e}"),
@@ -235,6 +235,34 @@ fn open_checked(path: &Path) -> Result<(File, u64, [u8; 8])> {
     Ok((file, file_bytes, length))
 }
 
+/// The metadata key under which [`save`] writes the SHA-256 of the file's tensors
+/// ([`tensor_digest`]), and which [`load`] checks: a file altered in place after it was saved
+/// (a value edited, bytes flipped) is refused as [`Error::Corrupt`], where safetensors alone
+/// would load it. Files without it (other tools', older versions') load as before.
+pub const DIGEST_KEY: &str = "plimsoll.sha256_of_tensors";
+
+/// The SHA-256, in hex, of `tensors` taken in name order: each one's name, dimensions (as
+/// little-endian `u64`s) and data bytes, each part preceded by its length.
+pub fn tensor_digest<'a>(
+    tensors: impl Iterator<Item = (&'a str, &'a [usize], &'a [u8])>,
+) -> String {
+    use sha2::Digest;
+    let mut sorted: Vec<_> = tensors.collect();
+    sorted.sort_by(|a, b| a.0.cmp(b.0));
+    let mut hash = sha2::Sha256::new();
+    for (name, shape, data) in sorted {
+        hash.update((name.len() as u64).to_le_bytes());
+        hash.update(name.as_bytes());
+        hash.update((shape.len() as u64).to_le_bytes());
+        for d in shape {
+            hash.update((*d as u64).to_le_bytes());
+        }
+        hash.update((data.len() as u64).to_le_bytes());
+        hash.update(data);
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The `__metadata__` map of a state file, reading its header alone (not the tensors): what
 /// listing many checkpoints needs. Errors as [`load`]'s for the header.
 pub fn metadata(path: &Path) -> Result<BTreeMap<String, String>> {
@@ -247,10 +275,16 @@ pub fn metadata(path: &Path) -> Result<BTreeMap<String, String>> {
     };
     let mut value: serde_json::Value =
         serde_json::from_slice(&header).map_err(|e| corrupt(e.to_string()))?;
-    match value.get_mut("__metadata__").map(serde_json::Value::take) {
-        None => Ok(BTreeMap::new()),
-        Some(m) => serde_json::from_value(m).map_err(|e| corrupt(format!("__metadata__: {e}"))),
-    }
+    let mut map: BTreeMap<String, String> = match value
+        .get_mut("__metadata__")
+        .map(serde_json::Value::take)
+    {
+        None => BTreeMap::new(),
+        Some(m) => serde_json::from_value(m).map_err(|e| corrupt(format!("__metadata__: {e}")))?,
+    };
+    // As `load` gives it: the digest is the file's own business (checked on load).
+    map.remove(DIGEST_KEY);
+    Ok(map)
 }
 
 /// Loads a state file. Errors: [`Error::Io`], [`Error::Truncated`] (shorter than its header
@@ -292,11 +326,29 @@ pub fn load(path: &Path) -> Result<LoadedState> {
         }
         tensors.insert(name.to_string(), HostTensor { shape, data });
     }
-    let metadata = header
+    let mut metadata: BTreeMap<String, String> = header
         .metadata()
         .as_ref()
         .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default();
+    if let Some(written) = metadata.remove(DIGEST_KEY) {
+        let views: Vec<_> = parsed.iter().collect();
+        let found = tensor_digest(
+            views
+                .iter()
+                .map(|(name, view)| (*name, view.shape(), view.data())),
+        );
+        if found != written {
+            return Err(Error::Corrupt {
+                path: path.to_path_buf(),
+                reason: format!(
+                    "its tensors are not the ones it was saved with (SHA-256 {found}, saved as \
+                     {written}): the file was altered or damaged after it was written; use \
+                     another checkpoint of the run or start again"
+                ),
+            });
+        }
+    }
     Ok(LoadedState { tensors, metadata })
 }
 

@@ -534,3 +534,39 @@ fn metadata_reads_the_header_alone() {
     ));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A checkpoint altered in place after it was saved (one value's bytes changed, the header and
+/// every shape left as they were: safetensors alone loads it) is refused as corrupt, naming the
+/// file; the unaltered file loads, and a file written by another tool (no digest) loads too.
+#[test]
+fn a_file_altered_after_it_was_saved_is_refused() {
+    let dir = folder("altered");
+    let path = dir.join("s.safetensors");
+    let gpu = gpu();
+    let t = Tensor::from_slice(&gpu, &[1.0f32, 2.0, 3.0], &[3]).unwrap();
+    state::save(&path, &[("w".to_string(), t)], &metadata()).unwrap();
+    assert_eq!(
+        state::load(&path).unwrap().tensors["w"].data,
+        [1.0, 2.0, 3.0]
+    );
+    let mut bytes = std::fs::read(&path).unwrap();
+    let end = bytes.len();
+    // The last value (3.0) becomes 3.5: a valid float, a valid file.
+    bytes[end - 4..].copy_from_slice(&3.5f32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    match state::load(&path) {
+        Err(Error::Corrupt { path: p, reason }) => {
+            assert_eq!(p, path);
+            assert!(reason.contains("altered"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let bare = dir.join("bare.safetensors");
+    raw_file(
+        &bare,
+        r#"{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+        &2.5f32.to_le_bytes(),
+    );
+    assert_eq!(state::load(&bare).unwrap().tensors["w"].data, [2.5]);
+    let _ = std::fs::remove_dir_all(dir);
+}
