@@ -77,8 +77,7 @@ fn need(w: &Workload, budget: u64) -> Option<u64> {
         &data,
         Some(&data),
         &run_config(w.batch, budget),
-    )
-    {
+    ) {
         Err(Error::BudgetTooSmall {
             predicted_bytes, ..
         }) => Some(predicted_bytes),
@@ -98,7 +97,7 @@ fn accepts(w: &Workload, budget: u64) -> bool {
         Some(&data),
         &run_config(w.batch, budget),
     )
-        .is_ok()
+    .is_ok()
 }
 
 /// The real run at micro-batch 1 with checkpoint segments of `segment` (0: none) under `budget`,
