@@ -23,6 +23,8 @@ struct Workload {
     recipe: Box<dyn Recipe>,
     batch: usize,
     train: Box<dyn Fn() -> Box<dyn Data>>,
+    /// The evaluation set (small: every run evaluates it after its second and last steps).
+    test: Box<dyn Fn() -> Box<dyn Data>>,
 }
 
 fn run_config(batch: usize, budget: u64) -> TrainConfig {
@@ -43,7 +45,7 @@ fn real_run(w: &Workload, budget: u64) -> Result<bool, String> {
         run_config(w.batch, budget),
         w.recipe.as_ref(),
         (w.train)(),
-        Some((w.train)()),
+        Some((w.test)()),
     );
     let mut trainer = match trainer {
         Ok(t) => t,
@@ -70,12 +72,12 @@ fn real_run(w: &Workload, budget: u64) -> Result<bool, String> {
 fn need(w: &Workload, budget: u64) -> Option<u64> {
     let gpu = fresh_gpu();
     gpu.set_memory_budget(budget);
-    let data = (w.train)();
+    let (data, test) = ((w.train)(), (w.test)());
     match plimsoll_trainer::plan::plan(
         &gpu,
         w.recipe.as_ref(),
         &data,
-        Some(&data),
+        Some(test.as_ref()),
         &run_config(w.batch, budget),
     ) {
         Err(Error::BudgetTooSmall {
@@ -89,12 +91,12 @@ fn need(w: &Workload, budget: u64) -> Option<u64> {
 fn accepts(w: &Workload, budget: u64) -> bool {
     let gpu = fresh_gpu();
     gpu.set_memory_budget(budget);
-    let data = (w.train)();
+    let (data, test) = ((w.train)(), (w.test)());
     plimsoll_trainer::plan::plan(
         &gpu,
         w.recipe.as_ref(),
         &data,
-        Some(&data),
+        Some(test.as_ref()),
         &run_config(w.batch, budget),
     )
     .is_ok()
@@ -115,7 +117,7 @@ fn fits_without_plan(w: &Workload, budget: u64, segment: usize) -> bool {
         config,
         w.recipe.as_ref(),
         (w.train)(),
-        Some((w.train)()),
+        Some((w.test)()),
     );
     match trainer {
         Ok(mut t) => match t.run(&mut Silent) {
@@ -131,12 +133,12 @@ fn fits_without_plan(w: &Workload, budget: u64, segment: usize) -> bool {
 fn sweep(w: &Workload) {
     let unconstrained = {
         let gpu = fresh_gpu();
-        let data = (w.train)();
+        let (data, test) = ((w.train)(), (w.test)());
         plimsoll_trainer::plan::plan(
             &gpu,
             w.recipe.as_ref(),
             &data,
-            Some(&data),
+            Some(test.as_ref()),
             &run_config(w.batch, u64::MAX / 4),
         )
         .unwrap()
@@ -207,6 +209,7 @@ fn over_forty_budgets_the_plan_is_never_wrong_about_fitting() {
         recipe: Box::new(adam_spec(&[32, 64, 64, 64, 64, 10])),
         batch: 256,
         train: Box::new(|| Box::new(data(640, 32, 10))),
+        test: Box::new(|| Box::new(data(96, 32, 10))),
     };
     sweep(&mlp);
     let (gpt_spec, tokens) = tiny_gpt(3000);
@@ -214,8 +217,12 @@ fn over_forty_budgets_the_plan_is_never_wrong_about_fitting() {
         name: "gpt",
         recipe: Box::new(gpt_spec),
         batch: 16,
-        train: Box::new(move || {
-            Box::new(TokenData::evenly_spaced(Arc::clone(&tokens), 8, 13, 40).unwrap())
+        train: Box::new({
+            let tokens = Arc::clone(&tokens);
+            move || Box::new(TokenData::evenly_spaced(Arc::clone(&tokens), 8, 13, 40).unwrap())
+        }),
+        test: Box::new(move || {
+            Box::new(TokenData::evenly_spaced(Arc::clone(&tokens), 8, 13, 24).unwrap())
         }),
     };
     sweep(&gpt);

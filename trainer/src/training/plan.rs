@@ -2,11 +2,12 @@
 //! device (`Gpu::planning_twin`: the same allocator over stand-in segments, no kernel run), so
 //! every allocation happens as it will in the run, at its size and offset, in milliseconds. Each
 //! dry run builds the model and replays the run's events in the trainer's order
-//! ([`crate::training::schedule`]: steps over the whole effective batch in micro-batches, through the same
+//! (`schedule.rs`: steps over the whole effective batch in micro-batches, through the same
 //! [`crate::step::run_step`] the trainer uses, an epoch's last partial batch, and evaluations in
-//! chunks) until the allocator's state stops changing: an event that starts from the layout it
-//! started from before and leaves it unchanged repeats itself, so once every kind of event is
-//! such a fixed point the rest of the run, however long, repeats what was replayed. (The caching
+//! chunks) until the allocator's state stops changing: the same event from the same allocator
+//! layout does the same again, so each is replayed once per layout it meets and looked up after
+//! that, and once every kind of event leaves the layout unchanged the rest of the run, however
+//! long, repeats what was replayed. (The caching
 //! allocator keeps reshaping its segments for several steps: three steps were not enough.) It
 //! fits when nothing in it runs out of memory under the budget, and then its peaks are the
 //! run's, for every step: allocated and reserved, per category, of the steps and of the
@@ -19,7 +20,7 @@
 //! it replays the run's allocation sequence itself. A run resumed from a checkpoint starts its
 //! allocator afresh at another point of the same sequence, which out-of-memory recovery covers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::time::Instant;
 
@@ -192,17 +193,24 @@ pub fn segment_name(segment_len: usize) -> String {
     }
 }
 
+/// The number of `layout` in `layouts`, numbering it if new.
+fn intern(layouts: &mut HashMap<Layout, usize>, layout: Layout) -> usize {
+    let next = layouts.len();
+    *layouts.entry(layout).or_insert(next)
+}
+
 /// Events a dry run replays at most before it gives up waiting for the allocator's state to
 /// repeat (each is a step or an evaluation chunk on the twin: milliseconds for the models here).
 const MAX_REPLAYED_EVENTS: usize = 256;
 
 /// The dry run of `micro_batch` with checkpoint segments of `segment_len` on the twin: the run's
 /// own events ([`RunEvents`]: its steps, partial steps and evaluation chunks, in order), each
-/// replayed until it reaches a fixed point. An event that starts from the allocator layout it
-/// started from the last time and left unchanged then is a fixed point: it would repeat that
-/// replay exactly (peaks included), so it is skipped; once every kind of event the run has is a
-/// fixed point of the current layout, the rest of the run repeats what was replayed and the dry
-/// run stops. Its peaks are then those of every step of the run, however long.
+/// replayed once per allocator [`Layout`] it starts from. The allocator is deterministic, so an
+/// event from a layout it was replayed from before (with the same last step, which a planned
+/// allocator remembers) would do exactly what it did then, peaks included: it is looked up, not
+/// run. A run whose steps settle into one layout, or cycle through a few, costs a few replays;
+/// once every kind of event leaves the current layout unchanged the dry run stops. Its peaks
+/// are then those of every step of the run, however long.
 fn probe(
     twin: &Gpu,
     (spec, data, test, config): Inputs<'_>,
@@ -233,25 +241,39 @@ fn probe(
     let params = model.parameters();
     let eval_len = test.map_or(0, |t| t.len());
     let events = RunEvents::new(config, data.len(), eval_len, micro_batch);
+    // Every layout seen, numbered; and per (layout, the last step's kind, event) replayed, the
+    // layout it left. The allocator is deterministic: the same event from the same layout (the
+    // last step's kind too, which a planned allocator's recording holds) does the same again,
+    // peaks included, so it is not run twice. A run whose steps repeat, or cycle through a
+    // few layouts, costs a few replays and then a table lookup per event, however long.
+    let mut layouts: HashMap<Layout, usize> = HashMap::new();
+    let mut memo: HashMap<(usize, Option<Event>, Event), usize> = HashMap::new();
+    let mut current = intern(&mut layouts, twin.with_allocator(|a| a.layout()));
+    let mut last_step: Option<Event> = None;
     let kinds = events.kinds();
-    // Per kind of event: the layout it last started from and the one it left.
-    let mut replayed: HashMap<Event, (Layout, Layout)> = HashMap::new();
-    // The kinds known to be fixed points of the current layout.
-    let mut fixed: HashSet<Event> = HashSet::new();
-    let mut layout = twin.with_allocator(|a| a.layout());
     let lr = config.schedule.lr_at(0);
     for event in events {
-        if fixed.contains(&event) {
-            if kinds.iter().all(|k| fixed.contains(k)) {
-                break; // everything the run does from here repeats a replay
-            }
-            continue;
+        let key = (current, last_step, event);
+        if matches!(event, Event::Step(_)) {
+            last_step = Some(event);
         }
-        if let Some((before, after)) = replayed.get(&event)
-            && *before == layout
-            && *after == layout
-        {
-            fixed.insert(event);
+        if let Some(&next) = memo.get(&key) {
+            // Every event the run can still do leaves this layout as it is: the rest repeats.
+            let still = |ls: Option<Event>| {
+                kinds
+                    .iter()
+                    .all(|&k| memo.get(&(current, ls, k)) == Some(&current))
+            };
+            if next == current
+                && still(last_step)
+                && kinds
+                    .iter()
+                    .filter(|k| matches!(k, Event::Step(_)))
+                    .all(|&k| still(Some(k)))
+            {
+                break;
+            }
+            current = next;
             continue;
         }
         if p.events_replayed == MAX_REPLAYED_EVENTS {
@@ -278,14 +300,8 @@ fn probe(
         if !fits {
             return Ok(p);
         }
-        let after = twin.with_allocator(|a| a.layout());
-        if after != layout {
-            fixed.clear();
-        }
-        replayed.insert(
-            event,
-            (std::mem::replace(&mut layout, after.clone()), after),
-        );
+        current = intern(&mut layouts, twin.with_allocator(|a| a.layout()));
+        memo.insert(key, current);
     }
     Ok(p)
 }
@@ -328,8 +344,9 @@ fn replay_step(
         // compiles what the dry run launched).
         loss_scale: crate::scaler::first_scale(config.precision),
     };
-    let micro = balanced(samples, micro_batch);
-    let result = run_step(&inputs, optimizer, &indices, micro, lr);
+    // In chunks of `micro_batch`, as the trainer's step: an epoch's partial batch of 128 at
+    // micro-batch 37 runs 37, 37, 37 and 17 (not four of 32, which would predict too little).
+    let result = run_step(&inputs, optimizer, &indices, micro_batch, lr);
     let stats = twin.with_allocator(|a| a.stats().clone());
     p.peak_allocated_bytes = p.peak_allocated_bytes.max(stats.peak_allocated_bytes);
     p.peak_reserved_bytes = p.peak_reserved_bytes.max(stats.peak_reserved_bytes);
