@@ -189,8 +189,38 @@ fn poison(path: &Path, name: &str) {
     let mut bytes = std::fs::read(path).unwrap();
     let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
     let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
-    let at = header[name]["data_offsets"][0].as_u64().unwrap() as usize + 8 + header_len;
+    let start = 8 + header_len;
+    let at = header[name]["data_offsets"][0].as_u64().unwrap() as usize + start;
     bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    // As a run that saved a NaN would have written it: the tensors' digest stamped anew (an
+    // altered file is refused before its values are looked at; the same length, in place).
+    let key = plimsoll_trainer::nn::state::DIGEST_KEY;
+    let old = header["__metadata__"][key].as_str().unwrap().to_string();
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| k.as_str() != "__metadata__")
+        .map(|(k, v)| {
+            let shape = v["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap() as usize)
+                .collect();
+            let [a, b] = [0, 1].map(|i| v["data_offsets"][i].as_u64().unwrap() as usize + start);
+            (k.clone(), shape, bytes[a..b].to_vec())
+        })
+        .collect();
+    let new = plimsoll_trainer::nn::state::tensor_digest(
+        tensors
+            .iter()
+            .map(|(n, s, d)| (n.as_str(), s.as_slice(), d.as_slice())),
+    );
+    let head = String::from_utf8(bytes[8..start].to_vec())
+        .unwrap()
+        .replace(&old, &new);
+    bytes[8..start].copy_from_slice(head.as_bytes());
     std::fs::write(path, bytes).unwrap();
 }
 
