@@ -312,28 +312,88 @@ impl RuntimeChecks {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct PipelineKey {
-    stem: &'static str,
-    entry: &'static str,
-    runtime_checks: RuntimeChecks,
-    /// Override constants, sorted by name, values as `f64` bits.
-    overrides: Vec<(String, u64)>,
+/// Values keyed by a kernel and its override constants, found without allocating: a launch
+/// looks its pipeline up on every dispatch (and a planning twin notes it), so the lookup
+/// compares the launch's `(&str, f64)` pairs with the stored ones in place instead of building
+/// an owned key. A kernel has a handful of override sets at most, so each kernel's are a list.
+#[derive(Debug)]
+pub(crate) struct ByKernel<T> {
+    map: HashMap<Family, Vec<(Overrides, T)>>,
+    len: usize,
 }
 
-impl PipelineKey {
-    fn new(kernel: &Kernel, overrides: &[(&str, f64)]) -> PipelineKey {
-        let mut sorted: Vec<(String, u64)> = overrides
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), v.to_bits()))
-            .collect();
-        sorted.sort();
-        PipelineKey {
-            stem: kernel.stem,
-            entry: kernel.entry,
-            runtime_checks: kernel.runtime_checks,
-            overrides: sorted,
+/// Override constants as stored: names and values as `f64` bits.
+type Overrides = Vec<(String, u64)>;
+
+/// A kernel's identity apart from its overrides: stem, entry point and runtime checks.
+type Family = (&'static str, &'static str, RuntimeChecks);
+
+impl<T> Default for ByKernel<T> {
+    fn default() -> Self {
+        ByKernel {
+            map: HashMap::new(),
+            len: 0,
         }
+    }
+}
+
+/// Whether `stored` and `given` are the same set of constants (order aside).
+fn same_overrides(stored: &[(String, u64)], given: &[(&str, f64)]) -> bool {
+    stored.len() == given.len()
+        && given.iter().all(|(name, value)| {
+            stored
+                .iter()
+                .any(|(n, v)| n == name && *v == value.to_bits())
+        })
+}
+
+impl<T> ByKernel<T> {
+    fn family(kernel: &Kernel) -> Family {
+        (kernel.stem, kernel.entry, kernel.runtime_checks)
+    }
+
+    /// The value for `kernel` with `overrides`, if stored.
+    pub(crate) fn get(&self, kernel: &Kernel, overrides: &[(&str, f64)]) -> Option<&T> {
+        self.map
+            .get(&Self::family(kernel))?
+            .iter()
+            .find(|(o, _)| same_overrides(o, overrides))
+            .map(|(_, v)| v)
+    }
+
+    /// The value for `kernel` with `overrides`, stored from `make` if there is none yet (an
+    /// existing value is kept, and `make` not called).
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        kernel: &Kernel,
+        overrides: &[(&str, f64)],
+        make: impl FnOnce() -> T,
+    ) -> &mut T {
+        let list = self.map.entry(Self::family(kernel)).or_default();
+        let at = match list.iter().position(|(o, _)| same_overrides(o, overrides)) {
+            Some(at) => at,
+            None => {
+                let owned = overrides
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), v.to_bits()))
+                    .collect();
+                list.push((owned, make()));
+                self.len += 1;
+                list.len() - 1
+            }
+        };
+        &mut list[at].1
+    }
+
+    /// How many values are stored.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Forgets every value.
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+        self.len = 0;
     }
 }
 
@@ -347,7 +407,7 @@ pub(crate) struct Layout {
 #[derive(Default)]
 struct Maps {
     modules: HashMap<(&'static str, RuntimeChecks), wgpu::ShaderModule>,
-    pipelines: HashMap<PipelineKey, wgpu::ComputePipeline>,
+    pipelines: ByKernel<wgpu::ComputePipeline>,
     layouts: HashMap<u32, Layout>,
 }
 
@@ -480,8 +540,7 @@ impl PipelineCache {
     ) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout)> {
         let device = &shared.device;
         let layout = self.layout(device, kernel.storage_bindings)?;
-        let key = PipelineKey::new(kernel, overrides);
-        if let Some(p) = self.lock().pipelines.get(&key) {
+        if let Some(p) = self.lock().pipelines.get(kernel, overrides) {
             return Ok((p.clone(), layout.bind_group));
         }
         let module = self.module(shared, kernel)?;
@@ -499,7 +558,11 @@ impl PipelineCache {
                 cache: None,
             })
         })?;
-        let kept = self.lock().pipelines.entry(key).or_insert(pipeline).clone();
+        let kept = self
+            .lock()
+            .pipelines
+            .get_or_insert_with(kernel, overrides, || pipeline)
+            .clone();
         Ok((kept, layout.bind_group))
     }
 
@@ -552,7 +615,7 @@ pub(crate) struct Wanted {
 
 #[derive(Debug, Default)]
 struct WantedState {
-    index: HashMap<PipelineKey, usize>,
+    index: ByKernel<usize>,
     pipelines: Vec<WantedPipeline>,
 }
 
@@ -565,10 +628,9 @@ impl Wanted {
 
     /// Notes a launch's pipeline and its `Params`.
     pub(crate) fn note(&self, kernel: &Kernel, overrides: &[(&str, f64)], params: &[u8]) {
-        let key = PipelineKey::new(kernel, overrides);
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         let state = &mut *seen;
-        let at = *state.index.entry(key).or_insert_with(|| {
+        let at = *state.index.get_or_insert_with(kernel, overrides, || {
             state
                 .pipelines
                 .push(WantedPipeline::new(*kernel, overrides));
@@ -586,5 +648,50 @@ impl Wanted {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         seen.index.clear();
         std::mem::take(&mut seen.pipelines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Kernel = Kernel::standalone("a", "", "main", 1, 64);
+    const A_OTHER_ENTRY: Kernel = Kernel::standalone("a", "", "other", 1, 64);
+
+    /// Against a naive oracle: a `Vec` of owned keys (sorted overrides) searched linearly.
+    #[test]
+    fn by_kernel_finds_a_value_by_its_kernel_and_override_set_in_any_order() {
+        let mut map = ByKernel::default();
+        let mut naive: Vec<((&str, Overrides), u32)> = Vec::new();
+        let cases: [(Kernel, &[(&str, f64)]); 6] = [
+            (A, &[]),
+            (A, &[("x", 1.0)]),
+            (A, &[("x", 2.0)]),
+            (A, &[("x", 1.0), ("y", 3.0)]),
+            (A, &[("y", 3.0), ("x", 1.0)]),
+            (A_OTHER_ENTRY, &[("x", 1.0)]),
+        ];
+        for (i, (kernel, overrides)) in cases.iter().enumerate() {
+            let mut key: Vec<(String, u64)> = overrides
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), v.to_bits()))
+                .collect();
+            key.sort();
+            let key = (kernel.entry, key);
+            let expected = match naive.iter().find(|(k, _)| *k == key) {
+                Some((_, v)) => *v,
+                None => {
+                    naive.push((key, i as u32));
+                    i as u32
+                }
+            };
+            let got = *map.get_or_insert_with(kernel, overrides, || i as u32);
+            assert_eq!(got, expected, "case {i}");
+            assert_eq!(map.get(kernel, overrides), Some(&expected), "case {i}");
+        }
+        assert_eq!(map.len(), naive.len());
+        assert_eq!(map.get(&A, &[("x", 4.0)]), None);
+        map.clear();
+        assert_eq!((map.len(), map.get(&A, &[])), (0, None));
     }
 }
