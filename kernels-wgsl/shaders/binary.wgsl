@@ -4,7 +4,9 @@
 // Reference: src/reference/binary.rs (BinaryOp::shader_code gives OP; Broadcast gives the
 // shape and strides).
 //
-// OP (override, u32, no default): 0 add, 1 sub, 2 mul, 3 div, 4 max, 5 min.
+// Declared in src/kernels/binary.rs, not here: the ops and their codes (`op_family!`, appended
+// as `const Add: u32 = 0u;` ..., which the switch in binary_ops.wgsl names), `Params`
+// (`shader_params!`) and the bindings (`kernel!`), both prepended. OP has no default.
 //   max/min propagate NaN; their backward gives dy to the winner and dy/2 to each on a tie.
 //
 // Entry points (all @workgroup_size(256), one invocation per OUTPUT element):
@@ -14,26 +16,12 @@
 //   backward:   da[i] = dy[i] * d(a op b)/da, db[i] = dy[i] * d(a op b)/db, both OUTPUT-shaped
 //               (reduce each to its operand's shape with reduce.wgsl sum_axis, one axis at a time)
 //
-// Params (uniform, 144 bytes; declared in src/kernels/binary.rs): n, rank, scalar, the element
-// offset of each binding, then shape, a_strides, b_strides as array<vec4<u32>, 2> (dim d at
-// [d / 4][d % 4], 0 = outermost; a stride is 0 where that operand is broadcast).
-//   n = output element count = product of the first `rank` dims (rank <= 8; entries at index
-//   >= rank are ignored, write 0). ia = a_offset + sum_d idx_d * a_strides[d], idx = row-major
-//   multi-index of i. rank 0 (the launcher's choice when both operands have the output's
-//   shape): ia = a_offset + i, ib = b_offset + i. The scalar entry points read only n, scalar, a_offset and y_offset.
-//   Each *_offset is the element offset of that tensor in the segment its binding holds (block
-//   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
-//   groups are cached per segment, and every index adds its binding's offset.
-// Bindings (group 0; all storage read_write, docs/wgpu.md §4):
-//   broadcast:  0 params, 1 a: array<f32>, 2 b: array<f32>, 3 out: array<f32> [out_offset ..+ n]
-//   scalar_rhs / scalar_lhs: 0 params, 1 a: array<f32> [a_offset ..+ n],
-//               2 y: array<f32> [y_offset ..+ n]
-//   backward:   0 params, 1 a, 2 b, 3 dy [dy_offset ..+ n], 4 da [da_offset ..+ n],
-//               5 db [db_offset ..+ n] (all array<f32>)
-//
-// Dispatch: groups = ceil(n / 256); (groups, 1, 1) when groups <= 65535, else
-// (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
-// 256: elementwise work, no shared memory.
+// Indexing: shape, a_strides and b_strides are array<vec4<u32>, 2> (dim d at [d / 4][d % 4],
+// 0 = outermost; a stride is 0 where that operand is broadcast); entries at index >= rank are
+// ignored. ia = a_offset + sum_d idx_d * a_strides[d], idx = the row-major multi-index of i.
+// rank 0 (both operands have the output's shape): ia = a_offset + i, ib = b_offset + i. Every
+// index adds its binding's `*_offset` (bindings are whole segments, see docs/wgpu.md §4).
+// Dispatch: elementwise (`kernels::launch_1d`); `i >= n` returns.
 
 
 // The op (override OP) and its math are in binary_ops.wgsl, appended to this file (and shared

@@ -9,10 +9,10 @@
 fn apply_f16(l: f16, r: f16) -> f16 {
     var v: f16;
     switch OP {
-        case 0u: { v = l + r; }
-        case 1u: { v = l - r; }
-        case 2u: { v = l * r; }
-        case 3u: { v = l / r; }
+        case Add: { v = l + r; }
+        case Sub: { v = l - r; }
+        case Mul: { v = l * r; }
+        case Div: { v = l / r; }
         default: { v = to_half(apply(f32(l), f32(r))); }
     }
     return v;

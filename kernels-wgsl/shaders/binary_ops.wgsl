@@ -38,12 +38,12 @@ fn operand_offsets(i: u32) -> vec2<u32> {
 fn apply(l: f32, r: f32) -> f32 {
     var v: f32;
     switch OP {
-        case 0u: { v = l + r; }
-        case 1u: { v = l - r; }
-        case 2u: { v = l * r; }
-        case 3u: { v = l / r; }
-        case 4u: { v = select(max(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
-        case 5u: { v = select(min(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
+        case Add: { v = l + r; }
+        case Sub: { v = l - r; }
+        case Mul: { v = l * r; }
+        case Div: { v = l / r; }
+        case Max: { v = select(max(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
+        case Min: { v = select(min(l, r), bitcast<f32>(nan_bits), is_nan(l) || is_nan(r)); }
         default: { v = bitcast<f32>(nan_bits); }
     }
     return v;
@@ -64,12 +64,12 @@ fn split_by_winner(l_wins: bool, r_wins: bool, g: f32) -> vec2<f32> {
 fn apply_backward(l: f32, r: f32, g: f32) -> vec2<f32> {
     var v: vec2<f32>;
     switch OP {
-        case 0u: { v = vec2<f32>(g, g); }                      // d(l+r) = (1, 1)
-        case 1u: { v = vec2<f32>(g, -g); }                     // d(l-r) = (1, -1)
-        case 2u: { v = vec2<f32>(g * r, g * l); }              // d(lr) = (r, l)
-        case 3u: { v = vec2<f32>(g / r, -g * l / (r * r)); }   // d(l/r) = (1/r, -l/r^2)
-        case 4u: { v = split_by_winner(l > r, r > l, g); }
-        case 5u: { v = split_by_winner(l < r, r < l, g); }
+        case Add: { v = vec2<f32>(g, g); }                      // d(l+r) = (1, 1)
+        case Sub: { v = vec2<f32>(g, -g); }                     // d(l-r) = (1, -1)
+        case Mul: { v = vec2<f32>(g * r, g * l); }              // d(lr) = (r, l)
+        case Div: { v = vec2<f32>(g / r, -g * l / (r * r)); }   // d(l/r) = (1/r, -l/r^2)
+        case Max: { v = split_by_winner(l > r, r > l, g); }
+        case Min: { v = split_by_winner(l < r, r < l, g); }
         default: { v = vec2<f32>(bitcast<f32>(nan_bits)); }
     }
     return v;

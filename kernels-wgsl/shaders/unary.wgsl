@@ -1,32 +1,20 @@
 // unary: elementwise y = f(x) and its backward dx = dy * f'(.), for ONE op chosen by the
 // pipeline-overridable constant OP. Specialising the pipeline per op (WGSL `override`) lets the
 // compiler drop the switch: no per-element branch on a uniform, one cached pipeline per op.
-// Reference: src/reference/unary.rs (UnaryOp::shader_code gives OP).
+// Reference: src/reference/unary.rs.
 //
-// OP (override, u32, no default: a pipeline without it fails to build, loudly):
-//   0 neg, 1 exp, 2 log, 3 sqrt, 4 abs, 5 relu, 6 gelu (TANH APPROXIMATION, computed as
-//   x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)), 7 tanh, 8 sigmoid, 9 pow (x^p, p =
-//   params.exponent).
+// Declared in src/kernels/unary.rs, not here: the ops and their codes (`op_family!`, appended
+// as `const Neg: u32 = 0u;` ..., which the switch in unary_ops.wgsl names), `Params`
+// (`shader_params!`) and the bindings (`kernel!`), both prepended. OP has no default: a pipeline
+// without it fails to build, loudly. gelu is the TANH APPROXIMATION, computed as
+// x * sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3); pow is x^p with p = params.exponent.
 //
 // Entry points (both @workgroup_size(256)):
 //   forward:  y[i]  = f(x[i])
 //   backward: dx[i] = dy[i] * f'(.) evaluated from `saved`, which is the forward OUTPUT y for
-//             exp (1), tanh (7), sigmoid (8) and the forward INPUT x for every other op.
-//
-// Params: declared in src/kernels/unary.rs (`shader_params!`), prepended with the bindings.
-//   n = element count; exponent used only by pow. Each *_offset is the element offset of that
-//   tensor in the segment its binding holds (block offset + tensor offset, from the launcher);
-//   forward reads x_offset, y_offset; backward saved_offset, dy_offset, dx_offset.
-// Bindings (group 0; all storage bindings read_write, see docs/wgpu.md §4; each binds a WHOLE
-// segment, not the tensor, so bind groups are cached per segment; every index adds its offset):
-//   forward:  0 params, 1 x: array<f32> [x_offset ..+ n], 2 y: array<f32> [y_offset ..+ n]
-//   backward: 0 params, 1 saved: array<f32> [saved_offset ..+ n],
-//             2 dy: array<f32> [dy_offset ..+ n], 3 dx: array<f32> [dx_offset ..+ n]
-//
-// Dispatch (elementwise, 256 invocations per workgroup: a multiple of every common subgroup
-// width, and few workgroups for large n): groups = ceil(n / 256); dispatch (groups, 1, 1) when
-// groups <= 65535, else (65535, ceil(groups / 65535), 1). Flat index
-// i = gid.x + gid.y * num_workgroups.x * 256; the bounds check `i >= n` returns.
+//             exp, tanh and sigmoid and the forward INPUT x for every other op.
+// Every index adds its binding's `*_offset` (bindings are whole segments, see docs/wgpu.md §4).
+// Dispatch: elementwise (`kernels::launch_1d`); the bounds check `i >= n` returns.
 //
 // Domain edges follow IEEE where the device does (log of 0, sqrt of a negative); pow handles
 // negative bases with integer exponents, 0^p and p = 0 explicitly (WGSL pow leaves them

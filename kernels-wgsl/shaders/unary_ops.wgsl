@@ -79,16 +79,16 @@ fn pow_scalar(v: f32, p: f32) -> f32 {
 fn apply(v: f32) -> f32 {
     var r: f32;
     switch OP {
-        case 0u: { r = -v; }
-        case 1u: { r = exp(v); }
-        case 2u: { r = log(v); }
-        case 3u: { r = sqrt(v); }
-        case 4u: { r = abs(v); }
-        case 5u: { r = max(v, 0.0); }
-        case 6u: { r = gelu(v); }
-        case 7u: { r = stable_tanh(v); }
-        case 8u: { r = sigmoid(v); }
-        case 9u: { r = pow_scalar(v, params.exponent); }
+        case Neg: { r = -v; }
+        case Exp: { r = exp(v); }
+        case Log: { r = log(v); }
+        case Sqrt: { r = sqrt(v); }
+        case Abs: { r = abs(v); }
+        case Relu: { r = max(v, 0.0); }
+        case Gelu: { r = gelu(v); }
+        case Tanh: { r = stable_tanh(v); }
+        case Sigmoid: { r = sigmoid(v); }
+        case Pow: { r = pow_scalar(v, params.exponent); }
         default: { r = bitcast<f32>(nan_bits); }
     }
     return r;
@@ -98,16 +98,16 @@ fn apply(v: f32) -> f32 {
 fn apply_backward(s: f32, g: f32) -> f32 {
     var r: f32;
     switch OP {
-        case 0u: { r = -g; }                                  // d(-x) = -1
-        case 1u: { r = g * s; }                               // d e^x = y
-        case 2u: { r = g / s; }                               // d ln x = 1/x
-        case 3u: { r = g * 0.5 / sqrt(s); }                   // d sqrt x = 1/(2 sqrt x)
-        case 4u: { r = g * sign(s); }                         // d|x| = sign(x), 0 at 0
-        case 5u: { r = select(0.0, g, s > 0.0); }             // d relu = [x > 0]
-        case 6u: { r = g * gelu_derivative(s); }
-        case 7u: { r = g * (1.0 - s * s); }                   // d tanh = 1 - y^2
-        case 8u: { r = g * s * (1.0 - s); }                   // d sigmoid = y(1 - y)
-        case 9u: {                                            // d x^p = p x^(p-1), 0 if p = 0
+        case Neg: { r = -g; }                                  // d(-x) = -1
+        case Exp: { r = g * s; }                               // d e^x = y
+        case Log: { r = g / s; }                               // d ln x = 1/x
+        case Sqrt: { r = g * 0.5 / sqrt(s); }                   // d sqrt x = 1/(2 sqrt x)
+        case Abs: { r = g * sign(s); }                         // d|x| = sign(x), 0 at 0
+        case Relu: { r = select(0.0, g, s > 0.0); }             // d relu = [x > 0]
+        case Gelu: { r = g * gelu_derivative(s); }
+        case Tanh: { r = g * (1.0 - s * s); }                   // d tanh = 1 - y^2
+        case Sigmoid: { r = g * s * (1.0 - s); }                   // d sigmoid = y(1 - y)
+        case Pow: {                                            // d x^p = p x^(p-1), 0 if p = 0
             let p = params.exponent;
             r = select(g * p * pow_scalar(s, p - 1.0), 0.0, p == 0.0);
         }

@@ -198,6 +198,52 @@ macro_rules! shader_params {
 }
 pub(crate) use shader_params;
 
+/// Declares an op family once: the Rust enum with `ALL` (in code order), `name()` (PyTorch's
+/// name, lower case) and `shader_code()` (the value of the family's WGSL `override OP: u32`),
+/// and `WGSL`, the WGSL constants of the codes (`const Neg: u32 = 0u;`, one per variant, named
+/// as it is). The family's shaders switch on those names (`case Neg: { .. }`) and take `WGSL`
+/// appended to their source (`concatcp!(shader_source!(..), UnaryOp::WGSL)`), so a code is
+/// written nowhere by hand: adding an op is one line here and its `case` in the shader.
+macro_rules! op_family {
+    (
+        $(#[$meta:meta])*
+        pub enum $family:ident {
+            $( $(#[$vmeta:meta])* $variant:ident => $name:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum $family {
+            $( $(#[$vmeta])* $variant ),+
+        }
+
+        impl $family {
+            /// Every op, in shader-code order.
+            pub const ALL: [$family; [$(stringify!($variant)),+].len()] = [$($family::$variant),+];
+
+            /// The WGSL constants of the ops' codes (`const <Variant>: u32 = <code>u;`),
+            /// appended to the family's shaders, which switch on them.
+            pub const WGSL: &'static str = ::const_format::concatcp!(
+                $("const ", stringify!($variant), ": u32 = ", $family::$variant as u32, "u;\n"),+
+            );
+
+            /// The op's name (PyTorch's, lower case): the label of what it allocates, and
+            /// error messages.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($family::$variant => $name),+
+                }
+            }
+
+            /// The value of the WGSL `override OP: u32` of the family's shaders.
+            pub fn shader_code(self) -> u32 {
+                self as u32
+            }
+        }
+    };
+}
+pub(crate) use op_family;
+
 /// The WGSL type of a storage binding: `array<f32>` unless given.
 macro_rules! storage_type {
     () => {

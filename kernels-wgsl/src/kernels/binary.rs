@@ -11,8 +11,9 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernel, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
 
 #[path = "binary_f16.rs"]
 mod half;
@@ -21,37 +22,22 @@ pub use half::{
     BROADCAST_F16, BROADCAST_F16_NATIVE, SCALAR_F16, SCALAR_F16_NATIVE, broadcast_f16, scalar_f16,
 };
 
-/// A binary op; [`BinaryOp::shader_code`] is the value of the `OP` override in `shaders/binary.wgsl`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BinaryOp {
-    /// `a + b`
-    Add,
-    /// `a - b`
-    Sub,
-    /// `a * b`
-    Mul,
-    /// `a / b`
-    Div,
-    /// `max(a, b)`, NaN if either is NaN
-    Max,
-    /// `min(a, b)`, NaN if either is NaN
-    Min,
-}
-
-impl BinaryOp {
-    /// Every op, in shader-code order.
-    pub const ALL: [BinaryOp; 6] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Max,
-        BinaryOp::Min,
-    ];
-
-    /// The value of the WGSL `override OP: u32` in `shaders/binary.wgsl`.
-    pub fn shader_code(self) -> u32 {
-        self as u32
+op_family! {
+    /// A binary op; [`BinaryOp::shader_code`] is the value of the `OP` override in
+    /// `shaders/binary.wgsl`, whose switch names the ops as [`BinaryOp::WGSL`] declares them.
+    pub enum BinaryOp {
+        /// `a + b`
+        Add => "add",
+        /// `a - b`
+        Sub => "sub",
+        /// `a * b`
+        Mul => "mul",
+        /// `a / b`
+        Div => "div",
+        /// `max(a, b)`, NaN if either is NaN
+        Max => "maximum",
+        /// `min(a, b)`, NaN if either is NaN
+        Min => "minimum",
     }
 }
 
@@ -141,7 +127,10 @@ pub const MAX_RANK: usize = 8;
 
 /// The module: `shaders/binary.wgsl` (entry points) and `shaders/binary_ops.wgsl` (the op
 /// and its math, shared with the 16-bit modules).
-const WGSL: &str = shader_source!("binary", "binary_ops", "indexing");
+const WGSL: &str = concatcp!(
+    shader_source!("binary", "binary_ops", "indexing"),
+    BinaryOp::WGSL
+);
 
 /// The `broadcast` entry point: bindings `a`, `b`, `out`.
 pub const BROADCAST: Kernel = kernel!("binary", "broadcast", source: WGSL, params: Params, [a, b, out], ELEMENTWISE_WORKGROUP);

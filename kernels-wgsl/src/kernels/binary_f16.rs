@@ -8,21 +8,23 @@ use crate::error::{Error, Result};
 use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, kernel, shader_source};
+use const_format::concatcp;
 
 /// The `Params` declaration (the parent's).
 const PARAMS_WGSL: &str = super::PARAMS_WGSL;
 
 /// The packed 16-bit module: `shaders/binary_f16.wgsl`, the op and the rounding.
-const WGSL_F16: &str = shader_source!("binary_f16", "binary_ops", "indexing", "f16_bits");
+const WGSL_F16: &str = concatcp!(
+    shader_source!("binary_f16", "binary_ops", "indexing", "f16_bits"),
+    BinaryOp::WGSL
+);
 
 /// The native 16-bit module: `enable f16;`, `shaders/binary_f16_native.wgsl`, the op and the
 /// rounding.
-const WGSL_F16_NATIVE: &str = concat!(
+const WGSL_F16_NATIVE: &str = concatcp!(
     "enable f16;\n",
-    include_str!("../../shaders/binary_f16_native.wgsl"),
-    include_str!("../../shaders/binary_ops.wgsl"),
-    include_str!("../../shaders/indexing.wgsl"),
-    include_str!("../../shaders/f16_native.wgsl")
+    shader_source!("binary_f16_native", "binary_ops", "indexing", "f16_native"),
+    BinaryOp::WGSL
 );
 
 /// `broadcast` on 16-bit operands, packed path: `shaders/binary_f16.wgsl` with the op and the

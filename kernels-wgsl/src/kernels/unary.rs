@@ -7,70 +7,38 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernel, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
 
-/// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in `shaders/unary.wgsl`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UnaryOp {
-    /// `-x`
-    Neg,
-    /// `exp(x)`
-    Exp,
-    /// natural `ln(x)`
-    Log,
-    /// `sqrt(x)`
-    Sqrt,
-    /// `|x|`; derivative `sign(x)`, 0 at 0 (as PyTorch)
-    Abs,
-    /// `max(x, 0)`; derivative 0 at 0 (as PyTorch)
-    Relu,
-    /// GELU, tanh approximation
-    Gelu,
-    /// `tanh(x)`
-    Tanh,
-    /// `1 / (1 + exp(-x))`
-    Sigmoid,
-    /// `x^p` with the exponent `p` passed as a scalar
-    Pow,
+op_family! {
+    /// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in
+    /// `shaders/unary.wgsl`, whose switch names the ops as [`UnaryOp::WGSL`] declares them.
+    pub enum UnaryOp {
+        /// `-x`
+        Neg => "neg",
+        /// `exp(x)`
+        Exp => "exp",
+        /// natural `ln(x)`
+        Log => "log",
+        /// `sqrt(x)`
+        Sqrt => "sqrt",
+        /// `|x|`; derivative `sign(x)`, 0 at 0 (as PyTorch)
+        Abs => "abs",
+        /// `max(x, 0)`; derivative 0 at 0 (as PyTorch)
+        Relu => "relu",
+        /// GELU, tanh approximation
+        Gelu => "gelu",
+        /// `tanh(x)`
+        Tanh => "tanh",
+        /// `1 / (1 + exp(-x))`
+        Sigmoid => "sigmoid",
+        /// `x^p` with the exponent `p` passed as a scalar
+        Pow => "pow",
+    }
 }
 
 impl UnaryOp {
-    /// Every op, in shader-code order.
-    pub const ALL: [UnaryOp; 10] = [
-        UnaryOp::Neg,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Abs,
-        UnaryOp::Relu,
-        UnaryOp::Gelu,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Pow,
-    ];
-
-    /// The op's name (PyTorch's, lower case): the label of what it allocates, and error messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Gelu => "gelu",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Pow => "pow",
-        }
-    }
-
-    /// The value of the WGSL `override OP: u32` in `shaders/unary.wgsl`.
-    pub fn shader_code(self) -> u32 {
-        self as u32
-    }
-
     /// Whether the backward takes the forward output `y` (exp, tanh, sigmoid) rather than `x`.
     pub fn backward_uses_output(self) -> bool {
         matches!(self, UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sigmoid)
@@ -79,7 +47,10 @@ impl UnaryOp {
 
 /// The module: `shaders/unary.wgsl` (entry points) and `shaders/unary_ops.wgsl` (the op
 /// and its math, shared with the 16-bit modules).
-const WGSL: &str = shader_source!("unary", "unary_ops", "indexing");
+const WGSL: &str = concatcp!(
+    shader_source!("unary", "unary_ops", "indexing"),
+    UnaryOp::WGSL
+);
 
 /// The `forward` entry point: bindings `x`, `y`.
 pub const FORWARD: Kernel =
@@ -117,7 +88,10 @@ pub const BACKWARD_V4: Kernel = kernel!(
 pub const FORWARD_F16: Kernel = kernel!(
     "unary_f16",
     "forward_f16",
-    source: shader_source!("unary_f16", "unary_ops", "indexing", "f16_bits"),
+    source: concatcp!(
+        shader_source!("unary_f16", "unary_ops", "indexing", "f16_bits"),
+        UnaryOp::WGSL
+    ),
     params: Params,
     [x_w: "array<u32>", y_w: "array<u32>"],
     ELEMENTWISE_WORKGROUP
@@ -127,12 +101,10 @@ pub const FORWARD_F16: Kernel = kernel!(
 pub const FORWARD_F16_NATIVE: Kernel = kernel!(
     "unary_f16_native",
     "forward_f16",
-    source: concat!(
+    source: concatcp!(
         "enable f16;\n",
-        include_str!("../../shaders/unary_f16_native.wgsl"),
-        include_str!("../../shaders/unary_ops.wgsl"),
-        include_str!("../../shaders/indexing.wgsl"),
-        include_str!("../../shaders/f16_native.wgsl")
+        shader_source!("unary_f16_native", "unary_ops", "indexing", "f16_native"),
+        UnaryOp::WGSL
     ),
     params: Params,
     [x_h: "array<f16>", y_h: "array<f16>"],
