@@ -88,7 +88,11 @@ fn shader_codes_are_positions_in_all_and_declared_in_wgsl() {
     for (i, op) in BinaryOp::ALL.iter().enumerate() {
         assert_eq!(op.shader_code() as usize, i, "{op:?}");
         let line = format!("const {op:?}: u32 = {i}u;");
-        assert!(BinaryOp::WGSL.contains(&line), "{line} in {}", BinaryOp::WGSL);
+        assert!(
+            BinaryOp::WGSL.contains(&line),
+            "{line} in {}",
+            BinaryOp::WGSL
+        );
     }
     assert_eq!(UnaryOp::WGSL.lines().count(), UnaryOp::ALL.len());
     assert_eq!(BinaryOp::WGSL.lines().count(), BinaryOp::ALL.len());
