@@ -247,6 +247,8 @@ pub(crate) fn backward_op(
         Op::Concat { axis, sizes } => Ok(split(g, *axis, sizes)?.into_iter().map(Some).collect()),
         // dx = g placed in zeros at the slice's position
         Op::Slice { input, axis, start } => one(pad_slice(g, input, *axis, *start)?),
+        // the op's own derivative, beside its forward
+        Op::Custom(derivative) => derivative.backward(g, needs),
         // the segment run again with a tape, and back-propagated through
         Op::Checkpoint { inputs, replay } => crate::checkpoint::backward(inputs, replay, g, needs),
     }

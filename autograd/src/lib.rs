@@ -32,6 +32,6 @@ pub use half::{
     F16ActivationsGuard, F16WeightCopiesGuard, f16_activations, f16_weight_copies,
     forget_weight_copies, saves_f16_activations,
 };
-pub use op::Op;
+pub use op::{Derivative, Op};
 pub use plimsoll_kernels_wgsl::{Category, Gpu};
 pub use tensor::{DType, Shape, Tensor, TensorOptions};

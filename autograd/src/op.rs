@@ -10,6 +10,7 @@ use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use smallvec::SmallVec;
 
 use crate::checkpoint::Segment;
+use crate::error::Result;
 use crate::tensor::{Shape, Tensor};
 
 /// Axes of a reduction or a permutation.
@@ -212,6 +213,9 @@ pub enum Op {
         /// First entry kept.
         start: usize,
     },
+    /// An op whose derivative lives beside its forward, outside this list (a fused kernel's
+    /// own module, in this crate or another): see [`Derivative`].
+    Custom(Box<dyn Derivative>),
     /// A checkpointed segment; backward runs its function again with a tape.
     Checkpoint {
         /// The segment's inputs.
@@ -219,6 +223,48 @@ pub enum Op {
         /// Its function and the random state at its forward.
         replay: Replay,
     },
+}
+
+/// The derivative of an op recorded as [`Op::Custom`] (PyTorch's `autograd.Function`): the op
+/// is a struct of what it saved, its forward records it with [`Tensor::from_op`], and its
+/// backward is here. A new fused op is then its own module, with no arm in this crate's `Op`
+/// or `backward_op`.
+pub trait Derivative: DerivativeClone + std::fmt::Debug + Send + Sync {
+    /// The gradients of the op's inputs, in input order (`None`: none for that input, such as
+    /// integer ids), given `g`, the gradient of its output. `needs[i]` says whether input `i`
+    /// wants one (an op may skip that work). It runs with grad mode off, so the tensor ops it
+    /// uses record nothing and allocate `Temporary` scratch.
+    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<SmallVec<[Option<Tensor>; 3]>>;
+
+    /// The saved tensors that may be stored in f16 under [`crate::half::f16_activations`]
+    /// (operands and outputs; not statistics, ids or indices). None by default.
+    fn saved_activations(&mut self) -> SmallVec<[&mut Tensor; 4]> {
+        SmallVec::new()
+    }
+
+    /// Whether the op's output is an activation that [`crate::half::f16_activations`] stores in
+    /// f16 (not a view, a reduction, a log-probability or a loss). True by default.
+    fn outputs_activation(&self) -> bool {
+        true
+    }
+}
+
+/// Cloning a boxed [`Derivative`] (an `Op` is `Clone`); implemented for every `Clone` one.
+pub trait DerivativeClone {
+    /// A boxed copy.
+    fn clone_box(&self) -> Box<dyn Derivative>;
+}
+
+impl<T: Derivative + Clone + 'static> DerivativeClone for T {
+    fn clone_box(&self) -> Box<dyn Derivative> {
+        Box::new(self.clone())
+    }
+}
+
+impl Clone for Box<dyn Derivative> {
+    fn clone(&self) -> Self {
+        self.clone_box()
+    }
 }
 
 /// What a checkpoint needs to run its segment again: the function and the thread's random
@@ -261,6 +307,7 @@ impl Op {
             Op::CrossEntropy { logits, .. } => saved.push(logits),
             Op::LayerNorm { x, .. } => saved.push(x),
             Op::Checkpoint { inputs, .. } => saved.extend(inputs.iter_mut()),
+            Op::Custom(derivative) => saved.extend(derivative.saved_activations()),
             Op::LogSoftmax { .. }
             | Op::Add { .. }
             | Op::Sub { .. }
@@ -285,6 +332,9 @@ impl Op {
     /// in f16: not a view (reshape, slice: its input's type), a reduction, log-probabilities or
     /// a loss (f32, as autocast keeps them).
     pub(crate) fn outputs_activation(&self) -> bool {
+        if let Op::Custom(derivative) = self {
+            return derivative.outputs_activation();
+        }
         !matches!(
             self,
             Op::Reshape { .. }

@@ -412,6 +412,34 @@ impl Tensor {
         !matches!(self.autograd, Autograd::Node(_))
     }
 
+    /// Whether an op over `inputs` records a node now (grad mode on and some input requires a
+    /// gradient): an op defined outside this crate allocates its output as an `Activation`
+    /// when it does and a `Temporary` otherwise ([`Tensor::output_category`]).
+    pub fn records(inputs: &[&Tensor]) -> bool {
+        crate::tape::records(inputs)
+    }
+
+    /// The category of an op's output: `Activation` when it records ([`Tensor::records`]),
+    /// `Temporary` otherwise.
+    pub fn output_category(inputs: &[&Tensor]) -> Category {
+        crate::tape::output_category(crate::tape::records(inputs))
+    }
+
+    /// `output`, computed by the caller's kernels from `inputs`, made the output of a recorded
+    /// [`crate::Op::Custom`] node whose backward is `derivative()`'s, when an op over `inputs`
+    /// records; otherwise `output` as it is, and the derivative (with the tensors it would
+    /// save) is never built. The derivative saves what its backward reads, detached
+    /// ([`Tensor::detach`]).
+    pub fn from_op<D: crate::op::Derivative + Clone + 'static>(
+        output: Tensor,
+        inputs: &[&Tensor],
+        derivative: impl FnOnce() -> D,
+    ) -> Result<Tensor> {
+        crate::tape::record(output, inputs, || {
+            crate::op::Op::Custom(Box::new(derivative()))
+        })
+    }
+
     /// The same data cut from the graph: no gradient flows through the result.
     pub fn detach(&self) -> Tensor {
         Tensor {

@@ -5,7 +5,7 @@
 //! same reference on the way. Unary and binary ops are visited from `UnaryOp::ALL` and
 //! `BinaryOp::ALL`, every op in every case, so a new op is checked without a new table row.
 
-use plimsoll_autograd::{Result, Tensor};
+use plimsoll_autograd::{Derivative, Result, Tensor, no_grad};
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
@@ -15,6 +15,7 @@ use plimsoll_kernels_wgsl::reference::{
 };
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
+use smallvec::{SmallVec, smallvec};
 
 use crate::common::param;
 
@@ -433,4 +434,63 @@ proptest! {
         let f = |t: &[Tensor]| plimsoll_autograd::checkpoint(&[&t[0], &t[1]], |xs: &[Tensor]| xs[0].matmul(&xs[1])?.tanh());
         check("checkpoint", &[x, w], f, cpu);
     }
+}
+
+/// An op defined outside the crate: `x ⊙ y` computed by the crate's ops without recording,
+/// made a node by [`Tensor::from_op`] with its own [`Derivative`].
+#[derive(Debug, Clone)]
+struct Product {
+    x: Tensor,
+    y: Tensor,
+}
+
+impl Derivative for Product {
+    /// d(x ⊙ y) = (g ⊙ y, g ⊙ x).
+    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<SmallVec<[Option<Tensor>; 3]>> {
+        let wants = |i: usize| needs.get(i).copied().unwrap_or(true);
+        let dx = if wants(0) {
+            Some(g.mul(&self.y)?)
+        } else {
+            None
+        };
+        let dy = if wants(1) {
+            Some(g.mul(&self.x)?)
+        } else {
+            None
+        };
+        Ok(smallvec![dx, dy])
+    }
+
+    fn saved_activations(&mut self) -> SmallVec<[&mut Tensor; 4]> {
+        smallvec![&mut self.x, &mut self.y]
+    }
+}
+
+fn product(x: &Tensor, y: &Tensor) -> Result<Tensor> {
+    let out = {
+        let _no_grad = no_grad();
+        x.mul(y)?
+    };
+    Tensor::from_op(out, &[x, y], || Product {
+        x: x.detach(),
+        y: y.detach(),
+    })
+}
+
+/// The custom op's gradients against finite differences, as every built-in op's: a fused op
+/// written in its own module (here, another crate) needs no arm in `Op` or `backward_op`.
+#[test]
+fn a_custom_op_from_outside_the_crate_matches_finite_differences() {
+    let mut rng = Rng::new(3);
+    let shape = vec![3, 5];
+    let inputs = [
+        (rng.vec_f32(15, -2.0, 2.0), shape.clone()),
+        (rng.vec_f32(15, -2.0, 2.0), shape),
+    ];
+    check(
+        "custom product",
+        &inputs,
+        |t| product(&t[0], &t[1]),
+        |x| x[0].iter().zip(&x[1]).map(|(a, b)| a * b).collect(),
+    );
 }
