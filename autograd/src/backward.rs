@@ -14,9 +14,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::ops::elementwise::{binary_grads, sum_to, unary_grad};
 use crate::ops::matmul::{matmul_grads, matmul_transposed_grads};
-use crate::ops::nn::{
-    cross_entropy_grad, dropout_grad, embedding_grad, layer_norm_grads, softmax_grad,
-};
+use crate::ops::nn::{cross_entropy_grad, embedding_grad, layer_norm_grads, softmax_grad};
 use crate::ops::reduce::{max_grad, mean_grad, sum_grad};
 use crate::ops::shape::{inverse, pad_slice, split};
 use crate::tensor::{GradSlot, Tensor};
@@ -241,8 +239,6 @@ pub(crate) fn backward_op(
             })?;
             Ok(smallvec![dtable, None])
         }
-        // dx = g ⊙ mask / (1 - p), the mask redrawn from the seed
-        Op::Dropout { p, seed } => one(dropout_grad(g, *p, *seed)?),
         // dx_i = the slice of g along the axis where input i went
         Op::Concat { axis, sizes } => Ok(split(g, *axis, sizes)?.into_iter().map(Some).collect()),
         // dx = g placed in zeros at the slice's position

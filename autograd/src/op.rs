@@ -190,13 +190,6 @@ pub enum Op {
         /// The ids (u32).
         ids: Tensor,
     },
-    /// Inverted dropout with the mask of `seed` (backward redraws the same mask).
-    Dropout {
-        /// Probability of zeroing an element.
-        p: f32,
-        /// The mask's seed.
-        seed: u64,
-    },
     /// Inputs joined along `axis`.
     Concat {
         /// The axis.
@@ -321,7 +314,6 @@ impl Op {
             | Op::Mean { .. }
             | Op::Max { .. }
             | Op::Embedding { .. }
-            | Op::Dropout { .. }
             | Op::Concat { .. }
             | Op::Slice { .. } => {}
         }

@@ -7,11 +7,12 @@ use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
 use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxKind};
 use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce};
+use smallvec::{SmallVec, smallvec};
 
 use crate::error::{Error, Result};
 use crate::grad_mode::next_seed;
 use crate::half::any_f16;
-use crate::op::Op;
+use crate::op::{Derivative, Op};
 use crate::ops::mismatch;
 use crate::tape::{output_category, record, records};
 use crate::tensor::{DType, Shape, Tensor};
@@ -245,7 +246,26 @@ impl Tensor {
             "dropout",
         )?;
         dropout_raw(self, &out, p, seed)?;
-        record(out, &[self], || Op::Dropout { p, seed })
+        Tensor::from_op(out, &[self], || Dropout { p, seed })
+    }
+}
+
+/// Inverted dropout with the mask of `seed`: its backward redraws the same mask, so it saves
+/// nothing but the seed ([`Op::Custom`]).
+#[derive(Debug, Clone)]
+struct Dropout {
+    /// Probability of zeroing an element.
+    p: f32,
+    /// The mask's seed.
+    seed: u64,
+}
+
+impl Derivative for Dropout {
+    /// dx = g ⊙ mask / (1 - p), the mask redrawn from the seed.
+    fn backward(&self, g: &Tensor, _needs: &[bool]) -> Result<SmallVec<[Option<Tensor>; 3]>> {
+        let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "dropout grad")?;
+        dropout_raw(g, &dx, self.p, self.seed)?;
+        Ok(smallvec![Some(dx)])
     }
 }
 
@@ -253,13 +273,6 @@ impl Tensor {
 pub(crate) fn dropout_raw(x: &Tensor, out: &Tensor, p: f32, seed: u64) -> Result<()> {
     dropout::dropout(&x.gpu, out.elements()?, x.elements()?, p, seed)?;
     Ok(())
-}
-
-/// The gradient of dropout: `g` through the same mask.
-pub(crate) fn dropout_grad(g: &Tensor, p: f32, seed: u64) -> Result<Tensor> {
-    let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "dropout grad")?;
-    dropout_raw(g, &dx, p, seed)?;
-    Ok(dx)
 }
 
 /// The gradient of softmax (`log`: log-softmax) from its output `y`.
