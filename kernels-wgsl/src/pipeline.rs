@@ -293,7 +293,7 @@ macro_rules! kernel {
         $crate::pipeline::kernel!(
             $stem,
             $entry,
-            source: include_str!(concat!("../../shaders/", $stem, ".wgsl")),
+            source: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $stem, ".wgsl")),
             $uniform: $params,
             [$($name $(: $ty)?),*],
             $wg
@@ -325,11 +325,11 @@ pub(crate) use kernel;
 
 /// `shader_source!("softmax_rows", "online_softmax", "indexing")`: the text of
 /// `shaders/softmax_rows.wgsl` followed by the helper files it calls (appended: WGSL declarations
-/// may come in any order), one module's source for `kernel!(.., source: ..)`. Used in
-/// `src/kernels/<stem>.rs`, which the paths are relative to.
+/// may come in any order), one module's source for `kernel!(.., source: ..)`. Usable from any
+/// module of the crate (the paths are taken from the crate root).
 macro_rules! shader_source {
     ($($file:literal),+ $(,)?) => {
-        concat!($(include_str!(concat!("../../shaders/", $file, ".wgsl"))),+)
+        concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $file, ".wgsl"))),+)
     };
 }
 pub(crate) use shader_source;

@@ -19,13 +19,24 @@ fn capabilities() -> Capabilities {
     Capabilities::default() | Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SHADER_FLOAT16
 }
 
+/// Every `.wgsl` file under `shaders/` and under `src/kernels/` (the families in the one-place
+/// layout keep their shaders beside their launchers).
 fn shader_files() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shaders");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wgsl"))
-        .collect();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut dirs = vec![root.join("shaders"), root.join("src").join("kernels")];
+    let mut files = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "wgsl") {
+                files.push(path);
+            }
+        }
+    }
     files.sort();
     files
 }

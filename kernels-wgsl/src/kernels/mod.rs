@@ -2,11 +2,15 @@
 //!
 //! # How to add a kernel family `<stem>`
 //!
-//! One stem everywhere: `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `src/reference/<stem>.rs`,
-//! `tests/kernels/<stem>.rs` with a test `<stem>_matches_reference`. `fill` and `copy` are the
-//! worked examples; copy their shape.
+//! In one place: a folder `src/kernels/<stem>/` holding the shader `<stem>.wgsl` and `mod.rs`
+//! with the launcher, `pub mod reference` (the CPU oracle) and `#[cfg(test)] pub(crate) mod
+//! tests` with `pub(crate) fn matches_reference`, and the stem added to `families!` below (the
+//! one list; a family without that test does not compile) and its entry points to [`ALL`].
+//! `fill` is the worked example; copy its shape. (Families written before this layout keep
+//! `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `src/reference/<stem>.rs` and
+//! `tests/kernels/<stem>.rs` until they move.)
 //!
-//! 1. **Shader** `shaders/<stem>.wgsl`. Start with a comment giving the binding layout, the
+//! 1. **Shader** `<stem>.wgsl`. Start with a comment giving the binding layout, the
 //!    workgroup size and why, and the bounds check. Bindings, always in this order:
 //!    ```wgsl
 //!    struct Params { offset_a: u32, len: u32, alpha: f32, _pad: u32 } // u32/i32/f32 scalars (or
@@ -29,10 +33,11 @@
 //!      appended to each module that calls it (`shader_source!` in the launcher).
 //!    - Specialise with WGSL `override` constants (tile sizes, flags) rather than string edits;
 //!      they are part of the pipeline cache key.
-//! 2. **Launcher** `src/kernels/<stem>.rs`:
+//! 2. **Launcher** in `mod.rs`:
 //!    - a `const KERNEL: Kernel = kernel!("<stem>", "<entry>", source: WGSL, [a, out], 256)`
-//!      per entry point, with `const WGSL: &str = shader_source!("<stem>", "indexing");` (or
-//!      `kernel!("<stem>", "<entry>", [a, out], 256)` for a file that calls no helper);
+//!      per entry point, with `const WGSL: &str = concatcp!(include_str!("<stem>.wgsl"),
+//!      shader_source!("indexing"))` for the helpers it calls (`source: include_str!(..)` alone
+//!      for a file that calls none);
 //!    - its `Params` in `shader_params!`, which declares them for Rust and WGSL at once
 //!      (padding included);
 //!    - `pub fn <stem>(gpu: &Gpu, [description,] out: DeviceSlice, a: DeviceSlice, ...)
@@ -44,14 +49,14 @@
 //!      what the op needs (`expect_len`, [`same_len`]) and never sees a tensor. Then
 //!      [`launch_1d`] (or [`Gpu::dispatch`] with a grid of its own), which records nothing for
 //!      empty work. Launchers only *record*; the caller flushes, waits and reads back.
-//!    - Add `pub mod <stem>;` below.
-//! 3. **Reference** `src/reference/<stem>.rs`: plain loops on `&[f32]` (one `&[f32]` per slice,
-//!    starting where the slice starts), same argument order, accumulating in `f64`.
-//! 4. **Test** `tests/kernels/<stem>.rs` (add `mod <stem>;` to `tests/kernels/main.rs`):
+//! 3. **Reference** `pub mod reference` in `mod.rs`: plain loops on `&[f32]` (one `&[f32]` per
+//!    slice, starting where the slice starts), same argument order, accumulating in `f64`.
+//! 4. **Test** `#[cfg(test)] pub(crate) mod tests` in `mod.rs`, with `pub(crate) fn
+//!    matches_reference`:
 //!    ```ignore
-//!    use crate::common::{assert_close, gpu, Rng, DEADLINE};
+//!    use crate::testing::{assert_close, gpu, Rng, DEADLINE};
 //!    #[test]
-//!    fn stem_matches_reference() {
+//!    pub(crate) fn matches_reference() {
 //!        let gpu = gpu();                                  // fails (never skips) without adapter
 //!        let mut rng = Rng::new(7);
 //!        for len in [1, 255, 257, 1000, 70_001] {         // odd sizes, not multiples of 256
@@ -107,7 +112,6 @@ pub mod copy;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
-pub mod fill;
 pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
@@ -116,6 +120,26 @@ pub mod optimizer;
 pub mod reduce;
 pub mod softmax;
 pub mod unary;
+
+/// Declares the kernel families in the one-place layout, the one list of them: `pub mod
+/// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
+/// and kernel test beside each other), and, in test builds, a list of each family's
+/// `tests::matches_reference`, so a family without a kernel test against its reference does not
+/// compile. The test runner runs those tests where they stand.
+macro_rules! families {
+    ($($stem:ident),+ $(,)?) => {
+        $(pub mod $stem;)+
+
+        /// Each family's kernel test against its reference (naming it is the check).
+        #[cfg(test)]
+        #[allow(dead_code)]
+        const REFERENCE_TESTS: &[fn()] = &[$($stem::tests::matches_reference),+];
+    };
+}
+
+families! {
+    fill,
+}
 
 /// Every kernel of the crate, one per entry point: what the shader validation test checks and
 /// what a warm-up may compile before a run's first step.

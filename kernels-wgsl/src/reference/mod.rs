@@ -1,5 +1,6 @@
 //! CPU references, one module per kernel family (the same stem as `shaders/<stem>.wgsl` and
-//! `src/kernels/<stem>.rs`). Plain, obviously-correct loops, row-major: the one oracle of each op
+//! `src/kernels/<stem>.rs`; a family in the one-place layout, `src/kernels/<stem>/`, keeps its
+//! reference there, as `kernels::<stem>::reference`). Plain, obviously-correct loops, row-major: the one oracle of each op
 //! for every test in the workspace. Where an op is differentiated by finite differences
 //! (autograd's gradient checks, nn's module tests) the reference computes in `f64` (`*_f64`
 //! entry points) and the `f32` entry points the kernel tests call are thin wrappers that widen
@@ -12,7 +13,6 @@ pub mod copy;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
-pub mod fill;
 pub mod layer_norm;
 pub mod matmul;
 pub mod nonfinite;

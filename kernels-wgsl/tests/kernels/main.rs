@@ -12,7 +12,6 @@ mod cross_entropy;
 mod dropout;
 mod elementwise_f16;
 mod embedding;
-mod fill;
 mod layer_norm;
 mod matmul;
 mod matmul_f16;
