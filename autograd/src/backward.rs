@@ -19,8 +19,9 @@ use crate::ops::reduce::{max_grad, mean_grad, sum_grad};
 use crate::ops::shape::{inverse, pad_slice, split};
 use crate::tensor::{GradSlot, Tensor};
 
-/// Gradients of a node's inputs, in input order.
-pub(crate) type Grads = SmallVec<[Option<Tensor>; 3]>;
+/// Gradients of a node's inputs, in input order (`None`: no gradient for that input). Build one
+/// with `Grads::from_iter([..])` or `[..].into_iter().collect()`.
+pub type Grads = SmallVec<[Option<Tensor>; 3]>;
 
 fn one(dx: Tensor) -> Result<Grads> {
     Ok(smallvec![Some(dx)])

@@ -25,6 +25,7 @@ mod pending;
 pub mod tape;
 pub mod tensor;
 
+pub use backward::Grads;
 pub use checkpoint::{Segment, checkpoint};
 pub use error::{Error, Result};
 pub use grad_mode::{NoGradGuard, enable_grad, is_grad_enabled, manual_seed, no_grad};

@@ -9,6 +9,7 @@ use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use smallvec::SmallVec;
 
+use crate::backward::Grads;
 use crate::checkpoint::Segment;
 use crate::error::Result;
 use crate::tensor::{Shape, Tensor};
@@ -227,12 +228,12 @@ pub trait Derivative: DerivativeClone + std::fmt::Debug + Send + Sync {
     /// integer ids), given `g`, the gradient of its output. `needs[i]` says whether input `i`
     /// wants one (an op may skip that work). It runs with grad mode off, so the tensor ops it
     /// uses record nothing and allocate `Temporary` scratch.
-    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<SmallVec<[Option<Tensor>; 3]>>;
+    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<Grads>;
 
     /// The saved tensors that may be stored in f16 under [`crate::half::f16_activations`]
     /// (operands and outputs; not statistics, ids or indices). None by default.
-    fn saved_activations(&mut self) -> SmallVec<[&mut Tensor; 4]> {
-        SmallVec::new()
+    fn saved_activations(&mut self) -> Vec<&mut Tensor> {
+        Vec::new()
     }
 
     /// Whether the op's output is an activation that [`crate::half::f16_activations`] stores in

@@ -7,8 +7,9 @@ use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
 use plimsoll_kernels_wgsl::kernels::softmax::{self, SoftmaxKind};
 use plimsoll_kernels_wgsl::kernels::{dropout, embedding, reduce};
-use smallvec::{SmallVec, smallvec};
+use smallvec::smallvec;
 
+use crate::backward::Grads;
 use crate::error::{Error, Result};
 use crate::grad_mode::next_seed;
 use crate::half::any_f16;
@@ -262,7 +263,7 @@ struct Dropout {
 
 impl Derivative for Dropout {
     /// dx = g ⊙ mask / (1 - p), the mask redrawn from the seed.
-    fn backward(&self, g: &Tensor, _needs: &[bool]) -> Result<SmallVec<[Option<Tensor>; 3]>> {
+    fn backward(&self, g: &Tensor, _needs: &[bool]) -> Result<Grads> {
         let dx = Tensor::empty(&g.gpu, &g.shape, Category::Temporary, "dropout grad")?;
         dropout_raw(g, &dx, self.p, self.seed)?;
         Ok(smallvec![Some(dx)])

@@ -5,7 +5,7 @@
 //! same reference on the way. Unary and binary ops are visited from `UnaryOp::ALL` and
 //! `BinaryOp::ALL`, every op in every case, so a new op is checked without a new table row.
 
-use plimsoll_autograd::{Derivative, Result, Tensor, no_grad};
+use plimsoll_autograd::{Derivative, Grads, Result, Tensor, no_grad};
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
@@ -15,7 +15,6 @@ use plimsoll_kernels_wgsl::reference::{
 };
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
-use smallvec::{SmallVec, smallvec};
 
 use crate::common::param;
 
@@ -446,7 +445,7 @@ struct Product {
 
 impl Derivative for Product {
     /// d(x ⊙ y) = (g ⊙ y, g ⊙ x).
-    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<SmallVec<[Option<Tensor>; 3]>> {
+    fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<Grads> {
         let wants = |i: usize| needs.get(i).copied().unwrap_or(true);
         let dx = if wants(0) {
             Some(g.mul(&self.y)?)
@@ -458,11 +457,11 @@ impl Derivative for Product {
         } else {
             None
         };
-        Ok(smallvec![dx, dy])
+        Ok(Grads::from_iter([dx, dy]))
     }
 
-    fn saved_activations(&mut self) -> SmallVec<[&mut Tensor; 4]> {
-        smallvec![&mut self.x, &mut self.y]
+    fn saved_activations(&mut self) -> Vec<&mut Tensor> {
+        vec![&mut self.x, &mut self.y]
     }
 }
 
