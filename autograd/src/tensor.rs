@@ -217,8 +217,11 @@ pub fn numel(shape: &[usize]) -> usize {
 }
 
 impl Tensor {
-    /// An uninitialised f32 tensor (internal: every caller writes it before anyone reads it).
-    pub(crate) fn empty(
+    /// An f32 tensor whose contents are whatever its memory held: the output of an op whose
+    /// kernel writes every element before anyone reads it (an op defined outside this crate
+    /// with [`Tensor::from_op`] allocates its output so, in [`Tensor::output_category`]). Not
+    /// a gradient leaf.
+    pub fn empty(
         gpu: &Gpu,
         shape: &[usize],
         category: Category,
