@@ -221,12 +221,7 @@ impl Tensor {
     /// kernel writes every element before anyone reads it (an op defined outside this crate
     /// with [`Tensor::from_op`] allocates its output so, in [`Tensor::output_category`]). Not
     /// a gradient leaf.
-    pub fn empty(
-        gpu: &Gpu,
-        shape: &[usize],
-        category: Category,
-        label: &str,
-    ) -> Result<Self> {
+    pub fn empty(gpu: &Gpu, shape: &[usize], category: Category, label: &str) -> Result<Self> {
         Self::empty_typed(gpu, shape, DType::F32, category, label)
     }
 
