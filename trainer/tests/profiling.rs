@@ -1,5 +1,5 @@
 //! Kernel profiles of chosen steps: the matmuls' counted work equals the MLP's analytic FLOPs,
-//! two identical steps launch the same kernels, the kernels' time fits in the step's, and the
+//! two identical steps launch the same kernels, the kernels' time fits in the profile's, and the
 //! Chrome trace has the GPU and CPU tracks.
 
 #![allow(clippy::unwrap_used)]
@@ -47,7 +47,13 @@ fn profiled_steps_count_the_models_work_and_write_a_chrome_trace() {
             .iter()
             .map(|k| k.end_ns - k.start_ns)
             .sum();
-        assert!(busy as f64 / 1e6 <= s.step_ms, "step {}: {busy} ns", s.step);
+        assert!(
+            busy as f64 / 1e6 <= s.window_ms,
+            "step {}: kernels took {busy} ns in a profile of {} ms (the step: {} ms)",
+            s.step,
+            s.window_ms,
+            s.step_ms
+        );
     }
     let stems = |i: usize| {
         let mut v: Vec<&str> = steps[i].profile.kernels.iter().map(|k| k.stem).collect();

@@ -32,6 +32,10 @@ pub struct ProfiledStep {
     pub step: u64,
     /// Its wall time, as its [`crate::StepReport::step_ms`] says.
     pub step_ms: f64,
+    /// The profile's wall time, from its start to the end of the wait for its last kernel:
+    /// every kernel it timed ran inside it (the step's own time may end before the GPU
+    /// finishes its last work).
+    pub window_ms: f64,
     /// When its profile began, from the first profiled step's.
     pub offset: Duration,
     /// The profile.
@@ -257,6 +261,7 @@ impl StepHook for Profiling {
                 self.steps.push(ProfiledStep {
                     step: profiled,
                     step_ms,
+                    window_ms: began.elapsed().as_secs_f64() * 1e3,
                     offset: began.saturating_duration_since(first),
                     profile,
                 });
