@@ -4,20 +4,20 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::cli::*;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// How long the command may take to stop once asked.
 const STOP_DEADLINE: Duration = Duration::from_secs(120);
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    common::cli::folder("cli", name)
 }
 
 /// `plimsoll train digits --epochs <epochs>` in the run directory `dir/run`, stdout and stderr
@@ -49,29 +49,6 @@ fn wait_for_first_epoch(reader: &mut impl BufRead) {
     }
 }
 
-/// Waits for `child` to exit, killing it and failing past [`STOP_DEADLINE`].
-fn wait_with_deadline(child: &mut Child) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > STOP_DEADLINE {
-            let _ = child.kill();
-            panic!("the command did not stop within {STOP_DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = std::io::Read::read_to_string(&mut e, &mut text);
-    }
-    text
-}
-
 /// The run's `summary.json`.
 fn summary(dir: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(dir.join("run/summary.json")).unwrap();
@@ -85,7 +62,7 @@ fn a_closed_output_does_not_stop_training() {
     let mut reader = BufReader::new(child.stdout.take().unwrap());
     wait_for_first_epoch(&mut reader);
     drop(reader); // `| head` exits
-    let status = wait_with_deadline(&mut child);
+    let status = wait_with_deadline(&mut child, STOP_DEADLINE);
     let stderr = stderr_of(&mut child);
     assert!(status.success(), "got {status}:\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
@@ -113,7 +90,7 @@ fn sigterm_and_sigint_save_the_run_and_exit_143_and_130() {
         assert!(kill.success());
         // Keep reading so that the command never blocks on a full pipe.
         let drain = std::thread::spawn(move || reader.lines().map_while(|l| l.ok()).count());
-        let status = wait_with_deadline(&mut child);
+        let status = wait_with_deadline(&mut child, STOP_DEADLINE);
         let stderr = stderr_of(&mut child);
         let _ = drain.join();
         assert_eq!(status.code(), Some(code), "SIG{signal}:\n{stderr}");

@@ -8,12 +8,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use common::cli::*;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long the command may take to print its first line (opening the device, loading the
 /// checkpoint, the plan and the first forwards: seconds on lavapipe) or to stop once asked.
@@ -119,29 +122,6 @@ fn next_line(child: &mut Child, lines: &mpsc::Receiver<Option<String>>) -> Strin
     }
 }
 
-/// Waits for `child` to exit, killing it and failing past [`DEADLINE`].
-fn wait_with_deadline(child: &mut Child) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            panic!("the command did not stop within {DEADLINE:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut text);
-    }
-    text
-}
-
 /// Sends `signal` (`INT`, `TERM`) to `child`.
 fn send(signal: &str, child: &Child) {
     let kill = Command::new("kill")
@@ -183,7 +163,7 @@ fn sigterm_and_sigint_stop_sampling_with_143_and_130_and_keep_the_text() {
         let mut text = next_line(&mut child, &lines);
         text += &next_line(&mut child, &lines);
         send(signal, &child);
-        let status = wait_with_deadline(&mut child);
+        let status = wait_with_deadline(&mut child, DEADLINE);
         let stderr = stderr_of(&mut child);
         while let Ok(Some(line)) = lines.recv_timeout(DEADLINE) {
             text += &line;

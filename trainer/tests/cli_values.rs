@@ -8,49 +8,15 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+mod common;
+
+use common::cli::*;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-values-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// How long one command may take (a refused one takes well under a second; a digits run a
-/// few seconds on lavapipe).
-const DEADLINE: Duration = Duration::from_secs(300);
-
-/// `plimsoll <args>` in `dir`; killed, and the test failed, past [`DEADLINE`] (a value that
-/// should have been refused may start a long run instead).
-fn run(dir: &Path, args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    finish(child, args)
-}
-
-/// Waits for `child` (read by [`Child::wait_with_output`] on a helper thread), killing it past
-/// [`DEADLINE`].
-fn finish(child: Child, args: &[&str]) -> Output {
-    let id = child.id();
-    let (send, receive) = std::sync::mpsc::channel();
-    std::thread::spawn(move || send.send(child.wait_with_output()));
-    match receive.recv_timeout(DEADLINE) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg(id.to_string()).status();
-            panic!("{args:?} still ran after {DEADLINE:?} (killed)");
-        }
-    }
+    common::cli::folder("values", name)
 }
 
 fn stdout(o: &Output) -> String {
@@ -59,10 +25,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// `plimsoll train <args>` from an empty folder: exit code 2, an error naming `flag` and each of

@@ -6,36 +6,15 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::cli::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-records-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    common::cli::folder("records", name)
 }
 
 /// The files of `dir` whose names end in `.tmp`.

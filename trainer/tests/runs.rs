@@ -6,8 +6,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::cli::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use plimsoll_kernels_wgsl::testing::fresh_dir;
@@ -15,28 +18,6 @@ use plimsoll_kernels_wgsl::testing::fresh_dir;
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
     fresh_dir("runs", name)
-}
-
-fn plimsoll(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_plimsoll"));
-    c.current_dir(dir).stdin(Stdio::null());
-    c
-}
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    plimsoll(dir).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Waits until `path` exists (a run has started), up to a minute.

@@ -3,6 +3,8 @@
 //! for leaked blocks after every step, which another test's tensors on a shared device would be.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod cli;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
