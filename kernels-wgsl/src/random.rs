@@ -2,7 +2,7 @@
 //! workspace. autograd draws parameter initialisations and dropout seeds from it, nn derives
 //! per-tensor seeds, the trainer shuffles data with it, and the tests draw their inputs. It is
 //! tiny, seedable, passes BigCrush, and the same seed gives the same stream on every machine.
-//! (The dropout *mask* is drawn on the GPU by a PCG hash, `reference::dropout::keep`.)
+//! (The dropout *mask* is drawn on the GPU by a PCG hash, `kernels::dropout::reference::keep`.)
 
 /// The SplitMix64 increment: `2^64 / φ`, odd.
 pub const GOLDEN_GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;

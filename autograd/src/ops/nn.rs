@@ -227,7 +227,7 @@ impl Tensor {
     }
 
     /// [`Tensor::dropout`] with an explicit mask seed (the same seed gives the same mask, on the
-    /// GPU and in `reference::dropout`).
+    /// GPU and in `kernels::dropout::reference`).
     pub fn dropout_with_seed(&self, p: f32, seed: u64) -> Result<Tensor> {
         if self.dtype == DType::F16 {
             return self.widened()?.dropout_with_seed(p, seed);

@@ -113,7 +113,7 @@ fn dropout_backward_uses_the_forward_mask() {
     y.sum_all().unwrap().backward().unwrap();
     let g = grad(&x);
     assert_eq!(yv, g);
-    let want = plimsoll_kernels_wgsl::reference::dropout::dropout(&[1.0; 1000], 0.25, 99);
+    let want = plimsoll_kernels_wgsl::kernels::dropout::reference::dropout(&[1.0; 1000], 0.25, 99);
     assert_eq!(g, want);
 }
 

@@ -110,7 +110,6 @@ pub mod binary;
 pub mod convert;
 pub mod copy;
 pub mod cross_entropy;
-pub mod dropout;
 pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
@@ -138,6 +137,7 @@ macro_rules! families {
 }
 
 families! {
+    dropout,
     fill,
 }
 

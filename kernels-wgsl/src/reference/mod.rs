@@ -11,7 +11,6 @@ pub mod binary;
 pub mod convert;
 pub mod copy;
 pub mod cross_entropy;
-pub mod dropout;
 pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;

@@ -9,7 +9,6 @@ mod binary;
 mod convert;
 mod copy;
 mod cross_entropy;
-mod dropout;
 mod elementwise_f16;
 mod embedding;
 mod layer_norm;

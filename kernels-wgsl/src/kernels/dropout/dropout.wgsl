@@ -1,6 +1,6 @@
 // dropout: y[i] = keep(seed, i) ? x[i] * scale : 0, for i in 0..len (inverted dropout,
 // scale = 1 / (1 - p)). The mask is a counter-based hash of (seed, i): no RNG state, no mask
-// buffer, and the same (seed, i) gives the same bit here and in src/reference/dropout.rs, so the
+// buffer, and the same (seed, i) gives the same bit here and in mod.rs's `reference`, so the
 // backward (dx = dropout(dy), same seed) and a checkpoint's recomputation redraw the same mask.
 //
 // Hash: PCG's output permutation (Jarzynski & Olano, "Hash Functions for GPU Rendering", 2020)
@@ -8,16 +8,10 @@
 // keep = f32(h >> 8) * 2^-24 >= p: 24 bits are exactly representable in f32, so the comparison
 // is exact and identical on the CPU.
 //
-// Bindings (the crate convention, see src/kernels/mod.rs):
-//   @group(0) @binding(0) params: Params (uniform, dynamic offset into the batch's params arena)
-//   @group(0) @binding(1) x: array<f32>, the whole segment; x_offset includes the block offset
-//   @group(0) @binding(2) y: array<f32>, likewise (y may be the same range as x: in place)
-// Workgroup: 256 invocations, 1-D; the grid may be 2-D (i = gid.x + gid.y * groups.x * 256).
-// Bounds check: invocations with i >= len return; the launcher checked both ranges.
+// Declared in mod.rs beside this file: `Params` (`shader_params!`) and the bindings x, y
+// (`kernel!`), prepended; each offset includes its block's offset; y may be x (in place).
+// Dispatch: elementwise (`kernels::launch_1d`); invocations with i >= len return.
 
-
-// `Params` and the bindings are declared in src/kernels/dropout.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
 
 const WORKGROUP_SIZE: u32 = 256u;
 
