@@ -114,7 +114,6 @@ pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
-pub mod nonfinite;
 pub mod optimizer;
 pub mod reduce;
 pub mod softmax;
@@ -139,6 +138,7 @@ macro_rules! families {
 families! {
     dropout,
     fill,
+    nonfinite,
 }
 
 /// Every kernel of the crate, one per entry point: what the shader validation test checks and

@@ -14,7 +14,6 @@ pub mod cross_entropy;
 pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
-pub mod nonfinite;
 pub mod optimizer;
 pub mod reduce;
 pub mod softmax;

@@ -14,7 +14,6 @@ mod embedding;
 mod layer_norm;
 mod matmul;
 mod matmul_f16;
-mod nonfinite;
 mod optimizer;
 mod reduce;
 mod softmax;

@@ -5,9 +5,9 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use plimsoll_kernels_wgsl::kernels::nonfinite::reference as nonfinite;
 use plimsoll_kernels_wgsl::reference::{
-    binary, convert, cross_entropy, embedding, layer_norm, nonfinite, optimizer, reduce, softmax,
-    unary,
+    binary, convert, cross_entropy, embedding, layer_norm, optimizer, reduce, softmax, unary,
 };
 // The types the references take live with their launchers.
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast};

@@ -1,22 +1,16 @@
 // nonfinite: sets flags[0] = 1 if any element of x[0..n) is NaN or +-inf, and lowers flags[1]
 // to the smallest such index (atomicOr / atomicMin on storage atomics: race-free and, for the
-// index, deterministic). Reference: src/reference/nonfinite.rs (flags()).
+// index, deterministic). Reference: mod.rs's `reference::flags`, beside this file.
 // The kernel never clears the flags: the launcher initialises them to [0, 0xFFFFFFFF] once, and
 // several dispatches (e.g. every gradient tensor of a step) accumulate into the same two words;
 // flags[1] is then the first index within whichever tensor had one (only meaningful per tensor).
 // The test inspects the exponent bits (exponent all ones), not x != x, which a compiler may fold.
 //
 // Entry point: check, @workgroup_size(256), one invocation per element.
-// Params: declared in src/kernels/nonfinite.rs (`shader_params!`), prepended with the bindings.
-//   x_offset, flags_offset: element offsets of x and of the two flag words in the segments their
-//   bindings hold (block offset + tensor offset, from the launcher). The index written to the
-//   flags is relative to x_offset (the index within the tensor).
-// Bindings (group 0; all storage read_write, docs/wgpu.md §4; each binds a WHOLE segment, not the
-// tensor, so bind groups are cached per segment; every index adds its binding's offset):
-//   0 params, 1 x: array<f32> [x_offset ..+ n], 2 flags: array<atomic<u32>>
-//   [flags_offset ..+ 2] (a DeviceBuffer of u32 words like any other)
-// Dispatch: groups = ceil(n / 256); (groups, 1, 1) if <= 65535 else
-// (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
+// Declared in mod.rs beside this file: `Params` (`shader_params!`) and the bindings x and
+//   flags: array<atomic<u32>> [flags_offset ..+ 2] (`kernel!`), prepended. Each offset includes
+//   its block's offset; the index written to the flags is relative to x_offset (the index
+//   within the tensor). Dispatch: elementwise (`kernels::launch_1d`); `i >= n` returns.
 
 
 const WG: u32 = 256u;

@@ -1,0 +1,228 @@
+//! `nonfinite`: whether a range holds a NaN or an infinity, and the first such index, into two
+//! `u32` flag words `[any, first_index]` (a [`DeviceBuffer`] of `u32` elements like any other).
+//! In one place: the shader (`nonfinite.wgsl`, beside this file), the launchers, the CPU
+//! [`reference`] and the tests.
+//!
+//! [`check`] resets the flags and checks one range; [`reset_flags`] + several [`accumulate`] calls
+//! check many tensors (e.g. every gradient of a step) into one pair of words, which is then read
+//! once with [`read_flags`]. [`first_nonfinite`] does all of it for one range and waits.
+
+use std::time::Duration;
+
+use plimsoll_allocator::Category;
+
+use crate::device::Gpu;
+use crate::error::Result;
+use crate::kernels::fill::fill_u32;
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use const_format::concatcp;
+use crate::slice::DeviceSlice;
+
+/// The `first_index` word when no element is non-finite.
+pub const NO_INDEX: u32 = u32::MAX;
+
+/// Number of `u32` flag words: `[any, first_index]`.
+pub const FLAG_WORDS: u64 = 2;
+
+/// The module: `shaders/nonfinite.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(include_str!("nonfinite.wgsl"), shader_source!("indexing"));
+
+/// The `check` entry point: bindings `x`, `flags`.
+pub const KERNEL: Kernel = kernel!("nonfinite", "check", source: WGSL, [x, flags: "array<atomic<u32>>"], ELEMENTWISE_WORKGROUP);
+
+shader_params! {
+    /// The `Params` of `nonfinite.wgsl`.
+    struct Params {
+        n: u32,
+        x_offset: u32,
+        flags_offset: u32,
+        _pad0: u32,
+    }
+}
+
+/// Records `flags = [0, NO_INDEX]` (nothing found yet); `flags` holds [`FLAG_WORDS`] words.
+pub fn reset_flags(gpu: &Gpu, flags: DeviceSlice<'_>) -> Result<()> {
+    flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
+    fill_u32(gpu, flags.slice(0, 1)?, 0)?;
+    fill_u32(gpu, flags.slice(1, 1)?, NO_INDEX)
+}
+
+/// Records a check of `x` into flags that are *not* reset: `flags[0]` becomes 1 if any element
+/// is NaN or ±inf, and `flags[1]` is lowered to the smallest such index (relative to the start
+/// of `x`; meaningful per tensor only when several slices share the flags).
+pub fn accumulate(gpu: &Gpu, flags: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
+    let params = Params {
+        n: x.len() as u32,
+        x_offset: x.index(),
+        flags_offset: flags.index(),
+        _pad0: 0,
+    };
+    launch_1d(gpu, &KERNEL, &[], &params, &[x, flags], x.len())
+}
+
+/// Records [`reset_flags`] then [`accumulate`]: afterwards `flags` is
+/// `reference::flags(x)`.
+pub fn check(gpu: &Gpu, flags: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    reset_flags(gpu, flags)?;
+    accumulate(gpu, flags, x)
+}
+
+/// Reads the two flag words (submitting the open batch and waiting within `deadline`): the first
+/// non-finite index, or `None` if the checked slices were all finite.
+pub fn read_flags(gpu: &Gpu, flags: DeviceSlice<'_>, deadline: Duration) -> Result<Option<u64>> {
+    flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
+    let words: Vec<u32> = gpu.read(flags.buffer(), flags.offset(), FLAG_WORDS, deadline)?;
+    Ok(match words.as_slice() {
+        [any, first] if *any != 0 => Some(u64::from(*first)),
+        _ => None,
+    })
+}
+
+/// Checks `x` and waits for the answer: the first NaN or infinity's index (relative to the start
+/// of `x`), or `None`. Uses a two-word [`Category::Temporary`] flags buffer.
+pub fn first_nonfinite(gpu: &Gpu, x: DeviceSlice<'_>, deadline: Duration) -> Result<Option<u64>> {
+    let flags = gpu.alloc_elements(FLAG_WORDS, Category::Temporary, "nonfinite flags")?;
+    check(gpu, flags.whole(), x)?;
+    read_flags(gpu, flags.whole(), deadline)
+}
+
+/// CPU reference: whether a slice holds a NaN or an infinity, and the first such index. The
+/// shader's flag buffer is `[any: u32, first_index: u32]`, initialised by the launcher to
+/// `[0, NO_INDEX]`; several dispatches into the same flags accumulate.
+pub mod reference {
+    pub use super::NO_INDEX;
+
+    /// Index of the first NaN or infinity, if any.
+    pub fn first_nonfinite(x: &[f32]) -> Option<usize> {
+        x.iter().position(|v| !v.is_finite())
+    }
+
+    /// The flag words the shader leaves after checking `x` from `[0, NO_INDEX]`:
+    /// `[1, first index]` if some element is non-finite, else `[0, NO_INDEX]`.
+    pub fn flags(x: &[f32]) -> [u32; 2] {
+        match first_nonfinite(x) {
+            Some(i) => [1, i as u32],
+            None => [0, NO_INDEX],
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::NO_INDEX;
+    use crate::testing::{DEADLINE, Rng, gpu};
+    use crate::{Category, Error};
+
+    #[test]
+    pub(crate) fn matches_reference() {
+        let gpu = gpu();
+        let mut rng = Rng::new(81);
+        for len in [1usize, 7, 257, 1000, 70_001] {
+            let clean = rng.vec_f32(len, -1e30, 1e30);
+            // (what, value, where): each planted alone in an otherwise finite range; the second
+            // copy later on must not move the first index.
+            let planted = [
+                ("none", None, 0),
+                ("NaN", Some(f32::NAN), len / 2),
+                ("+inf", Some(f32::INFINITY), len - 1),
+                ("-inf", Some(f32::NEG_INFINITY), len / 3),
+            ];
+            for (what, value, at) in planted {
+                let mut x = clean.clone();
+                if let Some(v) = value {
+                    x[at] = v;
+                    if at + 7 < len {
+                        x[at + 7] = f32::NAN;
+                    }
+                }
+                // Non-finite values just outside the checked range: the offsets must exclude them.
+                let mut buf = vec![f32::NAN; len + 6];
+                buf[4..4 + len].copy_from_slice(&x);
+                buf[len + 5] = f32::INFINITY;
+                let x_gpu = gpu.upload(&buf, Category::Gradient, "x").unwrap();
+                let flags_gpu = gpu
+                    .upload(&[5u32, 5, 5, 5], Category::Temporary, "flags")
+                    .unwrap();
+                let flags_s = flags_gpu.slice(1, 2).unwrap();
+                let x_s = x_gpu.slice(4, len as u64).unwrap();
+                super::check(&gpu, flags_s, x_s).unwrap();
+                let got: Vec<u32> = gpu.read_all(&flags_gpu, DEADLINE).unwrap();
+                let [any, first] = super::reference::flags(&x);
+                assert_eq!(got, [5, any, first, 5], "nonfinite {what} len {len}");
+                let found = super::read_flags(&gpu, flags_s, DEADLINE).unwrap();
+                let want = super::reference::first_nonfinite(&x).map(|i| i as u64);
+                assert_eq!(found, want, "nonfinite {what} len {len} read_flags");
+                let found = super::first_nonfinite(&gpu, x_s, DEADLINE).unwrap();
+                assert_eq!(found, want, "nonfinite {what} len {len} first_nonfinite");
+            }
+        }
+    }
+
+    #[test]
+    fn nonfinite_accumulates_over_several_ranges() {
+        let gpu = gpu();
+        let mut rng = Rng::new(83);
+        let mut x = rng.vec_f32(3000, -5.0, 5.0);
+        let x_gpu = gpu.upload(&x, Category::Gradient, "grads").unwrap();
+        let flags_buf = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
+        let flags = flags_buf.whole();
+        // Three clean "tensors" in one buffer: nothing found.
+        super::reset_flags(&gpu, flags).unwrap();
+        for (offset, len) in [(0, 1000), (1000, 1000), (2000, 1000)] {
+            super::accumulate(&gpu, flags, x_gpu.slice(offset, len).unwrap()).unwrap();
+        }
+        assert_eq!(super::read_flags(&gpu, flags, DEADLINE).unwrap(), None);
+        let words: Vec<u32> = gpu.read_all(&flags_buf, DEADLINE).unwrap();
+        assert_eq!(words, [0, NO_INDEX]);
+        // An infinity at element 1500 = index 500 of the second tensor.
+        x[1500] = f32::INFINITY;
+        gpu.write(&x_gpu, 1500, &x[1500..1501]).unwrap();
+        super::reset_flags(&gpu, flags).unwrap();
+        for (offset, len) in [(0, 1000), (1000, 1000), (2000, 1000)] {
+            super::accumulate(&gpu, flags, x_gpu.slice(offset, len).unwrap()).unwrap();
+        }
+        assert_eq!(
+            super::read_flags(&gpu, flags, DEADLINE).unwrap(),
+            Some(500)
+        );
+    }
+
+    #[test]
+    fn nonfinite_rejects_a_range_outside_the_buffer() {
+        let gpu = gpu();
+        let x = gpu.alloc_elements(10, Category::Temporary, "x").unwrap();
+        let flags = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
+        // Flags from offset 1 of 2 words: no two-word slice; a one-word slice is refused.
+        let err = flags.slice(1, 2).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        assert!(err.to_string().contains("outside buffer"), "{err}");
+        let one = flags.slice(1, 1).unwrap();
+        let err = super::check(&gpu, one, x.whole()).unwrap_err();
+        assert!(err.to_string().contains("flags: 1 elements given"), "{err}");
+        let refusals = [
+            super::reset_flags(&gpu, one).unwrap_err(),
+            super::accumulate(&gpu, one, x.whole()).unwrap_err(),
+            super::read_flags(&gpu, one, DEADLINE).unwrap_err(),
+        ];
+        for err in refusals {
+            assert!(
+                matches!(err, Error::InvalidArgument { .. })
+                    && err.to_string().contains("flags: 1 elements given"),
+                "{err}"
+            );
+        }
+        // x = elements 3..11 of 10.
+        let err = x.slice(3, 8).unwrap_err();
+        assert!(err.to_string().contains("outside buffer"), "{err}");
+        // Empty range: the flags say "clean".
+        super::check(&gpu, flags.whole(), x.slice(10, 0).unwrap()).unwrap();
+        assert_eq!(
+            super::read_flags(&gpu, flags.whole(), DEADLINE).unwrap(),
+            None
+        );
+    }
+}
