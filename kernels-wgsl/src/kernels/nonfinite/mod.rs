@@ -25,7 +25,7 @@ pub const NO_INDEX: u32 = u32::MAX;
 /// Number of `u32` flag words: `[any, first_index]`.
 pub const FLAG_WORDS: u64 = 2;
 
-/// The module: `shaders/nonfinite.wgsl` and the helpers it calls.
+/// The module: `nonfinite.wgsl` and the helpers it calls.
 const WGSL: &str = concatcp!(include_str!("nonfinite.wgsl"), shader_source!("indexing"));
 
 /// The `check` entry point: bindings `x`, `flags`.
