@@ -91,10 +91,15 @@ impl std::fmt::Display for AdapterSummary {
     }
 }
 
+/// How the reason of a loss that [`crate::fault`] injected begins.
+pub(crate) const INJECTED: &str = "injected fault";
+
 /// Device health, shared with wgpu's callbacks (which may run on any wgpu call).
 #[derive(Debug, Default)]
 pub(crate) struct Health {
     lost: AtomicBool,
+    /// Marked lost by something other than an injected fault (see [`INJECTED`]).
+    lost_for_real: AtomicBool,
     reason: Mutex<Option<String>>,
     uncaptured: Mutex<Vec<String>>,
 }
@@ -102,10 +107,32 @@ pub(crate) struct Health {
 impl Health {
     /// Marks the device lost (first reason wins).
     pub(crate) fn mark_lost(&self, reason: String) {
+        if !reason.starts_with(INJECTED) {
+            self.lost_for_real.store(true, Ordering::SeqCst);
+        }
         self.lost.store(true, Ordering::SeqCst);
         if let Ok(mut r) = self.reason.lock() {
             r.get_or_insert(reason);
         }
+    }
+
+    /// Whether the device is marked lost by an injected fault (and by nothing else).
+    #[cfg(all(feature = "fault-injection", debug_assertions))]
+    pub(crate) fn lost_by_injected_fault(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+            && self.reason.lock().is_ok_and(|r| {
+                r.as_deref()
+                    .is_some_and(|r| r.starts_with("injected fault"))
+            })
+    }
+
+    /// Clears the mark [`crate::fault`] set (see [`crate::Gpu::revive_after_injected_loss`]).
+    #[cfg(all(feature = "fault-injection", debug_assertions))]
+    pub(crate) fn clear_injected_loss(&self) {
+        if let Ok(mut r) = self.reason.lock() {
+            *r = None;
+        }
+        self.lost.store(false, Ordering::SeqCst);
     }
 
     /// `Err(DeviceLost)` once the device is lost.

@@ -142,7 +142,7 @@ pub(crate) fn fires(shared: &crate::device::Shared, point: FaultPoint) -> crate:
             let at = point.name();
             shared
                 .health
-                .mark_lost(format!("injected fault at a {at} event"));
+                .mark_lost(format!("{} at a {at} event", crate::device::INJECTED));
             shared.health.check().map(|()| false)
         }
         None => Ok(false),
@@ -186,5 +186,19 @@ impl crate::Gpu {
     /// Sets every event count to zero.
     pub fn reset_fault_counts(&self) {
         self.shared.faults.reset();
+    }
+
+    /// Clears a loss that an injected [`FaultAction::LoseDevice`] caused (the wgpu device was
+    /// never lost), so a fault campaign goes on with this device and its compiled pipelines
+    /// instead of compiling them again on a fresh one. The batch recorded and not submitted is
+    /// dropped, as a lost device's would be. `false`, and nothing changed, when the device is
+    /// not lost or was lost for real.
+    pub fn revive_after_injected_loss(&self) -> bool {
+        if !self.shared.health.lost_by_injected_fault() {
+            return false;
+        }
+        self.shared.batch().discard();
+        self.shared.health.clear_injected_loss();
+        true
     }
 }

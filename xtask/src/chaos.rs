@@ -4,9 +4,12 @@
 //! both with AdamW and two micro-batches per step) and for its first step (which creates the optimizer state and most
 //! segments) and its second (the steady state), one clean run counts the step's events at each
 //! [`FaultPoint`]: every allocation, segment creation, submission and read-back. Then, for every
-//! one of those events and for both [`FaultAction`]s, a fresh device runs the steps before
-//! cleanly (saving a checkpoint before the first and after each), arms the fault and runs the
-//! step. The allowed outcomes:
+//! one of those events and for both [`FaultAction`]s, a device runs the steps before cleanly
+//! (saving a checkpoint before the first and after each), arms the fault and runs the step. The
+//! device is the previous injection's, its cache emptied so the same events happen, and its
+//! loss cleared when the loss was the injected one (`Gpu::revive_after_injected_loss`: the wgpu
+//! device was never lost, and compiling every kernel again on a fresh device took two thirds of
+//! the task's time); a fresh one after anything else. The allowed outcomes:
 //! - **recovered**: step 2 succeeds and the parameters are bit-identical to an undisturbed run
 //!   with the micro-batch schedule the step ended with (out-of-memory halves it);
 //! - **typed error, model intact**: step 2 returns an error, the parameters and the optimizer
@@ -285,8 +288,8 @@ fn same_parameters(a: &Snapshot, b: &Snapshot, params: usize) -> bool {
 }
 
 /// One injection into the step `phase` names, judged. Runs on `spare` (a device a previous
-/// injection left healthy, which keeps its compiled kernels) or a fresh one; returns the device
-/// when it is still healthy.
+/// injection left healthy or lost only by the injection, which keeps its compiled kernels) or a
+/// fresh one; returns the device when it can go on.
 fn inject(
     w: &Workload,
     phase: Phase,
@@ -370,7 +373,10 @@ fn inject(
         }
     }
     drop(trainer);
-    Ok(gpu.check_alive().is_ok().then_some(gpu))
+    // A loss the fault injected leaves the wgpu device whole: go on with it (its pipelines
+    // compiled) rather than a fresh one, which compiles them all again.
+    let healthy = gpu.check_alive().is_ok() || gpu.revive_after_injected_loss();
+    Ok(healthy.then_some(gpu))
 }
 
 /// `cargo xtask chaos [WORKLOAD [POINT]]`: all workloads and points, or those whose names
