@@ -460,6 +460,16 @@ fn injected_faults_fire_once_at_the_armed_event() {
     assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
     let err = gpu.check_alive().unwrap_err();
     assert!(matches!(err, Error::DeviceLost { .. }), "{err}");
+
+    // The loss was injected, so it can be cleared: the device works again, without the lost
+    // batch (its fill of 5.0 never runs). A real loss is never cleared.
+    assert!(gpu.revive_after_injected_loss());
+    gpu.check_alive().unwrap();
+    assert_eq!(gpu.read_all::<f32>(&first, DEADLINE).unwrap(), vec![1.0; 4]);
+    assert!(!gpu.revive_after_injected_loss(), "nothing to clear");
+    gpu.destroy();
+    assert!(!gpu.revive_after_injected_loss(), "a real loss stays");
+    assert!(gpu.check_alive().is_err());
 }
 
 /// The same hazard under planned steps: a step that records a read of A, frees A, then uploads
