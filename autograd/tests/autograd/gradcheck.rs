@@ -7,12 +7,13 @@
 
 use plimsoll_autograd::{Derivative, Grads, Result, Tensor, no_grad};
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
+use plimsoll_kernels_wgsl::kernels::copy::reference as copy;
 use plimsoll_kernels_wgsl::kernels::dropout::reference as dropout;
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::reference::{
-    binary, copy, cross_entropy, layer_norm, matmul, reduce, softmax, unary,
+    binary, cross_entropy, layer_norm, matmul, reduce, softmax, unary,
 };
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;

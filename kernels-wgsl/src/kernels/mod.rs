@@ -108,7 +108,6 @@ use crate::slice::DeviceSlice;
 
 pub mod binary;
 pub mod convert;
-pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod layer_norm;
@@ -136,6 +135,7 @@ macro_rules! families {
 }
 
 families! {
+    copy,
     dropout,
     fill,
     nonfinite,

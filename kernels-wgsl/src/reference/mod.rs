@@ -9,7 +9,6 @@
 
 pub mod binary;
 pub mod convert;
-pub mod copy;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod layer_norm;

@@ -7,7 +7,6 @@ mod common;
 
 mod binary;
 mod convert;
-mod copy;
 mod cross_entropy;
 mod elementwise_f16;
 mod embedding;

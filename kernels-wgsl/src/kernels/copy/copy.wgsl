@@ -2,19 +2,11 @@
 // permute, slicing), dst[dst_offset + i] = src[src_offset + sum_d coord_d(i) * src_strides[d]],
 // where coord(i) unravels i row-major over `shape`.
 //
-// Bindings (the crate convention, see src/kernels/mod.rs):
-//   @group(0) @binding(0) params: Params (uniform, dynamic offset)
-//   @group(0) @binding(1) src: array<u32>, whole segment (read_write: it may be the same segment as
-//                         dst, and wgpu rejects read + read_write bindings of one buffer)
-//   @group(0) @binding(2) dst: array<u32>, whole segment
-//   Offsets already include each block's offset. u32 words: copies f32 and u32 data alike.
-// Workgroup: 256 invocations, 1-D, 2-D grid past 65535 groups: i = gid.x + gid.y * groups.x * 256.
-// Bounds check: i >= len returns; the launcher checked both ranges against their buffers.
-
-// One Params for both entry points; `copy` ignores rank, shape and strides.
-
-// `Params` and the bindings are declared in src/kernels/copy.rs (`shader_params!`, `kernel!`)
-// and prepended to this file when the module is created.
+// Declared in mod.rs beside this file: `Params` (`shader_params!`, one for every entry point;
+// `copy` ignores rank, shape and strides) and the bindings src, dst (`kernel!`: words, so f32 and
+// u32 data alike; both read_write, since src may be dst's segment), prepended. Offsets include
+// each block's offset. Dispatch: elementwise (`kernels::launch_1d`); i >= len returns (the
+// launcher checked both ranges).
 
 const WORKGROUP_SIZE: u32 = 256u;
 
