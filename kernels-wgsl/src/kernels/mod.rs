@@ -54,18 +54,20 @@
 //! 4. **Test** `#[cfg(test)] pub(crate) mod tests` in `mod.rs`, with `pub(crate) fn
 //!    matches_reference`:
 //!    ```ignore
+//!    use crate::Result;
 //!    use crate::testing::{assert_close, gpu, Rng, DEADLINE};
 //!    #[test]
-//!    pub(crate) fn matches_reference() {
+//!    pub(crate) fn matches_reference() -> Result<()> {   // `?`, no unwrap, even in tests
 //!        let gpu = gpu();                                  // fails (never skips) without adapter
 //!        let mut rng = Rng::new(7);
 //!        for len in [1, 255, 257, 1000, 70_001] {         // odd sizes, not multiples of 256
 //!            let a = rng.vec_f32(len, -2.0, 2.0);          // seeded, never all zeros
-//!            let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
+//!            let a_gpu = gpu.upload(&a, Category::Temporary, "a")?;
 //!            // ... launch, then:
-//!            let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE).unwrap();
+//!            let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE)?;
 //!            assert_close("stem", &got, &want, 1e-6, 1e-6); // atol + rtol*|want|, first mismatch
 //!        }
+//!        Ok(())
 //!    }
 //!    ```
 //!
@@ -121,8 +123,8 @@ pub mod unary;
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
 /// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
 /// and kernel test beside each other), and, in test builds, a list of each family's
-/// `tests::matches_reference`, so a family without a kernel test against its reference does not
-/// compile. The test runner runs those tests where they stand.
+/// `tests::matches_reference` (returning `Result<()>`), so a family without a kernel test
+/// against its reference does not compile. The test runner runs those tests where they stand.
 macro_rules! families {
     ($($stem:ident),+ $(,)?) => {
         $(pub mod $stem;)+
@@ -130,7 +132,7 @@ macro_rules! families {
         /// Each family's kernel test against its reference (naming it is the check).
         #[cfg(test)]
         #[allow(dead_code)]
-        const REFERENCE_TESTS: &[fn()] = &[$($stem::tests::matches_reference),+];
+        const REFERENCE_TESTS: &[fn() -> crate::Result<()>] = &[$($stem::tests::matches_reference),+];
     };
 }
 

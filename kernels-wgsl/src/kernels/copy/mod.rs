@@ -1,6 +1,6 @@
 //! `copy` (contiguous) and `strided_copy` (N-d gather by strides, N <= 6: transpose, permute,
 //! slicing). Both copy 4-byte words, so they serve f32 and u32 data. In one place: the shader
-//! (`copy.wgsl`, beside this file), the launchers, the CPU [`reference`] and the tests.
+//! (`copy.wgsl`, beside this file), the launchers, the CPU [`reference`](mod@reference) and the tests.
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
@@ -299,13 +299,12 @@ pub mod reference {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used)]
-
+    use crate::Result;
     use crate::testing::{DEADLINE, Rng, assert_close, gpu};
     use crate::{Category, Error};
 
     #[test]
-    pub(crate) fn matches_reference() {
+    pub(crate) fn matches_reference() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(21);
         // (src, dst) offsets: odd (the scalar kernel), then multiples of 4 (vec4s and a tail).
@@ -313,14 +312,14 @@ pub(crate) mod tests {
             for len in [1usize, 255, 257, 1000, 1003, 70_001] {
                 let src = rng.vec_f32(len + src_at, -3.0, 3.0);
                 let dst0 = rng.vec_f32(len + dst_at + 5, -3.0, 3.0);
-                let src_gpu = gpu.upload(&src, Category::Temporary, "copy src").unwrap();
-                let dst_gpu = gpu.upload(&dst0, Category::Temporary, "copy dst").unwrap();
+                let src_gpu = gpu.upload(&src, Category::Temporary, "copy src")?;
+                let dst_gpu = gpu.upload(&dst0, Category::Temporary, "copy dst")?;
                 let (src_s, dst_s) = (
-                    src_gpu.slice(src_at as u64, len as u64).unwrap(),
-                    dst_gpu.slice(dst_at as u64, len as u64).unwrap(),
+                    src_gpu.slice(src_at as u64, len as u64)?,
+                    dst_gpu.slice(dst_at as u64, len as u64)?,
                 );
-                super::copy(&gpu, dst_s, src_s).unwrap();
-                let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
+                super::copy(&gpu, dst_s, src_s)?;
+                let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE)?;
                 let mut want = dst0.clone();
                 super::reference::copy(&src, src_at, &mut want, dst_at, len);
                 assert_close(
@@ -332,10 +331,11 @@ pub(crate) mod tests {
                 );
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn strided_copy_matches_reference() {
+    fn strided_copy_matches_reference() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(31);
         // (shape of the source, permutation of its axes)
@@ -370,21 +370,21 @@ pub(crate) mod tests {
             let out_strides: Vec<usize> = perm.iter().map(|&p| strides[p]).collect();
             let src_gpu = gpu
                 .upload(&src, Category::Activation, "strided src")
-                .unwrap();
+                ?;
             let dst_gpu = gpu
                 .alloc_elements((len + dst_at) as u64, Category::Activation, "strided dst")
-                .unwrap();
-            crate::kernels::fill::fill(&gpu, dst_gpu.whole(), -7.0).unwrap();
+                ?;
+            crate::kernels::fill::fill(&gpu, dst_gpu.whole(), -7.0)?;
             let to_u32 = |v: &[usize]| v.iter().map(|&x| x as u32).collect::<Vec<_>>();
             super::strided_copy(
                 &gpu,
-                dst_gpu.slice(dst_at as u64, len as u64).unwrap(),
-                src_gpu.slice(src_offset as u64, len as u64).unwrap(),
+                dst_gpu.slice(dst_at as u64, len as u64)?,
+                src_gpu.slice(src_offset as u64, len as u64)?,
                 &to_u32(&out_shape),
                 &to_u32(&out_strides),
             )
-            .unwrap();
-            let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE).unwrap();
+            ?;
+            let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE)?;
             let mut want = vec![-7.0; len + dst_at];
             super::reference::strided_copy(
                 &src,
@@ -402,23 +402,24 @@ pub(crate) mod tests {
                 0.0,
             );
         }
+        Ok(())
     }
 
     #[test]
-    fn copy_within_one_segment_and_bad_ranges() {
+    fn copy_within_one_segment_and_bad_ranges() -> Result<()> {
         let gpu = gpu();
         let data: Vec<f32> = (0..100).map(|i| i as f32 + 0.5).collect();
-        let a = gpu.upload(&data, Category::Temporary, "a").unwrap();
-        let b = gpu.alloc_elements(100, Category::Temporary, "b").unwrap();
+        let a = gpu.upload(&data, Category::Temporary, "a")?;
+        let b = gpu.alloc_elements(100, Category::Temporary, "b")?;
         assert_eq!(
             a.placement().0,
             b.placement().0,
             "small buffers share a segment"
         );
-        super::copy(&gpu, b.slice(0, 100).unwrap(), a.slice(0, 100).unwrap()).unwrap();
+        super::copy(&gpu, b.slice(0, 100)?, a.slice(0, 100)?)?;
         // Same buffer, disjoint ranges.
-        super::copy(&gpu, b.slice(50, 50).unwrap(), b.slice(0, 50).unwrap()).unwrap();
-        let got: Vec<f32> = gpu.read_all(&b, DEADLINE).unwrap();
+        super::copy(&gpu, b.slice(50, 50)?, b.slice(0, 50)?)?;
+        let got: Vec<f32> = gpu.read_all(&b, DEADLINE)?;
         let mut want = data.clone();
         want.copy_within(0..50, 50);
         assert_close("copy same segment", &got, &want, 0.0, 0.0);
@@ -426,11 +427,11 @@ pub(crate) mod tests {
         let err = a.slice(1, 100).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         // Source and destination of different lengths: refused by the launcher.
-        let err = super::copy(&gpu, b.whole(), a.slice(1, 99).unwrap()).unwrap_err();
+        let err = super::copy(&gpu, b.whole(), a.slice(1, 99)?).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         // A gather whose last read (9*10 + 10*1 = element 100) lies past the source's 100 elements,
         // into a destination of the right length (110).
-        let c = gpu.alloc_elements(110, Category::Temporary, "c").unwrap();
+        let c = gpu.alloc_elements(110, Category::Temporary, "c")?;
         let err =
             super::strided_copy(&gpu, c.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
         assert!(
@@ -446,5 +447,6 @@ pub(crate) mod tests {
                 && err.to_string().contains("110 needed"),
             "{err}"
         );
+        Ok(())
     }
 }

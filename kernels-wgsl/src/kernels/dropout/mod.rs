@@ -1,5 +1,5 @@
 //! `dropout`: inverted dropout whose mask is a counter-based hash of `(seed, element index)`, so
-//! the same seed gives the same mask on the GPU and in [`reference`], in the forward, the
+//! the same seed gives the same mask on the GPU and in [`reference`](mod@reference), in the forward, the
 //! backward (`dx = dropout(dy)` with the same seed) and a recomputation. In one place: the
 //! shader (`dropout.wgsl`, beside this file), the launcher, the CPU reference and the test.
 
@@ -89,13 +89,12 @@ pub mod reference {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used)]
-
+    use crate::Result;
     use crate::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
     use crate::{Category, Error};
 
     #[test]
-    pub(crate) fn matches_reference() {
+    pub(crate) fn matches_reference() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(23);
         for (len, p, seed) in [
@@ -105,11 +104,11 @@ pub(crate) mod tests {
             (70_001, 0.9, 42),
         ] {
             let x = rng.vec_f32(len, -2.0, 2.0);
-            let x_gpu = gpu.upload(&x, Category::Temporary, "x").unwrap();
+            let x_gpu = gpu.upload(&x, Category::Temporary, "x")?;
             let y_gpu = scratch(&gpu, len as u64 + 3, "y");
-            let y = y_gpu.slice(3, len as u64).unwrap();
-            super::dropout(&gpu, y, x_gpu.whole(), p, seed).unwrap();
-            let got: Vec<f32> = gpu.read(&y_gpu, 3, len as u64, DEADLINE).unwrap();
+            let y = y_gpu.slice(3, len as u64)?;
+            super::dropout(&gpu, y, x_gpu.whole(), p, seed)?;
+            let got: Vec<f32> = gpu.read(&y_gpu, 3, len as u64, DEADLINE)?;
             let want = super::reference::dropout(&x, p, seed);
             assert_close(&format!("dropout len {len} p {p}"), &got, &want, 0.0, 0.0);
             if len > 1000 {
@@ -117,7 +116,7 @@ pub(crate) mod tests {
                 assert!((dropped - p).abs() < 0.02, "dropped {dropped}, p {p}");
             }
         }
-        let buf = gpu.alloc_elements(4, Category::Temporary, "b").unwrap();
+        let buf = gpu.alloc_elements(4, Category::Temporary, "b")?;
         let err = super::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).unwrap_err();
         assert!(
             matches!(err, Error::InvalidArgument { .. })
@@ -125,7 +124,7 @@ pub(crate) mod tests {
             "{err}"
         );
         // y and x of different lengths are refused.
-        let short = buf.slice(0, 3).unwrap();
+        let short = buf.slice(0, 3)?;
         let err = super::dropout(&gpu, short, buf.whole(), 0.5, 0).unwrap_err();
         assert!(
             matches!(err, Error::InvalidArgument { .. })
@@ -133,5 +132,6 @@ pub(crate) mod tests {
                 && err.to_string().contains("3 needed"),
             "{err}"
         );
+        Ok(())
     }
 }

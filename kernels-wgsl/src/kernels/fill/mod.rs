@@ -1,5 +1,5 @@
 //! `fill`: set a range of a buffer to a constant. The family in one place: its shader
-//! (`fill.wgsl`, beside this file), its launcher, its CPU [`reference`] and its kernel test.
+//! (`fill.wgsl`, beside this file), its launcher, its CPU [`reference`](mod@reference) and its kernel test.
 
 use crate::device::Gpu;
 use crate::error::Result;
@@ -55,47 +55,48 @@ pub mod reference {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used)]
-
+    use crate::Result;
     use crate::testing::{DEADLINE, Rng, assert_close, gpu};
     use crate::{Category, Error};
 
     /// The kernel against [`super::reference`] at odd lengths (70,001 needs a 2-D grid's
     /// worth of workgroups on small limits), inside a larger buffer.
     #[test]
-    pub(crate) fn matches_reference() {
+    pub(crate) fn matches_reference() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(11);
         for len in [1usize, 255, 257, 1000, 70_001] {
             let initial = rng.vec_f32(len + 9, -3.0, 3.0);
             let buf = gpu
                 .upload(&initial, Category::Temporary, "fill out")
-                .unwrap();
+                ?;
             let (offset, count) = (3usize, len);
             let value = rng.f32_in(-5.0, 5.0);
-            let out = buf.slice(offset as u64, count as u64).unwrap();
-            super::fill(&gpu, out, value).unwrap();
-            let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
+            let out = buf.slice(offset as u64, count as u64)?;
+            super::fill(&gpu, out, value)?;
+            let got: Vec<f32> = gpu.read_all(&buf, DEADLINE)?;
             let mut want = initial.clone();
             super::reference::fill(&mut want, offset, count, value);
             assert_close(&format!("fill len {len}"), &got, &want, 0.0, 0.0);
         }
+        Ok(())
     }
 
     #[test]
-    fn fill_u32_writes_exact_words_and_rejects_out_of_range() {
+    fn fill_u32_writes_exact_words_and_rejects_out_of_range() -> Result<()> {
         let gpu = gpu();
-        let buf = gpu.alloc_elements(333, Category::Input, "targets").unwrap();
-        super::fill_u32(&gpu, buf.slice(0, 333).unwrap(), 0xDEAD_BEEF).unwrap();
-        let got: Vec<u32> = gpu.read_all(&buf, DEADLINE).unwrap();
+        let buf = gpu.alloc_elements(333, Category::Input, "targets")?;
+        super::fill_u32(&gpu, buf.slice(0, 333)?, 0xDEAD_BEEF)?;
+        let got: Vec<u32> = gpu.read_all(&buf, DEADLINE)?;
         assert!(got.iter().all(|&w| w == 0xDEAD_BEEF));
         // Elements 300..334 of a 333-element buffer: refused when the slice is made.
         let err = buf.slice(300, 34).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         // A sub-slice past the end of its slice is refused too.
-        let tail = buf.slice(300, 33).unwrap();
+        let tail = buf.slice(300, 33)?;
         let err = tail.slice(1, 33).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+        Ok(())
     }
 }

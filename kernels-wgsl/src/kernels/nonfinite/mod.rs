@@ -1,7 +1,7 @@
 //! `nonfinite`: whether a range holds a NaN or an infinity, and the first such index, into two
 //! `u32` flag words `[any, first_index]` (a [`DeviceBuffer`] of `u32` elements like any other).
 //! In one place: the shader (`nonfinite.wgsl`, beside this file), the launchers, the CPU
-//! [`reference`] and the tests.
+//! [`reference`](mod@reference) and the tests.
 //!
 //! [`check`] resets the flags and checks one range; [`reset_flags`] + several [`accumulate`] calls
 //! check many tensors (e.g. every gradient of a step) into one pair of words, which is then read
@@ -111,14 +111,13 @@ pub mod reference {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::NO_INDEX;
+    use crate::Result;
     use crate::testing::{DEADLINE, Rng, gpu};
     use crate::{Category, Error};
 
     #[test]
-    pub(crate) fn matches_reference() {
+    pub(crate) fn matches_reference() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(81);
         for len in [1usize, 7, 257, 1000, 70_001] {
@@ -143,64 +142,66 @@ pub(crate) mod tests {
                 let mut buf = vec![f32::NAN; len + 6];
                 buf[4..4 + len].copy_from_slice(&x);
                 buf[len + 5] = f32::INFINITY;
-                let x_gpu = gpu.upload(&buf, Category::Gradient, "x").unwrap();
+                let x_gpu = gpu.upload(&buf, Category::Gradient, "x")?;
                 let flags_gpu = gpu
                     .upload(&[5u32, 5, 5, 5], Category::Temporary, "flags")
-                    .unwrap();
-                let flags_s = flags_gpu.slice(1, 2).unwrap();
-                let x_s = x_gpu.slice(4, len as u64).unwrap();
-                super::check(&gpu, flags_s, x_s).unwrap();
-                let got: Vec<u32> = gpu.read_all(&flags_gpu, DEADLINE).unwrap();
+                    ?;
+                let flags_s = flags_gpu.slice(1, 2)?;
+                let x_s = x_gpu.slice(4, len as u64)?;
+                super::check(&gpu, flags_s, x_s)?;
+                let got: Vec<u32> = gpu.read_all(&flags_gpu, DEADLINE)?;
                 let [any, first] = super::reference::flags(&x);
                 assert_eq!(got, [5, any, first, 5], "nonfinite {what} len {len}");
-                let found = super::read_flags(&gpu, flags_s, DEADLINE).unwrap();
+                let found = super::read_flags(&gpu, flags_s, DEADLINE)?;
                 let want = super::reference::first_nonfinite(&x).map(|i| i as u64);
                 assert_eq!(found, want, "nonfinite {what} len {len} read_flags");
-                let found = super::first_nonfinite(&gpu, x_s, DEADLINE).unwrap();
+                let found = super::first_nonfinite(&gpu, x_s, DEADLINE)?;
                 assert_eq!(found, want, "nonfinite {what} len {len} first_nonfinite");
             }
         }
+        Ok(())
     }
 
     #[test]
-    fn nonfinite_accumulates_over_several_ranges() {
+    fn nonfinite_accumulates_over_several_ranges() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(83);
         let mut x = rng.vec_f32(3000, -5.0, 5.0);
-        let x_gpu = gpu.upload(&x, Category::Gradient, "grads").unwrap();
-        let flags_buf = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
+        let x_gpu = gpu.upload(&x, Category::Gradient, "grads")?;
+        let flags_buf = gpu.alloc_elements(2, Category::Temporary, "flags")?;
         let flags = flags_buf.whole();
         // Three clean "tensors" in one buffer: nothing found.
-        super::reset_flags(&gpu, flags).unwrap();
+        super::reset_flags(&gpu, flags)?;
         for (offset, len) in [(0, 1000), (1000, 1000), (2000, 1000)] {
-            super::accumulate(&gpu, flags, x_gpu.slice(offset, len).unwrap()).unwrap();
+            super::accumulate(&gpu, flags, x_gpu.slice(offset, len)?)?;
         }
-        assert_eq!(super::read_flags(&gpu, flags, DEADLINE).unwrap(), None);
-        let words: Vec<u32> = gpu.read_all(&flags_buf, DEADLINE).unwrap();
+        assert_eq!(super::read_flags(&gpu, flags, DEADLINE)?, None);
+        let words: Vec<u32> = gpu.read_all(&flags_buf, DEADLINE)?;
         assert_eq!(words, [0, NO_INDEX]);
         // An infinity at element 1500 = index 500 of the second tensor.
         x[1500] = f32::INFINITY;
-        gpu.write(&x_gpu, 1500, &x[1500..1501]).unwrap();
-        super::reset_flags(&gpu, flags).unwrap();
+        gpu.write(&x_gpu, 1500, &x[1500..1501])?;
+        super::reset_flags(&gpu, flags)?;
         for (offset, len) in [(0, 1000), (1000, 1000), (2000, 1000)] {
-            super::accumulate(&gpu, flags, x_gpu.slice(offset, len).unwrap()).unwrap();
+            super::accumulate(&gpu, flags, x_gpu.slice(offset, len)?)?;
         }
         assert_eq!(
-            super::read_flags(&gpu, flags, DEADLINE).unwrap(),
+            super::read_flags(&gpu, flags, DEADLINE)?,
             Some(500)
         );
+        Ok(())
     }
 
     #[test]
-    fn nonfinite_rejects_a_range_outside_the_buffer() {
+    fn nonfinite_rejects_a_range_outside_the_buffer() -> Result<()> {
         let gpu = gpu();
-        let x = gpu.alloc_elements(10, Category::Temporary, "x").unwrap();
-        let flags = gpu.alloc_elements(2, Category::Temporary, "flags").unwrap();
+        let x = gpu.alloc_elements(10, Category::Temporary, "x")?;
+        let flags = gpu.alloc_elements(2, Category::Temporary, "flags")?;
         // Flags from offset 1 of 2 words: no two-word slice; a one-word slice is refused.
         let err = flags.slice(1, 2).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("outside buffer"), "{err}");
-        let one = flags.slice(1, 1).unwrap();
+        let one = flags.slice(1, 1)?;
         let err = super::check(&gpu, one, x.whole()).unwrap_err();
         assert!(err.to_string().contains("flags: 1 elements given"), "{err}");
         let refusals = [
@@ -219,10 +220,11 @@ pub(crate) mod tests {
         let err = x.slice(3, 8).unwrap_err();
         assert!(err.to_string().contains("outside buffer"), "{err}");
         // Empty range: the flags say "clean".
-        super::check(&gpu, flags.whole(), x.slice(10, 0).unwrap()).unwrap();
+        super::check(&gpu, flags.whole(), x.slice(10, 0)?)?;
         assert_eq!(
-            super::read_flags(&gpu, flags.whole(), DEADLINE).unwrap(),
+            super::read_flags(&gpu, flags.whole(), DEADLINE)?,
             None
         );
+        Ok(())
     }
 }
