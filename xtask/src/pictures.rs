@@ -117,14 +117,9 @@ pub fn run_task(args: &[String]) -> Result<()> {
     if let Some(extra) = args.first() {
         bail!("pictures takes no arguments (got {extra:?})");
     }
-    crate::cargo(&[
-        "build",
-        "--quiet",
-        "-p",
-        "plimsoll-trainer",
-        "--bin",
-        "plimsoll",
-    ])?;
+    // The workspace's features (xtask turns fault injection on), so the libraries that
+    // `cargo xtask` itself was built with are reused and only the binary is linked.
+    crate::cargo(&["build", "--quiet", "--workspace", "--bins"])?;
     let exe = target_dir().join("debug").join("plimsoll");
     let out = target_dir().join("pictures");
     let _ = std::fs::remove_dir_all(&out);

@@ -1,0 +1,3 @@
+//! Empty: see `[build-dependencies]` in Cargo.toml (why `syn` is named there).
+
+fn main() {}
