@@ -53,6 +53,11 @@ pub struct GpuOptions {
     /// 2 MiB. Smaller values make a small model create segments as it runs, which
     /// fault-injection tests use.
     pub small_segment_bytes: Option<u64>,
+    /// The largest buffer a kernel may bind, in bytes, when smaller than the adapter's
+    /// `max_storage_buffer_binding_size` (rounded down to the block alignment). `None`: the
+    /// adapter's. Simulates an adapter with a smaller limit: tests of what the plan does at a
+    /// tensor past one binding use it on small models.
+    pub max_binding_bytes: Option<u64>,
 }
 
 impl GpuOptions {
@@ -387,7 +392,11 @@ impl Gpu {
 
         let limits = device.limits();
         let block_alignment = memory::block_alignment(&limits);
-        let max_block_bytes = memory::max_segment_bytes(&limits, block_alignment);
+        let max_block_bytes = memory::max_segment_bytes(&limits, block_alignment).min(
+            options
+                .max_binding_bytes
+                .map_or(u64::MAX, |b| (b / block_alignment).max(1) * block_alignment),
+        );
         let budget = options
             .memory_budget_bytes
             .unwrap_or_else(|| memory::default_budget_bytes(summary.device_type));
