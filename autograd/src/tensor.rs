@@ -336,8 +336,20 @@ impl Tensor {
         seed: u64,
         options: TensorOptions<'_>,
     ) -> Result<Self> {
+        if gpu.is_planning() {
+            return Self::unwritten(gpu, shape, options);
+        }
         let data = Self::uniform_values(numel(shape), low, high, seed);
         Self::from_slice_with(gpu, &data, shape, options)
+    }
+
+    /// On a planning device ([`Gpu::is_planning`]) a tensor whose values nobody will read: its
+    /// allocation as [`Tensor::from_slice_with`] makes it, with no host values drawn (a plan of
+    /// a 1.5B-parameter model would otherwise spend its time in the random number generator
+    /// and hold gigabytes of host memory).
+    pub fn unwritten(gpu: &Gpu, shape: &[usize], options: TensorOptions<'_>) -> Result<Self> {
+        let t = Self::empty(gpu, shape, options.category, options.label)?;
+        Ok(t.with_options(&options))
     }
 
     /// The `len` host values [`Tensor::uniform`] fills a tensor with, in row-major order (for a
@@ -359,6 +371,9 @@ impl Tensor {
         seed: u64,
         options: TensorOptions<'_>,
     ) -> Result<Self> {
+        if gpu.is_planning() {
+            return Self::unwritten(gpu, shape, options);
+        }
         let data: Vec<f32> = (0..numel(shape) as u64)
             .map(|i| {
                 let u1 = 1.0 - f64::from(unit_f32(seed, 2 * i)); // (0, 1]: log is finite

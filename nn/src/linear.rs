@@ -67,21 +67,23 @@ impl Linear {
             });
         }
         let b = init.bound(in_features, out_features);
-        // Drawn in [in, out] order and stored transposed: a seed gives the same layer it gave
-        // before the weight moved to PyTorch's [out, in] layout.
-        let drawn = Tensor::uniform_values(in_features * out_features, -b, b, seed);
-        let mut values = vec![0.0; drawn.len()];
-        for (i, row) in drawn.chunks(out_features).enumerate() {
-            for (o, &v) in row.iter().enumerate() {
-                values[o * in_features + i] = v;
+        let shape = [out_features, in_features];
+        let options = TensorOptions::parameter("linear.weight");
+        let weight = if gpu.is_planning() {
+            // A plan needs the allocation only: no values drawn (see `Tensor::unwritten`).
+            Tensor::unwritten(gpu, &shape, options)?
+        } else {
+            // Drawn in [in, out] order and stored transposed: a seed gives the same layer it
+            // gave before the weight moved to PyTorch's [out, in] layout.
+            let drawn = Tensor::uniform_values(in_features * out_features, -b, b, seed);
+            let mut values = vec![0.0; drawn.len()];
+            for (i, row) in drawn.chunks(out_features).enumerate() {
+                for (o, &v) in row.iter().enumerate() {
+                    values[o * in_features + i] = v;
+                }
             }
-        }
-        let weight = Tensor::from_slice_with(
-            gpu,
-            &values,
-            &[out_features, in_features],
-            TensorOptions::parameter("linear.weight"),
-        )?;
+            Tensor::from_slice_with(gpu, &values, &shape, options)?
+        };
         let bias = if bias {
             let b = 1.0 / (in_features as f32).sqrt();
             Some(Tensor::uniform(
