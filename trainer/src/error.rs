@@ -60,6 +60,26 @@ pub enum Error {
     /// saved the last good state first (if it has a checkpoint directory).
     #[error("{0}")]
     RanksUnresponsive(Box<Unresponsive>),
+    /// A tensor of the step is larger than the largest buffer a kernel can bind at the smallest
+    /// micro-batch the run may use (the plan treats such a tensor as not fitting, like out of
+    /// memory, and picks a micro-batch that avoids it when one exists).
+    #[error(
+        "{made_by}: tensor {label:?} of {} is larger than the largest buffer a kernel can \
+         bind ({}, the adapter's max_storage_buffer_binding_size).\nhint: {hint}",
+        format_bytes(*bytes), format_bytes(*max_bytes)
+    )]
+    TensorTooLarge {
+        /// The tensor's label.
+        label: String,
+        /// Its bytes.
+        bytes: u64,
+        /// The largest bindable buffer.
+        max_bytes: u64,
+        /// What made it: "the step at micro-batch 12", "the model's parameters".
+        made_by: String,
+        /// What to do.
+        hint: String,
+    },
     /// The memory plan's dry run waited past the deadline. It runs on a throwaway model before
     /// any training step, so no state was at risk.
     #[error(
@@ -265,6 +285,19 @@ impl Error {
             | Error::SampleOutOfMemory { source, .. }
             | Error::PlanTimeout { source, .. }
             | Error::StepTimeout { source, .. } => source.kernel_error(),
+            _ => None,
+        }
+    }
+
+    /// The label, bytes and the largest bindable size when this is (or wraps) a buffer larger
+    /// than a kernel can bind.
+    pub fn too_large_for_binding(&self) -> Option<(&str, u64, u64)> {
+        match self.kernel_error() {
+            Some(KernelError::TooLarge {
+                label,
+                requested_bytes,
+                max_bytes,
+            }) => Some((label.as_str(), *requested_bytes, *max_bytes)),
             _ => None,
         }
     }

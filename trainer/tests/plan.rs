@@ -396,3 +396,153 @@ fn a_run_of_steps_evaluates_at_its_end() {
     trainer.run(&mut evaluations).unwrap();
     assert_eq!(evaluations.0, [2, 4, 5]);
 }
+
+/// A tensor past one binding is avoided as out of memory is. Under a fake binding limit of
+/// 20 KiB, the tiny GPT (width 32, context 8: its MLP's hidden activation takes 4 KiB a sample,
+/// its largest parameter 16 KiB) with batch 12: the plan picks a micro-batch below 12 whose
+/// run trains, and the device itself refuses the next larger candidate (the oracle: a real
+/// step fails with the binding error). Given that micro-batch, the plan says so and advises
+/// leaving it out; under a limit below a parameter's size, the parameters are named.
+#[test]
+fn the_plan_picks_a_micro_batch_whose_tensors_fit_one_binding() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    use plimsoll_trainer::Error;
+    let limited = |bytes: u64| {
+        gpu_with(GpuOptions {
+            max_binding_bytes: Some(bytes),
+            ..GpuOptions::from_env()
+        })
+    };
+    let (mut gpt, tokens) = tiny_gpt(4000);
+    gpt.config.block_size = 8;
+    let windows = || plimsoll_trainer::TokenData::windows(tokens.clone(), 8, 13).unwrap();
+    let mut cfg = config(12, 1, 3, 1e-3);
+    cfg.micro_batch = None;
+    cfg.checkpointing = CheckpointPolicy::Automatic;
+
+    let gpu = limited(20 << 10);
+    assert_eq!(gpu.max_buffer_bytes(), 20 << 10);
+    let mut trainer = Trainer::new(&gpu, cfg.clone(), &gpt, windows(), None).unwrap();
+    let plan = trainer.plan().unwrap().clone();
+    let chosen = plan.micro_batch;
+    assert!(chosen < 12, "{plan}");
+    // The smallest micro-batch larger than the choice that the plan tried was refused for a
+    // tensor past one binding.
+    let refused = plan
+        .probes
+        .iter()
+        .filter(|p| p.micro_batch > chosen)
+        .min_by_key(|p| p.micro_batch)
+        .unwrap();
+    let (label, bytes, max) = refused.too_large.clone().expect("refused for the binding");
+    assert!(
+        bytes > max && max == 20 << 10,
+        "{label} {bytes} {max}\n{plan}"
+    );
+    for _ in 0..3 {
+        let report = trainer.step().unwrap();
+        assert_eq!(report.micro_batch, chosen);
+    }
+
+    // The oracle: a real run at the refused micro-batch, without a plan, fails on the device.
+    let mut forced = cfg.clone();
+    forced.micro_batch = Some(refused.micro_batch);
+    forced.checkpointing = CheckpointPolicy::None;
+    let gpu = limited(20 << 10);
+    let mut real = Trainer::new(&gpu, forced.clone(), &gpt, windows(), None).unwrap();
+    let err = real.step().unwrap_err();
+    assert!(err.too_large_for_binding().is_some(), "{err}");
+
+    // Given it, the plan (or the rehearsal of a run that makes none) refuses it and says what
+    // to do.
+    let gpu = limited(20 << 10);
+    let data = windows();
+    for result in [
+        plimsoll_trainer::plan::plan(&gpu, &gpt, &data, None, &forced).map(drop),
+        plimsoll_trainer::plan::rehearse(&gpu, (&gpt, &data, None), &forced, 1).map(drop),
+    ] {
+        match result {
+            Err(Error::TensorTooLarge { made_by, hint, .. }) => {
+                assert!(
+                    made_by.contains(&format!("micro-batch {}", refused.micro_batch))
+                        && hint.contains("leave --micro-batch out"),
+                    "{made_by} / {hint}"
+                );
+            }
+            other => panic!("want TensorTooLarge, got {other:?}"),
+        }
+    }
+
+    // Below the largest parameter (16 KiB), no micro-batch helps.
+    let gpu = limited(8 << 10);
+    match Trainer::new(&gpu, cfg, &gpt, windows(), None) {
+        Err(Error::TensorTooLarge { made_by, bytes, .. }) => {
+            assert_eq!(made_by, "the model's parameters");
+            assert!(bytes > 8 << 10);
+        }
+        other => panic!("want TensorTooLarge, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Scale, shapes only: the GPT-2 small shape (12 layers, 12 heads, width 768, context 1024) on
+/// the Shakespeare characters, batch 12, under 8 GiB with a binding limit of 128 MiB (lavapipe's;
+/// set, so the test means the same on any adapter). No kernel runs and no parameter value is
+/// drawn. A layer's attention probabilities take `m * 12 * 1024^2 * 4` bytes at micro-batch
+/// `m`: 100.7 MB at 2 fits one binding, 151 MB at 3 does not, so the plan picks 2 (the largest
+/// micro-batch `ceil(12 / parts)` under the limit), and its fixed state is the analytic one:
+/// 4 bytes a parameter, twice that for AdamW's moments.
+#[test]
+fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_limit() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    let gpu = gpu_with(GpuOptions {
+        max_binding_bytes: Some(128 << 20),
+        ..GpuOptions::from_env()
+    });
+    if gpu.max_buffer_bytes() < 128 << 20 {
+        plimsoll_kernels_wgsl::testing::skip(
+            "the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_limit",
+            "the adapter binds less than 128 MiB",
+        );
+        return;
+    }
+    gpu.set_memory_budget(8 << 30);
+    let spec = plimsoll_trainer::GptSpec {
+        config: plimsoll_nn::GptConfig {
+            vocab_size: 65,
+            block_size: 1024,
+            n_layer: 12,
+            n_head: 12,
+            n_embd: 768,
+        },
+        seed: 1,
+        optimizer: adam_spec(&[1]).optimizer,
+    };
+    let tokens: std::sync::Arc<Vec<u32>> =
+        std::sync::Arc::new((0..4096u32).map(|i| (i * 31 + i / 7) % 65).collect());
+    let train = plimsoll_trainer::TokenData::windows(tokens.clone(), 1024, 65).unwrap();
+    let val = plimsoll_trainer::TokenData::evenly_spaced(tokens, 1024, 65, 24).unwrap();
+    let mut cfg = config(12, 1, 100, 1e-3);
+    cfg.micro_batch = None;
+    cfg.checkpointing = CheckpointPolicy::Automatic;
+    cfg.eval_interval_steps = Some(50);
+    let plan = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();
+    assert_eq!(plan.micro_batch, 2, "{plan}");
+    assert!(plan.predicted_peak_reserved_bytes <= 8 << 30, "{plan}");
+    let at = |m: usize| plan.probes.iter().find(|p| p.micro_batch == m).unwrap();
+    assert!(at(3).too_large.is_some() && at(2).fits(), "{plan}");
+    let parameters = 4 * spec.parameter_count() as u64;
+    let chosen = at(2);
+    let parameter_peak = chosen.category_peaks[Category::Parameter.index()];
+    // Each of the model's 150 parameter tensors is rounded up to the block alignment.
+    assert!(
+        parameter_peak >= parameters && parameter_peak < parameters + 150 * gpu.block_alignment(),
+        "parameters {parameter_peak} vs {parameters}\n{plan}"
+    );
+    assert_eq!(
+        chosen.category_peaks[Category::OptimizerState.index()],
+        2 * parameter_peak,
+        "{plan}"
+    );
+}

@@ -58,6 +58,9 @@ pub struct Probe {
     pub eval_peak_reserved_bytes: Option<u64>,
     /// Whether an evaluation chunk ran out of memory (then it does not fit).
     pub eval_out_of_memory: bool,
+    /// A buffer of the step or the evaluation larger than a kernel can bind (its label, bytes
+    /// and the limit): then it does not fit, whatever the budget.
+    pub too_large: Option<(String, u64, u64)>,
     /// Steps and evaluation chunks the dry run replayed before the allocator's state repeated
     /// (the rest of the run's events repeat one of these).
     pub events_replayed: usize,
@@ -67,9 +70,27 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// A probe of `micro_batch` with `segment_len` that has not run yet: nothing seen.
+    fn unrun(segment_len: usize, micro_batch: usize) -> Probe {
+        Probe {
+            segment_len,
+            micro_batch,
+            out_of_memory: false,
+            peak_allocated_bytes: 0,
+            peak_reserved_bytes: 0,
+            category_peaks: [0; 7],
+            eval_peak_allocated_bytes: None,
+            eval_peak_reserved_bytes: None,
+            eval_out_of_memory: false,
+            too_large: None,
+            events_replayed: 0,
+            converged: true,
+        }
+    }
+
     /// Whether it ran without running out of memory.
     pub fn fits(&self) -> bool {
-        !self.out_of_memory && !self.eval_out_of_memory
+        !self.out_of_memory && !self.eval_out_of_memory && self.too_large.is_none()
     }
 }
 
@@ -134,7 +155,13 @@ impl fmt::Display for MemoryPlan {
                 c(Category::Activation),
                 p.eval_peak_allocated_bytes
                     .map_or("-".to_string(), format_bytes),
-                if p.fits() { "yes" } else { "out of memory" },
+                if p.fits() {
+                    "yes"
+                } else if p.too_large.is_some() {
+                    "past one binding"
+                } else {
+                    "out of memory"
+                },
             )?;
         }
         let replayed = self.probes.iter().map(|p| p.events_replayed).max();
@@ -222,20 +249,12 @@ fn probe(
     twin.with_allocator(|a| a.set_step_planning(planned));
     twin.empty_cache();
     twin.with_allocator(|a| a.reset_peaks());
-    let mut p = Probe {
-        segment_len,
-        micro_batch,
-        out_of_memory: false,
-        peak_allocated_bytes: 0,
-        peak_reserved_bytes: 0,
-        category_peaks: [0; 7],
-        // Without an evaluation set the run never evaluates: nothing to run out of memory.
-        eval_peak_allocated_bytes: test.is_none().then_some(0),
-        eval_peak_reserved_bytes: test.is_none().then_some(0),
-        eval_out_of_memory: false,
-        events_replayed: 0,
-        converged: true,
-    };
+    let mut p = Probe::unrun(segment_len, micro_batch);
+    // Without an evaluation set the run never evaluates: nothing to run out of memory.
+    if test.is_none() {
+        p.eval_peak_allocated_bytes = Some(0);
+        p.eval_peak_reserved_bytes = Some(0);
+    }
     // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
     let (mut model, mut optimizer) = crate::task::build_within_budget(spec, twin)?;
     let params = model.parameters();
@@ -364,7 +383,19 @@ fn replay_step(
             p.out_of_memory = true;
             Ok(false)
         }
-        Err(e) => Err(e),
+        Err(e) => too_large(e, p),
+    }
+}
+
+/// A dry run's error that is a buffer larger than one binding marks `p` (`Ok(false)`: it does
+/// not fit); any other error is returned.
+fn too_large(e: Error, p: &mut Probe) -> Result<bool> {
+    match e.too_large_for_binding() {
+        Some((label, bytes, max)) => {
+            p.too_large = Some((label.to_string(), bytes, max));
+            Ok(false)
+        }
+        None => Err(e),
     }
 }
 
@@ -406,7 +437,7 @@ fn replay_eval_chunk(
             p.eval_out_of_memory = true;
             Ok(false)
         }
-        Err(e) => Err(e),
+        Err(e) => too_large(e, p),
     }
 }
 
@@ -495,13 +526,38 @@ pub fn rehearse(
         _ => 0,
     };
     let twin = gpu.planning_twin(gpu.memory_budget_bytes());
-    probe(
+    let p = probe(
         &twin,
         (spec, data, test, &per_rank),
         segment_len,
         micro_batch,
-    )
-    .map(Some)
+    )?;
+    match too_large_error(&p, config.micro_batch.is_some()) {
+        Some(e) => Err(e),
+        None => Ok(Some(p)),
+    }
+}
+
+/// [`Error::TensorTooLarge`] for a dry run that made a buffer larger than one binding, with the
+/// advice for a micro-batch the user gave (`given`) or one the plan reached.
+fn too_large_error(p: &Probe, given: bool) -> Option<Error> {
+    let (label, bytes, max_bytes) = p.too_large.clone()?;
+    let hint = if given && p.micro_batch > 1 {
+        "leave --micro-batch out: the plan then picks a micro-batch whose tensors fit one \
+         binding"
+            .to_string()
+    } else {
+        "one sample's step makes it already: use a smaller model (for the GPT a shorter \
+         --context or a smaller --width); tensors split across bindings are not supported yet"
+            .to_string()
+    };
+    Some(Error::TensorTooLarge {
+        label,
+        bytes,
+        max_bytes,
+        made_by: format!("the step at micro-batch {}", p.micro_batch),
+        hint,
+    })
 }
 
 /// Plans the run of `spec` on `data` under `config` and the budget of `gpu` (dry runs on a
@@ -530,15 +586,34 @@ pub fn plan(
     };
     let mut probes: Vec<Probe> = Vec::new();
     let mut best: Option<Probe> = None;
+    // The largest micro-batch whose tensors each fit one binding, as far as known: a tensor
+    // past the limit at micro-batch m is past it at every larger one, checkpointed or not
+    // (checkpointing changes what is kept, not how big each tensor is made).
+    let mut cap = effective;
     for &segment_len in &candidates {
-        let run = |micro: usize, probes: &mut Vec<Probe>| -> Result<Probe> {
+        if best
+            .as_ref()
+            .is_some_and(|b| b.micro_batch >= cap && b.segment_len == 0)
+        {
+            break; // the largest possible micro-batch without checkpointing: nothing can beat it
+        }
+        let mut run = |micro: usize, probes: &mut Vec<Probe>| -> Result<Probe> {
             if let Some(p) = probes
                 .iter()
                 .find(|p| p.segment_len == segment_len && p.micro_batch == micro)
             {
                 return Ok(p.clone());
             }
+            if micro > cap {
+                // Not run: a smaller micro-batch already made a tensor past one binding.
+                let mut p = Probe::unrun(segment_len, micro);
+                p.too_large = Some(("(a smaller micro-batch's)".into(), 0, 0));
+                return Ok(p);
+            }
             let p = probe(&twin, (spec, data, test, config), segment_len, micro)?;
+            if p.too_large.is_some() {
+                cap = cap.min(micro.saturating_sub(1));
+            }
             probes.push(p.clone());
             Ok(p)
         };
@@ -592,14 +667,17 @@ pub fn plan(
                 best = Some(p);
             }
         }
-        if best
-            .as_ref()
-            .is_some_and(|b| b.micro_batch >= effective && b.segment_len == 0)
-        {
-            break; // the whole batch fits without checkpointing: nothing can beat it
-        }
     }
     let Some(choice) = best else {
+        // A buffer past one binding at the smallest micro-batch tried: no budget helps.
+        let smallest = probes.iter().map(|p| p.micro_batch).min();
+        if let Some(e) = probes
+            .iter()
+            .filter(|p| Some(p.micro_batch) == smallest)
+            .find_map(|p| too_large_error(p, config.micro_batch.is_some()))
+        {
+            return Err(e);
+        }
         let (need, fixed) = least_budget(gpu, (spec, data, test, config), &candidates, budget)?;
         // Would storing activations in f16 make it fit?
         let f16_fits = match config.precision {

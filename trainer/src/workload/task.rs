@@ -146,7 +146,17 @@ pub fn build_within_budget(
         4,
     )?;
     recipe.build(gpu).map_err(|e| {
-        if e.is_out_of_memory() {
+        if let Some((label, bytes, max_bytes)) = e.too_large_for_binding() {
+            Error::TensorTooLarge {
+                label: label.to_string(),
+                bytes,
+                max_bytes,
+                made_by: "the model's parameters".to_string(),
+                hint: "a parameter split across bindings is not supported yet: use a smaller \
+                       model (a smaller vocabulary or --width)"
+                    .to_string(),
+            }
+        } else if e.is_out_of_memory() {
             Error::ModelTooLarge {
                 budget_bytes: gpu.memory_budget_bytes(),
                 parameters: recipe.parameter_count(),
