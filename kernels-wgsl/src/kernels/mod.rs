@@ -137,6 +137,7 @@ macro_rules! families {
 }
 
 families! {
+    attention,
     copy,
     dropout,
     fill,
@@ -146,6 +147,9 @@ families! {
 /// Every kernel of the crate, one per entry point: what the shader validation test checks and
 /// what a warm-up may compile before a run's first step.
 pub const ALL: &[Kernel] = &[
+    attention::FORWARD,
+    attention::BACKWARD_DQ,
+    attention::BACKWARD_DKDV,
     binary::BROADCAST,
     binary::SCALAR_RHS,
     binary::SCALAR_LHS,

@@ -1,0 +1,497 @@
+//! `attention`: causal scaled-dot-product attention that never stores the `T x T` scores or
+//! probabilities (the FlashAttention algorithm). The family in one place: its shader
+//! (`attention.wgsl`, beside this file: the algorithm and the layout), its launchers, its CPU
+//! [`reference`](mod@reference) and its kernel tests.
+//!
+//! What it keeps for backward is `O(BH x T)`: the log-sum-exp of each query row (`lse`); the
+//! backward recomputes the probabilities from it, tile by tile. Head dimensions up to
+//! [`MAX_HEAD_DIM`].
+
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernels::check_loop_limit;
+use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::recorder::{Dispatch, Work};
+use crate::slice::DeviceSlice;
+
+/// The largest head dimension (the shader's private rows and tiles hold this many).
+pub const MAX_HEAD_DIM: u64 = 128;
+/// Rows (queries, or keys in `dkdv`) of a workgroup, one invocation each.
+const ROWS: u64 = 64;
+/// Keys (or queries) per tile in workgroup memory.
+const TILE: u64 = 16;
+
+const WGSL: &str = include_str!("attention.wgsl");
+
+// A binding keeps its number in every entry point (WGSL lets a number carry another name in an
+// entry point that does not use the first): q, k, v, then o or dk, lse, d_o, delta, dq or dv.
+
+/// Forward: `o` and `lse` from `q`, `k`, `v`.
+pub const FORWARD: Kernel = kernel!(
+    "attention",
+    "attention_forward",
+    source: WGSL,
+    [q, k, v, o, lse],
+    ROWS as u32
+);
+
+/// Backward, one invocation per query row: `dq`, and `delta = rowsum(dO * O)` for `dkdv`.
+pub const BACKWARD_DQ: Kernel = kernel!(
+    "attention",
+    "attention_backward_dq",
+    source: WGSL,
+    [q, k, v, o, lse, d_o, delta, dq],
+    ROWS as u32
+);
+
+/// Backward, one invocation per key row: `dk` and `dv` (after [`BACKWARD_DQ`] wrote `delta`).
+pub const BACKWARD_DKDV: Kernel = kernel!(
+    "attention",
+    "attention_backward_dkdv",
+    source: WGSL,
+    [q, k, v, dk, lse, d_o, delta, dv],
+    ROWS as u32
+);
+
+shader_params! {
+    /// The `Params` of `attention.wgsl` (offsets in elements of each binding's segment).
+    struct Params {
+        heads_batch: u32,
+        time: u32,
+        head_dim: u32,
+        scale: f32,
+        q_offset: u32,
+        k_offset: u32,
+        v_offset: u32,
+        o_offset: u32,
+        lse_offset: u32,
+        do_offset: u32,
+        delta_offset: u32,
+        dq_offset: u32,
+        dk_offset: u32,
+        dv_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+    }
+}
+
+/// The shape of an attention launch: `heads_batch` independent heads (batch x heads) of `time`
+/// rows of `head_dim` features; scores are `scale * q.k`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionDims {
+    /// Batch times heads.
+    pub heads_batch: u64,
+    /// Sequence length.
+    pub time: u64,
+    /// Features per head (at most [`MAX_HEAD_DIM`]).
+    pub head_dim: u64,
+    /// The scores' scale (`1 / sqrt(head_dim)` in a transformer).
+    pub scale: f32,
+}
+
+impl AttentionDims {
+    /// Elements of a `[BH, T, D]` tensor.
+    fn rows_len(&self) -> u64 {
+        self.heads_batch * self.time * self.head_dim
+    }
+
+    /// Elements of a `[BH, T]` tensor.
+    fn stats_len(&self) -> u64 {
+        self.heads_batch * self.time
+    }
+}
+
+/// Worst-case loop passes of one invocation of any of the three entry points at `time` rows
+/// and head dimension `head_dim` (each entry point's loops summed; see the module docs of
+/// `kernels` on lavapipe's loop limit). Rows are padded to a multiple of 8 and the inner loops
+/// take 8 elements a pass.
+pub const fn loop_iterations(time: u64, head_dim: u64) -> u64 {
+    let dp = head_dim.div_ceil(8) * 8;
+    let inner = dp / 8 + 1;
+    let tiles = time.div_ceil(TILE);
+    let load = (TILE * dp).div_ceil(ROWS) + 1;
+    // The forward's tile (scores, rescale, accumulate) is the costliest of the three.
+    let per_tile = load + 2 * (TILE + 1 + TILE * inner) + inner;
+    (dp + 1) + (tiles + 1) + tiles * per_tile + (head_dim + 1)
+}
+
+/// The checks every launcher makes: the head dimension, the loop limit, the grid, and the
+/// length of each `[BH, T, D]` slice (`rows`) and `[BH, T]` slice (`stats`).
+fn check(
+    gpu: &Gpu,
+    op: &'static str,
+    dims: &AttentionDims,
+    rows: &[(&str, DeviceSlice<'_>)],
+    stats: &[(&str, DeviceSlice<'_>)],
+) -> Result<[u32; 3]> {
+    if dims.head_dim == 0 || dims.head_dim > MAX_HEAD_DIM {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "head dimension {} outside 1..={MAX_HEAD_DIM} (use more heads of fewer \
+                 features)",
+                dims.head_dim
+            ),
+        });
+    }
+    check_loop_limit(gpu, op, "time", dims.time, |t| {
+        loop_iterations(t, dims.head_dim)
+    })?;
+    let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
+    let groups = [dims.time.div_ceil(ROWS), dims.heads_batch];
+    if groups.iter().any(|&g| g > max) || dims.rows_len() > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "{} heads of {} rows need {groups:?} workgroups (at most {max} each way) and \
+                 {} elements (at most 2^32 - 1); split the batch",
+                dims.heads_batch,
+                dims.time,
+                dims.rows_len()
+            ),
+        });
+    }
+    for (name, slice) in rows {
+        slice.expect_len(op, name, dims.rows_len())?;
+    }
+    for (name, slice) in stats {
+        slice.expect_len(op, name, dims.stats_len())?;
+    }
+    Ok([groups[0] as u32, groups[1] as u32, 1])
+}
+
+/// Floating-point work of the forward: two `T x T / 2 x D` products per head, as a multiply-add
+/// each (the backward does about 2.5 times this).
+fn forward_flops(dims: &AttentionDims) -> u64 {
+    2 * dims.heads_batch * dims.time * (dims.time + 1) * dims.head_dim
+}
+
+fn launch(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    params: &Params,
+    buffers: &[DeviceSlice<'_>],
+    workgroups: [u32; 3],
+    flops: u64,
+) -> Result<()> {
+    if workgroups[0] == 0 || workgroups[1] == 0 {
+        return Ok(());
+    }
+    gpu.dispatch(Dispatch {
+        kernel,
+        overrides: &[],
+        params: bytemuck::bytes_of(params),
+        buffers,
+        workgroups,
+        work: Work {
+            flops,
+            ..Work::of_slices(buffers)
+        },
+    })
+}
+
+/// Records the forward: `o = softmax(scale * q kᵀ, causal) v` (`[BH, T, D]`) and `lse`, the
+/// log-sum-exp of each row of scaled scores (`[BH, T]`, what the backward needs).
+pub fn forward(
+    gpu: &Gpu,
+    dims: &AttentionDims,
+    [o, lse]: [DeviceSlice<'_>; 2],
+    [q, k, v]: [DeviceSlice<'_>; 3],
+) -> Result<()> {
+    let op = FORWARD.entry;
+    let grid = check(
+        gpu,
+        op,
+        dims,
+        &[("q", q), ("k", k), ("v", v), ("o", o)],
+        &[("lse", lse)],
+    )?;
+    let params = Params {
+        heads_batch: dims.heads_batch as u32,
+        time: dims.time as u32,
+        head_dim: dims.head_dim as u32,
+        scale: dims.scale,
+        q_offset: q.index(),
+        k_offset: k.index(),
+        v_offset: v.index(),
+        o_offset: o.index(),
+        lse_offset: lse.index(),
+        ..Params::default()
+    };
+    launch(
+        gpu,
+        &FORWARD,
+        &params,
+        &[q, k, v, o, lse],
+        grid,
+        forward_flops(dims),
+    )
+}
+
+/// Records the backward: `dq`, `dk`, `dv` (`[BH, T, D]`) from the forward's inputs, its
+/// output `o` and `lse`, and the output's gradient `d_o`; `delta` (`[BH, T]`) is scratch
+/// (`rowsum(d_o * o)`).
+pub fn backward(
+    gpu: &Gpu,
+    dims: &AttentionDims,
+    [dq, dk, dv, delta]: [DeviceSlice<'_>; 4],
+    [q, k, v, o, lse, d_o]: [DeviceSlice<'_>; 6],
+) -> Result<()> {
+    let op = BACKWARD_DQ.entry;
+    let grid = check(
+        gpu,
+        op,
+        dims,
+        &[
+            ("q", q),
+            ("k", k),
+            ("v", v),
+            ("o", o),
+            ("d_o", d_o),
+            ("dq", dq),
+            ("dk", dk),
+            ("dv", dv),
+        ],
+        &[("lse", lse), ("delta", delta)],
+    )?;
+    let params = Params {
+        heads_batch: dims.heads_batch as u32,
+        time: dims.time as u32,
+        head_dim: dims.head_dim as u32,
+        scale: dims.scale,
+        q_offset: q.index(),
+        k_offset: k.index(),
+        v_offset: v.index(),
+        o_offset: o.index(),
+        lse_offset: lse.index(),
+        do_offset: d_o.index(),
+        delta_offset: delta.index(),
+        dq_offset: dq.index(),
+        dk_offset: dk.index(),
+        dv_offset: dv.index(),
+        ..Params::default()
+    };
+    let flops = forward_flops(dims);
+    launch(
+        gpu,
+        &BACKWARD_DQ,
+        &params,
+        &[q, k, v, o, lse, d_o, delta, dq],
+        grid,
+        flops,
+    )?;
+    launch(
+        gpu,
+        &BACKWARD_DKDV,
+        &params,
+        &[q, k, v, dk, lse, d_o, delta, dv],
+        grid,
+        flops * 3 / 2,
+    )
+}
+
+/// CPU reference: the same attention with the `T x T` probabilities materialised, in `f64`.
+pub mod reference {
+    use super::AttentionDims;
+
+    /// The causal probabilities of head `h`: row `i` over keys `0..=i`, and the row's
+    /// log-sum-exp of scaled scores.
+    fn probabilities(
+        dims: &AttentionDims,
+        q: &[f32],
+        k: &[f32],
+        h: usize,
+    ) -> (Vec<Vec<f64>>, Vec<f64>) {
+        let (t, d) = (dims.time as usize, dims.head_dim as usize);
+        let at = |x: &[f32], r: usize, c: usize| f64::from(x[(h * t + r) * d + c]);
+        let mut probs = Vec::with_capacity(t);
+        let mut lses = Vec::with_capacity(t);
+        for i in 0..t {
+            let scores: Vec<f64> = (0..=i)
+                .map(|j| {
+                    f64::from(dims.scale) * (0..d).map(|c| at(q, i, c) * at(k, j, c)).sum::<f64>()
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+            probs.push(scores.iter().map(|s| (s - max).exp() / sum).collect());
+            lses.push(max + sum.ln());
+        }
+        (probs, lses)
+    }
+
+    /// `(o, lse)` of the forward (`[BH, T, D]`, `[BH, T]`).
+    pub fn forward(dims: &AttentionDims, q: &[f32], k: &[f32], v: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let (t, d) = (dims.time as usize, dims.head_dim as usize);
+        let mut o = vec![0.0f32; dims.heads_batch as usize * t * d];
+        let mut lse = vec![0.0f32; dims.heads_batch as usize * t];
+        for h in 0..dims.heads_batch as usize {
+            let (probs, lses) = probabilities(dims, q, k, h);
+            for i in 0..t {
+                for c in 0..d {
+                    let sum: f64 = (0..=i)
+                        .map(|j| probs[i][j] * f64::from(v[(h * t + j) * d + c]))
+                        .sum();
+                    o[(h * t + i) * d + c] = sum as f32;
+                }
+                lse[h * t + i] = lses[i] as f32;
+            }
+        }
+        (o, lse)
+    }
+
+    /// `(dq, dk, dv)` given the output's gradient `d_o`: `dP = dO vᵀ`, `dS = P * (dP -
+    /// rowsum(dP * P))`, `dq = scale dS k`, `dk = scale dSᵀ q`, `dv = Pᵀ dO`.
+    pub fn backward(
+        dims: &AttentionDims,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        d_o: &[f32],
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (t, d) = (dims.time as usize, dims.head_dim as usize);
+        let n = dims.heads_batch as usize * t * d;
+        let (mut dq, mut dk, mut dv) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
+        let scale = f64::from(dims.scale);
+        for h in 0..dims.heads_batch as usize {
+            let (probs, _) = probabilities(dims, q, k, h);
+            let at = |x: &[f32], r: usize, c: usize| f64::from(x[(h * t + r) * d + c]);
+            for i in 0..t {
+                let dp: Vec<f64> = (0..=i)
+                    .map(|j| (0..d).map(|c| at(d_o, i, c) * at(v, j, c)).sum())
+                    .collect();
+                let row: f64 = (0..=i).map(|j| dp[j] * probs[i][j]).sum();
+                for j in 0..=i {
+                    let p = probs[i][j];
+                    let ds = p * (dp[j] - row);
+                    for c in 0..d {
+                        dq[(h * t + i) * d + c] += scale * ds * at(k, j, c);
+                        dk[(h * t + j) * d + c] += scale * ds * at(q, i, c);
+                        dv[(h * t + j) * d + c] += p * at(d_o, i, c);
+                    }
+                }
+            }
+        }
+        let f32s = |x: Vec<f64>| x.into_iter().map(|v| v as f32).collect();
+        (f32s(dq), f32s(dk), f32s(dv))
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::{AttentionDims, reference};
+    use crate::testing::{DEADLINE, Rng, assert_close, gpu};
+    use crate::{Category, DeviceBuffer, Error, Gpu, Result};
+
+    /// `data` at element `at` of a buffer of random guards: the kernels must add the offsets.
+    fn upload_at(gpu: &Gpu, rng: &mut Rng, data: &[f32], at: usize) -> Result<DeviceBuffer> {
+        let mut all = rng.vec_f32(at + data.len() + 3, -9.0, 9.0);
+        all[at..at + data.len()].copy_from_slice(data);
+        gpu.upload(&all, Category::Temporary, "attention test")
+    }
+
+    fn read(gpu: &Gpu, buffer: &DeviceBuffer, at: usize, len: usize) -> Result<Vec<f32>> {
+        let all: Vec<f32> = gpu.read_all(buffer, DEADLINE)?;
+        Ok(all[at..at + len].to_vec())
+    }
+
+    /// Forward and backward against the reference: one row, rows across the 16-key tiles and
+    /// the 64-row workgroups, head dimensions not a multiple of 8 and the largest, every
+    /// tensor at its own offset inside a buffer of guards.
+    #[test]
+    pub(crate) fn matches_reference() -> Result<()> {
+        let gpu = gpu();
+        let mut rng = Rng::new(31);
+        for (heads_batch, time, head_dim) in
+            [(3, 1, 1), (2, 70, 16), (1, 130, 64), (2, 33, 100), (1, 17, 128)]
+        {
+            let dims = AttentionDims {
+                heads_batch,
+                time,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+            };
+            let n = (heads_batch * time * head_dim) as usize;
+            let stats = (heads_batch * time) as usize;
+            let q = rng.vec_f32(n, -2.0, 2.0);
+            let k = rng.vec_f32(n, -2.0, 2.0);
+            let v = rng.vec_f32(n, -2.0, 2.0);
+            let d_o = rng.vec_f32(n, -1.0, 1.0);
+            let (want_o, want_lse) = reference::forward(&dims, &q, &k, &v);
+            let (want_dq, want_dk, want_dv) = reference::backward(&dims, &q, &k, &v, &d_o);
+
+            let [qb, kb, vb, gb] = [&q, &k, &v, &d_o].map(|x| upload_at(&gpu, &mut rng, x, 5));
+            let (qb, kb, vb, gb) = (qb?, kb?, vb?, gb?);
+            let zeros = vec![0.0f32; n];
+            let zero_stats = vec![0.0f32; stats];
+            let ob = upload_at(&gpu, &mut rng, &zeros, 3)?;
+            let lb = upload_at(&gpu, &mut rng, &zero_stats, 7)?;
+            let db = upload_at(&gpu, &mut rng, &zero_stats, 1)?;
+            let [dqb, dkb, dvb] = [2, 4, 6].map(|at| upload_at(&gpu, &mut rng, &zeros, at));
+            let (dqb, dkb, dvb) = (dqb?, dkb?, dvb?);
+            let (n64, s64) = (n as u64, stats as u64);
+            let (q_s, k_s, v_s, g_s) = (
+                qb.slice(5, n64)?,
+                kb.slice(5, n64)?,
+                vb.slice(5, n64)?,
+                gb.slice(5, n64)?,
+            );
+            let (o_s, l_s) = (ob.slice(3, n64)?, lb.slice(7, s64)?);
+            super::forward(&gpu, &dims, [o_s, l_s], [q_s, k_s, v_s])?;
+            super::backward(
+                &gpu,
+                &dims,
+                [
+                    dqb.slice(2, n64)?,
+                    dkb.slice(4, n64)?,
+                    dvb.slice(6, n64)?,
+                    db.slice(1, s64)?,
+                ],
+                [q_s, k_s, v_s, o_s, l_s, g_s],
+            )?;
+            let name = |what: &str| format!("attention {what} [{heads_batch}, {time}, {head_dim}]");
+            assert_close(&name("o"), &read(&gpu, &ob, 3, n)?, &want_o, 1e-5, 1e-4);
+            assert_close(&name("lse"), &read(&gpu, &lb, 7, stats)?, &want_lse, 1e-5, 1e-5);
+            assert_close(&name("dq"), &read(&gpu, &dqb, 2, n)?, &want_dq, 1e-5, 1e-4);
+            assert_close(&name("dk"), &read(&gpu, &dkb, 4, n)?, &want_dk, 1e-5, 1e-4);
+            assert_close(&name("dv"), &read(&gpu, &dvb, 6, n)?, &want_dv, 1e-5, 1e-4);
+        }
+        Ok(())
+    }
+
+    /// A head dimension past the shader's rows and a sequence past lavapipe's loop limit are
+    /// refused with the figures, never run truncated.
+    #[test]
+    fn refuses_a_head_past_128_and_a_time_past_the_loop_limit() -> Result<()> {
+        let gpu = gpu();
+        let buffer = gpu.alloc_elements(1 << 20, Category::Temporary, "attention")?;
+        let dims = AttentionDims {
+            heads_batch: 1,
+            time: 4,
+            head_dim: 129,
+            scale: 1.0,
+        };
+        let s = buffer.slice(0, 4 * 129)?;
+        let l = buffer.slice(0, 4)?;
+        let err = super::forward(&gpu, &dims, [s, l], [s, s, s]).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("129"),
+            "{err}"
+        );
+        if let Some(limit) = gpu.loop_iteration_limit() {
+            let time = crate::kernels::largest_within(limit, |t| super::loop_iterations(t, 128));
+            let dims = AttentionDims {
+                heads_batch: 1,
+                time: time + 1,
+                head_dim: 128,
+                scale: 1.0,
+            };
+            let s = buffer.slice(0, (time + 1) * 128)?;
+            let l = buffer.slice(0, time + 1)?;
+            let err = super::forward(&gpu, &dims, [s, l], [s, s, s]).unwrap_err();
+            assert!(matches!(err, Error::LoopLimit { .. }), "{err}");
+            assert!(err.to_string().contains(&format!("time <= {time}")), "{err}");
+        }
+        Ok(())
+    }
+}
