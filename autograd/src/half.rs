@@ -312,7 +312,7 @@ impl Tensor {
     /// This tensor with f32 elements and the same place in the graph: itself unless f16, else
     /// an f32 temporary (remembered under [`f16_activations`] as the f16's copy, so an op that
     /// saves it saves the f16). Ops call it on f16 inputs and compute in f32.
-    pub(crate) fn widened(&self) -> Result<Tensor> {
+    pub fn widened(&self) -> Result<Tensor> {
         if self.dtype != DType::F16 {
             return Ok(self.clone());
         }

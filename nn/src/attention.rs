@@ -1,7 +1,8 @@
 //! [`CausalSelfAttention`]: multi-head self-attention with a causal mask (position `t` attends
 //! to positions `<= t`), one fused `qkv` projection and an output projection `proj`.
 
-use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_autograd::{Category, DType, Derivative, Gpu, Grads, Tensor};
+use plimsoll_kernels_wgsl::kernels::attention::{self, AttentionDims};
 
 use crate::error::{Error, Result};
 use crate::linear::{Init, Linear, derive_seed};
@@ -17,6 +18,9 @@ pub struct CausalSelfAttention {
     /// Invariant: divides `dim`.
     heads: usize,
     training: bool,
+    /// Whether attention runs as one fused op that never stores the `T x T` probabilities
+    /// ([`causal_attention`]), or as scores, causal softmax and a product (the reference).
+    memory_efficient: bool,
 }
 
 impl CausalSelfAttention {
@@ -38,6 +42,7 @@ impl CausalSelfAttention {
             proj: Linear::new(gpu, dim, dim, true, init, derive_seed(seed, 2))?,
             heads,
             training: true,
+            memory_efficient: true,
         })
     }
 
@@ -67,7 +72,19 @@ impl CausalSelfAttention {
             proj,
             heads,
             training: true,
+            memory_efficient: true,
         })
+    }
+
+    /// Uses the fused attention ([`causal_attention`], the default) or, with `false`, the
+    /// reference path that stores the `T x T` probabilities for backward.
+    pub fn set_memory_efficient(&mut self, on: bool) {
+        self.memory_efficient = on;
+    }
+
+    /// Whether the fused attention is used (see [`CausalSelfAttention::set_memory_efficient`]).
+    pub fn is_memory_efficient(&self) -> bool {
+        self.memory_efficient
     }
 
     /// Number of heads.
@@ -119,12 +136,15 @@ impl Module for CausalSelfAttention {
         let q = part(0)?; // (B, H, T, D)
         let k = part(1)?; // (B, H, T, D)
         let v = part(2)?; // (B, H, T, D)
-        // q · kᵀ / sqrt(D): the transpose a flag and the scale the alpha of one kernel (no copy
-        // of k, no pass over q); the causal mask inside the softmax (no mask tensor).
-        let scores = q.matmul_transposed_scaled(&k, scale)?; // (B, H, T, T)
-        let attention = scores.softmax_causal()?;
-        let y = attention
-            .matmul(&v)? // (B, H, T, D)
+        let attended = if self.memory_efficient {
+            causal_attention(&q, &k, &v, scale)?
+        } else {
+            // q · kᵀ / sqrt(D): the transpose a flag and the scale the alpha of one kernel (no
+            // copy of k, no pass over q); the causal mask inside the softmax (no mask tensor).
+            let scores = q.matmul_transposed_scaled(&k, scale)?; // (B, H, T, T)
+            scores.softmax_causal()?.matmul(&v)?
+        }; // (B, H, T, D)
+        let y = attended
             .permute(&[0, 2, 1, 3])? // (B, T, H, D)
             .reshape(&[batch, time, dim])?;
         self.proj.forward(&y)
@@ -142,5 +162,132 @@ impl Module for CausalSelfAttention {
 
     fn is_training(&self) -> bool {
         self.training
+    }
+}
+
+/// Causal attention of queries, keys and values of one shape `[.., T, D]` (the leading
+/// dimensions are batch and heads): `softmax(scale * q kᵀ, causal) v`, each position attending
+/// to itself and the positions before it, computed by the `attention` kernels without the
+/// `T x T` scores or probabilities (FlashAttention). What it saves for backward is its inputs,
+/// its output and one log-sum-exp per row; the backward recomputes the probabilities tile by
+/// tile. f16 inputs are widened and computed in f32. Errors: shapes that differ, a rank under
+/// 2, a head dimension past [`attention::MAX_HEAD_DIM`], and (on lavapipe) a `T` past its loop
+/// limit.
+pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    if [q, k, v].iter().any(|t| t.dtype() == DType::F16) {
+        return causal_attention(&q.widened()?, &k.widened()?, &v.widened()?, scale);
+    }
+    let shape = q.shape();
+    let rank = shape.len();
+    let fits = rank >= 2
+        && k.shape() == shape
+        && v.shape() == shape
+        && [q, k, v].iter().all(|t| t.dtype() == DType::F32);
+    if !fits {
+        return Err(Error::InvalidConfig {
+            what: "causal_attention",
+            message: format!(
+                "q {:?} ({:?}), k {:?} ({:?}), v {:?} ({:?}): need one float shape [.., T, D]",
+                q.shape(),
+                q.dtype(),
+                k.shape(),
+                k.dtype(),
+                v.shape(),
+                v.dtype()
+            ),
+        });
+    }
+    let (time, head_dim) = (shape[rank - 2], shape[rank - 1]);
+    let heads_batch = shape[..rank - 2].iter().product::<usize>();
+    let dims = AttentionDims {
+        heads_batch: heads_batch as u64,
+        time: time as u64,
+        head_dim: head_dim as u64,
+        scale,
+    };
+    let inputs = [q, k, v];
+    let category = Tensor::output_category(&inputs);
+    let gpu = q.gpu();
+    let out = Tensor::empty(gpu, shape, category, "attention")?;
+    let lse = Tensor::empty(gpu, &[heads_batch, time], category, "attention lse")?;
+    attention::forward(
+        gpu,
+        &dims,
+        [out.elements()?, lse.elements()?],
+        [q.elements()?, k.elements()?, v.elements()?],
+    )?;
+    let o = out.detach();
+    Ok(Tensor::from_op(out, &inputs, || FusedAttention {
+        dims,
+        q: q.detach(),
+        k: k.detach(),
+        v: v.detach(),
+        o,
+        lse,
+    })?)
+}
+
+/// What [`causal_attention`]'s backward reads: its inputs, its output and the log-sum-exp of
+/// each row of scores.
+#[derive(Debug, Clone)]
+struct FusedAttention {
+    dims: AttentionDims,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+}
+
+impl Derivative for FusedAttention {
+    /// `dq`, `dk`, `dv` by the `attention` kernels (probabilities recomputed from `lse`).
+    fn backward(&self, g: &Tensor, _needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
+        let f32_of = |t: &Tensor| match t.dtype() {
+            DType::F16 => t.to_f32(),
+            _ => Ok(t.clone()),
+        };
+        let (q, k, v, o, g) = (
+            f32_of(&self.q)?,
+            f32_of(&self.k)?,
+            f32_of(&self.v)?,
+            f32_of(&self.o)?,
+            f32_of(g)?,
+        );
+        let gpu = g.gpu();
+        let grad = |label: &str| Tensor::empty(gpu, q.shape(), Category::Temporary, label);
+        let (dq, dk, dv) = (
+            grad("attention dq")?,
+            grad("attention dk")?,
+            grad("attention dv")?,
+        );
+        let delta = Tensor::empty(
+            gpu,
+            self.lse.shape(),
+            Category::Temporary,
+            "attention delta",
+        )?;
+        attention::backward(
+            gpu,
+            &self.dims,
+            [
+                dq.elements()?,
+                dk.elements()?,
+                dv.elements()?,
+                delta.elements()?,
+            ],
+            [
+                q.elements()?,
+                k.elements()?,
+                v.elements()?,
+                o.elements()?,
+                self.lse.elements()?,
+                g.elements()?,
+            ],
+        )?;
+        Ok([Some(dq), Some(dk), Some(dv)].into_iter().collect())
+    }
+
+    fn saved_activations(&mut self) -> Vec<&mut Tensor> {
+        vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o]
     }
 }

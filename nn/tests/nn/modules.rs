@@ -175,6 +175,21 @@ fn attention_matches_reference() {
     check_module(&attn, &x, true, &|p: &Params, x: &[f64]| {
         attention(p, "", x, time, dim, heads)
     });
+    // Both paths, over more positions than one 16-key tile of the fused kernel.
+    for efficient in [true, false] {
+        let time = 20;
+        let mut attn = CausalSelfAttention::new(&gpu, dim, heads, 12).unwrap();
+        attn.set_memory_efficient(efficient);
+        assert_eq!(attn.is_memory_efficient(), efficient);
+        let x = input(
+            &gpu,
+            &Rng::new(14).vec_f32(batch * time * dim, -1.0, 1.0),
+            &[batch, time, dim],
+        );
+        check_module(&attn, &x, true, &|p: &Params, x: &[f64]| {
+            attention(p, "", x, time, dim, heads)
+        });
+    }
     // 3 heads do not divide 8.
     let err = CausalSelfAttention::new(&gpu, 8, 3, 0).unwrap_err();
     assert!(
@@ -416,4 +431,53 @@ fn set_training_reaches_every_child() {
     let (w, b) = (p[0].1.to_vec().unwrap(), p[1].1.to_vec().unwrap());
     // W is [out, in]: row o holds output o's weights.
     assert_eq!(y, vec![w[0] + w[1] + b[0], w[2] + w[3] + b[1]]);
+}
+
+/// The fused attention keeps no `T x T` tensor: over a forward of batch 2, 4 heads of 8
+/// features and 128 positions, the reference path's activation peak exceeds the fused one's by
+/// at least its probabilities (2 x 4 x 128 x 128 floats, 512 KiB), while both give the same
+/// output, input gradient and parameter gradients within f32 rounding.
+#[test]
+fn fused_attention_keeps_no_probabilities_and_matches_the_reference_path() {
+    use plimsoll_kernels_wgsl::Category;
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let (batch, time, dim, heads) = (2, 128, 32, 4);
+    let data = Rng::new(15).vec_f32(batch * time * dim, -1.0, 1.0);
+    let r = Rng::new(16).vec_f32(batch * time * dim, -1.0, 1.0);
+    let mut runs = Vec::new();
+    for efficient in [true, false] {
+        let mut attn = CausalSelfAttention::new(&gpu, dim, heads, 12).unwrap();
+        attn.set_memory_efficient(efficient);
+        let x = input(&gpu, &data, &[batch, time, dim]);
+        gpu.with_allocator(|a| a.reset_peaks());
+        let y = attn.forward(&x).unwrap();
+        let peak = gpu.with_allocator(|a| {
+            a.stats()
+                .category(Category::Activation)
+                .peak_allocated_bytes
+        });
+        let r_t = Tensor::from_slice(&gpu, &r, y.shape()).unwrap();
+        y.mul(&r_t).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut grads = vec![y.to_vec().unwrap(), x.grad().unwrap().to_vec().unwrap()];
+        for (_, p) in attn.parameters() {
+            grads.push(p.grad().unwrap().to_vec().unwrap());
+        }
+        runs.push((peak, grads));
+    }
+    let probabilities = (batch * heads * time * time * 4) as u64;
+    assert!(
+        runs[1].0 >= runs[0].0 + probabilities,
+        "activation peaks: fused {} B, reference {} B",
+        runs[0].0,
+        runs[1].0
+    );
+    for (i, (fused, reference)) in runs[0].1.iter().zip(&runs[1].1).enumerate() {
+        assert_close(
+            &format!("tensor {i}"),
+            fused,
+            &to_f64(reference),
+            1e-5,
+            1e-4,
+        );
+    }
 }
