@@ -488,10 +488,10 @@ fn the_plan_picks_a_micro_batch_whose_tensors_fit_one_binding() {
 /// Scale, shapes only: the GPT-2 small shape (12 layers, 12 heads, width 768, context 1024) on
 /// the Shakespeare characters, batch 12, under 8 GiB with a binding limit of 128 MiB (lavapipe's;
 /// set, so the test means the same on any adapter). No kernel runs and no parameter value is
-/// drawn. A layer's attention probabilities take `m * 12 * 1024^2 * 4` bytes at micro-batch
-/// `m`: 100.7 MB at 2 fits one binding, 151 MB at 3 does not, so the plan picks 2 (the largest
-/// micro-batch `ceil(12 / parts)` under the limit), and its fixed state is the analytic one:
-/// 4 bytes a parameter, twice that for AdamW's moments.
+/// drawn. The fused attention keeps no `1024 x 1024` tensor, so the largest tensor of a step is
+/// the MLP's hidden activation, `m * 1024 * 3072 * 4` bytes at micro-batch `m`: 151 MB at 12 is
+/// past one binding, 75.5 MB at 6 is not, so the plan picks 6. Its fixed state is the analytic
+/// one: 4 bytes a parameter, twice that for AdamW's moments.
 #[test]
 fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_limit() {
     use plimsoll_kernels_wgsl::GpuOptions;
@@ -528,12 +528,14 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     cfg.checkpointing = CheckpointPolicy::Automatic;
     cfg.eval_interval_steps = Some(50);
     let plan = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();
-    assert_eq!(plan.micro_batch, 2, "{plan}");
+    assert_eq!(plan.micro_batch, 6, "{plan}");
     assert!(plan.predicted_peak_reserved_bytes <= 8 << 30, "{plan}");
     let at = |m: usize| plan.probes.iter().find(|p| p.micro_batch == m).unwrap();
-    assert!(at(3).too_large.is_some() && at(2).fits(), "{plan}");
+    let (_, bytes, max) = at(12).too_large.clone().expect("past one binding at 12");
+    assert_eq!((bytes, max), (12 * 1024 * 3072 * 4, 128 << 20), "{plan}");
+    assert!(at(6).fits(), "{plan}");
     let parameters = 4 * spec.parameter_count() as u64;
-    let chosen = at(2);
+    let chosen = at(6);
     let parameter_peak = chosen.category_peaks[Category::Parameter.index()];
     // Each of the model's 150 parameter tensors is rounded up to the block alignment.
     assert!(
@@ -545,4 +547,29 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
         2 * parameter_peak,
         "{plan}"
     );
+}
+
+/// The checkpoint lengths the plan tries: none, and for every length it skips, a shorter one
+/// tried that makes as many segments (so holds the same segment inputs and less inside one).
+#[test]
+fn the_plan_tries_the_shortest_length_for_each_count_of_segments() {
+    use plimsoll_trainer::plan::automatic_segments;
+    assert_eq!(automatic_segments(0), [0]);
+    assert_eq!(automatic_segments(3), [0, 1, 2, 3]);
+    let tried = automatic_segments(48);
+    assert_eq!(tried, [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 48]);
+    for blocks in 1..=60usize {
+        let tried = automatic_segments(blocks);
+        for k in 1..=blocks {
+            let segments = blocks.div_ceil(k);
+            let shortest = tried
+                .iter()
+                .filter(|&&j| j > 0 && blocks.div_ceil(j) == segments)
+                .min();
+            assert!(
+                shortest.is_some_and(|&j| j <= k),
+                "{blocks} blocks, length {k}: {tried:?}"
+            );
+        }
+    }
 }

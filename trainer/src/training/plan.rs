@@ -69,6 +69,18 @@ pub struct Probe {
     pub converged: bool,
 }
 
+/// The checkpoint segment lengths worth a dry run for a model of `blocks` blocks: none (0), and
+/// for each count of segments `s` the shortest length that makes `s` of them, `ceil(blocks /
+/// s)`. A longer length with the same count keeps the same segment inputs and more of one
+/// segment's activations, so it never needs less memory: 13 lengths for 48 blocks, not 48.
+pub fn automatic_segments(blocks: usize) -> Vec<usize> {
+    let mut lengths: Vec<usize> = (1..=blocks).map(|s| blocks.div_ceil(s)).collect();
+    lengths.push(0);
+    lengths.sort_unstable();
+    lengths.dedup();
+    lengths
+}
+
 impl Probe {
     /// A probe of `micro_batch` with `segment_len` that has not run yet: nothing seen.
     fn unrun(segment_len: usize, micro_batch: usize) -> Probe {
@@ -479,7 +491,9 @@ fn least_budget(
             .sum(),
         );
     }
-    let mut fails = refused.min(fits);
+    // Every step holds the fixed state (parameters, gradients, optimizer state) at once: no
+    // smaller budget can fit, so the search starts there.
+    let mut fails = refused.max(fixed).min(fits);
     while fits - fails > (fits / 100).max(1) {
         let mid = fails + (fits - fails) / 2;
         let twin = gpu.planning_twin(mid);
@@ -573,6 +587,16 @@ pub fn plan(
     test: Option<&dyn Data>,
     config: &TrainConfig,
 ) -> Result<MemoryPlan> {
+    plan_explained(gpu, (spec, data, test, config), true)
+}
+
+/// [`plan`]; when nothing fits and `explain`, the refusal's least budget and whether f16 fits
+/// are found too (more dry runs), else [`Error::BudgetTooSmall`] carries zeros for them.
+fn plan_explained(
+    gpu: &Gpu,
+    (spec, data, test, config): Inputs<'_>,
+    explain: bool,
+) -> Result<MemoryPlan> {
     config.validate()?;
     let started = Instant::now();
     let budget = gpu.memory_budget_bytes();
@@ -582,7 +606,7 @@ pub fn plan(
     let candidates: Vec<usize> = match config.checkpointing {
         CheckpointPolicy::None => vec![0],
         CheckpointPolicy::EveryBlocks(k) => vec![k],
-        CheckpointPolicy::Automatic => (0..=spec.blocks()).collect(),
+        CheckpointPolicy::Automatic => automatic_segments(spec.blocks()),
     };
     let mut probes: Vec<Probe> = Vec::new();
     let mut best: Option<Probe> = None;
@@ -591,9 +615,14 @@ pub fn plan(
     // (checkpointing changes what is kept, not how big each tensor is made).
     let mut cap = effective;
     for &segment_len in &candidates {
+        // The largest micro-batch the search can reach under the cap: `ceil(effective / parts)`.
+        let reachable = (1..=effective)
+            .map(|parts| effective.div_ceil(parts))
+            .find(|&m| m <= cap)
+            .unwrap_or(1);
         if best
             .as_ref()
-            .is_some_and(|b| b.micro_batch >= cap && b.segment_len == 0)
+            .is_some_and(|b| b.micro_batch >= reachable && b.segment_len == 0)
         {
             break; // the largest possible micro-batch without checkpointing: nothing can beat it
         }
@@ -619,6 +648,11 @@ pub fn plan(
         };
         let found = match config.micro_batch {
             Some(m) => Some(run(m.min(effective), &mut probes)?).filter(Probe::fits),
+            // The best so far already has the largest micro-batch the search can reach: this
+            // checkpointing can only tie it (and win with a lower peak), so try just that.
+            None if best.as_ref().is_some_and(|b| b.micro_batch >= reachable) => {
+                Some(run(reachable, &mut probes)?).filter(Probe::fits)
+            }
             None => {
                 // The fewest equal parts that fit: double the parts until one fits (small
                 // micro-batches are the slow dry runs), then bisect between the last two.
@@ -678,6 +712,14 @@ pub fn plan(
         {
             return Err(e);
         }
+        if !explain {
+            return Err(Error::BudgetTooSmall {
+                budget_bytes: budget,
+                predicted_bytes: 0,
+                fixed_bytes: 0,
+                f16_fits: None,
+            });
+        }
         let (need, fixed) = least_budget(gpu, (spec, data, test, config), &candidates, budget)?;
         // Would storing activations in f16 make it fit?
         let f16_fits = match config.precision {
@@ -686,7 +728,7 @@ pub fn plan(
                     precision: Precision::F16,
                     ..config.clone()
                 };
-                match plan(gpu, spec, data, test, &half) {
+                match plan_explained(gpu, (spec, data, test, &half), false) {
                     Ok(p) => Some((p.micro_batch, p.predicted_peak_reserved_bytes)),
                     Err(Error::BudgetTooSmall { .. }) => None,
                     Err(e) => return Err(e),
