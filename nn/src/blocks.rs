@@ -94,6 +94,12 @@ pub struct TransformerBlock {
 }
 
 impl TransformerBlock {
+    /// Uses the fused attention (the default) or the reference path
+    /// ([`CausalSelfAttention::set_memory_efficient`]).
+    pub fn set_memory_efficient_attention(&mut self, on: bool) {
+        self.attn.set_memory_efficient(on);
+    }
+
     /// A block of width `dim` with `heads` attention heads and an `mlp_hidden`-wide MLP
     /// (`4 * dim` is usual), initialised from `seed`. Errors: `heads` not dividing `dim`.
     pub fn new(

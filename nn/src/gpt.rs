@@ -106,6 +106,14 @@ fn linear(gpu: &Gpu, inputs: usize, outputs: usize, std: f32, seed: u64) -> Resu
 }
 
 impl Gpt {
+    /// Uses the fused attention in every block (the default) or, with `false`, the reference
+    /// path that keeps each layer's `T x T` probabilities for backward.
+    pub fn set_memory_efficient_attention(&mut self, on: bool) {
+        for block in &mut self.blocks {
+            block.set_memory_efficient_attention(on);
+        }
+    }
+
     /// A model of `config`, initialised from `seed` (see the module docs). Errors: a config
     /// [`GptConfig::validate`] refuses.
     pub fn new(gpu: &Gpu, config: GptConfig, seed: u64) -> Result<Gpt> {

@@ -127,6 +127,7 @@ fn workloads() -> Result<Vec<Workload>> {
     let gpt = Workload {
         name: "gpt 2x32",
         recipe: Box::new(GptSpec {
+            attention: Default::default(),
             config: GptConfig {
                 vocab_size: 13,
                 block_size: 8,

@@ -246,13 +246,26 @@ pub struct GptSpec {
     pub seed: u64,
     /// The optimizer.
     pub optimizer: OptimizerSpec,
+    /// How attention runs (fused by default).
+    pub attention: Attention,
+}
+
+/// How a GPT's attention runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Attention {
+    /// One fused op that keeps no `T x T` tensor (`plimsoll_nn::causal_attention`).
+    #[default]
+    Fused,
+    /// Scores, causal softmax and a product, the probabilities kept for backward (the
+    /// reference the fused op is checked against).
+    Reference,
 }
 
 impl Recipe for GptSpec {
     fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
-        let model = GptModel {
-            gpt: Gpt::new(gpu, self.config, self.seed)?,
-        };
+        let mut gpt = Gpt::new(gpu, self.config, self.seed)?;
+        gpt.set_memory_efficient_attention(self.attention == Attention::Fused);
+        let model = GptModel { gpt };
         Ok((Box::new(model), self.optimizer.build()))
     }
 

@@ -38,6 +38,7 @@ pub fn adam_spec(widths: &[usize]) -> ModelSpec {
 /// tokens of a fixed pattern for it.
 pub fn tiny_gpt(len: u32) -> (GptSpec, std::sync::Arc<Vec<u32>>) {
     let spec = GptSpec {
+        attention: Default::default(),
         config: GptConfig {
             vocab_size: 13,
             block_size: 8,

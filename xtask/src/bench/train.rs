@@ -42,7 +42,7 @@ const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
 /// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 5] = ["peer", "cold", "deep", "gpt", "precision"];
+pub const PARTS: [&str; 6] = ["peer", "cold", "deep", "gpt", "precision", "attention"];
 
 pub fn run(parts: &[String]) -> Result<Report> {
     if let Some(bad) = parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
@@ -64,6 +64,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("precision") {
         super::train_gpt::run_precisions(&mut report)?;
+    }
+    if wanted("attention") {
+        super::train_gpt::run_attention(&mut report)?;
     }
     Ok(report)
 }

@@ -9,6 +9,10 @@
 //!   packed words): peak activation, allocated and reserved bytes, and step time, side by
 //!   side (f16's activation peak must be at most 0.55 of f32's).
 //!
+//! - Part `attention`: the same model at context 256 and 1024, batch 1, with the fused attention
+//!   (no `T x T` tensor kept) against the reference path (scores, softmax, product, the
+//!   probabilities kept): peak activation bytes and median step time.
+//!
 //! (The memory plan's predictions are `cargo xtask bench plan`.)
 //!
 //! Analytic minimum: parameters, gradients and two AdamW moments (16 bytes per parameter), plus
@@ -47,6 +51,7 @@ const PRECISION_ROUNDS: usize = 9;
 /// soak`'s GPT).
 pub(crate) fn spec(vocab: usize) -> GptSpec {
     GptSpec {
+        attention: Default::default(),
         config: GptConfig {
             vocab_size: vocab,
             block_size: CONTEXT,
@@ -161,6 +166,46 @@ pub fn run(report: &mut Report) -> Result<()> {
         report.push(format!("{key}/peak_allocated"), mb(allocated), "MB");
     }
 
+    Ok(())
+}
+
+/// The `attention` part (see the module docs).
+pub fn run_attention(report: &mut Report) -> Result<()> {
+    let corpus = CharCorpus::shakespeare()?;
+    let vocab = corpus.vocab_size();
+    for context in [256usize, 1024] {
+        let data = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab)?;
+        let mut rows = Vec::new();
+        for (name, attention) in [
+            ("fused", plimsoll_trainer::Attention::Fused),
+            ("reference", plimsoll_trainer::Attention::Reference),
+        ] {
+            let mut spec = spec(vocab);
+            spec.config.block_size = context;
+            spec.attention = attention;
+            let gpu = Gpu::new()?;
+            let cfg = config(1, Some(1), 7, CheckpointPolicy::None);
+            let mut trainer = Trainer::new(&gpu, cfg, &spec, data.clone(), None)?;
+            let (times, [allocated, _, activation]) = steps(&mut trainer, 2, 5)?;
+            let key = format!("gpt_context_{context}/{name}");
+            let step = median(times);
+            report.push(format!("{key}/step_median"), step, "ms");
+            report.push(format!("{key}/peak_activation"), mb(activation), "MB");
+            report.push(format!("{key}/peak_allocated"), mb(allocated), "MB");
+            rows.push((step, activation));
+        }
+        let key = format!("gpt_context_{context}");
+        report.push(
+            format!("{key}/fused_over_reference_activation"),
+            rows[0].1 as f64 / rows[1].1 as f64,
+            "ratio",
+        );
+        report.push(
+            format!("{key}/fused_over_reference_step"),
+            rows[0].0 / rows[1].0,
+            "ratio",
+        );
+    }
     Ok(())
 }
 

@@ -447,6 +447,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             config.eval_interval_steps = Some(a.eval_every.max(1));
             let optimizer = adamw(&a.common, &defaults, 0.99)?;
             let spec = GptSpec {
+                attention: Default::default(),
                 config: GptShape::config(shape, vocab),
                 seed: a.common.seed,
                 optimizer,
