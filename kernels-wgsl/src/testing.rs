@@ -1,6 +1,7 @@
 //! Test support shared by every crate's test suites (a dev-dependency for autograd, nn and the
 //! trainer): the device (and one per 16-bit path), the tolerant comparison, seeded inputs, the
-//! test deadline, a fresh folder per test, and [`skip`]. Kept in one place so that NaN handling,
+//! test deadline, a fresh folder per test, [`skip`], and the 16-bit kernel tests' buffers of
+//! halves among sentinels ([`upload_halves`], [`read_halves`]). Kept in one place so that NaN handling,
 //! tolerances, "no adapter" messages and skip reports cannot drift apart.
 //!
 //! Not for production code: [`gpu`] panics when there is no adapter, which is what a test wants
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, GpuOptions};
+use crate::error::Result;
 use crate::kernels::convert::F16Path;
+use crate::reference::convert::{f16_bits_to_f32, f32_to_f16_bits, round_to_f16};
 use plimsoll_allocator::Category;
 
 pub use crate::random::SplitMix64 as Rng;
@@ -171,6 +174,58 @@ pub fn assert_close<W: Copy + Into<f64>>(
 /// `v` widened to f64.
 pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// The word [`upload_halves`] and [`sentinel_halves`] fill every half outside the data with
+/// (each half of it), so that [`read_halves`] can tell whether a kernel wrote outside its range.
+pub const SENTINEL: u32 = 0xDEAD_BEEF;
+
+/// A buffer of [`SENTINEL`] words with room for `len` halves at half `offset` (and two spare
+/// words after them): an output of a 16-bit kernel.
+pub fn sentinel_halves(gpu: &Gpu, offset: usize, len: usize, label: &str) -> Result<DeviceBuffer> {
+    let words = vec![SENTINEL; (offset + len).div_ceil(2) + 2];
+    gpu.upload(&words, Category::Temporary, label)
+}
+
+/// `values` rounded to f16, at half `offset` of a buffer of [`SENTINEL`] words (two spare words
+/// after them).
+pub fn upload_halves(gpu: &Gpu, values: &[f32], offset: usize) -> Result<DeviceBuffer> {
+    let mut words = vec![SENTINEL; (offset + values.len()).div_ceil(2) + 2];
+    for (i, &v) in values.iter().enumerate() {
+        let h = offset + i;
+        let bits = u32::from(f32_to_f16_bits(v)) << (16 * (h % 2));
+        words[h / 2] = (words[h / 2] & !(0xffff << (16 * (h % 2)))) | bits;
+    }
+    gpu.upload(&words, Category::Temporary, "halves")
+}
+
+/// The `len` halves at half `offset` of `buffer` as f32, and whether every other half still
+/// holds its [`SENTINEL`] half.
+pub fn read_halves(
+    gpu: &Gpu,
+    buffer: &DeviceBuffer,
+    offset: usize,
+    len: usize,
+) -> Result<(Vec<f32>, bool)> {
+    let words: Vec<u32> = gpu.read_all(buffer, DEADLINE)?;
+    let half = |h: usize| (words[h / 2] >> (16 * (h % 2))) as u16;
+    let values = (offset..offset + len)
+        .map(|h| f16_bits_to_f32(half(h)))
+        .collect();
+    let kept = (0..2 * words.len())
+        .filter(|h| !(offset..offset + len).contains(h))
+        .all(|h| half(h) == (SENTINEL >> (16 * (h % 2))) as u16);
+    Ok((values, kept))
+}
+
+/// `len` f16 values in [-4, 4], with values whose sums and products overflow f16 planted at the
+/// front (60000, -60000, 300, 0, -0, 1).
+pub fn halves_input(rng: &mut Rng, len: usize) -> Vec<f32> {
+    let mut x = round_to_f16(&rng.vec_f32(len, -4.0, 4.0));
+    let special = [60000.0, -60000.0, 300.0, 0.0, -0.0, 1.0];
+    let k = special.len().min(len);
+    x[..k].copy_from_slice(&special[..k]);
+    x
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Gradient check for every op: the GPU backward against central finite differences of the f64
-//! forwards in `plimsoll_kernels_wgsl::reference` (the oracle the kernel tests use too), over
-//! random small shapes (proptest, 16 cases). The loss is `L = Σ op(inputs) ⊙ w` with fixed
-//! random `w`, so every output element's gradient matters. The forward is checked against the
+//! forwards in each family's CPU reference (`plimsoll_kernels_wgsl::kernels::<stem>::reference`;
+//! `reference::<stem>` for a family not yet in the one-place layout), the oracle the kernel tests
+//! use too, over random small shapes (proptest, 16 cases). The loss is `L = Σ op(inputs) ⊙ w`
+//! with fixed random `w`, so every output element's gradient matters. The forward is checked against the
 //! same reference on the way. Unary and binary ops are visited from `UnaryOp::ALL` and
 //! `BinaryOp::ALL`, every op in every case, so a new op is checked without a new table row.
 
@@ -12,8 +13,9 @@ use plimsoll_kernels_wgsl::kernels::dropout::reference as dropout;
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
+use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
 use plimsoll_kernels_wgsl::reference::{
-    binary, cross_entropy, layer_norm, matmul, reduce, softmax, unary,
+    binary, cross_entropy, layer_norm, matmul, reduce, softmax,
 };
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;

@@ -118,7 +118,6 @@ mod matmul_half;
 pub mod optimizer;
 pub mod reduce;
 pub mod softmax;
-pub mod unary;
 
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
 /// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
@@ -141,6 +140,7 @@ families! {
     dropout,
     fill,
     nonfinite,
+    unary,
 }
 
 /// Every kernel of the crate, one per entry point: what the shader validation test checks and

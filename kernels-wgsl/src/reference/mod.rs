@@ -16,7 +16,6 @@ pub mod matmul;
 pub mod optimizer;
 pub mod reduce;
 pub mod softmax;
-pub mod unary;
 
 /// `v` widened to `f64` (what the `f32` wrappers hand to the `f64` references).
 pub(crate) fn widen(v: &[f32]) -> Vec<f64> {

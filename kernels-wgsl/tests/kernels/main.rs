@@ -16,4 +16,3 @@ mod matmul_f16;
 mod optimizer;
 mod reduce;
 mod softmax;
-mod unary;

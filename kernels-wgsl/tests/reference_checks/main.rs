@@ -7,7 +7,7 @@
 
 use plimsoll_kernels_wgsl::kernels::nonfinite::reference as nonfinite;
 use plimsoll_kernels_wgsl::reference::{
-    binary, convert, cross_entropy, embedding, layer_norm, optimizer, reduce, softmax, unary,
+    binary, convert, cross_entropy, embedding, layer_norm, optimizer, reduce, softmax,
 };
 // The types the references take live with their launchers.
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast};

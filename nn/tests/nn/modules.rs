@@ -2,7 +2,8 @@
 
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
-use plimsoll_kernels_wgsl::reference::{layer_norm, unary};
+use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
+use plimsoll_kernels_wgsl::reference::layer_norm;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
     Activation, CausalSelfAttention, Dropout, Embedding, Error, Init, LayerNorm, Linear, Module,

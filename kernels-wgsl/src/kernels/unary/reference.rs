@@ -1,4 +1,4 @@
-//! CPU reference for `unary`: elementwise `y = f(x)` and the backward `dx = dy * f'(.)`.
+//! CPU reference for [`unary`](super): elementwise `y = f(x)` and the backward `dx = dy * f'(.)`.
 //!
 //! GELU is the **tanh approximation** (`approximate="tanh"` in PyTorch), written in the
 //! equivalent, better-conditioned form `x * sigmoid(2u)` with `u = sqrt(2/pi) (x + 0.044715 x^3)`
@@ -7,7 +7,7 @@
 //! The backward of [`UnaryOp::Exp`], [`UnaryOp::Tanh`] and [`UnaryOp::Sigmoid`] takes the forward
 //! *output* `y`; every other op takes the forward *input* `x` (see [`UnaryOp::backward_uses_output`]).
 
-use crate::kernels::unary::UnaryOp;
+use super::UnaryOp;
 
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_CUBIC: f64 = 0.044_715;

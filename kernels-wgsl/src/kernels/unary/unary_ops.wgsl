@@ -6,7 +6,7 @@ override OP: u32;
 
 const WG: u32 = 256u;
 
-// `Params` and the bindings are declared in src/kernels/unary.rs (`shader_params!`, `kernel!`)
+// `Params` and the bindings are declared in mod.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
 
 // Run-time NaN / infinity (a constant expression would be rejected as a non-finite literal).

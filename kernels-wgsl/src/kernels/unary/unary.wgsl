@@ -1,9 +1,9 @@
 // unary: elementwise y = f(x) and its backward dx = dy * f'(.), for ONE op chosen by the
 // pipeline-overridable constant OP. Specialising the pipeline per op (WGSL `override`) lets the
 // compiler drop the switch: no per-element branch on a uniform, one cached pipeline per op.
-// Reference: src/reference/unary.rs.
+// Reference: reference.rs, beside this file.
 //
-// Declared in src/kernels/unary.rs, not here: the ops and their codes (`op_family!`, appended
+// Declared in mod.rs, not here: the ops and their codes (`op_family!`, appended
 // as `const Neg: u32 = 0u;` ..., which the switch in unary_ops.wgsl names), `Params`
 // (`shader_params!`) and the bindings (`kernel!`), both prepended. OP has no default: a pipeline
 // without it fails to build, loudly. gelu is the TANH APPROXIMATION, computed as

@@ -1,6 +1,8 @@
 //! `unary`: elementwise `y = f(x)` and its backward `dx = dy * f'(.)` for every [`UnaryOp`].
-//! One pipeline per op (the WGSL `override OP`). Shader: `shaders/unary.wgsl`; reference:
-//! [`crate::reference::unary`].
+//! One pipeline per op (the WGSL `override OP`). In one place: the shaders (`unary.wgsl`, the
+//! 16-bit `unary_f16.wgsl` and `unary_f16_native.wgsl`, and `unary_ops.wgsl`, the op and its
+//! math they share; all beside this file), the launchers, the CPU [`reference`](mod@reference)
+//! and the tests.
 
 use crate::device::Gpu;
 use crate::error::Error;
@@ -11,9 +13,13 @@ use crate::pipeline::{Kernel, kernel, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
+
 op_family! {
     /// A unary op; [`UnaryOp::shader_code`] is the value of the `OP` override in
-    /// `shaders/unary.wgsl`, whose switch names the ops as [`UnaryOp::WGSL`] declares them.
+    /// `unary.wgsl`, whose switch names the ops as [`UnaryOp::WGSL`] declares them.
     pub enum UnaryOp {
         /// `-x`
         Neg => "neg",
@@ -45,10 +51,15 @@ impl UnaryOp {
     }
 }
 
-/// The module: `shaders/unary.wgsl` (entry points) and `shaders/unary_ops.wgsl` (the op
-/// and its math, shared with the 16-bit modules).
+/// The op and its math (`unary_ops.wgsl`), shared by the f32 and the 16-bit modules.
+const OPS: &str = include_str!("unary_ops.wgsl");
+
+/// The module: `unary.wgsl` (entry points) and `unary_ops.wgsl` (the op and its math, shared
+/// with the 16-bit modules).
 const WGSL: &str = concatcp!(
-    shader_source!("unary", "unary_ops", "indexing"),
+    include_str!("unary.wgsl"),
+    OPS,
+    shader_source!("indexing"),
     UnaryOp::WGSL
 );
 
@@ -83,13 +94,14 @@ pub const BACKWARD_V4: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
-/// `forward` on 16-bit x and y, packed path: `shaders/unary_f16.wgsl` with the op and the
-/// rounding.
+/// `forward` on 16-bit x and y, packed path: `unary_f16.wgsl` with the op and the rounding.
 pub const FORWARD_F16: Kernel = kernel!(
     "unary_f16",
     "forward_f16",
     source: concatcp!(
-        shader_source!("unary_f16", "unary_ops", "indexing", "f16_bits"),
+        include_str!("unary_f16.wgsl"),
+        OPS,
+        shader_source!("indexing", "f16_bits"),
         UnaryOp::WGSL
     ),
     params: Params,
@@ -97,13 +109,15 @@ pub const FORWARD_F16: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
-/// `forward` on 16-bit x and y, native path (`SHADER_F16`): `shaders/unary_f16_native.wgsl`.
+/// `forward` on 16-bit x and y, native path (`SHADER_F16`): `unary_f16_native.wgsl`.
 pub const FORWARD_F16_NATIVE: Kernel = kernel!(
     "unary_f16_native",
     "forward_f16",
     source: concatcp!(
         "enable f16;\n",
-        shader_source!("unary_f16_native", "unary_ops", "indexing", "f16_native"),
+        include_str!("unary_f16_native.wgsl"),
+        OPS,
+        shader_source!("indexing", "f16_native"),
         UnaryOp::WGSL
     ),
     params: Params,
