@@ -176,6 +176,43 @@ pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
 }
 
+/// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
+/// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
+/// partial sums stay ~sqrt(k) max_abs and the rounding errors form a random walk, so the error is
+/// about u max_abs terms / sqrt(2) at one standard deviation; 2 u max_abs terms is a margin of
+/// several sigma over hundreds of outputs. (1000 terms of |x| <= 2: 2.4e-4 on sums of typical
+/// size 36, i.e. ~1e-5 relative.) The GPU's sum_all splits the sum into 256 strided chunks and a
+/// tree, which is only more accurate.
+pub fn sum_atol(terms: usize, max_abs: f64) -> f64 {
+    2.0 * (f64::from(f32::EPSILON) / 2.0) * max_abs * terms as f64 + 1e-7
+}
+
+/// Central-difference gradient of the scalar `loss(x)` with respect to every element of `x`.
+/// The step is taken in `f32` and the actual `(x+h) - (x-h)` is the denominator. (For the
+/// reference checks: a backward reference against its forward.)
+pub fn numeric_gradient(x: &[f32], h: f32, loss: impl Fn(&[f32]) -> f64) -> Vec<f32> {
+    let mut xs = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let (plus, minus) = (x[i] + h, x[i] - h);
+            xs[i] = plus;
+            let lp = loss(&xs);
+            xs[i] = minus;
+            let lm = loss(&xs);
+            xs[i] = x[i];
+            ((lp - lm) / (f64::from(plus) - f64::from(minus))) as f32
+        })
+        .collect()
+}
+
+/// `sum_i w_i v_i` in f64: a random linear functional, whose gradient is the backward with dy = w.
+pub fn dot(w: &[f32], v: &[f32]) -> f64 {
+    w.iter()
+        .zip(v)
+        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+        .sum()
+}
+
 /// The word [`upload_halves`] and [`sentinel_halves`] fill every half outside the data with
 /// (each half of it), so that [`read_halves`] can tell whether a kernel wrote outside its range.
 pub const SENTINEL: u32 = 0xDEAD_BEEF;

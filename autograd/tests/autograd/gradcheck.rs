@@ -7,6 +7,7 @@
 //! `BinaryOp::ALL`, every op in every case, so a new op is checked without a new table row.
 
 use plimsoll_autograd::{Derivative, Grads, Result, Tensor, no_grad};
+use plimsoll_kernels_wgsl::kernels::binary::reference as binary;
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
 use plimsoll_kernels_wgsl::kernels::copy::reference as copy;
 use plimsoll_kernels_wgsl::kernels::dropout::reference as dropout;
@@ -14,9 +15,7 @@ use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
-use plimsoll_kernels_wgsl::reference::{
-    binary, cross_entropy, layer_norm, matmul, reduce, softmax,
-};
+use plimsoll_kernels_wgsl::reference::{cross_entropy, layer_norm, matmul, reduce, softmax};
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
 

@@ -108,7 +108,6 @@ use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub mod binary;
 pub mod convert;
 pub mod cross_entropy;
 pub mod embedding;
@@ -136,6 +135,7 @@ macro_rules! families {
 }
 
 families! {
+    binary,
     copy,
     dropout,
     fill,

@@ -5,10 +5,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod binary;
 mod convert;
 mod cross_entropy;
-mod elementwise_f16;
 mod embedding;
 mod layer_norm;
 mod matmul;

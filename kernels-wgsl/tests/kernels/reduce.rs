@@ -4,21 +4,10 @@
 use plimsoll_kernels_wgsl::kernels::reduce::{self, AxisView};
 use plimsoll_kernels_wgsl::kernels::{check_loop_limit, largest_within};
 use plimsoll_kernels_wgsl::reference::reduce as cpu;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch, sum_atol};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
 
 use crate::common::{assert_loop_limit, loop_limit_or_skip};
-
-/// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
-/// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
-/// partial sums stay ~sqrt(k) max_abs and the rounding errors form a random walk, so the error is
-/// about u max_abs terms / sqrt(2) at one standard deviation; 2 u max_abs terms is a margin of
-/// several sigma over hundreds of outputs. (1000 terms of |x| <= 2: 2.4e-4 on sums of typical
-/// size 36, i.e. ~1e-5 relative.) The GPU's sum_all splits the sum into 256 strided chunks and a
-/// tree, which is only more accurate.
-pub fn sum_atol(terms: usize, max_abs: f64) -> f64 {
-    2.0 * (f64::from(f32::EPSILON) / 2.0) * max_abs * terms as f64 + 1e-7
-}
 
 /// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.
 fn max_input(rng: &mut Rng, len: usize) -> Vec<f32> {

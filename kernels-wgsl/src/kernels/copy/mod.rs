@@ -449,4 +449,44 @@ pub(crate) mod tests {
         );
         Ok(())
     }
+
+    /// `copy::strided_copy_f16` moves the bits of a permuted run of halves (a 3-D transpose from an
+    /// odd source offset), keeping the halves around the destination, on both paths.
+    #[test]
+    fn f16_strided_copy_permutes_the_bits() -> Result<()> {
+        use crate::kernels::convert::Halves;
+        use crate::reference::convert::round_to_f16;
+        use crate::testing::{f16_devices, read_halves, sentinel_halves, upload_halves};
+        let (d0, d1, d2) = (3usize, 5usize, 7usize);
+        let len = d0 * d1 * d2;
+        let mut rng = Rng::new(0xC0);
+        let mut x = round_to_f16(&rng.vec_f32(len, -100.0, 100.0));
+        x[0] = f32::NAN;
+        x[1] = f32::NEG_INFINITY;
+        // out[i][j][k] = x[k][i][j]: shape (d1, d2, d0) over x of (d0, d1, d2).
+        let shape = [d1 as u32, d2 as u32, d0 as u32];
+        let strides = [d2 as u32, 1, (d1 * d2) as u32];
+        for (_, gpu) in f16_devices() {
+            let (off_src, off_dst) = (3, 2);
+            let src_gpu = upload_halves(&gpu, &x, off_src)?;
+            let dst_gpu = sentinel_halves(&gpu, off_dst, len, "dst")?;
+            let src = Halves::of(&src_gpu, off_src as u64, len as u64)?;
+            let dst = Halves::of(&dst_gpu, off_dst as u64, len as u64)?;
+            super::strided_copy_f16(&gpu, dst, src, &shape, &strides)?;
+            let (got, kept) = read_halves(&gpu, &dst_gpu, off_dst, len)?;
+            let want: Vec<f32> = (0..len)
+                .map(|i| {
+                    let (a, b, c) = (i / (d2 * d0), (i / d0) % d2, i % d0);
+                    x[a * d2 + b + c * d1 * d2]
+                })
+                .collect();
+            let name = format!("{:?} strided_copy_f16", gpu.f16_path());
+            assert!(kept, "{name}: a half outside the destination changed");
+            assert_close(&name, &got, &want, 0.0, 0.0);
+            let odd = Halves::of(&dst_gpu, 1, len as u64)?;
+            let err = super::strided_copy_f16(&gpu, odd, src, &shape, &strides).expect_err("refused");
+            assert!(err.to_string().contains("even element"), "{err}");
+        }
+        Ok(())
+    }
 }

@@ -6,7 +6,7 @@ override OP: u32;
 
 const WG: u32 = 256u;
 
-// `Params` and the bindings are declared in src/kernels/binary.rs (`shader_params!`, `kernel!`)
+// `Params` and the bindings are declared in mod.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
 
 var<private> nan_bits: u32 = 0x7fc00000u;

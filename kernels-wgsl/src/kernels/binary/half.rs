@@ -1,8 +1,10 @@
 //! `binary` on 16-bit operands (a child of [`super`], sharing its `Params`): the broadcast and
-//! scalar forms on both 16-bit paths. Shaders: `shaders/binary_f16.wgsl` (packed) and
-//! `shaders/binary_f16_native.wgsl` (native), each with `binary_ops.wgsl`.
+//! scalar forms on both 16-bit paths. Shaders: `binary_f16.wgsl` (packed) and
+//! `binary_f16_native.wgsl` (native), each with `binary_ops.wgsl` (all beside this file).
 
-use super::{BinaryDims, BinaryOp, Params, broadcast_shapes, elements, overrides, shaped_params};
+use super::{
+    BinaryDims, BinaryOp, OPS, Params, broadcast_shapes, elements, overrides, shaped_params,
+};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
@@ -13,21 +15,25 @@ use const_format::concatcp;
 /// The `Params` declaration (the parent's).
 const PARAMS_WGSL: &str = super::PARAMS_WGSL;
 
-/// The packed 16-bit module: `shaders/binary_f16.wgsl`, the op and the rounding.
+/// The packed 16-bit module: `binary_f16.wgsl`, the op and the rounding.
 const WGSL_F16: &str = concatcp!(
-    shader_source!("binary_f16", "binary_ops", "indexing", "f16_bits"),
+    include_str!("binary_f16.wgsl"),
+    OPS,
+    shader_source!("indexing", "f16_bits"),
     BinaryOp::WGSL
 );
 
-/// The native 16-bit module: `enable f16;`, `shaders/binary_f16_native.wgsl`, the op and the
+/// The native 16-bit module: `enable f16;`, `binary_f16_native.wgsl`, the op and the
 /// rounding.
 const WGSL_F16_NATIVE: &str = concatcp!(
     "enable f16;\n",
-    shader_source!("binary_f16_native", "binary_ops", "indexing", "f16_native"),
+    include_str!("binary_f16_native.wgsl"),
+    OPS,
+    shader_source!("indexing", "f16_native"),
     BinaryOp::WGSL
 );
 
-/// `broadcast` on 16-bit operands, packed path: `shaders/binary_f16.wgsl` with the op and the
+/// `broadcast` on 16-bit operands, packed path: `binary_f16.wgsl` with the op and the
 /// rounding.
 pub const BROADCAST_F16: Kernel = kernel!(
     "binary_f16",
@@ -38,7 +44,7 @@ pub const BROADCAST_F16: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
-/// `broadcast` on 16-bit operands, native path (`SHADER_F16`): `shaders/binary_f16_native.wgsl`.
+/// `broadcast` on 16-bit operands, native path (`SHADER_F16`): `binary_f16_native.wgsl`.
 pub const BROADCAST_F16_NATIVE: Kernel = kernel!(
     "binary_f16_native",
     "broadcast_f16",

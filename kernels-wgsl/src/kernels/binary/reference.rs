@@ -1,4 +1,4 @@
-//! CPU reference for `binary`: `out = a op b` with numpy broadcasting, the scalar forms
+//! CPU reference for [`binary`](super): `out = a op b` with numpy broadcasting, the scalar forms
 //! `a op s` and `s op a`, and the backward at the *output* shape.
 //!
 //! The backward returns `(da, db)` both shaped like the output; the gradient of a broadcast
@@ -6,7 +6,7 @@
 //! `max`/`min` propagate NaN (as PyTorch's `maximum`/`minimum`), and on ties their backward
 //! gives half of `dy` to each side (as PyTorch).
 
-use crate::kernels::binary::{BinaryOp, Broadcast};
+use super::{BinaryOp, Broadcast};
 use crate::reference::{narrow, widen};
 
 /// The CPU math of each op (the oracle the kernel tests and gradient checks use).

@@ -1,10 +1,10 @@
 // binary: out = a op b with numpy broadcasting over up to 8 dimensions, the scalar forms
 // a op s / s op a, and the backward at the output shape. ONE op per pipeline, chosen by the
 // override constant OP (specialised pipeline, no per-element branch on a uniform).
-// Reference: src/reference/binary.rs (BinaryOp::shader_code gives OP; Broadcast gives the
+// Reference: reference.rs, beside this file (BinaryOp::shader_code gives OP; Broadcast gives the
 // shape and strides).
 //
-// Declared in src/kernels/binary.rs, not here: the ops and their codes (`op_family!`, appended
+// Declared in mod.rs, not here: the ops and their codes (`op_family!`, appended
 // as `const Add: u32 = 0u;` ..., which the switch in binary_ops.wgsl names), `Params`
 // (`shader_params!`) and the bindings (`kernel!`), both prepended. OP has no default.
 //   max/min propagate NaN; their backward gives dy to the winner and dy/2 to each on a tie.

@@ -1,8 +1,10 @@
 //! `binary`: `out = a op b` with numpy broadcasting (rank <= 8), the scalar forms `a op s` and
 //! `s op a`, and the backward at the output shape, for every [`BinaryOp`]. One pipeline per op
 //! (the WGSL `override OP`). Shapes go through the reference's [`Broadcast::new`], so the launcher
-//! and the CPU oracle share one broadcasting rule. Shader: `shaders/binary.wgsl`; reference:
-//! [`crate::reference::binary`].
+//! and the CPU oracle share one broadcasting rule. In one place: the shaders (`binary.wgsl`, the
+//! 16-bit `binary_f16.wgsl` and `binary_f16_native.wgsl` launched from `half.rs`, and
+//! `binary_ops.wgsl`, the op and its math they share; all beside this file), the launchers, the
+//! CPU [`reference`](mod@reference) and the tests.
 //!
 //! Operands are contiguous, row-major, and described by their own shapes; the gradient of a
 //! broadcast operand is the output-shaped gradient summed down with
@@ -15,8 +17,10 @@ use crate::pipeline::{Kernel, kernel, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
-#[path = "binary_f16.rs"]
 mod half;
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
 
 pub use half::{
     BROADCAST_F16, BROADCAST_F16_NATIVE, SCALAR_F16, SCALAR_F16_NATIVE, broadcast_f16, scalar_f16,
@@ -24,7 +28,7 @@ pub use half::{
 
 op_family! {
     /// A binary op; [`BinaryOp::shader_code`] is the value of the `OP` override in
-    /// `shaders/binary.wgsl`, whose switch names the ops as [`BinaryOp::WGSL`] declares them.
+    /// `binary.wgsl`, whose switch names the ops as [`BinaryOp::WGSL`] declares them.
     pub enum BinaryOp {
         /// `a + b`
         Add => "add",
@@ -125,10 +129,15 @@ impl Broadcast {
 /// Most output dimensions a broadcast takes (the shader's `shape_lo`/`shape_hi`).
 pub const MAX_RANK: usize = 8;
 
-/// The module: `shaders/binary.wgsl` (entry points) and `shaders/binary_ops.wgsl` (the op
-/// and its math, shared with the 16-bit modules).
+/// The op and its math (`binary_ops.wgsl`), shared by the f32 and the 16-bit modules.
+const OPS: &str = include_str!("binary_ops.wgsl");
+
+/// The module: `binary.wgsl` (entry points) and `binary_ops.wgsl` (the op and its math, shared
+/// with the 16-bit modules).
 const WGSL: &str = concatcp!(
-    shader_source!("binary", "binary_ops", "indexing"),
+    include_str!("binary.wgsl"),
+    OPS,
+    shader_source!("indexing"),
     BinaryOp::WGSL
 );
 
