@@ -1,7 +1,9 @@
 //! Test support shared by every crate's test suites (a dev-dependency for autograd, nn and the
 //! trainer): the device (and one per 16-bit path), the tolerant comparison, seeded inputs, the
-//! test deadline, a fresh folder per test, [`skip`], and the 16-bit kernel tests' buffers of
-//! halves among sentinels ([`upload_halves`], [`read_halves`]). Kept in one place so that NaN handling,
+//! test deadline, a fresh folder per test, [`skip`], and the kernel tests' scaffolding: tensors
+//! among guard elements ([`Guarded`], [`upload_u32_at`]), the loop-limit checks
+//! ([`loop_limit_or_skip`], [`assert_loop_limit`]), buffers of halves among sentinels
+//! ([`upload_halves`], [`read_halves`]), and the tolerances and finite differences they share. Kept in one place so that NaN handling,
 //! tolerances, "no adapter" messages and skip reports cannot drift apart.
 //!
 //! Not for production code: [`gpu`] panics when there is no adapter, which is what a test wants
@@ -14,9 +16,10 @@ use std::time::Duration;
 
 use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, GpuOptions};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::convert::F16Path;
 use crate::reference::convert::{f16_bits_to_f32, f32_to_f16_bits, round_to_f16};
+use crate::slice::DeviceSlice;
 use plimsoll_allocator::Category;
 
 pub use crate::random::SplitMix64 as Rng;
@@ -211,6 +214,133 @@ pub fn dot(w: &[f32], v: &[f32]) -> f64 {
         .zip(v)
         .map(|(&a, &b)| f64::from(a) * f64::from(b))
         .sum()
+}
+
+/// Random elements kept after each [`Guarded`] range.
+const GUARD_AFTER: usize = 5;
+
+/// A tensor at a non-zero element offset inside a larger buffer whose other elements are random
+/// guards: a kernel that ignores the offset, or writes outside its range, is caught.
+pub struct Guarded {
+    /// The whole buffer.
+    pub buffer: DeviceBuffer,
+    /// Element offset of the tensor.
+    pub offset: usize,
+    /// The whole buffer as uploaded.
+    pub initial: Vec<f32>,
+    len: usize,
+}
+
+impl Guarded {
+    /// `data` at element `offset` of a buffer with random guards before and after it.
+    pub fn upload(
+        gpu: &Gpu,
+        rng: &mut Rng,
+        data: &[f32],
+        offset: usize,
+        label: &str,
+    ) -> Result<Self> {
+        let mut initial = rng.vec_f32(offset + data.len() + GUARD_AFTER, -9.0, 9.0);
+        initial[offset..offset + data.len()].copy_from_slice(data);
+        let buffer = gpu.upload(&initial, Category::Temporary, label)?;
+        Ok(Guarded {
+            buffer,
+            offset,
+            initial,
+            len: data.len(),
+        })
+    }
+
+    /// `len` random elements at `offset` (an output the kernel must overwrite entirely).
+    pub fn random(
+        gpu: &Gpu,
+        rng: &mut Rng,
+        len: usize,
+        offset: usize,
+        label: &str,
+    ) -> Result<Self> {
+        let data = rng.vec_f32(len, -9.0, 9.0);
+        Self::upload(gpu, rng, &data, offset, label)
+    }
+
+    /// The element offset of the tensor.
+    pub fn at(&self) -> u64 {
+        self.offset as u64
+    }
+
+    /// The tensor as launchers take it: its elements (at the non-zero offset) of the buffer.
+    pub fn slice(&self) -> Result<DeviceSlice<'_>> {
+        self.buffer.slice(self.at(), self.len as u64)
+    }
+
+    /// Reads the buffer back; asserts the range is within `atol + rtol*|want|` of `want` and
+    /// every guard is unchanged (exactly). Returns the range.
+    ///
+    /// # Panics
+    /// When an element of the range is not close, or a guard changed.
+    #[track_caller]
+    pub fn check(
+        &self,
+        gpu: &Gpu,
+        name: &str,
+        want: &[f32],
+        atol: f64,
+        rtol: f64,
+    ) -> Result<Vec<f32>> {
+        let all: Vec<f32> = gpu.read_all(&self.buffer, DEADLINE)?;
+        let range = self.offset..self.offset + self.len;
+        assert_close(name, &all[range.clone()], want, atol, rtol);
+        let mut guards = all.clone();
+        guards[range.clone()].copy_from_slice(&self.initial[range.clone()]);
+        assert_close(
+            &format!("{name} (guards)"),
+            &guards,
+            &self.initial,
+            0.0,
+            0.0,
+        );
+        Ok(all[range].to_vec())
+    }
+}
+
+/// Uploads u32 `data` (ids, targets) at element `offset` after `offset` junk words.
+pub fn upload_u32_at(gpu: &Gpu, data: &[u32], offset: usize, label: &str) -> Result<DeviceBuffer> {
+    let mut words = vec![0xFFFF_FFFFu32; offset];
+    words.extend_from_slice(data);
+    gpu.upload(&words, Category::Temporary, label)
+}
+
+/// The adapter's loop limit, or `None` after reporting `test` (its function name) as skipped
+/// ([`skip`]): on an adapter without the limit there is nothing to refuse (its launches run
+/// unrestricted; the `*_at_the_loop_limit_*` tests still run them).
+pub fn loop_limit_or_skip(gpu: &Gpu, test: &str) -> Option<u64> {
+    let limit = gpu.loop_iteration_limit();
+    if limit.is_none() {
+        let why = format!(
+            "adapter {} has no loop limit; nothing to refuse",
+            gpu.adapter()
+        );
+        skip(test, &why);
+    }
+    limit
+}
+
+/// Asserts that `result` is [`Error::LoopLimit`] whose hint names `what <= largest`.
+///
+/// # Panics
+/// When it is not.
+#[track_caller]
+pub fn assert_loop_limit<T: std::fmt::Debug>(result: Result<T>, what: &str, largest: u64) {
+    let err = match result {
+        Ok(value) => panic!("want LoopLimit, got Ok({value:?})"),
+        Err(err) => err,
+    };
+    assert!(
+        matches!(err, Error::LoopLimit { .. }),
+        "want LoopLimit, got {err}"
+    );
+    let hint = format!("{what} <= {largest}");
+    assert!(err.to_string().contains(&hint), "{err} (want {hint:?})");
 }
 
 /// The word [`upload_halves`] and [`sentinel_halves`] fill every half outside the data with

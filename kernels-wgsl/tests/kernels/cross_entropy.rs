@@ -1,9 +1,9 @@
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::{RowLayout, largest_within};
-use plimsoll_kernels_wgsl::testing::{Rng, gpu, scratch};
+use plimsoll_kernels_wgsl::testing::{
+    Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_skip, scratch, upload_u32_at,
+};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
-
-use crate::common::{Guarded, assert_loop_limit, loop_limit_or_skip, upload_u32_at};
 
 // Tolerances. Loss: lse and the row mean are f32 sums of <= 1000 terms on the GPU (f64 in the
 // reference) of magnitude <= ~8, so the absolute error of a loss of size ~log(cols) + 8 stays
@@ -51,27 +51,29 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) {
         LossGradient::PerRow => (rng.vec_f32(rows, -2.0, 2.0), 1.0),
     };
 
-    let logits_gpu = Guarded::upload(gpu, rng, &logits, 3, "logits");
-    let targets_gpu = upload_u32_at(gpu, &targets, 5, "targets");
-    let losses_gpu = Guarded::random(gpu, rng, rows, 2, "losses");
-    let dloss_gpu = Guarded::upload(gpu, rng, &dloss_values, 1, "dloss");
-    let dlogits_gpu = Guarded::random(gpu, rng, rows * cols, 6, "dlogits");
+    let logits_gpu = Guarded::upload(gpu, rng, &logits, 3, "logits").unwrap();
+    let targets_gpu = upload_u32_at(gpu, &targets, 5, "targets").unwrap();
+    let losses_gpu = Guarded::random(gpu, rng, rows, 2, "losses").unwrap();
+    let dloss_gpu = Guarded::upload(gpu, rng, &dloss_values, 1, "dloss").unwrap();
+    let dlogits_gpu = Guarded::random(gpu, rng, rows * cols, 6, "dlogits").unwrap();
     let dims = CrossEntropyDims {
         rows: rows as u64,
         cols: cols as u64,
         smoothing,
     };
     let targets_s = targets_gpu.slice(5, rows as u64).unwrap();
-    let logits_s = logits_gpu.slice();
-    let losses_s = losses_gpu.slice();
+    let logits_s = logits_gpu.slice().unwrap();
+    let losses_s = losses_gpu.slice().unwrap();
     cross_entropy::forward_in(gpu, layout, &dims, losses_s, [logits_s, targets_s]).unwrap();
-    let (dlogits_s, dloss_s) = (dlogits_gpu.slice(), dloss_gpu.slice());
+    let (dlogits_s, dloss_s) = (dlogits_gpu.slice().unwrap(), dloss_gpu.slice().unwrap());
     let inputs = [logits_s, targets_s, dloss_s];
     cross_entropy::backward_in(gpu, layout, &dims, dlogits_s, inputs, scale).unwrap();
 
     let want = reference::cross_entropy::forward(&logits, &targets, rows, cols, smoothing);
     let (atol, rtol) = LOSS_TOL;
-    losses_gpu.check(gpu, &name("cross_entropy forward"), &want, atol, rtol);
+    losses_gpu
+        .check(gpu, &name("cross_entropy forward"), &want, atol, rtol)
+        .unwrap();
     let want = reference::cross_entropy::backward(
         &logits,
         &targets,
@@ -82,7 +84,9 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) {
         scale,
     );
     let (atol, rtol) = GRAD_TOL;
-    dlogits_gpu.check(gpu, &name("cross_entropy backward"), &want, atol, rtol);
+    dlogits_gpu
+        .check(gpu, &name("cross_entropy backward"), &want, atol, rtol)
+        .unwrap();
 }
 
 #[test]
@@ -113,7 +117,7 @@ fn cross_entropy_matches_reference() {
 fn cross_entropy_rejects_bad_arguments() {
     let gpu = gpu();
     let logits = scratch(&gpu, 100, "logits");
-    let targets = upload_u32_at(&gpu, &[0; 10], 0, "targets");
+    let targets = upload_u32_at(&gpu, &[0; 10], 0, "targets").unwrap();
     let losses = scratch(&gpu, 10, "losses");
     let dims = |rows, cols, smoothing| CrossEntropyDims {
         rows,

@@ -1,9 +1,10 @@
 use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
+use plimsoll_kernels_wgsl::testing::{
+    DEADLINE, Guarded, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_skip, scratch,
+    upload_u32_at,
+};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
-
-use crate::common::{Guarded, assert_loop_limit, loop_limit_or_skip, upload_u32_at};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
 // in ascending token order (f64 in the reference): the bound n^2 * 2^-24 ~ 1e-3 is loose; the
@@ -23,21 +24,41 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, tokens: usize, vocab: usize, dim: usize)
     }
     let dy = rng.vec_f32(tokens * dim, -1.0, 1.0);
 
-    let table_gpu = Guarded::upload(gpu, rng, &table, 3, "table");
-    let ids_gpu = upload_u32_at(gpu, &ids, 2, "ids");
-    let out_gpu = Guarded::random(gpu, rng, tokens * dim, 5, "out");
-    let dy_gpu = Guarded::upload(gpu, rng, &dy, 1, "dy");
-    let dtable_gpu = Guarded::random(gpu, rng, vocab * dim, 7, "dtable");
+    let table_gpu = Guarded::upload(gpu, rng, &table, 3, "table").unwrap();
+    let ids_gpu = upload_u32_at(gpu, &ids, 2, "ids").unwrap();
+    let out_gpu = Guarded::random(gpu, rng, tokens * dim, 5, "out").unwrap();
+    let dy_gpu = Guarded::upload(gpu, rng, &dy, 1, "dy").unwrap();
+    let dtable_gpu = Guarded::random(gpu, rng, vocab * dim, 7, "dtable").unwrap();
     let (t, v, d) = (tokens as u64, vocab as u64, dim as u64);
     let ids_s = ids_gpu.slice(2, t).unwrap();
-    embedding::gather(gpu, out_gpu.slice(), table_gpu.slice(), ids_s, v, d).unwrap();
-    embedding::scatter_add(gpu, dtable_gpu.slice(), dy_gpu.slice(), ids_s, v, d).unwrap();
+    embedding::gather(
+        gpu,
+        out_gpu.slice().unwrap(),
+        table_gpu.slice().unwrap(),
+        ids_s,
+        v,
+        d,
+    )
+    .unwrap();
+    embedding::scatter_add(
+        gpu,
+        dtable_gpu.slice().unwrap(),
+        dy_gpu.slice().unwrap(),
+        ids_s,
+        v,
+        d,
+    )
+    .unwrap();
 
     let want = reference::embedding::gather(&table, &ids, vocab, dim);
-    out_gpu.check(gpu, &name("gather"), &want, 0.0, 0.0);
+    out_gpu
+        .check(gpu, &name("gather"), &want, 0.0, 0.0)
+        .unwrap();
     let want = reference::embedding::scatter_add(&ids, &dy, vocab, dim);
     let (atol, rtol) = SCATTER_TOL;
-    dtable_gpu.check(gpu, &name("scatter_add"), &want, atol, rtol);
+    dtable_gpu
+        .check(gpu, &name("scatter_add"), &want, atol, rtol)
+        .unwrap();
 }
 
 #[test]
@@ -55,7 +76,7 @@ fn embedding_matches_reference() {
 fn embedding_rejects_bad_ranges() {
     let gpu = gpu();
     let table = scratch(&gpu, 40, "table");
-    let ids = upload_u32_at(&gpu, &[0, 1, 2], 0, "ids");
+    let ids = upload_u32_at(&gpu, &[0, 1, 2], 0, "ids").unwrap();
     let out = gpu.alloc_elements(30, Category::Temporary, "out").unwrap();
     let (tw, iw, ow) = (table.whole(), ids.whole(), out.whole());
     embedding::gather(&gpu, ow, tw, iw, 4, 10).unwrap();
@@ -64,7 +85,7 @@ fn embedding_rejects_bad_ranges() {
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("elements 0..5"), "{err}");
     // ... and 5 ids want 50 outputs, not 30.
-    let ids5 = upload_u32_at(&gpu, &[0, 1, 2, 3, 0], 0, "ids5");
+    let ids5 = upload_u32_at(&gpu, &[0, 1, 2, 3, 0], 0, "ids5").unwrap();
     let err = embedding::gather(&gpu, ow, tw, ids5.whole(), 4, 10).unwrap_err();
     assert!(err.to_string().contains("out: 30 elements given"), "{err}");
     // A [5, 10] table in 40 elements.
@@ -139,7 +160,7 @@ fn embedding_at_the_loop_limit_matches_reference() {
     let dy: Vec<f32> = (0..tokens * dim).map(|e| (e % 7) as f32 - 3.0).collect();
     let want = reference::embedding::scatter_add(&ids, &dy, vocab, dim);
     let dy_gpu = gpu.upload(&dy, Category::Temporary, "dy").unwrap();
-    let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids");
+    let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids").unwrap();
     let dtable = scratch(&gpu, (vocab * dim) as u64, "dtable");
     let (v, d) = (vocab as u64, dim as u64);
     embedding::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, d).unwrap();
@@ -159,7 +180,7 @@ fn embedding_at_the_loop_limit_matches_reference() {
     let dy: Vec<f32> = vec![1.0, 2.0, 4.0, 8.0, 16.0];
     let want = reference::embedding::scatter_add(&ids, &dy, vocab, 1);
     let dy_gpu = gpu.upload(&dy, Category::Temporary, "dy").unwrap();
-    let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids");
+    let ids_gpu = upload_u32_at(&gpu, &ids, 0, "ids").unwrap();
     let dtable = scratch(&gpu, vocab as u64, "dtable");
     let v = vocab as u64;
     embedding::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, 1).unwrap();

@@ -1,9 +1,9 @@
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
 use plimsoll_kernels_wgsl::kernels::{RowLayout, largest_within};
-use plimsoll_kernels_wgsl::testing::{Rng, gpu, scratch};
+use plimsoll_kernels_wgsl::testing::{
+    Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_skip, scratch,
+};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
-
-use crate::common::{Guarded, assert_loop_limit, loop_limit_or_skip};
 
 const EPS: f32 = 1e-5;
 
@@ -28,12 +28,12 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: us
     let want = reference::layer_norm::forward(&x, &gamma, &beta, rows, cols, EPS);
 
     // Every tensor at its own non-zero offset; the small ones share segments.
-    let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x");
-    let gamma_gpu = Guarded::upload(gpu, rng, &gamma, 1, "gamma");
-    let beta_gpu = Guarded::upload(gpu, rng, &beta, 2, "beta");
-    let y_gpu = Guarded::random(gpu, rng, n, 5, "y");
-    let mean_gpu = Guarded::random(gpu, rng, rows, 4, "mean");
-    let rstd_gpu = Guarded::random(gpu, rng, rows, 6, "rstd");
+    let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x").unwrap();
+    let gamma_gpu = Guarded::upload(gpu, rng, &gamma, 1, "gamma").unwrap();
+    let beta_gpu = Guarded::upload(gpu, rng, &beta, 2, "beta").unwrap();
+    let y_gpu = Guarded::random(gpu, rng, n, 5, "y").unwrap();
+    let mean_gpu = Guarded::random(gpu, rng, rows, 4, "mean").unwrap();
+    let rstd_gpu = Guarded::random(gpu, rng, rows, 6, "rstd").unwrap();
     let dims = LayerNormDims {
         rows: rows as u64,
         cols: cols as u64,
@@ -43,46 +43,70 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: us
         gpu,
         layout,
         &dims,
-        [y_gpu.slice(), mean_gpu.slice(), rstd_gpu.slice()],
-        [x_gpu.slice(), gamma_gpu.slice(), beta_gpu.slice()],
+        [
+            y_gpu.slice().unwrap(),
+            mean_gpu.slice().unwrap(),
+            rstd_gpu.slice().unwrap(),
+        ],
+        [
+            x_gpu.slice().unwrap(),
+            gamma_gpu.slice().unwrap(),
+            beta_gpu.slice().unwrap(),
+        ],
     )
     .unwrap();
 
     // The backward reads the reference's saved statistics, so it is checked on its own.
-    let saved_mean = Guarded::upload(gpu, rng, &want.mean, 7, "saved mean");
-    let saved_rstd = Guarded::upload(gpu, rng, &want.rstd, 2, "saved rstd");
-    let dy_gpu = Guarded::upload(gpu, rng, &dy, 1, "dy");
-    let dx_gpu = Guarded::random(gpu, rng, n, 8, "dx");
-    let dgamma_gpu = Guarded::random(gpu, rng, cols, 3, "dgamma");
-    let dbeta_gpu = Guarded::random(gpu, rng, cols, 9, "dbeta");
+    let saved_mean = Guarded::upload(gpu, rng, &want.mean, 7, "saved mean").unwrap();
+    let saved_rstd = Guarded::upload(gpu, rng, &want.rstd, 2, "saved rstd").unwrap();
+    let dy_gpu = Guarded::upload(gpu, rng, &dy, 1, "dy").unwrap();
+    let dx_gpu = Guarded::random(gpu, rng, n, 8, "dx").unwrap();
+    let dgamma_gpu = Guarded::random(gpu, rng, cols, 3, "dgamma").unwrap();
+    let dbeta_gpu = Guarded::random(gpu, rng, cols, 9, "dbeta").unwrap();
     layer_norm::backward_in(
         gpu,
         layout,
         &dims,
-        [dx_gpu.slice(), dgamma_gpu.slice(), dbeta_gpu.slice()],
         [
-            x_gpu.slice(),
-            gamma_gpu.slice(),
-            saved_mean.slice(),
-            saved_rstd.slice(),
+            dx_gpu.slice().unwrap(),
+            dgamma_gpu.slice().unwrap(),
+            dbeta_gpu.slice().unwrap(),
         ],
-        dy_gpu.slice(),
+        [
+            x_gpu.slice().unwrap(),
+            gamma_gpu.slice().unwrap(),
+            saved_mean.slice().unwrap(),
+            saved_rstd.slice().unwrap(),
+        ],
+        dy_gpu.slice().unwrap(),
     )
     .unwrap();
 
     let (atol, rtol) = Y_TOL;
-    y_gpu.check(gpu, &name("y"), &want.y, atol, rtol);
+    y_gpu.check(gpu, &name("y"), &want.y, atol, rtol).unwrap();
     let (atol, rtol) = STATS_TOL;
-    mean_gpu.check(gpu, &name("mean"), &want.mean, atol, rtol);
-    rstd_gpu.check(gpu, &name("rstd"), &want.rstd, atol, rtol);
+    mean_gpu
+        .check(gpu, &name("mean"), &want.mean, atol, rtol)
+        .unwrap();
+    rstd_gpu
+        .check(gpu, &name("rstd"), &want.rstd, atol, rtol)
+        .unwrap();
     let grads =
         reference::layer_norm::backward(&x, &gamma, &want.mean, &want.rstd, &dy, rows, cols);
     let (atol, rtol) = DX_TOL;
-    dx_gpu.check(gpu, &name("dx"), &grads.dx, atol, rtol);
+    dx_gpu
+        .check(gpu, &name("dx"), &grads.dx, atol, rtol)
+        .unwrap();
     let (atol, rtol) = DPARAM_TOL;
-    dgamma_gpu.check(gpu, &name("dgamma"), &grads.dgamma, atol, rtol);
-    dbeta_gpu.check(gpu, &name("dbeta"), &grads.dbeta, atol, rtol);
-    x_gpu.check(gpu, &name("x unchanged"), &x, 0.0, 0.0);
+    dgamma_gpu
+        .check(gpu, &name("dgamma"), &grads.dgamma, atol, rtol)
+        .unwrap();
+    dbeta_gpu
+        .check(gpu, &name("dbeta"), &grads.dbeta, atol, rtol)
+        .unwrap();
+    x_gpu
+        .check(gpu, &name("x unchanged"), &x, 0.0, 0.0)
+        .unwrap();
 }
 
 #[test]
@@ -230,8 +254,8 @@ fn layer_norm_at_the_loop_limit_matches_reference() {
         up(&dy, "dy"),
     );
     let dx = scratch(&gpu, (rows * cols) as u64, "dx");
-    let dgamma = Guarded::random(&gpu, &mut rng, cols, 2, "dgamma");
-    let dbeta = Guarded::random(&gpu, &mut rng, cols, 1, "dbeta");
+    let dgamma = Guarded::random(&gpu, &mut rng, cols, 2, "dgamma").unwrap();
+    let dbeta = Guarded::random(&gpu, &mut rng, cols, 1, "dbeta").unwrap();
     let (gamma, rstd) = (
         ones.slice(0, cols as u64).unwrap(),
         ones.slice(0, rows as u64).unwrap(),
@@ -239,11 +263,15 @@ fn layer_norm_at_the_loop_limit_matches_reference() {
     layer_norm::backward(
         &gpu,
         &dims(rows as u64, cols as u64),
-        [dx.whole(), dgamma.slice(), dbeta.slice()],
+        [dx.whole(), dgamma.slice().unwrap(), dbeta.slice().unwrap()],
         [x.whole(), gamma, zeros.whole(), rstd],
         dy_gpu.whole(),
     )
     .unwrap();
-    dgamma.check(&gpu, &format!("dgamma over {rows} rows"), &want, 0.0, 0.0);
-    dbeta.check(&gpu, &format!("dbeta over {rows} rows"), &want, 0.0, 0.0);
+    dgamma
+        .check(&gpu, &format!("dgamma over {rows} rows"), &want, 0.0, 0.0)
+        .unwrap();
+    dbeta
+        .check(&gpu, &format!("dbeta over {rows} rows"), &want, 0.0, 0.0)
+        .unwrap();
 }

@@ -2,9 +2,6 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../common/mod.rs"]
-mod common;
-
 mod convert;
 mod cross_entropy;
 mod embedding;

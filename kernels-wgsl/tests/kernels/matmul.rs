@@ -3,10 +3,10 @@
 
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu};
+use plimsoll_kernels_wgsl::testing::{
+    DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_skip,
+};
 use plimsoll_kernels_wgsl::{Category, DeviceSlice, Error, Gpu, reference};
-
-use crate::common::{assert_loop_limit, loop_limit_or_skip};
 
 /// What C holds before a non-accumulating launch: any element the kernel fails to write shows.
 const POISON: f32 = 12345.0;

@@ -1,8 +1,6 @@
 use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWConfig, AdamWStep, SgdConfig, SgdStep};
-use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_kernels_wgsl::testing::{Guarded, Rng, gpu};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
-
-use crate::common::Guarded;
 
 const LENS: [usize; 4] = [1, 255, 1000, 10_007];
 const STEPS: u64 = 4;
@@ -22,10 +20,10 @@ fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale
     let mut param = rng.vec_f32(len, -1.0, 1.0);
     // Random before the first step: first_step must ignore the buffer's contents.
     let mut momentum_buf = rng.vec_f32(len, -1.0, 1.0);
-    let param_gpu = Guarded::upload(gpu, rng, &param, 3, "param");
-    let grad_gpu = Guarded::random(gpu, rng, len, 5, "grad");
-    let momentum_gpu = Guarded::upload(gpu, rng, &momentum_buf, 2, "momentum");
-    let momentum_s = (config.momentum != 0.0).then_some(momentum_gpu.slice());
+    let param_gpu = Guarded::upload(gpu, rng, &param, 3, "param").unwrap();
+    let grad_gpu = Guarded::random(gpu, rng, len, 5, "grad").unwrap();
+    let momentum_gpu = Guarded::upload(gpu, rng, &momentum_buf, 2, "momentum").unwrap();
+    let momentum_s = (config.momentum != 0.0).then_some(momentum_gpu.slice().unwrap());
     for step in 0..STEPS {
         // Gradients as a loss-scaled backward would leave them: grad_scale undoes the scale.
         let grad = rng.vec_f32(len, -1.0 / grad_scale, 1.0 / grad_scale);
@@ -36,7 +34,14 @@ fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale
             first_step,
             grad_scale,
         };
-        optimizer::sgd_step(gpu, &sgd, param_gpu.slice(), grad_gpu.slice(), momentum_s).unwrap();
+        optimizer::sgd_step(
+            gpu,
+            &sgd,
+            param_gpu.slice().unwrap(),
+            grad_gpu.slice().unwrap(),
+            momentum_s,
+        )
+        .unwrap();
         reference::optimizer::sgd_step(
             &mut param,
             &grad,
@@ -46,16 +51,22 @@ fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale
             grad_scale,
         );
         let (atol, rtol) = PARAM_TOL;
-        param_gpu.check(gpu, &name("param", step), &param, atol, rtol);
+        param_gpu
+            .check(gpu, &name("param", step), &param, atol, rtol)
+            .unwrap();
         if config.momentum != 0.0 {
             let (atol, rtol) = MOMENT_TOL;
-            momentum_gpu.check(gpu, &name("momentum", step), &momentum_buf, atol, rtol);
+            momentum_gpu
+                .check(gpu, &name("momentum", step), &momentum_buf, atol, rtol)
+                .unwrap();
         }
     }
     // Without momentum the buffer is never touched (it is not even bound).
     if config.momentum == 0.0 {
         let initial = &momentum_gpu.initial[2..2 + len];
-        momentum_gpu.check(gpu, &name("momentum untouched", STEPS), initial, 0.0, 0.0);
+        momentum_gpu
+            .check(gpu, &name("momentum untouched", STEPS), initial, 0.0, 0.0)
+            .unwrap();
     }
 }
 
@@ -76,10 +87,10 @@ fn adamw_case(
     let mut exp_avg = vec![0.0; len];
     let mut exp_avg_sq = vec![0.0; len];
     let [op, og, om, ov] = offsets;
-    let param_gpu = Guarded::upload(gpu, rng, &param, op, "param");
-    let grad_gpu = Guarded::random(gpu, rng, len, og, "grad");
-    let m_gpu = Guarded::upload(gpu, rng, &exp_avg, om, "exp_avg");
-    let v_gpu = Guarded::upload(gpu, rng, &exp_avg_sq, ov, "exp_avg_sq");
+    let param_gpu = Guarded::upload(gpu, rng, &param, op, "param").unwrap();
+    let grad_gpu = Guarded::random(gpu, rng, len, og, "grad").unwrap();
+    let m_gpu = Guarded::upload(gpu, rng, &exp_avg, om, "exp_avg").unwrap();
+    let v_gpu = Guarded::upload(gpu, rng, &exp_avg_sq, ov, "exp_avg_sq").unwrap();
     for step in 1..=STEPS {
         let grad = rng.vec_f32(len, -1.0 / grad_scale, 1.0 / grad_scale);
         gpu.write(&grad_gpu.buffer, grad_gpu.at(), &grad).unwrap();
@@ -89,10 +100,10 @@ fn adamw_case(
             grad_scale,
         };
         let (p, g, m, v) = (
-            param_gpu.slice(),
-            grad_gpu.slice(),
-            m_gpu.slice(),
-            v_gpu.slice(),
+            param_gpu.slice().unwrap(),
+            grad_gpu.slice().unwrap(),
+            m_gpu.slice().unwrap(),
+            v_gpu.slice().unwrap(),
         );
         optimizer::adamw_step(gpu, &adamw, p, g, m, v).unwrap();
         reference::optimizer::adamw_step(
@@ -105,11 +116,17 @@ fn adamw_case(
             grad_scale,
         );
         let (atol, rtol) = PARAM_TOL;
-        param_gpu.check(gpu, &name("param", step), &param, atol, rtol);
+        param_gpu
+            .check(gpu, &name("param", step), &param, atol, rtol)
+            .unwrap();
         let (atol, rtol) = MOMENT_TOL;
-        m_gpu.check(gpu, &name("exp_avg", step), &exp_avg, atol, rtol);
+        m_gpu
+            .check(gpu, &name("exp_avg", step), &exp_avg, atol, rtol)
+            .unwrap();
         let (atol, rtol) = SECOND_MOMENT_TOL;
-        v_gpu.check(gpu, &name("exp_avg_sq", step), &exp_avg_sq, atol, rtol);
+        v_gpu
+            .check(gpu, &name("exp_avg_sq", step), &exp_avg_sq, atol, rtol)
+            .unwrap();
     }
 }
 

@@ -4,10 +4,10 @@
 use plimsoll_kernels_wgsl::kernels::reduce::{self, AxisView};
 use plimsoll_kernels_wgsl::kernels::{check_loop_limit, largest_within};
 use plimsoll_kernels_wgsl::reference::reduce as cpu;
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, gpu, scratch, sum_atol};
+use plimsoll_kernels_wgsl::testing::{
+    DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_skip, scratch, sum_atol,
+};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu};
-
-use crate::common::{assert_loop_limit, loop_limit_or_skip};
 
 /// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.
 fn max_input(rng: &mut Rng, len: usize) -> Vec<f32> {

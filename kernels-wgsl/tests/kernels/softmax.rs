@@ -1,9 +1,7 @@
 use plimsoll_kernels_wgsl::kernels::largest_within;
 use plimsoll_kernels_wgsl::kernels::softmax::{self, RowLayout, SoftmaxKind};
-use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_kernels_wgsl::testing::{Guarded, Rng, assert_loop_limit, gpu, loop_limit_or_skip};
 use plimsoll_kernels_wgsl::{Category, Error, Gpu, reference};
-
-use crate::common::{Guarded, assert_loop_limit, loop_limit_or_skip};
 
 // Tolerances. The GPU accumulates in f32 and lavapipe's exp/log are accurate to a few ulp; the
 // reference works in f64. Softmax values are <= 1 and their row sum has at most 1000 terms
@@ -33,38 +31,58 @@ fn check_case(
     let want_y = reference::softmax::softmax(&x, rows, cols);
     let want_log_y = reference::softmax::log_softmax(&x, rows, cols);
 
-    let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x");
-    let y_gpu = Guarded::random(gpu, rng, n, 7, "y");
-    let log_y_gpu = Guarded::random(gpu, rng, n, 1, "log y");
-    let (y_s, log_y_s, x_s) = (y_gpu.slice(), log_y_gpu.slice(), x_gpu.slice());
+    let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x").unwrap();
+    let y_gpu = Guarded::random(gpu, rng, n, 7, "y").unwrap();
+    let log_y_gpu = Guarded::random(gpu, rng, n, 1, "log y").unwrap();
+    let (y_s, log_y_s, x_s) = (
+        y_gpu.slice().unwrap(),
+        log_y_gpu.slice().unwrap(),
+        x_gpu.slice().unwrap(),
+    );
     softmax::forward_in(gpu, layout, SoftmaxKind::Softmax, y_s, x_s, r, c).unwrap();
     softmax::forward_in(gpu, layout, SoftmaxKind::LogSoftmax, log_y_s, x_s, r, c).unwrap();
 
     // Backwards from the reference forward outputs, so they are checked on their own.
-    let dy_gpu = Guarded::upload(gpu, rng, &dy, 2, "dy");
-    let saved_y = Guarded::upload(gpu, rng, &want_y, 4, "saved y");
-    let saved_log_y = Guarded::upload(gpu, rng, &want_log_y, 6, "saved log y");
-    let dx_gpu = Guarded::random(gpu, rng, n, 9, "dx");
-    let log_dx_gpu = Guarded::random(gpu, rng, n, 11, "log dx");
-    let (dx_s, y_s, dy_s) = (dx_gpu.slice(), saved_y.slice(), dy_gpu.slice());
+    let dy_gpu = Guarded::upload(gpu, rng, &dy, 2, "dy").unwrap();
+    let saved_y = Guarded::upload(gpu, rng, &want_y, 4, "saved y").unwrap();
+    let saved_log_y = Guarded::upload(gpu, rng, &want_log_y, 6, "saved log y").unwrap();
+    let dx_gpu = Guarded::random(gpu, rng, n, 9, "dx").unwrap();
+    let log_dx_gpu = Guarded::random(gpu, rng, n, 11, "log dx").unwrap();
+    let (dx_s, y_s, dy_s) = (
+        dx_gpu.slice().unwrap(),
+        saved_y.slice().unwrap(),
+        dy_gpu.slice().unwrap(),
+    );
     softmax::backward_in(gpu, layout, SoftmaxKind::Softmax, [dx_s, y_s, dy_s], r, c).unwrap();
-    let (log_dx_s, log_y_s) = (log_dx_gpu.slice(), saved_log_y.slice());
+    let (log_dx_s, log_y_s) = (log_dx_gpu.slice().unwrap(), saved_log_y.slice().unwrap());
     let log_slices = [log_dx_s, log_y_s, dy_s];
     softmax::backward_in(gpu, layout, SoftmaxKind::LogSoftmax, log_slices, r, c).unwrap();
 
     let scaled = |(atol, rtol): (f64, f64)| (atol * tol_scale, rtol * tol_scale);
     let (atol, rtol) = scaled(FORWARD_TOL);
-    y_gpu.check(gpu, &name("softmax"), &want_y, atol, rtol);
+    y_gpu
+        .check(gpu, &name("softmax"), &want_y, atol, rtol)
+        .unwrap();
     let (atol, rtol) = scaled(LOG_FORWARD_TOL);
-    log_y_gpu.check(gpu, &name("log_softmax"), &want_log_y, atol, rtol);
+    log_y_gpu
+        .check(gpu, &name("log_softmax"), &want_log_y, atol, rtol)
+        .unwrap();
     let (atol, rtol) = scaled(BACKWARD_TOL);
     let want_dx = reference::softmax::softmax_backward(&want_y, &dy, rows, cols);
-    dx_gpu.check(gpu, &name("softmax_backward"), &want_dx, atol, rtol);
+    dx_gpu
+        .check(gpu, &name("softmax_backward"), &want_dx, atol, rtol)
+        .unwrap();
     let want_log_dx = reference::softmax::log_softmax_backward(&want_log_y, &dy, rows, cols);
-    log_dx_gpu.check(gpu, &name("log_softmax_backward"), &want_log_dx, atol, rtol);
+    log_dx_gpu
+        .check(gpu, &name("log_softmax_backward"), &want_log_dx, atol, rtol)
+        .unwrap();
     // Inputs are read only.
-    x_gpu.check(gpu, &name("x unchanged"), &x, 0.0, 0.0);
-    dy_gpu.check(gpu, &name("dy unchanged"), &dy, 0.0, 0.0);
+    x_gpu
+        .check(gpu, &name("x unchanged"), &x, 0.0, 0.0)
+        .unwrap();
+    dy_gpu
+        .check(gpu, &name("dy unchanged"), &dy, 0.0, 0.0)
+        .unwrap();
 }
 
 #[test]
@@ -214,20 +232,22 @@ fn softmax_at_the_loop_limit_matches_reference() {
     // A masked row (leading -inf, as a causal mask gives) through the online max/sum recurrence.
     let mut x = rng.vec_f32(21, -4.0, 4.0);
     x[..10].fill(f32::NEG_INFINITY);
-    let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 2, "x");
+    let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 2, "x").unwrap();
     for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
-        let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y");
-        let (y_s, x_s) = (y_gpu.slice(), x_gpu.slice());
+        let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y").unwrap();
+        let (y_s, x_s) = (y_gpu.slice().unwrap(), x_gpu.slice().unwrap());
         softmax::forward_in(&gpu, layout, SoftmaxKind::Softmax, y_s, x_s, 1, 21).unwrap();
         let want = reference::softmax::softmax(&x, 1, 21);
         let (atol, rtol) = FORWARD_TOL;
-        y_gpu.check(
-            &gpu,
-            &format!("softmax of a masked row {layout:?}"),
-            &want,
-            atol,
-            rtol,
-        );
+        y_gpu
+            .check(
+                &gpu,
+                &format!("softmax of a masked row {layout:?}"),
+                &want,
+                atol,
+                rtol,
+            )
+            .unwrap();
     }
 }
 
