@@ -129,6 +129,22 @@ pub fn scratch(gpu: &Gpu, len: u64, label: &str) -> DeviceBuffer {
     }
 }
 
+/// The shared device ([`gpu`]) and one uninitialised [`Category::Temporary`] buffer of each
+/// `(elements, label)` of `buffers`: how the kernel tests of argument checks start.
+pub fn gpu_and_temporaries<const N: usize>(
+    buffers: [(u64, &str); N],
+) -> Result<(Gpu, [DeviceBuffer; N])> {
+    let gpu = gpu();
+    let mut made = Vec::with_capacity(N);
+    for (len, label) in buffers {
+        made.push(gpu.alloc_elements(len, Category::Temporary, label)?);
+    }
+    match <[DeviceBuffer; N]>::try_from(made) {
+        Ok(made) => Ok((gpu, made)),
+        Err(_) => unreachable!("one buffer was made for each of the {N} asked for"),
+    }
+}
+
 /// Whether `got` is within `atol + rtol * |want|` of `want`. A NaN matches only a NaN, and an
 /// infinity only the same infinity.
 pub fn close(got: f64, want: f64, atol: f64, rtol: f64) -> bool {

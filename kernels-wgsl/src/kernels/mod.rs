@@ -115,7 +115,6 @@ pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
 pub mod optimizer;
-pub mod reduce;
 pub mod softmax;
 
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
@@ -140,6 +139,7 @@ families! {
     dropout,
     fill,
     nonfinite,
+    reduce,
     unary,
 }
 

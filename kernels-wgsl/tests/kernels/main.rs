@@ -9,5 +9,4 @@ mod layer_norm;
 mod matmul;
 mod matmul_f16;
 mod optimizer;
-mod reduce;
 mod softmax;

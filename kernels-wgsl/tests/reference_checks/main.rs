@@ -7,12 +7,11 @@
 
 use plimsoll_kernels_wgsl::kernels::nonfinite::reference as nonfinite;
 use plimsoll_kernels_wgsl::reference::{
-    convert, cross_entropy, embedding, layer_norm, optimizer, reduce, softmax,
+    convert, cross_entropy, embedding, layer_norm, optimizer, softmax,
 };
 // The types the references take live with their launchers.
 use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
 use plimsoll_kernels_wgsl::kernels::optimizer::{AdamWConfig, SgdConfig};
-use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, dot, numeric_gradient};
 

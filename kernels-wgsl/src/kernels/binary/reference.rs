@@ -2,7 +2,7 @@
 //! `a op s` and `s op a`, and the backward at the *output* shape.
 //!
 //! The backward returns `(da, db)` both shaped like the output; the gradient of a broadcast
-//! operand is then [`crate::reference::reduce::sum_to_shape`] of it (a sequence of axis sums).
+//! operand is then [`crate::kernels::reduce::reference::sum_to_shape`] of it (a sequence of axis sums).
 //! `max`/`min` propagate NaN (as PyTorch's `maximum`/`minimum`), and on ties their backward
 //! gives half of `dy` to each side (as PyTorch).
 
@@ -87,7 +87,7 @@ pub fn scalar_lhs(op: BinaryOp, s: f32, a: &[f32]) -> Vec<f32> {
 
 /// Backward at the output shape: `(da_full, db_full)`, each `shape.len()` long, with
 /// `da_full[i] = dy[i] * d(a op b)/da` at the operands of output element `i`. Reduce each to its
-/// operand's shape with [`crate::reference::reduce::sum_to_shape`].
+/// operand's shape with [`crate::kernels::reduce::reference::sum_to_shape`].
 pub fn backward(
     op: BinaryOp,
     a: &[f32],

@@ -7,7 +7,8 @@ use crate::kernels::convert::Halves;
 use crate::kernels::{fill, reduce};
 use crate::reference::convert::round_to_f16;
 use crate::testing::{
-    DEADLINE, Rng, assert_close, dot, f16_devices, gpu, halves_input, numeric_gradient,
+    DEADLINE, Rng, assert_close, dot, f16_devices, gpu, gpu_and_temporaries, halves_input,
+    numeric_gradient,
     read_halves, sentinel_halves, sum_atol, upload_halves,
 };
 use crate::{Category, Error, Gpu, Result};
@@ -131,7 +132,7 @@ fn check_broadcast(
         let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE)?;
         let mut want = vec![-5.0, -5.0];
         want.extend(
-            crate::reference::reduce::sum_to_shape(full, &shape.out_shape, operand_shape)
+            crate::kernels::reduce::reference::sum_to_shape(full, &shape.out_shape, operand_shape)
                 .expect("the operand shape is reducible"),
         );
         // Sums of n / operand_len terms accumulated in f32 (see testing::sum_atol).
@@ -220,9 +221,7 @@ fn binary_scalar_forms_match_reference() -> Result<()> {
 
 #[test]
 fn binary_rejects_mismatched_shapes_and_bad_ranges() -> Result<()> {
-    let gpu = gpu();
-    let a = gpu.alloc_elements(12, Category::Temporary, "a")?;
-    let out = gpu.alloc_elements(12, Category::Temporary, "out")?;
+    let (gpu, [a, out]) = gpu_and_temporaries([(12, "a"), (12, "out")])?;
     let dims = |op, a_shape, b_shape| BinaryDims {
         op,
         a_shape,
@@ -430,8 +429,8 @@ fn binary_backward_with_sum_to_shape_matches_finite_differences() {
     let w = rng.vec_f32(shape.len(), -1.0, 1.0);
     for op in BinaryOp::ALL {
         let (da_full, db_full) = reference::backward(op, &a, &b, &w, &shape);
-        let da = crate::reference::reduce::sum_to_shape(&da_full, &shape.out_shape, &a_shape).expect("reducible");
-        let db = crate::reference::reduce::sum_to_shape(&db_full, &shape.out_shape, &b_shape).expect("reducible");
+        let da = crate::kernels::reduce::reference::sum_to_shape(&da_full, &shape.out_shape, &a_shape).expect("reducible");
+        let db = crate::kernels::reduce::reference::sum_to_shape(&db_full, &shape.out_shape, &b_shape).expect("reducible");
         let num_a = numeric_gradient(&a, 1e-3, |a| dot(&w, &reference::broadcast(op, a, &b, &shape)));
         let num_b = numeric_gradient(&b, 1e-3, |b| dot(&w, &reference::broadcast(op, &a, b, &shape)));
         assert_close(&format!("{op:?} da"), &da, &num_a, 2e-3, 2e-3);

@@ -113,7 +113,7 @@ pub mod reference {
 pub(crate) mod tests {
     use super::NO_INDEX;
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, gpu};
+    use crate::testing::{DEADLINE, Rng, gpu, gpu_and_temporaries};
     use crate::{Category, Error};
 
     #[test]
@@ -194,9 +194,7 @@ pub(crate) mod tests {
 
     #[test]
     fn nonfinite_rejects_a_range_outside_the_buffer() -> Result<()> {
-        let gpu = gpu();
-        let x = gpu.alloc_elements(10, Category::Temporary, "x")?;
-        let flags = gpu.alloc_elements(2, Category::Temporary, "flags")?;
+        let (gpu, [x, flags]) = gpu_and_temporaries([(10, "x"), (2, "flags")])?;
         // Flags from offset 1 of 2 words: no two-word slice; a one-word slice is refused.
         let err = flags.slice(1, 2).unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");

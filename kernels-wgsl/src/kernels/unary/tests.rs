@@ -6,7 +6,8 @@ use super::{UnaryOp, reference};
 use crate::kernels::convert::{F16Path, Halves};
 use crate::reference::convert::round_to_f16;
 use crate::testing::{
-    DEADLINE, Rng, assert_close, f16_devices, gpu, halves_input, read_halves, sentinel_halves,
+    DEADLINE, Rng, assert_close, f16_devices, gpu, gpu_and_temporaries, halves_input, read_halves,
+    sentinel_halves,
     upload_halves,
 };
 use crate::{Category, Error, Gpu, Result};
@@ -125,9 +126,7 @@ fn unary_pow_exponents_match_reference() -> Result<()> {
 
 #[test]
 fn unary_rejects_a_range_outside_the_buffer() -> Result<()> {
-    let gpu = gpu();
-    let x = gpu.alloc_elements(100, Category::Temporary, "x")?;
-    let y = gpu.alloc_elements(50, Category::Temporary, "y")?;
+    let (gpu, [x, y]) = gpu_and_temporaries([(100, "x"), (50, "y")])?;
     let refused = |result: Result<()>| result.expect_err("the launcher must refuse this");
     // 100 outputs in a 50-element buffer: the slice cannot be made ...
     let err = y.slice(0, 100).expect_err("100 elements of 50");

@@ -1,7 +1,7 @@
 // reduce: sum, mean and max over one axis of a tensor viewed as [outer, axis_len, inner]
 // (row-major), or over all of it; max also writes the arg-max (u32 index along the axis, or the
 // flat index for *_all) saved for max_backward, which scatters dy back to it.
-// Reference: src/reference/reduce.rs (AxisView gives outer/axis_len/inner).
+// Reference: reference.rs, beside this file (AxisView gives outer/axis_len/inner).
 //
 // "Sum to shape" (the backward of a broadcast) is a sequence of sum_axis dispatches, one per
 // broadcast dimension, each keeping that dimension with extent 1 (reference::reduce::sum_to_shape).
@@ -21,7 +21,7 @@
 //   sum_squares_chunks(_v4) @workgroup_size(256): dst[c] = sum of src[i]^2 over chunk c (below)
 // For *_all, n = outer * axis_len * inner (write outer = inner = 1, axis_len = n).
 //
-// Params: declared in src/kernels/reduce.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element offset of that tensor in the segment its binding holds (block
 //   offset + tensor offset, from the launcher): bindings are WHOLE segments, not tensors, so bind
 //   groups are cached per segment, and every index below adds its binding's offset (the index

@@ -1,7 +1,8 @@
 //! `reduce`: sum, mean and max over one axis of a row-major tensor or over all of it; max also
 //! writes the arg-max (`u32`) that [`max_backward`] scatters `dy` back to; and [`sum_to_shape`],
-//! the backward of a broadcast, composed from `sum_axis` dispatches. Shader: `shaders/reduce.wgsl`;
-//! reference: [`crate::reference::reduce`].
+//! the backward of a broadcast, composed from `sum_axis` dispatches. In one place: the shader
+//! (`reduce.wgsl`, beside this file), the launchers, the CPU [`reference`](mod@reference) and the
+//! tests.
 //!
 //! An axis reduction views the tensor as `[outer, axis_len, inner]` ([`AxisView`]) and writes
 //! `[outer, inner]`. Accumulation is `f32` on the GPU (the reference uses `f64`). Max rule: NaN
@@ -14,8 +15,13 @@ use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use const_format::concatcp;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
 
 /// A tensor seen as `[outer, axis_len, inner]`, row-major; the reduced axis is the middle one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,8 +86,11 @@ pub const fn all_loop_iterations(len: u64) -> u64 {
 /// Invocations of the one workgroup of the `*_all` entry points (`ALL_WG` in the shader).
 const ALL_WORKGROUP: u64 = 256;
 
-/// The module: `shaders/reduce.wgsl` and the helpers it calls.
-const WGSL: &str = shader_source!("reduce", "workgroup_reduce", "indexing");
+/// The module: `reduce.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(
+    include_str!("reduce.wgsl"),
+    shader_source!("workgroup_reduce", "indexing")
+);
 
 /// The `sum_axis` entry point: bindings `src`, `dst`.
 pub const SUM_AXIS: Kernel =

@@ -1,4 +1,4 @@
-//! CPU reference for `reduce`: sum, mean and max over one axis or over all elements, the
+//! CPU reference for [`reduce`](super): sum, mean and max over one axis or over all elements, the
 //! arg-max indices that `max` saves for its backward, the `max_backward` scatter, and
 //! `sum_to_shape` (the backward of a broadcast).
 //!
@@ -7,7 +7,7 @@
 //! (autograd's gradient checks) of which the `f32` ones are thin wrappers. Max: NaN beats every
 //! number (the result is NaN, as in PyTorch); among equal values the first index wins.
 
-use crate::kernels::reduce::AxisView;
+use super::AxisView;
 use crate::reference::{narrow, widen};
 
 /// Whether `(v, i)` beats the current best `(best, best_i)` for max: NaN beats numbers, a larger
