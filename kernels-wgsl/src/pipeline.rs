@@ -36,7 +36,8 @@ pub struct Binding {
 /// `read_write`, docs/wgpu.md §4; the uniform at binding 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Kernel {
-    /// Shader stem: `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `reference::<stem>`.
+    /// Shader stem: `<stem>.wgsl` in `src/kernels/<family>/` (`shaders/<stem>.wgsl` for a family
+    /// not yet in the one-place layout), whose launcher is `kernels::<family>`.
     pub stem: &'static str,
     /// The WGSL declaration of the uniform `Params` struct(s), from `shader_params!` in the
     /// launcher: the one definition of their layout, prepended to `wgsl`.
@@ -323,10 +324,11 @@ macro_rules! kernel {
 }
 pub(crate) use kernel;
 
-/// `shader_source!("softmax_rows", "online_softmax", "indexing")`: the text of
-/// `shaders/softmax_rows.wgsl` followed by the helper files it calls (appended: WGSL declarations
-/// may come in any order), one module's source for `kernel!(.., source: ..)`. Usable from any
-/// module of the crate (the paths are taken from the crate root).
+/// `shader_source!("online_softmax", "indexing")`: the text of the shared helper files
+/// `shaders/online_softmax.wgsl` and `shaders/indexing.wgsl`, which a family appends to its own
+/// shader (`concatcp!(include_str!("softmax_rows.wgsl"), shader_source!(..))`; WGSL declarations
+/// may come in any order) to make one module's source for `kernel!(.., source: ..)`. Usable from
+/// any module of the crate (the paths are taken from the crate root).
 macro_rules! shader_source {
     ($($file:literal),+ $(,)?) => {
         concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $file, ".wgsl"))),+)

@@ -115,7 +115,6 @@ pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
 pub mod optimizer;
-pub mod softmax;
 
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
 /// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
@@ -140,6 +139,7 @@ families! {
     fill,
     nonfinite,
     reduce,
+    softmax,
     unary,
 }
 
@@ -398,11 +398,11 @@ pub const ROW_WORKGROUP: u32 = 64;
 /// How a row kernel spreads its rows over the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowLayout {
-    /// One invocation per row, looping over its columns (`shaders/softmax.wgsl`): best when
+    /// One invocation per row, looping over its columns (`kernels/softmax/softmax.wgsl`): best when
     /// there are enough rows to fill the device.
     InvocationPerRow,
     /// One workgroup of [`ROW_WORKGROUP`] invocations per row, each taking every 64th column,
-    /// the row's statistic combined by a tree in workgroup memory (`shaders/softmax_rows.wgsl`):
+    /// the row's statistic combined by a tree in workgroup memory (`kernels/softmax/softmax_rows.wgsl`):
     /// few long rows then still use the whole of a GPU.
     WorkgroupPerRow,
 }

@@ -7,7 +7,7 @@
 //! never an out-of-bounds read. Computed in `f64` ([`forward_f64`], [`backward_f64`]); the `f32`
 //! entry points round each result once.
 
-use crate::reference::softmax::log_sum_exp;
+use crate::kernels::softmax::reference::log_sum_exp;
 use crate::reference::{narrow, widen};
 
 /// Per-row loss `l_r = -sum_j q_j log p_j = (1 - eps)(lse - x_t) + eps (lse - mean_j x_j)`,

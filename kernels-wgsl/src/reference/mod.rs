@@ -13,7 +13,6 @@ pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
 pub mod optimizer;
-pub mod softmax;
 
 /// `v` widened to `f64` (what the `f32` wrappers hand to the `f64` references).
 pub(crate) fn widen(v: &[f32]) -> Vec<f64> {

@@ -9,4 +9,3 @@ mod layer_norm;
 mod matmul;
 mod matmul_f16;
 mod optimizer;
-mod softmax;

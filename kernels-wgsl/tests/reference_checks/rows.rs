@@ -1,51 +1,7 @@
-//! Row references: softmax, cross-entropy, layer norm.
+//! Row references: cross-entropy, layer norm (softmax's are checked in
+//! `kernels::softmax::tests`).
 
 use super::*;
-
-// -------------------------------------------------------------------------------- softmax
-
-#[test]
-fn softmax_hand_worked_and_identities() {
-    // softmax([1,2,3]) = e^(j-3) / (e^-2 + e^-1 + 1) = [0.09003057, 0.24472847, 0.66524096]
-    let y = softmax::softmax(&[1.0, 2.0, 3.0], 1, 3);
-    assert_close(
-        "softmax [1,2,3]",
-        &y,
-        &[0.090_030_57, 0.244_728_47, 0.665_240_96],
-        1e-7,
-        1e-6,
-    );
-    // shift invariance, and no overflow at 1000
-    let y_big = softmax::softmax(&[1001.0, 1002.0, 1003.0], 1, 3);
-    assert_close("softmax shifted", &y_big, &y, 1e-7, 1e-6);
-    // log_softmax = log(softmax), rows sum to 1
-    let mut rng = Rng::new(0x5eed_0002);
-    let (rows, cols) = (3, 7);
-    let x = rng.vec_f32(rows * cols, -4.0, 4.0);
-    let s = softmax::softmax(&x, rows, cols);
-    let ls = softmax::log_softmax(&x, rows, cols);
-    let log_s: Vec<f32> = s.iter().map(|v| v.ln()).collect();
-    assert_close("log_softmax = ln softmax", &ls, &log_s, 1e-6, 1e-5);
-    for row in s.chunks(cols) {
-        assert!((row.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-    }
-}
-
-#[test]
-fn softmax_backwards_match_finite_differences() {
-    let mut rng = Rng::new(0x5eed_0003);
-    let (rows, cols) = (3, 5);
-    let x = rng.vec_f32(rows * cols, -2.0, 2.0);
-    let w = rng.vec_f32(rows * cols, -1.0, 1.0);
-    let y = softmax::softmax(&x, rows, cols);
-    let analytic = softmax::softmax_backward(&y, &w, rows, cols);
-    let numeric = numeric_gradient(&x, 1e-3, |x| dot(&w, &softmax::softmax(x, rows, cols)));
-    assert_close("softmax backward", &analytic, &numeric, 1e-3, 1e-3);
-    let ly = softmax::log_softmax(&x, rows, cols);
-    let analytic = softmax::log_softmax_backward(&ly, &w, rows, cols);
-    let numeric = numeric_gradient(&x, 1e-3, |x| dot(&w, &softmax::log_softmax(x, rows, cols)));
-    assert_close("log_softmax backward", &analytic, &numeric, 1e-3, 1e-3);
-}
 
 // -------------------------------------------------------------------------- cross_entropy
 

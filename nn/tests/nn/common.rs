@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
-use plimsoll_kernels_wgsl::reference::{matmul, softmax};
+use plimsoll_kernels_wgsl::kernels::softmax::reference as softmax;
+use plimsoll_kernels_wgsl::reference::matmul;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, to_f64};
 use plimsoll_nn::{Module, zero_grad};
 

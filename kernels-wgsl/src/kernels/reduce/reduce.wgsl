@@ -4,7 +4,7 @@
 // Reference: reference.rs, beside this file (AxisView gives outer/axis_len/inner).
 //
 // "Sum to shape" (the backward of a broadcast) is a sequence of sum_axis dispatches, one per
-// broadcast dimension, each keeping that dimension with extent 1 (reference::reduce::sum_to_shape).
+// broadcast dimension, each keeping that dimension with extent 1 (reference::sum_to_shape).
 //
 // Max rule (as the reference's max_beats): NaN beats every number (the result is NaN); among
 // equal values the smallest index wins.

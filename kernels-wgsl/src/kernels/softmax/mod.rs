@@ -1,6 +1,7 @@
 //! `softmax`: softmax and log-softmax over the last axis of a row-major `[rows, cols]` matrix,
-//! and their backwards (from the forward *output*). Shader: `shaders/softmax.wgsl`; reference:
-//! [`crate::reference::softmax`].
+//! and their backwards (from the forward *output*). In one place: the shaders (`softmax.wgsl`, an
+//! invocation per row, and `softmax_rows.wgsl`, a workgroup per row; beside this file), the
+//! launchers, the CPU [`reference`](mod@reference) and the tests.
 //!
 //! One invocation per row (see the shader header for why); workgroups of [`ROW_WORKGROUP`].
 //! Input and output may be the same range of the same buffer (each row is read before it is
@@ -11,20 +12,30 @@ use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_rows, loop_passes, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
 
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`).
 pub use crate::kernels::ROW_WORKGROUP;
 
-/// The invocation-per-row module: `shaders/softmax.wgsl` and the helpers it calls.
-const WGSL: &str = shader_source!("softmax", "online_softmax", "indexing");
+/// The invocation-per-row module: `softmax.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(
+    include_str!("softmax.wgsl"),
+    shader_source!("online_softmax", "indexing")
+);
 
-/// The workgroup-per-row module: `shaders/softmax_rows.wgsl` and the helpers it calls.
-const WGSL_ROWS: &str = shader_source!(
-    "softmax_rows",
-    "online_softmax",
-    "workgroup_reduce",
-    "workgroup_softmax",
-    "indexing"
+/// The workgroup-per-row module: `softmax_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = concatcp!(
+    include_str!("softmax_rows.wgsl"),
+    shader_source!(
+        "online_softmax",
+        "workgroup_reduce",
+        "workgroup_softmax",
+        "indexing"
+    )
 );
 
 /// The `softmax_forward` entry point.
@@ -53,7 +64,7 @@ pub const LOG_SOFTMAX_BACKWARD: Kernel = kernel!(
     ROW_WORKGROUP
 );
 
-/// The workgroup-per-row entry points (`shaders/softmax_rows.wgsl`, same bindings).
+/// The workgroup-per-row entry points (`softmax_rows.wgsl`, same bindings).
 pub const SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
     "softmax_rows",
     "softmax_forward_rows",

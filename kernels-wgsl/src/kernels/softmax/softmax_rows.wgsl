@@ -1,7 +1,7 @@
 // softmax_rows: the four entry points of softmax.wgsl with a WORKGROUP per row instead of an
 // invocation per row, for few long rows (a real GPU would otherwise leave most of its lanes
 // idle; see kernels::row_layout for the launchers' choice). Same Params,
-// bindings and formulas as softmax.wgsl; reference: src/reference/softmax.rs.
+// bindings and formulas as softmax.wgsl; reference: reference.rs.
 //
 // Each of the WG = 64 invocations of a workgroup takes the columns j = lid, lid + 64, ...; the
 // row's statistic (online max and sum of exp; or the dot / sum of dy) is combined across them

@@ -1,4 +1,4 @@
-//! CPU reference for `softmax`: softmax and log-softmax over the last axis of a
+//! CPU reference for [`softmax`](super): softmax and log-softmax over the last axis of a
 //! `[rows, cols]` row-major matrix, and their backwards. Numerically stable (the row max is
 //! subtracted before `exp`), computed in `f64` (the `*_f64` entry points); the `f32` entry
 //! points round each result once.

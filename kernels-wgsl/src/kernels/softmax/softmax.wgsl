@@ -1,6 +1,6 @@
 // softmax: softmax and log-softmax over the last axis of a [rows, cols] row-major matrix, and
 // their backwards. Numerically stable: the row max is subtracted before exp.
-// Reference: src/reference/softmax.rs.
+// Reference: reference.rs, beside this file.
 //
 // One invocation per ROW, looping over the columns: two passes over the row (forward: max and
 // sum of exp together by the online-softmax recurrence, then the write; backward: the dot or
@@ -19,7 +19,7 @@
 //   softmax_backward:     dx = y * (dy - sum_j dy_j y_j)           (y = softmax output)
 //   log_softmax_backward: dx = dy - exp(y) * sum_j dy_j            (y = log-softmax output)
 //
-// Params: declared in src/kernels/softmax.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   causal: 0, or T for a causal softmax of [.., T, T] scores (softmax_forward only; see
 //   causal_valid: the masked columns come out 0).
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
