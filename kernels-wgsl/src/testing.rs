@@ -18,7 +18,7 @@ use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, GpuOptions};
 use crate::error::{Error, Result};
 use crate::kernels::convert::F16Path;
-use crate::reference::convert::{f16_bits_to_f32, f32_to_f16_bits, round_to_f16};
+use crate::kernels::convert::reference::{f16_bits_to_f32, f32_to_f16_bits, round_to_f16};
 use crate::slice::DeviceSlice;
 use plimsoll_allocator::Category;
 

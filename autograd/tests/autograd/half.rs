@@ -3,7 +3,7 @@
 //! the saved activation to f16, against the f32 run, and the activation peak.
 
 use plimsoll_autograd::{Category, DType, Error, Gpu, Tensor, TensorOptions, f16_activations};
-use plimsoll_kernels_wgsl::reference::convert::round_to_f16;
+use plimsoll_kernels_wgsl::kernels::convert::reference::round_to_f16;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, f16_devices, fresh_gpu};
 
 use crate::common::{allocated, param, peak, reset_peaks};

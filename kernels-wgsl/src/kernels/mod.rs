@@ -108,7 +108,6 @@ use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub mod convert;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod layer_norm;
@@ -134,6 +133,7 @@ macro_rules! families {
 
 families! {
     binary,
+    convert,
     copy,
     dropout,
     fill,

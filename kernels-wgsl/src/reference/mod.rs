@@ -7,7 +7,6 @@
 //! their inputs and round each output once; elsewhere they accumulate in `f64` where order
 //! matters.
 
-pub mod convert;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod layer_norm;

@@ -2,7 +2,6 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod convert;
 mod cross_entropy;
 mod embedding;
 mod layer_norm;

@@ -3,8 +3,8 @@
 //! offsets, accumulate, alpha and the epilogue: products and sums in f32, a 16-bit C rounded once.
 
 use plimsoll_kernels_wgsl::kernels::convert::Halves;
+use plimsoll_kernels_wgsl::kernels::convert::reference as cpu;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, Epilogue, MatmulDims, MatmulEntry, Operand};
-use plimsoll_kernels_wgsl::reference::convert as cpu;
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, f16_devices, to_f64};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
 

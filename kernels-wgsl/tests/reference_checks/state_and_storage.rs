@@ -1,4 +1,5 @@
-//! Embedding, optimizer, non-finite check and f16 conversion references.
+//! Embedding, optimizer and non-finite check references (the f16 conversion's are checked in
+//! `kernels::convert::tests`).
 
 use super::*;
 
@@ -151,63 +152,4 @@ fn nonfinite_flags() {
         nonfinite::first_nonfinite(&[0.0, -0.0, f32::NEG_INFINITY]),
         Some(2)
     );
-}
-
-// -------------------------------------------------------------------------------- convert
-
-#[test]
-fn f16_round_trips_and_hand_worked_bits() {
-    // exactly representable values survive: 1, -2.5, 65504 (max half), 0.5, -0, 2^-14 (min
-    // normal), 2^-24 (min subnormal), 3.140625
-    let exact = [
-        1.0,
-        -2.5,
-        65504.0,
-        0.5,
-        -0.0,
-        2f32.powi(-14),
-        2f32.powi(-24),
-        3.140_625,
-    ];
-    let back = convert::round_to_f16(&exact);
-    for (a, b) in exact.iter().zip(&back) {
-        assert_eq!(a.to_bits(), b.to_bits(), "{a} round-tripped to {b}");
-    }
-    // 0.1 = 0x2E66.66.. in half units -> 0x2e66 = 0.099975586 (docs/wgpu.md §6)
-    assert_eq!(convert::f32_to_f16_bits(0.1), 0x2e66);
-    assert_eq!(convert::round_to_f16(&[0.1]), [0.099_975_586]);
-    // layout: [1.0, -2.5] -> 0xc1003c00 (element 0 in the low half); odd length: high half 0
-    assert_eq!(
-        convert::pack_f16(&[1.0, -2.5, 1.0]),
-        [0xc100_3c00, 0x0000_3c00]
-    );
-    // ties to even: 1 + 2^-11 is halfway between 0x3c00 and 0x3c01 -> 0x3c00 (even);
-    // 1 + 3*2^-11 is halfway between 0x3c01 and 0x3c02 -> 0x3c02 (even)
-    assert_eq!(convert::f32_to_f16_bits(1.0 + 2f32.powi(-11)), 0x3c00);
-    assert_eq!(convert::f32_to_f16_bits(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
-    // overflow: 65519 -> 65504, 65520 -> inf, 70000 -> inf; NaN stays NaN; 1e-8 -> 0
-    assert_eq!(convert::f32_to_f16_bits(65519.0), 0x7bff);
-    assert_eq!(convert::f32_to_f16_bits(65520.0), 0x7c00);
-    assert_eq!(convert::f32_to_f16_bits(-70000.0), 0xfc00);
-    assert!(convert::f16_bits_to_f32(convert::f32_to_f16_bits(f32::NAN)).is_nan());
-    assert_eq!(convert::f32_to_f16_bits(1e-8), 0x0000);
-}
-
-#[test]
-fn every_half_round_trips_through_f32() {
-    for h in 0..=u16::MAX {
-        let v = convert::f16_bits_to_f32(h);
-        if v.is_nan() {
-            assert!(
-                h & 0x7c00 == 0x7c00 && h & 0x3ff != 0,
-                "{h:#06x} decoded to NaN"
-            );
-            continue;
-        }
-        assert_eq!(
-            convert::f32_to_f16_bits(v),
-            h,
-            "{h:#06x} -> {v} did not round-trip"
-        );
-    }
 }

@@ -5,7 +5,7 @@
 use super::{BinaryDims, BinaryOp, Broadcast, reference};
 use crate::kernels::convert::Halves;
 use crate::kernels::{fill, reduce};
-use crate::reference::convert::round_to_f16;
+use crate::kernels::convert::reference::round_to_f16;
 use crate::testing::{
     DEADLINE, Rng, assert_close, dot, f16_devices, gpu, gpu_and_temporaries, halves_input,
     numeric_gradient,

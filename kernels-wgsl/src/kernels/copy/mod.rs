@@ -455,7 +455,7 @@ pub(crate) mod tests {
     #[test]
     fn f16_strided_copy_permutes_the_bits() -> Result<()> {
         use crate::kernels::convert::Halves;
-        use crate::reference::convert::round_to_f16;
+        use crate::kernels::convert::reference::round_to_f16;
         use crate::testing::{f16_devices, read_halves, sentinel_halves, upload_halves};
         let (d0, d1, d2) = (3usize, 5usize, 7usize);
         let len = d0 * d1 * d2;

@@ -4,7 +4,7 @@
 
 use super::{UnaryOp, reference};
 use crate::kernels::convert::{F16Path, Halves};
-use crate::reference::convert::round_to_f16;
+use crate::kernels::convert::reference::round_to_f16;
 use crate::testing::{
     DEADLINE, Rng, assert_close, f16_devices, gpu, gpu_and_temporaries, halves_input, read_halves,
     sentinel_halves,

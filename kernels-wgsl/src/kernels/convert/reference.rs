@@ -1,4 +1,4 @@
-//! CPU reference for `convert`: `f32` to IEEE binary16 (round to nearest even; overflow to
+//! CPU reference for [`convert`](super): `f32` to IEEE binary16 (round to nearest even; overflow to
 //! infinity; NaN stays NaN) packed two per `u32` word — element `2i` in the low half of word `i`,
 //! an odd length leaves the last word's high half 0 — and back. This is the memory layout of a
 //! little-endian `[u16]`, and of WGSL `pack2x16float` / `unpack2x16float`.

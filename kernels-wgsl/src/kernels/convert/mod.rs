@@ -3,15 +3,16 @@
 //! `i`). Overflow becomes ±inf and NaN stays NaN, so the `nonfinite` check still sees them.
 //!
 //! Two paths, one storage layout, chosen by the adapter ([`Gpu::f16_path`]):
-//! - [`F16Path::Native`] (`shaders/convert_native.wgsl`, `enable f16;`) binds the halves as
+//! - [`F16Path::Native`] (`convert_native.wgsl`, `enable f16;`) binds the halves as
 //!   `array<f16>`: each invocation loads or stores one 16-bit element. It needs the device
 //!   feature `SHADER_F16` (lavapipe has it).
-//! - [`F16Path::Packed`] (`shaders/convert.wgsl`) binds them as `array<u32>` and uses the core
+//! - [`F16Path::Packed`] (`convert.wgsl`) binds them as `array<u32>` and uses the core
 //!   builtins `pack2x16float` / `unpack2x16float`: it runs on every adapter. A store writes whole
 //!   words, so one invocation owns each word the run touches and keeps a neighbour's half it
 //!   does not own (a run may start or end in the middle of a word).
 //!
-//! Reference: [`crate::reference::convert`].
+//! In one place: the two shaders (beside this file), the launchers, the CPU
+//! [`reference`](mod@reference) and the tests.
 
 use std::sync::atomic::Ordering;
 
@@ -20,13 +21,24 @@ use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
 
-/// The packed module: `shaders/convert.wgsl` and the rounding of `shaders/f16_bits.wgsl`.
-const WGSL_PACKED: &str = shader_source!("convert", "f16_bits", "indexing");
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
 
-/// The native module: `shaders/convert_native.wgsl` (`enable f16;` first) and the rounding of
+/// The packed module: `convert.wgsl` and the rounding of `shaders/f16_bits.wgsl`.
+const WGSL_PACKED: &str = concatcp!(
+    include_str!("convert.wgsl"),
+    shader_source!("f16_bits", "indexing")
+);
+
+/// The native module: `convert_native.wgsl` (`enable f16;` first) and the rounding of
 /// `shaders/f16_native.wgsl`.
-const WGSL_NATIVE: &str = shader_source!("convert_native", "f16_native", "indexing");
+const WGSL_NATIVE: &str = concatcp!(
+    include_str!("convert_native.wgsl"),
+    shader_source!("f16_native", "indexing")
+);
 
 /// The packed path's `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32); one
 /// invocation per destination word.

@@ -2,7 +2,7 @@ enable f16;
 // convert, native path: f32 <-> f16 storage bound as array<f16> (device feature SHADER_F16;
 // docs/wgpu.md §6). The layout is the packed path's (convert.wgsl): half h is the 2-byte
 // element h of the binding. Each invocation loads or stores one 16-bit element, so a run may
-// start at any half. Reference: src/reference/convert.rs.
+// start at any half. Reference: reference.rs, beside this file.
 //
 // f32 -> f16: |x| >= 65520 (which rounds to infinity in IEEE) is written as +-inf and NaN as a
 // quiet NaN explicitly (WGSL leaves out-of-range conversions indeterminate), so overflow stays
@@ -11,7 +11,7 @@ enable f16;
 // Entry points (both @workgroup_size(256), one invocation per element):
 //   f32_to_f16: dst_halves[dst_offset + i] = f16(src[src_offset + i])
 //   f16_to_f32: dst[dst_offset + i] = f32(src_halves[src_offset + i])
-// Params: declared in src/kernels/convert.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   the f32 side's offset counts f32 elements, the f16 side's halves; both include the block's
 //   offset in the segment (from the launcher).
 // Bindings (group 0; storage read_write; whole segments):

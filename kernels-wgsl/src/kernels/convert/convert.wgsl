@@ -3,7 +3,7 @@
 // pack2x16float / unpack2x16float: no SHADER_F16 feature (docs/wgpu.md §6). naga does require the
 // CAPABILITY SHADER_FLOAT16_IN_FLOAT32, which wgpu grants on adapters with
 // DownlevelFlags::SHADER_F16_IN_F32 (all Vulkan ones, lavapipe included; not WebGL2). The native
-// path is convert_native.wgsl (same layout). Reference: src/reference/convert.rs.
+// path is convert_native.wgsl (same layout). Reference: reference.rs, beside this file.
 //
 // f32 -> f16 rounds to nearest (as the device's pack2x16float does; lavapipe: nearest even).
 // WGSL leaves out-of-range values indeterminate, so |x| >= 65520 (which rounds to infinity in
@@ -21,7 +21,7 @@
 //               and keeps the other half of the first and last word as it was, so no two
 //               invocations write one word.
 //   f16_to_f32: one invocation per element.
-// Params: declared in src/kernels/convert.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   n counts elements; the f32 side's offset counts f32 elements, the halves' side counts
 //   halves; both include the block's offset in the segment (from the launcher).
 // Bindings (group 0; all storage read_write, docs/wgpu.md §4; each binds a WHOLE segment, not the
