@@ -109,7 +109,6 @@ use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
 pub mod cross_entropy;
-pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
@@ -136,6 +135,7 @@ families! {
     convert,
     copy,
     dropout,
+    embedding,
     fill,
     nonfinite,
     reduce,

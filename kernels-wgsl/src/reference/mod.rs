@@ -8,7 +8,6 @@
 //! matters.
 
 pub mod cross_entropy;
-pub mod embedding;
 pub mod layer_norm;
 pub mod matmul;
 pub mod optimizer;

@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cross_entropy;
-mod embedding;
 mod layer_norm;
 mod matmul;
 mod matmul_f16;

@@ -1,42 +1,7 @@
-//! Embedding, optimizer and non-finite check references (the f16 conversion's are checked in
-//! `kernels::convert::tests`).
+//! Optimizer and non-finite check references (the embedding's and the f16 conversion's are checked
+//! in `kernels::embedding::tests` and `kernels::convert::tests`).
 
 use super::*;
-
-// ------------------------------------------------------------------------------ embedding
-
-#[test]
-fn embedding_gather_and_scatter_are_adjoint() {
-    // table [3, 2]; ids [2, 0, 2]
-    let table = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
-    let ids = [2u32, 0, 2];
-    assert_eq!(
-        embedding::gather(&table, &ids, 3, 2),
-        [5.0, 6.0, 1.0, 2.0, 5.0, 6.0]
-    );
-    // row 2 gets dy rows 0 and 2, row 0 gets dy row 1, row 1 nothing
-    let dy = [1.0, 10.0, 100.0, 1000.0, 2.0, 20.0];
-    assert_eq!(
-        embedding::scatter_add(&ids, &dy, 3, 2),
-        [100.0, 1000.0, 0.0, 0.0, 3.0, 30.0]
-    );
-    // <gather(T), dy> = <T, scatter_add(dy)>: scatter_add is the transpose of gather
-    let mut rng = Rng::new(0x5eed_0006);
-    let (vocab, dim) = (7, 3);
-    let ids = [6u32, 1, 1, 0, 3, 6, 6];
-    let t = rng.vec_f32(vocab * dim, -1.0, 1.0);
-    let dy = rng.vec_f32(ids.len() * dim, -1.0, 1.0);
-    let lhs = dot(&embedding::gather(&t, &ids, vocab, dim), &dy);
-    let rhs = dot(&t, &embedding::scatter_add(&ids, &dy, vocab, dim));
-    assert!((lhs - rhs).abs() < 1e-5, "{lhs} vs {rhs}");
-    // an out-of-range id gathers NaN and scatters nothing
-    assert!(
-        embedding::gather(&table, &[3], 3, 2)
-            .iter()
-            .all(|v| v.is_nan())
-    );
-    assert_eq!(embedding::scatter_add(&[3], &[1.0, 1.0], 3, 2), [0.0; 6]);
-}
 
 // ------------------------------------------------------------------------------ optimizer
 

@@ -1,4 +1,4 @@
-//! CPU reference for `embedding`: gather rows of a `[vocab, dim]` table by `u32` ids, and the
+//! CPU reference for [`embedding`](super): gather rows of a `[vocab, dim]` table by `u32` ids, and the
 //! backward scatter-add into a `[vocab, dim]` table gradient. An id `>= vocab` gathers a row of
 //! NaN (loud: it reaches the loss) and contributes nothing to the backward.
 

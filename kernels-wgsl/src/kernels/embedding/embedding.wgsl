@@ -1,5 +1,5 @@
 // embedding: gather rows of a [vocab, dim] table by u32 ids, and the backward scatter-add into
-// a [vocab, dim] table gradient. Reference: src/reference/embedding.rs.
+// a [vocab, dim] table gradient. Reference: reference.rs, beside this file.
 //
 //   gather:      out[t, j] = table[ids[t], j]; an id >= vocab gathers NaN (no out-of-bounds
 //                read; the NaN reaches the loss, which the trainer's read-back refuses).
@@ -21,7 +21,7 @@
 // Entry points (all @workgroup_size(256)): gather (count = tokens*dim), scatter_rows
 // (count = vocab*dim), id_counts and id_lists (count = vocab), id_starts (count = 1).
 //
-// Params: declared in src/kernels/embedding.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   Element index of each tensor in its binding (the launcher's segment_index: block offset +
 //   tensor offset): src = binding 1 (gather: table, scatter_add: dy), ids = binding 2,
 //   dst = binding 3 (gather: out, scatter_add: dtable), order = binding 4.

@@ -1,6 +1,7 @@
 //! `embedding`: [`gather`] rows of a `[vocab, dim]` table by `u32` ids, and the backward
-//! [`scatter_add`] into a `[vocab, dim]` table gradient. Shader: `shaders/embedding.wgsl`;
-//! reference: [`crate::reference::embedding`].
+//! [`scatter_add`] into a `[vocab, dim]` table gradient. In one place: the shader
+//! (`embedding.wgsl`, beside this file), the launchers, the CPU [`reference`](mod@reference) and
+//! the tests.
 //!
 //! Ids live on the device and are not validated on the host (that would need a read-back): an id
 //! `>= vocab` gathers a row of NaN and contributes nothing to the backward; the NaN reaches the
@@ -16,9 +17,14 @@ use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, loop_passes};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
 
-/// The module: `shaders/embedding.wgsl` and the helpers it calls.
-const WGSL: &str = shader_source!("embedding", "indexing");
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
+
+/// The module: `embedding.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(include_str!("embedding.wgsl"), shader_source!("indexing"));
 
 /// The `gather` entry point.
 pub const GATHER: Kernel = kernel!("embedding", "gather", source: WGSL, [table, ids: "array<u32>", out], ELEMENTWISE_WORKGROUP);
