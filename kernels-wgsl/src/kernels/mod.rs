@@ -112,7 +112,6 @@ pub mod cross_entropy;
 pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
-pub mod optimizer;
 
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
 /// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
@@ -138,6 +137,7 @@ families! {
     embedding,
     fill,
     nonfinite,
+    optimizer,
     reduce,
     softmax,
     unary,

@@ -10,7 +10,6 @@
 pub mod cross_entropy;
 pub mod layer_norm;
 pub mod matmul;
-pub mod optimizer;
 
 /// `v` widened to `f64` (what the `f32` wrappers hand to the `f64` references).
 pub(crate) fn widen(v: &[f32]) -> Vec<f64> {

@@ -6,4 +6,3 @@ mod cross_entropy;
 mod layer_norm;
 mod matmul;
 mod matmul_f16;
-mod optimizer;

@@ -6,10 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use plimsoll_kernels_wgsl::kernels::nonfinite::reference as nonfinite;
-use plimsoll_kernels_wgsl::reference::{cross_entropy, layer_norm, optimizer};
+use plimsoll_kernels_wgsl::reference::{cross_entropy, layer_norm};
 // The types the references take live with their launchers.
 use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
-use plimsoll_kernels_wgsl::kernels::optimizer::{AdamWConfig, SgdConfig};
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, dot, numeric_gradient};
 

@@ -1,6 +1,6 @@
 // optimizer: fused, in-place SGD and AdamW steps with PyTorch's semantics and operation order
 // (torch.optim.SGD / torch.optim.AdamW, single-tensor path, maximize=False, amsgrad=False).
-// Reference: src/reference/optimizer.rs. Host-side scalars (1 - beta1, lr / (1 - beta1^t),
+// Reference: reference.rs, beside this file. Host-side scalars (1 - beta1, lr / (1 - beta1^t),
 // sqrt(1 - beta2^t), 1 - lr*wd, 1 - dampening) are computed in f64 and rounded to f32 once by
 // SgdConfig::scalars / AdamWConfig::scalars(step); write those values into the Params below.
 // grad_scale multiplies the gradient first (mixed-precision unscale, 1/loss_scale; 1 otherwise).
@@ -15,7 +15,7 @@
 //
 // Entry points (both @workgroup_size(256), one invocation per parameter element): sgd, adamw.
 //
-// Params: SgdParams (sgd) and AdamWParams (adamw), declared in src/kernels/optimizer.rs
+// Params: SgdParams (sgd) and AdamWParams (adamw), declared in mod.rs
 //   (`shader_params!`), prepended with the bindings. nesterov and first_step are 0 or 1;
 //   decay_factor = 1 - lr * wd, step_size = lr / bias_correction1.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's

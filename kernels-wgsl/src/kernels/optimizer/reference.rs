@@ -1,4 +1,4 @@
-//! CPU reference for `optimizer`: fused SGD and AdamW steps, in place, with the semantics and
+//! CPU reference for [`optimizer`](super): fused SGD and AdamW steps, in place, with the semantics and
 //! the operation order of PyTorch's `torch.optim.SGD` and `torch.optim.AdamW` (single-tensor,
 //! `foreach=False`, `maximize=False`, `amsgrad=False`), in `f32` like PyTorch on `f32` tensors.
 //!
@@ -10,7 +10,7 @@
 //! `grad_scale` multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`); it
 //! is 1 for a plain step.
 
-use crate::kernels::optimizer::{AdamWConfig, SgdConfig};
+use super::{AdamWConfig, SgdConfig};
 
 /// One SGD step in place. `first_step` is true when the momentum buffer does not exist yet in
 /// PyTorch's terms (`buf = g`, no dampening); `momentum_buf` is unused when `momentum == 0`.

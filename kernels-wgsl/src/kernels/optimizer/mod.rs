@@ -1,5 +1,6 @@
 //! `optimizer`: fused, in-place [`sgd_step`] and [`adamw_step`] with PyTorch's semantics and
-//! operation order. Shader: `shaders/optimizer.wgsl`; reference: [`crate::reference::optimizer`].
+//! operation order. In one place: the shader (`optimizer.wgsl`, beside this file), the launchers,
+//! the CPU [`reference`](mod@reference) and the tests.
 //!
 //! The f32 scalars come from [`SgdConfig::scalars`] and [`AdamWConfig::scalars`], which the
 //! reference uses too, so launcher and reference round the same f64 values the same way.
@@ -10,9 +11,14 @@ use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
 
-/// The module: `shaders/optimizer.wgsl` and the helpers it calls.
-const WGSL: &str = shader_source!("optimizer", "indexing");
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
+
+/// The module: `optimizer.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(include_str!("optimizer.wgsl"), shader_source!("indexing"));
 
 /// The `sgd` entry point.
 pub const SGD: Kernel = kernel!("optimizer", "sgd", source: WGSL, sgd_params: SgdParams, [param, grad, momentum_buf], ELEMENTWISE_WORKGROUP);
