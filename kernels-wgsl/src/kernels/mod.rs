@@ -109,7 +109,6 @@ use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
 pub mod cross_entropy;
-pub mod layer_norm;
 pub mod matmul;
 mod matmul_half;
 
@@ -136,6 +135,7 @@ families! {
     dropout,
     embedding,
     fill,
+    layer_norm,
     nonfinite,
     optimizer,
     reduce,

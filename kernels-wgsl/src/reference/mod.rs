@@ -8,7 +8,6 @@
 //! matters.
 
 pub mod cross_entropy;
-pub mod layer_norm;
 pub mod matmul;
 
 /// `v` widened to `f64` (what the `f32` wrappers hand to the `f64` references).

@@ -3,6 +3,5 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cross_entropy;
-mod layer_norm;
 mod matmul;
 mod matmul_f16;

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use plimsoll_kernels_wgsl::kernels::nonfinite::reference as nonfinite;
-use plimsoll_kernels_wgsl::reference::{cross_entropy, layer_norm};
+use plimsoll_kernels_wgsl::reference::cross_entropy;
 // The types the references take live with their launchers.
 use plimsoll_kernels_wgsl::kernels::binary::BinaryOp;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;

@@ -1,5 +1,5 @@
-//! Row references: cross-entropy, layer norm (softmax's are checked in
-//! `kernels::softmax::tests`).
+//! The cross-entropy reference (softmax's and layer norm's are checked in their families'
+//! `kernels::<stem>::tests`).
 
 use super::*;
 
@@ -58,42 +58,4 @@ fn cross_entropy_backward_matches_finite_differences() {
         });
         assert_close("ce backward per-row", &analytic, &numeric, 1e-3, 1e-3);
     }
-}
-
-// ----------------------------------------------------------------------------- layer_norm
-
-#[test]
-fn layer_norm_hand_worked() {
-    // x = [1, 2, 3, 4]: mean 2.5, var = (2.25 + 0.25 + 0.25 + 2.25)/4 = 1.25, eps 0:
-    // rstd = 1/sqrt(1.25) = 0.8944272, y = [-1.3416408, -0.4472136, 0.4472136, 1.3416408]
-    let f = layer_norm::forward(&[1.0, 2.0, 3.0, 4.0], &[1.0; 4], &[0.0; 4], 1, 4, 0.0);
-    assert_close("ln mean", &f.mean, &[2.5], 0.0, 1e-7);
-    assert_close("ln rstd", &f.rstd, &[0.894_427_2], 0.0, 1e-6);
-    let want = [-1.341_640_8, -0.447_213_6, 0.447_213_6, 1.341_640_8];
-    assert_close("ln y", &f.y, &want, 1e-7, 1e-6);
-    // gamma 2, beta 1: y' = 2y + 1
-    let f2 = layer_norm::forward(&[1.0, 2.0, 3.0, 4.0], &[2.0; 4], &[1.0; 4], 1, 4, 0.0);
-    let want2: Vec<f32> = want.iter().map(|v| 2.0 * v + 1.0).collect();
-    assert_close("ln affine", &f2.y, &want2, 1e-6, 1e-6);
-}
-
-#[test]
-fn layer_norm_backward_matches_finite_differences() {
-    let mut rng = Rng::new(0x5eed_0005);
-    let (rows, cols, eps) = (3, 5, 1e-5);
-    let x = rng.vec_f32(rows * cols, -2.0, 2.0);
-    let gamma = rng.vec_f32(cols, 0.5, 1.5);
-    let beta = rng.vec_f32(cols, -0.5, 0.5);
-    let w = rng.vec_f32(rows * cols, -1.0, 1.0);
-    let f = layer_norm::forward(&x, &gamma, &beta, rows, cols, eps);
-    let b = layer_norm::backward(&x, &gamma, &f.mean, &f.rstd, &w, rows, cols);
-    let loss = |x: &[f32], g: &[f32], bt: &[f32]| {
-        dot(&w, &layer_norm::forward(x, g, bt, rows, cols, eps).y)
-    };
-    let num_x = numeric_gradient(&x, 1e-3, |x| loss(x, &gamma, &beta));
-    let num_g = numeric_gradient(&gamma, 1e-3, |g| loss(&x, g, &beta));
-    let num_b = numeric_gradient(&beta, 1e-3, |bt| loss(&x, &gamma, bt));
-    assert_close("ln dx", &b.dx, &num_x, 2e-3, 2e-3);
-    assert_close("ln dgamma", &b.dgamma, &num_g, 2e-3, 2e-3);
-    assert_close("ln dbeta", &b.dbeta, &num_b, 2e-3, 2e-3);
 }

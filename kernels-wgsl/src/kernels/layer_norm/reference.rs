@@ -1,4 +1,4 @@
-//! CPU reference for `layer_norm` over the last axis of `[rows, cols]`, as PyTorch's
+//! CPU reference for [`layer_norm`](super) over the last axis of `[rows, cols]`, as PyTorch's
 //! `nn.LayerNorm(cols, eps)`: biased variance, per-column `gamma` and `beta`. The forward also
 //! returns each row's mean and `rstd = 1/sqrt(var + eps)`, saved for the backward. Computed in
 //! `f64` ([`forward_f64`], [`backward_f64`]); the `f32` entry points round the results once.

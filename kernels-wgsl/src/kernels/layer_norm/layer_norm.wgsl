@@ -1,5 +1,5 @@
 // layer_norm over the last axis of [rows, cols], as PyTorch's nn.LayerNorm(cols, eps):
-// biased variance, per-column gamma and beta. Reference: src/reference/layer_norm.rs.
+// biased variance, per-column gamma and beta. Reference: reference.rs, beside this file.
 //
 //   forward:         y = (x - mean_r) * rstd_r * gamma + beta, rstd_r = 1/sqrt(var_r + eps);
 //                    also writes mean[r] and rstd[r] (saved for the backward). Two passes for
@@ -14,7 +14,7 @@
 // Entry points (all @workgroup_size(64)): forward and backward_input have one invocation per
 // ROW (count = rows); backward_params one per COLUMN (count = cols).
 //
-// Params: declared in src/kernels/layer_norm.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset); each entry point reads the offsets of the
 //   tensors it binds.

@@ -1,6 +1,7 @@
 //! `layer_norm` over the last axis of a row-major `[rows, cols]` matrix, as PyTorch's
-//! `nn.LayerNorm(cols, eps)` (biased variance, per-column `gamma`, `beta`). Shader:
-//! `shaders/layer_norm.wgsl`; reference: [`crate::reference::layer_norm`].
+//! `nn.LayerNorm(cols, eps)` (biased variance, per-column `gamma`, `beta`). In one place: the
+//! shaders (`layer_norm.wgsl`, an invocation per row, and `layer_norm_rows.wgsl`, a workgroup per
+//! row; beside this file), the launchers, the CPU [`reference`](mod@reference) and the tests.
 //!
 //! [`forward`] also writes each row's mean and `rstd = 1/sqrt(var + eps)` for the backward.
 //! [`backward`] records two dispatches: `dx` (one invocation per row) and `dgamma`, `dbeta` (one
@@ -14,16 +15,24 @@ use crate::kernels::{
 };
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
 
 /// Workgroup size of every entry point (`@workgroup_size(64)`: each invocation loops over a whole
 /// row or column).
 pub const WORKGROUP: u32 = 64;
 
-/// The invocation-per-row module: `shaders/layer_norm.wgsl` and the helpers it calls.
-const WGSL: &str = shader_source!("layer_norm", "indexing");
+/// The invocation-per-row module: `layer_norm.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(include_str!("layer_norm.wgsl"), shader_source!("indexing"));
 
-/// The workgroup-per-row module: `shaders/layer_norm_rows.wgsl` and the helpers it calls.
-const WGSL_ROWS: &str = shader_source!("layer_norm_rows", "workgroup_reduce", "indexing");
+/// The workgroup-per-row module: `layer_norm_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = concatcp!(
+    include_str!("layer_norm_rows.wgsl"),
+    shader_source!("workgroup_reduce", "indexing")
+);
 
 /// The `forward` entry point.
 pub const FORWARD: Kernel = kernel!(
@@ -43,7 +52,7 @@ pub const BACKWARD_INPUT: Kernel = kernel!(
     WORKGROUP
 );
 
-/// `forward` with a workgroup per row (`shaders/layer_norm_rows.wgsl`).
+/// `forward` with a workgroup per row (`layer_norm_rows.wgsl`).
 pub const FORWARD_ROWS: Kernel = kernel!(
     "layer_norm_rows",
     "forward_rows",

@@ -1,7 +1,7 @@
 // layer_norm_rows: layer_norm.wgsl's `forward` and `backward_input` with a WORKGROUP per row
 // instead of an invocation per row, for few long rows on a GPU (kernels::softmax::row_layout
 // picks). Same Params, bindings and formulas as layer_norm.wgsl (two-pass variance); reference:
-// src/reference/layer_norm.rs. Each of the WG = 64 invocations takes the columns j = lid,
+// reference.rs. Each of the WG = 64 invocations takes the columns j = lid,
 // lid + 64, ...; each row sum is combined by a tree in workgroup memory (so the additions come
 // in another order than layer_norm.wgsl's: rounding only).
 //
