@@ -10,6 +10,7 @@ use plimsoll_autograd::{Derivative, Grads, Result, Tensor, no_grad};
 use plimsoll_kernels_wgsl::kernels::binary::reference as binary;
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
 use plimsoll_kernels_wgsl::kernels::copy::reference as copy;
+use plimsoll_kernels_wgsl::kernels::cross_entropy::reference as cross_entropy;
 use plimsoll_kernels_wgsl::kernels::dropout::reference as dropout;
 use plimsoll_kernels_wgsl::kernels::layer_norm::reference as layer_norm;
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
@@ -18,7 +19,7 @@ use plimsoll_kernels_wgsl::kernels::reduce::reference as reduce;
 use plimsoll_kernels_wgsl::kernels::softmax::reference as softmax;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
-use plimsoll_kernels_wgsl::reference::{cross_entropy, matmul};
+use plimsoll_kernels_wgsl::reference::matmul;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
 

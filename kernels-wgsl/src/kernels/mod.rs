@@ -108,7 +108,6 @@ use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub mod cross_entropy;
 pub mod matmul;
 mod matmul_half;
 
@@ -132,6 +131,7 @@ families! {
     binary,
     convert,
     copy,
+    cross_entropy,
     dropout,
     embedding,
     fill,

@@ -7,7 +7,6 @@
 //! their inputs and round each output once; elsewhere they accumulate in `f64` where order
 //! matters.
 
-pub mod cross_entropy;
 pub mod matmul;
 
 /// `v` widened to `f64` (what the `f32` wrappers hand to the `f64` references).

@@ -2,6 +2,5 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod cross_entropy;
 mod matmul;
 mod matmul_f16;

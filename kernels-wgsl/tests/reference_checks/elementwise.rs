@@ -1,5 +1,4 @@
-//! The op families' shader codes (the unary, binary and reduce references are checked in their
-//! families' `kernels::<stem>::tests`).
+//! The op families' shader codes.
 
 use super::*;
 

@@ -225,4 +225,20 @@ pub(crate) mod tests {
         );
         Ok(())
     }
+
+    /// The reference by hand (moved from the reference checks).
+    #[test]
+    fn nonfinite_flags() {
+        use super::reference as nonfinite;
+        assert_eq!(
+            nonfinite::flags(&[1.0, 2.0, f32::MAX]),
+            [0, nonfinite::NO_INDEX]
+        );
+        assert_eq!(nonfinite::flags(&[1.0, f32::INFINITY, f32::NAN]), [1, 1]);
+        assert_eq!(nonfinite::flags(&[f32::NAN]), [1, 0]);
+        assert_eq!(
+            nonfinite::first_nonfinite(&[0.0, -0.0, f32::NEG_INFINITY]),
+            Some(2)
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! `cross_entropy`: fused log-softmax + negative log-likelihood over `[rows, cols]` logits with
-//! `u32` class targets and optional label smoothing. Shader: `shaders/cross_entropy.wgsl`;
-//! reference: [`crate::reference::cross_entropy`].
+//! `u32` class targets and optional label smoothing. In one place: the shaders
+//! (`cross_entropy.wgsl`, an invocation per row, and `cross_entropy_rows.wgsl`, a workgroup per
+//! row; beside this file), the launchers, the CPU [`reference`](mod@reference) and the tests.
 //!
 //! Targets are *not* validated on the host: they live on the device, and checking them would
 //! need a read-back that stalls the batch. A target `>= cols` makes that row's loss and all its
@@ -12,20 +13,30 @@ use crate::error::{Error, Result};
 use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_layout};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
+use const_format::concatcp;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
 
 /// Workgroup size of both entry points (`@workgroup_size(64)`: one row per invocation).
 pub const ROW_WORKGROUP: u32 = 64;
 
-/// The invocation-per-row module: `shaders/cross_entropy.wgsl` and the helpers it calls.
-const WGSL: &str = shader_source!("cross_entropy", "online_softmax", "indexing");
+/// The invocation-per-row module: `cross_entropy.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(
+    include_str!("cross_entropy.wgsl"),
+    shader_source!("online_softmax", "indexing")
+);
 
-/// The workgroup-per-row module: `shaders/cross_entropy_rows.wgsl` and the helpers it calls.
-const WGSL_ROWS: &str = shader_source!(
-    "cross_entropy_rows",
-    "online_softmax",
-    "workgroup_reduce",
-    "workgroup_softmax",
-    "indexing"
+/// The workgroup-per-row module: `cross_entropy_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = concatcp!(
+    include_str!("cross_entropy_rows.wgsl"),
+    shader_source!(
+        "online_softmax",
+        "workgroup_reduce",
+        "workgroup_softmax",
+        "indexing"
+    )
 );
 
 /// The `forward` entry point.
@@ -34,7 +45,7 @@ pub const FORWARD: Kernel = kernel!("cross_entropy", "forward", source: WGSL, [l
 /// The `backward` entry point.
 pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", source: WGSL, [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
 
-/// `forward` with a workgroup per row (`shaders/cross_entropy_rows.wgsl`).
+/// `forward` with a workgroup per row (`cross_entropy_rows.wgsl`).
 pub const FORWARD_ROWS: Kernel = kernel!(
     "cross_entropy_rows",
     "forward_rows",

@@ -1,7 +1,7 @@
 // cross_entropy_rows: cross_entropy.wgsl's `forward` and `backward` with a WORKGROUP per row
 // instead of an invocation per row, for few long rows (large vocabularies) on a GPU
 // (kernels::row_layout picks). Same Params, bindings and formulas; reference:
-// src/reference/cross_entropy.rs. Each of the WG = 64 invocations takes the columns j = lid,
+// reference.rs. Each of the WG = 64 invocations takes the columns j = lid,
 // lid + 64, ...; the row's statistics (online max and sum of exp, plain sum) are combined by a
 // tree in workgroup memory (another order of additions than cross_entropy.wgsl: rounding only).
 //

@@ -1,6 +1,6 @@
 // cross_entropy: fused log-softmax + negative log-likelihood over [rows, cols] logits with u32
 // class targets and optional label smoothing eps (PyTorch `label_smoothing`: target
-// distribution q = (1 - eps) onehot(t) + eps / cols). Reference: src/reference/cross_entropy.rs.
+// distribution q = (1 - eps) onehot(t) + eps / cols). Reference: reference.rs, beside this file.
 //
 //   forward:  loss[r] = (1 - eps)(lse_r - x[r, t]) + eps (lse_r - mean_j x[r, j]),
 //             lse_r = m_r + log sum_j exp(x[r, j] - m_r). Per-row losses; the mean loss is
@@ -21,7 +21,7 @@
 // (kernels::cross_entropy::loop_iterations; the launcher refuses more than the adapter's limit).
 // Entry points (both @workgroup_size(64)): forward, backward.
 //
-// Params: declared in src/kernels/cross_entropy.rs (`shader_params!`), prepended with the bindings.
+// Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
 //   segment_index: block offset + tensor offset).
 //   forward reads rows, cols, smoothing, logits_offset, targets_offset, losses_offset.

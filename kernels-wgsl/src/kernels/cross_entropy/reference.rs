@@ -1,4 +1,4 @@
-//! CPU reference for `cross_entropy`: fused log-softmax + negative log-likelihood over
+//! CPU reference for [`cross_entropy`](super): fused log-softmax + negative log-likelihood over
 //! `[rows, cols]` logits with `u32` class targets, optional label smoothing `eps` (PyTorch's
 //! `label_smoothing`: the target distribution is `q = (1 - eps) onehot(t) + eps / cols`).
 //!
