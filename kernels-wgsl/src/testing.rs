@@ -129,6 +129,33 @@ pub fn scratch(gpu: &Gpu, len: u64, label: &str) -> DeviceBuffer {
     }
 }
 
+/// The shared device ([`gpu`]) and a generator seeded with `seed`: how the kernel tests against
+/// a reference start.
+pub fn gpu_and_rng(seed: u64) -> (Gpu, Rng) {
+    (gpu(), Rng::new(seed))
+}
+
+/// For a test of the refusals over the loop limit: the shared device, its
+/// [`Gpu::loop_iteration_limit`] and a one-element scratch buffer to pass as every slice (the
+/// launchers check the limit before the slices' lengths). `None` after reporting `test` (its
+/// function name) as skipped ([`loop_limit_or_skip`]) on an adapter without a limit.
+pub fn loop_limit_setup(test: &str) -> Result<Option<(Gpu, u64, DeviceBuffer)>> {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_skip(&gpu, test) else {
+        return Ok(None);
+    };
+    let tiny = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
+    Ok(Some((gpu, limit, tiny)))
+}
+
+/// The largest argument `passes` takes within `gpu`'s loop limit, or within lavapipe's 65,535
+/// on an adapter without one (the same sizes then run unrestricted): what the
+/// `*_at_the_loop_limit_*` tests launch.
+pub fn largest_at_the_loop_limit(gpu: &Gpu, passes: impl Fn(u64) -> u64) -> u64 {
+    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+    crate::kernels::largest_within(limit, passes)
+}
+
 /// The shared device ([`gpu`]) and one uninitialised [`Category::Temporary`] buffer of each
 /// `(elements, label)` of `buffers`: how the kernel tests of argument checks start.
 pub fn gpu_and_temporaries<const N: usize>(

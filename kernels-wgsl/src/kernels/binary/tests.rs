@@ -6,11 +6,7 @@ use super::{BinaryDims, BinaryOp, Broadcast, reference};
 use crate::kernels::convert::Halves;
 use crate::kernels::{fill, reduce};
 use crate::kernels::convert::reference::round_to_f16;
-use crate::testing::{
-    DEADLINE, Rng, assert_close, dot, f16_devices, gpu, gpu_and_temporaries, halves_input,
-    numeric_gradient,
-    read_halves, sentinel_halves, sum_atol, upload_halves,
-};
+use crate::testing::{DEADLINE, assert_close, dot, f16_devices, gpu_and_rng, gpu_and_temporaries, halves_input, numeric_gradient, read_halves, Rng, sentinel_halves, sum_atol, upload_halves};
 use crate::{Category, Error, Gpu, Result};
 
 /// `(atol, rtol)`: add, sub, mul and the max/min selections are exact in f32 (the reference's
@@ -152,8 +148,7 @@ fn check_broadcast(
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(51);
+    let (gpu, mut rng) = gpu_and_rng(51);
     let cases: [(&[usize], &[usize]); 11] = [
         (&[70_001], &[70_001]),       // same shape, 274 workgroups (the fast path)
         (&[13, 7, 11], &[13, 7, 11]), // same shape, rank 3 (the fast path)
@@ -179,8 +174,7 @@ pub(crate) fn matches_reference() -> Result<()> {
 
 #[test]
 fn binary_scalar_forms_match_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(53);
+    let (gpu, mut rng) = gpu_and_rng(53);
     for op in BinaryOp::ALL {
         for len in [1usize, 7, 257, 1000, 1003] {
             let (a, _) = operands(&mut rng, op, len, 1);

@@ -300,13 +300,12 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, assert_close, gpu};
+    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng, Rng};
     use crate::{Category, Error};
 
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(21);
+        let (gpu, mut rng) = gpu_and_rng(21);
         // (src, dst) offsets: odd (the scalar kernel), then multiples of 4 (vec4s and a tail).
         for (src_at, dst_at) in [(5, 2), (4, 8)] {
             for len in [1usize, 255, 257, 1000, 1003, 70_001] {
@@ -336,8 +335,7 @@ pub(crate) mod tests {
 
     #[test]
     fn strided_copy_matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(31);
+        let (gpu, mut rng) = gpu_and_rng(31);
         // (shape of the source, permutation of its axes)
         let cases: [(&[usize], &[usize]); 10] = [
             (&[37, 53], &[1, 0]),     // transpose

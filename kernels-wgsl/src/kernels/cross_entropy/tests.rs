@@ -5,11 +5,8 @@
 use super::reference;
 use super::CrossEntropyDims;
 use crate::kernels::{RowLayout, largest_within};
-use crate::testing::{
-    Guarded, Rng, assert_close, assert_loop_limit, dot, gpu, gpu_and_temporaries,
-    loop_limit_or_skip, numeric_gradient, upload_u32_at,
-};
-use crate::{Category, Error, Gpu, Result};
+use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, numeric_gradient, Rng, upload_u32_at};
+use crate::{Error, Gpu, Result};
 
 // Tolerances. Loss: lse and the row mean are f32 sums of <= 1000 terms on the GPU (f64 in the
 // reference) of magnitude <= ~8, so the absolute error of a loss of size ~log(cols) + 8 stays
@@ -96,8 +93,7 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) -> Result<()> {
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(51);
+    let (gpu, mut rng) = gpu_and_rng(51);
     let layouts = [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow];
     let gradients = [(0.0, LossGradient::Broadcast), (0.1, LossGradient::PerRow)];
     for layout in layouts {
@@ -189,14 +185,12 @@ fn cross_entropy_rejects_bad_arguments() -> Result<()> {
 // Loop limit: checked before the slice lengths, so one-element buffers show the refusal.
 #[test]
 fn cross_entropy_refuses_rows_over_the_loop_limit() -> Result<()> {
-    let gpu = gpu();
-    let Some(limit) = loop_limit_or_skip(&gpu, "cross_entropy_refuses_rows_over_the_loop_limit")
-    else {
+    let test = "cross_entropy_refuses_rows_over_the_loop_limit";
+    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
         return Ok(());
     };
     let largest = largest_within(limit, super::loop_iterations);
-    let t = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
-    let t = t.whole();
+    let t = tiny.whole();
     let over = largest + 1;
     let dims = CrossEntropyDims {
         rows: 1,
@@ -220,10 +214,8 @@ fn cross_entropy_refuses_rows_over_the_loop_limit() -> Result<()> {
 
 #[test]
 fn cross_entropy_at_the_loop_limit_matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(53);
-    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
-    let cols = largest_within(limit, super::loop_iterations) as usize;
+    let (gpu, mut rng) = gpu_and_rng(53);
+    let cols = largest_at_the_loop_limit(&gpu, super::loop_iterations) as usize;
     let case = Case {
         layout: RowLayout::InvocationPerRow,
         rows: 2,

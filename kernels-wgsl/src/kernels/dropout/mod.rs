@@ -90,13 +90,12 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
+    use crate::testing::{DEADLINE, assert_close, gpu_and_rng, scratch};
     use crate::{Category, Error};
 
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(23);
+        let (gpu, mut rng) = gpu_and_rng(23);
         for (len, p, seed) in [
             (1usize, 0.5f32, 1u64),
             (257, 0.1, 7),

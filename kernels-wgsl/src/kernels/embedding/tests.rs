@@ -4,10 +4,7 @@
 
 use super::reference;
 use crate::kernels::largest_within;
-use crate::testing::{
-    DEADLINE, Guarded, Rng, assert_close, assert_loop_limit, dot, gpu, gpu_and_temporaries,
-    loop_limit_or_skip, scratch, upload_u32_at,
-};
+use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, Rng, scratch, upload_u32_at};
 use crate::{Category, Error, Gpu, Result};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
@@ -64,8 +61,7 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, tokens: usize, vocab: usize, dim: usize)
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(71);
+    let (gpu, mut rng) = gpu_and_rng(71);
     for tokens in [1usize, 3, 37, 129] {
         for (vocab, dim) in [(1usize, 1usize), (7, 10), (50, 33), (13, 257), (31, 1000)] {
             check_case(&gpu, &mut rng, tokens, vocab, dim)?;
@@ -122,17 +118,15 @@ fn embedding_rejects_bad_ranges() -> Result<()> {
 
 #[test]
 fn embedding_refuses_tokens_over_the_loop_limit() -> Result<()> {
-    let gpu = gpu();
-    let Some(limit) = loop_limit_or_skip(&gpu, "embedding_refuses_tokens_over_the_loop_limit")
-    else {
+    let test = "embedding_refuses_tokens_over_the_loop_limit";
+    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
         return Ok(());
     };
     let largest = largest_within(limit, super::loop_iterations);
     // The token count is the ids' length: a real buffer of `largest + 1` ids; the rest are tiny
     // (the loop limit is checked before their lengths).
     let ids = scratch(&gpu, largest + 1, "ids");
-    let t = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
-    let t = t.whole();
+    let t = tiny.whole();
     assert_loop_limit(
         super::scatter_add(&gpu, t, t, ids.whole(), 1, 1),
         "tokens",
@@ -151,12 +145,8 @@ fn embedding_refuses_tokens_over_the_loop_limit() -> Result<()> {
 #[test]
 fn embedding_at_the_loop_limit_matches_reference() -> Result<()> {
     let gpu = gpu();
-    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
-    let (tokens, vocab, dim) = (
-        largest_within(limit, super::loop_iterations) as usize,
-        3,
-        2,
-    );
+    let tokens = largest_at_the_loop_limit(&gpu, super::loop_iterations) as usize;
+    let (vocab, dim) = (3, 2);
     // Small integers: every f32 partial sum is exact, so a dropped token shows.
     let ids: Vec<u32> = (0..tokens).map(|t| (t % vocab) as u32).collect();
     let dy: Vec<f32> = (0..tokens * dim).map(|e| (e % 7) as f32 - 3.0).collect();

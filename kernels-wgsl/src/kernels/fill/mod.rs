@@ -56,15 +56,14 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, assert_close, gpu};
+    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng};
     use crate::{Category, Error};
 
     /// The kernel against [`super::reference`] at odd lengths (70,001 needs a 2-D grid's
     /// worth of workgroups on small limits), inside a larger buffer.
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(11);
+        let (gpu, mut rng) = gpu_and_rng(11);
         for len in [1usize, 255, 257, 1000, 70_001] {
             let initial = rng.vec_f32(len + 9, -3.0, 3.0);
             let buf = gpu

@@ -5,10 +5,7 @@
 use super::reference;
 use super::LayerNormDims;
 use crate::kernels::{RowLayout, largest_within};
-use crate::testing::{
-    Guarded, Rng, assert_close, assert_loop_limit, dot, gpu, gpu_and_temporaries,
-    loop_limit_or_skip, numeric_gradient, scratch,
-};
+use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, numeric_gradient, Rng, scratch};
 use crate::{Category, Error, Gpu, Result};
 
 const EPS: f32 = 1e-5;
@@ -110,8 +107,7 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: us
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(61);
+    let (gpu, mut rng) = gpu_and_rng(61);
     for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
         for rows in [1usize, 3, 37, 129] {
             for cols in [1usize, 10, 33, 257, 1000] {
@@ -186,16 +182,12 @@ fn layer_norm_rejects_bad_arguments() -> Result<()> {
 
 #[test]
 fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() -> Result<()> {
-    let gpu = gpu();
-    let Some(limit) = loop_limit_or_skip(
-        &gpu,
-        "layer_norm_refuses_rows_and_columns_over_the_loop_limit",
-    ) else {
+    let test = "layer_norm_refuses_rows_and_columns_over_the_loop_limit";
+    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
         return Ok(());
     };
     // Every slice on one tiny buffer: the loop limit is checked before the slice lengths.
-    let t = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
-    let t = t.whole();
+    let t = tiny.whole();
     let cols = largest_within(limit, super::row_loop_iterations);
     assert_loop_limit(
         super::forward(&gpu, &dims(1, cols + 1), [t; 3], t, t, t),
@@ -231,15 +223,13 @@ fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() -> Result<()> {
 
 #[test]
 fn layer_norm_at_the_loop_limit_matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(63);
-    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
-    let cols = largest_within(limit, super::row_loop_iterations) as usize;
+    let (gpu, mut rng) = gpu_and_rng(63);
+    let cols = largest_at_the_loop_limit(&gpu, super::row_loop_iterations) as usize;
     check_case(&gpu, &mut rng, RowLayout::InvocationPerRow, 2, cols)?;
     // backward_params sums over the rows: with x = 1, mean = 0, rstd = 1 (xhat = 1) and small
     // integer dy, dgamma[j] = dbeta[j] = sum_r dy[r, j] is exact in f32, so a dropped row shows.
     let (rows, cols) = (
-        largest_within(limit, super::column_loop_iterations) as usize,
+        largest_at_the_loop_limit(&gpu, super::column_loop_iterations) as usize,
         3,
     );
     let dy: Vec<f32> = (0..rows * cols).map(|e| (e % 5) as f32 - 1.0).collect();

@@ -113,13 +113,12 @@ pub mod reference {
 pub(crate) mod tests {
     use super::NO_INDEX;
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, gpu, gpu_and_temporaries};
+    use crate::testing::{DEADLINE, gpu_and_rng, gpu_and_temporaries};
     use crate::{Category, Error};
 
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(81);
+        let (gpu, mut rng) = gpu_and_rng(81);
         for len in [1usize, 7, 257, 1000, 70_001] {
             let clean = rng.vec_f32(len, -1e30, 1e30);
             // (what, value, where): each planted alone in an otherwise finite range; the second
@@ -164,8 +163,7 @@ pub(crate) mod tests {
 
     #[test]
     fn nonfinite_accumulates_over_several_ranges() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(83);
+        let (gpu, mut rng) = gpu_and_rng(83);
         let mut x = rng.vec_f32(3000, -5.0, 5.0);
         let x_gpu = gpu.upload(&x, Category::Gradient, "grads")?;
         let flags_buf = gpu.alloc_elements(2, Category::Temporary, "flags")?;

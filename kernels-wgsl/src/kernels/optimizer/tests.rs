@@ -4,7 +4,7 @@
 
 use super::reference;
 use super::{AdamWConfig, AdamWStep, SgdConfig, SgdStep};
-use crate::testing::{Guarded, Rng, assert_close, gpu, gpu_and_temporaries};
+use crate::testing::{assert_close, gpu_and_rng, gpu_and_temporaries, Guarded, Rng};
 use crate::{Error, Gpu, Result};
 
 const LENS: [usize; 4] = [1, 255, 1000, 10_007];
@@ -132,8 +132,7 @@ fn adamw_case(
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(81);
+    let (gpu, mut rng) = gpu_and_rng(81);
     let sgd = |lr, momentum, dampening, weight_decay, nesterov| SgdConfig {
         lr,
         momentum,

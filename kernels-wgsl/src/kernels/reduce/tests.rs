@@ -6,10 +6,7 @@ use super::AxisView;
 use super::reference as cpu;
 use crate::buffer::DeviceBuffer;
 use crate::kernels::{check_loop_limit, largest_within};
-use crate::testing::{
-    DEADLINE, Rng, assert_close, assert_loop_limit, gpu, gpu_and_temporaries, loop_limit_or_skip,
-    scratch, sum_atol,
-};
+use crate::testing::{DEADLINE, assert_close, assert_loop_limit, gpu_and_rng, gpu_and_temporaries, loop_limit_setup, Rng, scratch, sum_atol};
 use crate::{Category, Error, Gpu, Result};
 
 /// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.
@@ -47,8 +44,7 @@ fn framed<T: Copy>(sentinel: T, at: usize, values: &[T]) -> Vec<T> {
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(61);
+    let (gpu, mut rng) = gpu_and_rng(61);
     let cases: [(&[usize], usize); 7] = [
         (&[7, 33, 65], 0),
         (&[7, 33, 65], 1),
@@ -127,8 +123,7 @@ pub(crate) fn matches_reference() -> Result<()> {
 /// each side of `out` stays untouched.
 #[test]
 fn sum_squares_chunks_match_reference_per_chunk() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(71);
+    let (gpu, mut rng) = gpu_and_rng(71);
     let chunk = super::SQUARES_CHUNK as usize;
     for len in [0usize, 5, chunk, chunk + 1, 3 * chunk - 3] {
         let x = rng.vec_f32(len, -2.0, 2.0);
@@ -162,8 +157,7 @@ fn sum_squares_chunks_match_reference_per_chunk() -> Result<()> {
 
 #[test]
 fn reduce_all_matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(67);
+    let (gpu, mut rng) = gpu_and_rng(67);
     for len in [1usize, 7, 255, 257, 1000, 16_384, 16_385, 70_001] {
         let name = format!("reduce all len {len}");
         let x = rng.vec_f32(len, -2.0, 2.0);
@@ -231,8 +225,7 @@ fn reduce_all_matches_reference() -> Result<()> {
 
 #[test]
 fn sum_to_shape_matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(71);
+    let (gpu, mut rng) = gpu_and_rng(71);
     let cases: [(&[usize], &[usize]); 8] = [
         (&[4, 5, 6], &[5, 1]), // axes 0 and 2: two dispatches through a scratch buffer
         (&[4, 5, 6], &[6]),    // axes 0 and 1 merged into one
@@ -347,8 +340,7 @@ fn reduce_long_axis_is_not_truncated() -> Result<()> {
     // Lavapipe stops a shader after 65535 loop iterations: a flat loop over this axis summed
     // only its first 65535 terms. Positive terms, so the f32 sum's relative error is about
     // u sqrt(n) = 3e-5 (rms ~2e-5); rtol 1e-4 is five sigma.
-    let gpu = gpu();
-    let mut rng = Rng::new(73);
+    let (gpu, mut rng) = gpu_and_rng(73);
     let n = 300_000;
     let mut x = rng.vec_f32(n, 0.5, 1.5);
     x[n - 3] = 2.0; // the max sits past any truncation
@@ -385,9 +377,8 @@ fn reduce_long_axis_is_not_truncated() -> Result<()> {
 // allocated, the launchers must refuse it (the limit is checked before the output lengths).
 #[test]
 fn reduce_all_refuses_lengths_over_the_loop_limit() -> Result<()> {
-    let gpu = gpu();
-    let Some(limit) = loop_limit_or_skip(&gpu, "reduce_all_refuses_lengths_over_the_loop_limit")
-    else {
+    let test = "reduce_all_refuses_lengths_over_the_loop_limit";
+    let Some((gpu, limit, t)) = loop_limit_setup(test)? else {
         return Ok(());
     };
     let largest = largest_within(limit, super::all_loop_iterations);
@@ -396,7 +387,6 @@ fn reduce_all_refuses_lengths_over_the_loop_limit() -> Result<()> {
         assert_loop_limit(check, "len", largest);
         check_loop_limit(&gpu, op, "len", largest, super::all_loop_iterations)?;
     }
-    let t = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
     let too_long = (largest + 1) * 4;
     if too_long > gpu.max_buffer_bytes() {
         eprintln!(

@@ -5,10 +5,7 @@
 use super::reference;
 use super::{RowLayout, SoftmaxKind};
 use crate::kernels::largest_within;
-use crate::testing::{
-    DEADLINE, Guarded, Rng, assert_close, assert_loop_limit, dot, gpu, gpu_and_temporaries,
-    loop_limit_or_skip, numeric_gradient,
-};
+use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, numeric_gradient, Rng};
 use crate::{Category, Error, Gpu, Result};
 
 // Tolerances. The GPU accumulates in f32 and lavapipe's exp/log are accurate to a few ulp; the
@@ -90,8 +87,7 @@ fn check_case(
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(41);
+    let (gpu, mut rng) = gpu_and_rng(41);
     for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
         for rows in [1usize, 3, 37, 129] {
             for cols in [1usize, 10, 33, 257, 1000] {
@@ -181,12 +177,11 @@ fn softmax_rejects_bad_ranges() -> Result<()> {
 // one-element buffers show the refusal without allocating a row over the limit.
 #[test]
 fn softmax_refuses_rows_over_the_loop_limit() -> Result<()> {
-    let gpu = gpu();
-    let Some(limit) = loop_limit_or_skip(&gpu, "softmax_refuses_rows_over_the_loop_limit") else {
+    let test = "softmax_refuses_rows_over_the_loop_limit";
+    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
         return Ok(());
     };
-    let t = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
-    let t = t.whole();
+    let t = tiny.whole();
     for (layout, passes) in [
         (
             RowLayout::InvocationPerRow,
@@ -214,10 +209,8 @@ fn softmax_refuses_rows_over_the_loop_limit() -> Result<()> {
 
 #[test]
 fn softmax_at_the_loop_limit_matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(43);
-    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
-    let cols = largest_within(limit, super::loop_iterations) as usize;
+    let (gpu, mut rng) = gpu_and_rng(43);
+    let cols = largest_at_the_loop_limit(&gpu, super::loop_iterations) as usize;
     // Measured: log_softmax off by 1.7e-4 at 262_071 columns (f32 sum); a truncated row would be
     // off by O(1).
     let layout = RowLayout::InvocationPerRow;
@@ -258,8 +251,7 @@ fn softmax_at_the_loop_limit_matches_reference() -> Result<()> {
 #[test]
 fn causal_softmax_equals_mask_then_softmax() -> Result<()> {
     use crate::kernels::binary::{self, BinaryDims, BinaryOp};
-    let gpu = gpu();
-    let mut rng = Rng::new(0xca5a);
+    let (gpu, mut rng) = gpu_and_rng(0xca5a);
     for t in [1usize, 5, 8, 13, 64] {
         let rows = 2 * t;
         let x = rng.vec_f32(rows * t, -4.0, 4.0);

@@ -5,11 +5,7 @@
 use super::{UnaryOp, reference};
 use crate::kernels::convert::{F16Path, Halves};
 use crate::kernels::convert::reference::round_to_f16;
-use crate::testing::{
-    DEADLINE, Rng, assert_close, f16_devices, gpu, gpu_and_temporaries, halves_input, read_halves,
-    sentinel_halves,
-    upload_halves,
-};
+use crate::testing::{DEADLINE, assert_close, f16_devices, gpu_and_rng, gpu_and_temporaries, halves_input, read_halves, Rng, sentinel_halves, upload_halves};
 use crate::{Category, Error, Gpu, Result};
 
 /// Odd sizes, none a multiple of the 256-wide workgroup except by accident; 70_001 needs 274
@@ -101,8 +97,7 @@ fn check(gpu: &Gpu, rng: &mut Rng, op: UnaryOp, exponent: f32, len: usize) -> Re
 
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(41);
+    let (gpu, mut rng) = gpu_and_rng(41);
     for op in UnaryOp::ALL {
         for len in LENS {
             check(&gpu, &mut rng, op, 3.0, len)?;
@@ -113,8 +108,7 @@ pub(crate) fn matches_reference() -> Result<()> {
 
 #[test]
 fn unary_pow_exponents_match_reference() -> Result<()> {
-    let gpu = gpu();
-    let mut rng = Rng::new(43);
+    let (gpu, mut rng) = gpu_and_rng(43);
     // Non-integer (positive base), negative, zero (x^0 = 1, derivative 0) and even exponents.
     for exponent in [2.5, -1.5, 0.0, 2.0, 1.0] {
         for len in [7, 1000] {
