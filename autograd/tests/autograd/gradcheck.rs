@@ -14,12 +14,12 @@ use plimsoll_kernels_wgsl::kernels::cross_entropy::reference as cross_entropy;
 use plimsoll_kernels_wgsl::kernels::dropout::reference as dropout;
 use plimsoll_kernels_wgsl::kernels::layer_norm::reference as layer_norm;
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
+use plimsoll_kernels_wgsl::kernels::matmul::reference as matmul;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
 use plimsoll_kernels_wgsl::kernels::reduce::reference as reduce;
 use plimsoll_kernels_wgsl::kernels::softmax::reference as softmax;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
 use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
-use plimsoll_kernels_wgsl::reference::matmul;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
 

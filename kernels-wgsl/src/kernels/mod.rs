@@ -6,9 +6,11 @@
 //! with the launcher, `pub mod reference` (the CPU oracle) and `#[cfg(test)] pub(crate) mod
 //! tests` with `pub(crate) fn matches_reference`, and the stem added to `families!` below (the
 //! one list; a family without that test does not compile) and its entry points to [`ALL`].
-//! `fill` is the worked example; copy its shape. (Families written before this layout keep
-//! `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `src/reference/<stem>.rs` and
-//! `tests/kernels/<stem>.rs` until they move.)
+//! `fill` is the worked example; copy its shape (a family whose `mod.rs` would grow long keeps its
+//! reference and tests in `reference.rs` and `tests.rs` beside it, as `binary` does). Every
+//! family is in this layout; only the helpers several families share stay in `shaders/`
+//! (`indexing.wgsl`, `f16_bits.wgsl`, ...), and the scaffolding their tests share in
+//! [`crate::testing`].
 //!
 //! 1. **Shader** `<stem>.wgsl`. Start with a comment giving the binding layout, the
 //!    workgroup size and why, and the bounds check. Bindings, always in this order:
@@ -108,9 +110,6 @@ use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub mod matmul;
-mod matmul_half;
-
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
 /// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
 /// and kernel test beside each other), and, in test builds, a list of each family's
@@ -136,6 +135,7 @@ families! {
     embedding,
     fill,
     layer_norm,
+    matmul,
     nonfinite,
     optimizer,
     reduce,
@@ -276,6 +276,19 @@ pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
         }
     }
     out
+}
+
+/// `v` widened to `f64`: what a family's `f32` reference entry points hand to its `f64` ones. (A
+/// reference that finite differences differentiate, in autograd's gradient checks and nn's module
+/// tests, computes in `f64` (`*_f64` entry points); its `f32` entry points, which the kernel tests
+/// call, widen their inputs and round each output once ([`narrow`]).)
+pub(crate) fn widen(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// `v` rounded to `f32`: what a family's `f32` reference entry points return (see [`widen`]).
+pub(crate) fn narrow(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
 }
 
 /// Workgroup size of the elementwise kernels (matches `@workgroup_size(256)` in their WGSL).

@@ -7,7 +7,7 @@
 //! gives half of `dy` to each side (as PyTorch).
 
 use super::{BinaryOp, Broadcast};
-use crate::reference::{narrow, widen};
+use crate::kernels::{narrow, widen};
 
 /// The CPU math of each op (the oracle the kernel tests and gradient checks use).
 impl BinaryOp {

@@ -8,7 +8,7 @@
 //! entry points round each result once.
 
 use crate::kernels::softmax::reference::log_sum_exp;
-use crate::reference::{narrow, widen};
+use crate::kernels::{narrow, widen};
 
 /// Per-row loss `l_r = -sum_j q_j log p_j = (1 - eps)(lse - x_t) + eps (lse - mean_j x_j)`,
 /// `p = softmax(x_r)`, or NaN if `targets[r] >= cols`.

@@ -3,7 +3,7 @@
 //! returns each row's mean and `rstd = 1/sqrt(var + eps)`, saved for the backward. Computed in
 //! `f64` ([`forward_f64`], [`backward_f64`]); the `f32` entry points round the results once.
 
-use crate::reference::{narrow, widen};
+use crate::kernels::{narrow, widen};
 
 /// Forward results: output, and the per-row statistics saved for the backward.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,7 +8,7 @@
 //! number (the result is NaN, as in PyTorch); among equal values the first index wins.
 
 use super::AxisView;
-use crate::reference::{narrow, widen};
+use crate::kernels::{narrow, widen};
 
 /// Whether `(v, i)` beats the current best `(best, best_i)` for max: NaN beats numbers, a larger
 /// value beats a smaller one, and among equals (or NaNs) the smaller index wins.

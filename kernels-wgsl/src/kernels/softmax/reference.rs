@@ -3,7 +3,7 @@
 //! subtracted before `exp`), computed in `f64` (the `*_f64` entry points); the `f32` entry
 //! points round each result once.
 
-use crate::reference::{narrow, widen};
+use crate::kernels::{narrow, widen};
 
 /// Row max and `log sum_j exp(x_j - max)` of one row.
 fn row_max_and_log_sum_exp(row: &[f64]) -> (f64, f64) {

@@ -1,27 +1,27 @@
 //! The matmul's operands of either width: [`Operand`] is an f32 [`DeviceSlice`] or a run of
 //! 16-bit [`Halves`]. A launch with any 16-bit operand runs a module whose accessors read and
-//! write halves: `shaders/matmul_io_f16.wgsl` (`pack2x16float` on u32 words, every adapter) or,
-//! where the device has `SHADER_F16`, `array<f16>` views (`shaders/matmul_io_x_f16.wgsl`, one
+//! write halves: `matmul_io_f16.wgsl` (`pack2x16float` on u32 words, every adapter) or,
+//! where the device has `SHADER_F16`, `array<f16>` views (`matmul_io_x_f16.wgsl`, one
 //! module per combination of widths); [`crate::Gpu::f16_path`] picks), with the same body, entry points, checks and results: the
 //! products and sums are f32 (a product of two halves is exact in f32, as on a tensor core) and
 //! a 16-bit C is rounded once, after the epilogue.
 
-use super::matmul::{MAIN, MATMUL_PARAMS_WGSL as PARAMS_WGSL};
+use super::{MAIN, MATMUL_PARAMS_WGSL as PARAMS_WGSL};
 use crate::error::{Error, Result};
 use crate::kernels::convert::Halves;
-use crate::pipeline::{Kernel, kernel};
+use crate::pipeline::{Kernel, kernel, shader_source};
 use crate::slice::DeviceSlice;
 
-/// The 16-bit module on the packed path: the body and `shaders/matmul_io_f16.wgsl` (override
+/// The 16-bit module on the packed path: the body and `matmul_io_f16.wgsl` (override
 /// constants `A_F16`, `B_F16`, `C_F16`; u32 views, one per binding and entry point, whatever the
 /// widths: naga allows no more).
 const WGSL_F16: &str = concat!(
-    include_str!("../../shaders/matmul.wgsl"),
-    include_str!("../../shaders/matmul_io_f16.wgsl"),
-    include_str!("../../shaders/f16_bits.wgsl")
+    include_str!("matmul.wgsl"),
+    include_str!("matmul_io_f16.wgsl"),
+    shader_source!("f16_bits")
 );
 
-/// [`super::matmul::MAIN`] when an operand is 16-bit, packed path.
+/// [`super::MAIN`] when an operand is 16-bit, packed path.
 pub const MAIN_F16: Kernel = kernel!(
     "matmul_f16",
     "main",
@@ -31,7 +31,7 @@ pub const MAIN_F16: Kernel = kernel!(
     64
 );
 
-/// [`super::matmul::MAIN_SCALAR`] when an operand is 16-bit, packed path.
+/// [`super::MAIN_SCALAR`] when an operand is 16-bit, packed path.
 pub const MAIN_SCALAR_F16: Kernel = kernel!(
     "matmul_f16",
     "main_scalar",
@@ -42,19 +42,19 @@ pub const MAIN_SCALAR_F16: Kernel = kernel!(
 );
 
 /// `[main, main_scalar]` of one native 16-bit module (`enable f16;`): the body with, per
-/// operand, the f32 accessors (`shaders/matmul_io_x.wgsl`) or the `f16` ones
-/// (`shaders/matmul_io_x_f16.wgsl`), so each binding has one view of its own type per entry
+/// operand, the f32 accessors (`matmul_io_x.wgsl`) or the `f16` ones
+/// (`matmul_io_x_f16.wgsl`), so each binding has one view of its own type per entry
 /// point.
 macro_rules! native {
     ($stem:literal, $a:literal, $b:literal, $c:literal, [$($m:ident: $mt:literal),*],
      [$($s:ident: $st:literal),*]) => {{
         const SOURCE: &str = concat!(
             "enable f16;\n",
-            include_str!("../../shaders/matmul.wgsl"),
-            include_str!(concat!("../../shaders/matmul_io_", $a, ".wgsl")),
-            include_str!(concat!("../../shaders/matmul_io_", $b, ".wgsl")),
-            include_str!(concat!("../../shaders/matmul_io_", $c, ".wgsl")),
-            include_str!("../../shaders/f16_native.wgsl")
+            include_str!("matmul.wgsl"),
+            include_str!(concat!("matmul_io_", $a, ".wgsl")),
+            include_str!(concat!("matmul_io_", $b, ".wgsl")),
+            include_str!(concat!("matmul_io_", $c, ".wgsl")),
+            shader_source!("f16_native")
         );
         [
             kernel!($stem, "main", source: SOURCE, params: Params, [$($m: $mt,)* bias], 64),
@@ -66,7 +66,7 @@ macro_rules! native {
 /// The native 16-bit modules' `[main, main_scalar]`, one module per combination of widths
 /// (index `a + 2·b + 4·c`, 1 for a 16-bit operand; index 0, all f32, is the f32 module's).
 pub const NATIVE: [[Kernel; 2]; 8] = [
-    [super::matmul::MAIN, super::matmul::MAIN_SCALAR],
+    [super::MAIN, super::MAIN_SCALAR],
     native!("matmul_f16_native_a", "a_f16", "b", "c",
         [a_h4: "array<vec4<f16>>", b_v4: "array<vec4<f32>>", c_v4: "array<vec4<f32>>"],
         [a_h: "array<f16>", b: "array<f32>", c: "array<f32>"]),
@@ -97,7 +97,7 @@ pub fn native_kernels(a16: bool, b16: bool, c16: bool) -> [Kernel; 2] {
 
 /// The override constants a launch of a 16-bit module passes to `kernel` (every layout and
 /// width combination but all-f32), or `None` for a kernel that is not one.
-pub(super) fn f16_overrides(kernel: &Kernel) -> Option<Vec<Vec<(&'static str, f64)>>> {
+pub(crate) fn f16_overrides(kernel: &Kernel) -> Option<Vec<Vec<(&'static str, f64)>>> {
     if kernel.stem != MAIN_F16.stem {
         return None;
     }

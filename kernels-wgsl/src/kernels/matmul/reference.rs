@@ -1,6 +1,6 @@
-//! CPU reference for `matmul`: batched `C[b] = alpha · op(A[b]) · op(B[b])` (or `C[b] +=` that,
+//! CPU reference for [`matmul`](super): batched `C[b] = alpha · op(A[b]) · op(B[b])` (or `C[b] +=` that,
 //! when [`MatmulDims::accumulate`] is set), row-major, where `op` is the identity or a transpose
-//! chosen per operand. Plain loops, accumulation in `f64`; the oracle for `shaders/matmul.wgsl`
+//! chosen per operand. Plain loops, accumulation in `f64`; the oracle for `matmul.wgsl`
 //! (the `f32` entry points) and for autograd's gradient checks and nn's module tests (`*_f64`).
 //!
 //! Shapes follow the shader's `Params`: the logical product is `M×K · K×N = M×N`. When
@@ -8,8 +8,8 @@
 //! [`MatmulDims::trans_b`] is set the stored B is `N×K`, otherwise `K×N`. Batch `i` of an operand
 //! starts at element `i * batch_stride` of its slice; a batch stride of 0 broadcasts that operand.
 
-use crate::kernels::matmul::MatmulDims;
-use crate::reference::widen;
+use super::MatmulDims;
+use crate::kernels::widen;
 
 /// [`matmul_into`] in `f64`: writes (or, with `accumulate`, adds) `alpha · op(A[b]) · op(B[b])`
 /// into `c`, leaving the elements of `c` outside those positions untouched.

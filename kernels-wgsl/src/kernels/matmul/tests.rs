@@ -1,12 +1,15 @@
-//! `matmul` against `reference::matmul`: both entry points, all four transposes, offsets,
-//! broadcast batches, accumulate and alpha; and the launcher's argument checks.
+//! `matmul` against [`reference`](super::reference): both entry points, all four transposes,
+//! offsets, broadcast batches, accumulate and alpha, the epilogues; the launcher's argument and
+//! loop-limit checks. (The 16-bit operands' tests are in `f16_tests.rs`.)
 
-use plimsoll_kernels_wgsl::kernels::largest_within;
-use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
-use plimsoll_kernels_wgsl::testing::{
-    DEADLINE, Rng, assert_close, assert_loop_limit, gpu, loop_limit_or_skip,
+use super::reference;
+use super::{MatmulDims, MatmulEntry, entry_point};
+use crate::kernels::largest_within;
+use crate::testing::{
+    DEADLINE, Rng, assert_close, assert_loop_limit, gpu, gpu_and_rng, largest_at_the_loop_limit,
+    loop_limit_or_skip,
 };
-use plimsoll_kernels_wgsl::{Category, DeviceSlice, Error, Gpu, reference};
+use crate::{Category, DeviceSlice, Error, Gpu, Result};
 
 /// What C holds before a non-accumulating launch: any element the kernel fails to write shows.
 const POISON: f32 = 12345.0;
@@ -42,7 +45,7 @@ fn check(
     dims: &MatmulDims,
     offsets: [usize; 3],
     pad: usize,
-) -> MatmulEntry {
+) -> Result<MatmulEntry> {
     let [off_a, off_b, off_c] = offsets;
     let (a_len, b_len) = operand_lens(dims);
     let c_len = dims.c_len();
@@ -54,26 +57,25 @@ fn check(
     } else {
         vec![POISON; off_c + c_len + pad]
     };
-    let a_gpu = gpu.upload(&a, Category::Temporary, "matmul a").unwrap();
-    let b_gpu = gpu.upload(&b, Category::Temporary, "matmul b").unwrap();
+    let a_gpu = gpu.upload(&a, Category::Temporary, "matmul a")?;
+    let b_gpu = gpu.upload(&b, Category::Temporary, "matmul b")?;
     let c_gpu = gpu
-        .upload(&c_init, Category::Temporary, "matmul c")
-        .unwrap();
-    let a_s = a_gpu.slice(off_a as u64, a_len as u64).unwrap();
-    let b_s = b_gpu.slice(off_b as u64, b_len as u64).unwrap();
-    let c_s = c_gpu.slice(off_c as u64, c_len as u64).unwrap();
+        .upload(&c_init, Category::Temporary, "matmul c")?;
+    let a_s = a_gpu.slice(off_a as u64, a_len as u64)?;
+    let b_s = b_gpu.slice(off_b as u64, b_len as u64)?;
+    let c_s = c_gpu.slice(off_c as u64, c_len as u64)?;
     let entry = launched_entry(dims, [a_s, b_s, c_s]);
-    matmul::matmul(gpu, dims, c_s, a_s, b_s).unwrap();
-    let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
+    super::matmul(gpu, dims, c_s, a_s, b_s)?;
+    let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE)?;
     let mut want = c_init;
-    reference::matmul::matmul_into(&a[off_a..], &b[off_b..], &mut want[off_c..], dims);
+    reference::matmul_into(&a[off_a..], &b[off_b..], &mut want[off_c..], dims);
     let atol = ATOL_EPS_PER_K
         * f64::from(f32::EPSILON)
         * dims.k.max(1) as f64
         * f64::from(dims.alpha.abs().max(1.0));
     let name = format!("matmul {dims:?} offsets {offsets:?} ({entry:?})");
     assert_close(&name, &got, &want, atol, 1e-6);
-    entry
+    Ok(entry)
 }
 
 /// Elements each operand spans: `(batch - 1) * stride + rows * cols` for A and B.
@@ -111,9 +113,8 @@ type Shape = (usize, usize, usize, [usize; 3], Option<MatmulEntry>);
 const TRANSPOSES: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
 
 #[test]
-fn matmul_matches_reference() {
-    let gpu = gpu();
-    let mut rng = Rng::new(0x6d6d);
+pub(crate) fn matches_reference() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(0x6d6d);
     let mut entries = Vec::new();
     // `main` takes products of at least MAIN_MIN_FLOPS (2^23 = 2·128·256·128) only.
     let shapes: [Shape; 10] = [
@@ -136,7 +137,7 @@ fn matmul_matches_reference() {
             // Alternate plain, scaled and accumulating launches over the cases.
             d.accumulate = (case + t) % 2 == 1;
             d.alpha = [1.0, -0.75, 2.5][(case + t) % 3];
-            let entry = check(&gpu, &mut rng, &d, offsets, 5);
+            let entry = check(&gpu, &mut rng, &d, offsets, 5)?;
             if let Some(expect) = expect {
                 assert_eq!(entry, expect, "{d:?} offsets {offsets:?}");
             }
@@ -168,11 +169,11 @@ fn matmul_matches_reference() {
     let aligned = dims(128, 256, 128, (false, false));
     assert_eq!(entry_point(&aligned), MatmulEntry::Main);
     assert_eq!(
-        check(&gpu, &mut rng, &aligned, [1, 0, 0], 3),
+        check(&gpu, &mut rng, &aligned, [1, 0, 0], 3)?,
         MatmulEntry::MainScalar
     );
     assert_eq!(
-        check(&gpu, &mut rng, &aligned, [0, 2, 0], 3),
+        check(&gpu, &mut rng, &aligned, [0, 2, 0], 3)?,
         MatmulEntry::MainScalar
     );
 
@@ -185,7 +186,7 @@ fn matmul_matches_reference() {
         let mut d = dims(m, n, k, trans);
         d.accumulate = trans.0; // dW += Xᵀ·dY, gradient accumulation
         assert_eq!(
-            check(&gpu, &mut rng, &d, [2, 6, 1], 1),
+            check(&gpu, &mut rng, &d, [2, 6, 1], 1)?,
             MatmulEntry::MainScalar
         );
     }
@@ -203,13 +204,13 @@ fn matmul_matches_reference() {
         d.accumulate = t >= 2;
         d.alpha = 0.5;
         assert_eq!(
-            check(&gpu, &mut rng, &d, [4, 12, 8], 2),
+            check(&gpu, &mut rng, &d, [4, 12, 8], 2)?,
             MatmulEntry::Main,
             "{d:?}"
         );
         let d = batched(37, 45, 23, trans, t % 2 == 1);
         assert_eq!(
-            check(&gpu, &mut rng, &d, [3, 5, 7], 2),
+            check(&gpu, &mut rng, &d, [3, 5, 7], 2)?,
             MatmulEntry::MainScalar,
             "{d:?}"
         );
@@ -222,36 +223,33 @@ fn matmul_matches_reference() {
     let d = dims(132, 260, 124, (false, true));
     let a = rng.vec_f32(132 * 124 + 4, -1.0, 1.0);
     let b = rng.vec_f32(260 * 124 + 8, -1.0, 1.0);
-    let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
-    let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
+    let a_gpu = gpu.upload(&a, Category::Temporary, "a")?;
+    let b_gpu = gpu.upload(&b, Category::Temporary, "b")?;
     let c_gpu = gpu
-        .upload(&vec![POISON; 12 + d.c_len()], Category::Temporary, "c")
-        .unwrap();
+        .upload(&vec![POISON; 12 + d.c_len()], Category::Temporary, "c")?;
     let (a_s, b_s) = (
-        a_gpu.slice(4, 132 * 124).unwrap(),
-        b_gpu.slice(8, 260 * 124).unwrap(),
+        a_gpu.slice(4, 132 * 124)?,
+        b_gpu.slice(8, 260 * 124)?,
     );
-    let c_s = c_gpu.slice(12, d.c_len() as u64).unwrap();
+    let c_s = c_gpu.slice(12, d.c_len() as u64)?;
     assert_eq!(launched_entry(&d, [a_s, b_s, c_s]), MatmulEntry::Main);
-    matmul::matmul_unchecked(&gpu, &d, c_s, a_s, b_s).unwrap();
-    let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
+    super::matmul_unchecked(&gpu, &d, c_s, a_s, b_s)?;
+    let got: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE)?;
     let mut want = vec![POISON; 12 + d.c_len()];
-    reference::matmul::matmul_into(&a[4..], &b[8..], &mut want[12..], &d);
+    reference::matmul_into(&a[4..], &b[8..], &mut want[12..], &d);
     assert_close("matmul_unchecked", &got, &want, 1e-4, 1e-6);
+    Ok(())
 }
 
 #[test]
-fn matmul_rejects_bad_arguments() {
+fn matmul_rejects_bad_arguments() -> Result<()> {
     let gpu = gpu();
     let d = MatmulDims::dense(2, 8, 12, 16); // A (2, 8, 16), B (2, 16, 12), C (2, 8, 12)
-    let buf = |len: usize| {
-        gpu.upload(&vec![1.0f32; len], Category::Temporary, "arg")
-            .unwrap()
-    };
-    let (a, b, c) = (buf(2 * 8 * 16), buf(2 * 16 * 12), buf(2 * 8 * 12));
+    let buf = |len: usize| gpu.upload(&vec![1.0f32; len], Category::Temporary, "arg");
+    let (a, b, c) = (buf(2 * 8 * 16)?, buf(2 * 16 * 12)?, buf(2 * 8 * 12)?);
     let (a_w, b_w, c_w) = (a.whole(), b.whole(), c.whole());
-    matmul::matmul(&gpu, &d, c_w, a_w, b_w).unwrap();
-    let expect_invalid = |result: plimsoll_kernels_wgsl::Result<()>, needle: &str| match result {
+    super::matmul(&gpu, &d, c_w, a_w, b_w)?;
+    let expect_invalid = |result: Result<()>, needle: &str| match result {
         Err(Error::InvalidArgument {
             op: "matmul",
             message,
@@ -262,116 +260,115 @@ fn matmul_rejects_bad_arguments() {
     };
     // B one element short of its extent: offset 1 + 16·12 + 16·12 > 384. The slice of the full
     // extent cannot be made; the slice that fits is one element short and the launcher says so.
-    let err = b.slice(1, 2 * 16 * 12).unwrap_err();
+    let err = b.slice(1, 2 * 16 * 12).expect_err("refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let shifted = b.slice(1, 2 * 16 * 12 - 1).unwrap();
-    expect_invalid(matmul::matmul(&gpu, &d, c_w, a_w, shifted), "rhs (B)");
+    let shifted = b.slice(1, 2 * 16 * 12 - 1)?;
+    expect_invalid(super::matmul(&gpu, &d, c_w, a_w, shifted), "rhs (B)");
     // Likewise A and C one element short.
-    let short_a = a.slice(0, 2 * 8 * 16 - 1).unwrap();
-    expect_invalid(matmul::matmul(&gpu, &d, c_w, short_a, b_w), "lhs (A)");
-    let short_c = c.slice(1, 2 * 8 * 12 - 1).unwrap();
-    expect_invalid(matmul::matmul(&gpu, &d, short_c, a_w, b_w), "out (C)");
+    let short_a = a.slice(0, 2 * 8 * 16 - 1)?;
+    expect_invalid(super::matmul(&gpu, &d, c_w, short_a, b_w), "lhs (A)");
+    let short_c = c.slice(1, 2 * 8 * 12 - 1)?;
+    expect_invalid(super::matmul(&gpu, &d, short_c, a_w, b_w), "out (C)");
     // C's two batches overlap.
     let overlapping = MatmulDims {
         batch_stride_c: 8 * 12 - 1,
         ..d
     };
-    expect_invalid(matmul::matmul(&gpu, &overlapping, c_w, a_w, b_w), "overlap");
+    expect_invalid(super::matmul(&gpu, &overlapping, c_w, a_w, b_w), "overlap");
     // C written over A in the same buffer.
     let one = MatmulDims::dense(1, 8, 8, 8);
-    expect_invalid(matmul::matmul(&gpu, &one, a_w, a_w, b_w), "overlaps lhs");
+    expect_invalid(super::matmul(&gpu, &one, a_w, a_w, b_w), "overlaps lhs");
     // Partly over A (C's first element is A's last) ...
-    let (a_lo, a_hi) = (a.slice(0, 64).unwrap(), a.slice(63, 64).unwrap());
-    expect_invalid(matmul::matmul(&gpu, &one, a_hi, a_lo, b_w), "overlaps lhs");
+    let (a_lo, a_hi) = (a.slice(0, 64)?, a.slice(63, 64)?);
+    expect_invalid(super::matmul(&gpu, &one, a_hi, a_lo, b_w), "overlaps lhs");
     // ... and over B.
-    let (b_lo, b_hi) = (b.slice(0, 64).unwrap(), b.slice(60, 64).unwrap());
-    expect_invalid(matmul::matmul(&gpu, &one, b_hi, a_lo, b_lo), "overlaps rhs");
+    let (b_lo, b_hi) = (b.slice(0, 64)?, b.slice(60, 64)?);
+    expect_invalid(super::matmul(&gpu, &one, b_hi, a_lo, b_lo), "overlaps rhs");
     // C next to A in the same buffer, without overlap, is fine.
-    matmul::matmul(&gpu, &one, a.slice(64, 64).unwrap(), a_lo, b_w).unwrap();
+    super::matmul(&gpu, &one, a.slice(64, 64)?, a_lo, b_w)?;
     // A size that does not fit the shader's u32.
     let huge = MatmulDims::dense(1, 1, 1, 1 << 33);
     expect_invalid(
-        matmul::matmul(&gpu, &huge, c_w, a_w, b_w),
+        super::matmul(&gpu, &huge, c_w, a_w, b_w),
         "does not fit in u32",
     );
     // Empty work records nothing and succeeds, even on small buffers.
-    matmul::matmul(
+    super::matmul(
         &gpu,
         &MatmulDims::dense(0, 1 << 20, 1 << 20, 1),
         c_w,
         a_w,
         b_w,
-    )
-    .unwrap();
+    )?;
     // main forced onto an operand that is not 4-element aligned is refused; main_scalar runs.
-    let unaligned = b.slice(1, 64).unwrap();
+    let unaligned = b.slice(1, 64)?;
     expect_invalid(
-        matmul::matmul_on(
+        super::matmul_on(
             &gpu,
             MatmulEntry::Main,
             &one,
-            a.slice(64, 64).unwrap(),
+            a.slice(64, 64)?,
             a_lo,
             unaligned,
         ),
         "multiples of 4",
     );
-    matmul::matmul_on(
+    super::matmul_on(
         &gpu,
         MatmulEntry::MainScalar,
         &one,
-        a.slice(64, 64).unwrap(),
+        a.slice(64, 64)?,
         a_lo,
         unaligned,
-    )
-    .unwrap();
+    )?;
+    Ok(())
 }
 
 /// `record_matmuls` keeps the shapes of the launches that passed validation, in order, until
 /// `take_matmuls`; nothing before or after.
 #[test]
-fn recorded_matmuls_are_the_launches() {
+fn recorded_matmuls_are_the_launches() -> Result<()> {
     let gpu = gpu();
     let buf = gpu
-        .upload(&[1.0f32; 3 * 64], Category::Temporary, "ops")
-        .unwrap();
-    let [c, a, b] = [0, 64, 128].map(|at| buf.slice(at, 64).unwrap());
+        .upload(&[1.0f32; 3 * 64], Category::Temporary, "ops")?;
+    let (c, a, b) = (buf.slice(0, 64)?, buf.slice(64, 64)?, buf.slice(128, 64)?);
     let first = MatmulDims::dense(1, 8, 8, 8);
     let second = MatmulDims {
         trans_a: true,
         accumulate: true,
         ..MatmulDims::dense(1, 4, 16, 4)
     };
-    matmul::matmul(&gpu, &first, c, a, b).unwrap(); // before: not recorded
+    super::matmul(&gpu, &first, c, a, b)?; // before: not recorded
     assert!(gpu.take_matmuls().is_empty());
     gpu.record_matmuls();
-    matmul::matmul(&gpu, &first, c, a, b).unwrap();
-    let err = matmul::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).unwrap_err();
+    super::matmul(&gpu, &first, c, a, b)?;
+    let err = super::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).expect_err("refused");
     assert!(
         matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("at least 81"),
         "{err}"
     );
-    matmul::matmul(&gpu, &second, c, a, b).unwrap();
+    super::matmul(&gpu, &second, c, a, b)?;
     assert_eq!(gpu.take_matmuls(), vec![first, second]);
-    matmul::matmul(&gpu, &first, c, a, b).unwrap(); // after: not recorded
+    super::matmul(&gpu, &first, c, a, b)?; // after: not recorded
     assert!(gpu.take_matmuls().is_empty());
+    Ok(())
 }
 
 #[test]
-fn matmul_refuses_k_over_the_loop_limit() {
+fn matmul_refuses_k_over_the_loop_limit() -> Result<()> {
     let gpu = gpu();
     let Some(limit) = loop_limit_or_skip(&gpu, "matmul_refuses_k_over_the_loop_limit") else {
-        return;
+        return Ok(());
     };
-    let t = gpu.alloc_elements(4, Category::Temporary, "tiny").unwrap();
-    let c = gpu.alloc_elements(16, Category::Temporary, "c").unwrap();
+    let t = gpu.alloc_elements(4, Category::Temporary, "tiny")?;
+    let c = gpu.alloc_elements(16, Category::Temporary, "c")?;
     // (m, n, trans, entry): main_scalar, main with trans_a only (one k per pass), main.
     for (m, n, trans, entry) in [
         (1, 1, (false, false), MatmulEntry::MainScalar),
         (16, 16, (true, false), MatmulEntry::Main),
         (16, 16, (false, true), MatmulEntry::Main),
     ] {
-        let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
+        let passes = |k| super::loop_iterations(entry, trans.0, trans.1, k);
         let largest = largest_within(limit, passes);
         let k = (largest + 1).next_multiple_of(4) as usize; // main needs k % 4 == 0
         let d = dims(m, n, k, trans);
@@ -381,29 +378,29 @@ fn matmul_refuses_k_over_the_loop_limit() {
             "{d:?}"
         );
         assert_loop_limit(
-            matmul::matmul(&gpu, &d, c.whole(), t.whole(), t.whole()),
+            super::matmul(&gpu, &d, c.whole(), t.whole(), t.whole()),
             "k",
             largest,
         );
     }
+    Ok(())
 }
 
 #[test]
-fn matmul_at_the_loop_limit_matches_reference() {
-    let gpu = gpu();
-    let mut rng = Rng::new(29);
-    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+fn matmul_at_the_loop_limit_matches_reference() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(29);
     for (m, n, trans, entry) in [
         (1, 1, (false, false), MatmulEntry::MainScalar),
         (2, 16, (false, false), MatmulEntry::Main),
     ] {
-        let passes = |k| matmul::loop_iterations(entry, trans.0, trans.1, k);
-        let k = largest_within(limit, passes) as usize / 4 * 4;
+        let passes = |k| super::loop_iterations(entry, trans.0, trans.1, k);
+        let k = largest_at_the_loop_limit(&gpu, passes) as usize / 4 * 4;
         assert_eq!(
-            check(&gpu, &mut rng, &dims(m, n, k, trans), [0, 0, 0], 3),
+            check(&gpu, &mut rng, &dims(m, n, k, trans), [0, 0, 0], 3)?,
             entry
         );
     }
+    Ok(())
 }
 
 /// `matmul_bias`: the epilogue (`+ bias[j]`, then ReLU) on both entry points, every transpose,
@@ -412,12 +409,11 @@ fn matmul_at_the_loop_limit_matches_reference() {
 /// the unfused kernels (matmul, then a broadcast bias add, then the ReLU kernel) on the GPU,
 /// which it must equal bit for bit. C starts poisoned, so an element the epilogue skips shows.
 #[test]
-fn matmul_bias_equals_matmul_then_bias_then_relu() {
-    use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
-    use plimsoll_kernels_wgsl::kernels::matmul::Epilogue;
-    use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
-    let gpu = gpu();
-    let mut rng = Rng::new(0xb1a5);
+fn matmul_bias_equals_matmul_then_bias_then_relu() -> Result<()> {
+    use crate::kernels::binary::{self, BinaryDims, BinaryOp};
+    use super::Epilogue;
+    use crate::kernels::unary::{self, UnaryOp};
+    let (gpu, mut rng) = gpu_and_rng(0xb1a5);
     let mut entries = Vec::new();
     for (m, n, k) in [(7, 13, 5), (132, 260, 124)] {
         for (t, &trans) in TRANSPOSES.iter().enumerate() {
@@ -433,39 +429,35 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() {
             let a = rng.vec_f32(a_len, -1.0, 1.0);
             let b = rng.vec_f32(b_len, -1.0, 1.0);
             let bias = rng.vec_f32(n + 3, -1.0, 1.0);
-            let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
-            let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
-            let bias_gpu = gpu.upload(&bias, Category::Temporary, "bias").unwrap();
+            let a_gpu = gpu.upload(&a, Category::Temporary, "a")?;
+            let b_gpu = gpu.upload(&b, Category::Temporary, "b")?;
+            let bias_gpu = gpu.upload(&bias, Category::Temporary, "bias")?;
             let fused = gpu
-                .upload(&vec![POISON; c_len], Category::Temporary, "c")
-                .unwrap();
+                .upload(&vec![POISON; c_len], Category::Temporary, "c")?;
             let plain = gpu
-                .upload(&vec![POISON; c_len], Category::Temporary, "c")
-                .unwrap();
+                .upload(&vec![POISON; c_len], Category::Temporary, "c")?;
             let added = gpu
-                .upload(&vec![POISON; c_len], Category::Temporary, "c")
-                .unwrap();
+                .upload(&vec![POISON; c_len], Category::Temporary, "c")?;
             let (a_s, b_s) = (a_gpu.whole(), b_gpu.whole());
-            let bias_s = bias_gpu.slice(3, n as u64).unwrap();
-            matmul::matmul_bias(&gpu, &d, epilogue, fused.whole(), a_s, b_s, bias_s).unwrap();
+            let bias_s = bias_gpu.slice(3, n as u64)?;
+            super::matmul_bias(&gpu, &d, epilogue, fused.whole(), a_s, b_s, bias_s)?;
             entries.push(launched_entry(&d, [a_s, b_s, fused.whole()]));
             // The unfused sequence.
-            matmul::matmul(&gpu, &d, plain.whole(), a_s, b_s).unwrap();
+            super::matmul(&gpu, &d, plain.whole(), a_s, b_s)?;
             let shape = [2, m, n];
             let add = BinaryDims {
                 op: BinaryOp::Add,
                 a_shape: &shape,
                 b_shape: &[n],
             };
-            binary::broadcast(&gpu, &add, added.whole(), plain.whole(), bias_s).unwrap();
+            binary::broadcast(&gpu, &add, added.whole(), plain.whole(), bias_s)?;
             if epilogue == Epilogue::BiasRelu {
-                unary::forward(&gpu, UnaryOp::Relu, plain.whole(), added.whole(), 0.0).unwrap();
+                unary::forward(&gpu, UnaryOp::Relu, plain.whole(), added.whole(), 0.0)?;
             } else {
-                plimsoll_kernels_wgsl::kernels::copy::copy(&gpu, plain.whole(), added.whole())
-                    .unwrap();
+                crate::kernels::copy::copy(&gpu, plain.whole(), added.whole())?;
             }
-            let got: Vec<f32> = gpu.read_all(&fused, DEADLINE).unwrap();
-            let unfused: Vec<f32> = gpu.read_all(&plain, DEADLINE).unwrap();
+            let got: Vec<f32> = gpu.read_all(&fused, DEADLINE)?;
+            let unfused: Vec<f32> = gpu.read_all(&plain, DEADLINE)?;
             let name = format!("matmul_bias {epilogue:?} {d:?}");
             let differ = got
                 .iter()
@@ -478,7 +470,7 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() {
                 );
             }
             let mut want = vec![0.0f32; c_len];
-            reference::matmul::matmul_into(&a, &b, &mut want, &d);
+            reference::matmul_into(&a, &b, &mut want, &d);
             for (i, w) in want.iter_mut().enumerate() {
                 *w += bias[3 + i % n];
                 if epilogue == Epilogue::BiasRelu {
@@ -493,22 +485,23 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() {
     assert!(entries.contains(&MatmulEntry::MainScalar), "{entries:?}");
     // An epilogue with accumulate, or a bias of the wrong length, is refused.
     let d = dims(4, 8, 4, (false, false));
-    let buf = gpu.upload(&[0.0f32; 64], Category::Temporary, "x").unwrap();
+    let buf = gpu.upload(&[0.0f32; 64], Category::Temporary, "x")?;
     let (c, a, b) = (
-        buf.slice(0, 32).unwrap(),
-        buf.slice(32, 16).unwrap(),
-        buf.slice(48, 16).unwrap(),
+        buf.slice(0, 32)?,
+        buf.slice(32, 16)?,
+        buf.slice(48, 16)?,
     );
-    let short = buf.slice(48, 7).unwrap();
-    let err = matmul::matmul_bias(&gpu, &d, Epilogue::Bias, c, a, b, short).unwrap_err();
+    let short = buf.slice(48, 7)?;
+    let err = super::matmul_bias(&gpu, &d, Epilogue::Bias, c, a, b, short).expect_err("refused");
     assert!(err.to_string().contains("bias: 7 elements given"), "{err}");
     let acc = MatmulDims {
         accumulate: true,
         ..d
     };
-    let bias8 = buf.slice(48, 8).unwrap();
-    let err = matmul::matmul_bias(&gpu, &acc, Epilogue::BiasRelu, c, a, b, bias8).unwrap_err();
+    let bias8 = buf.slice(48, 8)?;
+    let err = super::matmul_bias(&gpu, &acc, Epilogue::BiasRelu, c, a, b, bias8).expect_err("refused");
     assert!(err.to_string().contains("accumulate"), "{err}");
+    Ok(())
 }
 
 /// `matmul_squares`: C as `matmul` writes it (the same bits), and each partial sum is the sum of
@@ -516,9 +509,8 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() {
 /// batch, row-major over the blocks), on both entry points, every transpose, accumulating or
 /// not (the squares are of what C then holds); a wrong length is refused.
 #[test]
-fn matmul_squares_are_the_blocks_of_c() {
-    let gpu = gpu();
-    let mut rng = Rng::new(0x5a5a);
+fn matmul_squares_are_the_blocks_of_c() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(0x5a5a);
     let mut entries = Vec::new();
     for (m, n, k) in [(7, 13, 5), (132, 260, 124)] {
         for (t, &trans) in TRANSPOSES.iter().enumerate() {
@@ -531,22 +523,21 @@ fn matmul_squares_are_the_blocks_of_c() {
             let a = rng.vec_f32(a_len, -1.0, 1.0);
             let b = rng.vec_f32(b_len, -1.0, 1.0);
             let c0 = rng.vec_f32(c_len, -1.0, 1.0);
-            let a_gpu = gpu.upload(&a, Category::Temporary, "a").unwrap();
-            let b_gpu = gpu.upload(&b, Category::Temporary, "b").unwrap();
-            let c_gpu = gpu.upload(&c0, Category::Temporary, "c").unwrap();
-            let plain = gpu.upload(&c0, Category::Temporary, "c").unwrap();
+            let a_gpu = gpu.upload(&a, Category::Temporary, "a")?;
+            let b_gpu = gpu.upload(&b, Category::Temporary, "b")?;
+            let c_gpu = gpu.upload(&c0, Category::Temporary, "c")?;
+            let plain = gpu.upload(&c0, Category::Temporary, "c")?;
             let (a_s, b_s, c_s) = (a_gpu.whole(), b_gpu.whole(), c_gpu.whole());
-            let entry = matmul::launch_entry(&d, [c_s.into(), a_s.into(), b_s.into()]);
+            let entry = super::launch_entry(&d, [c_s.into(), a_s.into(), b_s.into()]);
             entries.push(entry);
-            let len = matmul::squares_len(&d, entry);
+            let len = super::squares_len(&d, entry);
             let sq_gpu = gpu
-                .upload(&vec![POISON; len as usize], Category::Temporary, "sq")
-                .unwrap();
-            matmul::matmul_squares(&gpu, &d, c_s, a_s, b_s, sq_gpu.whole()).unwrap();
-            matmul::matmul(&gpu, &d, plain.whole(), a_s, b_s).unwrap();
-            let c: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
-            let want_c: Vec<f32> = gpu.read_all(&plain, DEADLINE).unwrap();
-            let sq: Vec<f32> = gpu.read_all(&sq_gpu, DEADLINE).unwrap();
+                .upload(&vec![POISON; len as usize], Category::Temporary, "sq")?;
+            super::matmul_squares(&gpu, &d, c_s, a_s, b_s, sq_gpu.whole())?;
+            super::matmul(&gpu, &d, plain.whole(), a_s, b_s)?;
+            let c: Vec<f32> = gpu.read_all(&c_gpu, DEADLINE)?;
+            let want_c: Vec<f32> = gpu.read_all(&plain, DEADLINE)?;
+            let sq: Vec<f32> = gpu.read_all(&sq_gpu, DEADLINE)?;
             let name = format!("matmul_squares {entry:?} {d:?}");
             assert!(
                 c.iter()
@@ -572,15 +563,16 @@ fn matmul_squares_are_the_blocks_of_c() {
     assert!(entries.contains(&MatmulEntry::Main), "{entries:?}");
     assert!(entries.contains(&MatmulEntry::MainScalar), "{entries:?}");
     let d = dims(4, 8, 4, (false, false));
-    let buf = gpu.upload(&[0.0f32; 80], Category::Temporary, "x").unwrap();
+    let buf = gpu.upload(&[0.0f32; 80], Category::Temporary, "x")?;
     let (c, a, b) = (
-        buf.slice(0, 32).unwrap(),
-        buf.slice(32, 16).unwrap(),
-        buf.slice(48, 16).unwrap(),
+        buf.slice(0, 32)?,
+        buf.slice(32, 16)?,
+        buf.slice(48, 16)?,
     );
-    let err = matmul::matmul_squares(&gpu, &d, c, a, b, buf.slice(64, 3).unwrap()).unwrap_err();
+    let err = super::matmul_squares(&gpu, &d, c, a, b, buf.slice(64, 3)?).expect_err("refused");
     assert!(
         err.to_string().contains("squares: 3 elements given"),
         "{err}"
     );
+    Ok(())
 }

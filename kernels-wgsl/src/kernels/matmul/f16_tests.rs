@@ -2,17 +2,16 @@
 //! (f16-rounded) inputs, on both 16-bit paths, both entry points, every transpose, odd half
 //! offsets, accumulate, alpha and the epilogue: products and sums in f32, a 16-bit C rounded once.
 
-use plimsoll_kernels_wgsl::kernels::convert::Halves;
-use plimsoll_kernels_wgsl::kernels::convert::reference as cpu;
-use plimsoll_kernels_wgsl::kernels::matmul::{self, Epilogue, MatmulDims, MatmulEntry, Operand};
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, f16_devices, to_f64};
-use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu, reference};
-
-/// What every word outside an operand holds, and C before a non-accumulating launch.
-const SENTINEL: u32 = 0xDEAD_BEEF;
+use super::reference;
+use super::{Epilogue, MatmulDims, MatmulEntry, Operand};
+use crate::kernels::convert::Halves;
+use crate::kernels::convert::reference as cpu;
+use crate::testing::{DEADLINE, Rng, SENTINEL, assert_close, f16_devices, to_f64};
+use crate::{Category, DeviceBuffer, Gpu, Result};
 
 /// One operand on the host: its values (f16-rounded when 16-bit) and the words uploaded, with
-/// `offset` elements (halves when 16-bit) of sentinels before it and some after.
+/// `offset` elements (halves when 16-bit) of [`SENTINEL`]s before it and some after (also what C
+/// holds before a non-accumulating launch).
 struct Host {
     values: Vec<f32>,
     words: Vec<u32>,
@@ -47,17 +46,17 @@ impl Host {
         }
     }
 
-    fn upload(&self, gpu: &Gpu, label: &str) -> DeviceBuffer {
-        gpu.upload(&self.words, Category::Temporary, label).unwrap()
+    fn upload(&self, gpu: &Gpu, label: &str) -> Result<DeviceBuffer> {
+        gpu.upload(&self.words, Category::Temporary, label)
     }
 
-    fn operand<'a>(&self, buffer: &'a DeviceBuffer) -> Operand<'a> {
+    fn operand<'a>(&self, buffer: &'a DeviceBuffer) -> Result<Operand<'a>> {
         let len = self.values.len() as u64;
-        if self.half {
-            Operand::F16(Halves::of(buffer, self.offset as u64, len).unwrap())
+        Ok(if self.half {
+            Operand::F16(Halves::of(buffer, self.offset as u64, len)?)
         } else {
-            Operand::F32(buffer.slice(self.offset as u64, len).unwrap())
-        }
+            Operand::F32(buffer.slice(self.offset as u64, len)?)
+        })
     }
 
     /// The values a device buffer of this layout holds in this operand's place, and whether
@@ -94,7 +93,7 @@ fn check(
     widths: [bool; 3],
     offsets: [usize; 3],
     epilogue: Epilogue,
-) {
+) -> Result<()> {
     let (a_len, b_len) = lens(dims);
     let c_len = dims.c_len();
     let a = Host::new(&rng.vec_f32(a_len, -2.0, 2.0), offsets[0], widths[0]);
@@ -105,22 +104,22 @@ fn check(
     };
     let c = Host::new(&c_init, offsets[2], widths[2]);
     let bias = rng.vec_f32(dims.n, -1.0, 1.0);
-    let (a_gpu, b_gpu, c_gpu) = (a.upload(gpu, "a"), b.upload(gpu, "b"), c.upload(gpu, "c"));
-    let bias_gpu = gpu.upload(&bias, Category::Temporary, "bias").unwrap();
-    let (a_op, b_op, c_op) = (a.operand(&a_gpu), b.operand(&b_gpu), c.operand(&c_gpu));
+    let (a_gpu, b_gpu, c_gpu) = (a.upload(gpu, "a")?, b.upload(gpu, "b")?, c.upload(gpu, "c")?);
+    let bias_gpu = gpu.upload(&bias, Category::Temporary, "bias")?;
+    let (a_op, b_op, c_op) = (a.operand(&a_gpu)?, b.operand(&b_gpu)?, c.operand(&c_gpu)?);
     match epilogue {
-        Epilogue::None => matmul::matmul_on(gpu, entry, dims, c_op, a_op, b_op).unwrap(),
+        Epilogue::None => super::matmul_on(gpu, entry, dims, c_op, a_op, b_op)?,
         _ => {
-            assert_eq!(matmul::launch_entry(dims, [c_op, a_op, b_op]), entry);
+            assert_eq!(super::launch_entry(dims, [c_op, a_op, b_op]), entry);
             let bias_s = bias_gpu.whole();
-            matmul::matmul_bias(gpu, dims, epilogue, c_op, a_op, b_op, bias_s).unwrap();
+            super::matmul_bias(gpu, dims, epilogue, c_op, a_op, b_op, bias_s)?;
         }
     }
-    let words: Vec<u32> = gpu.read_all(&c_gpu, DEADLINE).unwrap();
+    let words: Vec<u32> = gpu.read_all(&c_gpu, DEADLINE)?;
     let (got, kept) = c.read(&words);
     let mut want = to_f64(&c.values);
     let (a64, b64) = (to_f64(&a.values), to_f64(&b.values));
-    reference::matmul::matmul_into_f64(&a64, &b64, &mut want, dims);
+    reference::matmul_into_f64(&a64, &b64, &mut want, dims);
     if epilogue != Epilogue::None {
         for (i, w) in want.iter_mut().enumerate() {
             *w += f64::from(bias[i % dims.n]);
@@ -137,6 +136,7 @@ fn check(
     let atol = 16.0 * 4.0 * f64::from(f32::EPSILON) * dims.k.max(1) as f64;
     let rtol = if widths[2] { 2f64.powi(-11) } else { 1e-6 };
     assert_close(&name, &got, &want, atol, rtol);
+    Ok(())
 }
 
 fn lens(d: &MatmulDims) -> (usize, usize) {
@@ -158,7 +158,7 @@ const WIDTHS: [[bool; 3]; 7] = [
 ];
 
 #[test]
-fn f16_matmul_matches_reference_on_both_paths() {
+fn f16_matmul_matches_reference_on_both_paths() -> Result<()> {
     let mut rng = Rng::new(0x1616);
     for (_, gpu) in f16_devices() {
         // main_scalar: odd sizes, odd half offsets, every width combination and transpose.
@@ -186,7 +186,7 @@ fn f16_matmul_matches_reference_on_both_paths() {
                     *widths,
                     offsets,
                     Epilogue::None,
-                );
+                )?;
             }
         }
         // main: each layout with another combination (one pipeline each), offsets multiples of 4.
@@ -212,14 +212,14 @@ fn f16_matmul_matches_reference_on_both_paths() {
                 widths,
                 offsets,
                 Epilogue::None,
-            );
+            )?;
         }
         // The epilogue into a 16-bit C, on both entry points (the launcher picks by size).
         let big = MatmulDims {
             trans_b: true,
             ..MatmulDims::dense(1, 64, 128, 512)
         };
-        let entry = matmul::entry_point(&big);
+        let entry = super::entry_point(&big);
         assert_eq!(entry, MatmulEntry::Main);
         check(
             &gpu,
@@ -229,7 +229,7 @@ fn f16_matmul_matches_reference_on_both_paths() {
             [true, true, true],
             [0; 3],
             Epilogue::BiasRelu,
-        );
+        )?;
         let small = MatmulDims::dense(1, 3, 5, 7);
         let entry = MatmulEntry::MainScalar;
         check(
@@ -240,32 +240,32 @@ fn f16_matmul_matches_reference_on_both_paths() {
             [true, false, true],
             [1, 0, 3],
             Epilogue::Bias,
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// A 16-bit C takes ±inf for sums at or beyond 65520, as the conversion does, so the loss
 /// scaler's overflow check sees them; f32 inputs beyond f16's range are read as they are.
 #[test]
-fn f16_output_overflows_to_infinity() {
+fn f16_output_overflows_to_infinity() -> Result<()> {
     for (_, gpu) in f16_devices() {
         for entry in [MatmulEntry::MainScalar, MatmulEntry::Main] {
             let dims = MatmulDims::dense(1, 4, 4, 4);
             // A in f32 with entries 200 (f16 holds them), B f16 of ±100: |C| = 80000 > 65504.
             let a = gpu
-                .upload(&[200.0f32; 16], Category::Temporary, "a")
-                .unwrap();
+                .upload(&[200.0f32; 16], Category::Temporary, "a")?;
             let b_values: Vec<f32> = (0..16)
                 .map(|i| if i % 4 < 2 { 100.0 } else { -100.0 })
                 .collect();
             let b_host = Host::new(&b_values, 0, true);
-            let b = b_host.upload(&gpu, "b");
-            let c = gpu.upload(&[0u32; 8], Category::Temporary, "c").unwrap();
-            let c_op = Operand::F16(Halves::of(&c, 0, 16).unwrap());
-            let b_op = b_host.operand(&b);
+            let b = b_host.upload(&gpu, "b")?;
+            let c = gpu.upload(&[0u32; 8], Category::Temporary, "c")?;
+            let c_op = Operand::F16(Halves::of(&c, 0, 16)?);
+            let b_op = b_host.operand(&b)?;
             // 4x4x4 is below main's size but aligned: forced, main runs it.
-            matmul::matmul_on(&gpu, entry, &dims, c_op, a.whole(), b_op).unwrap();
-            let words: Vec<u32> = gpu.read_all(&c, DEADLINE).unwrap();
+            super::matmul_on(&gpu, entry, &dims, c_op, a.whole(), b_op)?;
+            let words: Vec<u32> = gpu.read_all(&c, DEADLINE)?;
             let got: Vec<f32> = (0..16)
                 .map(|h| cpu::f16_bits_to_f32((words[h / 2] >> (16 * (h % 2))) as u16))
                 .collect();
@@ -287,4 +287,5 @@ fn f16_output_overflows_to_infinity() {
             );
         }
     }
+    Ok(())
 }

@@ -8,7 +8,7 @@
 // Batch b of an operand starts at offset_X + b * stride_X elements; stride 0 broadcasts it.
 //
 // Bindings (Plimsoll convention), all storage bindings read_write:
-//   @binding(0) uniform Params (declared in src/kernels/matmul.rs, `shader_params!`), where
+//   @binding(0) uniform Params (declared in mod.rs, `shader_params!`), where
 //     flags (bit 0 = accumulate: C += alpha*A.B, else C = alpha*A.B: main_scalar then
 //                  never reads C, main reads it and discards the value (one branch-free store);
 //                  bits 1, 2 = TRANS_A, TRANS_B for main_scalar; bits 3, 4 = the epilogue:
@@ -70,7 +70,7 @@
 // create_shader_module_trusted(.., ShaderRuntimeChecks::unchecked()); measured 1.3-2x faster in a
 // scratch bench but only 1.01-1.05x in `cargo xtask bench kernels`, so the launcher keeps checks on.
 
-// `Params` and the bindings are declared in src/kernels/matmul.rs (`shader_params!`, `kernel!`)
+// `Params` and the bindings are declared in mod.rs (`shader_params!`, `kernel!`)
 // and prepended to this file when the module is created.
 
 override TRANS_A: bool = false;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the `main` entry point of matmul.wgsl: T x T outputs per invocation.
 
-    python3 kernels-wgsl/shaders/gen_matmul.py T > /tmp/main.wgsl
+    python3 kernels-wgsl/src/kernels/matmul/gen_matmul.py T > /tmp/main.wgsl
 
 T is a multiple of 4. The entry point is fully unrolled (T*T/4 vec4 accumulators), so its
 size -- and lavapipe's LLVM compile time at the first dispatch -- grows with T*T; see the

@@ -1,7 +1,9 @@
 //! `matmul`: batched `C[b] = alpha · op(A[b]) · op(B[b])` (or `C[b] +=` that), row-major, `op`
-//! the identity or a transpose per operand. Shader: `shaders/matmul.wgsl`; reference:
-//! [`crate::reference::matmul`]. Launcher and reference take the same [`MatmulDims`]; each
-//! operand starts at the start of its slice (a [`DeviceSlice`] here, an `&[f32]` there).
+//! the identity or a transpose per operand. In one place: the shaders (`matmul.wgsl`, its
+//! generator `gen_matmul.py` and the operand accessors `matmul_io_*.wgsl`, beside this file),
+//! the launchers (the 16-bit operands' in `half.rs`), the CPU [`reference`](mod@reference) and the
+//! tests. Launcher and reference take the same [`MatmulDims`]; each operand starts at the start
+//! of its slice (a [`DeviceSlice`] here, an `&[f32]` there).
 //!
 //! Two entry points ([`entry_point`] picks one): `main`, 16×16 outputs per invocation with `vec4`
 //! loads, for operands whose stored rows and offsets are multiples of 4 elements; `main_scalar`,
@@ -27,8 +29,15 @@ use crate::pipeline::{Kernel, RuntimeChecks, kernel, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub(super) use super::matmul_half::f16_overrides;
-pub use super::matmul_half::{MAIN_F16, MAIN_SCALAR_F16, NATIVE, Operand, native_kernels};
+mod half;
+pub mod reference;
+#[cfg(test)]
+mod f16_tests;
+#[cfg(test)]
+pub(crate) mod tests;
+
+pub(super) use half::f16_overrides;
+pub use half::{MAIN_F16, MAIN_SCALAR_F16, NATIVE, Operand, native_kernels};
 
 /// Shape, layout and options of one batched matmul, mirroring the shader's `Params` (the
 /// element offsets come from the slices).
@@ -126,13 +135,13 @@ fn stored_index(
     }
 }
 
-/// The f32 module: the body (`shaders/matmul.wgsl`, which loads and stores its operands through
-/// accessors: `lda4`, `stc`, ...) and the f32 accessors of `shaders/matmul_io_{a,b,c}.wgsl`.
+/// The f32 module: the body (`matmul.wgsl`, which loads and stores its operands through
+/// accessors: `lda4`, `stc`, ...) and the f32 accessors of `matmul_io_{a,b,c}.wgsl`.
 const WGSL_F32: &str = concat!(
-    include_str!("../../shaders/matmul.wgsl"),
-    include_str!("../../shaders/matmul_io_a.wgsl"),
-    include_str!("../../shaders/matmul_io_b.wgsl"),
-    include_str!("../../shaders/matmul_io_c.wgsl")
+    include_str!("matmul.wgsl"),
+    include_str!("matmul_io_a.wgsl"),
+    include_str!("matmul_io_b.wgsl"),
+    include_str!("matmul_io_c.wgsl")
 );
 
 /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
@@ -194,7 +203,7 @@ shader_params! {
     }
 }
 
-/// The `Params` declaration, for the 16-bit modules' kernels (`super::matmul_half`).
+/// The `Params` declaration, for the 16-bit modules' kernels (`half`).
 pub(super) const MATMUL_PARAMS_WGSL: &str = PARAMS_WGSL;
 
 /// What a launch does besides the product: an epilogue with its bias, or the squares of C.
@@ -282,7 +291,7 @@ pub fn loop_iterations(entry: MatmulEntry, trans_a: bool, trans_b: bool, k: u64)
 ///
 /// Each operand is an [`Operand`]: f32 elements (a [`DeviceSlice`]) or 16-bit ones (a
 /// [`crate::kernels::convert::Halves`]), in any mix; products and sums are f32 and a 16-bit C
-/// is rounded once, after the epilogue (see `super::matmul_half`).
+/// is rounded once, after the epilogue (see `half`).
 ///
 /// `out` may share a segment (or be the same buffer) as `lhs` or `rhs` only if they do not
 /// overlap (and, for 16-bit operands, share no word).
