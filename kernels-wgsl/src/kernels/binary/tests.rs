@@ -233,32 +233,32 @@ fn binary_rejects_mismatched_shapes_and_bad_ranges() -> Result<()> {
         out.whole(),
         a12,
         a3,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(err.to_string().contains("do not broadcast"), "{err}");
     let nine = [1usize; 9];
     let out1 = out.slice(0, 1)?;
-    let err = super::broadcast(&gpu, &dims(BinaryOp::Add, &nine, &[1]), out1, a1, a1).expect_err("refused");
+    let err = super::broadcast(&gpu, &dims(BinaryOp::Add, &nine, &[1]), out1, a1, a1).expect_err("must be refused");
     assert!(err.to_string().contains("rank 9"), "{err}");
     // 12 outputs from element 1 of a 12-element buffer: refused when the slice is made ...
-    let err = out.slice(1, 12).expect_err("refused");
+    let err = out.slice(1, 12).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
     // ... and the launcher refuses an output (or operand) of the wrong length.
     let mul = dims(BinaryOp::Mul, &[3, 4], &[4]);
-    let err = super::broadcast(&gpu, &mul, out.slice(1, 11)?, a12, a4).expect_err("refused");
+    let err = super::broadcast(&gpu, &mul, out.slice(1, 11)?, a12, a4).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let err = super::broadcast(&gpu, &mul, out.whole(), a12, a3).expect_err("refused");
+    let err = super::broadcast(&gpu, &mul, out.whole(), a12, a3).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let err = super::broadcast(&gpu, &mul, out.whole(), a.slice(0, 11)?, a4).expect_err("refused");
+    let err = super::broadcast(&gpu, &mul, out.whole(), a.slice(0, 11)?, a4).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     // The backward: gradients of the wrong length.
     let short = out.slice(0, 11)?;
-    let err = super::backward(&gpu, &mul, short, out.whole(), a12, a4, out.whole()).expect_err("refused");
+    let err = super::backward(&gpu, &mul, short, out.whole(), a12, a4, out.whole()).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let err = super::backward(&gpu, &mul, out.whole(), out.whole(), a12, a4, short).expect_err("refused");
+    let err = super::backward(&gpu, &mul, out.whole(), out.whole(), a12, a4, short).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     // Scalar form: a at element 5, 12 long, of a 12-element buffer.
-    let err = a.slice(5, 12).expect_err("refused");
+    let err = a.slice(5, 12).expect_err("must be refused");
     assert!(err.to_string().contains("outside buffer"), "{err}");
     let err = super::scalar_rhs(
         &gpu,
@@ -266,7 +266,7 @@ fn binary_rejects_mismatched_shapes_and_bad_ranges() -> Result<()> {
         out.whole(),
         a.slice(5, 7)?,
         1.0,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let err = super::scalar_lhs(
         &gpu,
@@ -274,7 +274,7 @@ fn binary_rejects_mismatched_shapes_and_bad_ranges() -> Result<()> {
         out.whole(),
         1.0,
         a.slice(5, 7)?,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     Ok(())
 }

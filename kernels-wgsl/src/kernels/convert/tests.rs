@@ -139,16 +139,16 @@ fn convert_rejects_a_range_outside_the_buffer() -> Result<()> {
     // 9 halves fit in 5 words from half 0 or 1, not from half 2.
     super::f32_to_f16(&gpu, Halves::of(&words, 0, 9)?, x.whole())?;
     super::f32_to_f16(&gpu, Halves::of(&words, 1, 9)?, x.whole())?;
-    let err = Halves::of(&words, 2, 9).expect_err("refused");
+    let err = Halves::of(&words, 2, 9).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
     // The words must be exactly those the run touches, and the lengths must agree.
-    let err = Halves::new(words.slice(0, 4)?, 0, 9).expect_err("refused");
+    let err = Halves::new(words.slice(0, 4)?, 0, 9).expect_err("must be refused");
     assert!(err.to_string().contains("words: 4 elements given"), "{err}");
-    let err = Halves::new(words.whole(), 2, 1).expect_err("refused");
+    let err = Halves::new(words.whole(), 2, 1).expect_err("must be refused");
     assert!(err.to_string().contains("first half 2"), "{err}");
     let halves = Halves::of(&words, 0, 8)?;
-    let err = super::f16_to_f32(&gpu, x.whole(), halves).expect_err("refused");
+    let err = super::f16_to_f32(&gpu, x.whole(), halves).expect_err("must be refused");
     assert!(
         err.to_string().contains("8 halves and 9 f32 elements"),
         "{err}"

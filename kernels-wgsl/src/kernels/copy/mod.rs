@@ -482,7 +482,7 @@ pub(crate) mod tests {
             assert!(kept, "{name}: a half outside the destination changed");
             assert_close(&name, &got, &want, 0.0, 0.0);
             let odd = Halves::of(&dst_gpu, 1, len as u64)?;
-            let err = super::strided_copy_f16(&gpu, odd, src, &shape, &strides).expect_err("refused");
+            let err = super::strided_copy_f16(&gpu, odd, src, &shape, &strides).expect_err("must be refused");
             assert!(err.to_string().contains("even element"), "{err}");
         }
         Ok(())

@@ -127,10 +127,10 @@ fn cross_entropy_rejects_bad_arguments() -> Result<()> {
     let (lg, tg, ls) = (logits.whole(), targets.whole(), losses.whole());
     super::forward(&gpu, &dims(10, 10, 0.0), ls, lg, tg)?;
     // Zero classes, smoothing outside [0, 1], and each range one element too far.
-    let err = super::forward(&gpu, &dims(10, 0, 0.0), ls, lg, tg).expect_err("refused");
+    let err = super::forward(&gpu, &dims(10, 0, 0.0), ls, lg, tg).expect_err("must be refused");
     assert!(err.to_string().contains("0 classes"), "{err}");
     for smoothing in [1.5, f32::NAN] {
-        let err = super::forward(&gpu, &dims(10, 10, smoothing), ls, lg, tg).expect_err("refused");
+        let err = super::forward(&gpu, &dims(10, 10, smoothing), ls, lg, tg).expect_err("must be refused");
         let want = format!("label smoothing {smoothing} outside [0, 1]");
         assert!(
             matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains(&want),
@@ -139,42 +139,42 @@ fn cross_entropy_rejects_bad_arguments() -> Result<()> {
     }
     // Targets from offset 1: elements 1..11 of a 10-element buffer cannot be sliced, and the
     // launcher refuses the 9 that can.
-    let err = targets.slice(1, 10).expect_err("refused");
+    let err = targets.slice(1, 10).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("elements 1..11"), "{err}");
     let t9 = targets.slice(1, 9)?;
-    let err = super::forward(&gpu, &dims(10, 10, 0.0), ls, lg, t9).expect_err("refused");
+    let err = super::forward(&gpu, &dims(10, 10, 0.0), ls, lg, t9).expect_err("must be refused");
     assert!(
         err.to_string().contains("targets: 9 elements given"),
         "{err}"
     );
     // Likewise losses and logits.
-    let err = losses.slice(1, 10).expect_err("refused");
+    let err = losses.slice(1, 10).expect_err("must be refused");
     assert!(
         matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("elements 1..11"),
         "{err}"
     );
     let l9 = losses.slice(1, 9)?;
-    let err = super::forward(&gpu, &dims(10, 10, 0.0), l9, lg, tg).expect_err("refused");
+    let err = super::forward(&gpu, &dims(10, 10, 0.0), l9, lg, tg).expect_err("must be refused");
     assert!(
         err.to_string().contains("losses: 9 elements given"),
         "{err}"
     );
     let lg99 = logits.slice(1, 99)?;
-    let err = super::forward(&gpu, &dims(10, 10, 0.0), ls, lg99, tg).expect_err("refused");
+    let err = super::forward(&gpu, &dims(10, 10, 0.0), ls, lg99, tg).expect_err("must be refused");
     assert!(
         err.to_string().contains("logits: 99 elements given"),
         "{err}"
     );
     // A per-row dloss needs 10 elements from offset 1 of a 10-element buffer (no such slice; the
     // 9 that fit are neither 1 nor rows); a broadcast one needs 1.
-    let err = super::backward(&gpu, &dims(10, 10, 0.0), lg, lg, tg, l9, 1.0).expect_err("refused");
+    let err = super::backward(&gpu, &dims(10, 10, 0.0), lg, lg, tg, l9, 1.0).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("dloss"), "{err}");
     let d1 = losses.slice(1, 1)?;
     super::backward(&gpu, &dims(10, 10, 0.0), lg, lg, tg, d1, 0.1)?;
     // dlogits of the wrong length.
-    let err = super::backward(&gpu, &dims(10, 10, 0.0), lg99, lg, tg, d1, 0.1).expect_err("refused");
+    let err = super::backward(&gpu, &dims(10, 10, 0.0), lg99, lg, tg, d1, 0.1).expect_err("must be refused");
     assert!(
         err.to_string().contains("dlogits: 99 elements given"),
         "{err}"

@@ -77,35 +77,35 @@ fn embedding_rejects_bad_ranges() -> Result<()> {
     let (tw, iw, ow) = (table.whole(), ids.whole(), out.whole());
     super::gather(&gpu, ow, tw, iw, 4, 10)?;
     // 5 tokens of ids in a 3-element buffer: no such slice ...
-    let err = ids.slice(0, 5).expect_err("refused");
+    let err = ids.slice(0, 5).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("elements 0..5"), "{err}");
     // ... and 5 ids want 50 outputs, not 30.
     let ids5 = upload_u32_at(&gpu, &[0, 1, 2, 3, 0], 0, "ids5")?;
-    let err = super::gather(&gpu, ow, tw, ids5.whole(), 4, 10).expect_err("refused");
+    let err = super::gather(&gpu, ow, tw, ids5.whole(), 4, 10).expect_err("must be refused");
     assert!(err.to_string().contains("out: 30 elements given"), "{err}");
     // A [5, 10] table in 40 elements.
-    let err = super::gather(&gpu, ow, tw, iw, 5, 10).expect_err("refused");
+    let err = super::gather(&gpu, ow, tw, iw, 5, 10).expect_err("must be refused");
     assert!(
         err.to_string().contains("table: 40 elements given"),
         "{err}"
     );
     // out from offset 1: 30 elements do not fit, 29 are too few.
-    let err = out.slice(1, 30).expect_err("refused");
+    let err = out.slice(1, 30).expect_err("must be refused");
     assert!(
         matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("elements 1..31"),
         "{err}"
     );
-    let err = super::gather(&gpu, out.slice(1, 29)?, tw, iw, 4, 10).expect_err("refused");
+    let err = super::gather(&gpu, out.slice(1, 29)?, tw, iw, 4, 10).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     // scatter_add with ids from offset 1: elements 1..4 of 3 do not fit; the 2 that do make
     // 2 tokens, whose dy is 20 elements, not 30.
-    let err = ids.slice(1, 3).expect_err("refused");
+    let err = ids.slice(1, 3).expect_err("must be refused");
     assert!(err.to_string().contains("elements 1..4"), "{err}");
     let ids2 = ids.slice(1, 2)?;
-    let err = super::scatter_add(&gpu, tw, ow, ids2, 4, 10).expect_err("refused");
+    let err = super::scatter_add(&gpu, tw, ow, ids2, 4, 10).expect_err("must be refused");
     assert!(err.to_string().contains("dy: 30 elements given"), "{err}");
-    let err = super::scatter_add(&gpu, table.slice(0, 39)?, ow, iw, 4, 10).expect_err("refused");
+    let err = super::scatter_add(&gpu, table.slice(0, 39)?, ow, iw, 4, 10).expect_err("must be refused");
     assert!(
         err.to_string().contains("dtable: 39 elements given"),
         "{err}"

@@ -132,16 +132,16 @@ fn layer_norm_rejects_bad_arguments() -> Result<()> {
     let (b100, s10) = (big.slice(0, 100)?, small.whole());
     super::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, s10, s10)?;
     let err =
-        super::forward(&gpu, &dims(10, 0), [b100, s10, s10], b100, s10, s10).expect_err("refused");
+        super::forward(&gpu, &dims(10, 0), [b100, s10, s10], b100, s10, s10).expect_err("must be refused");
     assert!(err.to_string().contains("0 columns"), "{err}");
     // gamma from offset 3: elements 3..13 of a 10-element buffer cannot be sliced, and the
     // launcher refuses the 7 that can.
-    let err = small.slice(3, 10).expect_err("refused");
+    let err = small.slice(3, 10).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("elements 3..13"), "{err}");
     let gamma = small.slice(3, 7)?;
     let err =
-        super::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, gamma, s10).expect_err("refused");
+        super::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, gamma, s10).expect_err("must be refused");
     assert!(err.to_string().contains("gamma: 7 elements given"), "{err}");
     // Each forward slice of the wrong length.
     let (b99, s9) = (big.slice(0, 99)?, small.slice(0, 9)?);
@@ -153,26 +153,26 @@ fn layer_norm_rejects_bad_arguments() -> Result<()> {
         ("beta", [b100, s10, s10], b100, s10, s9),
     ];
     for (name, outputs, x, gamma, beta) in forwards {
-        let err = super::forward(&gpu, &dims(10, 10), outputs, x, gamma, beta).expect_err("refused");
+        let err = super::forward(&gpu, &dims(10, 10), outputs, x, gamma, beta).expect_err("must be refused");
         assert!(
             err.to_string().contains(&format!("{name}: ")),
             "{name}: {err}"
         );
     }
     // dx from offset 21: elements 21..121 of a 120-element buffer.
-    let err = big.slice(21, 100).expect_err("refused");
+    let err = big.slice(21, 100).expect_err("must be refused");
     assert!(err.to_string().contains("elements 21..121"), "{err}");
     let dx = big.slice(21, 99)?;
     let inputs = [b100, s10, s10, s10];
-    let err = super::backward(&gpu, &dims(10, 10), [dx, s10, s10], inputs, b100).expect_err("refused");
+    let err = super::backward(&gpu, &dims(10, 10), [dx, s10, s10], inputs, b100).expect_err("must be refused");
     assert!(err.to_string().contains("dx: 99 elements given"), "{err}");
-    let err = super::backward(&gpu, &dims(10, 10), [b100, s9, s10], inputs, b100).expect_err("refused");
+    let err = super::backward(&gpu, &dims(10, 10), [b100, s9, s10], inputs, b100).expect_err("must be refused");
     assert!(err.to_string().contains("dgamma: "), "{err}");
-    let err = super::backward(&gpu, &dims(10, 10), [b100, s10, s10], inputs, b99).expect_err("refused");
+    let err = super::backward(&gpu, &dims(10, 10), [b100, s10, s10], inputs, b99).expect_err("must be refused");
     assert!(err.to_string().contains("dy: "), "{err}");
     let bad_rstd = [b100, s10, s10, s9];
     let err =
-        super::backward(&gpu, &dims(10, 10), [b100, s10, s10], bad_rstd, b100).expect_err("refused");
+        super::backward(&gpu, &dims(10, 10), [b100, s10, s10], bad_rstd, b100).expect_err("must be refused");
     assert!(err.to_string().contains("rstd: "), "{err}");
     // Empty work.
     let (e, s0) = (big.slice(120, 0)?, small.slice(0, 0)?);

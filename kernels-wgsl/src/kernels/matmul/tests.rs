@@ -260,7 +260,7 @@ fn matmul_rejects_bad_arguments() -> Result<()> {
     };
     // B one element short of its extent: offset 1 + 16·12 + 16·12 > 384. The slice of the full
     // extent cannot be made; the slice that fits is one element short and the launcher says so.
-    let err = b.slice(1, 2 * 16 * 12).expect_err("refused");
+    let err = b.slice(1, 2 * 16 * 12).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let shifted = b.slice(1, 2 * 16 * 12 - 1)?;
     expect_invalid(super::matmul(&gpu, &d, c_w, a_w, shifted), "rhs (B)");
@@ -342,7 +342,7 @@ fn recorded_matmuls_are_the_launches() -> Result<()> {
     assert!(gpu.take_matmuls().is_empty());
     gpu.record_matmuls();
     super::matmul(&gpu, &first, c, a, b)?;
-    let err = super::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).expect_err("refused");
+    let err = super::matmul(&gpu, &MatmulDims::dense(1, 9, 9, 9), c, a, b).expect_err("must be refused");
     assert!(
         matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("at least 81"),
         "{err}"
@@ -492,14 +492,14 @@ fn matmul_bias_equals_matmul_then_bias_then_relu() -> Result<()> {
         buf.slice(48, 16)?,
     );
     let short = buf.slice(48, 7)?;
-    let err = super::matmul_bias(&gpu, &d, Epilogue::Bias, c, a, b, short).expect_err("refused");
+    let err = super::matmul_bias(&gpu, &d, Epilogue::Bias, c, a, b, short).expect_err("must be refused");
     assert!(err.to_string().contains("bias: 7 elements given"), "{err}");
     let acc = MatmulDims {
         accumulate: true,
         ..d
     };
     let bias8 = buf.slice(48, 8)?;
-    let err = super::matmul_bias(&gpu, &acc, Epilogue::BiasRelu, c, a, b, bias8).expect_err("refused");
+    let err = super::matmul_bias(&gpu, &acc, Epilogue::BiasRelu, c, a, b, bias8).expect_err("must be refused");
     assert!(err.to_string().contains("accumulate"), "{err}");
     Ok(())
 }
@@ -569,7 +569,7 @@ fn matmul_squares_are_the_blocks_of_c() -> Result<()> {
         buf.slice(32, 16)?,
         buf.slice(48, 16)?,
     );
-    let err = super::matmul_squares(&gpu, &d, c, a, b, buf.slice(64, 3)?).expect_err("refused");
+    let err = super::matmul_squares(&gpu, &d, c, a, b, buf.slice(64, 3)?).expect_err("must be refused");
     assert!(
         err.to_string().contains("squares: 3 elements given"),
         "{err}"

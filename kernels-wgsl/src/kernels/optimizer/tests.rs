@@ -197,20 +197,20 @@ fn optimizer_rejects_bad_arguments() -> Result<()> {
         grad_scale: 1.0,
     };
     // grad = elements 1..11 of 10: no such slice; the 9 that fit differ from param's 10.
-    let err = b.slice(1, 10).expect_err("refused");
+    let err = b.slice(1, 10).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("elements 1..11"), "{err}");
     let grad9 = b.slice(1, 9)?;
-    let err = super::sgd_step(&gpu, &step(plain), a.whole(), grad9, None).expect_err("refused");
+    let err = super::sgd_step(&gpu, &step(plain), a.whole(), grad9, None).expect_err("must be refused");
     assert!(err.to_string().contains("grad: 9 elements given"), "{err}");
     let momentum = SgdConfig {
         momentum: 0.9,
         ..plain
     };
-    let err = super::sgd_step(&gpu, &step(momentum), a.whole(), b.whole(), None).expect_err("refused");
+    let err = super::sgd_step(&gpu, &step(momentum), a.whole(), b.whole(), None).expect_err("must be refused");
     assert!(err.to_string().contains("momentum buffer"), "{err}");
     let short = Some(b.slice(0, 9)?);
-    let err = super::sgd_step(&gpu, &step(momentum), a.whole(), b.whole(), short).expect_err("refused");
+    let err = super::sgd_step(&gpu, &step(momentum), a.whole(), b.whole(), short).expect_err("must be refused");
     assert!(
         err.to_string().contains("momentum_buf: 9 elements given"),
         "{err}"
@@ -222,7 +222,7 @@ fn optimizer_rejects_bad_arguments() -> Result<()> {
     };
     let with_buf = Some(b.whole());
     let err =
-        super::sgd_step(&gpu, &step(nesterov), a.whole(), b.whole(), with_buf).expect_err("refused");
+        super::sgd_step(&gpu, &step(nesterov), a.whole(), b.whole(), with_buf).expect_err("must be refused");
     assert!(
         matches!(err, Error::InvalidArgument { .. })
             && err
@@ -247,13 +247,13 @@ fn optimizer_rejects_bad_arguments() -> Result<()> {
         b.slice(0, 5)?,
         b.slice(5, 5)?,
     );
-    let err = super::adamw_step(&gpu, &adamw(0), a5, b5, a5, b5_hi).expect_err("refused");
+    let err = super::adamw_step(&gpu, &adamw(0), a5, b5, a5, b5_hi).expect_err("must be refused");
     assert!(err.to_string().contains("1-based"), "{err}");
     // exp_avg_sq = elements 5..11 of 10: no such slice; the 5 that fit differ from the others' 6.
-    let err = b.slice(5, 6).expect_err("refused");
+    let err = b.slice(5, 6).expect_err("must be refused");
     assert!(err.to_string().contains("elements 5..11"), "{err}");
     let (a6, b6) = (a.slice(0, 6)?, b.slice(0, 6)?);
-    let err = super::adamw_step(&gpu, &adamw(1), a6, b6, a6, b5_hi).expect_err("refused");
+    let err = super::adamw_step(&gpu, &adamw(1), a6, b6, a6, b5_hi).expect_err("must be refused");
     assert!(
         err.to_string().contains("exp_avg_sq: 5 elements given"),
         "{err}"

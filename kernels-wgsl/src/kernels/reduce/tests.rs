@@ -263,10 +263,10 @@ fn sum_to_shape_matches_reference() -> Result<()> {
 fn reduce_rejects_bad_axis_and_shapes() -> Result<()> {
     let (gpu, [x, out]) = gpu_and_temporaries([(60, "x"), (60, "out")])?;
     let err =
-        super::sum_axis(&gpu, out.slice(0, 12)?, x.whole(), &[3, 4, 5], 3).expect_err("refused");
+        super::sum_axis(&gpu, out.slice(0, 12)?, x.whole(), &[3, 4, 5], 3).expect_err("must be refused");
     assert!(err.to_string().contains("axis 3 out of range"), "{err}");
     // x = elements 1..61 of a 60-element buffer: the slice cannot be made ...
-    let err = x.slice(1, 60).expect_err("refused");
+    let err = x.slice(1, 60).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
     // ... and the launcher refuses the one element shorter slice that fits.
@@ -278,7 +278,7 @@ fn reduce_rejects_bad_axis_and_shapes() -> Result<()> {
         x.slice(1, 59)?,
         &[3, 4, 5],
         0,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("59 elements given"), "{err}");
     // Outputs of the wrong length.
@@ -289,7 +289,7 @@ fn reduce_rejects_bad_axis_and_shapes() -> Result<()> {
         x.whole(),
         &[3, 4, 5],
         0,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let err = super::max_axis(
         &gpu,
@@ -298,9 +298,9 @@ fn reduce_rejects_bad_axis_and_shapes() -> Result<()> {
         x.whole(),
         &[3, 4, 5],
         0,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let err = super::sum_axis(&gpu, out.whole(), x.whole(), &[3, 4, 5], 0).expect_err("refused");
+    let err = super::sum_axis(&gpu, out.whole(), x.whole(), &[3, 4, 5], 0).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let err = super::max_backward(
         &gpu,
@@ -309,16 +309,16 @@ fn reduce_rejects_bad_axis_and_shapes() -> Result<()> {
         x.slice(0, 21)?,
         &[3, 4, 5],
         0,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
-    let err = super::sum_all(&gpu, out.slice(0, 2)?, x.whole()).expect_err("refused");
+    let err = super::sum_all(&gpu, out.slice(0, 2)?, x.whole()).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let err = super::max_all(
         &gpu,
         out.slice(0, 1)?,
         out.slice(1, 0)?,
         x.whole(),
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     // Shapes that do not broadcast (slices of the right lengths, so the shapes are what fails).
     let err = super::sum_to_shape(
@@ -327,10 +327,10 @@ fn reduce_rejects_bad_axis_and_shapes() -> Result<()> {
         x.whole(),
         &[3, 4, 5],
         &[2, 5],
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(err.to_string().contains("does not broadcast"), "{err}");
     let (out20, x20) = (out.slice(0, 20)?, x.slice(0, 20)?);
-    let err = super::sum_to_shape(&gpu, out20, x20, &[4, 5], &[1, 4, 5]).expect_err("refused");
+    let err = super::sum_to_shape(&gpu, out20, x20, &[4, 5], &[1, 4, 5]).expect_err("must be refused");
     assert!(err.to_string().contains("does not broadcast"), "{err}");
     Ok(())
 }
@@ -363,7 +363,7 @@ fn reduce_long_axis_is_not_truncated() -> Result<()> {
     let long = super::MAX_AXIS_LEN + 1;
     // (The axis length is checked first: no slice of `long` elements is needed.)
     let err =
-        super::sum_axis(&gpu, out.slice(0, 1)?, x_gpu.whole(), &[long], 0).expect_err("refused");
+        super::sum_axis(&gpu, out.slice(0, 1)?, x_gpu.whole(), &[long], 0).expect_err("must be refused");
     assert!(err.to_string().contains("MAX_AXIS_LEN"), "{err}");
     Ok(())
 }
@@ -396,7 +396,7 @@ fn reduce_all_refuses_lengths_over_the_loop_limit() -> Result<()> {
             gpu.max_buffer_bytes()
         );
         let err = gpu
-            .alloc_elements(largest + 1, Category::Temporary, "long").expect_err("refused");
+            .alloc_elements(largest + 1, Category::Temporary, "long").expect_err("must be refused");
         assert!(matches!(err, Error::TooLarge { .. }), "{err}");
         return Ok(());
     }

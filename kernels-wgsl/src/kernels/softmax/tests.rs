@@ -117,12 +117,12 @@ pub(crate) fn matches_reference() -> Result<()> {
 fn softmax_rejects_bad_ranges() -> Result<()> {
     let (gpu, [x, y]) = gpu_and_temporaries([(100, "x"), (100, "y")])?;
     // [10, 10] from offset 1 needs elements 1..101 of a 100-element buffer: no such slice ...
-    let err = x.slice(1, 100).expect_err("refused");
+    let err = x.slice(1, 100).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     assert!(err.to_string().contains("outside buffer"), "{err}");
     // ... and the launchers refuse a slice of 99.
     let x99 = x.slice(1, 99)?;
-    let err = super::forward(&gpu, SoftmaxKind::Softmax, y.whole(), x99, 10, 10).expect_err("refused");
+    let err = super::forward(&gpu, SoftmaxKind::Softmax, y.whole(), x99, 10, 10).expect_err("must be refused");
     assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     let err = super::forward(
         &gpu,
@@ -131,10 +131,10 @@ fn softmax_rejects_bad_ranges() -> Result<()> {
         x99,
         10,
         10,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(err.to_string().contains("x: 99 elements given"), "{err}");
     // dx at offset 50 of x: elements 50..150.
-    let err = x.slice(50, 100).expect_err("refused");
+    let err = x.slice(50, 100).expect_err("must be refused");
     assert!(err.to_string().contains("elements 50..150"), "{err}");
     let dx = x.slice(50, 50)?;
     let err = super::backward(
@@ -145,13 +145,13 @@ fn softmax_rejects_bad_ranges() -> Result<()> {
         x.whole(),
         10,
         10,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     // (Named as the launcher's length check does: by the first slice that differs from dx.)
     assert!(err.to_string().contains("50 needed"), "{err}");
-    let err = super::backward(&gpu, SoftmaxKind::Softmax, x.whole(), y.whole(), dx, 10, 10).expect_err("refused");
+    let err = super::backward(&gpu, SoftmaxKind::Softmax, x.whole(), y.whole(), dx, 10, 10).expect_err("must be refused");
     assert!(err.to_string().contains("dy: 50 elements given"), "{err}");
     let (x50, y50) = (x.slice(0, 50)?, y.slice(0, 50)?);
-    let err = super::backward(&gpu, SoftmaxKind::Softmax, dx, y50, x50, 10, 10).expect_err("refused");
+    let err = super::backward(&gpu, SoftmaxKind::Softmax, dx, y50, x50, 10, 10).expect_err("must be refused");
     assert!(err.to_string().contains("y: 50 elements given"), "{err}");
     let err = super::forward(
         &gpu,
@@ -160,7 +160,7 @@ fn softmax_rejects_bad_ranges() -> Result<()> {
         x.whole(),
         u64::MAX,
         2,
-    ).expect_err("refused");
+    ).expect_err("must be refused");
     assert!(
         matches!(err, Error::InvalidArgument { .. })
             && err.to_string().contains("has more than u64::MAX elements"),
