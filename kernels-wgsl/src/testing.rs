@@ -135,17 +135,20 @@ pub fn gpu_and_rng(seed: u64) -> (Gpu, Rng) {
     (gpu(), Rng::new(seed))
 }
 
-/// For a test of the refusals over the loop limit: the shared device, its
-/// [`Gpu::loop_iteration_limit`] and a one-element scratch buffer to pass as every slice (the
-/// launchers check the limit before the slices' lengths). `None` after reporting `test` (its
-/// function name) as skipped ([`loop_limit_or_skip`]) on an adapter without a limit.
-pub fn loop_limit_setup(test: &str) -> Result<Option<(Gpu, u64, DeviceBuffer)>> {
+/// Runs `test`'s refusals over the loop limit (`test` is its function name): `body` gets the
+/// shared device, its [`Gpu::loop_iteration_limit`] and a one-element scratch buffer to pass as
+/// every slice (the launchers check the limit before the slices' lengths). On an adapter without
+/// a limit `body` does not run and `test` is reported skipped ([`loop_limit_or_skip`]).
+pub fn with_loop_limit(
+    test: &str,
+    body: impl FnOnce(&Gpu, u64, &DeviceBuffer) -> Result<()>,
+) -> Result<()> {
     let gpu = gpu();
     let Some(limit) = loop_limit_or_skip(&gpu, test) else {
-        return Ok(None);
+        return Ok(());
     };
     let tiny = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
-    Ok(Some((gpu, limit, tiny)))
+    body(&gpu, limit, &tiny)
 }
 
 /// The largest argument `passes` takes within `gpu`'s loop limit, or within lavapipe's 65,535

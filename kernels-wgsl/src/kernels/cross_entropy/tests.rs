@@ -5,7 +5,7 @@
 use super::reference;
 use super::CrossEntropyDims;
 use crate::kernels::{RowLayout, largest_within};
-use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, numeric_gradient, Rng, upload_u32_at};
+use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, numeric_gradient, Rng, upload_u32_at};
 use crate::{Error, Gpu, Result};
 
 // Tolerances. Loss: lse and the row mean are f32 sums of <= 1000 terms on the GPU (f64 in the
@@ -185,31 +185,29 @@ fn cross_entropy_rejects_bad_arguments() -> Result<()> {
 // Loop limit: checked before the slice lengths, so one-element buffers show the refusal.
 #[test]
 fn cross_entropy_refuses_rows_over_the_loop_limit() -> Result<()> {
-    let test = "cross_entropy_refuses_rows_over_the_loop_limit";
-    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
-        return Ok(());
-    };
-    let largest = largest_within(limit, super::loop_iterations);
-    let t = tiny.whole();
-    let over = largest + 1;
-    let dims = CrossEntropyDims {
-        rows: 1,
-        cols: over,
-        smoothing: 0.0,
-    };
-    assert_loop_limit(
-        super::forward(&gpu, &dims, t, t, t),
-        "cols",
-        largest,
-    );
-    let dims = CrossEntropyDims {
-        rows: 2,
-        cols: over,
-        smoothing: 0.1,
-    };
-    let result = super::backward(&gpu, &dims, t, t, t, t, 1.0);
-    assert_loop_limit(result, "cols", largest);
-    Ok(())
+    with_loop_limit("cross_entropy_refuses_rows_over_the_loop_limit", |gpu, limit, tiny| {
+        let largest = largest_within(limit, super::loop_iterations);
+        let t = tiny.whole();
+        let over = largest + 1;
+        let dims = CrossEntropyDims {
+            rows: 1,
+            cols: over,
+            smoothing: 0.0,
+        };
+        assert_loop_limit(
+            super::forward(gpu, &dims, t, t, t),
+            "cols",
+            largest,
+        );
+        let dims = CrossEntropyDims {
+            rows: 2,
+            cols: over,
+            smoothing: 0.1,
+        };
+        let result = super::backward(gpu, &dims, t, t, t, t, 1.0);
+        assert_loop_limit(result, "cols", largest);
+        Ok(())
+    })
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use super::reference;
 use crate::kernels::largest_within;
-use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, Rng, scratch, upload_u32_at};
+use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, Rng, scratch, upload_u32_at};
 use crate::{Category, Error, Gpu, Result};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
@@ -118,28 +118,26 @@ fn embedding_rejects_bad_ranges() -> Result<()> {
 
 #[test]
 fn embedding_refuses_tokens_over_the_loop_limit() -> Result<()> {
-    let test = "embedding_refuses_tokens_over_the_loop_limit";
-    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
-        return Ok(());
-    };
-    let largest = largest_within(limit, super::loop_iterations);
-    // The token count is the ids' length: a real buffer of `largest + 1` ids; the rest are tiny
-    // (the loop limit is checked before their lengths).
-    let ids = scratch(&gpu, largest + 1, "ids");
-    let t = tiny.whole();
-    assert_loop_limit(
-        super::scatter_add(&gpu, t, t, ids.whole(), 1, 1),
-        "tokens",
-        largest,
-    );
-    // The sort's prefix sum loops over the rows: a vocabulary past the limit is refused too.
-    let one_id = ids.slice(0, 1)?;
-    assert_loop_limit(
-        super::scatter_add(&gpu, t, t, one_id, largest + 1, 1),
-        "vocab",
-        largest,
-    );
-    Ok(())
+    with_loop_limit("embedding_refuses_tokens_over_the_loop_limit", |gpu, limit, tiny| {
+        let largest = largest_within(limit, super::loop_iterations);
+        // The token count is the ids' length: a real buffer of `largest + 1` ids; the rest are tiny
+        // (the loop limit is checked before their lengths).
+        let ids = scratch(gpu, largest + 1, "ids");
+        let t = tiny.whole();
+        assert_loop_limit(
+            super::scatter_add(gpu, t, t, ids.whole(), 1, 1),
+            "tokens",
+            largest,
+        );
+        // The sort's prefix sum loops over the rows: a vocabulary past the limit is refused too.
+        let one_id = ids.slice(0, 1)?;
+        assert_loop_limit(
+            super::scatter_add(gpu, t, t, one_id, largest + 1, 1),
+            "vocab",
+            largest,
+        );
+        Ok(())
+    })
 }
 
 #[test]

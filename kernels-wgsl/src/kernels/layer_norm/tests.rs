@@ -5,7 +5,7 @@
 use super::reference;
 use super::LayerNormDims;
 use crate::kernels::{RowLayout, largest_within};
-use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, numeric_gradient, Rng, scratch};
+use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, numeric_gradient, Rng, scratch};
 use crate::{Category, Error, Gpu, Result};
 
 const EPS: f32 = 1e-5;
@@ -182,43 +182,41 @@ fn layer_norm_rejects_bad_arguments() -> Result<()> {
 
 #[test]
 fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() -> Result<()> {
-    let test = "layer_norm_refuses_rows_and_columns_over_the_loop_limit";
-    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
-        return Ok(());
-    };
-    // Every slice on one tiny buffer: the loop limit is checked before the slice lengths.
-    let t = tiny.whole();
-    let cols = largest_within(limit, super::row_loop_iterations);
-    assert_loop_limit(
-        super::forward(&gpu, &dims(1, cols + 1), [t; 3], t, t, t),
-        "cols",
-        cols,
-    );
-    assert_loop_limit(
-        super::backward(&gpu, &dims(1, cols + 1), [t; 3], [t; 4], t),
-        "cols",
-        cols,
-    );
-    // A workgroup per row runs a 64th of the columns per invocation.
-    let wg = RowLayout::WorkgroupPerRow;
-    let cols = largest_within(limit, super::row_loop_iterations_rows);
-    assert_loop_limit(
-        super::forward_in(&gpu, wg, &dims(1, cols + 1), [t; 3], [t; 3]),
-        "cols",
-        cols,
-    );
-    assert_loop_limit(
-        super::backward_in(&gpu, wg, &dims(1, cols + 1), [t; 3], [t; 4], t),
-        "cols",
-        cols,
-    );
-    let rows = largest_within(limit, super::column_loop_iterations);
-    assert_loop_limit(
-        super::backward(&gpu, &dims(rows + 1, 1), [t; 3], [t; 4], t),
-        "rows",
-        rows,
-    );
-    Ok(())
+    with_loop_limit("layer_norm_refuses_rows_and_columns_over_the_loop_limit", |gpu, limit, tiny| {
+        // Every slice on one tiny buffer: the loop limit is checked before the slice lengths.
+        let t = tiny.whole();
+        let cols = largest_within(limit, super::row_loop_iterations);
+        assert_loop_limit(
+            super::forward(gpu, &dims(1, cols + 1), [t; 3], t, t, t),
+            "cols",
+            cols,
+        );
+        assert_loop_limit(
+            super::backward(gpu, &dims(1, cols + 1), [t; 3], [t; 4], t),
+            "cols",
+            cols,
+        );
+        // A workgroup per row runs a 64th of the columns per invocation.
+        let wg = RowLayout::WorkgroupPerRow;
+        let cols = largest_within(limit, super::row_loop_iterations_rows);
+        assert_loop_limit(
+            super::forward_in(gpu, wg, &dims(1, cols + 1), [t; 3], [t; 3]),
+            "cols",
+            cols,
+        );
+        assert_loop_limit(
+            super::backward_in(gpu, wg, &dims(1, cols + 1), [t; 3], [t; 4], t),
+            "cols",
+            cols,
+        );
+        let rows = largest_within(limit, super::column_loop_iterations);
+        assert_loop_limit(
+            super::backward(gpu, &dims(rows + 1, 1), [t; 3], [t; 4], t),
+            "rows",
+            rows,
+        );
+        Ok(())
+    })
 }
 
 #[test]

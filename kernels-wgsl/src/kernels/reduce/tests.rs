@@ -6,7 +6,7 @@ use super::AxisView;
 use super::reference as cpu;
 use crate::buffer::DeviceBuffer;
 use crate::kernels::{check_loop_limit, largest_within};
-use crate::testing::{DEADLINE, assert_close, assert_loop_limit, gpu_and_rng, gpu_and_temporaries, loop_limit_setup, Rng, scratch, sum_atol};
+use crate::testing::{DEADLINE, assert_close, assert_loop_limit, gpu_and_rng, gpu_and_temporaries, with_loop_limit, Rng, scratch, sum_atol};
 use crate::{Category, Error, Gpu, Result};
 
 /// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.
@@ -377,36 +377,34 @@ fn reduce_long_axis_is_not_truncated() -> Result<()> {
 // allocated, the launchers must refuse it (the limit is checked before the output lengths).
 #[test]
 fn reduce_all_refuses_lengths_over_the_loop_limit() -> Result<()> {
-    let test = "reduce_all_refuses_lengths_over_the_loop_limit";
-    let Some((gpu, limit, t)) = loop_limit_setup(test)? else {
-        return Ok(());
-    };
-    let largest = largest_within(limit, super::all_loop_iterations);
-    for op in ["sum_all", "mean_all", "max_all"] {
-        let check = check_loop_limit(&gpu, op, "len", largest + 1, super::all_loop_iterations);
-        assert_loop_limit(check, "len", largest);
-        check_loop_limit(&gpu, op, "len", largest, super::all_loop_iterations)?;
-    }
-    let too_long = (largest + 1) * 4;
-    if too_long > gpu.max_buffer_bytes() {
-        eprintln!(
-            "reduce: {} elements exceed the largest buffer ({} bytes): the launchers cannot be \
-             asked for them",
-            largest + 1,
-            gpu.max_buffer_bytes()
-        );
-        let err = gpu
-            .alloc_elements(largest + 1, Category::Temporary, "long").expect_err("must be refused");
-        assert!(matches!(err, Error::TooLarge { .. }), "{err}");
-        return Ok(());
-    }
-    let long = scratch(&gpu, largest + 1, "long");
-    let x = long.whole();
-    assert_loop_limit(super::sum_all(&gpu, t.whole(), x), "len", largest);
-    assert_loop_limit(super::mean_all(&gpu, t.whole(), x), "len", largest);
-    let max = super::max_all(&gpu, t.whole(), t.whole(), x);
-    assert_loop_limit(max, "len", largest);
-    Ok(())
+    with_loop_limit("reduce_all_refuses_lengths_over_the_loop_limit", |gpu, limit, t| {
+        let largest = largest_within(limit, super::all_loop_iterations);
+        for op in ["sum_all", "mean_all", "max_all"] {
+            let check = check_loop_limit(gpu, op, "len", largest + 1, super::all_loop_iterations);
+            assert_loop_limit(check, "len", largest);
+            check_loop_limit(gpu, op, "len", largest, super::all_loop_iterations)?;
+        }
+        let too_long = (largest + 1) * 4;
+        if too_long > gpu.max_buffer_bytes() {
+            eprintln!(
+                "reduce: {} elements exceed the largest buffer ({} bytes): the launchers cannot be \
+                 asked for them",
+                largest + 1,
+                gpu.max_buffer_bytes()
+            );
+            let err = gpu
+                .alloc_elements(largest + 1, Category::Temporary, "long").expect_err("must be refused");
+            assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+            return Ok(());
+        }
+        let long = scratch(gpu, largest + 1, "long");
+        let x = long.whole();
+        assert_loop_limit(super::sum_all(gpu, t.whole(), x), "len", largest);
+        assert_loop_limit(super::mean_all(gpu, t.whole(), x), "len", largest);
+        let max = super::max_all(gpu, t.whole(), t.whole(), x);
+        assert_loop_limit(max, "len", largest);
+        Ok(())
+    })
 }
 
 // ------------------------------------------------------------------------------- reference

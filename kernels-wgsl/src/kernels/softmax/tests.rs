@@ -5,7 +5,7 @@
 use super::reference;
 use super::{RowLayout, SoftmaxKind};
 use crate::kernels::largest_within;
-use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, loop_limit_setup, numeric_gradient, Rng};
+use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, numeric_gradient, Rng};
 use crate::{Category, Error, Gpu, Result};
 
 // Tolerances. The GPU accumulates in f32 and lavapipe's exp/log are accurate to a few ulp; the
@@ -177,34 +177,32 @@ fn softmax_rejects_bad_ranges() -> Result<()> {
 // one-element buffers show the refusal without allocating a row over the limit.
 #[test]
 fn softmax_refuses_rows_over_the_loop_limit() -> Result<()> {
-    let test = "softmax_refuses_rows_over_the_loop_limit";
-    let Some((gpu, limit, tiny)) = loop_limit_setup(test)? else {
-        return Ok(());
-    };
-    let t = tiny.whole();
-    for (layout, passes) in [
-        (
-            RowLayout::InvocationPerRow,
-            super::loop_iterations as fn(u64) -> u64,
-        ),
-        (RowLayout::WorkgroupPerRow, super::loop_iterations_rows),
-    ] {
-        let largest = largest_within(limit, passes);
-        let over = largest + 1;
-        for kind in [SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax] {
-            assert_loop_limit(
-                super::forward_in(&gpu, layout, kind, t, t, 3, over),
-                "cols",
-                largest,
-            );
-            assert_loop_limit(
-                super::backward_in(&gpu, layout, kind, [t, t, t], 1, over),
-                "cols",
-                largest,
-            );
+    with_loop_limit("softmax_refuses_rows_over_the_loop_limit", |gpu, limit, tiny| {
+        let t = tiny.whole();
+        for (layout, passes) in [
+            (
+                RowLayout::InvocationPerRow,
+                super::loop_iterations as fn(u64) -> u64,
+            ),
+            (RowLayout::WorkgroupPerRow, super::loop_iterations_rows),
+        ] {
+            let largest = largest_within(limit, passes);
+            let over = largest + 1;
+            for kind in [SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax] {
+                assert_loop_limit(
+                    super::forward_in(gpu, layout, kind, t, t, 3, over),
+                    "cols",
+                    largest,
+                );
+                assert_loop_limit(
+                    super::backward_in(gpu, layout, kind, [t, t, t], 1, over),
+                    "cols",
+                    largest,
+                );
+            }
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 #[test]
