@@ -422,23 +422,23 @@ pub(crate) mod tests {
         want.copy_within(0..50, 50);
         assert_close("copy same segment", &got, &want, 0.0, 0.0);
         // Source elements 1..101 of a 100-element buffer: refused when the slice is made.
-        let err = a.slice(1, 100).unwrap_err();
+        let err = a.slice(1, 100).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         // Source and destination of different lengths: refused by the launcher.
-        let err = super::copy(&gpu, b.whole(), a.slice(1, 99)?).unwrap_err();
+        let err = super::copy(&gpu, b.whole(), a.slice(1, 99)?).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         // A gather whose last read (9*10 + 10*1 = element 100) lies past the source's 100 elements,
         // into a destination of the right length (110).
         let c = gpu.alloc_elements(110, Category::Temporary, "c")?;
         let err =
-            super::strided_copy(&gpu, c.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
+            super::strided_copy(&gpu, c.whole(), a.whole(), &[10, 11], &[10, 1]).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("src"),
             "{err}"
         );
         // A destination of the wrong length for the shape.
         let err =
-            super::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
+            super::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. })
                 && err.to_string().contains("dst: 100 elements given")

@@ -116,7 +116,7 @@ pub(crate) mod tests {
             }
         }
         let buf = gpu.alloc_elements(4, Category::Temporary, "b")?;
-        let err = super::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).unwrap_err();
+        let err = super::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. })
                 && err.to_string().contains("probability 1 outside [0, 1)"),
@@ -124,7 +124,7 @@ pub(crate) mod tests {
         );
         // y and x of different lengths are refused.
         let short = buf.slice(0, 3)?;
-        let err = super::dropout(&gpu, short, buf.whole(), 0.5, 0).unwrap_err();
+        let err = super::dropout(&gpu, short, buf.whole(), 0.5, 0).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. })
                 && err.to_string().contains("x: 4 elements given")

@@ -89,12 +89,12 @@ pub(crate) mod tests {
         let got: Vec<u32> = gpu.read_all(&buf, DEADLINE)?;
         assert!(got.iter().all(|&w| w == 0xDEAD_BEEF));
         // Elements 300..334 of a 333-element buffer: refused when the slice is made.
-        let err = buf.slice(300, 34).unwrap_err();
+        let err = buf.slice(300, 34).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         // A sub-slice past the end of its slice is refused too.
         let tail = buf.slice(300, 33)?;
-        let err = tail.slice(1, 33).unwrap_err();
+        let err = tail.slice(1, 33).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         Ok(())
     }

@@ -194,16 +194,16 @@ pub(crate) mod tests {
     fn nonfinite_rejects_a_range_outside_the_buffer() -> Result<()> {
         let (gpu, [x, flags]) = gpu_and_temporaries([(10, "x"), (2, "flags")])?;
         // Flags from offset 1 of 2 words: no two-word slice; a one-word slice is refused.
-        let err = flags.slice(1, 2).unwrap_err();
+        let err = flags.slice(1, 2).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         let one = flags.slice(1, 1)?;
-        let err = super::check(&gpu, one, x.whole()).unwrap_err();
+        let err = super::check(&gpu, one, x.whole()).expect_err("must be refused");
         assert!(err.to_string().contains("flags: 1 elements given"), "{err}");
         let refusals = [
-            super::reset_flags(&gpu, one).unwrap_err(),
-            super::accumulate(&gpu, one, x.whole()).unwrap_err(),
-            super::read_flags(&gpu, one, DEADLINE).unwrap_err(),
+            super::reset_flags(&gpu, one).expect_err("must be refused"),
+            super::accumulate(&gpu, one, x.whole()).expect_err("must be refused"),
+            super::read_flags(&gpu, one, DEADLINE).expect_err("must be refused"),
         ];
         for err in refusals {
             assert!(
@@ -213,7 +213,7 @@ pub(crate) mod tests {
             );
         }
         // x = elements 3..11 of 10.
-        let err = x.slice(3, 8).unwrap_err();
+        let err = x.slice(3, 8).expect_err("must be refused");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         // Empty range: the flags say "clean".
         super::check(&gpu, flags.whole(), x.slice(10, 0)?)?;
