@@ -27,8 +27,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use plimsoll_kernels_wgsl::kernels::convert::reference::f16_bits_to_f32;
 use plimsoll_kernels_wgsl::kernels::convert::{self, Halves};
-use plimsoll_kernels_wgsl::reference::convert::f16_bits_to_f32;
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer};
 
 use plimsoll_kernels_wgsl::kernels::matmul::Operand;

@@ -13,7 +13,7 @@
 //! (`DeviceBuffer`, upload, read-back), [`fence`] (fences, the one poll function), [`recorder`]
 //! (batches, params arena), [`pipeline`] (cache, binding convention), [`slice`]
 //! ([`DeviceSlice`], what every launcher takes), [`kernels`] (launchers and how to add one),
-//! [`reference`](mod@reference) (CPU oracles), [`random`] (SplitMix64, the workspace's one
+//! each family's CPU oracle (`kernels::<stem>::reference`), [`random`] (SplitMix64, the workspace's one
 //! host generator), [`testing`] (what every crate's tests share).
 
 pub mod buffer;
@@ -29,7 +29,6 @@ pub mod planning;
 pub mod profile;
 pub mod random;
 pub mod recorder;
-pub mod reference;
 pub mod slice;
 pub mod teardown;
 pub mod testing;

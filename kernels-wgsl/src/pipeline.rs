@@ -36,12 +36,14 @@ pub struct Binding {
 /// `read_write`, docs/wgpu.md §4; the uniform at binding 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Kernel {
-    /// Shader stem: `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `reference::<stem>`.
+    /// Shader stem: `<stem>.wgsl` in `src/kernels/<family>/`, whose launcher is
+    /// `kernels::<family>`.
     pub stem: &'static str,
     /// The WGSL declaration of the uniform `Params` struct(s), from `shader_params!` in the
     /// launcher: the one definition of their layout, prepended to `wgsl`.
     pub params: &'static str,
-    /// The WGSL source, `include_str!("../../shaders/<stem>.wgsl")` (without declarations).
+    /// The WGSL source: the family's `include_str!("<stem>.wgsl")` and the helpers it calls
+    /// (without declarations).
     pub wgsl: &'static str,
     /// Entry point (`@compute fn <entry>`).
     pub entry: &'static str,
@@ -255,18 +257,15 @@ macro_rules! storage_type {
 }
 pub(crate) use storage_type;
 
-/// `kernel!(stem, entry, [a, b: "array<u32>", out], workgroup_size)`: the [`Kernel`] for entry
-/// point `entry` of `shaders/<stem>.wgsl`, with the module's `PARAMS_WGSL` (from
-/// `shader_params!`), the uniform `params: Params` (or `name: Struct` after the entry), and its
-/// storage bindings in order (`array<f32>` unless a type is given). Used in
-/// `src/kernels/<stem>.rs`. `kernel!(stem, entry, source: EXPR, params: Params, [..], size)`
-/// takes the WGSL from `EXPR` instead: a `concat!` of the stem's file and the helper files it
-/// calls (`shaders/indexing.wgsl`, ...), or of one body and its accessors; every kernel of a
-/// stem takes the same source (one shader module per stem). `params: Params` may be left out.
+/// `kernel!(stem, entry, source: EXPR, params: Params, [a, b: "array<u32>", out],
+/// workgroup_size)`: the [`Kernel`] for entry point `entry` of the WGSL `EXPR` (a `concatcp!` of
+/// the family's `<stem>.wgsl`, beside its launcher in `src/kernels/<family>/`, and the shared
+/// helper files it calls, `shader_source!("indexing", ..)`; or of one body and its accessors),
+/// with the module's `PARAMS_WGSL` (from `shader_params!`), the uniform `params: Params` (or
+/// `name: Struct` after the entry), and its storage bindings in order (`array<f32>` unless a type
+/// is given). Every kernel of a stem takes the same source (one shader module per stem).
+/// `params: Params` may be left out.
 macro_rules! kernel {
-    ($stem:literal, $entry:literal, [$($name:ident $(: $ty:literal)?),* $(,)?], $wg:expr) => {
-        $crate::pipeline::kernel!($stem, $entry, params: Params, [$($name $(: $ty)?),*], $wg)
-    };
     (
         $stem:literal,
         $entry:literal,
@@ -279,22 +278,6 @@ macro_rules! kernel {
             $entry,
             source: $wgsl,
             params: Params,
-            [$($name $(: $ty)?),*],
-            $wg
-        )
-    };
-    (
-        $stem:literal,
-        $entry:literal,
-        $uniform:ident : $params:ident,
-        [$($name:ident $(: $ty:literal)?),* $(,)?],
-        $wg:expr
-    ) => {
-        $crate::pipeline::kernel!(
-            $stem,
-            $entry,
-            source: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $stem, ".wgsl")),
-            $uniform: $params,
             [$($name $(: $ty)?),*],
             $wg
         )
@@ -323,10 +306,11 @@ macro_rules! kernel {
 }
 pub(crate) use kernel;
 
-/// `shader_source!("softmax_rows", "online_softmax", "indexing")`: the text of
-/// `shaders/softmax_rows.wgsl` followed by the helper files it calls (appended: WGSL declarations
-/// may come in any order), one module's source for `kernel!(.., source: ..)`. Usable from any
-/// module of the crate (the paths are taken from the crate root).
+/// `shader_source!("online_softmax", "indexing")`: the text of the shared helper files
+/// `shaders/online_softmax.wgsl` and `shaders/indexing.wgsl`, which a family appends to its own
+/// shader (`concatcp!(include_str!("softmax_rows.wgsl"), shader_source!(..))`; WGSL declarations
+/// may come in any order) to make one module's source for `kernel!(.., source: ..)`. Usable from
+/// any module of the crate (the paths are taken from the crate root).
 macro_rules! shader_source {
     ($($file:literal),+ $(,)?) => {
         concat!($(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/shaders/", $file, ".wgsl"))),+)
@@ -530,7 +514,7 @@ fn create_module(device: &wgpu::Device, kernel: &Kernel) -> wgpu::ShaderModule {
     // here, and each one that uses it is audited to be free of out-of-bounds accesses and endless
     // loops on its own: its WGSL clamps every load index into its operand and guards every store,
     // its loops are bounded by `Params` sizes, and its launcher returns `InvalidArgument` unless
-    // every operand's extent fits its buffer (see `shaders/matmul.wgsl` and `kernels::matmul`).
+    // every operand's extent fits its buffer (see `kernels/matmul/matmul.wgsl` and `kernels::matmul`).
     #[allow(unsafe_code)]
     unsafe {
         device.create_shader_module_trusted(descriptor, wgpu::ShaderRuntimeChecks::unchecked())

@@ -1,6 +1,9 @@
 //! Test support shared by every crate's test suites (a dev-dependency for autograd, nn and the
 //! trainer): the device (and one per 16-bit path), the tolerant comparison, seeded inputs, the
-//! test deadline, a fresh folder per test, and [`skip`]. Kept in one place so that NaN handling,
+//! test deadline, a fresh folder per test, [`skip`], and the kernel tests' scaffolding: tensors
+//! among guard elements ([`Guarded`], [`upload_u32_at`]), the loop-limit checks
+//! ([`loop_limit_or_skip`], [`assert_loop_limit`]), buffers of halves among sentinels
+//! ([`upload_halves`], [`read_halves`]), and the tolerances and finite differences they share. Kept in one place so that NaN handling,
 //! tolerances, "no adapter" messages and skip reports cannot drift apart.
 //!
 //! Not for production code: [`gpu`] panics when there is no adapter, which is what a test wants
@@ -13,7 +16,10 @@ use std::time::Duration;
 
 use crate::buffer::DeviceBuffer;
 use crate::device::{Gpu, GpuOptions};
+use crate::error::{Error, Result};
 use crate::kernels::convert::F16Path;
+use crate::kernels::convert::reference::{f16_bits_to_f32, f32_to_f16_bits, round_to_f16};
+use crate::slice::DeviceSlice;
 use plimsoll_allocator::Category;
 
 pub use crate::random::SplitMix64 as Rng;
@@ -123,6 +129,52 @@ pub fn scratch(gpu: &Gpu, len: u64, label: &str) -> DeviceBuffer {
     }
 }
 
+/// The shared device ([`gpu`]) and a generator seeded with `seed`: how the kernel tests against
+/// a reference start.
+pub fn gpu_and_rng(seed: u64) -> (Gpu, Rng) {
+    (gpu(), Rng::new(seed))
+}
+
+/// Runs `test`'s refusals over the loop limit (`test` is its function name): `body` gets the
+/// shared device, its [`Gpu::loop_iteration_limit`] and a one-element scratch buffer to pass as
+/// every slice (the launchers check the limit before the slices' lengths). On an adapter without
+/// a limit `body` does not run and `test` is reported skipped ([`loop_limit_or_skip`]).
+pub fn with_loop_limit(
+    test: &str,
+    body: impl FnOnce(&Gpu, u64, &DeviceBuffer) -> Result<()>,
+) -> Result<()> {
+    let gpu = gpu();
+    let Some(limit) = loop_limit_or_skip(&gpu, test) else {
+        return Ok(());
+    };
+    let tiny = gpu.alloc_elements(1, Category::Temporary, "tiny")?;
+    body(&gpu, limit, &tiny)
+}
+
+/// The largest argument `passes` takes within `gpu`'s loop limit, or within lavapipe's 65,535
+/// on an adapter without one (the same sizes then run unrestricted): what the
+/// `*_at_the_loop_limit_*` tests launch.
+pub fn largest_at_the_loop_limit(gpu: &Gpu, passes: impl Fn(u64) -> u64) -> u64 {
+    let limit = gpu.loop_iteration_limit().unwrap_or(65_535);
+    crate::kernels::largest_within(limit, passes)
+}
+
+/// The shared device ([`gpu`]) and one uninitialised [`Category::Temporary`] buffer of each
+/// `(elements, label)` of `buffers`: how the kernel tests of argument checks start.
+pub fn gpu_and_temporaries<const N: usize>(
+    buffers: [(u64, &str); N],
+) -> Result<(Gpu, [DeviceBuffer; N])> {
+    let gpu = gpu();
+    let mut made = Vec::with_capacity(N);
+    for (len, label) in buffers {
+        made.push(gpu.alloc_elements(len, Category::Temporary, label)?);
+    }
+    match <[DeviceBuffer; N]>::try_from(made) {
+        Ok(made) => Ok((gpu, made)),
+        Err(_) => unreachable!("one buffer was made for each of the {N} asked for"),
+    }
+}
+
 /// Whether `got` is within `atol + rtol * |want|` of `want`. A NaN matches only a NaN, and an
 /// infinity only the same infinity.
 pub fn close(got: f64, want: f64, atol: f64, rtol: f64) -> bool {
@@ -171,6 +223,222 @@ pub fn assert_close<W: Copy + Into<f64>>(
 /// `v` widened to f64.
 pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// Absolute tolerance for an f32 sum of `terms` values of magnitude <= `max_abs`, against the f64
+/// reference. Each addition rounds by at most u |partial sum| (u = 2^-24). With random signs the
+/// partial sums stay ~sqrt(k) max_abs and the rounding errors form a random walk, so the error is
+/// about u max_abs terms / sqrt(2) at one standard deviation; 2 u max_abs terms is a margin of
+/// several sigma over hundreds of outputs. (1000 terms of |x| <= 2: 2.4e-4 on sums of typical
+/// size 36, i.e. ~1e-5 relative.) The GPU's sum_all splits the sum into 256 strided chunks and a
+/// tree, which is only more accurate.
+pub fn sum_atol(terms: usize, max_abs: f64) -> f64 {
+    2.0 * (f64::from(f32::EPSILON) / 2.0) * max_abs * terms as f64 + 1e-7
+}
+
+/// Central-difference gradient of the scalar `loss(x)` with respect to every element of `x`.
+/// The step is taken in `f32` and the actual `(x+h) - (x-h)` is the denominator. (For the
+/// reference checks: a backward reference against its forward.)
+pub fn numeric_gradient(x: &[f32], h: f32, loss: impl Fn(&[f32]) -> f64) -> Vec<f32> {
+    let mut xs = x.to_vec();
+    (0..x.len())
+        .map(|i| {
+            let (plus, minus) = (x[i] + h, x[i] - h);
+            xs[i] = plus;
+            let lp = loss(&xs);
+            xs[i] = minus;
+            let lm = loss(&xs);
+            xs[i] = x[i];
+            ((lp - lm) / (f64::from(plus) - f64::from(minus))) as f32
+        })
+        .collect()
+}
+
+/// `sum_i w_i v_i` in f64: a random linear functional, whose gradient is the backward with dy = w.
+pub fn dot(w: &[f32], v: &[f32]) -> f64 {
+    w.iter()
+        .zip(v)
+        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+        .sum()
+}
+
+/// Random elements kept after each [`Guarded`] range.
+const GUARD_AFTER: usize = 5;
+
+/// A tensor at a non-zero element offset inside a larger buffer whose other elements are random
+/// guards: a kernel that ignores the offset, or writes outside its range, is caught.
+pub struct Guarded {
+    /// The whole buffer.
+    pub buffer: DeviceBuffer,
+    /// Element offset of the tensor.
+    pub offset: usize,
+    /// The whole buffer as uploaded.
+    pub initial: Vec<f32>,
+    len: usize,
+}
+
+impl Guarded {
+    /// `data` at element `offset` of a buffer with random guards before and after it.
+    pub fn upload(
+        gpu: &Gpu,
+        rng: &mut Rng,
+        data: &[f32],
+        offset: usize,
+        label: &str,
+    ) -> Result<Self> {
+        let mut initial = rng.vec_f32(offset + data.len() + GUARD_AFTER, -9.0, 9.0);
+        initial[offset..offset + data.len()].copy_from_slice(data);
+        let buffer = gpu.upload(&initial, Category::Temporary, label)?;
+        Ok(Guarded {
+            buffer,
+            offset,
+            initial,
+            len: data.len(),
+        })
+    }
+
+    /// `len` random elements at `offset` (an output the kernel must overwrite entirely).
+    pub fn random(
+        gpu: &Gpu,
+        rng: &mut Rng,
+        len: usize,
+        offset: usize,
+        label: &str,
+    ) -> Result<Self> {
+        let data = rng.vec_f32(len, -9.0, 9.0);
+        Self::upload(gpu, rng, &data, offset, label)
+    }
+
+    /// The element offset of the tensor.
+    pub fn at(&self) -> u64 {
+        self.offset as u64
+    }
+
+    /// The tensor as launchers take it: its elements (at the non-zero offset) of the buffer.
+    pub fn slice(&self) -> Result<DeviceSlice<'_>> {
+        self.buffer.slice(self.at(), self.len as u64)
+    }
+
+    /// Reads the buffer back; asserts the range is within `atol + rtol*|want|` of `want` and
+    /// every guard is unchanged (exactly). Returns the range.
+    ///
+    /// # Panics
+    /// When an element of the range is not close, or a guard changed.
+    #[track_caller]
+    pub fn check(
+        &self,
+        gpu: &Gpu,
+        name: &str,
+        want: &[f32],
+        atol: f64,
+        rtol: f64,
+    ) -> Result<Vec<f32>> {
+        let all: Vec<f32> = gpu.read_all(&self.buffer, DEADLINE)?;
+        let range = self.offset..self.offset + self.len;
+        assert_close(name, &all[range.clone()], want, atol, rtol);
+        let mut guards = all.clone();
+        guards[range.clone()].copy_from_slice(&self.initial[range.clone()]);
+        assert_close(
+            &format!("{name} (guards)"),
+            &guards,
+            &self.initial,
+            0.0,
+            0.0,
+        );
+        Ok(all[range].to_vec())
+    }
+}
+
+/// Uploads u32 `data` (ids, targets) at element `offset` after `offset` junk words.
+pub fn upload_u32_at(gpu: &Gpu, data: &[u32], offset: usize, label: &str) -> Result<DeviceBuffer> {
+    let mut words = vec![0xFFFF_FFFFu32; offset];
+    words.extend_from_slice(data);
+    gpu.upload(&words, Category::Temporary, label)
+}
+
+/// The adapter's loop limit, or `None` after reporting `test` (its function name) as skipped
+/// ([`skip`]): on an adapter without the limit there is nothing to refuse (its launches run
+/// unrestricted; the `*_at_the_loop_limit_*` tests still run them).
+pub fn loop_limit_or_skip(gpu: &Gpu, test: &str) -> Option<u64> {
+    let limit = gpu.loop_iteration_limit();
+    if limit.is_none() {
+        let why = format!(
+            "adapter {} has no loop limit; nothing to refuse",
+            gpu.adapter()
+        );
+        skip(test, &why);
+    }
+    limit
+}
+
+/// Asserts that `result` is [`Error::LoopLimit`] whose hint names `what <= largest`.
+///
+/// # Panics
+/// When it is not.
+#[track_caller]
+pub fn assert_loop_limit<T: std::fmt::Debug>(result: Result<T>, what: &str, largest: u64) {
+    let err = match result {
+        Ok(value) => panic!("want LoopLimit, got Ok({value:?})"),
+        Err(err) => err,
+    };
+    assert!(
+        matches!(err, Error::LoopLimit { .. }),
+        "want LoopLimit, got {err}"
+    );
+    let hint = format!("{what} <= {largest}");
+    assert!(err.to_string().contains(&hint), "{err} (want {hint:?})");
+}
+
+/// The word [`upload_halves`] and [`sentinel_halves`] fill every half outside the data with
+/// (each half of it), so that [`read_halves`] can tell whether a kernel wrote outside its range.
+pub const SENTINEL: u32 = 0xDEAD_BEEF;
+
+/// A buffer of [`SENTINEL`] words with room for `len` halves at half `offset` (and two spare
+/// words after them): an output of a 16-bit kernel.
+pub fn sentinel_halves(gpu: &Gpu, offset: usize, len: usize, label: &str) -> Result<DeviceBuffer> {
+    let words = vec![SENTINEL; (offset + len).div_ceil(2) + 2];
+    gpu.upload(&words, Category::Temporary, label)
+}
+
+/// `values` rounded to f16, at half `offset` of a buffer of [`SENTINEL`] words (two spare words
+/// after them).
+pub fn upload_halves(gpu: &Gpu, values: &[f32], offset: usize) -> Result<DeviceBuffer> {
+    let mut words = vec![SENTINEL; (offset + values.len()).div_ceil(2) + 2];
+    for (i, &v) in values.iter().enumerate() {
+        let h = offset + i;
+        let bits = u32::from(f32_to_f16_bits(v)) << (16 * (h % 2));
+        words[h / 2] = (words[h / 2] & !(0xffff << (16 * (h % 2)))) | bits;
+    }
+    gpu.upload(&words, Category::Temporary, "halves")
+}
+
+/// The `len` halves at half `offset` of `buffer` as f32, and whether every other half still
+/// holds its [`SENTINEL`] half.
+pub fn read_halves(
+    gpu: &Gpu,
+    buffer: &DeviceBuffer,
+    offset: usize,
+    len: usize,
+) -> Result<(Vec<f32>, bool)> {
+    let words: Vec<u32> = gpu.read_all(buffer, DEADLINE)?;
+    let half = |h: usize| (words[h / 2] >> (16 * (h % 2))) as u16;
+    let values = (offset..offset + len)
+        .map(|h| f16_bits_to_f32(half(h)))
+        .collect();
+    let kept = (0..2 * words.len())
+        .filter(|h| !(offset..offset + len).contains(h))
+        .all(|h| half(h) == (SENTINEL >> (16 * (h % 2))) as u16);
+    Ok((values, kept))
+}
+
+/// `len` f16 values in [-4, 4], with values whose sums and products overflow f16 planted at the
+/// front (60000, -60000, 300, 0, -0, 1).
+pub fn halves_input(rng: &mut Rng, len: usize) -> Vec<f32> {
+    let mut x = round_to_f16(&rng.vec_f32(len, -4.0, 4.0));
+    let special = [60000.0, -60000.0, 300.0, 0.0, -0.0, 1.0];
+    let k = special.len().min(len);
+    x[..k].copy_from_slice(&special[..k]);
+    x
 }
 
 #[cfg(test)]

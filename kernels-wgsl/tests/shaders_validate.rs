@@ -1,6 +1,7 @@
-//! Every `shaders/*.wgsl` parses and validates with naga (the WGSL front end wgpu uses), and
-//! every storage binding is `read_write` (docs/wgpu.md §4: a read-only binding of an arena buffer
-//! that another binding of the same dispatch writes is a wgpu validation error).
+//! Every `.wgsl` file (`shaders/`, `src/kernels/<family>/`) parses and validates with naga (the
+//! WGSL front end wgpu uses), and every storage binding is `read_write` (docs/wgpu.md §4: a
+//! read-only binding of an arena buffer that another binding of the same dispatch writes is a
+//! wgpu validation error).
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -181,13 +182,13 @@ fn every_kernel_states_its_entry_points_workgroup_size() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// `main` in `shaders/matmul.wgsl`, from its `// BEGIN main (gen_matmul.py T=..)` line to its
-/// `// END main` line, is exactly what `python3 shaders/gen_matmul.py T` writes: the script is
-/// the source, the shader its pasted output. Without python3 the test fails and says so (CI
-/// installs it).
+/// `main` in `src/kernels/matmul/matmul.wgsl`, from its `// BEGIN main (gen_matmul.py T=..)` line
+/// to its `// END main` line, is exactly what `python3 gen_matmul.py T` (beside it) writes: the
+/// script is the source, the shader its pasted output. Without python3 the test fails and says so
+/// (CI installs it).
 #[test]
 fn matmul_main_is_gen_matmul_output() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shaders");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/kernels/matmul");
     let shader = std::fs::read_to_string(dir.join("matmul.wgsl")).unwrap();
     let begin = shader
         .find("// BEGIN main (gen_matmul.py T=")

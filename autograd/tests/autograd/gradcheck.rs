@@ -1,20 +1,25 @@
 //! Gradient check for every op: the GPU backward against central finite differences of the f64
-//! forwards in `plimsoll_kernels_wgsl::reference` (the oracle the kernel tests use too), over
-//! random small shapes (proptest, 16 cases). The loss is `L = Σ op(inputs) ⊙ w` with fixed
-//! random `w`, so every output element's gradient matters. The forward is checked against the
+//! forwards in each family's CPU reference (`plimsoll_kernels_wgsl::kernels::<stem>::reference`;
+//! `reference::<stem>` for a family not yet in the one-place layout), the oracle the kernel tests
+//! use too, over random small shapes (proptest, 16 cases). The loss is `L = Σ op(inputs) ⊙ w`
+//! with fixed random `w`, so every output element's gradient matters. The forward is checked against the
 //! same reference on the way. Unary and binary ops are visited from `UnaryOp::ALL` and
 //! `BinaryOp::ALL`, every op in every case, so a new op is checked without a new table row.
 
 use plimsoll_autograd::{Derivative, Grads, Result, Tensor, no_grad};
+use plimsoll_kernels_wgsl::kernels::binary::reference as binary;
 use plimsoll_kernels_wgsl::kernels::binary::{BinaryOp, Broadcast, contiguous_strides};
 use plimsoll_kernels_wgsl::kernels::copy::reference as copy;
+use plimsoll_kernels_wgsl::kernels::cross_entropy::reference as cross_entropy;
 use plimsoll_kernels_wgsl::kernels::dropout::reference as dropout;
+use plimsoll_kernels_wgsl::kernels::layer_norm::reference as layer_norm;
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
+use plimsoll_kernels_wgsl::kernels::matmul::reference as matmul;
 use plimsoll_kernels_wgsl::kernels::reduce::AxisView;
+use plimsoll_kernels_wgsl::kernels::reduce::reference as reduce;
+use plimsoll_kernels_wgsl::kernels::softmax::reference as softmax;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
-use plimsoll_kernels_wgsl::reference::{
-    binary, cross_entropy, layer_norm, matmul, reduce, softmax, unary,
-};
+use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use proptest::prelude::*;
 

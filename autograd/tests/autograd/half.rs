@@ -3,7 +3,7 @@
 //! the saved activation to f16, against the f32 run, and the activation peak.
 
 use plimsoll_autograd::{Category, DType, Error, Gpu, Tensor, TensorOptions, f16_activations};
-use plimsoll_kernels_wgsl::reference::convert::round_to_f16;
+use plimsoll_kernels_wgsl::kernels::convert::reference::round_to_f16;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, f16_devices, fresh_gpu};
 
 use crate::common::{allocated, param, peak, reset_peaks};
@@ -359,8 +359,8 @@ fn weights_are_copied_to_f16_once_per_update() {
 #[test]
 fn f16_elementwise_ops_run_in_16_bits() {
     let x: Vec<f32> = Rng::new(23).vec_f32(35, -3.0, 3.0);
-    let gelu = |v: f64| plimsoll_kernels_wgsl::reference::unary::gelu(v);
-    let gelu_d = |v: f64| plimsoll_kernels_wgsl::reference::unary::gelu_derivative(v);
+    let gelu = |v: f64| plimsoll_kernels_wgsl::kernels::unary::reference::gelu(v);
+    let gelu_d = |v: f64| plimsoll_kernels_wgsl::kernels::unary::reference::gelu_derivative(v);
     let h = round_to_f16(&x);
     let s: Vec<f32> = round_to_f16(&h.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
     let want: Vec<f32> = round_to_f16(

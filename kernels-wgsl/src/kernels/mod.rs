@@ -6,9 +6,11 @@
 //! with the launcher, `pub mod reference` (the CPU oracle) and `#[cfg(test)] pub(crate) mod
 //! tests` with `pub(crate) fn matches_reference`, and the stem added to `families!` below (the
 //! one list; a family without that test does not compile) and its entry points to [`ALL`].
-//! `fill` is the worked example; copy its shape. (Families written before this layout keep
-//! `shaders/<stem>.wgsl`, `src/kernels/<stem>.rs`, `src/reference/<stem>.rs` and
-//! `tests/kernels/<stem>.rs` until they move.)
+//! `fill` is the worked example; copy its shape (a family whose `mod.rs` would grow long keeps its
+//! reference and tests in `reference.rs` and `tests.rs` beside it, as `binary` does). Every
+//! family is in this layout; only the helpers several families share stay in `shaders/`
+//! (`indexing.wgsl`, `f16_bits.wgsl`, ...), and the scaffolding their tests share in
+//! [`crate::testing`].
 //!
 //! 1. **Shader** `<stem>.wgsl`. Start with a comment giving the binding layout, the
 //!    workgroup size and why, and the bounds check. Bindings, always in this order:
@@ -108,18 +110,6 @@ use crate::pipeline::Kernel;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
-pub mod binary;
-pub mod convert;
-pub mod cross_entropy;
-pub mod embedding;
-pub mod layer_norm;
-pub mod matmul;
-mod matmul_half;
-pub mod optimizer;
-pub mod reduce;
-pub mod softmax;
-pub mod unary;
-
 /// Declares the kernel families in the one-place layout, the one list of them: `pub mod
 /// <stem>;` for each (`src/kernels/<stem>/mod.rs`, with its shader, launcher, CPU `reference`
 /// and kernel test beside each other), and, in test builds, a list of each family's
@@ -138,10 +128,20 @@ macro_rules! families {
 
 families! {
     attention,
+    binary,
+    convert,
     copy,
+    cross_entropy,
     dropout,
+    embedding,
     fill,
+    layer_norm,
+    matmul,
     nonfinite,
+    optimizer,
+    reduce,
+    softmax,
+    unary,
 }
 
 /// Every kernel of the crate, one per entry point: what the shader validation test checks and
@@ -282,6 +282,19 @@ pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
     out
 }
 
+/// `v` widened to `f64`: what a family's `f32` reference entry points hand to its `f64` ones. (A
+/// reference that finite differences differentiate, in autograd's gradient checks and nn's module
+/// tests, computes in `f64` (`*_f64` entry points); its `f32` entry points, which the kernel tests
+/// call, widen their inputs and round each output once ([`narrow`]).)
+pub(crate) fn widen(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| f64::from(x)).collect()
+}
+
+/// `v` rounded to `f32`: what a family's `f32` reference entry points return (see [`widen`]).
+pub(crate) fn narrow(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
+
 /// Workgroup size of the elementwise kernels (matches `@workgroup_size(256)` in their WGSL).
 pub const ELEMENTWISE_WORKGROUP: u32 = 256;
 
@@ -402,11 +415,11 @@ pub const ROW_WORKGROUP: u32 = 64;
 /// How a row kernel spreads its rows over the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowLayout {
-    /// One invocation per row, looping over its columns (`shaders/softmax.wgsl`): best when
+    /// One invocation per row, looping over its columns (`kernels/softmax/softmax.wgsl`): best when
     /// there are enough rows to fill the device.
     InvocationPerRow,
     /// One workgroup of [`ROW_WORKGROUP`] invocations per row, each taking every 64th column,
-    /// the row's statistic combined by a tree in workgroup memory (`shaders/softmax_rows.wgsl`):
+    /// the row's statistic combined by a tree in workgroup memory (`kernels/softmax/softmax_rows.wgsl`):
     /// few long rows then still use the whole of a GPU.
     WorkgroupPerRow,
 }

@@ -1,6 +1,6 @@
 //! §6: `pack2x16float` / `unpack2x16float` without the `SHADER_F16` feature.
 
-use plimsoll_kernels_wgsl::reference::convert as cpu;
+use plimsoll_kernels_wgsl::kernels::convert::reference as cpu;
 
 use crate::{ErrorLog, pipeline, raw_device, read_back, storage_buffer, validation_error};
 

@@ -1,14 +1,16 @@
 //! Helpers of the nn tests beyond `plimsoll_kernels_wgsl::testing` (the shared device, the
 //! comparison, the seeded RNG): the module check (GPU forward and backward against an f64 CPU
 //! reference) and the f64 references of composite modules, built on
-//! `plimsoll_kernels_wgsl::reference` (the one reference of each op).
+//! each family's `plimsoll_kernels_wgsl::kernels::<stem>::reference` (the one reference of each
+//! op).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::kernels::matmul::MatmulDims;
-use plimsoll_kernels_wgsl::reference::{matmul, softmax};
+use plimsoll_kernels_wgsl::kernels::matmul::reference as matmul;
+use plimsoll_kernels_wgsl::kernels::softmax::reference as softmax;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, to_f64};
 use plimsoll_nn::{Module, zero_grad};
 

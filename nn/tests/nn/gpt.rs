@@ -2,7 +2,7 @@
 //! and the tied head; its names, state dict and checkpointed backward.
 
 use plimsoll_autograd::Tensor;
-use plimsoll_kernels_wgsl::reference::layer_norm;
+use plimsoll_kernels_wgsl::kernels::layer_norm::reference as layer_norm;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
 use plimsoll_nn::{Gpt, GptConfig, Module, parameter_count};
 

@@ -1,7 +1,7 @@
 //! Losses against f64 CPU references (forward and gradient).
 
 use plimsoll_autograd::Tensor;
-use plimsoll_kernels_wgsl::reference::cross_entropy;
+use plimsoll_kernels_wgsl::kernels::cross_entropy::reference as cross_entropy;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{Error, loss};
 

@@ -1,8 +1,9 @@
 //! Each module's forward and backward against an f64 CPU reference, parameter names, modes.
 
 use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::kernels::layer_norm::reference as layer_norm;
 use plimsoll_kernels_wgsl::kernels::unary::UnaryOp;
-use plimsoll_kernels_wgsl::reference::{layer_norm, unary};
+use plimsoll_kernels_wgsl::kernels::unary::reference as unary;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
     Activation, CausalSelfAttention, Dropout, Embedding, Error, Init, LayerNorm, Linear, Module,

@@ -480,7 +480,8 @@ fn an_optimizer_step_refreshes_f16_weight_copies() {
         forward().sum_all().unwrap().backward().unwrap();
         opt.step(&params).unwrap();
         // y = x · wᵀ with the updated weights, as f16 rounds them.
-        let w_now = plimsoll_kernels_wgsl::reference::convert::round_to_f16(&w.to_vec().unwrap());
+        let w_now =
+            plimsoll_kernels_wgsl::kernels::convert::reference::round_to_f16(&w.to_vec().unwrap());
         let want = [w_now[0] + w_now[1], w_now[2] + w_now[3]];
         let got = forward().to_vec().unwrap();
         assert_close(opt_name, &got, &want, 1e-3, 1e-3);

@@ -300,13 +300,12 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, assert_close, gpu};
+    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng, Rng};
     use crate::{Category, Error};
 
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(21);
+        let (gpu, mut rng) = gpu_and_rng(21);
         // (src, dst) offsets: odd (the scalar kernel), then multiples of 4 (vec4s and a tail).
         for (src_at, dst_at) in [(5, 2), (4, 8)] {
             for len in [1usize, 255, 257, 1000, 1003, 70_001] {
@@ -336,8 +335,7 @@ pub(crate) mod tests {
 
     #[test]
     fn strided_copy_matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(31);
+        let (gpu, mut rng) = gpu_and_rng(31);
         // (shape of the source, permutation of its axes)
         let cases: [(&[usize], &[usize]); 10] = [
             (&[37, 53], &[1, 0]),     // transpose
@@ -424,29 +422,69 @@ pub(crate) mod tests {
         want.copy_within(0..50, 50);
         assert_close("copy same segment", &got, &want, 0.0, 0.0);
         // Source elements 1..101 of a 100-element buffer: refused when the slice is made.
-        let err = a.slice(1, 100).unwrap_err();
+        let err = a.slice(1, 100).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         // Source and destination of different lengths: refused by the launcher.
-        let err = super::copy(&gpu, b.whole(), a.slice(1, 99)?).unwrap_err();
+        let err = super::copy(&gpu, b.whole(), a.slice(1, 99)?).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         // A gather whose last read (9*10 + 10*1 = element 100) lies past the source's 100 elements,
         // into a destination of the right length (110).
         let c = gpu.alloc_elements(110, Category::Temporary, "c")?;
         let err =
-            super::strided_copy(&gpu, c.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
+            super::strided_copy(&gpu, c.whole(), a.whole(), &[10, 11], &[10, 1]).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("src"),
             "{err}"
         );
         // A destination of the wrong length for the shape.
         let err =
-            super::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).unwrap_err();
+            super::strided_copy(&gpu, b.whole(), a.whole(), &[10, 11], &[10, 1]).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. })
                 && err.to_string().contains("dst: 100 elements given")
                 && err.to_string().contains("110 needed"),
             "{err}"
         );
+        Ok(())
+    }
+
+    /// `copy::strided_copy_f16` moves the bits of a permuted run of halves (a 3-D transpose from an
+    /// odd source offset), keeping the halves around the destination, on both paths.
+    #[test]
+    fn f16_strided_copy_permutes_the_bits() -> Result<()> {
+        use crate::kernels::convert::Halves;
+        use crate::kernels::convert::reference::round_to_f16;
+        use crate::testing::{f16_devices, read_halves, sentinel_halves, upload_halves};
+        let (d0, d1, d2) = (3usize, 5usize, 7usize);
+        let len = d0 * d1 * d2;
+        let mut rng = Rng::new(0xC0);
+        let mut x = round_to_f16(&rng.vec_f32(len, -100.0, 100.0));
+        x[0] = f32::NAN;
+        x[1] = f32::NEG_INFINITY;
+        // out[i][j][k] = x[k][i][j]: shape (d1, d2, d0) over x of (d0, d1, d2).
+        let shape = [d1 as u32, d2 as u32, d0 as u32];
+        let strides = [d2 as u32, 1, (d1 * d2) as u32];
+        for (_, gpu) in f16_devices() {
+            let (off_src, off_dst) = (3, 2);
+            let src_gpu = upload_halves(&gpu, &x, off_src)?;
+            let dst_gpu = sentinel_halves(&gpu, off_dst, len, "dst")?;
+            let src = Halves::of(&src_gpu, off_src as u64, len as u64)?;
+            let dst = Halves::of(&dst_gpu, off_dst as u64, len as u64)?;
+            super::strided_copy_f16(&gpu, dst, src, &shape, &strides)?;
+            let (got, kept) = read_halves(&gpu, &dst_gpu, off_dst, len)?;
+            let want: Vec<f32> = (0..len)
+                .map(|i| {
+                    let (a, b, c) = (i / (d2 * d0), (i / d0) % d2, i % d0);
+                    x[a * d2 + b + c * d1 * d2]
+                })
+                .collect();
+            let name = format!("{:?} strided_copy_f16", gpu.f16_path());
+            assert!(kept, "{name}: a half outside the destination changed");
+            assert_close(&name, &got, &want, 0.0, 0.0);
+            let odd = Halves::of(&dst_gpu, 1, len as u64)?;
+            let err = super::strided_copy_f16(&gpu, odd, src, &shape, &strides).expect_err("must be refused");
+            assert!(err.to_string().contains("even element"), "{err}");
+        }
         Ok(())
     }
 }

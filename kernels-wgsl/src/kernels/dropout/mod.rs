@@ -90,13 +90,12 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, assert_close, gpu, scratch};
+    use crate::testing::{DEADLINE, assert_close, gpu_and_rng, scratch};
     use crate::{Category, Error};
 
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(23);
+        let (gpu, mut rng) = gpu_and_rng(23);
         for (len, p, seed) in [
             (1usize, 0.5f32, 1u64),
             (257, 0.1, 7),
@@ -117,7 +116,7 @@ pub(crate) mod tests {
             }
         }
         let buf = gpu.alloc_elements(4, Category::Temporary, "b")?;
-        let err = super::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).unwrap_err();
+        let err = super::dropout(&gpu, buf.whole(), buf.whole(), 1.0, 0).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. })
                 && err.to_string().contains("probability 1 outside [0, 1)"),
@@ -125,7 +124,7 @@ pub(crate) mod tests {
         );
         // y and x of different lengths are refused.
         let short = buf.slice(0, 3)?;
-        let err = super::dropout(&gpu, short, buf.whole(), 0.5, 0).unwrap_err();
+        let err = super::dropout(&gpu, short, buf.whole(), 0.5, 0).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. })
                 && err.to_string().contains("x: 4 elements given")

@@ -56,15 +56,14 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, assert_close, gpu};
+    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng};
     use crate::{Category, Error};
 
     /// The kernel against [`super::reference`] at odd lengths (70,001 needs a 2-D grid's
     /// worth of workgroups on small limits), inside a larger buffer.
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(11);
+        let (gpu, mut rng) = gpu_and_rng(11);
         for len in [1usize, 255, 257, 1000, 70_001] {
             let initial = rng.vec_f32(len + 9, -3.0, 3.0);
             let buf = gpu
@@ -90,12 +89,12 @@ pub(crate) mod tests {
         let got: Vec<u32> = gpu.read_all(&buf, DEADLINE)?;
         assert!(got.iter().all(|&w| w == 0xDEAD_BEEF));
         // Elements 300..334 of a 333-element buffer: refused when the slice is made.
-        let err = buf.slice(300, 34).unwrap_err();
+        let err = buf.slice(300, 34).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         // A sub-slice past the end of its slice is refused too.
         let tail = buf.slice(300, 33)?;
-        let err = tail.slice(1, 33).unwrap_err();
+        let err = tail.slice(1, 33).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         Ok(())
     }

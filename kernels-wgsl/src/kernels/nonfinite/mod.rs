@@ -113,13 +113,12 @@ pub mod reference {
 pub(crate) mod tests {
     use super::NO_INDEX;
     use crate::Result;
-    use crate::testing::{DEADLINE, Rng, gpu};
+    use crate::testing::{DEADLINE, gpu_and_rng, gpu_and_temporaries};
     use crate::{Category, Error};
 
     #[test]
     pub(crate) fn matches_reference() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(81);
+        let (gpu, mut rng) = gpu_and_rng(81);
         for len in [1usize, 7, 257, 1000, 70_001] {
             let clean = rng.vec_f32(len, -1e30, 1e30);
             // (what, value, where): each planted alone in an otherwise finite range; the second
@@ -164,8 +163,7 @@ pub(crate) mod tests {
 
     #[test]
     fn nonfinite_accumulates_over_several_ranges() -> Result<()> {
-        let gpu = gpu();
-        let mut rng = Rng::new(83);
+        let (gpu, mut rng) = gpu_and_rng(83);
         let mut x = rng.vec_f32(3000, -5.0, 5.0);
         let x_gpu = gpu.upload(&x, Category::Gradient, "grads")?;
         let flags_buf = gpu.alloc_elements(2, Category::Temporary, "flags")?;
@@ -194,20 +192,18 @@ pub(crate) mod tests {
 
     #[test]
     fn nonfinite_rejects_a_range_outside_the_buffer() -> Result<()> {
-        let gpu = gpu();
-        let x = gpu.alloc_elements(10, Category::Temporary, "x")?;
-        let flags = gpu.alloc_elements(2, Category::Temporary, "flags")?;
+        let (gpu, [x, flags]) = gpu_and_temporaries([(10, "x"), (2, "flags")])?;
         // Flags from offset 1 of 2 words: no two-word slice; a one-word slice is refused.
-        let err = flags.slice(1, 2).unwrap_err();
+        let err = flags.slice(1, 2).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         let one = flags.slice(1, 1)?;
-        let err = super::check(&gpu, one, x.whole()).unwrap_err();
+        let err = super::check(&gpu, one, x.whole()).expect_err("must be refused");
         assert!(err.to_string().contains("flags: 1 elements given"), "{err}");
         let refusals = [
-            super::reset_flags(&gpu, one).unwrap_err(),
-            super::accumulate(&gpu, one, x.whole()).unwrap_err(),
-            super::read_flags(&gpu, one, DEADLINE).unwrap_err(),
+            super::reset_flags(&gpu, one).expect_err("must be refused"),
+            super::accumulate(&gpu, one, x.whole()).expect_err("must be refused"),
+            super::read_flags(&gpu, one, DEADLINE).expect_err("must be refused"),
         ];
         for err in refusals {
             assert!(
@@ -217,7 +213,7 @@ pub(crate) mod tests {
             );
         }
         // x = elements 3..11 of 10.
-        let err = x.slice(3, 8).unwrap_err();
+        let err = x.slice(3, 8).expect_err("must be refused");
         assert!(err.to_string().contains("outside buffer"), "{err}");
         // Empty range: the flags say "clean".
         super::check(&gpu, flags.whole(), x.slice(10, 0)?)?;
@@ -226,5 +222,21 @@ pub(crate) mod tests {
             None
         );
         Ok(())
+    }
+
+    /// The reference by hand (moved from the reference checks).
+    #[test]
+    fn nonfinite_flags() {
+        use super::reference as nonfinite;
+        assert_eq!(
+            nonfinite::flags(&[1.0, 2.0, f32::MAX]),
+            [0, nonfinite::NO_INDEX]
+        );
+        assert_eq!(nonfinite::flags(&[1.0, f32::INFINITY, f32::NAN]), [1, 1]);
+        assert_eq!(nonfinite::flags(&[f32::NAN]), [1, 0]);
+        assert_eq!(
+            nonfinite::first_nonfinite(&[0.0, -0.0, f32::NEG_INFINITY]),
+            Some(2)
+        );
     }
 }

@@ -1,0 +1,163 @@
+//! `binary` on 16-bit operands (a child of [`super`], sharing its `Params`): the broadcast and
+//! scalar forms on both 16-bit paths. Shaders: `binary_f16.wgsl` (packed) and
+//! `binary_f16_native.wgsl` (native), each with `binary_ops.wgsl` (all beside this file).
+
+use super::{
+    BinaryDims, BinaryOp, OPS, Params, broadcast_shapes, elements, overrides, shaped_params,
+};
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::pipeline::{Kernel, kernel, shader_source};
+use const_format::concatcp;
+
+/// The `Params` declaration (the parent's).
+const PARAMS_WGSL: &str = super::PARAMS_WGSL;
+
+/// The packed 16-bit module: `binary_f16.wgsl`, the op and the rounding.
+const WGSL_F16: &str = concatcp!(
+    include_str!("binary_f16.wgsl"),
+    OPS,
+    shader_source!("indexing", "f16_bits"),
+    BinaryOp::WGSL
+);
+
+/// The native 16-bit module: `enable f16;`, `binary_f16_native.wgsl`, the op and the
+/// rounding.
+const WGSL_F16_NATIVE: &str = concatcp!(
+    "enable f16;\n",
+    include_str!("binary_f16_native.wgsl"),
+    OPS,
+    shader_source!("indexing", "f16_native"),
+    BinaryOp::WGSL
+);
+
+/// `broadcast` on 16-bit operands, packed path: `binary_f16.wgsl` with the op and the
+/// rounding.
+pub const BROADCAST_F16: Kernel = kernel!(
+    "binary_f16",
+    "broadcast_f16",
+    source: WGSL_F16,
+    params: Params,
+    [a_w: "array<u32>", b_w: "array<u32>", out_w: "array<u32>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// `broadcast` on 16-bit operands, native path (`SHADER_F16`): `binary_f16_native.wgsl`.
+pub const BROADCAST_F16_NATIVE: Kernel = kernel!(
+    "binary_f16_native",
+    "broadcast_f16",
+    source: WGSL_F16_NATIVE,
+    params: Params,
+    [a_h: "array<f16>", b_h: "array<f16>", out_h: "array<f16>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// The scalar forms on 16-bit operands, packed path (`a op s`, or `s op a` with `period` 1).
+pub const SCALAR_F16: Kernel = kernel!(
+    "binary_f16",
+    "scalar_f16",
+    source: WGSL_F16,
+    params: Params,
+    [a_w: "array<u32>", y_w: "array<u32>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// [`SCALAR_F16`] on the native path (`SHADER_F16`).
+pub const SCALAR_F16_NATIVE: Kernel = kernel!(
+    "binary_f16_native",
+    "scalar_f16",
+    source: WGSL_F16_NATIVE,
+    params: Params,
+    [a_h: "array<f16>", y_h: "array<f16>"],
+    ELEMENTWISE_WORKGROUP
+);
+
+/// [`broadcast`] on 16-bit operands and output: `out[i] = half(a[ia] op b[ib])`, on the
+/// device's path ([`Gpu::f16_path`]): native `f16` arithmetic for add, sub, mul and div where
+/// the device has `SHADER_F16`, else f32 arithmetic rounded once to f16 (the same bits for add,
+/// sub and mul, and for max and min; division within WGSL's 2.5 ULP on either path). Errors: those of [`broadcast`], and
+/// [`Error::InvalidArgument`] on the packed path when `out` starts in the high half of a word.
+pub fn broadcast_f16(
+    gpu: &Gpu,
+    dims: &BinaryDims<'_>,
+    out: Halves<'_>,
+    a: Halves<'_>,
+    b: Halves<'_>,
+) -> Result<()> {
+    let op = "binary_f16";
+    let shape = broadcast_shapes(op, dims.a_shape, dims.b_shape)?;
+    let len = elements(&shape.out_shape);
+    for (name, halves, want) in [
+        ("a", &a, elements(dims.a_shape)),
+        ("b", &b, elements(dims.b_shape)),
+        ("out", &out, len),
+    ] {
+        if halves.len() != want {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!("{name}: {} halves given, {want} needed", halves.len()),
+            });
+        }
+    }
+    expect_whole_words(gpu, op, &out)?;
+    let params = Params {
+        a_offset: a.index(),
+        b_offset: b.index(),
+        out_offset: out.index(),
+        ..shaped_params(&shape)
+    };
+    let buffers = [a.words(), b.words(), out.words()];
+    let (kernel, invocations) = match gpu.f16_path() {
+        F16Path::Native => (&BROADCAST_F16_NATIVE, len),
+        F16Path::Packed => (&BROADCAST_F16, len.div_ceil(2)),
+    };
+    launch_1d(
+        gpu,
+        kernel,
+        &overrides(dims.op),
+        &params,
+        &buffers,
+        invocations,
+    )
+}
+
+/// `y = half(x op s)` (`rhs`) or `half(s op x)` (`!rhs`) over 16-bit `x` and `y`, `s` kept in
+/// f32 (as PyTorch keeps a Python scalar), computed in f32 and rounded once, on the device's
+/// path. Errors: [`Error::InvalidArgument`] when the lengths differ, or on the packed path when
+/// `y` starts in the high half of a word.
+pub fn scalar_f16(
+    gpu: &Gpu,
+    op: BinaryOp,
+    y: Halves<'_>,
+    x: Halves<'_>,
+    s: f32,
+    rhs: bool,
+) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(Error::InvalidArgument {
+            op: "binary_scalar_f16",
+            message: format!(
+                "x has {} halves, y {}; they must be equal",
+                x.len(),
+                y.len()
+            ),
+        });
+    }
+    expect_whole_words(gpu, "binary_scalar_f16", &y)?;
+    let params = Params {
+        n: x.len() as u32,
+        scalar: s,
+        a_offset: x.index(),
+        out_offset: y.index(),
+        period: u32::from(!rhs),
+        ..Params::default()
+    };
+    let (kernel, invocations) = match gpu.f16_path() {
+        F16Path::Native => (&SCALAR_F16_NATIVE, x.len()),
+        F16Path::Packed => (&SCALAR_F16, x.len().div_ceil(2)),
+    };
+    let buffers = [x.words(), y.words()];
+    launch_1d(gpu, kernel, &overrides(op), &params, &buffers, invocations)
+}

@@ -1,0 +1,290 @@
+//! `layer_norm` over the last axis of a row-major `[rows, cols]` matrix, as PyTorch's
+//! `nn.LayerNorm(cols, eps)` (biased variance, per-column `gamma`, `beta`). In one place: the
+//! shaders (`layer_norm.wgsl`, an invocation per row, and `layer_norm_rows.wgsl`, a workgroup per
+//! row; beside this file), the launchers, the CPU [`reference`](mod@reference) and the tests.
+//!
+//! [`forward`] also writes each row's mean and `rstd = 1/sqrt(var + eps)` for the backward.
+//! [`backward`] records two dispatches: `dx` (one invocation per row) and `dgamma`, `dbeta` (one
+//! per column, looping over the rows in order: deterministic, no atomics). All gradients are
+//! written (=), not accumulated.
+
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernels::{
+    RowLayout, check_loop_limit, launch_1d, launch_rows, loop_passes, row_layout,
+};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::slice::DeviceSlice;
+use const_format::concatcp;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
+
+/// Workgroup size of every entry point (`@workgroup_size(64)`: each invocation loops over a whole
+/// row or column).
+pub const WORKGROUP: u32 = 64;
+
+/// The invocation-per-row module: `layer_norm.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(include_str!("layer_norm.wgsl"), shader_source!("indexing"));
+
+/// The workgroup-per-row module: `layer_norm_rows.wgsl` and the helpers it calls.
+const WGSL_ROWS: &str = concatcp!(
+    include_str!("layer_norm_rows.wgsl"),
+    shader_source!("workgroup_reduce", "indexing")
+);
+
+/// The `forward` entry point.
+pub const FORWARD: Kernel = kernel!(
+    "layer_norm",
+    "forward",
+    source: WGSL,
+    [x, gamma, beta, y, mean_out, rstd_out],
+    WORKGROUP
+);
+
+/// The `backward_input` entry point (`dx`).
+pub const BACKWARD_INPUT: Kernel = kernel!(
+    "layer_norm",
+    "backward_input",
+    source: WGSL,
+    [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
+    WORKGROUP
+);
+
+/// `forward` with a workgroup per row (`layer_norm_rows.wgsl`).
+pub const FORWARD_ROWS: Kernel = kernel!(
+    "layer_norm_rows",
+    "forward_rows",
+    source: WGSL_ROWS,
+    [x, gamma, beta, y, mean_out, rstd_out],
+    WORKGROUP
+);
+
+/// `backward_input` with a workgroup per row.
+pub const BACKWARD_INPUT_ROWS: Kernel = kernel!(
+    "layer_norm_rows",
+    "backward_input_rows",
+    source: WGSL_ROWS,
+    [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
+    WORKGROUP
+);
+
+/// The `backward_params` entry point (`dgamma`, `dbeta`).
+pub const BACKWARD_PARAMS: Kernel = kernel!(
+    "layer_norm",
+    "backward_params",
+    source: WGSL,
+    [x, bp_mean, bp_rstd, bp_dy, dgamma, dbeta],
+    WORKGROUP
+);
+
+/// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
+/// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see
+/// "Loop limit on lavapipe" in [`crate::kernels`]). On lavapipe: `cols <= 174_695`.
+pub const fn row_loop_iterations(cols: u64) -> u64 {
+    3 * loop_passes(cols)
+}
+
+/// Loop passes one invocation of `backward_params` (one column, summing over the rows) runs for
+/// `rows` rows. On lavapipe: `rows <= 524_215`.
+pub const fn column_loop_iterations(rows: u64) -> u64 {
+    loop_passes(rows)
+}
+
+/// The shape of a layer-norm launch: `rows` rows of `cols` columns, normalised with `eps`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerNormDims {
+    /// Rows (every axis but the last).
+    pub rows: u64,
+    /// Length of the last axis.
+    pub cols: u64,
+    /// Added to the variance (PyTorch's default is 1e-5; unused by the backward).
+    pub eps: f32,
+}
+
+shader_params! {
+    /// The `Params` of `layer_norm.wgsl` (shared by the three entry points).
+    struct Params {
+        rows: u32,
+        cols: u32,
+        eps: f32,
+        x_offset: u32,
+        gamma_offset: u32,
+        beta_offset: u32,
+        y_offset: u32,
+        mean_offset: u32,
+        rstd_offset: u32,
+        dy_offset: u32,
+        dx_offset: u32,
+        dgamma_offset: u32,
+        dbeta_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+/// Loop passes one invocation of a workgroup-per-row entry point runs: three column loops of
+/// `ceil(cols / 64)` passes and two trees of 6.
+pub const fn row_loop_iterations_rows(cols: u64) -> u64 {
+    3 * (cols.div_ceil(WORKGROUP as u64) + 1) + 2 * 7
+}
+
+/// Checks the dimensions and the loop limits; returns `rows * cols`.
+fn matrix_len(
+    gpu: &Gpu,
+    op: &'static str,
+    layout: RowLayout,
+    (rows, cols): (u64, u64),
+    backward: bool,
+) -> Result<u64> {
+    let invalid = |message: String| Error::InvalidArgument { op, message };
+    if rows > 0 && cols == 0 {
+        return Err(invalid(format!(
+            "{rows} rows of 0 columns: a row's mean and variance need at least one column"
+        )));
+    }
+    let len = rows
+        .checked_mul(cols)
+        .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
+    if rows > 0 {
+        let passes = match layout {
+            RowLayout::InvocationPerRow => row_loop_iterations,
+            RowLayout::WorkgroupPerRow => row_loop_iterations_rows,
+        };
+        check_loop_limit(gpu, op, "cols", cols, passes)?;
+    }
+    if backward && cols > 0 {
+        check_loop_limit(gpu, op, "rows", rows, column_loop_iterations)?;
+    }
+    Ok(len)
+}
+
+/// Checks that each slice holds `len` elements.
+fn expect_lens(op: &'static str, slices: &[(&str, DeviceSlice<'_>, u64)]) -> Result<()> {
+    slices
+        .iter()
+        .try_for_each(|(name, slice, len)| slice.expect_len(op, name, *len))
+}
+
+/// Records `y = (x - mean_r) * rstd_r * gamma + beta` per row of the `[rows, cols]` input `x`
+/// with `[cols]` `gamma`, `beta`, and writes the `[rows]` `mean` and `rstd`
+/// (`rstd_r = 1/sqrt(var_r + eps)`, biased variance), all f32.
+pub fn forward(
+    gpu: &Gpu,
+    dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    x: DeviceSlice<'_>,
+    gamma: DeviceSlice<'_>,
+    beta: DeviceSlice<'_>,
+) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    forward_in(gpu, layout, dims, outputs, [x, gamma, beta])
+}
+
+/// [`forward`] in the given layout (for tests and benchmarks); inputs `[x, gamma, beta]`.
+pub fn forward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
+    [y, mean, rstd]: [DeviceSlice<'_>; 3],
+    [x, gamma, beta]: [DeviceSlice<'_>; 3],
+) -> Result<()> {
+    let op = "layer_norm::forward";
+    let LayerNormDims { rows, cols, eps } = *dims;
+    let len = matrix_len(gpu, op, layout, (rows, cols), false)?;
+    expect_lens(
+        op,
+        &[
+            ("y", y, len),
+            ("mean", mean, rows),
+            ("rstd", rstd, rows),
+            ("x", x, len),
+            ("gamma", gamma, cols),
+            ("beta", beta, cols),
+        ],
+    )?;
+    let params = Params {
+        rows: rows as u32,
+        cols: cols as u32,
+        eps,
+        x_offset: x.index(),
+        gamma_offset: gamma.index(),
+        beta_offset: beta.index(),
+        y_offset: y.index(),
+        mean_offset: mean.index(),
+        rstd_offset: rstd.index(),
+        ..Params::default()
+    };
+    let buffers = [x, gamma, beta, y, mean, rstd];
+    let kernel = match layout {
+        RowLayout::InvocationPerRow => &FORWARD,
+        RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
+    };
+    launch_rows(gpu, layout, kernel, &params, &buffers, rows.min(len))
+}
+
+/// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
+/// `dx = rstd (g - mean_j g - xhat mean_j(g xhat))`, `dgamma = sum_r dy xhat`,
+/// `dbeta = sum_r dy` (two dispatches). `x`, `dy`, `dx` are `[rows, cols]`; `gamma`, `dgamma`,
+/// `dbeta` `[cols]`; `mean`, `rstd` the `[rows]` figures [`forward`] saved.
+pub fn backward(
+    gpu: &Gpu,
+    dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    saved: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    backward_in(gpu, layout, dims, outputs, saved, dy)
+}
+
+/// [`backward`] with `dx` in the given layout (for tests and benchmarks).
+pub fn backward_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
+    [dx, dgamma, dbeta]: [DeviceSlice<'_>; 3],
+    [x, gamma, mean, rstd]: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
+    let op = "layer_norm::backward";
+    let LayerNormDims { rows, cols, .. } = *dims;
+    let len = matrix_len(gpu, op, layout, (rows, cols), true)?;
+    expect_lens(
+        op,
+        &[
+            ("dx", dx, len),
+            ("dgamma", dgamma, cols),
+            ("dbeta", dbeta, cols),
+            ("x", x, len),
+            ("gamma", gamma, cols),
+            ("mean", mean, rows),
+            ("rstd", rstd, rows),
+            ("dy", dy, len),
+        ],
+    )?;
+    let params = Params {
+        rows: rows as u32,
+        cols: cols as u32,
+        x_offset: x.index(),
+        gamma_offset: gamma.index(),
+        mean_offset: mean.index(),
+        rstd_offset: rstd.index(),
+        dy_offset: dy.index(),
+        dx_offset: dx.index(),
+        dgamma_offset: dgamma.index(),
+        dbeta_offset: dbeta.index(),
+        ..Params::default()
+    };
+    let buffers = [x, gamma, mean, rstd, dy, dx];
+    let kernel = match layout {
+        RowLayout::InvocationPerRow => &BACKWARD_INPUT,
+        RowLayout::WorkgroupPerRow => &BACKWARD_INPUT_ROWS,
+    };
+    launch_rows(gpu, layout, kernel, &params, &buffers, rows.min(len))?;
+    // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does.
+    let buffers = [x, mean, rstd, dy, dgamma, dbeta];
+    launch_1d(gpu, &BACKWARD_PARAMS, &[], &params, &buffers, cols)
+}

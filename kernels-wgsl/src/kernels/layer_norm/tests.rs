@@ -1,0 +1,301 @@
+//! The `layer_norm` launchers against [`reference`](super::reference) (forward, the input and
+//! parameter gradients, both row layouts), their argument and loop-limit checks, and the
+//! reference itself against hand-worked values and finite differences.
+
+use super::reference;
+use super::LayerNormDims;
+use crate::kernels::{RowLayout, largest_within};
+use crate::testing::{assert_close, assert_loop_limit, dot, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, numeric_gradient, Rng, scratch};
+use crate::{Category, Error, Gpu, Result};
+
+const EPS: f32 = 1e-5;
+
+// Tolerances. Forward: the row mean and the variance are f32 sums of <= 1000 terms of size
+// <= ~4 (f64 in the reference): relative error <= ~1e-5 worst case; y = xhat*gamma + beta is
+// O(10), so atol 2e-5, rtol 1e-4. mean/rstd: atol 1e-6, rtol 2e-5 (inverseSqrt is a few ulp;
+// rstd reaches 1/sqrt(eps) ~ 316 when cols = 1). Backward (fed the reference's mean/rstd): dx
+// subtracts two f32 row means of g and g*xhat (<= 1000 terms): absolute error ~rstd * 1e-5,
+// atol 5e-5; dgamma/dbeta sum <= 129 rows in f32: rtol 1e-4, atol 2e-5.
+const Y_TOL: (f64, f64) = (2e-5, 1e-4);
+const STATS_TOL: (f64, f64) = (1e-6, 2e-5);
+const DX_TOL: (f64, f64) = (5e-5, 1e-4);
+const DPARAM_TOL: (f64, f64) = (2e-5, 1e-4);
+
+fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: usize) -> Result<()> {
+    let name = |what: &str| format!("layer_norm {what} {layout:?} [{rows}, {cols}]");
+    let n = rows * cols;
+    let x = rng.vec_f32(n, -2.0, 2.0);
+    let gamma = rng.vec_f32(cols, 0.5, 1.5);
+    let beta = rng.vec_f32(cols, -1.0, 1.0);
+    let dy = rng.vec_f32(n, -1.0, 1.0);
+    let want = reference::forward(&x, &gamma, &beta, rows, cols, EPS);
+
+    // Every tensor at its own non-zero offset; the small ones share segments.
+    let x_gpu = Guarded::upload(gpu, rng, &x, 3, "x")?;
+    let gamma_gpu = Guarded::upload(gpu, rng, &gamma, 1, "gamma")?;
+    let beta_gpu = Guarded::upload(gpu, rng, &beta, 2, "beta")?;
+    let y_gpu = Guarded::random(gpu, rng, n, 5, "y")?;
+    let mean_gpu = Guarded::random(gpu, rng, rows, 4, "mean")?;
+    let rstd_gpu = Guarded::random(gpu, rng, rows, 6, "rstd")?;
+    let dims = LayerNormDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        eps: EPS,
+    };
+    super::forward_in(
+        gpu,
+        layout,
+        &dims,
+        [
+            y_gpu.slice()?,
+            mean_gpu.slice()?,
+            rstd_gpu.slice()?,
+        ],
+        [
+            x_gpu.slice()?,
+            gamma_gpu.slice()?,
+            beta_gpu.slice()?,
+        ],
+    )?;
+
+    // The backward reads the reference's saved statistics, so it is checked on its own.
+    let saved_mean = Guarded::upload(gpu, rng, &want.mean, 7, "saved mean")?;
+    let saved_rstd = Guarded::upload(gpu, rng, &want.rstd, 2, "saved rstd")?;
+    let dy_gpu = Guarded::upload(gpu, rng, &dy, 1, "dy")?;
+    let dx_gpu = Guarded::random(gpu, rng, n, 8, "dx")?;
+    let dgamma_gpu = Guarded::random(gpu, rng, cols, 3, "dgamma")?;
+    let dbeta_gpu = Guarded::random(gpu, rng, cols, 9, "dbeta")?;
+    super::backward_in(
+        gpu,
+        layout,
+        &dims,
+        [
+            dx_gpu.slice()?,
+            dgamma_gpu.slice()?,
+            dbeta_gpu.slice()?,
+        ],
+        [
+            x_gpu.slice()?,
+            gamma_gpu.slice()?,
+            saved_mean.slice()?,
+            saved_rstd.slice()?,
+        ],
+        dy_gpu.slice()?,
+    )?;
+
+    let (atol, rtol) = Y_TOL;
+    y_gpu.check(gpu, &name("y"), &want.y, atol, rtol)?;
+    let (atol, rtol) = STATS_TOL;
+    mean_gpu
+        .check(gpu, &name("mean"), &want.mean, atol, rtol)?;
+    rstd_gpu
+        .check(gpu, &name("rstd"), &want.rstd, atol, rtol)?;
+    let grads =
+        reference::backward(&x, &gamma, &want.mean, &want.rstd, &dy, rows, cols);
+    let (atol, rtol) = DX_TOL;
+    dx_gpu
+        .check(gpu, &name("dx"), &grads.dx, atol, rtol)?;
+    let (atol, rtol) = DPARAM_TOL;
+    dgamma_gpu
+        .check(gpu, &name("dgamma"), &grads.dgamma, atol, rtol)?;
+    dbeta_gpu
+        .check(gpu, &name("dbeta"), &grads.dbeta, atol, rtol)?;
+    x_gpu
+        .check(gpu, &name("x unchanged"), &x, 0.0, 0.0)?;
+    Ok(())
+}
+
+#[test]
+pub(crate) fn matches_reference() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(61);
+    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        for rows in [1usize, 3, 37, 129] {
+            for cols in [1usize, 10, 33, 257, 1000] {
+                check_case(&gpu, &mut rng, layout, rows, cols)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn dims(rows: u64, cols: u64) -> LayerNormDims {
+    LayerNormDims {
+        rows,
+        cols,
+        eps: EPS,
+    }
+}
+
+#[test]
+fn layer_norm_rejects_bad_arguments() -> Result<()> {
+    let (gpu, [big, small]) = gpu_and_temporaries([(120, "big"), (10, "small")])?;
+    let (b100, s10) = (big.slice(0, 100)?, small.whole());
+    super::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, s10, s10)?;
+    let err =
+        super::forward(&gpu, &dims(10, 0), [b100, s10, s10], b100, s10, s10).expect_err("must be refused");
+    assert!(err.to_string().contains("0 columns"), "{err}");
+    // gamma from offset 3: elements 3..13 of a 10-element buffer cannot be sliced, and the
+    // launcher refuses the 7 that can.
+    let err = small.slice(3, 10).expect_err("must be refused");
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("elements 3..13"), "{err}");
+    let gamma = small.slice(3, 7)?;
+    let err =
+        super::forward(&gpu, &dims(10, 10), [b100, s10, s10], b100, gamma, s10).expect_err("must be refused");
+    assert!(err.to_string().contains("gamma: 7 elements given"), "{err}");
+    // Each forward slice of the wrong length.
+    let (b99, s9) = (big.slice(0, 99)?, small.slice(0, 9)?);
+    let forwards = [
+        ("y", [b99, s10, s10], b100, s10, s10),
+        ("mean", [b100, s9, s10], b100, s10, s10),
+        ("rstd", [b100, s10, s9], b100, s10, s10),
+        ("x", [b100, s10, s10], b99, s10, s10),
+        ("beta", [b100, s10, s10], b100, s10, s9),
+    ];
+    for (name, outputs, x, gamma, beta) in forwards {
+        let err = super::forward(&gpu, &dims(10, 10), outputs, x, gamma, beta).expect_err("must be refused");
+        assert!(
+            err.to_string().contains(&format!("{name}: ")),
+            "{name}: {err}"
+        );
+    }
+    // dx from offset 21: elements 21..121 of a 120-element buffer.
+    let err = big.slice(21, 100).expect_err("must be refused");
+    assert!(err.to_string().contains("elements 21..121"), "{err}");
+    let dx = big.slice(21, 99)?;
+    let inputs = [b100, s10, s10, s10];
+    let err = super::backward(&gpu, &dims(10, 10), [dx, s10, s10], inputs, b100).expect_err("must be refused");
+    assert!(err.to_string().contains("dx: 99 elements given"), "{err}");
+    let err = super::backward(&gpu, &dims(10, 10), [b100, s9, s10], inputs, b100).expect_err("must be refused");
+    assert!(err.to_string().contains("dgamma: "), "{err}");
+    let err = super::backward(&gpu, &dims(10, 10), [b100, s10, s10], inputs, b99).expect_err("must be refused");
+    assert!(err.to_string().contains("dy: "), "{err}");
+    let bad_rstd = [b100, s10, s10, s9];
+    let err =
+        super::backward(&gpu, &dims(10, 10), [b100, s10, s10], bad_rstd, b100).expect_err("must be refused");
+    assert!(err.to_string().contains("rstd: "), "{err}");
+    // Empty work.
+    let (e, s0) = (big.slice(120, 0)?, small.slice(0, 0)?);
+    super::forward(&gpu, &dims(0, 10), [e, s0, s0], e, s10, s10)?;
+    Ok(())
+}
+
+#[test]
+fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() -> Result<()> {
+    with_loop_limit("layer_norm_refuses_rows_and_columns_over_the_loop_limit", |gpu, limit, tiny| {
+        // Every slice on one tiny buffer: the loop limit is checked before the slice lengths.
+        let t = tiny.whole();
+        let cols = largest_within(limit, super::row_loop_iterations);
+        assert_loop_limit(
+            super::forward(gpu, &dims(1, cols + 1), [t; 3], t, t, t),
+            "cols",
+            cols,
+        );
+        assert_loop_limit(
+            super::backward(gpu, &dims(1, cols + 1), [t; 3], [t; 4], t),
+            "cols",
+            cols,
+        );
+        // A workgroup per row runs a 64th of the columns per invocation.
+        let wg = RowLayout::WorkgroupPerRow;
+        let cols = largest_within(limit, super::row_loop_iterations_rows);
+        assert_loop_limit(
+            super::forward_in(gpu, wg, &dims(1, cols + 1), [t; 3], [t; 3]),
+            "cols",
+            cols,
+        );
+        assert_loop_limit(
+            super::backward_in(gpu, wg, &dims(1, cols + 1), [t; 3], [t; 4], t),
+            "cols",
+            cols,
+        );
+        let rows = largest_within(limit, super::column_loop_iterations);
+        assert_loop_limit(
+            super::backward(gpu, &dims(rows + 1, 1), [t; 3], [t; 4], t),
+            "rows",
+            rows,
+        );
+        Ok(())
+    })
+}
+
+#[test]
+fn layer_norm_at_the_loop_limit_matches_reference() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(63);
+    let cols = largest_at_the_loop_limit(&gpu, super::row_loop_iterations) as usize;
+    check_case(&gpu, &mut rng, RowLayout::InvocationPerRow, 2, cols)?;
+    // backward_params sums over the rows: with x = 1, mean = 0, rstd = 1 (xhat = 1) and small
+    // integer dy, dgamma[j] = dbeta[j] = sum_r dy[r, j] is exact in f32, so a dropped row shows.
+    let (rows, cols) = (
+        largest_at_the_loop_limit(&gpu, super::column_loop_iterations) as usize,
+        3,
+    );
+    let dy: Vec<f32> = (0..rows * cols).map(|e| (e % 5) as f32 - 1.0).collect();
+    let want: Vec<f32> = (0..cols)
+        .map(|j| (0..rows).map(|r| dy[r * cols + j] as f64).sum::<f64>() as f32)
+        .collect();
+    let up = |data: &[f32], label| gpu.upload(data, Category::Temporary, label);
+    let (x, ones, zeros, dy_gpu) = (
+        up(&vec![1.0; rows * cols], "x")?,
+        up(&vec![1.0; rows.max(cols)], "gamma, rstd")?,
+        up(&vec![0.0; rows], "mean")?,
+        up(&dy, "dy")?,
+    );
+    let dx = scratch(&gpu, (rows * cols) as u64, "dx");
+    let dgamma = Guarded::random(&gpu, &mut rng, cols, 2, "dgamma")?;
+    let dbeta = Guarded::random(&gpu, &mut rng, cols, 1, "dbeta")?;
+    let (gamma, rstd) = (
+        ones.slice(0, cols as u64)?,
+        ones.slice(0, rows as u64)?,
+    );
+    super::backward(
+        &gpu,
+        &dims(rows as u64, cols as u64),
+        [dx.whole(), dgamma.slice()?, dbeta.slice()?],
+        [x.whole(), gamma, zeros.whole(), rstd],
+        dy_gpu.whole(),
+    )?;
+    dgamma
+        .check(&gpu, &format!("dgamma over {rows} rows"), &want, 0.0, 0.0)?;
+    dbeta
+        .check(&gpu, &format!("dbeta over {rows} rows"), &want, 0.0, 0.0)?;
+    Ok(())
+}
+
+// ------------------------------------------------------------------------------- reference
+
+#[test]
+fn layer_norm_hand_worked() {
+    // x = [1, 2, 3, 4]: mean 2.5, var = (2.25 + 0.25 + 0.25 + 2.25)/4 = 1.25, eps 0:
+    // rstd = 1/sqrt(1.25) = 0.8944272, y = [-1.3416408, -0.4472136, 0.4472136, 1.3416408]
+    let f = reference::forward(&[1.0, 2.0, 3.0, 4.0], &[1.0; 4], &[0.0; 4], 1, 4, 0.0);
+    assert_close("ln mean", &f.mean, &[2.5], 0.0, 1e-7);
+    assert_close("ln rstd", &f.rstd, &[0.894_427_2], 0.0, 1e-6);
+    let want = [-1.341_640_8, -0.447_213_6, 0.447_213_6, 1.341_640_8];
+    assert_close("ln y", &f.y, &want, 1e-7, 1e-6);
+    // gamma 2, beta 1: y' = 2y + 1
+    let f2 = reference::forward(&[1.0, 2.0, 3.0, 4.0], &[2.0; 4], &[1.0; 4], 1, 4, 0.0);
+    let want2: Vec<f32> = want.iter().map(|v| 2.0 * v + 1.0).collect();
+    assert_close("ln affine", &f2.y, &want2, 1e-6, 1e-6);
+}
+
+#[test]
+fn layer_norm_backward_matches_finite_differences() {
+    let mut rng = Rng::new(0x5eed_0005);
+    let (rows, cols, eps) = (3, 5, 1e-5);
+    let x = rng.vec_f32(rows * cols, -2.0, 2.0);
+    let gamma = rng.vec_f32(cols, 0.5, 1.5);
+    let beta = rng.vec_f32(cols, -0.5, 0.5);
+    let w = rng.vec_f32(rows * cols, -1.0, 1.0);
+    let f = reference::forward(&x, &gamma, &beta, rows, cols, eps);
+    let b = reference::backward(&x, &gamma, &f.mean, &f.rstd, &w, rows, cols);
+    let loss = |x: &[f32], g: &[f32], bt: &[f32]| {
+        dot(&w, &reference::forward(x, g, bt, rows, cols, eps).y)
+    };
+    let num_x = numeric_gradient(&x, 1e-3, |x| loss(x, &gamma, &beta));
+    let num_g = numeric_gradient(&gamma, 1e-3, |g| loss(&x, g, &beta));
+    let num_b = numeric_gradient(&beta, 1e-3, |bt| loss(&x, &gamma, bt));
+    assert_close("ln dx", &b.dx, &num_x, 2e-3, 2e-3);
+    assert_close("ln dgamma", &b.dgamma, &num_g, 2e-3, 2e-3);
+    assert_close("ln dbeta", &b.dbeta, &num_b, 2e-3, 2e-3);
+}

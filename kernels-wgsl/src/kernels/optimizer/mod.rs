@@ -1,0 +1,355 @@
+//! `optimizer`: fused, in-place [`sgd_step`] and [`adamw_step`] with PyTorch's semantics and
+//! operation order. In one place: the shader (`optimizer.wgsl`, beside this file), the launchers,
+//! the CPU [`reference`](mod@reference) and the tests.
+//!
+//! The f32 scalars come from [`SgdConfig::scalars`] and [`AdamWConfig::scalars`], which the
+//! reference uses too, so launcher and reference round the same f64 values the same way.
+//! `grad_scale` multiplies the gradient first (mixed-precision unscale); pass 1 otherwise.
+
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::slice::DeviceSlice;
+use const_format::concatcp;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
+
+/// The module: `optimizer.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(include_str!("optimizer.wgsl"), shader_source!("indexing"));
+
+/// The `sgd` entry point.
+pub const SGD: Kernel = kernel!("optimizer", "sgd", source: WGSL, sgd_params: SgdParams, [param, grad, momentum_buf], ELEMENTWISE_WORKGROUP);
+
+/// The `adamw` entry point.
+pub const ADAMW: Kernel = kernel!("optimizer", "adamw", source: WGSL, adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq], ELEMENTWISE_WORKGROUP);
+
+/// The `adamw_v4` entry point (four elements per invocation; vec4 views of the same bindings).
+pub const ADAMW_V4: Kernel = kernel!(
+    "optimizer",
+    "adamw_v4",
+    source: WGSL,
+    adamw_params: AdamWParams,
+    [
+        param_v4: "array<vec4<f32>>",
+        grad_v4: "array<vec4<f32>>",
+        exp_avg_v4: "array<vec4<f32>>",
+        exp_avg_sq_v4: "array<vec4<f32>>"
+    ],
+    ELEMENTWISE_WORKGROUP
+);
+
+shader_params! {
+    /// The `SgdParams` of `optimizer.wgsl`.
+    struct SgdParams {
+        n: u32,
+        lr: f32,
+        momentum: f32,
+        one_minus_dampening: f32,
+        weight_decay: f32,
+        grad_scale: f32,
+        nesterov: u32,
+        first_step: u32,
+        param_offset: u32,
+        grad_offset: u32,
+        momentum_offset: u32,
+        _pad0: u32,
+    }
+
+    /// The `AdamWParams` of `optimizer.wgsl`.
+    struct AdamWParams {
+        n: u32,
+        decay_factor: f32,
+        one_minus_beta1: f32,
+        beta2: f32,
+        one_minus_beta2: f32,
+        step_size: f32,
+        bias_correction2_sqrt: f32,
+        eps: f32,
+        grad_scale: f32,
+        param_offset: u32,
+        grad_offset: u32,
+        exp_avg_offset: u32,
+        exp_avg_sq_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+/// SGD hyper-parameters (PyTorch names).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// Momentum factor; 0 disables the momentum buffer entirely.
+    pub momentum: f64,
+    /// Dampening of the gradient added to the buffer (not applied on the first step).
+    pub dampening: f64,
+    /// L2 penalty added to the gradient: `g += weight_decay * p`.
+    pub weight_decay: f64,
+    /// Nesterov momentum.
+    pub nesterov: bool,
+}
+
+/// The `f32` scalars of an SGD step, as the shader's `SgdParams` holds them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdScalars {
+    /// `lr`.
+    pub lr: f32,
+    /// `momentum`.
+    pub momentum: f32,
+    /// `1 - dampening` (computed in f64).
+    pub one_minus_dampening: f32,
+    /// `weight_decay`.
+    pub weight_decay: f32,
+}
+
+impl SgdConfig {
+    /// The scalars the launcher writes into `SgdParams`.
+    pub fn scalars(&self) -> SgdScalars {
+        SgdScalars {
+            lr: self.lr as f32,
+            momentum: self.momentum as f32,
+            one_minus_dampening: (1.0 - self.dampening) as f32,
+            weight_decay: self.weight_decay as f32,
+        }
+    }
+}
+
+/// AdamW hyper-parameters (PyTorch names).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWConfig {
+    /// Learning rate.
+    pub lr: f64,
+    /// First-moment decay.
+    pub beta1: f64,
+    /// Second-moment decay.
+    pub beta2: f64,
+    /// Denominator term.
+    pub eps: f64,
+    /// Decoupled weight decay: `p *= 1 - lr * weight_decay`.
+    pub weight_decay: f64,
+}
+
+/// The `f32` scalars of one AdamW step at a given step number, as `AdamWParams` holds them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWScalars {
+    /// `1 - lr * weight_decay`.
+    pub decay_factor: f32,
+    /// `1 - beta1` (the lerp weight of the first moment).
+    pub one_minus_beta1: f32,
+    /// `beta2`.
+    pub beta2: f32,
+    /// `1 - beta2`.
+    pub one_minus_beta2: f32,
+    /// `lr / (1 - beta1^t)`.
+    pub step_size: f32,
+    /// `sqrt(1 - beta2^t)`.
+    pub bias_correction2_sqrt: f32,
+    /// `eps`.
+    pub eps: f32,
+}
+
+impl AdamWConfig {
+    /// Bias corrections `(1 - beta1^t, 1 - beta2^t)` for step `t >= 1`, in `f64`.
+    pub fn bias_corrections(&self, step: u64) -> (f64, f64) {
+        let t = step as f64;
+        (1.0 - self.beta1.powf(t), 1.0 - self.beta2.powf(t))
+    }
+
+    /// The scalars the launcher writes into `AdamWParams` for step `t >= 1` (1-based, as
+    /// PyTorch's `state["step"]` after its increment).
+    pub fn scalars(&self, step: u64) -> AdamWScalars {
+        let (bc1, bc2) = self.bias_corrections(step);
+        AdamWScalars {
+            decay_factor: (1.0 - self.lr * self.weight_decay) as f32,
+            one_minus_beta1: (1.0 - self.beta1) as f32,
+            beta2: self.beta2 as f32,
+            one_minus_beta2: (1.0 - self.beta2) as f32,
+            step_size: (self.lr / bc1) as f32,
+            bias_correction2_sqrt: bc2.sqrt() as f32,
+            eps: self.eps as f32,
+        }
+    }
+}
+
+/// One SGD launch: the hyper-parameters, whether it creates the momentum buffer, and the
+/// gradient's scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SgdStep {
+    /// Hyper-parameters.
+    pub config: SgdConfig,
+    /// True on the step that creates the momentum buffer (its contents are then ignored).
+    pub first_step: bool,
+    /// Multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`; 1 otherwise).
+    pub grad_scale: f32,
+}
+
+/// One AdamW launch: the hyper-parameters, the 1-based step number and the gradient's scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    /// Hyper-parameters.
+    pub config: AdamWConfig,
+    /// 1-based step (PyTorch's `state["step"]` after its increment).
+    pub step: u64,
+    /// Multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`; 1 otherwise).
+    pub grad_scale: f32,
+}
+
+/// Records one SGD step on `param` (PyTorch's `torch.optim.SGD`), all slices of one length:
+/// `g = grad*grad_scale + wd*p; buf = first_step ? g : momentum*buf + (1-dampening)*g;
+/// p -= lr * (nesterov ? g + momentum*buf : buf)` (`p -= lr*g` without momentum).
+/// `momentum_buf` is required when `momentum != 0`, else ignored. Errors: mismatched lengths,
+/// momentum without a buffer, or nesterov without `momentum > 0` and `dampening == 0` (as
+/// PyTorch refuses).
+pub fn sgd_step(
+    gpu: &Gpu,
+    step: &SgdStep,
+    param: DeviceSlice<'_>,
+    grad: DeviceSlice<'_>,
+    momentum_buf: Option<DeviceSlice<'_>>,
+) -> Result<()> {
+    let op = "optimizer::sgd_step";
+    let invalid = |message: String| Error::InvalidArgument { op, message };
+    let config = &step.config;
+    if config.nesterov && (config.momentum <= 0.0 || config.dampening != 0.0) {
+        return Err(invalid(format!(
+            "nesterov needs momentum > 0 and dampening = 0, got momentum {} dampening {}",
+            config.momentum, config.dampening
+        )));
+    }
+    let s = config.scalars();
+    let len = same_len(op, &[("param", param), ("grad", grad)])?;
+    // Without momentum the shader never touches binding 3: bind grad there.
+    let momentum_buf = match momentum_buf {
+        Some(buf) => {
+            buf.expect_len(op, "momentum_buf", len)?;
+            buf
+        }
+        None if s.momentum != 0.0 => {
+            return Err(invalid(format!(
+                "momentum {} needs a momentum buffer of {len} elements",
+                config.momentum
+            )));
+        }
+        None => grad,
+    };
+    let params = SgdParams {
+        n: len as u32,
+        lr: s.lr,
+        momentum: s.momentum,
+        one_minus_dampening: s.one_minus_dampening,
+        weight_decay: s.weight_decay,
+        grad_scale: step.grad_scale,
+        nesterov: u32::from(config.nesterov),
+        first_step: u32::from(step.first_step),
+        param_offset: param.index(),
+        grad_offset: grad.index(),
+        momentum_offset: momentum_buf.index(),
+        _pad0: 0,
+    };
+    let buffers = [param, grad, momentum_buf];
+    launch_1d(gpu, &SGD, &[], &params, &buffers, len)
+}
+
+/// Records one AdamW step on `param` (PyTorch's `torch.optim.AdamW`), all slices of one
+/// length: `p *= 1 - lr*wd; m += (1-b1)(g - m); v = b2 v + (1-b2) g^2;
+/// p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps)`, `g = grad*grad_scale`. The moments are zeros
+/// before the first step.
+pub fn adamw_step(
+    gpu: &Gpu,
+    step: &AdamWStep,
+    param: DeviceSlice<'_>,
+    grad: DeviceSlice<'_>,
+    exp_avg: DeviceSlice<'_>,
+    exp_avg_sq: DeviceSlice<'_>,
+) -> Result<()> {
+    let op = "optimizer::adamw_step";
+    if step.step == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "step is 1-based (the bias corrections divide by 1 - beta^step); got 0"
+                .to_string(),
+        });
+    }
+    let slices = [
+        ("param", param),
+        ("grad", grad),
+        ("exp_avg", exp_avg),
+        ("exp_avg_sq", exp_avg_sq),
+    ];
+    let len = same_len(op, &slices)?;
+    let s = step.config.scalars(step.step);
+    let params = AdamWParams {
+        n: len as u32,
+        decay_factor: s.decay_factor,
+        one_minus_beta1: s.one_minus_beta1,
+        beta2: s.beta2,
+        one_minus_beta2: s.one_minus_beta2,
+        step_size: s.step_size,
+        bias_correction2_sqrt: s.bias_correction2_sqrt,
+        eps: s.eps,
+        grad_scale: step.grad_scale,
+        param_offset: param.index(),
+        grad_offset: grad.index(),
+        exp_avg_offset: exp_avg.index(),
+        exp_avg_sq_offset: exp_avg_sq.index(),
+        ..AdamWParams::default()
+    };
+    let buffers = [param, grad, exp_avg, exp_avg_sq];
+    // Four elements per invocation over the longest prefix of whole vec4s when every slice
+    // starts on a multiple of 4 elements; `adamw` takes the rest (or everything).
+    let aligned = buffers.iter().all(|b| b.index().is_multiple_of(4));
+    let vectors = if aligned { len / 4 } else { 0 };
+    if vectors > 0 {
+        let v4 = AdamWParams {
+            n: vectors as u32,
+            param_offset: param.index() / 4,
+            grad_offset: grad.index() / 4,
+            exp_avg_offset: exp_avg.index() / 4,
+            exp_avg_sq_offset: exp_avg_sq.index() / 4,
+            ..params
+        };
+        launch_part(gpu, &ADAMW_V4, &v4, &buffers, vectors, 4 * vectors)?;
+    }
+    let done = (4 * vectors) as u32;
+    if u64::from(done) == len {
+        return Ok(());
+    }
+    let tail = AdamWParams {
+        n: len as u32 - done,
+        param_offset: param.index() + done,
+        grad_offset: grad.index() + done,
+        exp_avg_offset: exp_avg.index() + done,
+        exp_avg_sq_offset: exp_avg_sq.index() + done,
+        ..params
+    };
+    let rest = len - u64::from(done);
+    launch_part(gpu, &ADAMW, &tail, &buffers, rest, rest)
+}
+
+/// [`launch_1d`] for `invocations` invocations that update `elements` elements of each of the
+/// four AdamW slices (the profile counts the bytes of that part only).
+fn launch_part(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    params: &AdamWParams,
+    buffers: &[DeviceSlice<'_>; 4],
+    invocations: u64,
+    elements: u64,
+) -> Result<()> {
+    gpu.dispatch(crate::recorder::Dispatch {
+        kernel,
+        overrides: &[],
+        params: bytemuck::bytes_of(params),
+        buffers,
+        workgroups: crate::kernels::grid_1d(gpu, invocations, kernel.workgroup_size)?,
+        work: crate::recorder::Work {
+            flops: 0,
+            bytes: 4 * 4 * elements,
+        },
+    })
+}

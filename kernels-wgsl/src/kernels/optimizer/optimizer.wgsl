@@ -1,0 +1,120 @@
+// optimizer: fused, in-place SGD and AdamW steps with PyTorch's semantics and operation order
+// (torch.optim.SGD / torch.optim.AdamW, single-tensor path, maximize=False, amsgrad=False).
+// Reference: reference.rs, beside this file. Host-side scalars (1 - beta1, lr / (1 - beta1^t),
+// sqrt(1 - beta2^t), 1 - lr*wd, 1 - dampening) are computed in f64 and rounded to f32 once by
+// SgdConfig::scalars / AdamWConfig::scalars(step); write those values into the Params below.
+// grad_scale multiplies the gradient first (mixed-precision unscale, 1/loss_scale; 1 otherwise).
+//
+//   sgd:   g = grad*grad_scale (+ weight_decay * p if weight_decay != 0)
+//          if momentum != 0: buf = first_step ? g : momentum*buf + (1 - dampening)*g
+//                            g = nesterov ? g + momentum*buf : buf
+//          p = p + (-lr) * g
+//   adamw: g = grad*grad_scale; p *= 1 - lr*wd; m += (1 - b1)(g - m);  (PyTorch's lerp)
+//          v = v*b2 + (1 - b2) g^2; p += -step_size * m / (sqrt(v)/sqrt(bc2) + eps),
+//          step_size = lr / bc1, bc1 = 1 - b1^t, bc2 = 1 - b2^t (t = 1 on the first step).
+//
+// Entry points (both @workgroup_size(256), one invocation per parameter element): sgd, adamw.
+//
+// Params: SgdParams (sgd) and AdamWParams (adamw), declared in mod.rs
+//   (`shader_params!`), prepended with the bindings. nesterov and first_step are 0 or 1;
+//   decay_factor = 1 - lr * wd, step_size = lr / bias_correction1.
+//   Each *_offset is the element index of that tensor in its binding (the launcher's
+//   segment_index: block offset + tensor offset).
+// Bindings (group 0; all storage read_write, docs/wgpu.md §4; all array<f32> [n]; each the WHOLE
+// segment buffer):
+//   sgd:   0 sgd_params, 1 param, 2 grad, 3 momentum_buf (not touched when momentum == 0: bind
+//          any buffer, e.g. grad again — both bindings are read_write, which wgpu allows)
+//   adamw: 0 adamw_params, 1 param, 2 grad, 3 exp_avg (m), 4 exp_avg_sq (v)
+//
+// Dispatch: groups = ceil(n / 256); (groups, 1, 1) if <= 65535 else
+// (65535, ceil(groups / 65535), 1); i = gid.x + gid.y * num_workgroups.x * 256; `i >= n` returns.
+
+
+
+const WG: u32 = 256u;
+
+@compute @workgroup_size(256)
+fn sgd(@builtin(global_invocation_id) gid: vec3<u32>,
+       @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= sgd_params.n) {
+        return;
+    }
+    let pi = sgd_params.param_offset + i;
+    let mi = sgd_params.momentum_offset + i;
+    let p = param[pi];
+    var g = grad[sgd_params.grad_offset + i] * sgd_params.grad_scale;
+    if (sgd_params.weight_decay != 0.0) {
+        g += sgd_params.weight_decay * p;   // L2 penalty folded into the gradient
+    }
+    if (sgd_params.momentum != 0.0) {
+        var buf = g;                        // first step: buf = g (no dampening)
+        if (sgd_params.first_step == 0u) {
+            buf = momentum_buf[mi] * sgd_params.momentum + sgd_params.one_minus_dampening * g;
+        }
+        momentum_buf[mi] = buf;
+        if (sgd_params.nesterov != 0u) {
+            g = g + sgd_params.momentum * buf;
+        } else {
+            g = buf;
+        }
+    }
+    param[pi] = p + (-sgd_params.lr) * g;
+}
+
+// The AdamW update of four elements (PyTorch's operations in PyTorch's order, per component);
+// `adamw` runs it on one element splatted to all four, `adamw_v4` on four.
+struct AdamWState {
+    p: vec4<f32>,
+    m: vec4<f32>,
+    v: vec4<f32>,
+}
+
+fn adamw_update(param_in: vec4<f32>, grad_in: vec4<f32>, m_in: vec4<f32>,
+                v_in: vec4<f32>) -> AdamWState {
+    let g = grad_in * adamw_params.grad_scale;
+    let p = param_in * adamw_params.decay_factor;                   // decoupled weight decay
+    let m = m_in + adamw_params.one_minus_beta1 * (g - m_in);      // m = b1 m + (1 - b1) g
+    let v = v_in * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
+    let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
+    return AdamWState(p + (-adamw_params.step_size) * (m / denom), m, v);
+}
+
+@compute @workgroup_size(256)
+fn adamw(@builtin(global_invocation_id) gid: vec3<u32>,
+         @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= adamw_params.n) {
+        return;
+    }
+    let pi = adamw_params.param_offset + i;
+    let mi = adamw_params.exp_avg_offset + i;
+    let vi = adamw_params.exp_avg_sq_offset + i;
+    let s = adamw_update(vec4<f32>(param[pi]), vec4<f32>(grad[adamw_params.grad_offset + i]),
+                         vec4<f32>(exp_avg[mi]), vec4<f32>(exp_avg_sq[vi]));
+    exp_avg[mi] = s.m.x;
+    exp_avg_sq[vi] = s.v.x;
+    param[pi] = s.p.x;
+}
+
+// adamw_v4: `adamw` on four elements per invocation through vec4 views of the same bindings
+// (param_v4, grad_v4, exp_avg_v4, exp_avg_sq_v4). n counts vec4s and every *_offset is in vec4s
+// (the launcher uses it only when all four element offsets are multiples of 4, and runs the
+// last len % 4 elements through `adamw`). Same operations in the same order per component; on
+// lavapipe each storage access is a per-lane loop, so a vec4 access moves four elements for one.
+@compute @workgroup_size(256)
+fn adamw_v4(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat_index(gid, nwg);
+    if (i >= adamw_params.n) {
+        return;
+    }
+    let pi = adamw_params.param_offset + i;
+    let mi = adamw_params.exp_avg_offset + i;
+    let vi = adamw_params.exp_avg_sq_offset + i;
+    let s = adamw_update(param_v4[pi], grad_v4[adamw_params.grad_offset + i], exp_avg_v4[mi],
+                         exp_avg_sq_v4[vi]);
+    exp_avg_v4[mi] = s.m;
+    exp_avg_sq_v4[vi] = s.v;
+    param_v4[pi] = s.p;
+}

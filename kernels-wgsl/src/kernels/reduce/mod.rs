@@ -1,0 +1,518 @@
+//! `reduce`: sum, mean and max over one axis of a row-major tensor or over all of it; max also
+//! writes the arg-max (`u32`) that [`max_backward`] scatters `dy` back to; and [`sum_to_shape`],
+//! the backward of a broadcast, composed from `sum_axis` dispatches. In one place: the shader
+//! (`reduce.wgsl`, beside this file), the launchers, the CPU [`reference`](mod@reference) and the
+//! tests.
+//!
+//! An axis reduction views the tensor as `[outer, axis_len, inner]` ([`AxisView`]) and writes
+//! `[outer, inner]`. Accumulation is `f32` on the GPU (the reference uses `f64`). Max rule: NaN
+//! beats every number, and among equal values the smallest index wins.
+
+use plimsoll_allocator::Category;
+
+use crate::buffer::DeviceBuffer;
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
+use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use const_format::concatcp;
+use crate::recorder::Dispatch;
+use crate::slice::DeviceSlice;
+
+pub mod reference;
+#[cfg(test)]
+pub(crate) mod tests;
+
+/// A tensor seen as `[outer, axis_len, inner]`, row-major; the reduced axis is the middle one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AxisView {
+    /// Product of the dimensions before the axis.
+    pub outer: usize,
+    /// Extent of the reduced axis.
+    pub axis_len: usize,
+    /// Product of the dimensions after the axis.
+    pub inner: usize,
+}
+
+impl AxisView {
+    /// The view of a row-major tensor of `shape` reduced along `axis`; `None` if `axis` is out
+    /// of range.
+    pub fn of_shape(shape: &[usize], axis: usize) -> Option<AxisView> {
+        let axis_len = *shape.get(axis)?;
+        Some(AxisView {
+            outer: shape[..axis].iter().product(),
+            axis_len,
+            inner: shape[axis + 1..].iter().product(),
+        })
+    }
+
+    /// Number of input elements, `outer * axis_len * inner`.
+    pub fn input_len(&self) -> usize {
+        self.outer * self.axis_len * self.inner
+    }
+
+    /// Number of output elements, `outer * inner`.
+    pub fn output_len(&self) -> usize {
+        self.outer * self.inner
+    }
+
+    /// Input offset of `(o, k, i)`.
+    pub(crate) fn offset(&self, o: usize, k: usize, i: usize) -> usize {
+        (o * self.axis_len + k) * self.inner + i
+    }
+}
+
+/// Workgroup size of the `*_axis` entry points (`ROW_WG` in the shader): one invocation loops
+/// over a whole axis, so smaller groups keep several workgroups busy for small outputs.
+pub const AXIS_WORKGROUP: u32 = 64;
+
+/// Longest axis `sum_axis`/`mean_axis`/`max_axis` take (and so the longest merged run of summed
+/// dimensions in [`sum_to_shape`]). Mesa's lavapipe silently stops a shader after 65535 loop
+/// iterations per invocation; the axis loop reads 8 elements per iteration (see `reduce.wgsl`),
+/// so this leaves margin below 8 * 65535. Longer axes are refused rather than summed wrongly:
+/// reshape them into two axes and reduce twice.
+pub const MAX_AXIS_LEN: usize = 524_000;
+
+/// Loop passes one invocation of `sum_all`, `mean_all` or `max_all` runs for `len` elements (see
+/// "Loop limit on lavapipe" in [`crate::kernels`]): the strided loop (4 elements of its 1024
+/// per pass, `len / 1024 + 2` passes), its remainder loop (5) and the 8-step tree (9). The
+/// launchers refuse more than the adapter's limit with [`Error::LoopLimit`] (on lavapipe about
+/// 67 million elements, more than one binding holds there). The `*_axis` entry points run at
+/// most `MAX_AXIS_LEN / 8 + 1 + 8` passes (8 elements per pass, remainder loop of up to 7).
+pub const fn all_loop_iterations(len: u64) -> u64 {
+    len / (4 * ALL_WORKGROUP) + 2 + 5 + 9
+}
+
+/// Invocations of the one workgroup of the `*_all` entry points (`ALL_WG` in the shader).
+const ALL_WORKGROUP: u64 = 256;
+
+/// The module: `reduce.wgsl` and the helpers it calls.
+const WGSL: &str = concatcp!(
+    include_str!("reduce.wgsl"),
+    shader_source!("workgroup_reduce", "indexing")
+);
+
+/// The `sum_axis` entry point: bindings `src`, `dst`.
+pub const SUM_AXIS: Kernel =
+    kernel!("reduce", "sum_axis", source: WGSL, [src, dst], AXIS_WORKGROUP);
+
+/// The `mean_axis` entry point: bindings `src`, `dst`.
+pub const MEAN_AXIS: Kernel =
+    kernel!("reduce", "mean_axis", source: WGSL, [src, dst], AXIS_WORKGROUP);
+
+/// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
+pub const MAX_AXIS: Kernel =
+    kernel!("reduce", "max_axis", source: WGSL, [src, dst, idx_out: "array<u32>"], AXIS_WORKGROUP);
+
+/// The `max_backward` entry point: bindings `dy`, `idx_in`, `dx`.
+pub const MAX_BACKWARD: Kernel = kernel!("reduce", "max_backward", source: WGSL, [dy, idx_in: "array<u32>", dx], ELEMENTWISE_WORKGROUP);
+
+/// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
+pub const SUM_ALL: Kernel =
+    kernel!("reduce", "sum_all", source: WGSL, [src, dst], ALL_WORKGROUP as u32);
+
+/// Elements per invocation (one sum each) of the `sum_squares_chunks` entry points (`SQ_CHUNK`
+/// in the shader).
+pub const SQUARES_CHUNK: u64 = 256;
+
+/// The `sum_squares_chunks_v4` entry point (vec4 loads; `src` 4-aligned): bindings `src_v4`,
+/// `dst`.
+pub const SUM_SQUARES_CHUNKS_V4: Kernel = kernel!(
+    "reduce",
+    "sum_squares_chunks_v4",
+    source: WGSL,
+    [src_v4: "array<vec4<f32>>", dst],
+    ALL_WORKGROUP as u32
+);
+
+/// The `sum_squares_chunks` entry point: bindings `src`, `dst`.
+pub const SUM_SQUARES_CHUNKS: Kernel = kernel!(
+    "reduce",
+    "sum_squares_chunks",
+    source: WGSL,
+    [src, dst],
+    ALL_WORKGROUP as u32
+);
+
+/// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
+pub const MEAN_ALL: Kernel =
+    kernel!("reduce", "mean_all", source: WGSL, [src, dst], ALL_WORKGROUP as u32);
+
+/// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
+pub const MAX_ALL: Kernel = kernel!("reduce", "max_all", source: WGSL, [src, dst, idx_out: "array<u32>"], ALL_WORKGROUP as u32);
+
+shader_params! {
+    /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).
+    struct Params {
+        outer: u32,
+        axis_len: u32,
+        inner: u32,
+        src_offset: u32,
+        dst_offset: u32,
+        idx_out_offset: u32,
+        dy_offset: u32,
+        idx_in_offset: u32,
+        dx_offset: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+impl Params {
+    /// All of `x` as one axis (`outer = inner = 1`), into `out`: the `*_all` and chunked
+    /// entry points' Params.
+    fn whole(x: DeviceSlice<'_>, out: DeviceSlice<'_>) -> Params {
+        Params {
+            outer: 1,
+            axis_len: x.len() as u32,
+            inner: 1,
+            src_offset: x.index(),
+            dst_offset: out.index(),
+            ..Params::default()
+        }
+    }
+
+    fn of_view(view: AxisView) -> Params {
+        Params {
+            outer: view.outer as u32,
+            axis_len: view.axis_len as u32,
+            inner: view.inner as u32,
+            ..Params::default()
+        }
+    }
+}
+
+/// Element count of `shape`, saturating (an absurd shape then fails `check_range`).
+fn elements(shape: &[usize]) -> u64 {
+    shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64))
+}
+
+/// The `[outer, axis_len, inner]` view of `shape` along `axis`, or an error naming both.
+fn view_of(op: &'static str, shape: &[usize], axis: usize) -> Result<AxisView> {
+    let invalid = || Error::InvalidArgument {
+        op,
+        message: format!(
+            "axis {axis} out of range for shape {shape:?} (rank {})",
+            shape.len()
+        ),
+    };
+    if elements(shape) > u64::from(u32::MAX) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!("shape {shape:?} has more than u32::MAX elements"),
+        });
+    }
+    AxisView::of_shape(shape, axis).ok_or_else(invalid)
+}
+
+/// Refuses axes longer than [`MAX_AXIS_LEN`].
+fn check_axis_len(op: &'static str, view: AxisView) -> Result<()> {
+    if view.axis_len > MAX_AXIS_LEN {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "axis of {} elements is longer than MAX_AXIS_LEN = {MAX_AXIS_LEN} (lavapipe's \
+                 loop limit); split it into two axes and reduce twice",
+                view.axis_len
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `out[o, i] = reduce_k x[o, k, i]` with `kernel` (sum or mean) over a checked view.
+fn axis_reduction(
+    gpu: &Gpu,
+    op: &'static str,
+    kernel: &Kernel,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    view: AxisView,
+) -> Result<()> {
+    check_axis_len(op, view)?;
+    let count = view.output_len() as u64;
+    out.expect_len(op, "out", count)?;
+    x.expect_len(op, "x", view.input_len() as u64)?;
+    let params = Params {
+        src_offset: x.index(),
+        dst_offset: out.index(),
+        ..Params::of_view(view)
+    };
+    launch_1d(gpu, kernel, &[], &params, &[x, out], count)
+}
+
+/// Records `out` (shape `shape` without `axis`, i.e. `[outer, inner]`) `= sum` of `x`
+/// (row-major `shape`) along `axis`. An empty axis gives zeros.
+pub fn sum_axis(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    shape: &[usize],
+    axis: usize,
+) -> Result<()> {
+    let view = view_of("sum_axis", shape, axis)?;
+    axis_reduction(gpu, "sum_axis", &SUM_AXIS, out, x, view)
+}
+
+/// Like [`sum_axis`], divided by the axis extent (an empty axis gives NaN, as 0/0).
+pub fn mean_axis(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    shape: &[usize],
+    axis: usize,
+) -> Result<()> {
+    let view = view_of("mean_axis", shape, axis)?;
+    axis_reduction(gpu, "mean_axis", &MEAN_AXIS, out, x, view)
+}
+
+/// Records the max of `x` (row-major `shape`) along `axis` into `out` and its position along
+/// the axis (`u32`) into `indices`, both `[outer, inner]`. NaN wins; ties go to the smallest
+/// index; an empty axis gives `-inf` and `u32::MAX`.
+pub fn max_axis(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    indices: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    shape: &[usize],
+    axis: usize,
+) -> Result<()> {
+    let op = "max_axis";
+    let view = view_of(op, shape, axis)?;
+    check_axis_len(op, view)?;
+    let count = view.output_len() as u64;
+    out.expect_len(op, "out", count)?;
+    indices.expect_len(op, "indices", count)?;
+    x.expect_len(op, "x", view.input_len() as u64)?;
+    let params = Params {
+        src_offset: x.index(),
+        dst_offset: out.index(),
+        idx_out_offset: indices.index(),
+        ..Params::of_view(view)
+    };
+    launch_1d(gpu, &MAX_AXIS, &[], &params, &[x, out, indices], count)
+}
+
+/// Records the backward of [`max_axis`]: `dx[o, k, i] = dy[o, i]` where `k == indices[o, i]`, else
+/// 0. Writes every element of `dx` (shape `shape`): no zero-fill needed, and it overwrites.
+pub fn max_backward(
+    gpu: &Gpu,
+    dx: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
+    indices: DeviceSlice<'_>,
+    shape: &[usize],
+    axis: usize,
+) -> Result<()> {
+    let op = "max_backward";
+    let view = view_of(op, shape, axis)?;
+    let (count, reduced) = (view.input_len() as u64, view.output_len() as u64);
+    dx.expect_len(op, "dx", count)?;
+    dy.expect_len(op, "dy", reduced)?;
+    indices.expect_len(op, "indices", reduced)?;
+    let params = Params {
+        dy_offset: dy.index(),
+        idx_in_offset: indices.index(),
+        dx_offset: dx.index(),
+        ..Params::of_view(view)
+    };
+    let buffers = [dy, indices, dx];
+    launch_1d(gpu, &MAX_BACKWARD, &[], &params, &buffers, count)
+}
+
+/// One-workgroup reduction of `x` into the one element of `out` (and the flat arg-max into the
+/// one element of `index` for `max_all`). Dispatched even for an empty `x`: the output is one
+/// element (sum 0, mean NaN, max `-inf` with index `u32::MAX`).
+fn all_reduction(
+    gpu: &Gpu,
+    op: &'static str,
+    kernel: &Kernel,
+    out: DeviceSlice<'_>,
+    index: Option<DeviceSlice<'_>>,
+    x: DeviceSlice<'_>,
+) -> Result<()> {
+    check_loop_limit(gpu, op, "len", x.len(), all_loop_iterations)?;
+    out.expect_len(op, "out", 1)?;
+    let mut params = Params::whole(x, out);
+    let mut buffers = vec![x, out];
+    if let Some(index) = index {
+        index.expect_len(op, "index", 1)?;
+        params.idx_out_offset = index.index();
+        buffers.push(index);
+    }
+    gpu.dispatch(Dispatch {
+        kernel,
+        overrides: &[],
+        params: bytemuck::bytes_of(&params),
+        buffers: &buffers,
+        // Exactly one workgroup: a fixed-order tree, so the result is deterministic.
+        workgroups: [1, 1, 1],
+        work: crate::recorder::Work::of_slices(&buffers),
+    })
+}
+
+/// Records `out[0] = sum of x` (f32, one workgroup, fixed order); `out` holds one element.
+pub fn sum_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    all_reduction(gpu, "sum_all", &SUM_ALL, out, None, x)
+}
+
+/// How many sums [`sum_squares_chunks`] writes for `len` elements: one per [`SQUARES_CHUNK`]
+/// elements, at least one.
+pub const fn squares_chunks(len: u64) -> u64 {
+    if len == 0 {
+        1
+    } else {
+        len.div_ceil(SQUARES_CHUNK)
+    }
+}
+
+/// Records `out[c] = sum of x[i]²` over chunk `c` of `x` (elements `c * SQUARES_CHUNK ..`), one
+/// invocation per chunk and no barrier; `out` holds [`squares_chunks`]`(x.len())` elements
+/// (their sum is the sum of squares of `x`; with one chunk, `out[0]` is it). The squares are
+/// not stored: a gradient norm's terms in one pass over `x`, spread over the device. The chunks
+/// depend on the length alone, so the result is deterministic. Reads `x` as `vec4`s when it
+/// starts on a multiple of 4 elements.
+pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    let op = "sum_squares_chunks";
+    let chunks = squares_chunks(x.len());
+    out.expect_len(op, "out", chunks)?;
+    let workgroups = chunks.div_ceil(ALL_WORKGROUP);
+    let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
+    if x.len() > u64::from(u32::MAX) || workgroups > max {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "{} elements need {workgroups} workgroups, more than the device's {max}: split \
+                 the tensor",
+                x.len()
+            ),
+        });
+    }
+    let kernel = if x.index().is_multiple_of(4) {
+        &SUM_SQUARES_CHUNKS_V4
+    } else {
+        &SUM_SQUARES_CHUNKS
+    };
+    let params = Params::whole(x, out);
+    let buffers = [x, out];
+    gpu.dispatch(Dispatch {
+        kernel,
+        overrides: &[],
+        params: bytemuck::bytes_of(&params),
+        buffers: &buffers,
+        workgroups: [workgroups as u32, 1, 1],
+        work: crate::recorder::Work::of_slices(&buffers),
+    })
+}
+
+/// Records `out[0] = sum of x[i]²` (f32, fixed order; the squares are not stored): a gradient
+/// norm's term in one pass over `x` instead of a product and a sum. Up to [`SQUARES_CHUNK`]
+/// elements this is one [`sum_squares_chunks`] workgroup; beyond, the chunks' sums go to a
+/// [`Category::Temporary`] scratch buffer that [`sum_all`] adds up.
+pub fn sum_squares_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    out.expect_len("sum_squares_all", "out", 1)?;
+    let chunks = squares_chunks(x.len());
+    if chunks == 1 {
+        return sum_squares_chunks(gpu, out, x);
+    }
+    let sums = gpu.alloc_elements(chunks, Category::Temporary, "sum_squares_all chunks")?;
+    sum_squares_chunks(gpu, sums.whole(), x)?;
+    sum_all(gpu, out, sums.whole())
+}
+
+/// Records `out[0] = mean of x` (NaN for an empty `x`).
+pub fn mean_all(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    all_reduction(gpu, "mean_all", &MEAN_ALL, out, None, x)
+}
+
+/// Records `out[0] = max of x` and `index[0]` = its flat index within `x` (NaN wins; ties go
+/// to the smallest index). Its backward is [`max_backward`] with `shape = [len]`, `axis = 0`.
+pub fn max_all(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    index: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+) -> Result<()> {
+    all_reduction(gpu, "max_all", &MAX_ALL, out, Some(index), x)
+}
+
+/// Records `out` (to_shape) `= x` (from_shape) summed over every
+/// dimension that a numpy broadcast from `to_shape` to `from_shape` expanded: the leading extra
+/// dimensions and those where `to_shape` has extent 1. This is the gradient of a broadcast operand
+/// (see [`crate::kernels::binary::backward`]). Errors if `to_shape` does not broadcast to
+/// `from_shape`.
+///
+/// How: dimensions of extent 1 are dropped, adjacent summed dimensions are merged into one axis,
+/// and each merged run is one [`sum_axis`] dispatch over the current shape; the intermediate
+/// results live in [`Category::Temporary`] scratch buffers allocated here and dropped on return
+/// (a dropped buffer's bytes may go to later recorded work at once, which the GPU runs in order;
+/// an upload into them submits the open batch first, see [`crate::recorder`]). The last dispatch writes `out`; with nothing to sum, `x` is
+/// copied. The reference sums one dimension at a time in `f64`; merging only changes the `f32`
+/// summation order.
+pub fn sum_to_shape(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+    from_shape: &[usize],
+    to_shape: &[usize],
+) -> Result<()> {
+    let op = "sum_to_shape";
+    let mismatch = || Error::InvalidArgument {
+        op,
+        message: format!("shape {to_shape:?} does not broadcast to {from_shape:?}"),
+    };
+    if to_shape.len() > from_shape.len() {
+        return Err(mismatch());
+    }
+    let (from_len, to_len) = (elements(from_shape), elements(to_shape));
+    out.expect_len(op, "out", to_len)?;
+    x.expect_len(op, "x", from_len)?;
+    // Runs of (extent, summed) over the dimensions of extent != 1, adjacent equal flags merged.
+    let lead = from_shape.len() - to_shape.len();
+    let mut runs: Vec<(usize, bool)> = Vec::new();
+    for (d, &extent) in from_shape.iter().enumerate() {
+        let target = if d < lead { 1 } else { to_shape[d - lead] };
+        if extent != target && target != 1 {
+            return Err(mismatch());
+        }
+        if extent == 1 {
+            continue;
+        }
+        let summed = extent != target;
+        match runs.last_mut() {
+            Some((e, s)) if *s == summed => *e *= extent,
+            _ => runs.push((extent, summed)),
+        }
+    }
+    if to_len == 0 {
+        return Ok(());
+    }
+    let summed_runs = runs.iter().filter(|(_, s)| *s).count();
+    if summed_runs == 0 {
+        return copy::copy(gpu, out, x);
+    }
+    // Intermediate sums live in scratch buffers, each dropped once the next one is read from it.
+    let mut scratch: Option<DeviceBuffer> = None;
+    let mut done = 0;
+    while let Some(at) = runs.iter().position(|(_, s)| *s) {
+        let shape: Vec<usize> = runs.iter().map(|(e, _)| *e).collect();
+        let view = view_of(op, &shape, at)?;
+        runs.remove(at);
+        done += 1;
+        let src = match &scratch {
+            Some(b) => b.whole(),
+            None => x,
+        };
+        if done == summed_runs {
+            return axis_reduction(gpu, op, &SUM_AXIS, out, src, view);
+        }
+        let next = gpu.alloc_elements(
+            view.output_len() as u64,
+            Category::Temporary,
+            "sum_to_shape scratch",
+        )?;
+        axis_reduction(gpu, op, &SUM_AXIS, next.whole(), src, view)?;
+        scratch = Some(next);
+    }
+    Ok(())
+}
