@@ -42,7 +42,7 @@ impl CausalSelfAttention {
             proj: Linear::new(gpu, dim, dim, true, init, derive_seed(seed, 2))?,
             heads,
             training: true,
-            memory_efficient: true,
+            memory_efficient: false,
         })
     }
 
@@ -72,11 +72,11 @@ impl CausalSelfAttention {
             proj,
             heads,
             training: true,
-            memory_efficient: true,
+            memory_efficient: false,
         })
     }
 
-    /// Uses the fused attention ([`causal_attention`], the default) or, with `false`, the
+    /// Uses the fused attention ([`causal_attention`]) or, with `false` (the default), the
     /// reference path that stores the `T x T` probabilities for backward.
     pub fn set_memory_efficient(&mut self, on: bool) {
         self.memory_efficient = on;

@@ -94,7 +94,7 @@ pub struct TransformerBlock {
 }
 
 impl TransformerBlock {
-    /// Uses the fused attention (the default) or the reference path
+    /// Uses the fused attention or the reference path (the default)
     /// ([`CausalSelfAttention::set_memory_efficient`]).
     pub fn set_memory_efficient_attention(&mut self, on: bool) {
         self.attn.set_memory_efficient(on);

@@ -106,7 +106,7 @@ fn linear(gpu: &Gpu, inputs: usize, outputs: usize, std: f32, seed: u64) -> Resu
 }
 
 impl Gpt {
-    /// Uses the fused attention in every block (the default) or, with `false`, the reference
+    /// Uses the fused attention in every block or, with `false` (the default), the reference
     /// path that keeps each layer's `T x T` probabilities for backward.
     pub fn set_memory_efficient_attention(&mut self, on: bool) {
         for block in &mut self.blocks {

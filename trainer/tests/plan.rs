@@ -489,10 +489,12 @@ fn the_plan_picks_a_micro_batch_whose_tensors_fit_one_binding() {
 /// Scale, shapes only: the GPT-2 small shape (12 layers, 12 heads, width 768, context 1024) on
 /// the Shakespeare characters, batch 12, under 8 GiB with a binding limit of 128 MiB (lavapipe's;
 /// set, so the test means the same on any adapter). No kernel runs and no parameter value is
-/// drawn. The fused attention keeps no `1024 x 1024` tensor, so the largest tensor of a step is
-/// the MLP's hidden activation, `m * 1024 * 3072 * 4` bytes at micro-batch `m`: 151 MB at 12 is
-/// past one binding, 75.5 MB at 6 is not, so the plan picks 6. Its fixed state is the analytic
-/// one: 4 bytes a parameter, twice that for AdamW's moments.
+/// drawn. With the reference attention a layer's probabilities take `m * 12 * 1024^2 * 4` bytes
+/// at micro-batch `m`: 151 MB at 3 is past one binding, 101 MB at 2 is not, so the plan picks 2
+/// (the largest `ceil(12 / parts)` under the limit). The fused attention keeps no `1024 x 1024`
+/// tensor, so the largest tensor is the MLP's hidden activation, `m * 1024 * 3072 * 4` bytes:
+/// 151 MB at 12, 75.5 MB at 6, and the plan picks 6. The fixed state is the analytic one: 4
+/// bytes a parameter, twice that for AdamW's moments.
 #[test]
 fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_limit() {
     use plimsoll_kernels_wgsl::GpuOptions;
@@ -529,6 +531,21 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     cfg.micro_batch = None;
     cfg.checkpointing = CheckpointPolicy::Automatic;
     cfg.eval_interval_steps = Some(50);
+    let reference = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();
+    assert_eq!(reference.micro_batch, 2, "{reference}");
+    let at = |m: usize| {
+        reference
+            .probes
+            .iter()
+            .find(|p| p.micro_batch == m)
+            .unwrap()
+    };
+    let (_, bytes, _) = at(3).too_large.clone().expect("past one binding at 3");
+    assert_eq!(bytes, 3 * 12 * 1024 * 1024 * 4, "{reference}");
+    let spec = plimsoll_trainer::GptSpec {
+        attention: plimsoll_trainer::Attention::Fused,
+        ..spec
+    };
     let plan = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();
     assert_eq!(plan.micro_batch, 6, "{plan}");
     assert!(plan.predicted_peak_reserved_bytes <= 8 << 30, "{plan}");

@@ -9,7 +9,7 @@
 //!   packed words): peak activation, allocated and reserved bytes, and step time, side by
 //!   side (f16's activation peak must be at most 0.55 of f32's).
 //!
-//! - Part `attention`: the same model at context 256 and 1024, batch 1, with the fused attention
+//! - Part `attention`: the same model at context 64 (the default), 256 and 1024, batch 1, with the fused attention
 //!   (no `T x T` tensor kept) against the reference path (scores, softmax, product, the
 //!   probabilities kept): peak activation bytes and median step time.
 //!
@@ -173,7 +173,7 @@ pub fn run(report: &mut Report) -> Result<()> {
 pub fn run_attention(report: &mut Report) -> Result<()> {
     let corpus = CharCorpus::shakespeare()?;
     let vocab = corpus.vocab_size();
-    for context in [256usize, 1024] {
+    for context in [64usize, 256, 1024] {
         let data = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab)?;
         let mut rows = Vec::new();
         for (name, attention) in [

@@ -69,11 +69,12 @@ fn attention_forward(
             tile_b[e] = vx;
         }
         workgroupBarrier();
-        if live && j0 <= i {
-            let n = min(TILE, i + 1u - j0);
+        // Every row of the workgroup runs the same loops (uniform control flow and tile
+        // indices: lavapipe broadcasts the tile's loads); keys after the row are masked.
+        {
             var s: array<f32, 16>;
             var mt = m;
-            for (var jj = 0u; jj < n; jj = jj + 1u) {
+            for (var jj = 0u; jj < TILE; jj = jj + 1u) {
                 let kb = jj * dp;
                 var dot = 0.0;
                 for (var c = 0u; c < dp; c = c + 8u) {
@@ -86,8 +87,8 @@ fn attention_forward(
                         qr[c + 6u] * tile_a[kb + c + 6u] +
                         qr[c + 7u] * tile_a[kb + c + 7u];
                 }
-                s[jj] = dot;
-                mt = max(mt, dot);
+                s[jj] = select(NEG, dot, live && j0 + jj <= i);
+                mt = max(mt, s[jj]);
             }
             let corr = exp(m - mt);
             l = l * corr;
@@ -101,8 +102,8 @@ fn attention_forward(
                     acc[c + 6u] = acc[c + 6u] * corr;
                     acc[c + 7u] = acc[c + 7u] * corr;
             }
-            for (var jj = 0u; jj < n; jj = jj + 1u) {
-                let p = exp(s[jj] - mt);
+            for (var jj = 0u; jj < TILE; jj = jj + 1u) {
+                let p = select(0.0, exp(s[jj] - mt), live && j0 + jj <= i);
                 l = l + p;
                 let vb = jj * dp;
                 for (var c = 0u; c < dp; c = c + 8u) {
@@ -177,9 +178,8 @@ fn attention_backward_dq(
             tile_b[e] = vx;
         }
         workgroupBarrier();
-        if live && j0 <= i {
-            let n = min(TILE, i + 1u - j0);
-            for (var jj = 0u; jj < n; jj = jj + 1u) {
+        {
+            for (var jj = 0u; jj < TILE; jj = jj + 1u) {
                 let kb = jj * dp;
                 var s = 0.0;
                 var dpv = 0.0;
@@ -201,7 +201,8 @@ fn attention_backward_dq(
                         gr[c + 6u] * tile_b[kb + c + 6u] +
                         gr[c + 7u] * tile_b[kb + c + 7u];
                 }
-                let ds = exp(s - lse_i) * (dpv - delta_i);
+                let p = select(0.0, exp(s - lse_i), live && j0 + jj <= i);
+                let ds = p * (dpv - delta_i);
                 for (var c = 0u; c < dp; c = c + 8u) {
                     acc[c] = acc[c] + ds * tile_a[kb + c];
                     acc[c + 1u] = acc[c + 1u] + ds * tile_a[kb + c + 1u];
@@ -280,10 +281,10 @@ fn attention_backward_dkdv(
             tile_delta[lid.x] = dl;
         }
         workgroupBarrier();
-        if live && i0 + TILE > j {
+        {
             for (var ii = 0u; ii < TILE; ii = ii + 1u) {
                 let i = i0 + ii;
-                if i < t && i >= j {
+                {
                     let qb = ii * dp;
                     var s = 0.0;
                     var dpv = 0.0;
@@ -305,7 +306,7 @@ fn attention_backward_dkdv(
                         vr[c + 6u] * tile_b[qb + c + 6u] +
                         vr[c + 7u] * tile_b[qb + c + 7u];
                     }
-                    let p = exp(s - tile_lse[ii]);
+                    let p = select(0.0, exp(s - tile_lse[ii]), live && i < t && i >= j);
                     let ds = p * (dpv - tile_delta[ii]);
                     for (var c = 0u; c < dp; c = c + 8u) {
                         dv_acc[c] = dv_acc[c] + p * tile_b[qb + c];
