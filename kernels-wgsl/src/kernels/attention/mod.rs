@@ -473,7 +473,7 @@ pub(crate) mod tests {
         };
         let s = buffer.slice(0, 4 * 129)?;
         let l = buffer.slice(0, 4)?;
-        let err = super::forward(&gpu, &dims, [s, l], [s, s, s]).unwrap_err();
+        let err = super::forward(&gpu, &dims, [s, l], [s, s, s]).expect_err("must be refused");
         assert!(
             matches!(err, Error::InvalidArgument { .. }) && err.to_string().contains("129"),
             "{err}"
@@ -488,7 +488,7 @@ pub(crate) mod tests {
             };
             let s = buffer.slice(0, (time + 1) * 128)?;
             let l = buffer.slice(0, time + 1)?;
-            let err = super::forward(&gpu, &dims, [s, l], [s, s, s]).unwrap_err();
+            let err = super::forward(&gpu, &dims, [s, l], [s, s, s]).expect_err("must be refused");
             assert!(matches!(err, Error::LoopLimit { .. }), "{err}");
             assert!(err.to_string().contains(&format!("time <= {time}")), "{err}");
         }
