@@ -29,6 +29,25 @@ fn padded_dim() -> u32 {
     return (params.head_dim + 7u) / 8u * 8u;
 }
 
+// Keys j0..j0 + TILE of the head at `base` into tile_a and their values into tile_b (row stride
+// `dp`, zeros past T and past D), this invocation's share of them (forward and dq).
+fn load_key_tile(lane: u32, base: u32, j0: u32, dp: u32) {
+    let t = params.time;
+    let d = params.head_dim;
+    for (var e = lane; e < TILE * dp; e = e + ROWS) {
+        let j = j0 + e / dp;
+        let c = e % dp;
+        var kx = 0.0;
+        var vx = 0.0;
+        if j < t && c < d {
+            kx = k[params.k_offset + base + j * d + c];
+            vx = v[params.v_offset + base + j * d + c];
+        }
+        tile_a[e] = kx;
+        tile_b[e] = vx;
+    }
+}
+
 @compute @workgroup_size(64)
 fn attention_forward(
     @builtin(local_invocation_id) lid: vec3<u32>,
@@ -56,18 +75,7 @@ fn attention_forward(
     let tiles = (min(row0 + ROWS, t) - 1u) / TILE + 1u;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * TILE;
-        for (var e = lid.x; e < TILE * dp; e = e + ROWS) {
-            let j = j0 + e / dp;
-            let c = e % dp;
-            var kx = 0.0;
-            var vx = 0.0;
-            if j < t && c < d {
-                kx = k[params.k_offset + base + j * d + c];
-                vx = v[params.v_offset + base + j * d + c];
-            }
-            tile_a[e] = kx;
-            tile_b[e] = vx;
-        }
+        load_key_tile(lid.x, base, j0, dp);
         workgroupBarrier();
         // Every row of the workgroup runs the same loops (uniform control flow and tile
         // indices: lavapipe broadcasts the tile's loads); keys after the row are masked.
@@ -165,18 +173,7 @@ fn attention_backward_dq(
     let tiles = (min(row0 + ROWS, t) - 1u) / TILE + 1u;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * TILE;
-        for (var e = lid.x; e < TILE * dp; e = e + ROWS) {
-            let j = j0 + e / dp;
-            let c = e % dp;
-            var kx = 0.0;
-            var vx = 0.0;
-            if j < t && c < d {
-                kx = k[params.k_offset + base + j * d + c];
-                vx = v[params.v_offset + base + j * d + c];
-            }
-            tile_a[e] = kx;
-            tile_b[e] = vx;
-        }
+        load_key_tile(lid.x, base, j0, dp);
         workgroupBarrier();
         {
             for (var jj = 0u; jj < TILE; jj = jj + 1u) {

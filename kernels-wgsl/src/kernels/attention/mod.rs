@@ -190,6 +190,22 @@ fn launch(
     })
 }
 
+/// The shape and the offsets of the forward's slices (`[q, k, v, o, lse]`) as `Params`.
+fn forward_params(dims: &AttentionDims, [q, k, v, o, lse]: [DeviceSlice<'_>; 5]) -> Params {
+    Params {
+        heads_batch: dims.heads_batch as u32,
+        time: dims.time as u32,
+        head_dim: dims.head_dim as u32,
+        scale: dims.scale,
+        q_offset: q.index(),
+        k_offset: k.index(),
+        v_offset: v.index(),
+        o_offset: o.index(),
+        lse_offset: lse.index(),
+        ..Params::default()
+    }
+}
+
 /// Records the forward: `o = softmax(scale * q kᵀ, causal) v` (`[BH, T, D]`) and `lse`, the
 /// log-sum-exp of each row of scaled scores (`[BH, T]`, what the backward needs).
 pub fn forward(
@@ -206,18 +222,7 @@ pub fn forward(
         &[("q", q), ("k", k), ("v", v), ("o", o)],
         &[("lse", lse)],
     )?;
-    let params = Params {
-        heads_batch: dims.heads_batch as u32,
-        time: dims.time as u32,
-        head_dim: dims.head_dim as u32,
-        scale: dims.scale,
-        q_offset: q.index(),
-        k_offset: k.index(),
-        v_offset: v.index(),
-        o_offset: o.index(),
-        lse_offset: lse.index(),
-        ..Params::default()
-    };
+    let params = forward_params(dims, [q, k, v, o, lse]);
     launch(
         gpu,
         &FORWARD,
@@ -255,21 +260,12 @@ pub fn backward(
         &[("lse", lse), ("delta", delta)],
     )?;
     let params = Params {
-        heads_batch: dims.heads_batch as u32,
-        time: dims.time as u32,
-        head_dim: dims.head_dim as u32,
-        scale: dims.scale,
-        q_offset: q.index(),
-        k_offset: k.index(),
-        v_offset: v.index(),
-        o_offset: o.index(),
-        lse_offset: lse.index(),
         do_offset: d_o.index(),
         delta_offset: delta.index(),
         dq_offset: dq.index(),
         dk_offset: dk.index(),
         dv_offset: dv.index(),
-        ..Params::default()
+        ..forward_params(dims, [q, k, v, o, lse])
     };
     let flops = forward_flops(dims);
     launch(
