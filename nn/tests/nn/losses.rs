@@ -108,3 +108,87 @@ fn cross_entropy_matches_reference() {
         "{err}"
     );
 }
+
+/// The chunked output head and loss against the unfused path (`x · weightᵀ`, then
+/// cross-entropy): the same loss, `dx` and `dweight` within f32 rounding for every chunk size
+/// (one row, a size that leaves a short last chunk, all rows, more than all, and the automatic
+/// choice), with label smoothing and an upstream gradient other than 1; and over the forward and
+/// backward the fused path's peak stays under the unfused one's by at least the whole logits.
+#[test]
+fn linear_cross_entropy_matches_the_unfused_head_and_never_holds_the_logits() {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let (rows, width, vocab, smoothing) = (96, 24, 517, 0.1);
+    let xs = Rng::new(40).vec_f32(rows * width, -1.0, 1.0);
+    let ws = Rng::new(41).vec_f32(vocab * width, -0.5, 0.5);
+    let mut rng = Rng::new(42);
+    let ts: Vec<u32> = (0..rows).map(|_| rng.below(vocab as u64) as u32).collect();
+    let run = |chunk: Option<usize>| {
+        let x = input(&gpu, &xs, &[2, rows / 2, width]);
+        let w = input(&gpu, &ws, &[vocab, width]);
+        let t = Tensor::from_indices(&gpu, &ts, &[2, rows / 2]).unwrap();
+        gpu.with_allocator(|a| a.reset_peaks());
+        let loss = match chunk {
+            Some(c) => loss::linear_cross_entropy(&x, &w, &t, smoothing, c).unwrap(),
+            None => {
+                let logits = x.matmul_transposed(&w).unwrap();
+                let logits = logits.reshape(&[rows, vocab]).unwrap();
+                let flat = t.reshape(&[rows]).unwrap();
+                loss::cross_entropy(&logits, &flat, smoothing).unwrap()
+            }
+        };
+        loss.mul_scalar(3.0).unwrap().backward().unwrap();
+        let peak = gpu.with_allocator(|a| a.stats().peak_allocated_bytes);
+        let values = vec![
+            vec![loss.item().unwrap()],
+            x.grad().unwrap().to_vec().unwrap(),
+            w.grad().unwrap().to_vec().unwrap(),
+        ];
+        (peak, values)
+    };
+    let (unfused_peak, want) = run(None);
+    let logits_bytes = (rows * vocab * 4) as u64;
+    for chunk in [1, 7, rows, rows + 5, 0] {
+        let (peak, got) = run(Some(chunk));
+        for (name, (g, w)) in ["loss", "dx", "dweight"].iter().zip(got.iter().zip(&want)) {
+            assert_close(&format!("{name}, chunk {chunk}"), g, &to_f64(w), 1e-5, 1e-4);
+        }
+        if chunk < rows / 2 {
+            assert!(
+                peak + logits_bytes <= unfused_peak,
+                "chunk {chunk}: peak {peak} B, unfused {unfused_peak} B, logits {logits_bytes} B"
+            );
+        }
+    }
+}
+
+/// The automatic chunk follows the Liger rule (a chunk's logits about the size of the input),
+/// stays within the rows, and keeps a chunk's logits inside one binding.
+#[test]
+fn the_automatic_loss_chunk_keeps_a_chunk_near_the_input_size_and_inside_one_binding() {
+    // GPT-2 small at micro-batch 12: 12,288 rows of 768 against 50,257 tokens.
+    let chunk = loss::loss_chunk_rows(12 * 1024, 768, 50_257, 128 << 20);
+    assert_eq!(chunk, 256, "ceil(12288 / 66) = 187, to a power of two");
+    // A character vocabulary: one chunk of every row.
+    assert_eq!(
+        loss::loss_chunk_rows(64 * 256, 384, 65, 128 << 20),
+        64 * 256
+    );
+    // A small binding caps the chunk: 50,257 x 4 B = 201,028 B a row.
+    assert_eq!(loss::loss_chunk_rows(12 * 1024, 768, 50_257, 1 << 20), 5);
+    assert_eq!(loss::loss_chunk_rows(0, 768, 50_257, 0), 1);
+}
+
+/// Bad input to the chunked loss is a typed error, not a panic.
+#[test]
+fn linear_cross_entropy_refuses_shapes_that_do_not_fit() {
+    let gpu = gpu();
+    let x = input(&gpu, &[0.5; 12], &[3, 4]);
+    let w = input(&gpu, &[0.5; 20], &[5, 4]);
+    let t = Tensor::from_indices(&gpu, &[0, 1], &[2]).unwrap();
+    let err = loss::linear_cross_entropy(&x, &w, &t, 0.0, 0).expect_err("2 targets for 3 rows");
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    let t = Tensor::from_indices(&gpu, &[0, 1, 2], &[3]).unwrap();
+    let w5 = input(&gpu, &[0.5; 25], &[5, 5]);
+    assert!(loss::linear_cross_entropy(&x, &w5, &t, 0.0, 0).is_err());
+    assert!(loss::linear_cross_entropy(&x, &w, &t, 1.5, 0).is_err());
+}
