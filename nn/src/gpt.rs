@@ -161,6 +161,37 @@ impl Gpt {
     /// Logits `[batch, time, vocab]` of u32 token ids `[batch, time]` (`time <= block_size`),
     /// running each run of `segment_len` blocks through autograd's checkpoint (0: none).
     pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        let h = self.hidden_checkpointed(ids, segment_len)?;
+        Ok(h.matmul_transposed(self.wte.weight())?)
+    }
+
+    /// The mean next-token cross-entropy of token ids `[batch, time]` against `targets` (the
+    /// same shape), with label smoothing, through the chunked output head
+    /// ([`crate::loss::linear_cross_entropy`], `chunk_rows` rows at a time, 0: the automatic
+    /// chunk): the `[batch, time, vocab]` logits never exist. The same loss and gradients as
+    /// [`Gpt::forward_checkpointed`] followed by [`crate::loss::cross_entropy`], within f32
+    /// rounding.
+    pub fn loss_checkpointed(
+        &self,
+        ids: &Tensor,
+        targets: &Tensor,
+        segment_len: usize,
+        label_smoothing: f32,
+        chunk_rows: usize,
+    ) -> Result<Tensor> {
+        let h = self.hidden_checkpointed(ids, segment_len)?;
+        let rows = ids.numel();
+        crate::loss::linear_cross_entropy(
+            &h.reshape(&[rows, self.config.n_embd])?,
+            self.wte.weight(),
+            &targets.reshape(&[targets.numel()])?,
+            label_smoothing,
+            chunk_rows,
+        )
+    }
+
+    /// The final hidden states `[batch, time, n_embd]` (after `ln_f`, before the head).
+    fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
         let &[_, time] = ids.shape() else {
             return Err(Error::InputShape {
                 module: "Gpt",
@@ -202,8 +233,7 @@ impl Gpt {
                 })?
             };
         }
-        let h = self.ln_f.forward(&x)?;
-        Ok(h.matmul_transposed(self.wte.weight())?)
+        self.ln_f.forward(&x)
     }
 
     /// The parameters under nanoGPT's names plus `lm_head.weight`, the head tied to

@@ -25,6 +25,7 @@ const CONTEXT: usize = 8;
 fn spec(optimizer: OptimizerSpec) -> GptSpec {
     GptSpec {
         attention: Default::default(),
+        loss: Default::default(),
         config: GptConfig {
             vocab_size: VOCAB,
             block_size: CONTEXT,

@@ -281,6 +281,7 @@ fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
     let budget = 42 << 20;
     let spec = plimsoll_trainer::GptSpec {
         attention: Default::default(),
+        loss: Default::default(),
         config: plimsoll_nn::GptConfig {
             vocab_size: 65,
             block_size: 64,
@@ -513,6 +514,7 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     gpu.set_memory_budget(8 << 30);
     let spec = plimsoll_trainer::GptSpec {
         attention: Default::default(),
+        loss: Default::default(),
         config: plimsoll_nn::GptConfig {
             vocab_size: 65,
             block_size: 1024,
@@ -544,6 +546,7 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     assert_eq!(bytes, 3 * 12 * 1024 * 1024 * 4, "{reference}");
     let spec = plimsoll_trainer::GptSpec {
         attention: plimsoll_trainer::Attention::Fused,
+        loss: Default::default(),
         ..spec
     };
     let plan = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();

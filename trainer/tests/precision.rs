@@ -309,6 +309,7 @@ fn an_f16_gpt_ends_300_steps_within_2_percent_of_f32() {
             TokenData::evenly_spaced(Arc::new(corpus.val().to_vec()), context, vocab, 64).unwrap();
         let spec = GptSpec {
             attention: Default::default(),
+            loss: Default::default(),
             config: GptConfig {
                 vocab_size: vocab,
                 block_size: context,

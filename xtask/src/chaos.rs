@@ -128,6 +128,7 @@ fn workloads() -> Result<Vec<Workload>> {
         name: "gpt 2x32",
         recipe: Box::new(GptSpec {
             attention: Default::default(),
+            loss: Default::default(),
             config: GptConfig {
                 vocab_size: 13,
                 block_size: 8,

@@ -125,6 +125,8 @@ pub struct MemoryPlan {
     pub predicted_peak_reserved_bytes: u64,
     /// Predicted peak allocated bytes of evaluating in chunks of the chosen micro-batch.
     pub predicted_eval_peak_bytes: Option<u64>,
+    /// Rows per chunk of the loss at the chosen micro-batch (`None`: not chunked).
+    pub loss_chunk_rows: Option<usize>,
     /// Every dry run, in the order made.
     pub probes: Vec<Probe>,
     /// Wall time of the plan, ms.
@@ -211,7 +213,11 @@ impl fmt::Display for MemoryPlan {
                 Some(0) => "none (no evaluation set)".to_string(),
                 Some(b) => format!("peak {}", format_bytes(b)),
             }
-        )
+        )?;
+        if let Some(rows) = self.loss_chunk_rows {
+            write!(f, "; loss in chunks of {rows} rows")?;
+        }
+        Ok(())
     }
 }
 
@@ -754,6 +760,11 @@ fn plan_explained(
             .peak_reserved_bytes
             .max(choice.eval_peak_reserved_bytes.unwrap_or(0)),
         predicted_eval_peak_bytes: choice.eval_peak_allocated_bytes,
+        loss_chunk_rows: spec.loss_chunk_rows(
+            choice.micro_batch,
+            data.input_width(),
+            gpu.max_buffer_bytes(),
+        ),
         probes,
         plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })

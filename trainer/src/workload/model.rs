@@ -246,8 +246,48 @@ pub struct GptSpec {
     pub seed: u64,
     /// The optimizer.
     pub optimizer: OptimizerSpec,
-    /// How attention runs (fused by default).
+    /// How attention runs.
     pub attention: Attention,
+    /// How the output head and loss run (chunked by default).
+    pub loss: LossHead,
+}
+
+/// How a GPT's output head and cross-entropy run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossHead {
+    /// [`plimsoll_nn::loss::linear_cross_entropy`]: the head and loss in chunks of this many
+    /// rows (0: the automatic chunk, [`plimsoll_nn::loss::loss_chunk_rows`]), so the
+    /// `[batch, time, vocab]` logits never exist.
+    Chunked(usize),
+    /// The whole logits, then cross-entropy (the reference the chunked loss is checked
+    /// against); the logits are kept for backward.
+    Reference,
+}
+
+impl Default for LossHead {
+    fn default() -> LossHead {
+        LossHead::Chunked(0)
+    }
+}
+
+impl LossHead {
+    /// Rows per chunk of the head for `rows` rows of `width` over `vocab` tokens with bindings
+    /// of `max_binding_bytes`: `None` for the reference path (one `[rows, vocab]` logits).
+    pub fn chunk_rows(
+        self,
+        rows: usize,
+        width: usize,
+        vocab: usize,
+        max_binding_bytes: u64,
+    ) -> Option<usize> {
+        match self {
+            LossHead::Chunked(0) => {
+                Some(loss::loss_chunk_rows(rows, width, vocab, max_binding_bytes))
+            }
+            LossHead::Chunked(n) => Some(n.min(rows.max(1))),
+            LossHead::Reference => None,
+        }
+    }
 }
 
 /// How a GPT's attention runs. The reference path is the default for now: on lavapipe the
@@ -267,7 +307,10 @@ impl Recipe for GptSpec {
     fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
         let mut gpt = Gpt::new(gpu, self.config, self.seed)?;
         gpt.set_memory_efficient_attention(self.attention == Attention::Fused);
-        let model = GptModel { gpt };
+        let model = GptModel {
+            gpt,
+            loss: self.loss,
+        };
         Ok((Box::new(model), self.optimizer.build()))
     }
 
@@ -301,11 +344,24 @@ impl Recipe for GptSpec {
             c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, self.seed, self.optimizer
         )
     }
+
+    fn loss_chunk_rows(
+        &self,
+        micro_batch: usize,
+        input_width: usize,
+        max_binding_bytes: u64,
+    ) -> Option<usize> {
+        let c = self.config;
+        let rows = micro_batch.saturating_mul(input_width);
+        self.loss
+            .chunk_rows(rows, c.n_embd, c.vocab_size, max_binding_bytes)
+    }
 }
 
 /// A built GPT: the mean next-token cross-entropy over every position of every window.
 pub struct GptModel {
     gpt: Gpt,
+    loss: LossHead,
 }
 
 impl GptModel {
@@ -332,14 +388,23 @@ impl Model for GptModel {
     }
 
     fn loss(&self, batch: &Batch, segment_len: usize, label_smoothing: f32) -> Result<Tensor> {
+        if let LossHead::Chunked(rows) = self.loss {
+            let (ids, targets) = (&batch.inputs, &batch.targets);
+            return Ok(self.gpt.loss_checkpointed(
+                ids,
+                targets,
+                segment_len,
+                label_smoothing,
+                rows,
+            )?);
+        }
         let (logits, targets) = self.flat(batch, segment_len)?;
         Ok(loss::cross_entropy(&logits, &targets, label_smoothing)?)
     }
 
     fn evaluate(&self, batch: &Batch) -> Result<EvalSums> {
-        let (logits, targets) = self.flat(batch, 0)?;
-        let mean = loss::cross_entropy(&logits, &targets, 0.0)?.item()?;
-        let count = targets.numel() as u64;
+        let mean = self.loss(batch, 0, 0.0)?.item()?;
+        let count = batch.targets.numel() as u64;
         Ok(EvalSums {
             count,
             loss_sum: f64::from(mean) * count as f64,

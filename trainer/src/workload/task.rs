@@ -208,4 +208,16 @@ pub trait Recipe: Send + Sync {
     /// One line naming the model and its optimizer, for the log and the run record
     /// (`MLP 64-128-10, Relu, seed 0; Adam(..)`).
     fn describe(&self) -> String;
+
+    /// Rows per chunk of a chunked loss at `micro_batch` samples of `input_width` (a GPT's
+    /// context), on bindings of `max_binding_bytes`; `None` when the loss is not chunked.
+    fn loss_chunk_rows(
+        &self,
+        micro_batch: usize,
+        input_width: usize,
+        max_binding_bytes: u64,
+    ) -> Option<usize> {
+        let _ = (micro_batch, input_width, max_binding_bytes);
+        None
+    }
 }

@@ -39,6 +39,7 @@ pub fn adam_spec(widths: &[usize]) -> ModelSpec {
 pub fn tiny_gpt(len: u32) -> (GptSpec, std::sync::Arc<Vec<u32>>) {
     let spec = GptSpec {
         attention: Default::default(),
+        loss: Default::default(),
         config: GptConfig {
             vocab_size: 13,
             block_size: 8,

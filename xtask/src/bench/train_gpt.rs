@@ -52,6 +52,7 @@ const PRECISION_ROUNDS: usize = 9;
 pub(crate) fn spec(vocab: usize) -> GptSpec {
     GptSpec {
         attention: Default::default(),
+        loss: Default::default(),
         config: GptConfig {
             vocab_size: vocab,
             block_size: CONTEXT,

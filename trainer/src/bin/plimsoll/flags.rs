@@ -155,3 +155,14 @@ pub fn count(s: &str) -> Parsed<usize> {
 pub fn count_u64(s: &str) -> Parsed<u64> {
     count(s).map(|v| v as u64)
 }
+
+/// `--loss-chunk`: `auto` (the automatic chunk), `off` (the whole logits) or a row count.
+pub fn loss_chunk(s: &str) -> Parsed<plimsoll_trainer::LossHead> {
+    match s.trim() {
+        "auto" => Ok(plimsoll_trainer::LossHead::Chunked(0)),
+        "off" => Ok(plimsoll_trainer::LossHead::Reference),
+        rows => count(rows)
+            .map(plimsoll_trainer::LossHead::Chunked)
+            .map_err(|e| format!("{e}; give `auto`, `off` or a number of rows")),
+    }
+}

@@ -229,6 +229,12 @@ struct DigitsArgs {
 /// is absent) and records it in `run.json`; `sample` reads it from there.
 #[derive(Args, Clone)]
 pub(crate) struct GptShape {
+    /// A GPT-2 shape under nanoGPT's names: layers, heads and width of GPT-2 small (gpt2:
+    /// 12 x 12 x 768), medium (24 x 16 x 1024), large (36 x 20 x 1280) or XL (48 x 25 x 1600),
+    /// context 1024. --context, --layers, --heads and --width override it. The vocabulary stays
+    /// the data's (characters for the bundled plays).
+    #[arg(long, value_enum)]
+    model: Option<Preset>,
     /// Tokens per window, the model's block size [default: 64].
     #[arg(long, value_parser = flags::count)]
     context: Option<usize>,
@@ -243,6 +249,41 @@ pub(crate) struct GptShape {
     width: Option<usize>,
 }
 
+/// GPT-2's sizes under nanoGPT's names (`--model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Preset {
+    /// GPT-2 small: 12 layers, 12 heads, width 768 (124M parameters with GPT-2's vocabulary).
+    Gpt2,
+    /// GPT-2 medium: 24 layers, 16 heads, width 1024 (350M).
+    Gpt2Medium,
+    /// GPT-2 large: 36 layers, 20 heads, width 1280 (774M).
+    Gpt2Large,
+    /// GPT-2 XL: 48 layers, 25 heads, width 1600 (1.56B).
+    Gpt2Xl,
+}
+
+impl Preset {
+    /// Context, layers, heads and width.
+    fn shape(self) -> [usize; 4] {
+        match self {
+            Preset::Gpt2 => [1024, 12, 12, 768],
+            Preset::Gpt2Medium => [1024, 24, 16, 1024],
+            Preset::Gpt2Large => [1024, 36, 20, 1280],
+            Preset::Gpt2Xl => [1024, 48, 25, 1600],
+        }
+    }
+
+    /// The flag's value.
+    fn name(self) -> &'static str {
+        match self {
+            Preset::Gpt2 => "gpt2",
+            Preset::Gpt2Medium => "gpt2-medium",
+            Preset::Gpt2Large => "gpt2-large",
+            Preset::Gpt2Xl => "gpt2-xl",
+        }
+    }
+}
+
 impl GptShape {
     /// The defaults: nanoGPT's CPU configuration.
     const DEFAULT: [usize; 4] = [64, 4, 4, 128];
@@ -250,7 +291,24 @@ impl GptShape {
     const NAMES: [&str; 4] = ["context", "layers", "heads", "width"];
 
     fn given(&self) -> [Option<usize>; 4] {
-        [self.context, self.layers, self.heads, self.width]
+        let preset = self.model.map(Preset::shape);
+        let from_preset = |i: usize| preset.map(|p| p[i]);
+        [
+            self.context.or(from_preset(0)),
+            self.layers.or(from_preset(1)),
+            self.heads.or(from_preset(2)),
+            self.width.or(from_preset(3)),
+        ]
+    }
+
+    /// The note a preset earns in the log: its name, its shape and the vocabulary it gets.
+    fn preset_note(&self, vocab: usize) -> Option<String> {
+        let preset = self.model?;
+        let [context, layers, heads, width] = preset.shape();
+        Some(format!(
+            "--model {}: {layers} layers x {heads} heads x {width} wide, context {context}              (GPT-2's shape), over the data's vocabulary of {vocab} characters, not GPT-2's              50,257 BPE tokens",
+            preset.name()
+        ))
     }
 
     /// Context, layers, heads and width: the flags, else `recorded`, else the defaults. A flag
@@ -337,6 +395,24 @@ struct ShakespeareArgs {
     /// Train on this text file (UTF-8, optionally .gz) instead of the bundled plays.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// How attention runs: `fused` (FlashAttention: no `context x context` tensor is kept) or
+    /// `reference` (scores, softmax and product, the probabilities kept for backward).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Reference)]
+    attention: AttentionArg,
+    /// Rows per chunk of the output head and loss: `auto` (chosen from the micro-batch so a
+    /// chunk's logits are about the size of the hidden states), a count, or `off` (the whole
+    /// logits, kept for backward).
+    #[arg(long, default_value = "auto", value_parser = flags::loss_chunk)]
+    loss_chunk: plimsoll_trainer::LossHead,
+}
+
+/// `--attention`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AttentionArg {
+    /// The fused kernels.
+    Fused,
+    /// The reference path.
+    Reference,
 }
 
 #[derive(Args, Clone)]

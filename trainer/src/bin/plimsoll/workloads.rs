@@ -10,11 +10,11 @@ use plimsoll_trainer::data::DIGITS_CSV_GZ;
 use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::SHAKESPEARE_GZ;
 use plimsoll_trainer::{
-    CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec, OptimizerSpec, Recipe,
-    Result, RunLength, TokenData, TrainConfig,
+    Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec,
+    OptimizerSpec, Recipe, Result, RunLength, TokenData, TrainConfig,
 };
 
-use crate::{CommonArgs, GptShape, Workload};
+use crate::{AttentionArg, CommonArgs, GptShape, Workload};
 
 /// Everything a workload decides: the model, the data, the configuration.
 pub struct Job {
@@ -446,8 +446,13 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             config.length = RunLength::Steps(a.steps);
             config.eval_interval_steps = Some(a.eval_every.max(1));
             let optimizer = adamw(&a.common, &defaults, 0.99)?;
+            notes.extend(a.shape.preset_note(vocab));
             let spec = GptSpec {
-                attention: Default::default(),
+                attention: match a.attention {
+                    AttentionArg::Fused => Attention::Fused,
+                    AttentionArg::Reference => Attention::Reference,
+                },
+                loss: a.loss_chunk,
                 config: GptShape::config(shape, vocab),
                 seed: a.common.seed,
                 optimizer,
