@@ -513,7 +513,7 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     }
     gpu.set_memory_budget(8 << 30);
     let spec = plimsoll_trainer::GptSpec {
-        attention: Default::default(),
+        attention: plimsoll_trainer::Attention::Reference,
         loss: Default::default(),
         config: plimsoll_nn::GptConfig {
             vocab_size: 65,
@@ -569,6 +569,40 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
         2 * parameter_peak,
         "{plan}"
     );
+    // The default leaves it to the plan: the reference path reaches micro-batch 2 only, so the
+    // plan takes the fused attention, and says so.
+    let auto = plimsoll_trainer::GptSpec {
+        attention: plimsoll_trainer::Attention::Auto,
+        ..spec
+    };
+    let plan = plimsoll_trainer::plan::plan(&gpu, &auto, &train, Some(&val), &cfg).unwrap();
+    assert_eq!(plan.micro_batch, 6, "{plan}");
+    assert!(
+        plan.variant
+            .as_deref()
+            .is_some_and(|v| v.contains("fused attention")),
+        "{plan}"
+    );
+    // A small shape fits with the reference path at the whole batch: the plan keeps it.
+    let small = plimsoll_trainer::GptSpec {
+        config: plimsoll_nn::GptConfig {
+            block_size: 64,
+            n_layer: 2,
+            n_embd: 64,
+            n_head: 4,
+            ..auto.config
+        },
+        ..auto
+    };
+    let windows = |n| {
+        let tokens: std::sync::Arc<Vec<u32>> =
+            std::sync::Arc::new((0..4096u32).map(|i| (i * 31 + i / 7) % 65).collect());
+        plimsoll_trainer::TokenData::evenly_spaced(tokens, 64, 65, n).unwrap()
+    };
+    let plan =
+        plimsoll_trainer::plan::plan(&gpu, &small, &windows(48), Some(&windows(8)), &cfg).unwrap();
+    assert_eq!((plan.micro_batch, plan.segment_len), (12, 0), "{plan}");
+    assert_eq!(plan.variant, None, "{plan}");
 }
 
 /// The checkpoint lengths the plan tries: none, and for every length it skips, a shorter one

@@ -127,6 +127,9 @@ pub struct MemoryPlan {
     pub predicted_eval_peak_bytes: Option<u64>,
     /// Rows per chunk of the loss at the chosen micro-batch (`None`: not chunked).
     pub loss_chunk_rows: Option<usize>,
+    /// The recipe's memory-efficient variant, when the plan chose it
+    /// ([`crate::Recipe::memory_efficient_variant`]): what it changes and why.
+    pub variant: Option<String>,
     /// Every dry run, in the order made.
     pub probes: Vec<Probe>,
     /// Wall time of the plan, ms.
@@ -216,6 +219,9 @@ impl fmt::Display for MemoryPlan {
         )?;
         if let Some(rows) = self.loss_chunk_rows {
             write!(f, "; loss in chunks of {rows} rows")?;
+        }
+        if let Some(variant) = &self.variant {
+            write!(f, "; {variant}")?;
         }
         Ok(())
     }
@@ -593,7 +599,50 @@ pub fn plan(
     test: Option<&dyn Data>,
     config: &TrainConfig,
 ) -> Result<MemoryPlan> {
-    plan_explained(gpu, (spec, data, test, config), true)
+    let Some((why, variant)) = spec.memory_efficient_variant() else {
+        return plan_explained(gpu, (spec, data, test, config), true);
+    };
+    let first = plan_explained(gpu, (spec, data, test, config), false);
+    let wanted = config
+        .micro_batch
+        .unwrap_or(config.effective_batch)
+        .min(data.len())
+        .max(1);
+    if let Ok(p) = &first
+        && p.segment_len == 0
+        && p.micro_batch >= wanted
+    {
+        return first;
+    }
+    let started = Instant::now();
+    let second = plan_explained(gpu, (variant.as_ref(), data, test, config), true);
+    let extra_ms = started.elapsed().as_secs_f64() * 1e3;
+    let chosen = |mut p: MemoryPlan, first: Option<&MemoryPlan>| {
+        p.variant = Some(why.clone());
+        if let Some(f) = first {
+            p.plan_ms += f.plan_ms;
+        }
+        p
+    };
+    match (first, second) {
+        (Ok(a), Ok(b)) if less_recomputation(&b, &a) => Ok(chosen(b, Some(&a))),
+        (Ok(mut a), _) => {
+            a.plan_ms += extra_ms;
+            Ok(a)
+        }
+        (Err(_), Ok(b)) => Ok(chosen(b, None)),
+        (Err(_), Err(e)) => Err(e),
+    }
+}
+
+/// Whether plan `b` runs a step with less overhead than `a`: a larger micro-batch, or the same
+/// with less checkpointing (none, or longer segments).
+fn less_recomputation(b: &MemoryPlan, a: &MemoryPlan) -> bool {
+    let checkpointing = |p: &MemoryPlan| match p.segment_len {
+        0 => usize::MAX,
+        n => n,
+    };
+    (b.micro_batch, checkpointing(b)) > (a.micro_batch, checkpointing(a))
 }
 
 /// [`plan`]; when nothing fits and `explain`, the refusal's least budget and whether f16 fits
@@ -765,6 +814,7 @@ fn plan_explained(
             data.input_width(),
             gpu.max_buffer_bytes(),
         ),
+        variant: None,
         probes,
         plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })

@@ -178,6 +178,12 @@ impl Trainer {
         // from the model's first parameter on.
         let planned = config.allocator == crate::config::AllocatorMode::Planned;
         gpu.with_allocator(|a| a.set_step_planning(planned));
+        // The plan may have chosen the recipe's memory-efficient variant.
+        let variant = match plan.as_ref().and_then(|p| p.variant.as_ref()) {
+            Some(_) => recipe.memory_efficient_variant().map(|(_, r)| r),
+            None => None,
+        };
+        let recipe = variant.as_deref().unwrap_or(recipe);
         let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
         let params = model.parameters();
         let position = RunPosition {

@@ -290,16 +290,20 @@ impl LossHead {
     }
 }
 
-/// How a GPT's attention runs. The reference path is the default for now: on lavapipe the
-/// fused kernels took 1.27x the step at context 64 and 2.6x at 1024 (`cargo xtask bench train
-/// attention`), for 0.95x and 0.33x of the activation memory.
+/// How a GPT's attention runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Attention {
+    /// The memory plan decides: the reference path when the step fits with it at the largest
+    /// micro-batch and no checkpointing (it is the faster: the fused kernels took 1.1x its step
+    /// on an H200 and 1.3x to 2.6x on lavapipe, `cargo xtask bench train attention`), else the
+    /// fused op when that fits a larger micro-batch or less checkpointing. Without a plan, the
+    /// reference path.
+    #[default]
+    Auto,
     /// One fused op that keeps no `T x T` tensor (`plimsoll_nn::causal_attention`).
     Fused,
     /// Scores, causal softmax and a product, the probabilities kept for backward (the
     /// reference the fused op is checked against).
-    #[default]
     Reference,
 }
 
@@ -343,6 +347,18 @@ impl Recipe for GptSpec {
             "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}, seed {}; {}",
             c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, self.seed, self.optimizer
         )
+    }
+
+    fn memory_efficient_variant(&self) -> Option<(String, Box<dyn Recipe>)> {
+        (self.attention == Attention::Auto).then(|| {
+            let fused = GptSpec {
+                attention: Attention::Fused,
+                ..*self
+            };
+            let why = "fused attention (the reference path's T x T probabilities did not fit \
+                       the largest micro-batch without checkpointing)";
+            (why.to_string(), Box::new(fused) as Box<dyn Recipe>)
+        })
     }
 
     fn loss_chunk_rows(

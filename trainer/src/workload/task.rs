@@ -209,6 +209,14 @@ pub trait Recipe: Send + Sync {
     /// (`MLP 64-128-10, Relu, seed 0; Adam(..)`).
     fn describe(&self) -> String;
 
+    /// A variant of this recipe that needs less memory for a slower step (a GPT's fused
+    /// attention), with a line saying what it changes and why the plan chose it: the memory
+    /// plan takes it when this recipe does not fit the largest micro-batch without
+    /// checkpointing and the variant does better. `None` by default.
+    fn memory_efficient_variant(&self) -> Option<(String, Box<dyn Recipe>)> {
+        None
+    }
+
     /// Rows per chunk of a chunked loss at `micro_batch` samples of `input_width` (a GPT's
     /// context), on bindings of `max_binding_bytes`; `None` when the loss is not chunked.
     fn loss_chunk_rows(

@@ -395,9 +395,11 @@ struct ShakespeareArgs {
     /// Train on this text file (UTF-8, optionally .gz) instead of the bundled plays.
     #[arg(long)]
     data: Option<PathBuf>,
-    /// How attention runs: `fused` (FlashAttention: no `context x context` tensor is kept) or
-    /// `reference` (scores, softmax and product, the probabilities kept for backward).
-    #[arg(long, value_enum, default_value_t = AttentionArg::Reference)]
+    /// How attention runs: `auto` (the memory plan picks the reference path when the step fits
+    /// with it at the largest micro-batch without checkpointing, else the fused one), `fused`
+    /// (FlashAttention: no `context x context` tensor is kept; slower here) or `reference`
+    /// (scores, softmax and product, the probabilities kept for backward).
+    #[arg(long, value_enum, default_value_t = AttentionArg::Auto)]
     attention: AttentionArg,
     /// Rows per chunk of the output head and loss: `auto` (chosen from the micro-batch so a
     /// chunk's logits are about the size of the hidden states), a count, or `off` (the whole
@@ -409,6 +411,8 @@ struct ShakespeareArgs {
 /// `--attention`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum AttentionArg {
+    /// The plan decides.
+    Auto,
     /// The fused kernels.
     Fused,
     /// The reference path.

@@ -449,6 +449,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             notes.extend(a.shape.preset_note(vocab));
             let spec = GptSpec {
                 attention: match a.attention {
+                    AttentionArg::Auto => Attention::Auto,
                     AttentionArg::Fused => Attention::Fused,
                     AttentionArg::Reference => Attention::Reference,
                 },
