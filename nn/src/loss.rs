@@ -46,17 +46,23 @@ pub fn mse(pred: &Tensor, target: &Tensor) -> Result<Tensor> {
 
 /// Rows per chunk of [`linear_cross_entropy`] when none is given: the Liger kernel's rule, so a
 /// chunk's logits hold about as many elements as the `[rows, width]` input (`rows / ceil(vocab
-/// / width)`, rounded up to a power of two), never more rows than there are, and never a chunk
-/// whose logits pass `max_binding_bytes` (one binding of f32). At least 1.
+/// / width)`), but at least [`MIN_CHUNK_LOGITS`] of them (a narrow model would otherwise make
+/// chunks of a row or two, each a few launches), rounded up to a power of two; never more rows
+/// than there are, and never a chunk whose logits pass `max_binding_bytes` (one binding of
+/// f32). At least 1.
 pub fn loss_chunk_rows(rows: usize, width: usize, vocab: usize, max_binding_bytes: u64) -> usize {
-    let rows = rows.max(1);
-    let ratio = vocab.max(1).div_ceil(width.max(1));
-    let liger = rows.div_ceil(ratio).next_power_of_two();
-    let binding = (max_binding_bytes / (4 * vocab.max(1) as u64)).max(1);
+    let (rows, vocab) = (rows.max(1), vocab.max(1));
+    let ratio = vocab.div_ceil(width.max(1));
+    let liger = rows.div_ceil(ratio).max(MIN_CHUNK_LOGITS.div_ceil(vocab));
+    let binding = (max_binding_bytes / (4 * vocab as u64)).max(1);
     liger
+        .next_power_of_two()
         .min(rows)
         .min(usize::try_from(binding).unwrap_or(usize::MAX))
 }
+
+/// The fewest logits (elements) an automatic chunk of [`loss_chunk_rows`] holds: 8 MiB of f32.
+pub const MIN_CHUNK_LOGITS: usize = 1 << 21;
 
 /// Mean cross-entropy of the logits `x · weightᵀ` (an output head without bias, such as a GPT's
 /// head tied to its token embedding) against u32 `targets`, with label smoothing, computed

@@ -26,7 +26,7 @@ use std::process::{Child, Command};
 
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::testing::{Rng, fresh_dir, gpu};
-use plimsoll_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Module, Optimizer, loss, zero_grad};
+use plimsoll_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Module, Optimizer, zero_grad};
 use serde_json::{Value, json};
 
 /// Two layers, width 16, two heads, context 8: small enough for the reference to train in about
@@ -66,13 +66,15 @@ fn adamw_config() -> AdamWConfig {
 }
 
 /// The mean cross-entropy of `gpt` on `ids` `[n, t]` against `targets` `[n, t]`: the one place
-/// the test computes the loss (the fused linear + cross-entropy replaces this body).
+/// the test computes the loss: the chunked output head and cross-entropy.
 fn loss(gpt: &Gpt, ids: &Tensor, targets: &Tensor) -> Tensor {
-    let logits = gpt.forward(ids).unwrap(); // (n, t, vocab)
-    let rows = targets.numel();
-    let logits = logits.reshape(&[rows, CONFIG.vocab_size]).unwrap(); // (n·t, vocab)
-    loss::cross_entropy(&logits, &targets.reshape(&[rows]).unwrap(), 0.0).unwrap()
+    // The chunked head and loss, in chunks of 5 of the 16 rows (5, 5, 5 and 1).
+    gpt.loss_checkpointed(ids, targets, 0, 0.0, LOSS_CHUNK_ROWS)
+        .unwrap()
 }
+
+/// Rows per chunk of the loss: several chunks and a short last one.
+const LOSS_CHUNK_ROWS: usize = 5;
 
 /// One step's batch, `[BATCH, block_size]` row-major: random token sequences, each target the
 /// token after its input.
