@@ -67,6 +67,9 @@ pub struct Probe {
     /// Whether the allocator's state repeated within the replayed events; when not, later steps
     /// of a long run may reserve more than predicted (out-of-memory recovery covers them).
     pub converged: bool,
+    /// Whether the dry run was of the recipe's memory-efficient variant
+    /// ([`crate::Recipe::memory_efficient_variant`]).
+    pub variant: bool,
 }
 
 /// The checkpoint segment lengths worth a dry run for a model of `blocks` blocks: none (0), and
@@ -97,6 +100,7 @@ impl Probe {
             too_large: None,
             events_replayed: 0,
             converged: true,
+            variant: false,
         }
     }
 
@@ -163,7 +167,7 @@ impl fmt::Display for MemoryPlan {
             writeln!(
                 f,
                 "  {:<14} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
-                segment_name(p.segment_len),
+                segment_name(p.segment_len) + if p.variant { " *" } else { "" },
                 p.micro_batch,
                 format_bytes(p.peak_allocated_bytes),
                 format_bytes(p.peak_reserved_bytes),
@@ -179,6 +183,12 @@ impl fmt::Display for MemoryPlan {
                 } else {
                     "out of memory"
                 },
+            )?;
+        }
+        if self.probes.iter().any(|p| p.variant) {
+            writeln!(
+                f,
+                "  *: a dry run of the model's memory-efficient variant (a GPT's fused attention)"
             )?;
         }
         let replayed = self.probes.iter().map(|p| p.events_replayed).max();
@@ -602,47 +612,34 @@ pub fn plan(
     let Some((why, variant)) = spec.memory_efficient_variant() else {
         return plan_explained(gpu, (spec, data, test, config), true);
     };
-    let first = plan_explained(gpu, (spec, data, test, config), false);
-    let wanted = config
-        .micro_batch
-        .unwrap_or(config.effective_batch)
-        .min(data.len())
-        .max(1);
-    if let Ok(p) = &first
-        && p.segment_len == 0
-        && p.micro_batch >= wanted
-    {
-        return first;
+    // The variant needs less memory for the same choice, so the recipe itself can reach no
+    // better choice than the variant's: plan the variant, then one dry run of the recipe at
+    // that choice keeps the (faster) recipe when it fits there too.
+    let mut lean = plan_explained(gpu, (variant.as_ref(), data, test, config), true)?;
+    for p in &mut lean.probes {
+        p.variant = true;
     }
-    let started = Instant::now();
-    let second = plan_explained(gpu, (variant.as_ref(), data, test, config), true);
-    let extra_ms = started.elapsed().as_secs_f64() * 1e3;
-    let chosen = |mut p: MemoryPlan, first: Option<&MemoryPlan>| {
-        p.variant = Some(why.clone());
-        if let Some(f) = first {
-            p.plan_ms += f.plan_ms;
-        }
-        p
+    let at_choice = TrainConfig {
+        micro_batch: Some(lean.micro_batch),
+        checkpointing: match lean.segment_len {
+            0 => CheckpointPolicy::None,
+            k => CheckpointPolicy::EveryBlocks(k),
+        },
+        ..config.clone()
     };
-    match (first, second) {
-        (Ok(a), Ok(b)) if less_recomputation(&b, &a) => Ok(chosen(b, Some(&a))),
-        (Ok(mut a), _) => {
-            a.plan_ms += extra_ms;
-            Ok(a)
+    match plan_explained(gpu, (spec, data, test, &at_choice), false) {
+        Ok(mut own) => {
+            own.plan_ms += lean.plan_ms;
+            lean.probes.append(&mut own.probes);
+            own.probes = lean.probes;
+            Ok(own)
         }
-        (Err(_), Ok(b)) => Ok(chosen(b, None)),
-        (Err(_), Err(e)) => Err(e),
+        Err(Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. }) => {
+            lean.variant = Some(why);
+            Ok(lean)
+        }
+        Err(e) => Err(e),
     }
-}
-
-/// Whether plan `b` runs a step with less overhead than `a`: a larger micro-batch, or the same
-/// with less checkpointing (none, or longer segments).
-fn less_recomputation(b: &MemoryPlan, a: &MemoryPlan) -> bool {
-    let checkpointing = |p: &MemoryPlan| match p.segment_len {
-        0 => usize::MAX,
-        n => n,
-    };
-    (b.micro_batch, checkpointing(b)) > (a.micro_batch, checkpointing(a))
 }
 
 /// [`plan`]; when nothing fits and `explain`, the refusal's least budget and whether f16 fits

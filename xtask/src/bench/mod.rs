@@ -10,6 +10,7 @@ mod kernel_families;
 mod kernels;
 mod mpi;
 mod plan;
+mod plan_presets;
 mod train;
 pub(crate) mod train_gpt;
 
@@ -96,7 +97,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let report = match suite {
             "allocator" => allocator::run()?,
             "kernels" => kernels::run()?,
-            "plan" => plan::run()?,
+            "plan" => plan::run(&args[1..])?,
             "train" => train::run(&args[1..])?,
             "mpi" => mpi::run()?,
             other => bail!(

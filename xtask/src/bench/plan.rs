@@ -207,9 +207,29 @@ fn predicted_against_measured(
     Ok(())
 }
 
-/// Runs the suite.
-pub fn run() -> Result<Report> {
+/// The parts `cargo xtask bench plan [PART...]` runs (all of them when none is named):
+/// `measured` (the predictions against real runs, above) and `presets` (the GPT-2 presets
+/// under three budgets, [`super::plan_presets`]).
+pub const PARTS: [&str; 2] = ["measured", "presets"];
+
+/// Runs the suite, or the parts named.
+pub fn run(parts: &[String]) -> Result<Report> {
+    if let Some(bad) = parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        anyhow::bail!("unknown plan part `{bad}`; parts: {}", PARTS.join(", "));
+    }
+    let wanted = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
     let mut report = Report::new("plan");
+    if wanted("presets") {
+        super::plan_presets::run(&mut report)?;
+    }
+    if wanted("measured") {
+        measured(&mut report)?;
+    }
+    Ok(report)
+}
+
+/// The `measured` part: predictions against real runs (see the module docs).
+fn measured(report: &mut Report) -> Result<()> {
     let tables = |rows: usize, dim: usize| -> Result<(Box<dyn Data>, Box<dyn Data>)> {
         Ok((
             Box::new(Dataset::synthetic(rows, dim, 10, 5)?),
@@ -217,7 +237,7 @@ pub fn run() -> Result<Report> {
         ))
     };
     case(
-        &mut report,
+        report,
         "digits",
         &mlp(&[64, 128, 10]),
         &|| tables(1437, 64),
@@ -225,7 +245,7 @@ pub fn run() -> Result<Report> {
         (CheckpointPolicy::None, Precision::F32),
     )?;
     case(
-        &mut report,
+        report,
         "mlp_bench",
         &mlp(&[784, 1024, 1024, 1024, 10]),
         &|| tables(512, 784),
@@ -250,7 +270,7 @@ pub fn run() -> Result<Report> {
         let data = || -> Result<(Box<dyn Data>, Box<dyn Data>)> {
             Ok((Box::new(train.clone()), Box::new(val.clone())))
         };
-        case(&mut report, name, &spec(vocab), &data, BATCH, settings)?;
+        case(report, name, &spec(vocab), &data, BATCH, settings)?;
     }
-    Ok(report)
+    Ok(())
 }
