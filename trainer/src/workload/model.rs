@@ -355,8 +355,8 @@ impl Recipe for GptSpec {
                 attention: Attention::Fused,
                 ..*self
             };
-            let why = "fused attention (the reference path's T x T probabilities did not fit \
-                       the largest micro-batch without checkpointing)";
+            let why = "fused attention (the reference attention, which keeps the T x T \
+                       probabilities, does not fit this choice)";
             (why.to_string(), Box::new(fused) as Box<dyn Recipe>)
         })
     }

@@ -301,12 +301,19 @@ impl GptShape {
         ]
     }
 
-    /// The note a preset earns in the log: its name, its shape and the vocabulary it gets.
-    fn preset_note(&self, vocab: usize) -> Option<String> {
+    /// The note a preset earns in the log: its name, the resolved `shape` (context, layers,
+    /// heads, width) and the vocabulary it gets.
+    fn preset_note(&self, shape: [usize; 4], vocab: usize) -> Option<String> {
         let preset = self.model?;
-        let [context, layers, heads, width] = preset.shape();
+        let [context, layers, heads, width] = shape;
+        let whose = match shape == preset.shape() {
+            true => "GPT-2's shape",
+            false => "GPT-2's shape with the flags' changes",
+        };
         Some(format!(
-            "--model {}: {layers} layers x {heads} heads x {width} wide, context {context}              (GPT-2's shape), over the data's vocabulary of {vocab} characters, not GPT-2's              50,257 BPE tokens",
+            "--model {}: {layers} layers x {heads} heads x {width} wide, context {context} \
+             ({whose}), over the data's vocabulary of {vocab} characters, not GPT-2's 50,257 \
+             BPE tokens",
             preset.name()
         ))
     }

@@ -446,7 +446,7 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             config.length = RunLength::Steps(a.steps);
             config.eval_interval_steps = Some(a.eval_every.max(1));
             let optimizer = adamw(&a.common, &defaults, 0.99)?;
-            notes.extend(a.shape.preset_note(vocab));
+            notes.extend(a.shape.preset_note(shape, vocab));
             let spec = GptSpec {
                 attention: match a.attention {
                     AttentionArg::Auto => Attention::Auto,
