@@ -147,7 +147,10 @@ impl plimsoll_trainer::Observer for RunPeaks {
         self.reserved = self.reserved.max(e.peak_reserved_bytes);
     }
     fn on_log(&mut self, line: &str) {
-        self.recovered += usize::from(line.contains("out of memory"));
+        // A recovery's line ("step 3: out of memory at micro-batch ..."), not the plan's table,
+        // whose dry runs that did not fit say "out of memory" too.
+        let recovery = line.contains(": out of memory at") && !line.starts_with("memory plan");
+        self.recovered += usize::from(recovery);
     }
 }
 
@@ -157,16 +160,28 @@ fn predicted_against_measured(
     report: &mut Report,
     name: &str,
     recipe: &dyn Recipe,
-    (train, test): (Box<dyn Data>, Box<dyn Data>),
+    data: (Box<dyn Data>, Box<dyn Data>),
     batch: usize,
     (checkpointing, precision): (CheckpointPolicy, Precision),
 ) -> Result<()> {
-    let gpu = Gpu::new()?;
     let cfg = TrainConfig {
         precision,
         eval_interval_steps: Some(EVAL_EVERY),
         ..config(batch, None, RUN_STEPS, checkpointing)
     };
+    predicted_against_run(report, name, recipe, data, cfg, &Gpu::new()?)
+}
+
+/// [`predicted_against_measured`] of a run of `cfg` on `gpu`.
+pub(super) fn predicted_against_run(
+    report: &mut Report,
+    name: &str,
+    recipe: &dyn Recipe,
+    (train, test): (Box<dyn Data>, Box<dyn Data>),
+    cfg: TrainConfig,
+    gpu: &Gpu,
+) -> Result<()> {
+    let gpu = gpu.clone();
     let mut trainer = Trainer::new(&gpu, cfg, recipe, train, Some(test))?;
     let plan = trainer
         .plan()
@@ -189,6 +204,11 @@ fn predicted_against_measured(
         "samples",
     );
     report.push(
+        format!("{key}/segment_len_chosen"),
+        plan.segment_len as f64,
+        "blocks",
+    );
+    report.push(
         format!("{key}/predicted_peak_reserved"),
         mb(plan.predicted_peak_reserved_bytes),
         "MB",
@@ -208,9 +228,10 @@ fn predicted_against_measured(
 }
 
 /// The parts `cargo xtask bench plan [PART...]` runs (all of them when none is named):
-/// `measured` (the predictions against real runs, above) and `presets` (the GPT-2 presets
-/// under three budgets, [`super::plan_presets`]).
-pub const PARTS: [&str; 2] = ["measured", "presets"];
+/// `measured` (the predictions against real runs, above), `presets` (the GPT-2 presets
+/// under three budgets, [`super::plan_presets`]) and `scale` (real steps of GPT-2 small's
+/// shape against the plan, [`super::plan_presets::run_scale`]).
+pub const PARTS: [&str; 3] = ["measured", "presets", "scale"];
 
 /// Runs the suite, or the parts named.
 pub fn run(parts: &[String]) -> Result<Report> {
@@ -224,6 +245,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("measured") {
         measured(&mut report)?;
+    }
+    if wanted("scale") {
+        super::plan_presets::run_scale(&mut report)?;
     }
     Ok(report)
 }

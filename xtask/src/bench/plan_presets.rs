@@ -166,3 +166,65 @@ fn analytic_bytes(spec: &GptSpec, micro: usize, segment: usize, fused: bool) -> 
     };
     16 * spec.parameter_count() as u64 + 4 * (around + kept) as u64
 }
+
+/// The `scale` part: exactness at scale. Real steps of GPT-2 small's shape (12 layers x 768,
+/// context 256, batch 1, the plays' characters, the loss in chunks of [`SCALE_LOSS_CHUNK`]
+/// rows) under a budget three quarters of the way from its fixed state to its peak without
+/// checkpointing, so the plan must checkpoint: the predicted peaks against the run's ([`SCALE_STEPS`] steps, an
+/// evaluation every [`SCALE_EVAL_EVERY`]).
+pub fn run_scale(report: &mut Report) -> Result<()> {
+    let corpus = CharCorpus::shakespeare()?;
+    let vocab = corpus.vocab_size();
+    let context = 256;
+    let spec = GptSpec {
+        attention: plimsoll_trainer::Attention::Auto,
+        loss: plimsoll_trainer::LossHead::Chunked(SCALE_LOSS_CHUNK),
+        config: GptConfig {
+            vocab_size: vocab,
+            block_size: context,
+            n_layer: 12,
+            n_head: 12,
+            n_embd: 768,
+        },
+        seed: 1,
+        optimizer: OptimizerSpec::AdamW(AdamWConfig::default()),
+    };
+    let data = || -> Result<(Box<dyn plimsoll_trainer::Data>, Box<dyn plimsoll_trainer::Data>)> {
+        let train = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab)?;
+        let val = TokenData::evenly_spaced(Arc::new(corpus.val().to_vec()), context, vocab, 2)?;
+        Ok((Box::new(train), Box::new(val)))
+    };
+    let config = TrainConfig {
+        effective_batch: 1,
+        micro_batch: None,
+        checkpointing: CheckpointPolicy::Automatic,
+        eval_interval_steps: Some(SCALE_EVAL_EVERY),
+        length: plimsoll_trainer::RunLength::Steps(SCALE_STEPS),
+        fence_deadline: std::time::Duration::from_secs(600),
+        ..TrainConfig::default()
+    };
+    // The budget: three quarters of the way from the fixed state to the peak without
+    // checkpointing.
+    let gpu = Gpu::new()?;
+    gpu.set_memory_budget(64 << 30);
+    let (train, test) = data()?;
+    let free =
+        plimsoll_trainer::plan::plan(&gpu, &spec, train.as_ref(), Some(test.as_ref()), &config)?;
+    let fixed = 16 * spec.parameter_count() as u64;
+    let budget = fixed + free.predicted_peak_reserved_bytes.saturating_sub(fixed) * 3 / 4;
+    report.push("plan/gpt2_small_context_256/budget", mb(budget), "MB");
+    let gpu = Gpu::new()?;
+    gpu.set_memory_budget(budget);
+    let cfg = TrainConfig {
+        memory_budget_bytes: Some(budget),
+        ..config
+    };
+    super::plan::predicted_against_run(report, "gpt2_small_context_256", &spec, data()?, cfg, &gpu)
+}
+
+/// Rows per chunk of the loss in the `scale` part: 4 chunks of the 256 rows.
+const SCALE_LOSS_CHUNK: usize = 64;
+/// Steps of the `scale` part's run.
+const SCALE_STEPS: u64 = 4;
+/// Steps between its evaluations.
+const SCALE_EVAL_EVERY: u64 = 2;
