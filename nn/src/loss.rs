@@ -106,6 +106,7 @@ pub fn linear_cross_entropy(
     };
     let rows = x.numel() / x_width.max(1);
     let fits = x_width == width
+        && rows > 0
         && width > 0
         && vocab > 0
         && targets.numel() == rows
@@ -223,10 +224,12 @@ impl Derivative for LinearCrossEntropy {
     /// Per chunk: its logits again, `dlogits` by the cross-entropy kernel (scaled by `g / rows`),
     /// `dx[chunk] = dlogits · weight` and `dweight += dlogitsᵀ · x[chunk]`.
     fn backward(&self, g: &Tensor, needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
-        let g = match g.dtype() {
-            DType::F16 => g.to_f32()?,
-            _ => g.clone(),
+        // Saved tensors may be stored in f16 (`f16_activations`); the kernels read f32.
+        let f32_of = |t: &Tensor| match t.dtype() {
+            DType::F16 => t.to_f32(),
+            _ => Ok(t.clone()),
         };
+        let (g, x) = (f32_of(g)?, f32_of(&self.x)?);
         let h = self.head;
         let gpu = g.gpu();
         let want = |i: usize| needs.get(i).copied().unwrap_or(true);
@@ -252,7 +255,7 @@ impl Derivative for LinearCrossEntropy {
             |label: &str| Tensor::empty(gpu, &[h.chunk, h.vocab], Category::Temporary, label);
         let (logits, dlogits) = (scratch("logits chunk")?, scratch("dlogits chunk")?);
         let (logits_all, dlogits_all) = (logits.elements()?, dlogits.elements()?);
-        let (x_all, w_all) = (self.x.elements()?, self.weight.elements()?);
+        let (x_all, w_all) = (x.elements()?, self.weight.elements()?);
         let (t_all, g_all) = (self.targets.elements()?, g.elements()?);
         let to_autograd = |e: crate::error::Error| plimsoll_autograd::Error::InvalidArgument {
             op: "linear_cross_entropy backward",

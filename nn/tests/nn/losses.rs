@@ -195,3 +195,37 @@ fn linear_cross_entropy_refuses_shapes_that_do_not_fit() {
     assert!(loss::linear_cross_entropy(&x, &w5, &t, 0.0, 0).is_err());
     assert!(loss::linear_cross_entropy(&x, &w, &t, 1.5, 0).is_err());
 }
+
+/// Under `f16_activations` (the saved input stored in f16) the chunked loss trains as in f32:
+/// its loss and gradients within f16 rounding of the f32 ones.
+#[test]
+fn linear_cross_entropy_under_f16_activations_matches_f32_within_f16_rounding() {
+    let gpu = gpu();
+    let (rows, width, vocab) = (40, 16, 70);
+    let xs = Rng::new(50).vec_f32(rows * width, -1.0, 1.0);
+    let ws = Rng::new(51).vec_f32(vocab * width, -0.5, 0.5);
+    let mut rng = Rng::new(52);
+    let ts: Vec<u32> = (0..rows).map(|_| rng.below(vocab as u64) as u32).collect();
+    let run = |half: bool| {
+        let _guard = half.then(plimsoll_autograd::f16_activations);
+        let x = input(&gpu, &xs, &[rows, width]);
+        let w = input(&gpu, &ws, &[vocab, width]);
+        let t = Tensor::from_indices(&gpu, &ts, &[rows]).unwrap();
+        // A recorded op before the loss, so its input is an activation the tape may keep in f16.
+        let h = x.mul_scalar(1.0).unwrap();
+        let loss = loss::linear_cross_entropy(&h, &w, &t, 0.0, 9).unwrap();
+        loss.backward().unwrap();
+        vec![
+            vec![loss.item().unwrap()],
+            x.grad().unwrap().to_vec().unwrap(),
+            w.grad().unwrap().to_vec().unwrap(),
+        ]
+    };
+    let (f32_run, f16_run) = (run(false), run(true));
+    for (name, (h, f)) in ["loss", "dx", "dweight"]
+        .iter()
+        .zip(f16_run.iter().zip(&f32_run))
+    {
+        assert_close(&format!("{name} in f16"), h, &to_f64(f), 2e-3, 2e-2);
+    }
+}
