@@ -1,6 +1,12 @@
 // embedding: gather rows of a [vocab, dim] table by u32 ids, and the backward scatter-add into
 // a [vocab, dim] table gradient. Reference: reference.rs, beside this file.
 //
+// A table may be one part of a larger one (a table past one binding is kept in parts): the
+// part holds rows first .. first + vocab of a table of `total` rows, and an id refers to its
+// row id - first when it falls in that range (the whole table: first 0, total = vocab). Each
+// part's gather writes only its ids' rows (an id >= total: NaN, by the part at row 0), and its
+// scatter-add sums only its ids.
+//
 //   gather:      out[t, j] = table[ids[t], j]; an id >= vocab gathers NaN (no out-of-bounds
 //                read; the NaN reaches the loss, which the trainer's read-back refuses).
 //   scatter_add: dtable[v, j] = sum over t with ids[t] == v of dy[t, j] (ascending t); rows no
@@ -55,15 +61,24 @@ fn gather(@builtin(global_invocation_id) gid: vec3<u32>,
     let t = e / params.dim;
     let j = e % params.dim;
     let id = ids[params.ids_offset + t];
-    if (id >= params.vocab) {
-        out[params.dst_offset + e] = bitcast<f32>(nan_bits);
+    if (id >= params.total) {
+        // Out of the whole table: NaN, written by the part that starts at row 0.
+        if (params.first == 0u) {
+            out[params.dst_offset + e] = bitcast<f32>(nan_bits);
+        }
         return;
     }
-    out[params.dst_offset + e] = table[params.src_offset + id * params.dim + j];
+    let row = id - params.first; // wraps past vocab for an id before this part
+    if (row >= params.vocab) {
+        return; // another part's row
+    }
+    out[params.dst_offset + e] = table[params.src_offset + row * params.dim + j];
 }
 
+// Token t's row in this part (past `vocab` when it is another part's, or out of the table).
 fn id_of(t: u32) -> u32 {
-    return ids[params.ids_offset + t];
+    let id = ids[params.ids_offset + t];
+    return select(id - params.first, 0xffffffffu, id >= params.total);
 }
 
 // 1 if token t has id v, else 0.

@@ -70,7 +70,53 @@ shader_params! {
         ids_offset: u32,
         dst_offset: u32,
         order_offset: u32,
+        first: u32,
+        total: u32,
         _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+/// Rows `first .. first + rows` of a table of `total` rows: the part of it one tensor holds (a
+/// table past one binding is kept in parts, [`TablePart::whole`] otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TablePart {
+    /// The part's first row in the whole table.
+    pub first: u64,
+    /// Rows in the part.
+    pub rows: u64,
+    /// Rows in the whole table.
+    pub total: u64,
+}
+
+impl TablePart {
+    /// The whole table of `rows` rows.
+    pub fn whole(rows: u64) -> TablePart {
+        TablePart {
+            first: 0,
+            rows,
+            total: rows,
+        }
+    }
+
+    /// Checks that the part lies inside its table and the figures fit the shader's `u32`.
+    fn check(&self, op: &'static str) -> Result<()> {
+        let fits = self
+            .first
+            .checked_add(self.rows)
+            .is_some_and(|end| end <= self.total && self.total < u64::from(u32::MAX));
+        if fits {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "part of rows {} .. {} + {} of a table of {} rows: it must lie inside the table, \
+                 which must have fewer than 2^32 - 1 rows",
+                self.first, self.first, self.rows, self.total
+            ),
+        })
     }
 }
 
@@ -92,7 +138,23 @@ pub fn gather(
     vocab: u64,
     dim: u64,
 ) -> Result<()> {
+    gather_part(gpu, out, table, ids, TablePart::whole(vocab), dim)
+}
+
+/// [`gather`] from one `part` of a table (`table` holds its `[part.rows, dim]` rows): writes the
+/// rows of `out` whose ids fall in the part, leaves the others as they are, and (the part at
+/// row 0) NaN for an id `>= part.total`. Launched once per part, every row of `out` is written.
+pub fn gather_part(
+    gpu: &Gpu,
+    out: DeviceSlice<'_>,
+    table: DeviceSlice<'_>,
+    ids: DeviceSlice<'_>,
+    part: TablePart,
+    dim: u64,
+) -> Result<()> {
     let op = "embedding::gather";
+    part.check(op)?;
+    let vocab = part.rows;
     let tokens = ids.len();
     table.expect_len(op, "table", product(op, "vocab * dim", vocab, dim)?)?;
     let out_len = product(op, "tokens * dim", tokens, dim)?;
@@ -105,6 +167,8 @@ pub fn gather(
         src_offset: table.index(),
         ids_offset: ids.index(),
         dst_offset: out.index(),
+        first: part.first as u32,
+        total: part.total as u32,
         ..Params::default()
     };
     let buffers = [table, ids, out];
@@ -124,7 +188,22 @@ pub fn scatter_add(
     vocab: u64,
     dim: u64,
 ) -> Result<()> {
+    scatter_add_part(gpu, dtable, dy, ids, TablePart::whole(vocab), dim)
+}
+
+/// [`scatter_add`] into the gradient of one `part` of a table (`dtable` holds its
+/// `[part.rows, dim]` rows): the sums of the tokens whose ids fall in the part.
+pub fn scatter_add_part(
+    gpu: &Gpu,
+    dtable: DeviceSlice<'_>,
+    dy: DeviceSlice<'_>,
+    ids: DeviceSlice<'_>,
+    part: TablePart,
+    dim: u64,
+) -> Result<()> {
     let op = "embedding::scatter_add";
+    part.check(op)?;
+    let vocab = part.rows;
     let tokens = ids.len();
     let table_len = product(op, "vocab * dim", vocab, dim)?;
     if table_len > 0 {
@@ -148,6 +227,8 @@ pub fn scatter_add(
         ids_offset: ids.index(),
         dst_offset: dtable.index(),
         order_offset: order.index(),
+        first: part.first as u32,
+        total: part.total as u32,
         ..Params::default()
     };
     let buffers = [dy, ids, dtable, order];

@@ -219,3 +219,58 @@ fn embedding_gather_and_scatter_are_adjoint() {
     );
     assert_eq!(reference::scatter_add(&[3], &[1.0, 1.0], 3, 2), [0.0; 6]);
 }
+
+/// A table kept in parts: each part's gather writes its ids' rows of one output (NaN for an id
+/// past the table, from the part at row 0), and each part's scatter-add its rows of the
+/// gradient: together, the whole table's gather and scatter-add.
+#[test]
+fn a_table_in_parts_gathers_and_scatters_as_the_whole() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(72);
+    let (vocab, dim, tokens) = (23usize, 5usize, 41usize);
+    let table = rng.vec_f32(vocab * dim, -3.0, 3.0);
+    let mut ids: Vec<u32> = (0..tokens).map(|_| rng.below(vocab as u64) as u32).collect();
+    ids[7] = vocab as u32 + 3; // past the table
+    let dy = rng.vec_f32(tokens * dim, -1.0, 1.0);
+    let ids_gpu = upload_u32_at(&gpu, &ids, 2, "ids")?;
+    let ids_s = ids_gpu.slice(2, tokens as u64)?;
+    let dy_gpu = Guarded::upload(&gpu, &mut rng, &dy, 1, "dy")?;
+    let out_gpu = Guarded::random(&gpu, &mut rng, tokens * dim, 5, "out")?;
+    let whole_dtable = reference::scatter_add(&ids, &dy, vocab, dim);
+    let mut first = 0;
+    for rows in [9usize, 1, 13] {
+        let part = super::TablePart {
+            first: first as u64,
+            rows: rows as u64,
+            total: vocab as u64,
+        };
+        let span = first * dim..(first + rows) * dim;
+        let part_gpu = Guarded::upload(&gpu, &mut rng, &table[span.clone()], 3, "part")?;
+        super::gather_part(&gpu, out_gpu.slice()?, part_gpu.slice()?, ids_s, part, dim as u64)?;
+        let dpart = Guarded::random(&gpu, &mut rng, rows * dim, 7, "dpart")?;
+        super::scatter_add_part(&gpu, dpart.slice()?, dy_gpu.slice()?, ids_s, part, dim as u64)?;
+        let (atol, rtol) = SCATTER_TOL;
+        let name = format!("scatter_add of rows {first}..{}", first + rows);
+        dpart.check(&gpu, &name, &whole_dtable[span], atol, rtol)?;
+        first += rows;
+    }
+    let want = reference::gather(&table, &ids, vocab, dim);
+    out_gpu.check(&gpu, "gather in three parts", &want, 0.0, 0.0)?;
+    Ok(())
+}
+
+/// A part that does not lie inside its table is refused.
+#[test]
+fn a_part_outside_its_table_is_refused() -> Result<()> {
+    let gpu = gpu();
+    let buffer = gpu.alloc_elements(64, Category::Temporary, "scratch")?;
+    let s = buffer.whole();
+    let part = super::TablePart {
+        first: 3,
+        rows: 4,
+        total: 6,
+    };
+    let err = super::gather_part(&gpu, s.slice(0, 8)?, s.slice(8, 8)?, s.slice(16, 2)?, part, 2)
+        .expect_err("rows 3..7 of 6");
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    Ok(())
+}
