@@ -6,7 +6,7 @@ use plimsoll_autograd::{Category, DType, Derivative, Grads, Tensor};
 use plimsoll_kernels_wgsl::DeviceSlice;
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
-use plimsoll_kernels_wgsl::kernels::reduce;
+use plimsoll_kernels_wgsl::kernels::{copy, reduce};
 
 use crate::error::{Error, Result};
 
@@ -84,9 +84,30 @@ pub fn linear_cross_entropy(
     label_smoothing: f32,
     chunk_rows: usize,
 ) -> Result<Tensor> {
-    if [x, weight].iter().any(|t| t.dtype() == DType::F16) {
-        let (x, weight) = (x.widened()?, weight.widened()?);
-        return linear_cross_entropy(&x, &weight, targets, label_smoothing, chunk_rows);
+    linear_cross_entropy_parts(x, &[weight], targets, label_smoothing, chunk_rows)
+}
+
+/// [`linear_cross_entropy`] with the weight kept in parts of whole rows, in order (each
+/// `[rows, width]`: a table larger than one binding, see `Embedding::in_parts`). A chunk's
+/// logits are made part by part, as their transpose (`[vocab, chunk]`, each part's rows one
+/// contiguous block) turned into `[chunk, vocab]` by one strided copy; backward turns the
+/// chunk's `dlogits` back the same way and gives each part its gradient. Gradients: `x`'s, then
+/// each part's.
+pub fn linear_cross_entropy_parts(
+    x: &Tensor,
+    parts: &[&Tensor],
+    targets: &Tensor,
+    label_smoothing: f32,
+    chunk_rows: usize,
+) -> Result<Tensor> {
+    if x.dtype() == DType::F16 || parts.iter().any(|t| t.dtype() == DType::F16) {
+        let x = x.widened()?;
+        let wide: Vec<Tensor> = parts
+            .iter()
+            .map(|p| p.widened())
+            .collect::<std::result::Result<_, _>>()?;
+        let wide: Vec<&Tensor> = wide.iter().collect();
+        return linear_cross_entropy_parts(&x, &wide, targets, label_smoothing, chunk_rows);
     }
     let invalid = |message: String| Error::InvalidConfig {
         what: "linear_cross_entropy",
@@ -97,29 +118,27 @@ pub fn linear_cross_entropy(
             "label_smoothing {label_smoothing} must be in [0, 1] (0.1 is usual)"
         )));
     }
-    let (&[vocab, width], Some(&x_width)) = (weight.shape(), x.shape().last()) else {
-        return Err(invalid(format!(
-            "x {:?} and weight {:?}: need x [.., width] and weight [vocab, width]",
-            x.shape(),
-            weight.shape()
-        )));
-    };
-    let rows = x.numel() / x_width.max(1);
-    let fits = x_width == width
+    let shapes: Vec<_> = parts.iter().map(|p| p.shape().to_vec()).collect();
+    let width = x.shape().last().copied().unwrap_or(0);
+    let rows = x.numel() / width.max(1);
+    let part_rows: Vec<usize> = parts.iter().map(|p| p.shape()[0]).collect();
+    let vocab = part_rows.iter().sum::<usize>();
+    let fits = !parts.is_empty()
+        && parts
+            .iter()
+            .all(|p| p.rank() == 2 && p.shape()[1] == width && p.dtype() == DType::F32)
         && rows > 0
         && width > 0
-        && vocab > 0
+        && part_rows.iter().all(|&r| r > 0)
         && targets.numel() == rows
         && targets.dtype() == DType::U32
-        && [x, weight].iter().all(|t| t.dtype() == DType::F32);
+        && x.dtype() == DType::F32;
     if !fits {
         return Err(invalid(format!(
-            "x {:?} ({:?}), weight {:?} ({:?}), targets {:?} ({:?}): need x [.., width] f32, \
-             weight [vocab, width] f32 and one u32 target per row of x",
+            "x {:?} ({:?}), weight {shapes:?}, targets {:?} ({:?}): need x [.., width] f32, \
+             weight [vocab, width] f32 (or parts [rows, width]) and one u32 target per row of x",
             x.shape(),
             x.dtype(),
-            weight.shape(),
-            weight.dtype(),
             targets.shape(),
             targets.dtype()
         )));
@@ -135,14 +154,18 @@ pub fn linear_cross_entropy(
         vocab,
         chunk,
         smoothing: label_smoothing,
+        parts: part_rows,
     };
     let losses = Tensor::empty(gpu, &[rows], Category::Temporary, "loss rows")?;
-    let logits = Tensor::empty(gpu, &[chunk, vocab], Category::Temporary, "logits chunk")?;
-    let (losses_all, logits_all) = (losses.elements()?, logits.elements()?);
-    let (x_all, w_all, t_all) = (x.elements()?, weight.elements()?, targets.elements()?);
+    let scratch = head.scratch(gpu)?;
+    let losses_all = losses.elements()?;
+    let weights: Vec<DeviceSlice<'_>> = parts
+        .iter()
+        .map(|p| p.elements())
+        .collect::<std::result::Result<_, _>>()?;
+    let (x_all, t_all) = (x.elements()?, targets.elements()?);
     for (start, len) in head.chunks() {
-        let chunk_logits = logits_all.slice(0, (len * vocab) as u64)?;
-        head.logits(gpu, chunk_logits, x_all, w_all, (start, len))?;
+        let chunk_logits = head.logits(gpu, &scratch, x_all, &weights, (start, len))?;
         cross_entropy::forward(
             gpu,
             &head.dims(len),
@@ -151,27 +174,38 @@ pub fn linear_cross_entropy(
             t_all.slice(start as u64, len as u64)?,
         )?;
     }
-    let inputs = [x, weight, targets];
+    let inputs: Vec<&Tensor> = std::iter::once(x)
+        .chain(parts.iter().copied())
+        .chain(std::iter::once(targets))
+        .collect();
     let out = Tensor::empty(gpu, &[], Tensor::output_category(&inputs), "loss")?;
     reduce::mean_all(gpu, out.elements()?, losses_all)?;
-    drop((losses, logits));
+    drop((losses, scratch));
     Ok(Tensor::from_op(out, &inputs, || LinearCrossEntropy {
         head,
         x: x.detach(),
-        weight: weight.detach(),
+        weights: parts.iter().map(|p| p.detach()).collect(),
         targets: targets.detach(),
     })?)
 }
 
-/// The figures of one [`linear_cross_entropy`]: `rows` of `width` against a `vocab`-row
-/// weight, `chunk` rows at a time.
-#[derive(Debug, Clone, Copy)]
+/// The figures of one [`linear_cross_entropy_parts`]: `rows` of `width` against a `vocab`-row
+/// weight in parts of `parts` rows, `chunk` rows at a time.
+#[derive(Debug, Clone)]
 struct ChunkedHead {
     rows: usize,
     width: usize,
     vocab: usize,
     chunk: usize,
     smoothing: f32,
+    parts: Vec<usize>,
+}
+
+/// A chunk's buffers: its logits (`[chunk, vocab]`) and, for a weight in parts, their
+/// transpose.
+struct Scratch {
+    logits: Tensor,
+    transposed: Option<Tensor>,
 }
 
 impl ChunkedHead {
@@ -183,6 +217,15 @@ impl ChunkedHead {
             .map(move |start| (start, chunk.min(rows - start)))
     }
 
+    /// `(first row, rows)` of each part of the weight.
+    fn part_spans(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.parts.iter().scan(0, |first, &rows| {
+            let span = (*first, rows);
+            *first += rows;
+            Some(span)
+        })
+    }
+
     /// The cross-entropy kernels' figures for a chunk of `len` rows.
     fn dims(&self, len: usize) -> CrossEntropyDims {
         CrossEntropyDims {
@@ -192,37 +235,82 @@ impl ChunkedHead {
         }
     }
 
-    /// Records `logits = x[start..start + len] · weightᵀ` (`[len, vocab]`).
-    fn logits(
+    /// The buffers a chunk needs.
+    fn scratch(&self, gpu: &plimsoll_autograd::Gpu) -> Result<Scratch> {
+        let shape = [self.chunk, self.vocab];
+        let logits = Tensor::empty(gpu, &shape, Category::Temporary, "logits chunk")?;
+        let transposed = match self.parts.len() {
+            1 => None,
+            _ => Some(Tensor::empty(
+                gpu,
+                &shape,
+                Category::Temporary,
+                "logits chunk, transposed",
+            )?),
+        };
+        Ok(Scratch { logits, transposed })
+    }
+
+    /// Records `logits = x[start..start + len] · weightᵀ` (`[len, vocab]`) into the scratch's
+    /// logits and returns them.
+    fn logits<'a>(
         &self,
         gpu: &plimsoll_autograd::Gpu,
-        logits: DeviceSlice<'_>,
+        scratch: &'a Scratch,
         x: DeviceSlice<'_>,
-        weight: DeviceSlice<'_>,
+        weights: &[DeviceSlice<'_>],
         (start, len): (usize, usize),
-    ) -> Result<()> {
+    ) -> Result<DeviceSlice<'a>> {
         let x_rows = x.slice((start * self.width) as u64, (len * self.width) as u64)?;
-        let dims = MatmulDims {
-            trans_b: true,
-            ..MatmulDims::dense(1, len, self.vocab, self.width)
+        let logits = scratch
+            .logits
+            .elements()?
+            .slice(0, (len * self.vocab) as u64)?;
+        let (Some(transposed), true) = (&scratch.transposed, weights.len() > 1) else {
+            let weight = weights
+                .first()
+                .copied()
+                .ok_or_else(|| Error::InvalidConfig {
+                    what: "linear_cross_entropy",
+                    message: "no weight".to_string(),
+                })?;
+            let dims = MatmulDims {
+                trans_b: true,
+                ..MatmulDims::dense(1, len, self.vocab, self.width)
+            };
+            matmul::matmul(gpu, &dims, logits, x_rows, weight)?;
+            return Ok(logits);
         };
-        matmul::matmul(gpu, &dims, logits, x_rows, weight)?;
-        Ok(())
+        // Each part's rows of logitsᵀ = weight_part · x_rowsᵀ ([rows, len]), then one copy.
+        let t = transposed.elements()?;
+        for ((first, rows), &weight) in self.part_spans().zip(weights) {
+            let block = t.slice((first * len) as u64, (rows * len) as u64)?;
+            let dims = MatmulDims {
+                trans_b: true,
+                ..MatmulDims::dense(1, rows, len, self.width)
+            };
+            matmul::matmul(gpu, &dims, block, weight, x_rows)?;
+        }
+        let t = t.slice(0, (len * self.vocab) as u64)?;
+        let (l, v) = (len as u32, self.vocab as u32);
+        copy::strided_copy(gpu, logits, t, &[l, v], &[1, l])?;
+        Ok(logits)
     }
 }
 
-/// What [`linear_cross_entropy`]'s backward reads: its inputs (the logits are made again).
+/// What [`linear_cross_entropy_parts`]'s backward reads: its inputs (the logits are made again).
 #[derive(Debug, Clone)]
 struct LinearCrossEntropy {
     head: ChunkedHead,
     x: Tensor,
-    weight: Tensor,
+    weights: Vec<Tensor>,
     targets: Tensor,
 }
 
 impl Derivative for LinearCrossEntropy {
     /// Per chunk: its logits again, `dlogits` by the cross-entropy kernel (scaled by `g / rows`),
-    /// `dx[chunk] = dlogits · weight` and `dweight += dlogitsᵀ · x[chunk]`.
+    /// `dx[chunk] = dlogits · weight` and `dweight += dlogitsᵀ · x[chunk]` (per part, from
+    /// `dlogitsᵀ`, for a weight in parts).
     fn backward(&self, g: &Tensor, needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
         // Saved tensors may be stored in f16 (`f16_activations`); the kernels read f32.
         let f32_of = |t: &Tensor| match t.dtype() {
@@ -230,42 +318,44 @@ impl Derivative for LinearCrossEntropy {
             _ => Ok(t.clone()),
         };
         let (g, x) = (f32_of(g)?, f32_of(&self.x)?);
-        let h = self.head;
+        let h = &self.head;
         let gpu = g.gpu();
         let want = |i: usize| needs.get(i).copied().unwrap_or(true);
         let dx = match want(0) {
-            true => Some(Tensor::empty(
-                gpu,
-                self.x.shape(),
-                Category::Temporary,
-                "dx",
-            )?),
+            true => Some(Tensor::empty(gpu, x.shape(), Category::Temporary, "dx")?),
             false => None,
         };
-        let dw = match want(1) {
-            true => Some(Tensor::empty(
-                gpu,
-                self.weight.shape(),
-                Category::Temporary,
-                "dweight",
-            )?),
-            false => None,
-        };
-        let scratch =
-            |label: &str| Tensor::empty(gpu, &[h.chunk, h.vocab], Category::Temporary, label);
-        let (logits, dlogits) = (scratch("logits chunk")?, scratch("dlogits chunk")?);
-        let (logits_all, dlogits_all) = (logits.elements()?, dlogits.elements()?);
-        let (x_all, w_all) = (x.elements()?, self.weight.elements()?);
-        let (t_all, g_all) = (self.targets.elements()?, g.elements()?);
+        let dws: Vec<Option<Tensor>> = (0..self.weights.len())
+            .map(|p| match want(p + 1) {
+                true => Tensor::empty(gpu, self.weights[p].shape(), Category::Temporary, "dweight")
+                    .map(Some),
+                false => Ok(None),
+            })
+            .collect::<plimsoll_autograd::Result<_>>()?;
         let to_autograd = |e: crate::error::Error| plimsoll_autograd::Error::InvalidArgument {
             op: "linear_cross_entropy backward",
             message: e.to_string(),
         };
+        let scratch = h.scratch(gpu).map_err(to_autograd)?;
+        let dlogits = Tensor::empty(
+            gpu,
+            &[h.chunk, h.vocab],
+            Category::Temporary,
+            "dlogits chunk",
+        )?;
+        let dlogits_all = dlogits.elements()?;
+        let weights: Vec<DeviceSlice<'_>> = self
+            .weights
+            .iter()
+            .map(|w| w.elements())
+            .collect::<std::result::Result<_, _>>()?;
+        let x_all = x.elements()?;
+        let (t_all, g_all) = (self.targets.elements()?, g.elements()?);
         for (index, (start, len)) in h.chunks().enumerate() {
             let (s, l) = ((start * h.width) as u64, (len * h.width) as u64);
-            let logits_c = logits_all.slice(0, (len * h.vocab) as u64)?;
             let dlogits_c = dlogits_all.slice(0, (len * h.vocab) as u64)?;
-            h.logits(gpu, logits_c, x_all, w_all, (start, len))
+            let logits_c = h
+                .logits(gpu, &scratch, x_all, &weights, (start, len))
                 .map_err(to_autograd)?;
             cross_entropy::backward(
                 gpu,
@@ -276,22 +366,47 @@ impl Derivative for LinearCrossEntropy {
                 g_all,
                 1.0 / h.rows.max(1) as f32,
             )?;
-            if let Some(dx) = &dx {
-                // dx[chunk] = dlogits · weight: [len, vocab] · [vocab, width].
-                let dims = MatmulDims::dense(1, len, h.width, h.vocab);
-                matmul::matmul(gpu, &dims, dx.elements()?.slice(s, l)?, dlogits_c, w_all)?;
-            }
-            if let Some(dw) = &dw {
-                // dweight (+)= dlogitsᵀ · x[chunk]: [vocab, len] · [len, width].
-                let dims = MatmulDims {
-                    trans_a: true,
-                    accumulate: index > 0,
-                    ..MatmulDims::dense(1, h.vocab, h.width, len)
+            // Each part's block of dlogits, `[len, rows]` with row stride vocab (one part: all
+            // of it), or `[rows, len]` contiguous from dlogitsᵀ (parts).
+            let transposed = match &scratch.transposed {
+                Some(t) if h.parts.len() > 1 => {
+                    let t = t.elements()?.slice(0, (len * h.vocab) as u64)?;
+                    let (l, v) = (len as u32, h.vocab as u32);
+                    copy::strided_copy(gpu, t, dlogits_c, &[v, l], &[1, v])?;
+                    Some(t)
+                }
+                _ => None,
+            };
+            for (p, ((first, rows), &weight)) in h.part_spans().zip(&weights).enumerate() {
+                let (a, trans) = match transposed {
+                    Some(t) => (t.slice((first * len) as u64, (rows * len) as u64)?, true),
+                    None => (dlogits_c, false),
                 };
-                matmul::matmul(gpu, &dims, dw.elements()?, dlogits_c, x_all.slice(s, l)?)?;
+                if let Some(dx) = &dx {
+                    // dx[chunk] (+)= dlogits_part · weight_part: [len, rows] · [rows, width].
+                    let dims = MatmulDims {
+                        trans_a: trans,
+                        accumulate: p > 0,
+                        ..MatmulDims::dense(1, len, h.width, rows)
+                    };
+                    matmul::matmul(gpu, &dims, dx.elements()?.slice(s, l)?, a, weight)?;
+                }
+                if let Some(dw) = &dws[p] {
+                    // dweight_part (+)= dlogits_partᵀ · x[chunk]: [rows, len] · [len, width].
+                    let dims = MatmulDims {
+                        trans_a: !trans,
+                        accumulate: index > 0,
+                        ..MatmulDims::dense(1, rows, h.width, len)
+                    };
+                    matmul::matmul(gpu, &dims, dw.elements()?, a, x_all.slice(s, l)?)?;
+                }
             }
         }
-        Ok([dx, dw, None].into_iter().collect())
+        let mut grads: Grads = Grads::new();
+        grads.push(dx);
+        grads.extend(dws);
+        grads.push(None);
+        Ok(grads)
     }
 
     fn saved_activations(&mut self) -> Vec<&mut Tensor> {

@@ -229,3 +229,64 @@ fn linear_cross_entropy_under_f16_activations_matches_f32_within_f16_rounding() 
         assert_close(&format!("{name} in f16"), h, &to_f64(f), 2e-3, 2e-2);
     }
 }
+
+/// A weight kept in parts of whole rows gives the same loss and gradients as the one tensor:
+/// `dx`, and each part's gradient the matching rows of the whole one's, for several chunks.
+#[test]
+fn linear_cross_entropy_over_a_weight_in_parts_matches_the_whole_weight() {
+    let gpu = gpu();
+    let (rows, width, smoothing) = (30, 12, 0.05);
+    let split = [5usize, 17, 31];
+    let vocab: usize = split.iter().sum();
+    let xs = Rng::new(60).vec_f32(rows * width, -1.0, 1.0);
+    let ws = Rng::new(61).vec_f32(vocab * width, -0.5, 0.5);
+    let mut rng = Rng::new(62);
+    let ts: Vec<u32> = (0..rows).map(|_| rng.below(vocab as u64) as u32).collect();
+    let t = Tensor::from_indices(&gpu, &ts, &[rows]).unwrap();
+    // The whole weight.
+    let x = input(&gpu, &xs, &[rows, width]);
+    let w = input(&gpu, &ws, &[vocab, width]);
+    let whole = loss::linear_cross_entropy(&x, &w, &t, smoothing, 7).unwrap();
+    whole.mul_scalar(2.0).unwrap().backward().unwrap();
+    let (want_dx, want_dw) = (
+        x.grad().unwrap().to_vec().unwrap(),
+        w.grad().unwrap().to_vec().unwrap(),
+    );
+    // The same weight in three parts.
+    let x = input(&gpu, &xs, &[rows, width]);
+    let mut first = 0;
+    let parts: Vec<Tensor> = split
+        .iter()
+        .map(|&r| {
+            let p = input(&gpu, &ws[first * width..(first + r) * width], &[r, width]);
+            first += r;
+            p
+        })
+        .collect();
+    let refs: Vec<&Tensor> = parts.iter().collect();
+    let in_parts = loss::linear_cross_entropy_parts(&x, &refs, &t, smoothing, 7).unwrap();
+    in_parts.mul_scalar(2.0).unwrap().backward().unwrap();
+    let got = in_parts.item().unwrap();
+    assert_close(
+        "loss in parts",
+        &[got],
+        &[f64::from(whole.item().unwrap())],
+        1e-6,
+        1e-5,
+    );
+    let dx = x.grad().unwrap().to_vec().unwrap();
+    assert_close("dx in parts", &dx, &to_f64(&want_dx), 1e-6, 1e-4);
+    let mut first = 0;
+    for (p, &r) in parts.iter().zip(&split) {
+        let dp = p.grad().unwrap().to_vec().unwrap();
+        let want = &want_dw[first * width..(first + r) * width];
+        assert_close(
+            &format!("dweight rows {first}.."),
+            &dp,
+            &to_f64(want),
+            1e-6,
+            1e-4,
+        );
+        first += r;
+    }
+}

@@ -119,6 +119,41 @@ fn embedding_matches_reference() {
     );
 }
 
+/// A table kept in parts looks up and trains as the whole table: each id's row from its part
+/// (one launch per part), each part's gradient its ids' rows, and its parameters named by part.
+#[test]
+fn an_embedding_in_parts_matches_the_whole_table() {
+    let gpu = gpu();
+    let data = Rng::new(12).vec_f32(9 * 3, -1.0, 1.0);
+    let parts = vec![
+        input(&gpu, &data[..2 * 3], &[2, 3]),
+        input(&gpu, &data[2 * 3..7 * 3], &[5, 3]),
+        input(&gpu, &data[7 * 3..], &[2, 3]),
+    ];
+    let emb = Embedding::in_parts(parts).unwrap();
+    assert_eq!(
+        names(&emb),
+        ["weight.part0", "weight.part1", "weight.part2"]
+    );
+    assert_eq!(emb.rows(), 9);
+    let ids = Tensor::from_indices(&gpu, &[3, 0, 8, 3, 1, 6, 2], &[7]).unwrap();
+    check_module(&emb, &ids, false, &|p: &Params, ids: &[f64]| {
+        let table: Vec<f64> = ["weight.part0", "weight.part1", "weight.part2"]
+            .iter()
+            .flat_map(|n| p[*n].clone())
+            .collect();
+        ids.iter()
+            .flat_map(|&i| table[i as usize * 3..i as usize * 3 + 3].to_vec())
+            .collect()
+    });
+    assert!(Embedding::in_parts(Vec::new()).is_err());
+    let mismatched = vec![
+        input(&gpu, &[0.5; 6], &[2, 3]),
+        input(&gpu, &[0.5; 4], &[2, 2]),
+    ];
+    assert!(Embedding::in_parts(mismatched).is_err());
+}
+
 #[test]
 fn activations_match_reference() {
     let gpu = gpu();
