@@ -120,9 +120,28 @@ impl Gpt {
         config.validate()?;
         let c = config.n_embd;
         let residual_std = INIT_STD / (2.0 * config.n_layer as f32).sqrt();
+        // A table past one binding is kept in parts of whole rows (the first drawn from the
+        // table's seed, each further part from its own).
+        let per_part = crate::embedding::rows_per_part(c, gpu.max_buffer_bytes());
         let table = |rows: usize, index: u64, label: &str| -> Result<Embedding> {
-            let weight = normal(gpu, &[rows, c], INIT_STD, derive_seed(seed, index), label)?;
-            Embedding::from_weight(weight)
+            let seed = derive_seed(seed, index);
+            if rows <= per_part {
+                return Embedding::from_weight(normal(gpu, &[rows, c], INIT_STD, seed, label)?);
+            }
+            let parts = (0..rows)
+                .step_by(per_part)
+                .enumerate()
+                .map(|(k, first)| {
+                    let part_seed = if k == 0 {
+                        seed
+                    } else {
+                        derive_seed(seed, k as u64)
+                    };
+                    let shape = [per_part.min(rows - first), c];
+                    normal(gpu, &shape, INIT_STD, part_seed, label)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Embedding::in_parts(parts)
         };
         let wte = table(config.vocab_size, 0, "transformer.wte.weight")?;
         let wpe = table(config.block_size, 1, "transformer.wpe.weight")?;
@@ -162,7 +181,16 @@ impl Gpt {
     /// running each run of `segment_len` blocks through autograd's checkpoint (0: none).
     pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
         let h = self.hidden_checkpointed(ids, segment_len)?;
-        Ok(h.matmul_transposed(self.wte.weight())?)
+        let parts = self.wte.parts();
+        if let [weight] = parts[..] {
+            return Ok(h.matmul_transposed(weight)?);
+        }
+        let logits = parts
+            .iter()
+            .map(|p| h.matmul_transposed(p))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let logits: Vec<&Tensor> = logits.iter().collect();
+        Ok(Tensor::concat(&logits, h.rank() - 1)?)
     }
 
     /// The mean next-token cross-entropy of token ids `[batch, time]` against `targets` (the
@@ -181,9 +209,9 @@ impl Gpt {
     ) -> Result<Tensor> {
         let h = self.hidden_checkpointed(ids, segment_len)?;
         let rows = ids.numel();
-        crate::loss::linear_cross_entropy(
+        crate::loss::linear_cross_entropy_parts(
             &h.reshape(&[rows, self.config.n_embd])?,
-            self.wte.weight(),
+            &self.wte.parts(),
             &targets.reshape(&[targets.numel()])?,
             label_smoothing,
             chunk_rows,
@@ -238,10 +266,19 @@ impl Gpt {
 
     /// The parameters under nanoGPT's names plus `lm_head.weight`, the head tied to
     /// `transformer.wte.weight` (the same tensor twice): what a file must hold for nanoGPT's
-    /// `load_state_dict(..., strict=True)`.
+    /// `load_state_dict(..., strict=True)`. A token table past one binding is kept in parts
+    /// (`transformer.wte.weight.part0`, ..., and `lm_head.weight.part0`, ...), which nanoGPT
+    /// does not read.
     pub fn state_dict(&self) -> Vec<(String, Tensor)> {
         let mut p = self.parameters();
-        p.push(("lm_head.weight".to_string(), self.wte.weight().clone()));
+        let parts = self.wte.parts();
+        match parts[..] {
+            [weight] => p.push(("lm_head.weight".to_string(), weight.clone())),
+            _ => p.extend(
+                (parts.iter().enumerate())
+                    .map(|(i, w)| (format!("lm_head.weight.part{i}"), (*w).clone())),
+            ),
+        }
         p
     }
 }

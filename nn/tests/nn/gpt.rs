@@ -135,3 +135,88 @@ fn checkpointed_blocks_give_the_same_gradients() {
         assert_close(name, b, a, 1e-6, 1e-5);
     }
 }
+
+/// A GPT whose token table is past one binding (a device that binds 4 KiB: the 300 x 8 table
+/// takes 9,600 B) keeps it in three parts, and trains as the same GPT with the table whole:
+/// three AdamW steps through the chunked loss give the same losses and parameters (the parts
+/// given the whole table's values).
+#[test]
+fn a_gpt_whose_token_table_passes_one_binding_trains_as_with_the_table_whole() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    use plimsoll_nn::{AdamW, AdamWConfig, Optimizer, zero_grad};
+    let cfg = GptConfig {
+        vocab_size: 300,
+        ..TINY
+    };
+    let whole_gpu = gpu();
+    let small_gpu = gpu_with(GpuOptions {
+        max_binding_bytes: Some(4096),
+        ..GpuOptions::from_env()
+    });
+    let whole = Gpt::new(&whole_gpu, cfg, 5).unwrap();
+    let parted = Gpt::new(&small_gpu, cfg, 5).unwrap();
+    let names: Vec<String> = parted.parameters().into_iter().map(|(n, _)| n).collect();
+    assert!(
+        names.contains(&"transformer.wte.weight.part2".to_string()),
+        "{names:?}"
+    );
+    // The parts take the whole table's values; every other parameter its namesake's.
+    let values: std::collections::HashMap<String, Vec<f32>> = whole
+        .parameters()
+        .into_iter()
+        .map(|(n, t)| (n, t.to_vec().unwrap()))
+        .collect();
+    let table = &values["transformer.wte.weight"];
+    let mut first = 0;
+    for (name, t) in parted.parameters() {
+        let v = match name.strip_prefix("transformer.wte.weight.part") {
+            Some(_) => {
+                let part = table[first..first + t.numel()].to_vec();
+                first += t.numel();
+                part
+            }
+            None => values[&name].clone(),
+        };
+        t.write_from_slice(&v).unwrap();
+    }
+    assert_eq!(first, table.len());
+    let run = |gpt: &Gpt, gpu: &plimsoll_autograd::Gpu| {
+        let params = gpt.parameters();
+        let mut opt = AdamW::new(AdamWConfig::default());
+        let mut losses = Vec::new();
+        for step in 0..3u32 {
+            let ids: Vec<u32> = (0..12u32).map(|i| (i * 37 + step * 101) % 300).collect();
+            let targets: Vec<u32> = (0..12u32).map(|i| (i * 53 + step * 7 + 1) % 300).collect();
+            let ids = Tensor::from_indices(gpu, &ids, &[2, 6]).unwrap();
+            let targets = Tensor::from_indices(gpu, &targets, &[2, 6]).unwrap();
+            let loss = gpt.loss_checkpointed(&ids, &targets, 0, 0.0, 0).unwrap();
+            loss.backward().unwrap();
+            opt.step(&params).unwrap();
+            zero_grad(&params);
+            losses.push(f64::from(loss.item().unwrap()));
+        }
+        let mut flat: Vec<f32> = Vec::new();
+        for (_, t) in params {
+            flat.extend(t.to_vec().unwrap());
+        }
+        (losses, flat)
+    };
+    let (want_losses, want) = run(&whole, &whole_gpu);
+    let (losses, got) = run(&parted, &small_gpu);
+    assert_close(
+        "losses",
+        &losses.iter().map(|&l| l as f32).collect::<Vec<_>>(),
+        &want_losses,
+        1e-6,
+        1e-5,
+    );
+    // Both list the table first (whole, or its parts in order), then the same parameters.
+    assert_close(
+        "parameters after 3 steps",
+        &got,
+        &want.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
+        1e-6,
+        1e-4,
+    );
+}
