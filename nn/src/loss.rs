@@ -332,10 +332,8 @@ impl Derivative for LinearCrossEntropy {
                 false => Ok(None),
             })
             .collect::<plimsoll_autograd::Result<_>>()?;
-        let to_autograd = |e: crate::error::Error| plimsoll_autograd::Error::InvalidArgument {
-            op: "linear_cross_entropy backward",
-            message: e.to_string(),
-        };
+        // Keeps an out-of-memory (or any kernel error) typed, so the trainer recovers from it.
+        let to_autograd = crate::sequential::into_autograd;
         let scratch = h.scratch(gpu).map_err(to_autograd)?;
         let dlogits = Tensor::empty(
             gpu,

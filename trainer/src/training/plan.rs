@@ -487,6 +487,28 @@ type Inputs<'a> = (
 /// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
 /// fits with some checkpointing choice, and its fixed state: an unbudgeted dry run bounds it from
 /// above (without a budget the allocator sizes segments more freely), then bisection on twins.
+/// Whether the fixed state of a step (parameters, gradients, optimizer state: what no
+/// micro-batch or checkpointing changes) alone passes `twin`'s budget, from one dry run of
+/// micro-batch 1 with checkpoint segments of `segment_len` without a budget.
+fn fixed_state_passes(
+    gpu: &Gpu,
+    twin: &Gpu,
+    inputs: Inputs<'_>,
+    segment_len: usize,
+) -> Result<bool> {
+    let unbounded = gpu.planning_twin(u64::MAX);
+    let p = probe(&unbounded, inputs, segment_len, 1)?;
+    let fixed: u64 = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+    ]
+    .iter()
+    .map(|c| p.category_peaks[c.index()])
+    .sum();
+    Ok(fixed > twin.memory_budget_bytes())
+}
+
 fn least_budget(
     gpu: &Gpu,
     inputs: Inputs<'_>,
@@ -496,12 +518,15 @@ fn least_budget(
     let micro = inputs.3.micro_batch.unwrap_or(1);
     let unbounded = gpu.planning_twin(u64::MAX);
     let (mut fits, mut fixed) = (u64::MAX, u64::MAX);
+    // Each checkpointing's peak without a budget: the bisection below tries the lowest first.
+    let mut by_peak: Vec<(u64, usize)> = Vec::with_capacity(candidates.len());
     for &segment_len in candidates {
         let p = probe(&unbounded, inputs, segment_len, micro)?;
-        fits = fits.min(
-            p.peak_reserved_bytes
-                .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
-        );
+        let peak = p
+            .peak_reserved_bytes
+            .max(p.eval_peak_reserved_bytes.unwrap_or(0));
+        by_peak.push((peak, segment_len));
+        fits = fits.min(peak);
         fixed = fixed.min(
             [
                 Category::Parameter,
@@ -516,11 +541,12 @@ fn least_budget(
     // Every step holds the fixed state (parameters, gradients, optimizer state) at once: no
     // smaller budget can fit, so the search starts there.
     let mut fails = refused.max(fixed).min(fits);
+    by_peak.sort_unstable();
     while fits - fails > (fits / 100).max(1) {
         let mid = fails + (fits - fails) / 2;
         let twin = gpu.planning_twin(mid);
         let mut ok = false;
-        for &segment_len in candidates {
+        for &(_, segment_len) in &by_peak {
             if probe(&twin, inputs, segment_len, micro)?.fits() {
                 ok = true;
                 break;
@@ -711,7 +737,18 @@ fn plan_explained(
                 let mut fails = 0usize;
                 let mut parts = 1usize;
                 let mut fitting: Option<(usize, Probe)> = None;
-                loop {
+                if let Some(b) = &best {
+                    // Only a micro-batch at least the best's can win: try the best's first,
+                    // and drop this checkpointing when it does not fit (one dry run, not a
+                    // search from the whole batch down).
+                    let parts_b = effective.div_ceil(b.micro_batch.max(1));
+                    let p = run(effective.div_ceil(parts_b), &mut probes)?;
+                    match p.fits() {
+                        true => fitting = Some((parts_b, p)),
+                        false => parts = effective + 1,
+                    }
+                }
+                while fitting.is_none() && parts <= effective {
                     let p = run(effective.div_ceil(parts), &mut probes)?;
                     if p.fits() {
                         fitting = Some((parts, p));
@@ -739,6 +776,14 @@ fn plan_explained(
                 }
             }
         };
+        if found.is_none()
+            && best.is_none()
+            && fixed_state_passes(gpu, &twin, (spec, data, test, config), segment_len)?
+        {
+            // The parameters, gradients and optimizer state alone pass the budget: no
+            // micro-batch or checkpointing can fit, so the search stops here.
+            break;
+        }
         if let Some(p) = found {
             let better = match &best {
                 None => true,
@@ -773,9 +818,10 @@ fn plan_explained(
             });
         }
         let (need, fixed) = least_budget(gpu, (spec, data, test, config), &candidates, budget)?;
-        // Would storing activations in f16 make it fit?
+        // Would storing activations in f16 make it fit? Not when the fixed state alone (the
+        // parameters, gradients and optimizer state, all f32) passes the budget.
         let f16_fits = match config.precision {
-            Precision::F32 => {
+            Precision::F32 if fixed < budget => {
                 let half = TrainConfig {
                     precision: Precision::F16,
                     ..config.clone()
@@ -786,7 +832,7 @@ fn plan_explained(
                     Err(e) => return Err(e),
                 }
             }
-            Precision::F16 => None,
+            Precision::F32 | Precision::F16 => None,
         };
         return Err(Error::BudgetTooSmall {
             budget_bytes: budget,
