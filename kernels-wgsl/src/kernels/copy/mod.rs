@@ -6,7 +6,7 @@ use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::convert::Halves;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{kernels, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The module: `copy.wgsl`, beside this file.
@@ -15,49 +15,24 @@ const WGSL: &str = include_str!("copy.wgsl");
 /// Most dimensions `strided_copy` takes.
 pub const MAX_RANK: usize = 6;
 
-/// The `copy` entry point.
-pub const COPY: Kernel =
-    kernel!("copy", "copy", source: WGSL, [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
-
-/// The `copy_v4` entry point (four words per invocation).
-pub const COPY_V4: Kernel = kernel!(
-    "copy",
-    "copy_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `strided_copy` entry point.
-pub const STRIDED_COPY: Kernel =
-    kernel!("copy", "strided_copy", source: WGSL, [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
-
-/// The `strided_copy_f16` entry point: [`strided_copy_f16`], bindings `src`, `dst` (words).
-pub const STRIDED_COPY_F16: Kernel = kernel!(
-    "copy",
-    "strided_copy_f16",
-    source: WGSL,
-    [src: "array<u32>", dst: "array<u32>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `strided_copy_v4` entry point (four words per invocation).
-pub const STRIDED_COPY_V4: Kernel = kernel!(
-    "copy",
-    "strided_copy_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `strided_copy_rows_v4` entry point (a whole innermost run of vec4s per invocation).
-pub const STRIDED_COPY_ROWS_V4: Kernel = kernel!(
-    "copy",
-    "strided_copy_rows_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
-    ELEMENTWISE_WORKGROUP
-);
+kernels! {
+    "copy", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The `copy` entry point.
+    COPY = "copy" [src: "array<u32>", dst: "array<u32>"];
+    /// The `copy_v4` entry point (four words per invocation).
+    COPY_V4 = "copy_v4" [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"];
+    /// The `strided_copy` entry point.
+    STRIDED_COPY = "strided_copy" [src: "array<u32>", dst: "array<u32>"];
+    /// The `strided_copy_f16` entry point: [`strided_copy_f16`], bindings `src`, `dst` (words).
+    STRIDED_COPY_F16 = "strided_copy_f16" [src: "array<u32>", dst: "array<u32>"];
+    /// The `strided_copy_v4` entry point (four words per invocation).
+    STRIDED_COPY_V4 = "strided_copy_v4" [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"];
+    /// The `strided_copy_rows_v4` entry point (a whole innermost run of vec4s per invocation).
+    STRIDED_COPY_ROWS_V4 = "strided_copy_rows_v4" [
+        src_v4: "array<vec4<u32>>",
+        dst_v4: "array<vec4<u32>>",
+    ];
+}
 
 /// Longest innermost run (in vec4s) that `strided_copy_rows_v4` copies in one invocation.
 const MAX_ROW_RUN: u32 = 64;
