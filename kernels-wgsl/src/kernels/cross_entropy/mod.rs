@@ -31,12 +31,7 @@ const WGSL: &str = concatcp!(
 /// The workgroup-per-row module: `cross_entropy_rows.wgsl` and the helpers it calls.
 const WGSL_ROWS: &str = concatcp!(
     include_str!("cross_entropy_rows.wgsl"),
-    shader_source!(
-        "online_softmax",
-        "workgroup_reduce",
-        "workgroup_softmax",
-        "indexing"
-    )
+    crate::kernels::softmax::ROWS_HELPERS
 );
 
 kernels! {

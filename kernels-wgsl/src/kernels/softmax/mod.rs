@@ -21,21 +21,27 @@ pub(crate) mod tests;
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`).
 pub use crate::kernels::ROW_WORKGROUP;
 
-/// The invocation-per-row module: `softmax.wgsl` and the helpers it calls.
+/// The invocation-per-row module: `softmax.wgsl`, its causal mask and the helpers it calls.
 const WGSL: &str = concatcp!(
     include_str!("softmax.wgsl"),
+    include_str!("softmax_mask.wgsl"),
     shader_source!("online_softmax", "indexing")
 );
 
-/// The workgroup-per-row module: `softmax_rows.wgsl` and the helpers it calls.
+/// The workgroup-per-row module: `softmax_rows.wgsl`, the causal mask and the helpers it calls.
 const WGSL_ROWS: &str = concatcp!(
     include_str!("softmax_rows.wgsl"),
-    shader_source!(
-        "online_softmax",
-        "workgroup_reduce",
-        "workgroup_softmax",
-        "indexing"
-    )
+    include_str!("softmax_mask.wgsl"),
+    ROWS_HELPERS
+);
+
+/// The shared helpers a workgroup-per-row softmax calls (this family's and `cross_entropy`'s):
+/// the online-softmax statistics, combined over the workgroup's tree.
+pub(crate) const ROWS_HELPERS: &str = shader_source!(
+    "online_softmax",
+    "workgroup_reduce",
+    "workgroup_softmax",
+    "indexing"
 );
 
 kernels! {
