@@ -222,17 +222,15 @@ fn sample_uses_the_recorded_shape_and_refuses_a_contradicting_flag() {
             "--context",
             "16",
         ])
+        .args(ONE_BLOCK_GPT_ARGS)
         .args([
-            "--layers",
-            "1",
-            "--heads",
-            "2",
-            "--width",
-            "32",
             "--eval-every",
             "2",
+            "--eval-windows",
+            "4",
+            "--run-dir",
+            "ck",
         ])
-        .args(["--eval-windows", "4", "--run-dir", "ck"])
         .output()
         .unwrap();
     assert!(

@@ -9,6 +9,9 @@
 #![cfg(feature = "mpi")]
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::cli::ONE_BLOCK_GPT_ARGS;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -181,7 +184,7 @@ fn uneven_shards_train_the_mlp_as_one_process_does() {
 
 /// A GPT of one block, width 32, on the bundled plays.
 fn gpt(batch: &str) -> Vec<&str> {
-    vec![
+    let mut args = vec![
         "shakespeare",
         "--steps",
         "5",
@@ -189,17 +192,10 @@ fn gpt(batch: &str) -> Vec<&str> {
         batch,
         "--context",
         "16",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--width",
-        "32",
-        "--eval-windows",
-        "9",
-        "--eval-every",
-        "5",
-    ]
+    ];
+    args.extend(ONE_BLOCK_GPT_ARGS);
+    args.extend(["--eval-windows", "9", "--eval-every", "5"]);
+    args
 }
 
 #[test]

@@ -86,3 +86,7 @@ pub fn text(o: &Output) -> String {
 pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// The `plimsoll train` flags of a GPT of one block of two heads, width 32: the smallest model
+/// the CLI tests train on the bundled plays.
+pub const ONE_BLOCK_GPT_ARGS: [&str; 6] = ["--layers", "1", "--heads", "2", "--width", "32"];
