@@ -291,17 +291,10 @@ fn a_build_without_mpi_refuses_to_be_one_of_several_mpirun_processes() {
     );
     assert!(!dir.join("runs").exists());
     // Launched alone by mpirun (`-np 1`), it trains.
-    let alone = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args(["train", "digits", "--epochs", "1"])
-        .env("OMPI_COMM_WORLD_SIZE", "1")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        alone.status.success(),
-        "{}",
-        String::from_utf8_lossy(&alone.stderr)
+    output_ok(
+        plimsoll(&dir)
+            .args(["train", "digits", "--epochs", "1"])
+            .env("OMPI_COMM_WORLD_SIZE", "1"),
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

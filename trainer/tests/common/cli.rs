@@ -22,6 +22,13 @@ pub fn plimsoll(dir: &Path) -> Command {
     c
 }
 
+/// The output of `c`, run to its end, asserting that it succeeded (its stderr the message).
+pub fn output_ok(c: &mut Command) -> Output {
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
 /// `plimsoll <args>` in `dir`, its output captured; killed, and the test failed, past
 /// [`DEADLINE`] (a value that should have been refused may start a long run instead).
 pub fn run(dir: &Path, args: &[&str]) -> Output {
