@@ -275,7 +275,7 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng, Rng};
+    use crate::testing::{DEADLINE, assert_exact, gpu, gpu_and_rng, Rng};
     use crate::{Category, Error};
 
     #[test]
@@ -296,13 +296,7 @@ pub(crate) mod tests {
                 let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE)?;
                 let mut want = dst0.clone();
                 super::reference::copy(&src, src_at, &mut want, dst_at, len);
-                assert_close(
-                    &format!("copy len {len} at {src_at} -> {dst_at}"),
-                    &got,
-                    &want,
-                    0.0,
-                    0.0,
-                );
+                assert_exact(&format!("copy len {len} at {src_at} -> {dst_at}"), &got, &want);
             }
         }
         Ok(())
@@ -367,13 +361,7 @@ pub(crate) mod tests {
                 &mut want,
                 dst_at,
             );
-            assert_close(
-                &format!("strided_copy {shape:?} perm {perm:?}"),
-                &got,
-                &want,
-                0.0,
-                0.0,
-            );
+            assert_exact(&format!("strided_copy {shape:?} perm {perm:?}"), &got, &want);
         }
         Ok(())
     }
@@ -395,7 +383,7 @@ pub(crate) mod tests {
         let got: Vec<f32> = gpu.read_all(&b, DEADLINE)?;
         let mut want = data.clone();
         want.copy_within(0..50, 50);
-        assert_close("copy same segment", &got, &want, 0.0, 0.0);
+        assert_exact("copy same segment", &got, &want);
         // Source elements 1..101 of a 100-element buffer: refused when the slice is made.
         let err = a.slice(1, 100).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
@@ -455,7 +443,7 @@ pub(crate) mod tests {
                 .collect();
             let name = format!("{:?} strided_copy_f16", gpu.f16_path());
             assert!(kept, "{name}: a half outside the destination changed");
-            assert_close(&name, &got, &want, 0.0, 0.0);
+            assert_exact(&name, &got, &want);
             let odd = Halves::of(&dst_gpu, 1, len as u64)?;
             let err = super::strided_copy_f16(&gpu, odd, src, &shape, &strides).expect_err("must be refused");
             assert!(err.to_string().contains("even element"), "{err}");
