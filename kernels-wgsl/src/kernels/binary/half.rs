@@ -7,7 +7,7 @@ use super::{
 };
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
+use crate::kernels::convert::{F16Path, Halves, expect_elementwise_halves, expect_whole_words};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
 use crate::pipeline::{kernels, shader_source};
 use const_format::concatcp;
@@ -115,17 +115,7 @@ pub fn scalar_f16(
     s: f32,
     rhs: bool,
 ) -> Result<()> {
-    if x.len() != y.len() {
-        return Err(Error::InvalidArgument {
-            op: "binary_scalar_f16",
-            message: format!(
-                "x has {} halves, y {}; they must be equal",
-                x.len(),
-                y.len()
-            ),
-        });
-    }
-    expect_whole_words(gpu, "binary_scalar_f16", &y)?;
+    expect_elementwise_halves(gpu, "binary_scalar_f16", &y, &x)?;
     let params = Params {
         n: x.len() as u32,
         scalar: s,

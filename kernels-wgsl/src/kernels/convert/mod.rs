@@ -198,6 +198,27 @@ pub(crate) fn expect_whole_words(gpu: &Gpu, op: &'static str, out: &Halves<'_>) 
     })
 }
 
+/// The checks of an elementwise launch from 16-bit `x` to 16-bit `y`: [`Error::InvalidArgument`]
+/// when they hold different numbers of halves, then [`expect_whole_words`] on `y`.
+pub(crate) fn expect_elementwise_halves(
+    gpu: &Gpu,
+    op: &'static str,
+    y: &Halves<'_>,
+    x: &Halves<'_>,
+) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "x has {} halves, y {}; they must be equal",
+                x.len(),
+                y.len()
+            ),
+        });
+    }
+    expect_whole_words(gpu, op, y)
+}
+
 /// Number of `u32` words holding `len` halves: `ceil(len / 2)`.
 pub fn f16_words(len: u64) -> u64 {
     len.div_ceil(2)

@@ -5,9 +5,8 @@
 //! and the tests.
 
 use crate::device::Gpu;
-use crate::error::Error;
 use crate::error::Result;
-use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
+use crate::kernels::convert::{F16Path, Halves, expect_elementwise_halves};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
 use crate::pipeline::{Kernel, kernel, kernels, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
@@ -178,8 +177,8 @@ pub fn backward(
 
 /// [`forward`] on 16-bit `x` and `y`: `y = half(f(x))`, `f` computed in f32 (as PyTorch computes
 /// its f16 elementwise ops), on the device's path ([`Gpu::f16_path`]; the same values on both).
-/// Errors: [`Error::InvalidArgument`] when the lengths differ, or on the packed path when `y`
-/// starts in the high half of a word.
+/// Errors: [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the lengths differ,
+/// or on the packed path when `y` starts in the high half of a word.
 pub fn forward_f16(
     gpu: &Gpu,
     op: UnaryOp,
@@ -187,17 +186,7 @@ pub fn forward_f16(
     x: Halves<'_>,
     exponent: f32,
 ) -> Result<()> {
-    if x.len() != y.len() {
-        return Err(Error::InvalidArgument {
-            op: "unary_f16",
-            message: format!(
-                "x has {} halves, y {}; they must be equal",
-                x.len(),
-                y.len()
-            ),
-        });
-    }
-    expect_whole_words(gpu, "unary_f16", &y)?;
+    expect_elementwise_halves(gpu, "unary_f16", &y, &x)?;
     let params = Params {
         n: x.len() as u32,
         exponent,
