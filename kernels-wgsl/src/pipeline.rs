@@ -306,6 +306,34 @@ macro_rules! kernel {
 }
 pub(crate) use kernel;
 
+/// `kernels! { "stem", source: EXPR, workgroup: EXPR; /// doc  NAME = "entry" [a, b: "array<u32>"]; .. }`:
+/// the entry points of one shader module declared together, one `pub const NAME: Kernel` a line,
+/// each the [`kernel!`] of its entry point and bindings with the module's stem, source and
+/// workgroup size (a uniform other than `params: Params` is written after the entry:
+/// `NAME = "entry" sgd_params: SgdParams, [..];`).
+macro_rules! kernels {
+    (
+        $stem:literal, source: $wgsl:expr, workgroup: $wg:expr;
+        $(
+            $(#[$meta:meta])*
+            $name:ident = $entry:literal $($uniform:ident : $params:ident,)? [$($binding:tt)*];
+        )+
+    ) => {
+        $(
+            $(#[$meta])*
+            pub const $name: $crate::pipeline::Kernel = $crate::pipeline::kernel!(
+                $stem,
+                $entry,
+                source: $wgsl,
+                $($uniform: $params,)?
+                [$($binding)*],
+                $wg
+            );
+        )+
+    };
+}
+pub(crate) use kernels;
+
 /// `shader_source!("online_softmax", "indexing")`: the text of the shared helper files
 /// `shaders/online_softmax.wgsl` and `shaders/indexing.wgsl`, which a family appends to its own
 /// shader (`concatcp!(include_str!("softmax_rows.wgsl"), shader_source!(..))`; WGSL declarations

@@ -220,6 +220,16 @@ pub fn assert_close<W: Copy + Into<f64>>(
     }
 }
 
+/// [`assert_close`] with no tolerance: every element equal to `want`'s (a NaN matching a NaN),
+/// for results that must be exact (copies, fills, maxima, integer-valued sums).
+///
+/// # Panics
+/// When the lengths differ or an element differs.
+#[track_caller]
+pub fn assert_exact<W: Copy + Into<f64>>(name: &str, got: &[f32], want: &[W]) {
+    assert_close(name, got, want, 0.0, 0.0);
+}
+
 /// `v` widened to f64.
 pub fn to_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&x| f64::from(x)).collect()
@@ -338,13 +348,7 @@ impl Guarded {
         assert_close(name, &all[range.clone()], want, atol, rtol);
         let mut guards = all.clone();
         guards[range.clone()].copy_from_slice(&self.initial[range.clone()]);
-        assert_close(
-            &format!("{name} (guards)"),
-            &guards,
-            &self.initial,
-            0.0,
-            0.0,
-        );
+        assert_exact(&format!("{name} (guards)"), &guards, &self.initial);
         Ok(all[range].to_vec())
     }
 }

@@ -7,7 +7,7 @@
 
 use plimsoll_kernels_wgsl::kernels::matmul::{MatmulDims, matmul};
 use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, fresh_gpu};
-use plimsoll_kernels_wgsl::{Category, Error, ProfileMode};
+use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Error, ProfileMode};
 
 fn dims(n: usize) -> MatmulDims {
     MatmulDims {
@@ -63,35 +63,24 @@ fn each_mode_times_every_dispatch_in_order() {
             .unwrap();
         // Warm-up: lavapipe compiles a pipeline at its first execution, which the first timed
         // dispatch would otherwise absorb.
-        matmul(
-            &gpu,
-            &dims(small),
-            small_slices(&gc),
-            small_slices(&ga),
-            small_slices(&gb),
-        )
-        .unwrap();
+        let small_matmul = |out: &DeviceBuffer, lhs: &DeviceBuffer, rhs: &DeviceBuffer| {
+            matmul(
+                &gpu,
+                &dims(small),
+                small_slices(out),
+                small_slices(lhs),
+                small_slices(rhs),
+            )
+            .unwrap()
+        };
+        small_matmul(&gc, &ga, &gb);
         gpu.synchronize(DEADLINE).unwrap();
         assert_eq!(gpu.begin_profile(Some(mode)).unwrap(), mode);
         assert!(gpu.is_profiling());
         // small, big, small: three dispatches in one batch.
-        matmul(
-            &gpu,
-            &dims(small),
-            small_slices(&gc),
-            small_slices(&ga),
-            small_slices(&gb),
-        )
-        .unwrap();
+        small_matmul(&gc, &ga, &gb);
         matmul(&gpu, &dims(big), gc.whole(), ga.whole(), gb.whole()).unwrap();
-        matmul(
-            &gpu,
-            &dims(small),
-            small_slices(&ga),
-            small_slices(&gc),
-            small_slices(&gb),
-        )
-        .unwrap();
+        small_matmul(&ga, &gc, &gb);
         let out: Vec<f32> = gpu.read_all(&gc, DEADLINE).unwrap();
         let profile = gpu.end_profile(DEADLINE).unwrap();
         assert!(!gpu.is_profiling());

@@ -6,7 +6,7 @@
 use plimsoll_allocator::OomCause;
 use plimsoll_kernels_wgsl::{Category, Dispatch, Error, GpuOptions, Kernel, kernels};
 
-use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_close, fresh_gpu, gpu_with, scratch};
+use plimsoll_kernels_wgsl::testing::{DEADLINE, Rng, assert_exact, fresh_gpu, gpu_with, scratch};
 
 #[test]
 fn adapter_info_and_limits_are_exposed() {
@@ -53,7 +53,7 @@ fn budget_too_small_is_out_of_memory_and_earlier_data_survives() {
         other => panic!("expected OutOfMemory, got {other}"),
     }
     let got: Vec<f32> = gpu.read_all(&kept, DEADLINE).unwrap();
-    assert_close("kept after OOM", &got, &data, 0.0, 0.0);
+    assert_exact("kept after OOM", &got, &data);
 }
 
 /// A segment the device refuses (here: wgpu's own validation refusal, driven by the simulated
@@ -92,7 +92,7 @@ fn segment_refused_by_wgpu_is_out_of_memory_and_the_device_stays_usable() {
         "the error was caught by a scope"
     );
     let got: Vec<f32> = gpu.read_all(&kept, DEADLINE).unwrap();
-    assert_close("kept after a refused segment", &got, &data, 0.0, 0.0);
+    assert_exact("kept after a refused segment", &got, &data);
     // Small requests still fit the segments the device already gave us.
     let small = gpu
         .upload(&[3.0f32; 64], Category::Temporary, "small after OOM")
@@ -190,7 +190,7 @@ fn dispatches_are_batched_into_one_submission() {
     assert_eq!((last.dispatches, last.done), (10, true), "{recent}");
     let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
     let want: Vec<f32> = (0..1000).map(|i| (i / 100) as f32).collect();
-    assert_close("batched fills", &got, &want, 0.0, 0.0);
+    assert_exact("batched fills", &got, &want);
 }
 
 /// `Gpu::atomically`: work recorded in a section that fails never runs, even past the

@@ -13,9 +13,11 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use plimsoll_kernels_wgsl::Gpu;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::{
-    CheckpointPolicy, Data, Error, Recipe, RunLength, Silent, TokenData, TrainConfig, Trainer,
+    CheckpointPolicy, Data, Error, MemoryPlan, Recipe, RunLength, Silent, TokenData, TrainConfig,
+    Trainer,
 };
 
 struct Workload {
@@ -91,15 +93,19 @@ fn need(w: &Workload, budget: u64) -> Option<u64> {
 fn accepts(w: &Workload, budget: u64) -> bool {
     let gpu = fresh_gpu();
     gpu.set_memory_budget(budget);
+    plan(&gpu, w, budget).is_ok()
+}
+
+/// The plan of `w`'s run under `budget` on `gpu`.
+fn plan(gpu: &Gpu, w: &Workload, budget: u64) -> plimsoll_trainer::Result<MemoryPlan> {
     let (data, test) = ((w.train)(), (w.test)());
     plimsoll_trainer::plan::plan(
-        &gpu,
+        gpu,
         w.recipe.as_ref(),
         &data,
         Some(test.as_ref()),
         &run_config(w.batch, budget),
     )
-    .is_ok()
 }
 
 /// The real run at micro-batch 1 with checkpoint segments of `segment` (0: none) under `budget`,
@@ -132,17 +138,9 @@ fn fits_without_plan(w: &Workload, budget: u64, segment: usize) -> bool {
 
 fn sweep(w: &Workload) {
     let unconstrained = {
-        let gpu = fresh_gpu();
-        let (data, test) = ((w.train)(), (w.test)());
-        plimsoll_trainer::plan::plan(
-            &gpu,
-            w.recipe.as_ref(),
-            &data,
-            Some(test.as_ref()),
-            &run_config(w.batch, u64::MAX / 4),
-        )
-        .unwrap()
-        .predicted_peak_reserved_bytes
+        plan(&fresh_gpu(), w, u64::MAX / 4)
+            .unwrap()
+            .predicted_peak_reserved_bytes
     };
     let (low, high) = (unconstrained as f64 * 0.02, unconstrained as f64 * 1.1);
     let mut fits = 0;

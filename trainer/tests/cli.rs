@@ -222,17 +222,15 @@ fn sample_uses_the_recorded_shape_and_refuses_a_contradicting_flag() {
             "--context",
             "16",
         ])
+        .args(ONE_BLOCK_GPT_ARGS)
         .args([
-            "--layers",
-            "1",
-            "--heads",
-            "2",
-            "--width",
-            "32",
             "--eval-every",
             "2",
+            "--eval-windows",
+            "4",
+            "--run-dir",
+            "ck",
         ])
-        .args(["--eval-windows", "4", "--run-dir", "ck"])
         .output()
         .unwrap();
     assert!(
@@ -293,17 +291,10 @@ fn a_build_without_mpi_refuses_to_be_one_of_several_mpirun_processes() {
     );
     assert!(!dir.join("runs").exists());
     // Launched alone by mpirun (`-np 1`), it trains.
-    let alone = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args(["train", "digits", "--epochs", "1"])
-        .env("OMPI_COMM_WORLD_SIZE", "1")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        alone.status.success(),
-        "{}",
-        String::from_utf8_lossy(&alone.stderr)
+    output_ok(
+        plimsoll(&dir)
+            .args(["train", "digits", "--epochs", "1"])
+            .env("OMPI_COMM_WORLD_SIZE", "1"),
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,36 +33,29 @@ fn trained() -> &'static Path {
         let dir = std::env::temp_dir().join(format!("plimsoll-cli-sample-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let train = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-            .args(["train", "shakespeare", "--steps", "1", "--batch", "2"])
-            .args([
-                "--context",
-                "8",
-                "--layers",
-                "1",
-                "--heads",
-                "1",
-                "--width",
-                "16",
-            ])
-            .args([
-                "--eval-every",
-                "1",
-                "--eval-windows",
-                "1",
-                "--micro-batch",
-                "2",
-            ])
-            .args(["--checkpointing", "none", "--memory-timeline", "off"])
-            .args(["--run-dir", "ck"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            train.status.success(),
-            "{}",
-            String::from_utf8_lossy(&train.stderr)
+        output_ok(
+            plimsoll(&dir)
+                .args(["train", "shakespeare", "--steps", "1", "--batch", "2"])
+                .args([
+                    "--context",
+                    "8",
+                    "--layers",
+                    "1",
+                    "--heads",
+                    "1",
+                    "--width",
+                    "16",
+                ])
+                .args([
+                    "--eval-every",
+                    "1",
+                    "--eval-windows",
+                    "1",
+                    "--micro-batch",
+                    "2",
+                ])
+                .args(["--checkpointing", "none", "--memory-timeline", "off"])
+                .args(["--run-dir", "ck"]),
         );
         dir
     })

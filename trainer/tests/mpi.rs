@@ -9,6 +9,9 @@
 #![cfg(feature = "mpi")]
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::cli::ONE_BLOCK_GPT_ARGS;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -44,9 +47,8 @@ fn check(output: &Output, what: &str) {
     );
 }
 
-/// `plimsoll train <args> --run-dir <dir>/<name>` on one process and under `mpirun -np
-/// ranks`; returns the two run directories.
-fn one_and_many(dir: &Path, ranks: usize, args: &[&str]) -> (PathBuf, PathBuf) {
+/// `plimsoll train <args> --run-dir <dir>/one` on one process; returns the run directory.
+fn one_process(dir: &Path, args: &[&str]) -> PathBuf {
     let one = dir.join("one");
     let output = Command::new(BIN)
         .args(["train"])
@@ -57,6 +59,13 @@ fn one_and_many(dir: &Path, ranks: usize, args: &[&str]) -> (PathBuf, PathBuf) {
         .output()
         .unwrap();
     check(&output, "one process");
+    one
+}
+
+/// `plimsoll train <args> --run-dir <dir>/<name>` on one process and under `mpirun -np
+/// ranks`; returns the two run directories.
+fn one_and_many(dir: &Path, ranks: usize, args: &[&str]) -> (PathBuf, PathBuf) {
+    let one = one_process(dir, args);
     let many = dir.join("many");
     let output = mpirun(ranks)
         .arg(BIN)
@@ -161,27 +170,35 @@ fn assert_same_training(one: &Path, many: &Path, ranks: u64) {
 
 const MLP: [&str; 7] = ["mlp-bench", "--steps", "5", "--layers", "1", "--seed", "3"];
 
-#[test]
-fn two_ranks_train_the_mlp_as_one_process_does() {
-    let dir = folder("mlp");
-    let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "64"]).collect();
-    let (one, many) = one_and_many(&dir, 2, &args);
+/// The one-layer MLP at batch 64, as the kill and resume tests train it.
+const MLP_BATCH_64: [&str; 5] = ["mlp-bench", "--layers", "1", "--batch", "64"];
+
+/// Runs `args` in one process and on two ranks in `folder(name)`, runs `check` on the two-rank
+/// run's directory, asserts both trained alike ([`assert_same_training`]), then removes the
+/// folder.
+fn two_ranks_as_one(name: &str, args: &[&str], check: impl FnOnce(&Path)) {
+    let dir = folder(name);
+    let (one, many) = one_and_many(&dir, 2, args);
+    check(&many);
     assert_same_training(&one, &many, 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn two_ranks_train_the_mlp_as_one_process_does() {
+    let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "64"]).collect();
+    two_ranks_as_one("mlp", &args, |_| {});
 }
 
 #[test]
 fn uneven_shards_train_the_mlp_as_one_process_does() {
-    let dir = folder("mlp-uneven");
     let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "63"]).collect();
-    let (one, many) = one_and_many(&dir, 2, &args);
-    assert_same_training(&one, &many, 2);
-    let _ = std::fs::remove_dir_all(&dir);
+    two_ranks_as_one("mlp-uneven", &args, |_| {});
 }
 
 /// A GPT of one block, width 32, on the bundled plays.
 fn gpt(batch: &str) -> Vec<&str> {
-    vec![
+    let mut args = vec![
         "shakespeare",
         "--steps",
         "5",
@@ -189,36 +206,24 @@ fn gpt(batch: &str) -> Vec<&str> {
         batch,
         "--context",
         "16",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--width",
-        "32",
-        "--eval-windows",
-        "9",
-        "--eval-every",
-        "5",
-    ]
+    ];
+    args.extend(ONE_BLOCK_GPT_ARGS);
+    args.extend(["--eval-windows", "9", "--eval-every", "5"]);
+    args
 }
 
 #[test]
 fn two_ranks_train_a_tiny_gpt_as_one_process_does() {
-    let dir = folder("gpt");
-    let (one, many) = one_and_many(&dir, 2, &gpt("64"));
-    // The run ends with an evaluation, which `assert_same_training` compares.
-    let metrics = std::fs::read_to_string(many.join("metrics.jsonl")).unwrap();
-    assert!(metrics.contains("eval_loss"), "{metrics}");
-    assert_same_training(&one, &many, 2);
-    let _ = std::fs::remove_dir_all(&dir);
+    two_ranks_as_one("gpt", &gpt("64"), |many| {
+        // The run ends with an evaluation, which `assert_same_training` compares.
+        let metrics = std::fs::read_to_string(many.join("metrics.jsonl")).unwrap();
+        assert!(metrics.contains("eval_loss"), "{metrics}");
+    });
 }
 
 #[test]
 fn uneven_shards_train_a_tiny_gpt_as_one_process_does() {
-    let dir = folder("gpt-uneven");
-    let (one, many) = one_and_many(&dir, 2, &gpt("63"));
-    assert_same_training(&one, &many, 2);
-    let _ = std::fs::remove_dir_all(&dir);
+    two_ranks_as_one("gpt-uneven", &gpt("63"), |_| {});
 }
 
 #[test]
@@ -228,18 +233,8 @@ fn a_killed_rank_is_named_by_the_survivor_within_the_deadline_with_a_checkpoint(
     // Each rank's pid and exit status land in files (mpirun's own status is not the ranks').
     let script = r#"R=$OMPI_COMM_WORLD_RANK; "$0" "$@" 2> "stderr.$R" & echo $! > "pid.$R"; wait $!; echo $? > "rc.$R""#;
     let mut child = mpirun(2)
-        .args([
-            "sh",
-            "-c",
-            script,
-            BIN,
-            "train",
-            "mlp-bench",
-            "--layers",
-            "1",
-            "--batch",
-            "64",
-        ])
+        .args(["sh", "-c", script, BIN, "train"])
+        .args(MLP_BATCH_64)
         .args([
             "--steps",
             "100000",
@@ -346,16 +341,9 @@ fn a_run_resumes_with_the_same_ranks_and_says_so_when_they_differ() {
     // 3 steps on 2 ranks, 1 more on 2 ranks, the last on one process.
     let output = mpirun(2)
         .arg(BIN)
-        .args([
-            "train",
-            "mlp-bench",
-            "--layers",
-            "1",
-            "--batch",
-            "64",
-            "--seed",
-            "3",
-        ])
+        .arg("train")
+        .args(MLP_BATCH_64)
+        .args(["--seed", "3"])
         .args(["--steps", "3", "--run-dir"])
         .arg(&run)
         .output()
@@ -376,16 +364,7 @@ fn a_run_resumes_with_the_same_ranks_and_says_so_when_they_differ() {
     assert!(resumes[0]["changes"].get("ranks").is_none());
     assert_eq!(resumes[1]["changes"]["ranks"], serde_json::json!([2, 1]));
     // The same 5 steps as one process trains them in one go.
-    let one = dir.join("one");
-    let output = Command::new(BIN)
-        .args(["train"])
-        .args(&args)
-        .arg("--run-dir")
-        .arg(&one)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    check(&output, "one process");
+    let one = one_process(&dir, &args);
     let (all, worst, name) = relative_differences(&one, &run);
     assert!(
         all <= 1e-5 && worst <= 1e-4,

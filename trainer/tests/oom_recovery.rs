@@ -10,26 +10,12 @@ use plimsoll_autograd::{Category, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::{Precision, Trainer};
 
-/// Activations of (1024, 1024) f32 are 4 MiB: dedicated segments, so reserved bytes follow them.
-const BATCH: usize = OOM_BATCH;
-
-fn run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
-    oom_run(micro, budget, Precision::F32)
-}
-
 #[test]
 fn out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
-    let (full, full_peak, _) = run(BATCH, None);
-    let (_, half_peak, _) = run(BATCH / 2, None);
-    assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");
-    let budget = (full_peak + half_peak) / 2;
-    let (constrained, constrained_peak, log) = run(BATCH, Some(budget));
-    assert!(constrained_peak <= budget);
-    let split = log
-        .iter()
-        .find(|l| l.contains("out of memory at micro-batch 1024"));
-    assert!(split.is_some(), "no split in the log: {log:#?}");
-    assert!(split.unwrap().contains("micro-batch 512"));
+    // Activations of (1024, 1024) f32 are 4 MiB: dedicated segments, so reserved bytes follow
+    // them.
+    let (constrained, full, split) = oom_split(Precision::F32);
+    assert!(split.contains("micro-batch 512"));
     assert_params_close(&constrained, &full, 1e-5);
 }
 

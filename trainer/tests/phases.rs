@@ -11,6 +11,7 @@ use common::*;
 use plimsoll_allocator::{Phase, TraceEventKind};
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::Trainer;
+use plimsoll_trainer::metrics::PhasePeak;
 
 #[test]
 fn a_step_reports_the_peaks_of_its_phases_and_an_evaluation_its_own() {
@@ -30,20 +31,13 @@ fn a_step_reports_the_peaks_of_its_phases_and_an_evaluation_its_own() {
     let names: Vec<&str> = report.phases.keys().copied().collect();
     assert_eq!(names, ["backward", "forward", "optimizer"], "{report:?}");
     // Every moment of the step is in one of its phases, so the largest phase peak is the step's.
-    let largest = report
-        .phases
-        .values()
-        .map(|p| p.peak_allocated_bytes)
-        .max()
-        .unwrap();
-    assert_eq!(largest, report.peak_allocated_bytes, "{report:?}");
-    let largest_reserved = report
-        .phases
-        .values()
-        .map(|p| p.peak_reserved_bytes)
-        .max()
-        .unwrap();
-    assert_eq!(largest_reserved, report.peak_reserved_bytes);
+    let largest = |peak: fn(&PhasePeak) -> u64| report.phases.values().map(peak).max().unwrap();
+    let largest_allocated = largest(|p| p.peak_allocated_bytes);
+    assert_eq!(largest_allocated, report.peak_allocated_bytes, "{report:?}");
+    assert_eq!(
+        largest(|p| p.peak_reserved_bytes),
+        report.peak_reserved_bytes
+    );
     // Activations live in forward and backward; the graph is gone before the update.
     let activation = |phase: &str| {
         report.phases[phase]

@@ -368,18 +368,7 @@ fn f16_micro_batches_give_the_full_batch_update() {
 /// halves the micro-batch and ends with the update of the unbudgeted run.
 #[test]
 fn f16_out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
-    const BATCH: usize = OOM_BATCH;
-    let run = |micro: usize, budget: Option<u64>| oom_run(micro, budget, Precision::F16);
-    let (full, full_peak, _) = run(BATCH, None);
-    let (_, half_peak, _) = run(BATCH / 2, None);
-    assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");
-    let budget = (full_peak + half_peak) / 2;
-    let (constrained, constrained_peak, log) = run(BATCH, Some(budget));
-    assert!(constrained_peak <= budget);
-    let split = log
-        .iter()
-        .find(|l| l.contains("out of memory at micro-batch 1024"));
-    assert!(split.is_some(), "no split in the log: {log:#?}");
+    let (constrained, full, _split) = oom_split(Precision::F16);
     assert_params_close(&constrained, &full, 1e-5);
 }
 

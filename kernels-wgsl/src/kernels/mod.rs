@@ -37,7 +37,8 @@
 //!      they are part of the pipeline cache key.
 //! 2. **Launcher** in `mod.rs`:
 //!    - a `const KERNEL: Kernel = kernel!("<stem>", "<entry>", source: WGSL, [a, out], 256)`
-//!      per entry point, with `const WGSL: &str = concatcp!(include_str!("<stem>.wgsl"),
+//!      per entry point (several entry points of one module: one `kernels! { "<stem>", source:
+//!      WGSL, workgroup: 256; NAME = "<entry>" [a, out]; .. }`, a line each), with `const WGSL: &str = concatcp!(include_str!("<stem>.wgsl"),
 //!      shader_source!("indexing"))` for the helpers it calls (`source: include_str!(..)` alone
 //!      for a file that calls none);
 //!    - its `Params` in `shader_params!`, which declares them for Rust and WGSL at once

@@ -3,7 +3,7 @@
 
 use plimsoll_autograd::{Category, Gpu, Tensor};
 use plimsoll_kernels_wgsl::Error as KernelError;
-use plimsoll_kernels_wgsl::testing::{assert_close, gpu};
+use plimsoll_kernels_wgsl::testing::{assert_close, assert_exact, gpu};
 use plimsoll_nn::{
     AdamW, AdamWConfig, Error, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm,
     zero_grad,
@@ -327,7 +327,7 @@ fn adamw_decays_only_matrices_when_asked() {
         1e-7,
         1e-6,
     );
-    assert_close("vector", &vector.to_vec().unwrap(), &[1.0, 2.0], 0.0, 0.0);
+    assert_exact("vector", &vector.to_vec().unwrap(), &[1.0, 2.0]);
 }
 
 /// A step is all or nothing. Four 2 MiB parameters (each in a segment of its own) with

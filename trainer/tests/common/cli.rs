@@ -22,6 +22,13 @@ pub fn plimsoll(dir: &Path) -> Command {
     c
 }
 
+/// The output of `c`, run to its end, asserting that it succeeded (its stderr the message).
+pub fn output_ok(c: &mut Command) -> Output {
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    o
+}
+
 /// `plimsoll <args>` in `dir`, its output captured; killed, and the test failed, past
 /// [`DEADLINE`] (a value that should have been refused may start a long run instead).
 pub fn run(dir: &Path, args: &[&str]) -> Output {
@@ -86,3 +93,7 @@ pub fn text(o: &Output) -> String {
 pub fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// The `plimsoll train` flags of a GPT of one block of two heads, width 32: the smallest model
+/// the CLI tests train on the bundled plays.
+pub const ONE_BLOCK_GPT_ARGS: [&str; 6] = ["--layers", "1", "--heads", "2", "--width", "32"];

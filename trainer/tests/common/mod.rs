@@ -144,6 +144,25 @@ pub fn oom_run(
     run_measured(config, &spec, data(OOM_BATCH * 2, 32, 10))
 }
 
+/// The out-of-memory recovery scenario in `precision`: [`oom_run`] at [`OOM_BATCH`] and at half
+/// of it unbudgeted, then at [`OOM_BATCH`] under a budget between their two peaks. Asserts that
+/// half the micro-batch peaks lower, that the budgeted run kept within the budget and that its
+/// log tells of the split at micro-batch 1024; returns the budgeted run's parameters, the
+/// unbudgeted full batch's and that log line.
+pub fn oom_split(precision: plimsoll_trainer::Precision) -> (Values, Values, String) {
+    let (full, full_peak, _) = oom_run(OOM_BATCH, None, precision);
+    let (_, half_peak, _) = oom_run(OOM_BATCH / 2, None, precision);
+    assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");
+    let budget = (full_peak + half_peak) / 2;
+    let (constrained, constrained_peak, log) = oom_run(OOM_BATCH, Some(budget), precision);
+    assert!(constrained_peak <= budget);
+    let split = log
+        .iter()
+        .find(|l| l.contains("out of memory at micro-batch 1024"));
+    assert!(split.is_some(), "no split in the log: {log:#?}");
+    (constrained, full, split.unwrap().clone())
+}
+
 /// Runs `recipe` on `train` to the end of `config` on a device of its own; the parameters after,
 /// the peak reserved bytes and the log.
 pub fn run_measured(

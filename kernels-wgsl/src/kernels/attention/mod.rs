@@ -10,7 +10,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{Kernel, kernels, shader_params};
 use crate::recorder::{Dispatch, Work};
 use crate::slice::DeviceSlice;
 
@@ -26,32 +26,15 @@ const WGSL: &str = include_str!("attention.wgsl");
 // A binding keeps its number in every entry point (WGSL lets a number carry another name in an
 // entry point that does not use the first): q, k, v, then o or dk, lse, d_o, delta, dq or dv.
 
-/// Forward: `o` and `lse` from `q`, `k`, `v`.
-pub const FORWARD: Kernel = kernel!(
-    "attention",
-    "attention_forward",
-    source: WGSL,
-    [q, k, v, o, lse],
-    ROWS as u32
-);
-
-/// Backward, one invocation per query row: `dq`, and `delta = rowsum(dO * O)` for `dkdv`.
-pub const BACKWARD_DQ: Kernel = kernel!(
-    "attention",
-    "attention_backward_dq",
-    source: WGSL,
-    [q, k, v, o, lse, d_o, delta, dq],
-    ROWS as u32
-);
-
-/// Backward, one invocation per key row: `dk` and `dv` (after [`BACKWARD_DQ`] wrote `delta`).
-pub const BACKWARD_DKDV: Kernel = kernel!(
-    "attention",
-    "attention_backward_dkdv",
-    source: WGSL,
-    [q, k, v, dk, lse, d_o, delta, dv],
-    ROWS as u32
-);
+kernels! {
+    "attention", source: WGSL, workgroup: ROWS as u32;
+    /// Forward: `o` and `lse` from `q`, `k`, `v`.
+    FORWARD = "attention_forward" [q, k, v, o, lse];
+    /// Backward, one invocation per query row: `dq`, and `delta = rowsum(dO * O)` for `dkdv`.
+    BACKWARD_DQ = "attention_backward_dq" [q, k, v, o, lse, d_o, delta, dq];
+    /// Backward, one invocation per key row: `dk` and `dv` (after [`BACKWARD_DQ`] wrote `delta`).
+    BACKWARD_DKDV = "attention_backward_dkdv" [q, k, v, dk, lse, d_o, delta, dv];
+}
 
 shader_params! {
     /// The `Params` of `attention.wgsl` (offsets in elements of each binding's segment).

@@ -7,9 +7,9 @@ use super::{
 };
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
+use crate::kernels::convert::{F16Path, Halves, expect_elementwise_halves, expect_whole_words};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, kernel, shader_source};
+use crate::pipeline::{kernels, shader_source};
 use const_format::concatcp;
 
 /// The `Params` declaration (the parent's).
@@ -33,46 +33,26 @@ const WGSL_F16_NATIVE: &str = concatcp!(
     BinaryOp::WGSL
 );
 
-/// `broadcast` on 16-bit operands, packed path: `binary_f16.wgsl` with the op and the
-/// rounding.
-pub const BROADCAST_F16: Kernel = kernel!(
-    "binary_f16",
-    "broadcast_f16",
-    source: WGSL_F16,
-    params: Params,
-    [a_w: "array<u32>", b_w: "array<u32>", out_w: "array<u32>"],
-    ELEMENTWISE_WORKGROUP
-);
+kernels! {
+    "binary_f16", source: WGSL_F16, workgroup: ELEMENTWISE_WORKGROUP;
+    /// `broadcast` on 16-bit operands, packed path: `binary_f16.wgsl` with the op and the
+    /// rounding.
+    BROADCAST_F16 = "broadcast_f16" [a_w: "array<u32>", b_w: "array<u32>", out_w: "array<u32>"];
+    /// The scalar forms on 16-bit operands, packed path (`a op s`, or `s op a` with `period` 1).
+    SCALAR_F16 = "scalar_f16" [a_w: "array<u32>", y_w: "array<u32>"];
+}
 
-/// `broadcast` on 16-bit operands, native path (`SHADER_F16`): `binary_f16_native.wgsl`.
-pub const BROADCAST_F16_NATIVE: Kernel = kernel!(
-    "binary_f16_native",
-    "broadcast_f16",
-    source: WGSL_F16_NATIVE,
-    params: Params,
-    [a_h: "array<f16>", b_h: "array<f16>", out_h: "array<f16>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The scalar forms on 16-bit operands, packed path (`a op s`, or `s op a` with `period` 1).
-pub const SCALAR_F16: Kernel = kernel!(
-    "binary_f16",
-    "scalar_f16",
-    source: WGSL_F16,
-    params: Params,
-    [a_w: "array<u32>", y_w: "array<u32>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// [`SCALAR_F16`] on the native path (`SHADER_F16`).
-pub const SCALAR_F16_NATIVE: Kernel = kernel!(
-    "binary_f16_native",
-    "scalar_f16",
-    source: WGSL_F16_NATIVE,
-    params: Params,
-    [a_h: "array<f16>", y_h: "array<f16>"],
-    ELEMENTWISE_WORKGROUP
-);
+kernels! {
+    "binary_f16_native", source: WGSL_F16_NATIVE, workgroup: ELEMENTWISE_WORKGROUP;
+    /// `broadcast` on 16-bit operands, native path (`SHADER_F16`): `binary_f16_native.wgsl`.
+    BROADCAST_F16_NATIVE = "broadcast_f16" [
+        a_h: "array<f16>",
+        b_h: "array<f16>",
+        out_h: "array<f16>",
+    ];
+    /// [`SCALAR_F16`] on the native path (`SHADER_F16`).
+    SCALAR_F16_NATIVE = "scalar_f16" [a_h: "array<f16>", y_h: "array<f16>"];
+}
 
 /// [`broadcast`] on 16-bit operands and output: `out[i] = half(a[ia] op b[ib])`, on the
 /// device's path ([`Gpu::f16_path`]): native `f16` arithmetic for add, sub, mul and div where
@@ -135,17 +115,7 @@ pub fn scalar_f16(
     s: f32,
     rhs: bool,
 ) -> Result<()> {
-    if x.len() != y.len() {
-        return Err(Error::InvalidArgument {
-            op: "binary_scalar_f16",
-            message: format!(
-                "x has {} halves, y {}; they must be equal",
-                x.len(),
-                y.len()
-            ),
-        });
-    }
-    expect_whole_words(gpu, "binary_scalar_f16", &y)?;
+    expect_elementwise_halves(gpu, "binary_scalar_f16", &y, &x)?;
     let params = Params {
         n: x.len() as u32,
         scalar: s,

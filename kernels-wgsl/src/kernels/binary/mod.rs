@@ -13,7 +13,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, op_family, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -141,76 +141,41 @@ const WGSL: &str = concatcp!(
     BinaryOp::WGSL
 );
 
-/// The `broadcast` entry point: bindings `a`, `b`, `out`.
-pub const BROADCAST: Kernel = kernel!("binary", "broadcast", source: WGSL, params: Params, [a, b, out], ELEMENTWISE_WORKGROUP);
-
-/// The `scalar_rhs` entry point (`a op s`): bindings `a`, `y`.
-pub const SCALAR_RHS: Kernel =
-    kernel!("binary", "scalar_rhs", source: WGSL, params: Params, [a, y], ELEMENTWISE_WORKGROUP);
-
-/// The `scalar_lhs` entry point (`s op a`): bindings `a`, `y`.
-pub const SCALAR_LHS: Kernel =
-    kernel!("binary", "scalar_lhs", source: WGSL, params: Params, [a, y], ELEMENTWISE_WORKGROUP);
-
-/// The `backward` entry point: bindings `a`, `b`, `dy`, `da`, `db`.
-pub const BACKWARD: Kernel = kernel!(
-    "binary",
-    "backward",
-    source: WGSL,
-    params: Params,
-    [a, b, dy, da, db],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `same_v4` entry point (same-shape `broadcast`, four elements per invocation).
-pub const SAME_V4: Kernel = kernel!(
-    "binary",
-    "same_v4",
-    source: WGSL,
-    params: Params,
-    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", out_v4: "array<vec4<f32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `suffix_v4` entry point (b broadcast along a's leading dimensions, four per invocation).
-pub const SUFFIX_V4: Kernel = kernel!(
-    "binary",
-    "suffix_v4",
-    source: WGSL,
-    params: Params,
-    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", out_v4: "array<vec4<f32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `scalar_rhs_v4` entry point.
-pub const SCALAR_RHS_V4: Kernel = kernel!(
-    "binary",
-    "scalar_rhs_v4",
-    source: WGSL,
-    params: Params,
-    [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `scalar_lhs_v4` entry point.
-pub const SCALAR_LHS_V4: Kernel = kernel!(
-    "binary",
-    "scalar_lhs_v4",
-    source: WGSL,
-    params: Params,
-    [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `backward_same_v4` entry point (same-shape `backward`, four elements per invocation).
-pub const BACKWARD_SAME_V4: Kernel = kernel!(
-    "binary",
-    "backward_same_v4",
-    source: WGSL,
-    params: Params,
-    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", dy_v4: "array<vec4<f32>>", da_v4: "array<vec4<f32>>", db_v4: "array<vec4<f32>>"],
-    ELEMENTWISE_WORKGROUP
-);
+kernels! {
+    "binary", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The `broadcast` entry point: bindings `a`, `b`, `out`.
+    BROADCAST = "broadcast" [a, b, out];
+    /// The `scalar_rhs` entry point (`a op s`): bindings `a`, `y`.
+    SCALAR_RHS = "scalar_rhs" [a, y];
+    /// The `scalar_lhs` entry point (`s op a`): bindings `a`, `y`.
+    SCALAR_LHS = "scalar_lhs" [a, y];
+    /// The `backward` entry point: bindings `a`, `b`, `dy`, `da`, `db`.
+    BACKWARD = "backward" [a, b, dy, da, db];
+    /// The `same_v4` entry point (same-shape `broadcast`, four elements per invocation).
+    SAME_V4 = "same_v4" [
+        a_v4: "array<vec4<f32>>",
+        b_v4: "array<vec4<f32>>",
+        out_v4: "array<vec4<f32>>",
+    ];
+    /// The `suffix_v4` entry point (b broadcast along a's leading dimensions, four per invocation).
+    SUFFIX_V4 = "suffix_v4" [
+        a_v4: "array<vec4<f32>>",
+        b_v4: "array<vec4<f32>>",
+        out_v4: "array<vec4<f32>>",
+    ];
+    /// The `scalar_rhs_v4` entry point.
+    SCALAR_RHS_V4 = "scalar_rhs_v4" [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"];
+    /// The `scalar_lhs_v4` entry point.
+    SCALAR_LHS_V4 = "scalar_lhs_v4" [a_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"];
+    /// The `backward_same_v4` entry point (same-shape `backward`, four elements per invocation).
+    BACKWARD_SAME_V4 = "backward_same_v4" [
+        a_v4: "array<vec4<f32>>",
+        b_v4: "array<vec4<f32>>",
+        dy_v4: "array<vec4<f32>>",
+        da_v4: "array<vec4<f32>>",
+        db_v4: "array<vec4<f32>>",
+    ];
+}
 
 shader_params! {
     /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).

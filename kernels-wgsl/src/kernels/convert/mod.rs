@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -40,33 +40,23 @@ const WGSL_NATIVE: &str = concatcp!(
     shader_source!("f16_native", "indexing")
 );
 
-/// The packed path's `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32); one
-/// invocation per destination word.
-pub const F32_TO_F16: Kernel = kernel!("convert", "f32_to_f16", source: WGSL_PACKED, params: Params, [src, dst_words: "array<u32>"], ELEMENTWISE_WORKGROUP);
+kernels! {
+    "convert", source: WGSL_PACKED, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The packed path's `f32_to_f16` entry point: bindings `src` (f32), `dst_words` (u32); one
+    /// invocation per destination word.
+    F32_TO_F16 = "f32_to_f16" [src, dst_words: "array<u32>"];
+    /// The packed path's `f16_to_f32` entry point: bindings `src_words` (u32), `dst` (f32); one
+    /// invocation per element.
+    F16_TO_F32 = "f16_to_f32" [src_words: "array<u32>", dst];
+}
 
-/// The packed path's `f16_to_f32` entry point: bindings `src_words` (u32), `dst` (f32); one
-/// invocation per element.
-pub const F16_TO_F32: Kernel = kernel!("convert", "f16_to_f32", source: WGSL_PACKED, params: Params, [src_words: "array<u32>", dst], ELEMENTWISE_WORKGROUP);
-
-/// The native path's `f32_to_f16` entry point: bindings `src` (f32), `dst_halves` (f16).
-pub const F32_TO_F16_NATIVE: Kernel = kernel!(
-    "convert_native",
-    "f32_to_f16",
-    source: WGSL_NATIVE,
-    params: Params,
-    [src, dst_halves: "array<f16>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The native path's `f16_to_f32` entry point: bindings `src_halves` (f16), `dst` (f32).
-pub const F16_TO_F32_NATIVE: Kernel = kernel!(
-    "convert_native",
-    "f16_to_f32",
-    source: WGSL_NATIVE,
-    params: Params,
-    [src_halves: "array<f16>", dst],
-    ELEMENTWISE_WORKGROUP
-);
+kernels! {
+    "convert_native", source: WGSL_NATIVE, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The native path's `f32_to_f16` entry point: bindings `src` (f32), `dst_halves` (f16).
+    F32_TO_F16_NATIVE = "f32_to_f16" [src, dst_halves: "array<f16>"];
+    /// The native path's `f16_to_f32` entry point: bindings `src_halves` (f16), `dst` (f32).
+    F16_TO_F32_NATIVE = "f16_to_f32" [src_halves: "array<f16>", dst];
+}
 
 shader_params! {
     /// The `Params` of `convert.wgsl` and `convert_native.wgsl` (every entry point). Offsets of halves count halves from
@@ -206,6 +196,27 @@ pub(crate) fn expect_whole_words(gpu: &Gpu, op: &'static str, out: &Halves<'_>) 
             out.words()
         ),
     })
+}
+
+/// The checks of an elementwise launch from 16-bit `x` to 16-bit `y`: [`Error::InvalidArgument`]
+/// when they hold different numbers of halves, then [`expect_whole_words`] on `y`.
+pub(crate) fn expect_elementwise_halves(
+    gpu: &Gpu,
+    op: &'static str,
+    y: &Halves<'_>,
+    x: &Halves<'_>,
+) -> Result<()> {
+    if x.len() != y.len() {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "x has {} halves, y {}; they must be equal",
+                x.len(),
+                y.len()
+            ),
+        });
+    }
+    expect_whole_words(gpu, op, y)
 }
 
 /// Number of `u32` words holding `len` halves: `ceil(len / 2)`.

@@ -4,7 +4,7 @@
 
 use super::reference as cpu;
 use super::{F16Path, Halves};
-use crate::testing::{DEADLINE, Rng, assert_close, gpu, gpu_and_temporaries};
+use crate::testing::{DEADLINE, Rng, assert_exact, gpu, gpu_and_temporaries};
 use crate::{Category, Error, Gpu, Result};
 
 /// Random normal-range halves (|x| in [1e-3, 1000]: devices may flush f16 subnormals, the
@@ -85,7 +85,7 @@ fn round_trip(gpu: &Gpu, path: F16Path, rng: &mut Rng, len: usize, offset: usize
     let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE)?;
     let mut want = out0.clone();
     want[5..5 + len].copy_from_slice(&cpu::round_to_f16(&x));
-    assert_close(&format!("{name} f16_to_f32"), &got, &want, 0.0, 0.0);
+    assert_exact(&format!("{name} f16_to_f32"), &got, &want);
     Ok(())
 }
 

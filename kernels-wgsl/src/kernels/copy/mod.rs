@@ -6,7 +6,7 @@ use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::convert::Halves;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params};
+use crate::pipeline::{kernels, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The module: `copy.wgsl`, beside this file.
@@ -15,49 +15,24 @@ const WGSL: &str = include_str!("copy.wgsl");
 /// Most dimensions `strided_copy` takes.
 pub const MAX_RANK: usize = 6;
 
-/// The `copy` entry point.
-pub const COPY: Kernel =
-    kernel!("copy", "copy", source: WGSL, [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
-
-/// The `copy_v4` entry point (four words per invocation).
-pub const COPY_V4: Kernel = kernel!(
-    "copy",
-    "copy_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `strided_copy` entry point.
-pub const STRIDED_COPY: Kernel =
-    kernel!("copy", "strided_copy", source: WGSL, [src: "array<u32>", dst: "array<u32>"], ELEMENTWISE_WORKGROUP);
-
-/// The `strided_copy_f16` entry point: [`strided_copy_f16`], bindings `src`, `dst` (words).
-pub const STRIDED_COPY_F16: Kernel = kernel!(
-    "copy",
-    "strided_copy_f16",
-    source: WGSL,
-    [src: "array<u32>", dst: "array<u32>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `strided_copy_v4` entry point (four words per invocation).
-pub const STRIDED_COPY_V4: Kernel = kernel!(
-    "copy",
-    "strided_copy_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `strided_copy_rows_v4` entry point (a whole innermost run of vec4s per invocation).
-pub const STRIDED_COPY_ROWS_V4: Kernel = kernel!(
-    "copy",
-    "strided_copy_rows_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"],
-    ELEMENTWISE_WORKGROUP
-);
+kernels! {
+    "copy", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The `copy` entry point.
+    COPY = "copy" [src: "array<u32>", dst: "array<u32>"];
+    /// The `copy_v4` entry point (four words per invocation).
+    COPY_V4 = "copy_v4" [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"];
+    /// The `strided_copy` entry point.
+    STRIDED_COPY = "strided_copy" [src: "array<u32>", dst: "array<u32>"];
+    /// The `strided_copy_f16` entry point: [`strided_copy_f16`], bindings `src`, `dst` (words).
+    STRIDED_COPY_F16 = "strided_copy_f16" [src: "array<u32>", dst: "array<u32>"];
+    /// The `strided_copy_v4` entry point (four words per invocation).
+    STRIDED_COPY_V4 = "strided_copy_v4" [src_v4: "array<vec4<u32>>", dst_v4: "array<vec4<u32>>"];
+    /// The `strided_copy_rows_v4` entry point (a whole innermost run of vec4s per invocation).
+    STRIDED_COPY_ROWS_V4 = "strided_copy_rows_v4" [
+        src_v4: "array<vec4<u32>>",
+        dst_v4: "array<vec4<u32>>",
+    ];
+}
 
 /// Longest innermost run (in vec4s) that `strided_copy_rows_v4` copies in one invocation.
 const MAX_ROW_RUN: u32 = 64;
@@ -300,7 +275,7 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng, Rng};
+    use crate::testing::{DEADLINE, assert_exact, gpu, gpu_and_rng, Rng};
     use crate::{Category, Error};
 
     #[test]
@@ -321,13 +296,7 @@ pub(crate) mod tests {
                 let got: Vec<f32> = gpu.read_all(&dst_gpu, DEADLINE)?;
                 let mut want = dst0.clone();
                 super::reference::copy(&src, src_at, &mut want, dst_at, len);
-                assert_close(
-                    &format!("copy len {len} at {src_at} -> {dst_at}"),
-                    &got,
-                    &want,
-                    0.0,
-                    0.0,
-                );
+                assert_exact(&format!("copy len {len} at {src_at} -> {dst_at}"), &got, &want);
             }
         }
         Ok(())
@@ -392,13 +361,7 @@ pub(crate) mod tests {
                 &mut want,
                 dst_at,
             );
-            assert_close(
-                &format!("strided_copy {shape:?} perm {perm:?}"),
-                &got,
-                &want,
-                0.0,
-                0.0,
-            );
+            assert_exact(&format!("strided_copy {shape:?} perm {perm:?}"), &got, &want);
         }
         Ok(())
     }
@@ -420,7 +383,7 @@ pub(crate) mod tests {
         let got: Vec<f32> = gpu.read_all(&b, DEADLINE)?;
         let mut want = data.clone();
         want.copy_within(0..50, 50);
-        assert_close("copy same segment", &got, &want, 0.0, 0.0);
+        assert_exact("copy same segment", &got, &want);
         // Source elements 1..101 of a 100-element buffer: refused when the slice is made.
         let err = a.slice(1, 100).expect_err("must be refused");
         assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
@@ -480,7 +443,7 @@ pub(crate) mod tests {
                 .collect();
             let name = format!("{:?} strided_copy_f16", gpu.f16_path());
             assert!(kept, "{name}: a half outside the destination changed");
-            assert_close(&name, &got, &want, 0.0, 0.0);
+            assert_exact(&name, &got, &want);
             let odd = Halves::of(&dst_gpu, 1, len as u64)?;
             let err = super::strided_copy_f16(&gpu, odd, src, &shape, &strides).expect_err("must be refused");
             assert!(err.to_string().contains("even element"), "{err}");

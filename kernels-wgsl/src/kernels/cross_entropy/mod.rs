@@ -11,7 +11,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_layout};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -31,37 +31,24 @@ const WGSL: &str = concatcp!(
 /// The workgroup-per-row module: `cross_entropy_rows.wgsl` and the helpers it calls.
 const WGSL_ROWS: &str = concatcp!(
     include_str!("cross_entropy_rows.wgsl"),
-    shader_source!(
-        "online_softmax",
-        "workgroup_reduce",
-        "workgroup_softmax",
-        "indexing"
-    )
+    crate::kernels::softmax::ROWS_HELPERS
 );
 
-/// The `forward` entry point.
-pub const FORWARD: Kernel = kernel!("cross_entropy", "forward", source: WGSL, [logits, targets: "array<u32>", losses], ROW_WORKGROUP);
+kernels! {
+    "cross_entropy", source: WGSL, workgroup: ROW_WORKGROUP;
+    /// The `forward` entry point.
+    FORWARD = "forward" [logits, targets: "array<u32>", losses];
+    /// The `backward` entry point.
+    BACKWARD = "backward" [logits, targets: "array<u32>", dloss, dlogits];
+}
 
-/// The `backward` entry point.
-pub const BACKWARD: Kernel = kernel!("cross_entropy", "backward", source: WGSL, [logits, targets: "array<u32>", dloss, dlogits], ROW_WORKGROUP);
-
-/// `forward` with a workgroup per row (`cross_entropy_rows.wgsl`).
-pub const FORWARD_ROWS: Kernel = kernel!(
-    "cross_entropy_rows",
-    "forward_rows",
-    source: WGSL_ROWS,
-    [logits, targets: "array<u32>", losses],
-    ROW_WORKGROUP
-);
-
-/// `backward` with a workgroup per row.
-pub const BACKWARD_ROWS: Kernel = kernel!(
-    "cross_entropy_rows",
-    "backward_rows",
-    source: WGSL_ROWS,
-    [logits, targets: "array<u32>", dloss, dlogits],
-    ROW_WORKGROUP
-);
+kernels! {
+    "cross_entropy_rows", source: WGSL_ROWS, workgroup: ROW_WORKGROUP;
+    /// `forward` with a workgroup per row (`cross_entropy_rows.wgsl`).
+    FORWARD_ROWS = "forward_rows" [logits, targets: "array<u32>", losses];
+    /// `backward` with a workgroup per row.
+    BACKWARD_ROWS = "backward_rows" [logits, targets: "array<u32>", dloss, dlogits];
+}
 
 /// Loop passes one invocation of a workgroup-per-row entry point runs: two column loops of
 /// `ceil(cols / 64)` passes and a tree of 6.

@@ -90,7 +90,7 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, assert_close, gpu_and_rng, scratch};
+    use crate::testing::{DEADLINE, assert_exact, gpu_and_rng, scratch};
     use crate::{Category, Error};
 
     #[test]
@@ -109,7 +109,7 @@ pub(crate) mod tests {
             super::dropout(&gpu, y, x_gpu.whole(), p, seed)?;
             let got: Vec<f32> = gpu.read(&y_gpu, 3, len as u64, DEADLINE)?;
             let want = super::reference::dropout(&x, p, seed);
-            assert_close(&format!("dropout len {len} p {p}"), &got, &want, 0.0, 0.0);
+            assert_exact(&format!("dropout len {len} p {p}"), &got, &want);
             if len > 1000 {
                 let dropped = want.iter().filter(|&&v| v == 0.0).count() as f32 / len as f32;
                 assert!((dropped - p).abs() < 0.02, "dropped {dropped}, p {p}");

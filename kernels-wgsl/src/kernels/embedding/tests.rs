@@ -4,7 +4,7 @@
 
 use super::reference;
 use crate::kernels::largest_within;
-use crate::testing::{DEADLINE, assert_close, assert_loop_limit, dot, gpu, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, Rng, scratch, upload_u32_at};
+use crate::testing::{DEADLINE, assert_exact, assert_loop_limit, dot, gpu, gpu_and_rng, gpu_and_temporaries, Guarded, largest_at_the_loop_limit, with_loop_limit, Rng, scratch, upload_u32_at};
 use crate::{Category, Error, Gpu, Result};
 
 // Tolerances. gather copies words: exact. scatter_add sums at most 129 values in [-1, 1] in f32
@@ -155,13 +155,7 @@ fn embedding_at_the_loop_limit_matches_reference() -> Result<()> {
     let (v, d) = (vocab as u64, dim as u64);
     super::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, d)?;
     let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE)?;
-    assert_close(
-        &format!("scatter_add of {tokens} tokens"),
-        &got,
-        &want,
-        0.0,
-        0.0,
-    );
+    assert_exact(&format!("scatter_add of {tokens} tokens"), &got, &want);
 
     // The largest vocabulary (the sort's prefix sum runs the longest loop), a few tokens, the
     // last row among them: every row's start must be right for its sum to land.
@@ -175,13 +169,7 @@ fn embedding_at_the_loop_limit_matches_reference() -> Result<()> {
     let v = vocab as u64;
     super::scatter_add(&gpu, dtable.whole(), dy_gpu.whole(), ids_gpu.whole(), v, 1)?;
     let got: Vec<f32> = gpu.read_all(&dtable, DEADLINE)?;
-    assert_close(
-        &format!("scatter_add over {vocab} rows"),
-        &got,
-        &want,
-        0.0,
-        0.0,
-    );
+    assert_exact(&format!("scatter_add over {vocab} rows"), &got, &want);
     Ok(())
 }
 

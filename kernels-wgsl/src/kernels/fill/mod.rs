@@ -56,7 +56,7 @@ pub mod reference {
 #[cfg(test)]
 pub(crate) mod tests {
     use crate::Result;
-    use crate::testing::{DEADLINE, assert_close, gpu, gpu_and_rng};
+    use crate::testing::{DEADLINE, assert_exact, gpu, gpu_and_rng};
     use crate::{Category, Error};
 
     /// The kernel against [`super::reference`] at odd lengths (70,001 needs a 2-D grid's
@@ -76,7 +76,7 @@ pub(crate) mod tests {
             let got: Vec<f32> = gpu.read_all(&buf, DEADLINE)?;
             let mut want = initial.clone();
             super::reference::fill(&mut want, offset, count, value);
-            assert_close(&format!("fill len {len}"), &got, &want, 0.0, 0.0);
+            assert_exact(&format!("fill len {len}"), &got, &want);
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{
     RowLayout, check_loop_limit, launch_1d, launch_rows, loop_passes, row_layout,
 };
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -34,50 +34,23 @@ const WGSL_ROWS: &str = concatcp!(
     shader_source!("workgroup_reduce", "indexing")
 );
 
-/// The `forward` entry point.
-pub const FORWARD: Kernel = kernel!(
-    "layer_norm",
-    "forward",
-    source: WGSL,
-    [x, gamma, beta, y, mean_out, rstd_out],
-    WORKGROUP
-);
+kernels! {
+    "layer_norm", source: WGSL, workgroup: WORKGROUP;
+    /// The `forward` entry point.
+    FORWARD = "forward" [x, gamma, beta, y, mean_out, rstd_out];
+    /// The `backward_input` entry point (`dx`).
+    BACKWARD_INPUT = "backward_input" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
+    /// The `backward_params` entry point (`dgamma`, `dbeta`).
+    BACKWARD_PARAMS = "backward_params" [x, bp_mean, bp_rstd, bp_dy, dgamma, dbeta];
+}
 
-/// The `backward_input` entry point (`dx`).
-pub const BACKWARD_INPUT: Kernel = kernel!(
-    "layer_norm",
-    "backward_input",
-    source: WGSL,
-    [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
-    WORKGROUP
-);
-
-/// `forward` with a workgroup per row (`layer_norm_rows.wgsl`).
-pub const FORWARD_ROWS: Kernel = kernel!(
-    "layer_norm_rows",
-    "forward_rows",
-    source: WGSL_ROWS,
-    [x, gamma, beta, y, mean_out, rstd_out],
-    WORKGROUP
-);
-
-/// `backward_input` with a workgroup per row.
-pub const BACKWARD_INPUT_ROWS: Kernel = kernel!(
-    "layer_norm_rows",
-    "backward_input_rows",
-    source: WGSL_ROWS,
-    [x, gamma, bi_mean, bi_rstd, bi_dy, dx],
-    WORKGROUP
-);
-
-/// The `backward_params` entry point (`dgamma`, `dbeta`).
-pub const BACKWARD_PARAMS: Kernel = kernel!(
-    "layer_norm",
-    "backward_params",
-    source: WGSL,
-    [x, bp_mean, bp_rstd, bp_dy, dgamma, dbeta],
-    WORKGROUP
-);
+kernels! {
+    "layer_norm_rows", source: WGSL_ROWS, workgroup: WORKGROUP;
+    /// `forward` with a workgroup per row (`layer_norm_rows.wgsl`).
+    FORWARD_ROWS = "forward_rows" [x, gamma, beta, y, mean_out, rstd_out];
+    /// `backward_input` with a workgroup per row.
+    BACKWARD_INPUT_ROWS = "backward_input_rows" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
+}
 
 /// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
 /// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see

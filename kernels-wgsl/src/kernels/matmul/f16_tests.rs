@@ -6,7 +6,7 @@ use super::reference;
 use super::{Epilogue, MatmulDims, MatmulEntry, Operand};
 use crate::kernels::convert::Halves;
 use crate::kernels::convert::reference as cpu;
-use crate::testing::{DEADLINE, Rng, SENTINEL, assert_close, f16_devices, to_f64};
+use crate::testing::{DEADLINE, Rng, SENTINEL, assert_close, assert_exact, f16_devices, to_f64};
 use crate::{Category, DeviceBuffer, Gpu, Result};
 
 /// One operand on the host: its values (f16-rounded when 16-bit) and the words uploaded, with
@@ -278,13 +278,7 @@ fn f16_output_overflows_to_infinity() -> Result<()> {
                     }
                 })
                 .collect();
-            assert_close(
-                &format!("{:?} {entry:?}", gpu.f16_path()),
-                &got,
-                &want,
-                0.0,
-                0.0,
-            );
+            assert_exact(&format!("{:?} {entry:?}", gpu.f16_path()), &got, &want);
         }
     }
     Ok(())

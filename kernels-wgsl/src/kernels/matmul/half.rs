@@ -9,7 +9,7 @@
 use super::{MAIN, MATMUL_PARAMS_WGSL as PARAMS_WGSL};
 use crate::error::{Error, Result};
 use crate::kernels::convert::Halves;
-use crate::pipeline::{Kernel, kernel, shader_source};
+use crate::pipeline::{Kernel, kernel, kernels, shader_source};
 use crate::slice::DeviceSlice;
 
 /// The 16-bit module on the packed path: the body and `matmul_io_f16.wgsl` (override
@@ -21,25 +21,23 @@ const WGSL_F16: &str = concat!(
     shader_source!("f16_bits")
 );
 
-/// [`super::MAIN`] when an operand is 16-bit, packed path.
-pub const MAIN_F16: Kernel = kernel!(
-    "matmul_f16",
-    "main",
-    source: WGSL_F16,
-    params: Params,
-    [a_q: "array<vec4<u32>>", b_q: "array<vec4<u32>>", c_q: "array<vec4<u32>>", bias],
-    64
-);
-
-/// [`super::MAIN_SCALAR`] when an operand is 16-bit, packed path.
-pub const MAIN_SCALAR_F16: Kernel = kernel!(
-    "matmul_f16",
-    "main_scalar",
-    source: WGSL_F16,
-    params: Params,
-    [a_w: "array<u32>", b_w: "array<u32>", c_atomic: "array<atomic<u32>>", bias],
-    64
-);
+kernels! {
+    "matmul_f16", source: WGSL_F16, workgroup: 64;
+    /// [`super::MAIN`] when an operand is 16-bit, packed path.
+    MAIN_F16 = "main" [
+        a_q: "array<vec4<u32>>",
+        b_q: "array<vec4<u32>>",
+        c_q: "array<vec4<u32>>",
+        bias,
+    ];
+    /// [`super::MAIN_SCALAR`] when an operand is 16-bit, packed path.
+    MAIN_SCALAR_F16 = "main_scalar" [
+        a_w: "array<u32>",
+        b_w: "array<u32>",
+        c_atomic: "array<atomic<u32>>",
+        bias,
+    ];
+}
 
 /// `[main, main_scalar]` of one native 16-bit module (`enable f16;`): the body with, per
 /// operand, the f32 accessors (`matmul_io_x.wgsl`) or the `f16` ones

@@ -25,7 +25,7 @@ use crate::device::{Gpu, Shared};
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
 use crate::kernels::convert::F16Path;
-use crate::pipeline::{Kernel, RuntimeChecks, kernel, shader_params};
+use crate::pipeline::{Kernel, RuntimeChecks, kernels, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
@@ -144,25 +144,18 @@ const WGSL_F32: &str = concat!(
     include_str!("matmul_io_c.wgsl")
 );
 
-/// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
-pub const MAIN: Kernel = kernel!(
-    "matmul",
-    "main",
-    source: WGSL_F32,
-    params: Params,
-    [a_v4: "array<vec4<f32>>", b_v4: "array<vec4<f32>>", c_v4: "array<vec4<f32>>", bias],
-    64
-);
-
-/// The any-shape entry point.
-pub const MAIN_SCALAR: Kernel = kernel!(
-    "matmul",
-    "main_scalar",
-    source: WGSL_F32,
-    params: Params,
-    [a, b, c, bias],
-    64
-);
+kernels! {
+    "matmul", source: WGSL_F32, workgroup: 64;
+    /// The fast entry point (`vec4` loads; preconditions in [`entry_point`]).
+    MAIN = "main" [
+        a_v4: "array<vec4<f32>>",
+        b_v4: "array<vec4<f32>>",
+        c_v4: "array<vec4<f32>>",
+        bias,
+    ];
+    /// The any-shape entry point.
+    MAIN_SCALAR = "main_scalar" [a, b, c, bias];
+}
 
 /// The least work (`2·batch·m·n·k`) a product takes `main` for: below it `main_scalar` does.
 /// `main`'s first dispatch costs lavapipe 0.9–1.7 s of JIT per layout (`cargo xtask bench

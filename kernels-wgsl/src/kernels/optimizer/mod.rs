@@ -9,7 +9,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -20,26 +20,20 @@ pub(crate) mod tests;
 /// The module: `optimizer.wgsl` and the helpers it calls.
 const WGSL: &str = concatcp!(include_str!("optimizer.wgsl"), shader_source!("indexing"));
 
-/// The `sgd` entry point.
-pub const SGD: Kernel = kernel!("optimizer", "sgd", source: WGSL, sgd_params: SgdParams, [param, grad, momentum_buf], ELEMENTWISE_WORKGROUP);
-
-/// The `adamw` entry point.
-pub const ADAMW: Kernel = kernel!("optimizer", "adamw", source: WGSL, adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq], ELEMENTWISE_WORKGROUP);
-
-/// The `adamw_v4` entry point (four elements per invocation; vec4 views of the same bindings).
-pub const ADAMW_V4: Kernel = kernel!(
-    "optimizer",
-    "adamw_v4",
-    source: WGSL,
-    adamw_params: AdamWParams,
-    [
+kernels! {
+    "optimizer", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The `sgd` entry point.
+    SGD = "sgd" sgd_params: SgdParams, [param, grad, momentum_buf];
+    /// The `adamw` entry point.
+    ADAMW = "adamw" adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq];
+    /// The `adamw_v4` entry point (four elements per invocation; vec4 views of the same bindings).
+    ADAMW_V4 = "adamw_v4" adamw_params: AdamWParams, [
         param_v4: "array<vec4<f32>>",
         grad_v4: "array<vec4<f32>>",
         exp_avg_v4: "array<vec4<f32>>",
-        exp_avg_sq_v4: "array<vec4<f32>>"
-    ],
-    ELEMENTWISE_WORKGROUP
-);
+        exp_avg_sq_v4: "array<vec4<f32>>",
+    ];
+}
 
 shader_params! {
     /// The `SgdParams` of `optimizer.wgsl`.

@@ -14,7 +14,7 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernel, kernels, shader_params, shader_source};
 use const_format::concatcp;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
@@ -92,54 +92,37 @@ const WGSL: &str = concatcp!(
     shader_source!("workgroup_reduce", "indexing")
 );
 
-/// The `sum_axis` entry point: bindings `src`, `dst`.
-pub const SUM_AXIS: Kernel =
-    kernel!("reduce", "sum_axis", source: WGSL, [src, dst], AXIS_WORKGROUP);
-
-/// The `mean_axis` entry point: bindings `src`, `dst`.
-pub const MEAN_AXIS: Kernel =
-    kernel!("reduce", "mean_axis", source: WGSL, [src, dst], AXIS_WORKGROUP);
-
-/// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
-pub const MAX_AXIS: Kernel =
-    kernel!("reduce", "max_axis", source: WGSL, [src, dst, idx_out: "array<u32>"], AXIS_WORKGROUP);
+kernels! {
+    "reduce", source: WGSL, workgroup: AXIS_WORKGROUP;
+    /// The `sum_axis` entry point: bindings `src`, `dst`.
+    SUM_AXIS = "sum_axis" [src, dst];
+    /// The `mean_axis` entry point: bindings `src`, `dst`.
+    MEAN_AXIS = "mean_axis" [src, dst];
+    /// The `max_axis` entry point: bindings `src`, `dst`, `idx_out`.
+    MAX_AXIS = "max_axis" [src, dst, idx_out: "array<u32>"];
+}
 
 /// The `max_backward` entry point: bindings `dy`, `idx_in`, `dx`.
 pub const MAX_BACKWARD: Kernel = kernel!("reduce", "max_backward", source: WGSL, [dy, idx_in: "array<u32>", dx], ELEMENTWISE_WORKGROUP);
-
-/// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const SUM_ALL: Kernel =
-    kernel!("reduce", "sum_all", source: WGSL, [src, dst], ALL_WORKGROUP as u32);
 
 /// Elements per invocation (one sum each) of the `sum_squares_chunks` entry points (`SQ_CHUNK`
 /// in the shader).
 pub const SQUARES_CHUNK: u64 = 256;
 
-/// The `sum_squares_chunks_v4` entry point (vec4 loads; `src` 4-aligned): bindings `src_v4`,
-/// `dst`.
-pub const SUM_SQUARES_CHUNKS_V4: Kernel = kernel!(
-    "reduce",
-    "sum_squares_chunks_v4",
-    source: WGSL,
-    [src_v4: "array<vec4<f32>>", dst],
-    ALL_WORKGROUP as u32
-);
-
-/// The `sum_squares_chunks` entry point: bindings `src`, `dst`.
-pub const SUM_SQUARES_CHUNKS: Kernel = kernel!(
-    "reduce",
-    "sum_squares_chunks",
-    source: WGSL,
-    [src, dst],
-    ALL_WORKGROUP as u32
-);
-
-/// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
-pub const MEAN_ALL: Kernel =
-    kernel!("reduce", "mean_all", source: WGSL, [src, dst], ALL_WORKGROUP as u32);
-
-/// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
-pub const MAX_ALL: Kernel = kernel!("reduce", "max_all", source: WGSL, [src, dst, idx_out: "array<u32>"], ALL_WORKGROUP as u32);
+kernels! {
+    "reduce", source: WGSL, workgroup: ALL_WORKGROUP as u32;
+    /// The `sum_all` entry point (one workgroup): bindings `src`, `dst`.
+    SUM_ALL = "sum_all" [src, dst];
+    /// The `sum_squares_chunks_v4` entry point (vec4 loads; `src` 4-aligned): bindings `src_v4`,
+    /// `dst`.
+    SUM_SQUARES_CHUNKS_V4 = "sum_squares_chunks_v4" [src_v4: "array<vec4<f32>>", dst];
+    /// The `sum_squares_chunks` entry point: bindings `src`, `dst`.
+    SUM_SQUARES_CHUNKS = "sum_squares_chunks" [src, dst];
+    /// The `mean_all` entry point (one workgroup): bindings `src`, `dst`.
+    MEAN_ALL = "mean_all" [src, dst];
+    /// The `max_all` entry point (one workgroup): bindings `src`, `dst`, `idx_out`.
+    MAX_ALL = "max_all" [src, dst, idx_out: "array<u32>"];
+}
 
 shader_params! {
     /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).

@@ -6,7 +6,7 @@ use super::AxisView;
 use super::reference as cpu;
 use crate::buffer::DeviceBuffer;
 use crate::kernels::{check_loop_limit, largest_within};
-use crate::testing::{DEADLINE, assert_close, assert_loop_limit, gpu_and_rng, gpu_and_temporaries, with_loop_limit, Rng, scratch, sum_atol};
+use crate::testing::{DEADLINE, assert_close, assert_exact, assert_loop_limit, gpu_and_rng, gpu_and_temporaries, with_loop_limit, Rng, scratch, sum_atol};
 use crate::{Category, Error, Gpu, Result};
 
 /// Integers in -3..=3 (ties are common) with a NaN every 211 elements, from index 5.
@@ -95,13 +95,7 @@ pub(crate) fn matches_reference() -> Result<()> {
         let got_max: Vec<f32> = gpu.read_all(&max_gpu, DEADLINE)?;
         let got_idx: Vec<u32> = gpu.read_all(&idx_gpu, DEADLINE)?;
         let (want_max, want_idx) = cpu::max_axis(&xm, view);
-        assert_close(
-            &format!("{name} max"),
-            &got_max,
-            &framed(-7.0, 2, &want_max),
-            0.0,
-            0.0,
-        );
+        assert_exact(&format!("{name} max"), &got_max, &framed(-7.0, 2, &want_max));
         assert_eq!(got_idx, framed(0xAAAA_AAAA, 1, &want_idx), "{name} arg-max");
 
         let dy = rng.vec_f32(count, -2.0, 2.0);
@@ -113,7 +107,7 @@ pub(crate) fn matches_reference() -> Result<()> {
         super::max_backward(&gpu, dx_s, dy_s, idx_s, shape, axis)?;
         let got: Vec<f32> = gpu.read_all(&dx_gpu, DEADLINE)?;
         let want = framed(-7.0, 3, &cpu::max_backward(&dy, &want_idx, view));
-        assert_close(&format!("{name} max_backward"), &got, &want, 0.0, 0.0);
+        assert_exact(&format!("{name} max_backward"), &got, &want);
     }
     Ok(())
 }
@@ -198,13 +192,7 @@ fn reduce_all_matches_reference() -> Result<()> {
             let got_max: Vec<f32> = gpu.read_all(&max_gpu, DEADLINE)?;
             let got_idx: Vec<u32> = gpu.read_all(&idx_gpu, DEADLINE)?;
             let (want_max, want_idx) = cpu::max_all(&xm);
-            assert_close(
-                &format!("{name} max_all"),
-                &got_max,
-                &[-7.0, want_max, -7.0],
-                0.0,
-                0.0,
-            );
+            assert_exact(&format!("{name} max_all"), &got_max, &[-7.0, want_max, -7.0]);
             assert_eq!(got_idx, [7, 7, want_idx], "{name} max_all index");
             // The backward of max_all is max_backward over shape [len], axis 0.
             let dy_gpu = gpu
@@ -217,7 +205,7 @@ fn reduce_all_matches_reference() -> Result<()> {
             let got: Vec<f32> = gpu.read(&dx_gpu, 1, len as u64, DEADLINE)?;
             let want =
                 cpu::max_backward(&[1.5], &[want_idx], AxisView::of_shape(&[len], 0).expect("axis in range"));
-            assert_close(&format!("{name} max_all backward"), &got, &want, 0.0, 0.0);
+            assert_exact(&format!("{name} max_all backward"), &got, &want);
         }
     }
     Ok(())

@@ -10,7 +10,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_rows, loop_passes, same_len};
-use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
+use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -21,81 +21,52 @@ pub(crate) mod tests;
 /// Workgroup size of every `softmax` entry point (`@workgroup_size(64)`).
 pub use crate::kernels::ROW_WORKGROUP;
 
-/// The invocation-per-row module: `softmax.wgsl` and the helpers it calls.
+/// The invocation-per-row module: `softmax.wgsl`, its causal mask and the helpers it calls.
 const WGSL: &str = concatcp!(
     include_str!("softmax.wgsl"),
+    include_str!("softmax_mask.wgsl"),
     shader_source!("online_softmax", "indexing")
 );
 
-/// The workgroup-per-row module: `softmax_rows.wgsl` and the helpers it calls.
+/// The workgroup-per-row module: `softmax_rows.wgsl`, the causal mask and the helpers it calls.
 const WGSL_ROWS: &str = concatcp!(
     include_str!("softmax_rows.wgsl"),
-    shader_source!(
-        "online_softmax",
-        "workgroup_reduce",
-        "workgroup_softmax",
-        "indexing"
-    )
+    include_str!("softmax_mask.wgsl"),
+    ROWS_HELPERS
 );
 
-/// The `softmax_forward` entry point.
-pub const SOFTMAX_FORWARD: Kernel =
-    kernel!("softmax", "softmax_forward", source: WGSL, [x, y], ROW_WORKGROUP);
-
-/// The `log_softmax_forward` entry point.
-pub const LOG_SOFTMAX_FORWARD: Kernel =
-    kernel!("softmax", "log_softmax_forward", source: WGSL, [x, y], ROW_WORKGROUP);
-
-/// The `softmax_backward` entry point.
-pub const SOFTMAX_BACKWARD: Kernel = kernel!(
-    "softmax",
-    "softmax_backward",
-    source: WGSL,
-    [y_saved, dy, dx],
-    ROW_WORKGROUP
+/// The shared helpers a workgroup-per-row softmax calls (this family's and `cross_entropy`'s):
+/// the online-softmax statistics, combined over the workgroup's tree.
+pub(crate) const ROWS_HELPERS: &str = shader_source!(
+    "online_softmax",
+    "workgroup_reduce",
+    "workgroup_softmax",
+    "indexing"
 );
 
-/// The `log_softmax_backward` entry point.
-pub const LOG_SOFTMAX_BACKWARD: Kernel = kernel!(
-    "softmax",
-    "log_softmax_backward",
-    source: WGSL,
-    [y_saved, dy, dx],
-    ROW_WORKGROUP
-);
+kernels! {
+    "softmax", source: WGSL, workgroup: ROW_WORKGROUP;
+    /// The `softmax_forward` entry point.
+    SOFTMAX_FORWARD = "softmax_forward" [x, y];
+    /// The `log_softmax_forward` entry point.
+    LOG_SOFTMAX_FORWARD = "log_softmax_forward" [x, y];
+    /// The `softmax_backward` entry point.
+    SOFTMAX_BACKWARD = "softmax_backward" [y_saved, dy, dx];
+    /// The `log_softmax_backward` entry point.
+    LOG_SOFTMAX_BACKWARD = "log_softmax_backward" [y_saved, dy, dx];
+}
 
-/// The workgroup-per-row entry points (`softmax_rows.wgsl`, same bindings).
-pub const SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
-    "softmax_rows",
-    "softmax_forward_rows",
-    source: WGSL_ROWS,
-    [x, y],
-    ROW_WORKGROUP
-);
-/// Log-softmax forward, a workgroup per row.
-pub const LOG_SOFTMAX_FORWARD_ROWS: Kernel = kernel!(
-    "softmax_rows",
-    "log_softmax_forward_rows",
-    source: WGSL_ROWS,
-    [x, y],
-    ROW_WORKGROUP
-);
-/// Softmax backward, a workgroup per row.
-pub const SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
-    "softmax_rows",
-    "softmax_backward_rows",
-    source: WGSL_ROWS,
-    [y_saved, dy, dx],
-    ROW_WORKGROUP
-);
-/// Log-softmax backward, a workgroup per row.
-pub const LOG_SOFTMAX_BACKWARD_ROWS: Kernel = kernel!(
-    "softmax_rows",
-    "log_softmax_backward_rows",
-    source: WGSL_ROWS,
-    [y_saved, dy, dx],
-    ROW_WORKGROUP
-);
+kernels! {
+    "softmax_rows", source: WGSL_ROWS, workgroup: ROW_WORKGROUP;
+    /// The workgroup-per-row entry points (`softmax_rows.wgsl`, same bindings).
+    SOFTMAX_FORWARD_ROWS = "softmax_forward_rows" [x, y];
+    /// Log-softmax forward, a workgroup per row.
+    LOG_SOFTMAX_FORWARD_ROWS = "log_softmax_forward_rows" [x, y];
+    /// Softmax backward, a workgroup per row.
+    SOFTMAX_BACKWARD_ROWS = "softmax_backward_rows" [y_saved, dy, dx];
+    /// Log-softmax backward, a workgroup per row.
+    LOG_SOFTMAX_BACKWARD_ROWS = "log_softmax_backward_rows" [y_saved, dy, dx];
+}
 
 pub use crate::kernels::{GPU_INVOCATION_PER_ROW_MIN_ROWS, RowLayout, row_layout};
 

@@ -14,16 +14,7 @@
 
 const WG: u32 = 64u;
 
-// softmax.wgsl's causal mask (params.causal), the same way.
-var<private> valid_cols: u32;
-
-fn causal_valid(r: u32) -> u32 {
-    return select(params.cols, min(params.cols, r % max(params.causal, 1u) + 1u), params.causal != 0u);
-}
-
-fn xv(b: u32, j: u32) -> f32 {
-    return select(bitcast<f32>(NEG_INF_BITS), x[b + j], j < valid_cols);
-}
+// The causal mask (valid_cols, causal_valid, xv): softmax_mask.wgsl, appended.
 
 // (max, sum exp(x - max)) of row r, combined over the workgroup.
 fn row_stats(r: u32, lid: u32) -> vec2<f32> {

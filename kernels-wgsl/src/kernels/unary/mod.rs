@@ -5,11 +5,10 @@
 //! and the tests.
 
 use crate::device::Gpu;
-use crate::error::Error;
 use crate::error::Result;
-use crate::kernels::convert::{F16Path, Halves, expect_whole_words};
+use crate::kernels::convert::{F16Path, Halves, expect_elementwise_halves};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
-use crate::pipeline::{Kernel, kernel, op_family, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernel, kernels, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -63,36 +62,21 @@ const WGSL: &str = concatcp!(
     UnaryOp::WGSL
 );
 
-/// The `forward` entry point: bindings `x`, `y`.
-pub const FORWARD: Kernel =
-    kernel!("unary", "forward", source: WGSL, params: Params, [x, y], ELEMENTWISE_WORKGROUP);
-
-/// The `backward` entry point: bindings `saved`, `dy`, `dx`.
-pub const BACKWARD: Kernel = kernel!("unary", "backward", source: WGSL, params: Params, [saved, dy, dx], ELEMENTWISE_WORKGROUP);
-
-/// The `forward_v4` entry point (four elements per invocation): bindings `x_v4`, `y_v4`.
-pub const FORWARD_V4: Kernel = kernel!(
-    "unary",
-    "forward_v4",
-    source: WGSL,
-    params: Params,
-    [x_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"],
-    ELEMENTWISE_WORKGROUP
-);
-
-/// The `backward_v4` entry point (four elements per invocation).
-pub const BACKWARD_V4: Kernel = kernel!(
-    "unary",
-    "backward_v4",
-    source: WGSL,
-    params: Params,
-    [
+kernels! {
+    "unary", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
+    /// The `forward` entry point: bindings `x`, `y`.
+    FORWARD = "forward" [x, y];
+    /// The `backward` entry point: bindings `saved`, `dy`, `dx`.
+    BACKWARD = "backward" [saved, dy, dx];
+    /// The `forward_v4` entry point (four elements per invocation): bindings `x_v4`, `y_v4`.
+    FORWARD_V4 = "forward_v4" [x_v4: "array<vec4<f32>>", y_v4: "array<vec4<f32>>"];
+    /// The `backward_v4` entry point (four elements per invocation).
+    BACKWARD_V4 = "backward_v4" [
         saved_v4: "array<vec4<f32>>",
         dy_v4: "array<vec4<f32>>",
-        dx_v4: "array<vec4<f32>>"
-    ],
-    ELEMENTWISE_WORKGROUP
-);
+        dx_v4: "array<vec4<f32>>",
+    ];
+}
 
 /// `forward` on 16-bit x and y, packed path: `unary_f16.wgsl` with the op and the rounding.
 pub const FORWARD_F16: Kernel = kernel!(
@@ -193,8 +177,8 @@ pub fn backward(
 
 /// [`forward`] on 16-bit `x` and `y`: `y = half(f(x))`, `f` computed in f32 (as PyTorch computes
 /// its f16 elementwise ops), on the device's path ([`Gpu::f16_path`]; the same values on both).
-/// Errors: [`Error::InvalidArgument`] when the lengths differ, or on the packed path when `y`
-/// starts in the high half of a word.
+/// Errors: [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the lengths differ,
+/// or on the packed path when `y` starts in the high half of a word.
 pub fn forward_f16(
     gpu: &Gpu,
     op: UnaryOp,
@@ -202,17 +186,7 @@ pub fn forward_f16(
     x: Halves<'_>,
     exponent: f32,
 ) -> Result<()> {
-    if x.len() != y.len() {
-        return Err(Error::InvalidArgument {
-            op: "unary_f16",
-            message: format!(
-                "x has {} halves, y {}; they must be equal",
-                x.len(),
-                y.len()
-            ),
-        });
-    }
-    expect_whole_words(gpu, "unary_f16", &y)?;
+    expect_elementwise_halves(gpu, "unary_f16", &y, &x)?;
     let params = Params {
         n: x.len() as u32,
         exponent,
