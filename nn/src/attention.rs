@@ -242,16 +242,12 @@ struct FusedAttention {
 impl Derivative for FusedAttention {
     /// `dq`, `dk`, `dv` by the `attention` kernels (probabilities recomputed from `lse`).
     fn backward(&self, g: &Tensor, _needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
-        let f32_of = |t: &Tensor| match t.dtype() {
-            DType::F16 => t.to_f32(),
-            _ => Ok(t.clone()),
-        };
         let (q, k, v, o, g) = (
-            f32_of(&self.q)?,
-            f32_of(&self.k)?,
-            f32_of(&self.v)?,
-            f32_of(&self.o)?,
-            f32_of(g)?,
+            self.q.widened()?,
+            self.k.widened()?,
+            self.v.widened()?,
+            self.o.widened()?,
+            g.widened()?,
         );
         let gpu = g.gpu();
         let grad = |label: &str| Tensor::empty(gpu, q.shape(), Category::Temporary, label);

@@ -156,10 +156,7 @@ struct LookupInParts {
 impl Derivative for LookupInParts {
     /// No gradient for the ids; each part's, the sums of `g`'s rows over its ids.
     fn backward(&self, g: &Tensor, needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
-        let g = match g.dtype() {
-            DType::F16 => g.to_f32()?,
-            _ => g.clone(),
-        };
+        let g = g.widened()?;
         let gpu = g.gpu();
         let mut grads: Grads = Grads::new();
         grads.push(None);

@@ -313,11 +313,7 @@ impl Derivative for LinearCrossEntropy {
     /// `dlogitsᵀ`, for a weight in parts).
     fn backward(&self, g: &Tensor, needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
         // Saved tensors may be stored in f16 (`f16_activations`); the kernels read f32.
-        let f32_of = |t: &Tensor| match t.dtype() {
-            DType::F16 => t.to_f32(),
-            _ => Ok(t.clone()),
-        };
-        let (g, x) = (f32_of(g)?, f32_of(&self.x)?);
+        let (g, x) = (g.widened()?, self.x.widened()?);
         let h = &self.head;
         let gpu = g.gpu();
         let want = |i: usize| needs.get(i).copied().unwrap_or(true);
