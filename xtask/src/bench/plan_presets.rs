@@ -173,8 +173,8 @@ fn analytic_bytes(spec: &GptSpec, micro: usize, segment: usize, fused: bool) -> 
 
 /// The `scale` part: exactness at scale. Real steps of GPT-2 small's shape (12 layers x 768,
 /// context 256, batch 1, GPT-2's vocabulary over the plays' characters, the loss in chunks of
-/// [`SCALE_LOSS_CHUNK`] rows) under a budget three quarters of the way from its fixed state to its peak without
-/// checkpointing, so the plan must checkpoint: the predicted peaks against the run's ([`SCALE_STEPS`] steps, an
+/// [`SCALE_LOSS_CHUNK`] rows) under a budget halfway between the least any choice needs and its
+/// peak without checkpointing, so the plan must checkpoint: the predicted peaks against the run's ([`SCALE_STEPS`] steps, an
 /// evaluation every [`SCALE_EVAL_EVERY`]).
 pub fn run_scale(report: &mut Report) -> Result<()> {
     let corpus = CharCorpus::shakespeare()?;
@@ -207,16 +207,28 @@ pub fn run_scale(report: &mut Report) -> Result<()> {
         fence_deadline: std::time::Duration::from_secs(600),
         ..TrainConfig::default()
     };
-    // The budget: three quarters of the way from the fixed state to the peak without
-    // checkpointing.
-    let gpu = Gpu::new()?;
-    gpu.set_memory_budget(64 << 30);
-    let (train, test) = data()?;
-    let free =
-        plimsoll_trainer::plan::plan(&gpu, &spec, train.as_ref(), Some(test.as_ref()), &config)?;
-    let fixed = 16 * spec.parameter_count() as u64;
-    let budget = fixed + free.predicted_peak_reserved_bytes.saturating_sub(fixed) * 3 / 4;
-    report.push("plan/gpt2_small_context_256/budget", mb(budget), "MB");
+    // The budget: halfway between the least any choice needs (the plan's refusal of a budget
+    // too small says it) and the peak without checkpointing.
+    let plan_at = |budget: u64| -> Result<plimsoll_trainer::MemoryPlan, plimsoll_trainer::Error> {
+        let gpu = Gpu::new()?;
+        gpu.set_memory_budget(budget);
+        let (train, test) =
+            data().map_err(|e| plimsoll_trainer::Error::invalid("data", e.to_string()))?;
+        plimsoll_trainer::plan::plan(&gpu, &spec, train.as_ref(), Some(test.as_ref()), &config)
+    };
+    let free = plan_at(64 << 30)?;
+    let least = match plan_at(1 << 30) {
+        Err(plimsoll_trainer::Error::BudgetTooSmall {
+            predicted_bytes, ..
+        }) => predicted_bytes,
+        other => anyhow::bail!("a 1 GiB budget should be refused: {other:?}"),
+    };
+    let budget = (least + free.predicted_peak_reserved_bytes) / 2;
+    let key = "plan/gpt2_small_context_256";
+    report.push(format!("{key}/least_budget"), mb(least), "MB");
+    let peak = free.predicted_peak_reserved_bytes;
+    report.push(format!("{key}/peak_without_a_budget"), mb(peak), "MB");
+    report.push(format!("{key}/budget"), mb(budget), "MB");
     let gpu = Gpu::new()?;
     gpu.set_memory_budget(budget);
     let cfg = TrainConfig {
