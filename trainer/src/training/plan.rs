@@ -123,6 +123,8 @@ pub struct MemoryPlan {
     pub micro_batch: usize,
     /// The chosen checkpoint segment length (0: none).
     pub segment_len: usize,
+    /// What activations are stored in (`f32` or `f16`: the run's `--precision`).
+    pub precision: String,
     /// Predicted peak allocated bytes of a step with the choice.
     pub predicted_peak_bytes: u64,
     /// Predicted peak reserved bytes of the run (steps and evaluation).
@@ -210,13 +212,14 @@ impl fmt::Display for MemoryPlan {
         }
         write!(
             f,
-            "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}; \
+            "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}, {}; \
              predicted peak {} allocated, {} reserved ({:.0}% of the budget); evaluation in \
              chunks of {}: {}",
             self.effective_batch,
             self.effective_batch.div_ceil(self.micro_batch),
             self.micro_batch,
             segment_name(self.segment_len),
+            self.precision,
             format_bytes(self.predicted_peak_bytes),
             format_bytes(self.predicted_peak_reserved_bytes),
             100.0 * self.predicted_peak_reserved_bytes as f64 / self.budget_bytes.max(1) as f64,
@@ -847,6 +850,7 @@ fn plan_explained(
         effective_batch: config.effective_batch,
         micro_batch: choice.micro_batch,
         segment_len: choice.segment_len,
+        precision: config.precision.to_string(),
         predicted_peak_bytes: choice.peak_allocated_bytes,
         predicted_peak_reserved_bytes: choice
             .peak_reserved_bytes
