@@ -487,9 +487,6 @@ type Inputs<'a> = (
     &'a TrainConfig,
 );
 
-/// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
-/// fits with some checkpointing choice, and its fixed state: an unbudgeted dry run bounds it from
-/// above (without a budget the allocator sizes segments more freely), then bisection on twins.
 /// Whether the fixed state of a step (parameters, gradients, optimizer state: what no
 /// micro-batch or checkpointing changes) alone passes `twin`'s budget, from one dry run of
 /// micro-batch 1 with checkpoint segments of `segment_len` without a budget.
@@ -512,6 +509,9 @@ fn fixed_state_passes(
     Ok(fixed > twin.memory_budget_bytes())
 }
 
+/// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
+/// fits with some checkpointing choice, and its fixed state: an unbudgeted dry run bounds it from
+/// above (without a budget the allocator sizes segments more freely), then bisection on twins.
 fn least_budget(
     gpu: &Gpu,
     inputs: Inputs<'_>,
@@ -695,6 +695,8 @@ fn plan_explained(
     // past the limit at micro-batch m is past it at every larger one, checkpointed or not
     // (checkpointing changes what is kept, not how big each tensor is made).
     let mut cap = effective;
+    // Whether the fixed state alone passes the budget, once asked.
+    let mut fixed_checked: Option<bool> = None;
     for &segment_len in &candidates {
         // The largest micro-batch the search can reach under the cap: `ceil(effective / parts)`.
         let reachable = (1..=effective)
@@ -779,10 +781,12 @@ fn plan_explained(
                 }
             }
         };
-        if found.is_none()
-            && best.is_none()
-            && fixed_state_passes(gpu, &twin, (spec, data, test, config), segment_len)?
-        {
+        // Asked once, after the first checkpointing that fits nothing.
+        if found.is_none() && best.is_none() && fixed_checked.is_none() {
+            let passes = fixed_state_passes(gpu, &twin, (spec, data, test, config), segment_len)?;
+            fixed_checked = Some(passes);
+        }
+        if fixed_checked == Some(true) {
             // The parameters, gradients and optimizer state alone pass the budget: no
             // micro-batch or checkpointing can fit, so the search stops here.
             break;
