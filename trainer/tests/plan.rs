@@ -580,9 +580,10 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     assert!(
         plan.variant
             .as_deref()
-            .is_some_and(|v| v.contains("fused attention")),
+            .is_some_and(|v| v.contains("fused attention and the chunked loss")),
         "{plan}"
     );
+    assert!(plan.loss_chunk_rows.is_some(), "{plan}");
     // A small shape fits with the reference path at the whole batch: the plan keeps it.
     let small = plimsoll_trainer::GptSpec {
         config: plimsoll_nn::GptConfig {
@@ -602,7 +603,11 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     let plan =
         plimsoll_trainer::plan::plan(&gpu, &small, &windows(48), Some(&windows(8)), &cfg).unwrap();
     assert_eq!((plan.micro_batch, plan.segment_len), (12, 0), "{plan}");
-    assert_eq!(plan.variant, None, "{plan}");
+    assert_eq!(
+        (plan.variant.as_deref(), plan.loss_chunk_rows),
+        (None, None),
+        "{plan}"
+    );
 }
 
 /// The checkpoint lengths the plan tries: none, and for every length it skips, a shorter one

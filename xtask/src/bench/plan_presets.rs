@@ -19,8 +19,9 @@
 //!   one segment's blocks recomputed during backward, in place of every block's.
 //!
 //! The analytic count leaves out what lives only for a moment (a gradient being made, a chunk's
-//! logits, the allocator's rounding), so the ratio predicted / analytic is at least 1 and says
-//! how much of the peak those are.
+//! logits, the allocator's rounding), which pushes the ratio predicted / analytic above 1, and
+//! assumes every gradient and every kept activation alive at once, which the peak need not
+//! see (a large micro-batch peaks early in backward, before most gradients exist): below 1.
 
 use std::sync::Arc;
 use std::time::Instant;

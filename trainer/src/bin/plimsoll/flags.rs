@@ -156,10 +156,10 @@ pub fn count_u64(s: &str) -> Parsed<u64> {
     count(s).map(|v| v as u64)
 }
 
-/// `--loss-chunk`: `auto` (the automatic chunk), `off` (the whole logits) or a row count.
+/// `--loss-chunk`: `auto` (the plan decides), `off` (the whole logits) or a row count.
 pub fn loss_chunk(s: &str) -> Parsed<plimsoll_trainer::LossHead> {
     match s.trim() {
-        "auto" => Ok(plimsoll_trainer::LossHead::Chunked(0)),
+        "auto" => Ok(plimsoll_trainer::LossHead::Auto),
         "off" => Ok(plimsoll_trainer::LossHead::Reference),
         rows => count(rows)
             .map(plimsoll_trainer::LossHead::Chunked)

@@ -408,9 +408,9 @@ struct ShakespeareArgs {
     /// (scores, softmax and product, the probabilities kept for backward).
     #[arg(long, value_enum, default_value_t = AttentionArg::Auto)]
     attention: AttentionArg,
-    /// Rows per chunk of the output head and loss: `auto` (chosen from the micro-batch so a
-    /// chunk's logits are about the size of the hidden states), a count, or `off` (the whole
-    /// logits, kept for backward).
+    /// How the output head and loss run: `auto` (the memory plan keeps the whole logits when
+    /// the step fits with them, else runs the head and loss in chunks of rows chosen from the
+    /// micro-batch), a number of rows per chunk, or `off` (the whole logits, kept for backward).
     #[arg(long, default_value = "auto", value_parser = flags::loss_chunk)]
     loss_chunk: plimsoll_trainer::LossHead,
 }
