@@ -487,6 +487,26 @@ type Inputs<'a> = (
     &'a TrainConfig,
 );
 
+/// Of two refusals, the one that asks for less: a budget that is too small over a tensor past
+/// one binding (a budget can fix the first), else the smaller least budget.
+fn smaller_need(a: Error, b: Error) -> Error {
+    match (&a, &b) {
+        (
+            Error::BudgetTooSmall {
+                predicted_bytes: x, ..
+            },
+            Error::BudgetTooSmall {
+                predicted_bytes: y, ..
+            },
+        ) => match x <= y {
+            true => a,
+            false => b,
+        },
+        (Error::BudgetTooSmall { .. }, _) => a,
+        _ => b,
+    }
+}
+
 /// Whether the fixed state of a step (parameters, gradients, optimizer state: what no
 /// micro-batch or checkpointing changes) alone passes `twin`'s budget, from one dry run of
 /// micro-batch 1 with checkpoint segments of `segment_len` without a budget.
@@ -641,10 +661,23 @@ pub fn plan(
     let Some((why, variant)) = spec.memory_efficient_variant() else {
         return plan_explained(gpu, (spec, data, test, config), true);
     };
-    // The variant needs less memory for the same choice, so the recipe itself can reach no
-    // better choice than the variant's: plan the variant, then one dry run of the recipe at
-    // that choice keeps the (faster) recipe when it fits there too.
-    let mut lean = plan_explained(gpu, (variant.as_ref(), data, test, config), true)?;
+    // The variant needs less memory for the same choice at the sizes it is for (a tiny model's
+    // may need more): plan the variant, then one dry run of the recipe at that choice keeps
+    // the (faster) recipe when it fits there too. When the variant fits nothing, the recipe
+    // is planned in full, and when neither fits, the refusal names the smaller need.
+    let mut lean = match plan_explained(gpu, (variant.as_ref(), data, test, config), true) {
+        Ok(lean) => lean,
+        Err(lean_err @ (Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. })) => {
+            return match plan_explained(gpu, (spec, data, test, config), true) {
+                Ok(own) => Ok(own),
+                Err(own_err @ (Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. })) => {
+                    Err(smaller_need(lean_err, own_err))
+                }
+                Err(e) => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     for p in &mut lean.probes {
         p.variant = true;
     }
