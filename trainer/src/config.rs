@@ -99,6 +99,9 @@ pub struct TrainConfig {
     pub allocator: AllocatorMode,
     /// f32 throughout, or activations stored in f16 with dynamic loss scaling.
     pub precision: Precision,
+    /// Training batches the loader thread builds in host memory ahead of the step
+    /// ([`crate::loader`]); 0: each step builds its own when it starts.
+    pub prefetch: usize,
 }
 
 /// What a step stores activations in.
@@ -147,6 +150,7 @@ impl Default for TrainConfig {
             profile_steps: None,
             allocator: AllocatorMode::Caching,
             precision: Precision::F32,
+            prefetch: 2,
         }
     }
 }
@@ -241,6 +245,7 @@ impl TrainConfig {
             "clip_grad_norm": self.clip_grad_norm,
             "allocator": self.allocator.to_string(),
             "precision": self.precision.to_string(),
+            "prefetch": self.prefetch,
         })
     }
 

@@ -35,8 +35,8 @@ mod workload;
 // Each part's modules, at the crate root where their paths have always been.
 pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
 pub use runs::{checkpoint_io, run_dir};
-pub use training::{collective, plan, scaler, step, trainer};
-pub use workload::{data, host, model, sample, task, text};
+pub use training::{collective, loader, plan, scaler, step, trainer};
+pub use workload::{data, host, model, prepare, sample, task, text, token_files, tokenizer};
 
 pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, RunLength, TrainConfig};
 pub use data::{Dataset, TokenData};
@@ -48,6 +48,8 @@ pub use sample::{SampleOptions, SamplePlan, Sampled, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
 pub use timeline::{StepSpan, Timeline};
+pub use token_files::{TokenFile, TokenFolder};
+pub use tokenizer::Tokenizer;
 pub use trainer::{LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};
 
 // What a user of this crate alone needs to define a model and open a device.

@@ -59,6 +59,9 @@ pub struct StepReport {
     /// Milliseconds in the all-reduce calls of gradients: waiting for the slowest rank to
     /// arrive, then the sum (reading gradients back and writing the sums not included).
     pub allreduce_ms: f64,
+    /// Milliseconds the step waited for its samples in host memory: the whole gather without
+    /// prefetching, the wait on the loader thread's queue with it ([`crate::loader`]).
+    pub data_wait_ms: f64,
     /// Peaks of each phase the step went through (`forward`, `backward`, `optimizer`; an
     /// evaluation's peaks are in its own [`EvalRecord`]).
     pub phases: BTreeMap<&'static str, PhasePeak>,

@@ -268,13 +268,18 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
 /// The newest run under `root` (of `workload`, when given): names sort by start time. `None`
 /// when there is none, or no `root`.
 pub fn newest(root: &Path, workload: Option<&str>) -> Result<Option<PathBuf>> {
+    newest_of(root, workload.as_slice())
+}
+
+/// The newest run under `root` of any of `workloads` (of any workload when empty).
+pub fn newest_of(root: &Path, workloads: &[&str]) -> Result<Option<PathBuf>> {
     if !root.is_dir() {
         return Ok(None);
     }
     Ok(list(root)?
         .into_iter()
         .rev()
-        .find(|r| workload.is_none_or(|w| r.workload == w))
+        .find(|r| workloads.is_empty() || workloads.contains(&r.workload.as_str()))
         .map(|r| r.path))
 }
 

@@ -1,9 +1,10 @@
 //! The loop: the [`Trainer`](trainer::Trainer) and its steps ([`step`]: micro-batches,
 //! out-of-memory recovery, the update as a transaction), the memory plan ([`plan`]), when to
-//! evaluate (`schedule`), the f16 loss scaler ([`scaler`]) and how the ranks of a data-parallel
-//! run agree ([`collective`]).
+//! evaluate (`schedule`), the f16 loss scaler ([`scaler`]), how the ranks of a data-parallel
+//! run agree ([`collective`]) and the thread that builds batches ahead of the step ([`loader`]).
 
 pub mod collective;
+pub mod loader;
 pub mod plan;
 pub mod scaler;
 pub(crate) mod schedule;

@@ -136,6 +136,11 @@ pub struct MemoryPlan {
     /// The recipe's memory-efficient variant, when the plan chose it
     /// ([`crate::Recipe::memory_efficient_variant`]): what it changes and why.
     pub variant: Option<String>,
+    /// Training batches the loader thread keeps ready in host memory (`TrainConfig::prefetch`).
+    pub prefetch: usize,
+    /// Host bytes those batches take (not device memory: each micro-batch is uploaded when the
+    /// step reaches it, as the dry runs did).
+    pub loader_host_bytes: u64,
     /// Every dry run, in the order made.
     pub probes: Vec<Probe>,
     /// Wall time of the plan, ms.
@@ -235,6 +240,14 @@ impl fmt::Display for MemoryPlan {
         }
         if let Some(variant) = &self.variant {
             write!(f, "; {variant}")?;
+        }
+        if self.loader_host_bytes > 0 {
+            write!(
+                f,
+                "\n  host: {} for the batches the loader builds ({} ahead; --prefetch)",
+                format_bytes(self.loader_host_bytes),
+                self.prefetch
+            )?;
         }
         Ok(())
     }
@@ -388,6 +401,7 @@ fn replay_step(
         model: &*model,
         params,
         data,
+        host: None,
         segment_len,
         label_smoothing: config.label_smoothing,
         clip_grad_norm: config.clip_grad_norm,
@@ -704,6 +718,18 @@ pub fn plan(
     }
 }
 
+/// Host bytes of the batches the loader thread keeps ready ([`crate::loader`]): `prefetch`
+/// batches (one without prefetching) of `effective_batch` samples, each as large as sample 0
+/// built in host memory (0 for data that builds its batches only on the device).
+fn loader_host_bytes(data: &dyn Data, config: &TrainConfig) -> Result<u64> {
+    let per_sample = match data.is_empty() {
+        true => None,
+        false => data.gather(&[0])?,
+    };
+    let batches = config.prefetch.max(1) as u64;
+    Ok(per_sample.map_or(0, |b| b.bytes()) * config.effective_batch as u64 * batches)
+}
+
 /// [`plan`]; when nothing fits and `explain`, the refusal's least budget and whether f16 fits
 /// are found too (more dry runs), else [`Error::BudgetTooSmall`] carries zeros for them.
 fn plan_explained(
@@ -899,6 +925,8 @@ fn plan_explained(
             gpu.max_buffer_bytes(),
         ),
         variant: None,
+        prefetch: config.prefetch,
+        loader_host_bytes: loader_host_bytes(data, config)?,
         probes,
         plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })

@@ -42,7 +42,7 @@ use plimsoll_nn::{Optimizer, zero_grad};
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
 use crate::config::Precision;
 use crate::error::{Error, Result};
-use crate::task::{Data, Model};
+use crate::task::{Data, HostBatch, Model};
 
 /// What one step needs besides the optimizer.
 pub struct StepInputs<'a> {
@@ -54,6 +54,9 @@ pub struct StepInputs<'a> {
     pub params: &'a [(String, Tensor)],
     /// Where the samples come from.
     pub data: &'a dyn Data,
+    /// This rank's samples of the step already built in host memory, in the order of the
+    /// step's indices (the loader's, [`crate::loader`]); `None`: uploaded from `data`.
+    pub host: Option<&'a HostBatch>,
     /// Children per checkpointed segment; 0: no checkpointing.
     pub segment_len: usize,
     /// Cross-entropy label smoothing.
@@ -137,7 +140,10 @@ pub fn accumulate_gradients(
     // rule), so no explicit submit is needed here.
     for chunk in indices.chunks(micro_batch.max(1)) {
         set_phase(inputs.gpu, inputs.step, Phase::Forward);
-        let batch = inputs.data.upload(inputs.gpu, chunk)?;
+        let batch = match inputs.host {
+            Some(host) => host.upload_rows(inputs.gpu, done..done + chunk.len())?,
+            None => inputs.data.upload(inputs.gpu, chunk)?,
+        };
         let mean = {
             let _half = (inputs.precision == Precision::F16).then(f16_activations);
             inputs

@@ -18,8 +18,9 @@ use plimsoll_nn::Optimizer;
 use crate::checkpoint_io::RunPosition;
 use crate::collective::{Collective, SingleProcess, shard};
 use crate::config::{CheckpointPolicy, RunLength, TrainConfig};
-use crate::data::epoch_order;
+use crate::data::EpochOrder;
 use crate::error::{Error, Result};
+use crate::loader::Loader;
 use crate::metrics::{Observer, PhasePeak, StepReport};
 use crate::observe::hooks::{CheckFailure, HookContext, Hooks, StepHook};
 use crate::plan::{MemoryPlan, plan};
@@ -55,12 +56,14 @@ pub struct Trainer {
     pub(crate) model: Box<dyn Model>,
     pub(crate) params: Vec<(String, Tensor)>,
     pub(crate) optimizer: Box<dyn Optimizer>,
-    pub(crate) train: Box<dyn Data>,
+    pub(crate) train: Arc<dyn Data>,
     pub(crate) test: Option<Box<dyn Data>>,
     /// The data order of `order_epoch` (a permutation of the training samples), kept so a
     /// step does not shuffle a million windows again.
-    pub(crate) order: Vec<usize>,
+    pub(crate) order: EpochOrder,
     pub(crate) order_epoch: Option<u64>,
+    /// Builds each step's samples in host memory ahead of it.
+    pub(crate) loader: Loader,
     /// Invariant: `1 <= micro_batch <= config.effective_batch`.
     pub(crate) micro_batch: usize,
     pub(crate) segment_len: usize,
@@ -91,6 +94,10 @@ pub const MODEL_FILE: &str = "model.safetensors";
 /// reason: before the first step (each compiles its kernels and plans its memory) and at the end
 /// (rank 0 saves and exports the model). At least this, or the fence deadline.
 pub const START_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The least time a step waits for the loader thread's batch before that is an error (or the
+/// fence deadline, when longer): a first batch from a cold disk can take seconds.
+pub const LOADER_DEADLINE: Duration = Duration::from_secs(120);
 
 /// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
 pub const LOSS_WINDOW: usize = 20;
@@ -200,15 +207,25 @@ impl Trainer {
         if let Some(p) = &plan {
             log.push(p.to_string());
         }
+        let train: Arc<dyn Data> = Arc::new(train);
+        let loader = Loader::new(
+            Arc::clone(&train),
+            config.seed,
+            config.effective_batch,
+            (collective.rank(), collective.ranks()),
+            config.prefetch,
+            config.fence_deadline.max(LOADER_DEADLINE),
+        );
         Ok(Trainer {
             gpu: gpu.clone(),
             config,
             model,
             params,
             optimizer,
-            train: Box::new(train),
+            loader,
+            train,
             test,
-            order: Vec::new(),
+            order: EpochOrder::Shuffled(Vec::new()),
             order_epoch: None,
             micro_batch,
             segment_len,
@@ -223,6 +240,11 @@ impl Trainer {
             collective,
             agreed_stop: false,
         })
+    }
+
+    /// The loader of the training batches (its depth, its host bytes).
+    pub fn loader(&self) -> &Loader {
+        &self.loader
     }
 
     /// This process's rank and the number of ranks (`(0, 1)` for one process).
@@ -406,17 +428,25 @@ impl Trainer {
         let start = Instant::now();
         let effective = self.config.effective_batch;
         if self.order_epoch != Some(self.position.epoch) {
-            self.order = epoch_order(self.train.len(), self.config.seed, self.position.epoch);
+            self.order = EpochOrder::new(self.train.len(), self.config.seed, self.position.epoch);
             self.order_epoch = Some(self.position.epoch);
         }
         let first = self.position.sample_in_epoch;
-        let indices = self
-            .order
-            .get(first..(first + effective).min(self.order.len()))
-            .ok_or_else(|| Error::invalid("data position", format!("batch at sample {first}")))?
-            .to_vec();
+        let indices = self.order.range(first, effective);
+        if indices.is_empty() {
+            return Err(Error::invalid(
+                "data position",
+                format!("no batch at sample {first} of {}", self.order.len()),
+            ));
+        }
         let indices = indices.as_slice();
+        let ranks = self.collective.ranks();
+        let mine = shard(indices, self.collective.rank(), ranks);
         let step = self.position.step + 1;
+        let taken = match self.loader.take((self.position.epoch, first), mine) {
+            Ok(t) => t,
+            Err(e) => return Err(self.give_up(step, e)),
+        };
         let lr = self.config.schedule.lr_at(self.position.step);
         set_rng_state(self.position.rng_state);
         self.each_hook(|hook, cx| hook.before_step(cx, step));
@@ -428,12 +458,12 @@ impl Trainer {
             }
             a.reset_peaks();
         });
-        let ranks = self.collective.ranks();
         let inputs = StepInputs {
             gpu: &self.gpu,
             model: self.model.as_ref(),
             params: &self.params,
             data: self.train.as_ref(),
+            host: taken.batch.as_ref(),
             segment_len: self.segment_len,
             label_smoothing: self.config.label_smoothing,
             clip_grad_norm: self.config.clip_grad_norm,
@@ -444,13 +474,7 @@ impl Trainer {
             precision: self.config.precision,
             loss_scale: self.position.loss_scaler.map_or(1.0, |s| s.scale),
         };
-        let result = run_step(
-            &inputs,
-            self.optimizer.as_mut(),
-            shard(indices, self.collective.rank(), ranks),
-            self.micro_batch,
-            lr,
-        );
+        let result = run_step(&inputs, self.optimizer.as_mut(), mine, self.micro_batch, lr);
         let result = match result {
             Ok(r) => r,
             Err(e) => {
@@ -510,6 +534,7 @@ impl Trainer {
             ranks,
             allreduce_bytes: result.allreduce_bytes,
             allreduce_ms: result.allreduce_ms,
+            data_wait_ms: taken.wait.as_secs_f64() * 1e3,
             phases: PhasePeak::of(&stats),
         })
     }

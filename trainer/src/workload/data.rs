@@ -10,13 +10,13 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
-use plimsoll_kernels_wgsl::Category;
+use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::random::SplitMix64;
 
 use crate::error::{Error, Result};
-use crate::task::{Batch, Data};
+use crate::task::{Batch, Data, HostBatch, HostInputs};
 use crate::text::TokenWindows;
+use crate::token_files::TokenFile;
 
 /// An in-memory classification dataset. Invariant: `features.len() == labels.len() *
 /// feature_dim` and every label is `< num_classes`.
@@ -32,6 +32,105 @@ pub struct Dataset {
 pub fn epoch_order(len: usize, seed: u64, epoch: u64) -> Vec<usize> {
     let mut rng = SplitMix64::new(seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03));
     shuffled(len, &mut rng)
+}
+
+/// Training sets up to this many samples are shuffled by [`epoch_order`] (a vector of their
+/// indices, 32 MiB at this size); larger ones (windows of a token file of billions of tokens)
+/// by a keyed permutation that computes each position's sample and holds nothing.
+pub const SHUFFLE_LIMIT: usize = 1 << 22;
+
+/// The order of one epoch's samples: [`epoch_order`]'s shuffle, or a keyed permutation above
+/// [`SHUFFLE_LIMIT`] samples. Both are pure functions of `(len, seed, epoch)`.
+#[derive(Debug, Clone)]
+pub enum EpochOrder {
+    /// The indices, shuffled.
+    Shuffled(Vec<usize>),
+    /// A permutation computed position by position.
+    Keyed(KeyedPermutation),
+}
+
+impl EpochOrder {
+    /// The order of epoch `epoch` of `len` samples seeded with `seed`.
+    pub fn new(len: usize, seed: u64, epoch: u64) -> EpochOrder {
+        match len <= SHUFFLE_LIMIT {
+            true => EpochOrder::Shuffled(epoch_order(len, seed, epoch)),
+            false => EpochOrder::Keyed(KeyedPermutation::new(
+                len as u64,
+                seed ^ epoch.wrapping_mul(0xD1B5_4A32_D192_ED03),
+            )),
+        }
+    }
+
+    /// Samples in the epoch.
+    pub fn len(&self) -> usize {
+        match self {
+            EpochOrder::Shuffled(v) => v.len(),
+            EpochOrder::Keyed(p) => p.len as usize,
+        }
+    }
+
+    /// Whether the epoch has no sample.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The samples at positions `first..first + count` of the epoch (fewer at its end, none
+    /// past it).
+    pub fn range(&self, first: usize, count: usize) -> Vec<usize> {
+        let end = first.saturating_add(count).min(self.len());
+        match self {
+            EpochOrder::Shuffled(v) => v.get(first..end).map(<[usize]>::to_vec).unwrap_or_default(),
+            EpochOrder::Keyed(p) => (first..end).map(|i| p.apply(i as u64) as usize).collect(),
+        }
+    }
+}
+
+/// A bijection of `0..len` from a key: a four-round Feistel network over the smallest even
+/// number of bits that holds `len`, with cycle walking (a value at or past `len` is permuted
+/// again until it falls inside, at most about four times on average).
+#[derive(Debug, Clone)]
+pub struct KeyedPermutation {
+    len: u64,
+    half_bits: u32,
+    keys: [u64; 4],
+}
+
+impl KeyedPermutation {
+    /// The permutation of `0..len` keyed by `key`.
+    pub fn new(len: u64, key: u64) -> KeyedPermutation {
+        let bits = (64 - len.saturating_sub(1).leading_zeros()).max(2);
+        let mut rng = SplitMix64::new(key);
+        KeyedPermutation {
+            len,
+            half_bits: bits.div_ceil(2),
+            keys: std::array::from_fn(|_| rng.next_u64()),
+        }
+    }
+
+    /// Where position `i` (below `len`) goes.
+    pub fn apply(&self, i: u64) -> u64 {
+        let mut x = i;
+        loop {
+            x = self.round_trip(x);
+            if x < self.len {
+                return x;
+            }
+        }
+    }
+
+    fn round_trip(&self, x: u64) -> u64 {
+        let h = self.half_bits;
+        let mask = (1u64 << h) - 1;
+        let (mut left, mut right) = (x >> h, x & mask);
+        for key in self.keys {
+            let mut z = right ^ key;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            (left, right) = (right, left ^ (z & mask));
+        }
+        (left << h) | right
+    }
 }
 
 fn shuffled(len: usize, rng: &mut SplitMix64) -> Vec<usize> {
@@ -252,14 +351,9 @@ impl Dataset {
     }
 }
 
-impl Data for Dataset {
-    fn len(&self) -> usize {
-        self.labels.len()
-    }
-
-    /// The rows `indices` as features `[n, d]` f32 (`Category::Input`) and labels `[n]` u32.
-    /// Indices out of range are an error.
-    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
+impl Dataset {
+    /// The rows `indices` in host memory. Errors: an index out of range.
+    fn rows(&self, indices: &[usize]) -> Result<HostBatch> {
         let d = self.feature_dim;
         let mut features = Vec::with_capacity(indices.len() * d);
         let mut labels = Vec::with_capacity(indices.len());
@@ -273,15 +367,29 @@ impl Data for Dataset {
             features.extend_from_slice(row);
             labels.push(self.labels[i]);
         }
-        let options = TensorOptions {
-            category: Category::Input,
-            label: "batch features",
-            requires_grad: false,
-        };
-        Ok(Batch {
-            inputs: Tensor::from_slice_with(gpu, &features, &[indices.len(), d], options)?,
-            targets: Tensor::from_indices(gpu, &labels, &[indices.len()])?,
+        Ok(HostBatch {
+            rows: indices.len(),
+            input_width: d,
+            inputs: HostInputs::Features(features),
+            targets: labels,
+            targets_per_row: None,
         })
+    }
+}
+
+impl Data for Dataset {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// The rows `indices` as features `[n, d]` f32 (`Category::Input`) and labels `[n]` u32.
+    /// Indices out of range are an error.
+    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
+        self.rows(indices)?.upload_rows(gpu, 0..indices.len())
+    }
+
+    fn gather(&self, indices: &[usize]) -> Result<Option<HostBatch>> {
+        self.rows(indices).map(Some)
     }
 
     fn input_width(&self) -> usize {
@@ -305,12 +413,44 @@ impl Data for Dataset {
 /// `data/digits.csv.gz`, compiled in so that the command works from any directory.
 pub const DIGITS_CSV_GZ: &[u8] = include_bytes!("../../../data/digits.csv.gz");
 
+/// A token sequence: in host memory, or a token file read through its memory map.
+#[derive(Debug, Clone)]
+pub enum Tokens {
+    /// Ids in host memory.
+    Host(Arc<Vec<u32>>),
+    /// A `.bin` file of `u16` ids ([`TokenFile`]).
+    File(Arc<TokenFile>),
+}
+
+impl Tokens {
+    /// Tokens in the sequence.
+    pub fn len(&self) -> usize {
+        match self {
+            Tokens::Host(t) => t.len(),
+            Tokens::File(f) => f.len(),
+        }
+    }
+
+    /// Whether the sequence is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where the tokens come from, for messages.
+    fn what(&self) -> String {
+        match self {
+            Tokens::Host(_) => "the token sequence".to_string(),
+            Tokens::File(f) => f.path().display().to_string(),
+        }
+    }
+}
+
 /// Windows of `context` tokens of a token sequence, each paired with the next `context` tokens:
 /// every window (training, drawn in a seeded order) or `count` evenly spaced ones (a fixed
 /// validation set).
 #[derive(Debug, Clone)]
 pub struct TokenData {
-    tokens: Arc<Vec<u32>>,
+    tokens: Tokens,
     context: usize,
     vocab: usize,
     /// Start of sample `i`: `starts[i]`, or `i` when `None` (every window).
@@ -321,7 +461,13 @@ impl TokenData {
     /// Every window of `tokens` (ids below `vocab`). Errors: a context the sequence cannot
     /// hold.
     pub fn windows(tokens: Arc<Vec<u32>>, context: usize, vocab: usize) -> Result<TokenData> {
-        TokenWindows::new(&tokens, context)?;
+        Self::windows_of(Tokens::Host(tokens), context, vocab)
+    }
+
+    /// Every window of `tokens`, in memory or in a file. Errors: a context the sequence cannot
+    /// hold, named with the file.
+    pub fn windows_of(tokens: Tokens, context: usize, vocab: usize) -> Result<TokenData> {
+        Self::check_context(&tokens, context)?;
         Ok(TokenData {
             tokens,
             context,
@@ -337,7 +483,18 @@ impl TokenData {
         vocab: usize,
         count: usize,
     ) -> Result<TokenData> {
-        let all = TokenWindows::new(&tokens, context)?.len();
+        Self::evenly_spaced_of(Tokens::Host(tokens), context, vocab, count)
+    }
+
+    /// [`TokenData::evenly_spaced`] over tokens in memory or in a file.
+    pub fn evenly_spaced_of(
+        tokens: Tokens,
+        context: usize,
+        vocab: usize,
+        count: usize,
+    ) -> Result<TokenData> {
+        Self::check_context(&tokens, context)?;
+        let all = tokens.len() - context;
         let count = count.clamp(1, all);
         let starts = (0..count).map(|i| i * all / count).collect();
         Ok(TokenData {
@@ -348,11 +505,56 @@ impl TokenData {
         })
     }
 
+    fn check_context(tokens: &Tokens, context: usize) -> Result<()> {
+        if context == 0 || context >= tokens.len() {
+            return Err(Error::invalid(
+                "--context",
+                format!(
+                    "a context of {context} tokens needs between 1 and {} ({} has {} tokens, and \
+                     a window is context + 1); give a smaller --context or more text",
+                    tokens.len().saturating_sub(1),
+                    tokens.what(),
+                    tokens.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn start(&self, i: usize) -> usize {
         match &self.starts {
             Some(s) => s.get(i).copied().unwrap_or(usize::MAX),
             None => i,
         }
+    }
+
+    /// The windows `indices` in host memory. Errors: an index past the last window, or (from a
+    /// file) a token id at or above the vocabulary, named with its offset.
+    fn windows_at(&self, indices: &[usize]) -> Result<HostBatch> {
+        let t = self.context;
+        let starts: Vec<usize> = indices.iter().map(|&i| self.start(i)).collect();
+        let (inputs, targets) = match &self.tokens {
+            Tokens::Host(tokens) => TokenWindows::new(tokens, t)?.gather(&starts)?,
+            Tokens::File(file) => {
+                let mut inputs = Vec::with_capacity(starts.len() * t);
+                let mut targets = Vec::with_capacity(starts.len() * t);
+                let mut window = Vec::with_capacity(t + 1);
+                for &s in &starts {
+                    window.clear();
+                    file.read_into(s, t + 1, self.vocab, &mut window)?;
+                    inputs.extend_from_slice(&window[..t]);
+                    targets.extend_from_slice(&window[1..]);
+                }
+                (inputs, targets)
+            }
+        };
+        Ok(HostBatch {
+            rows: indices.len(),
+            input_width: t,
+            inputs: HostInputs::Tokens(inputs),
+            targets,
+            targets_per_row: Some(t),
+        })
     }
 }
 
@@ -366,10 +568,11 @@ impl Data for TokenData {
 
     /// The windows `indices` as inputs and targets, `[n, context]` u32 each.
     fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
-        let starts: Vec<usize> = indices.iter().map(|&i| self.start(i)).collect();
-        let (inputs, targets) =
-            TokenWindows::new(&self.tokens, self.context)?.upload(gpu, &starts)?;
-        Ok(Batch { inputs, targets })
+        self.windows_at(indices)?.upload_rows(gpu, 0..indices.len())
+    }
+
+    fn gather(&self, indices: &[usize]) -> Result<Option<HostBatch>> {
+        self.windows_at(indices).map(Some)
     }
 
     fn input_width(&self) -> usize {
@@ -381,8 +584,12 @@ impl Data for TokenData {
     }
 
     fn describe(&self) -> String {
+        let from = match &self.tokens {
+            Tokens::Host(_) => String::new(),
+            Tokens::File(f) => format!(" of {}", f.path().display()),
+        };
         format!(
-            "{} windows of {} tokens over a vocabulary of {}",
+            "{} windows of {} tokens{from} over a vocabulary of {}",
             self.len(),
             self.context,
             self.vocab
@@ -403,6 +610,43 @@ mod tests {
         assert_eq!(a, epoch_order(100, 7, 3));
         assert_ne!(a, epoch_order(100, 7, 4));
         assert_ne!(a, epoch_order(100, 8, 3));
+    }
+
+    /// The keyed permutation is a seeded bijection of `0..len` for lengths around powers of
+    /// two and odd bit counts, and spreads a run of positions over the whole range.
+    #[test]
+    fn the_keyed_permutation_is_a_seeded_bijection() {
+        for len in [1u64, 2, 3, 5, 64, 1000, 4097, 65_537] {
+            let p = KeyedPermutation::new(len, 11);
+            let mut seen: Vec<u64> = (0..len).map(|i| p.apply(i)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..len).collect::<Vec<_>>(), "len {len}");
+        }
+        let (a, b) = (
+            KeyedPermutation::new(1000, 1),
+            KeyedPermutation::new(1000, 2),
+        );
+        assert!((0..1000).any(|i| a.apply(i) != b.apply(i)));
+        let big = EpochOrder::new(SHUFFLE_LIMIT * 3 + 7, 5, 0);
+        let first = big.range(0, 1000);
+        assert_eq!(
+            first,
+            EpochOrder::new(SHUFFLE_LIMIT * 3 + 7, 5, 0).range(0, 1000)
+        );
+        assert_ne!(
+            first,
+            EpochOrder::new(SHUFFLE_LIMIT * 3 + 7, 5, 1).range(0, 1000)
+        );
+        let in_last_quarter = first.iter().filter(|&&i| i > SHUFFLE_LIMIT * 9 / 4).count();
+        assert!(
+            (150..350).contains(&in_last_quarter),
+            "{in_last_quarter} of 1000"
+        );
+        assert_eq!(big.range(SHUFFLE_LIMIT * 3 + 5, 10).len(), 2);
+        assert_eq!(
+            EpochOrder::new(100, 7, 3).range(0, 100),
+            epoch_order(100, 7, 3)
+        );
     }
 
     #[test]

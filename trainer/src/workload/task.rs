@@ -25,6 +25,88 @@ pub struct Batch {
     pub targets: Tensor,
 }
 
+/// A batch built in host memory: `rows` samples, each `input_width` values and
+/// `targets.len() / rows` targets, row-major.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostBatch {
+    /// Samples.
+    pub rows: usize,
+    /// Values per sample's input.
+    pub input_width: usize,
+    /// The inputs, `[rows, input_width]`.
+    pub inputs: HostInputs,
+    /// The targets, `[rows]` or `[rows, w]`.
+    pub targets: Vec<u32>,
+    /// `None`: one class per row (targets `[rows]`); `Some(w)`: `w` per row (`[rows, w]`).
+    pub targets_per_row: Option<usize>,
+}
+
+/// What a [`HostBatch`]'s inputs are.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostInputs {
+    /// Features, uploaded as f32 (`Category::Input`).
+    Features(Vec<f32>),
+    /// Token ids, uploaded as u32.
+    Tokens(Vec<u32>),
+}
+
+impl HostBatch {
+    /// Host bytes its vectors hold.
+    pub fn bytes(&self) -> u64 {
+        let inputs = match &self.inputs {
+            HostInputs::Features(v) => v.len() * 4,
+            HostInputs::Tokens(v) => v.len() * 4,
+        };
+        (inputs + self.targets.len() * 4) as u64
+    }
+
+    /// Rows `rows` on the device, as [`Data::upload`] makes them. Errors: rows past the batch.
+    pub fn upload_rows(&self, gpu: &Gpu, rows: std::ops::Range<usize>) -> Result<Batch> {
+        use plimsoll_autograd::TensorOptions;
+        use plimsoll_kernels_wgsl::Category;
+        let n = rows.len();
+        let per_target = self.targets_per_row.unwrap_or(1);
+        let w = self.input_width;
+        let bad = || {
+            Error::invalid(
+                "batch",
+                format!("rows {rows:?} of a host batch of {}", self.rows),
+            )
+        };
+        if rows.end > self.rows {
+            return Err(bad());
+        }
+        let targets = self
+            .targets
+            .get(rows.start * per_target..rows.end * per_target)
+            .ok_or_else(bad)?;
+        let target_shape: Vec<usize> = match self.targets_per_row {
+            None => vec![n],
+            Some(t) => vec![n, t],
+        };
+        let inputs = match &self.inputs {
+            HostInputs::Features(v) => Tensor::from_slice_with(
+                gpu,
+                v.get(rows.start * w..rows.end * w).ok_or_else(bad)?,
+                &[n, w],
+                TensorOptions {
+                    category: Category::Input,
+                    label: "batch features",
+                    requires_grad: false,
+                },
+            )?,
+            HostInputs::Tokens(v) => {
+                let ids = v.get(rows.start * w..rows.end * w).ok_or_else(bad)?;
+                Tensor::from_indices(gpu, ids, &[n, w])?
+            }
+        };
+        Ok(Batch {
+            inputs,
+            targets: Tensor::from_indices(gpu, targets, &target_shape)?,
+        })
+    }
+}
+
 /// Samples a run trains or evaluates on.
 pub trait Data: Send + Sync {
     /// Number of samples.
@@ -37,6 +119,14 @@ pub trait Data: Send + Sync {
 
     /// The samples `indices` (each `< len()`) as one micro-batch on the device.
     fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch>;
+
+    /// The samples `indices` built in host memory, for the loader thread to make ahead of the
+    /// step ([`HostBatch::upload_rows`] puts them on the device); `None` (the default) for data
+    /// that builds its batches only through [`Data::upload`], which the step then calls itself.
+    fn gather(&self, indices: &[usize]) -> Result<Option<HostBatch>> {
+        let _ = indices;
+        Ok(None)
+    }
 
     /// Values per input sample: features of a row, or tokens of a window.
     fn input_width(&self) -> usize;
@@ -55,6 +145,10 @@ impl<D: Data + ?Sized> Data for Box<D> {
 
     fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
         (**self).upload(gpu, indices)
+    }
+
+    fn gather(&self, indices: &[usize]) -> Result<Option<HostBatch>> {
+        (**self).gather(indices)
     }
 
     fn input_width(&self) -> usize {

@@ -151,6 +151,19 @@ pub fn count(s: &str) -> Parsed<usize> {
     usize::try_from(v).map_err(|e| e.to_string())
 }
 
+/// A count of batches ahead (`--prefetch`): 0 to 64.
+pub fn count_or_zero(s: &str) -> Parsed<usize> {
+    match s.trim() {
+        "0" => Ok(0),
+        v => match count(v)? {
+            n if n > 64 => Err(format!(
+                "{n} batches ahead would only hold host memory: a step uses one; give 0 to 64"
+            )),
+            n => Ok(n),
+        },
+    }
+}
+
 /// A count of at least 1 (steps, epochs, milliseconds), at most `2^40`.
 pub fn count_u64(s: &str) -> Parsed<u64> {
     count(s).map(|v| v as u64)

@@ -59,7 +59,7 @@ pub struct EvalArgs {
 }
 
 /// The run `given`, or the newest under `runs/` (of `workload`, when given).
-pub fn run_or_newest(given: Option<&Path>, workload: Option<&str>) -> Result<PathBuf> {
+pub fn run_or_newest(given: Option<&Path>, workloads: &[&str]) -> Result<PathBuf> {
     if let Some(p) = given {
         if !p.join(run_dir::RUN_FILE).is_file() {
             return Err(Error::invalid(
@@ -72,12 +72,15 @@ pub fn run_or_newest(given: Option<&Path>, workload: Option<&str>) -> Result<Pat
         }
         return Ok(p.to_path_buf());
     }
-    run_dir::newest(Path::new(RUNS_ROOT), workload)?.ok_or_else(|| {
+    run_dir::newest_of(Path::new(RUNS_ROOT), workloads)?.ok_or_else(|| {
         Error::invalid(
             "run",
             format!(
                 "no {}run under {RUNS_ROOT}/ here; give the run's directory, or train first",
-                workload.map(|w| format!("{w} ")).unwrap_or_default()
+                match workloads {
+                    [] => String::new(),
+                    w => format!("{} ", w.join(" or ")),
+                }
             ),
         )
     })
@@ -85,7 +88,7 @@ pub fn run_or_newest(given: Option<&Path>, workload: Option<&str>) -> Result<Pat
 
 /// Evaluates a run's checkpoint on its evaluation data and prints the result.
 pub fn eval(args: &EvalArgs) -> Result<()> {
-    let dir = run_or_newest(args.run.as_deref(), None)?;
+    let dir = run_or_newest(args.run.as_deref(), &[])?;
     let record = read_record(&dir)?;
     let name = record
         .get("workload")
@@ -189,7 +192,7 @@ pub struct ReportArgs {
 
 /// Writes a run's report.html.
 pub fn report(args: &ReportArgs) -> Result<()> {
-    let dir = run_or_newest(args.run.as_deref(), None)?;
+    let dir = run_or_newest(args.run.as_deref(), &[])?;
     let path = plimsoll_trainer::report::write_report(&dir)?;
     out::say(format_args!(
         "wrote {} (self-contained: open it in a browser, no network needed)",

@@ -11,6 +11,7 @@
 mod flags;
 mod inspect;
 mod out;
+mod prepare;
 mod progress;
 mod ranks;
 mod records;
@@ -60,8 +61,11 @@ pub(crate) enum Command {
         #[command(subcommand)]
         workload: Workload,
     },
-    /// Generate text from a trained `shakespeare` run.
+    /// Generate text from a trained `shakespeare` or `gpt` run.
     Sample(sampling::SampleArgs),
+    /// Tokenize texts into a token folder (train.bin, val.bin: little-endian u16, nanoGPT's
+    /// format; meta.json) for `plimsoll train gpt --data DIR`.
+    Prepare(prepare::PrepareArgs),
     /// Test accuracy or validation loss of a run's best or latest checkpoint.
     Eval(inspect::EvalArgs),
     /// The runs in a directory, with their step, best evaluation loss and status.
@@ -77,8 +81,12 @@ pub(crate) enum Workload {
     Digits(DigitsArgs),
     /// The peer benchmark: MLP 784-1024-1024-1024-10, ReLU, Adam, batch 128, synthetic data.
     MlpBench(BenchArgs),
-    /// A character-level GPT (nanoGPT's CPU configuration) on the bundled Shakespeare plays.
+    /// A character-level GPT (nanoGPT's CPU configuration) on the bundled Shakespeare plays
+    /// (--tokenizer gpt2: over GPT-2's tokens).
     Shakespeare(ShakespeareArgs),
+    /// A GPT (nanoGPT's) on a token folder made by `plimsoll prepare` or nanoGPT's
+    /// `prepare.py` (--data DIR), or on a text file; the bundled plays without --data.
+    Gpt(ShakespeareArgs),
 }
 
 /// The device options every command that opens a device takes.
@@ -199,6 +207,10 @@ pub(crate) struct CommonArgs {
     /// too.
     #[arg(long, default_value = "1-3", value_name = "STEPS", value_parser = flags::timeline)]
     memory_timeline: flags::TimelineSteps,
+    /// Training batches a loader thread builds in host memory ahead of the step (0: each step
+    /// builds its own when it starts). Each step's data wait is in metrics.jsonl.
+    #[arg(long, default_value_t = 2, value_parser = flags::count_or_zero)]
+    prefetch: usize,
     /// Time every kernel of these steps (`N`, `A-B` or `off`): prints the time per kernel
     /// (calls, total, share of the step, GFLOP/s, GB/s) and the measured overhead, and writes
     /// profile.json and trace.json (Perfetto, chrome://tracing) into the run directory. Leave
@@ -310,10 +322,16 @@ impl GptShape {
             true => "GPT-2's shape",
             false => "GPT-2's shape with the flags' changes",
         };
+        let vocabulary = match vocab == plimsoll_trainer::tokenizer::GPT2_VOCAB {
+            true => "GPT-2's vocabulary of 50,257 BPE tokens".to_string(),
+            false => format!(
+                "the data's vocabulary of {vocab} tokens, not GPT-2's 50,257 (--tokenizer gpt2, \
+                 or a folder from plimsoll prepare --tokenizer gpt2, gives GPT-2's)"
+            ),
+        };
         Some(format!(
             "--model {}: {layers} layers x {heads} heads x {width} wide, context {context} \
-             ({whose}), over the data's vocabulary of {vocab} characters, not GPT-2's 50,257 \
-             BPE tokens",
+             ({whose}), over {vocabulary}",
             preset.name()
         ))
     }
@@ -382,7 +400,7 @@ impl GptShape {
 }
 
 #[derive(Args, Clone)]
-struct ShakespeareArgs {
+pub(crate) struct ShakespeareArgs {
     #[command(flatten)]
     common: CommonArgs,
     /// Optimizer steps.
@@ -399,9 +417,16 @@ struct ShakespeareArgs {
     /// Validation windows, evenly spaced over the last 10% of the text.
     #[arg(long, default_value_t = 240, value_parser = flags::count)]
     eval_windows: usize,
-    /// Train on this text file (UTF-8, optionally .gz) instead of the bundled plays.
+    /// Train on this text file (UTF-8, optionally .gz) instead of the bundled plays, or on a
+    /// token folder (train.bin and val.bin, from plimsoll prepare or nanoGPT's prepare.py;
+    /// read through a memory map, never whole).
     #[arg(long)]
     data: Option<PathBuf>,
+    /// How a text (the bundled plays or a --data file) becomes tokens: `char` (its distinct
+    /// characters) or `gpt2` (GPT-2's byte-level BPE, 50,257 tokens). A token folder says its
+    /// own (meta.json).
+    #[arg(long, value_enum)]
+    tokenizer: Option<TokenizerArg>,
     /// How attention runs: `auto` (the memory plan picks the reference path when the step fits
     /// with it at the largest micro-batch without checkpointing, else the fused one), `fused`
     /// (FlashAttention: no `context x context` tensor is kept; slower here) or `reference`
@@ -413,6 +438,15 @@ struct ShakespeareArgs {
     /// micro-batch), a number of rows per chunk, or `off` (the whole logits, kept for backward).
     #[arg(long, default_value = "auto", value_parser = flags::loss_chunk)]
     loss_chunk: plimsoll_trainer::LossHead,
+}
+
+/// `--tokenizer`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TokenizerArg {
+    /// One token per distinct character of the text.
+    Char,
+    /// GPT-2's byte-level BPE (50,257 tokens).
+    Gpt2,
 }
 
 /// `--attention`.
@@ -473,6 +507,7 @@ fn main() -> ExitCode {
         Command::Train { workload } => train::train(workload, &argv, started),
         Command::Plan { workload } => plan_only(workload).map(|()| ExitCode::SUCCESS),
         Command::Sample(args) => sampling::run(&args),
+        Command::Prepare(args) => prepare::run(&args),
         Command::Eval(args) => inspect::eval(&args).map(|()| ExitCode::SUCCESS),
         Command::Runs(args) => inspect::runs(&args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => inspect::report(&args).map(|()| ExitCode::SUCCESS),

@@ -163,6 +163,10 @@ pub fn record(
         "adapter": adapter,
         "ranks": ranks,
         "gpt": job.gpt_shape.map(GptShape::record),
+        "tokenizer": job.tokenizer.as_ref().map(|t| serde_json::json!({
+            "name": t.name(),
+            "vocab_size": t.vocab_size(),
+        })),
         "resumes": [],
     })
 }

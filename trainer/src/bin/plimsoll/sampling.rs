@@ -1,4 +1,5 @@
-//! `plimsoll sample`: text from a trained character-level GPT, printed as it is made.
+//! `plimsoll sample`: text from a trained GPT, decoded with the run's tokenizer (characters or
+//! GPT-2's BPE), printed as it is made.
 //!
 //! Each character is written and flushed as soon as it is drawn: a terminal shows it at once,
 //! a pipe receives it without waiting for the end. SIGINT and SIGTERM (`signals.rs`, as for
@@ -17,7 +18,7 @@ use clap::Args;
 use plimsoll_nn::{AdamW, AdamWConfig, Gpt, Module};
 use plimsoll_trainer::checkpoint_io;
 use plimsoll_trainer::sample::sample_each;
-use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions};
+use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, TokenFolder, Tokenizer};
 
 use crate::GptShape;
 use crate::inspect::{Which, run_or_newest};
@@ -28,7 +29,7 @@ use crate::signals;
 /// flag must agree with it.
 #[derive(Args)]
 pub struct SampleArgs {
-    /// The run's directory [default: the newest shakespeare run under runs/].
+    /// The run's directory [default: the newest shakespeare or gpt run under runs/].
     #[arg(long, alias = "checkpoint-dir", value_name = "RUN")]
     run: Option<PathBuf>,
     /// Which checkpoint of the run.
@@ -37,7 +38,7 @@ pub struct SampleArgs {
     /// The text to continue.
     #[arg(long, default_value = "\n")]
     prompt: String,
-    /// Characters to generate.
+    /// Tokens to generate (characters, for a character-level run).
     #[arg(long, default_value_t = 500)]
     tokens: usize,
     /// Below 1 sharper, above 1 more random (nanoGPT's default: 0.8). 0 is greedy: the most
@@ -51,7 +52,7 @@ pub struct SampleArgs {
     /// Seed of the draws.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// The training text (it gives the vocabulary) [default: the run's].
+    /// The training text or token folder (it gives the vocabulary) [default: the run's].
     #[arg(long)]
     data: Option<PathBuf>,
     #[command(flatten)]
@@ -87,11 +88,36 @@ fn recorded_shape(dir: &std::path::Path) -> Result<Option<[usize; 4]>> {
     Ok(Some(shape))
 }
 
-/// The `--data` the run at `dir` recorded among its arguments, if any.
-fn recorded_data(dir: &std::path::Path) -> Result<Option<PathBuf>> {
+/// The value of `flag` the run at `dir` recorded among its arguments, if any.
+fn recorded_flag(dir: &std::path::Path, flag: &str) -> Result<Option<String>> {
     let args = recorded_args(&read_record(dir)?, dir)?;
-    let at = args.iter().position(|a| a == "--data");
-    Ok(at.and_then(|at| args.get(at + 1)).map(PathBuf::from))
+    let inline = format!("{flag}=");
+    Ok(args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&inline).map(str::to_string)
+        }
+    }))
+}
+
+/// The tokenizer the run trained with: its token folder's, or its text's (`--tokenizer`, by
+/// default the characters of the text, the bundled plays without `--data`).
+fn run_tokenizer(data: Option<&std::path::Path>, tokenizer: Option<&str>) -> Result<Tokenizer> {
+    if let Some(dir) = data.filter(|d| d.is_dir()) {
+        return TokenFolder::tokenizer_of(dir);
+    }
+    match tokenizer {
+        Some("gpt2") => Ok(Tokenizer::Gpt2),
+        Some("char") | None => {
+            let corpus = match data {
+                None => CharCorpus::shakespeare()?,
+                Some(path) => CharCorpus::from_file(path, 0.1)?,
+            };
+            Ok(Tokenizer::Char(corpus.vocab().to_vec()))
+        }
+        Some(other) => Tokenizer::named(other),
+    }
 }
 
 /// Standard output for text made a character at a time: each piece is written and flushed at
@@ -131,20 +157,26 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
         seed: args.seed,
     };
     options.validate()?;
-    let dir = run_or_newest(args.run.as_deref(), Some("shakespeare"))?;
+    let dir = run_or_newest(args.run.as_deref(), &["shakespeare", "gpt"])?;
     let data = match &args.data {
         Some(d) => Some(d.clone()),
-        None => recorded_data(&dir)?,
+        None => recorded_flag(&dir, "--data")?.map(PathBuf::from),
     };
-    let corpus = match &data {
-        None => CharCorpus::shakespeare()?,
-        Some(path) => CharCorpus::from_file(path, 0.1)?,
-    };
-    let prompt = corpus.encode(&args.prompt)?;
+    let tokenizer = run_tokenizer(
+        data.as_deref(),
+        recorded_flag(&dir, "--tokenizer")?.as_deref(),
+    )?;
+    let prompt = tokenizer.encode("--prompt", &args.prompt)?;
+    if prompt.is_empty() {
+        return Err(Error::invalid(
+            "--prompt",
+            "makes no token; give some text (the default is a newline)",
+        ));
+    }
     let path = args.checkpoint.path(&dir)?;
     let gpu = args.device.open()?;
     let shape = args.shape.resolve(recorded_shape(&dir)?)?;
-    let config = GptShape::config(shape, corpus.vocab_size());
+    let config = GptShape::config(shape, tokenizer.vocab_size());
     let parameters = config.parameter_count();
     let too_large = || Error::ModelTooLarge {
         budget_bytes: gpu.memory_budget_bytes(),
@@ -168,10 +200,11 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
     let mut text = TextOut { closed: false };
     let mut made = 0;
     if !stop.load(Ordering::SeqCst) {
-        text.write(&corpus.decode(&prompt));
+        text.write(&tokenizer.decode(&prompt));
+        let mut decoder = tokenizer.decoder();
         let sampled = sample_each(&gpt, &prompt, &options, |token| {
             made += 1;
-            text.write(&corpus.decode(&[token]));
+            text.write(&decoder.push(token));
             match text.closed || stop.load(Ordering::SeqCst) {
                 true => ControlFlow::Break(()),
                 false => ControlFlow::Continue(()),
@@ -179,6 +212,7 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
         });
         // The line ends, also after an interrupt or an error (whose message follows on
         // standard error).
+        text.write(&decoder.finish());
         text.write("\n");
         let plan = sampled?.plan;
         if args.device.memory_budget.is_some() {

@@ -41,6 +41,7 @@ impl Workload {
             Workload::Digits(_) => "digits",
             Workload::MlpBench(_) => "mlp-bench",
             Workload::Shakespeare(_) => "shakespeare",
+            Workload::Gpt(_) => "gpt",
         }
     }
 
@@ -49,7 +50,7 @@ impl Workload {
         match self {
             Workload::Digits(a) => &a.common,
             Workload::MlpBench(a) => &a.common,
-            Workload::Shakespeare(a) => &a.common,
+            Workload::Shakespeare(a) | Workload::Gpt(a) => &a.common,
         }
     }
 }
@@ -320,7 +321,7 @@ fn follow(
     let gpu = common.device.open()?;
     let name = job.name;
     let trainer = start_trainer(job, &gpu, &common, &dir, ranks)?;
-    let (_, _, code) = run_training(
+    let (_, _, code, _) = run_training(
         trainer,
         name,
         &gpu,
@@ -508,7 +509,7 @@ fn train_in(
         m.write(&serde_json::json!({"event": event, "run": dir, "at_step": step}))?;
     }
     let outcome = run_training(trainer, name, &gpu, &common, &dir, metrics, started, ranks);
-    let (s, seconds, code) = match outcome {
+    let (s, seconds, code, host) = match outcome {
         Ok(done) => done,
         Err(e) => {
             // Shown now: dropping the device below may wait (within its drop deadline) for
@@ -530,6 +531,7 @@ fn train_in(
     });
     save_record(&dir, SUMMARY_FILE, &summary)?;
     out::say(gpu.memory_summary());
+    out::say(host);
     Ok(code)
 }
 
@@ -587,7 +589,7 @@ fn run_training(
     metrics: Vec<JsonLines>,
     started: Instant,
     ranks: &Ranks,
-) -> Result<(RunSummary, f64, ExitCode)> {
+) -> Result<(RunSummary, f64, ExitCode, String)> {
     // Before the kernels' compile (seconds on lavapipe): Ctrl-C or SIGTERM during it stops the
     // run as during a step (a second one exits at once), not by the default kill.
     let signal = signals::watch(trainer.stop_flag())?;
@@ -666,5 +668,11 @@ fn run_training(
     if let Some(e) = progress.metrics_error.take() {
         return Err(e);
     }
-    Ok((summary, seconds, code))
+    let loader = trainer.loader();
+    let host = format!(
+        "host memory: the data loader's batches took at most {} ({} built ahead; --prefetch)",
+        plimsoll_allocator::format_bytes(loader.host_bytes()),
+        loader.depth()
+    );
+    Ok((summary, seconds, code, host))
 }

@@ -7,14 +7,15 @@ use std::sync::Arc;
 use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
 use plimsoll_trainer::config::describe_schedule;
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
+use plimsoll_trainer::data::Tokens;
 use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::SHAKESPEARE_GZ;
 use plimsoll_trainer::{
     Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec,
-    OptimizerSpec, Recipe, Result, RunLength, TokenData, TrainConfig,
+    OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder, Tokenizer, TrainConfig,
 };
 
-use crate::{AttentionArg, CommonArgs, GptShape, Workload};
+use crate::{AttentionArg, CommonArgs, GptShape, ShakespeareArgs, TokenizerArg, Workload};
 
 /// Everything a workload decides: the model, the data, the configuration.
 pub struct Job {
@@ -38,6 +39,8 @@ pub struct Job {
     /// What the job changed of what it was given, in words (a default shortened to fit the
     /// run), for the command to print before it runs.
     pub notes: Vec<String>,
+    /// A GPT's tokenizer (`sample` decodes with it).
+    pub tokenizer: Option<Tokenizer>,
 }
 
 impl Job {
@@ -246,6 +249,7 @@ fn base_config(
         profile_steps: common.profile_steps.0,
         allocator: common.allocator,
         precision: common.precision,
+        prefetch: common.prefetch,
         ..TrainConfig::default()
     })
 }
@@ -309,6 +313,7 @@ fn mlp_job(
         },
         optimizer,
         notes: Vec::new(),
+        tokenizer: None,
     }
 }
 
@@ -318,12 +323,12 @@ fn mlp_job(
 fn check_text(
     context: usize,
     eval_windows: usize,
-    train_tokens: usize,
-    val_tokens: usize,
+    (train_tokens, val_tokens): (usize, usize),
+    val_name: &str,
 ) -> Result<()> {
     let (part, tokens) = match train_tokens <= val_tokens {
         true => ("training text", train_tokens),
-        false => ("validation text (the last 10%)", val_tokens),
+        false => (val_name, val_tokens),
     };
     if context >= tokens {
         return Err(Error::invalid(
@@ -340,9 +345,8 @@ fn check_text(
         return Err(Error::invalid(
             "--eval-windows",
             format!(
-                "{eval_windows}, but the validation text (the last 10%, {val_tokens} tokens) has \
-                 only {windows} windows of {context} tokens; give --eval-windows of at most \
-                 {windows}"
+                "{eval_windows}, but the {val_name} ({val_tokens} tokens) has only {windows} \
+                 windows of {context} tokens; give --eval-windows of at most {windows}"
             ),
         ));
     }
@@ -408,69 +412,189 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             };
             (job, a.common)
         }
-        Workload::Shakespeare(a) => {
-            let source =
-                DataSource::of(a.data.as_deref(), "data/shakespeare.txt.gz", SHAKESPEARE_GZ)?;
+        Workload::Shakespeare(a) => gpt_job("shakespeare", a)?,
+        Workload::Gpt(a) => gpt_job("gpt", a)?,
+    })
+}
+
+/// A GPT's tokens: the training and validation sequences, the tokenizer, where they came from.
+struct GptText {
+    tokenizer: Tokenizer,
+    train: Tokens,
+    val: Tokens,
+    source: DataSource,
+    /// What the validation tokens are, for messages.
+    val_name: String,
+}
+
+/// The tokens `a` names: a token folder, or a text (the bundled plays without `--data`)
+/// tokenized by `--tokenizer`.
+fn gpt_text(a: &ShakespeareArgs) -> Result<GptText> {
+    if let Some(dir) = a.data.as_deref().filter(|p| p.is_dir()) {
+        let folder = TokenFolder::open(dir)?;
+        if let Some(asked) = a.tokenizer {
+            let asked = tokenizer_name(asked);
+            if asked != folder.tokenizer.name() {
+                return Err(Error::invalid(
+                    "--tokenizer",
+                    format!(
+                        "{asked}, but {} holds {} tokens ({}); leave --tokenizer out for a \
+                         token folder, or prepare the text again with --tokenizer {asked}",
+                        dir.display(),
+                        folder.tokenizer.name(),
+                        folder.tokenizer_source
+                    ),
+                ));
+            }
+        }
+        let abs = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        return Ok(GptText {
+            source: DataSource {
+                source: abs.display().to_string(),
+                sha256: folder.fingerprint(),
+            },
+            val_name: format!("{}", folder.val.path().display()),
+            train: Tokens::File(Arc::clone(&folder.train)),
+            val: Tokens::File(Arc::clone(&folder.val)),
+            tokenizer: folder.tokenizer,
+        });
+    }
+    let source = DataSource::of(a.data.as_deref(), "data/shakespeare.txt.gz", SHAKESPEARE_GZ)?;
+    let val_name = "validation text (the last 10%)".to_string();
+    match a.tokenizer.unwrap_or(TokenizerArg::Char) {
+        TokenizerArg::Char => {
             let corpus = match &a.data {
                 None => CharCorpus::shakespeare()?,
                 Some(path) => CharCorpus::from_file(path, 0.1)?,
             };
-            let vocab = corpus.vocab_size();
-            let shape = a.shape.resolve(None)?;
-            let context = shape[0];
-            check_text(
-                context,
-                a.eval_windows,
-                corpus.train().len(),
-                corpus.val().len(),
-            )?;
-            let train = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab)?;
-            check_batch(a.batch, train.len(), "windows")?;
-            let val = TokenData::evenly_spaced(
-                Arc::new(corpus.val().to_vec()),
-                context,
-                vocab,
-                a.eval_windows,
-            )?;
-            // nanoGPT's CPU configuration (its README): lr 1e-3, 100 warm-up steps, cosine to
-            // 1e-4 over the run, clipping at 1.0, AdamW betas (0.9, 0.99), weight decay 0.1.
-            let defaults = Defaults {
-                lr: 1e-3,
-                warmup_steps: 100,
-                min_lr: Some(1e-4),
-                clip_grad_norm: Some(1.0),
-                weight_decay: 0.1,
-            };
-            let mut notes = Vec::new();
-            let mut config = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
-            config.length = RunLength::Steps(a.steps);
-            config.eval_interval_steps = Some(a.eval_every.max(1));
-            let optimizer = adamw(&a.common, &defaults, 0.99)?;
-            notes.extend(a.shape.preset_note(shape, vocab));
-            let spec = GptSpec {
-                attention: match a.attention {
-                    AttentionArg::Auto => Attention::Auto,
-                    AttentionArg::Fused => Attention::Fused,
-                    AttentionArg::Reference => Attention::Reference,
-                },
-                loss: a.loss_chunk,
-                config: GptShape::config(shape, vocab),
-                seed: a.common.seed,
-                optimizer,
-            };
-            spec.config.validate()?;
-            let job = Job {
-                name: "shakespeare",
-                spec: Box::new(spec),
-                train: Box::new(train),
-                test: Some(Box::new(val)),
-                config,
-                gpt_shape: Some(shape),
-                data: source,
-                optimizer,
-                notes,
-            };
-            (job, a.common)
+            Ok(GptText {
+                tokenizer: Tokenizer::Char(corpus.vocab().to_vec()),
+                train: Tokens::Host(Arc::new(corpus.train().to_vec())),
+                val: Tokens::Host(Arc::new(corpus.val().to_vec())),
+                source,
+                val_name,
+            })
         }
-    })
+        TokenizerArg::Gpt2 => {
+            let (what, text) = match &a.data {
+                None => (
+                    "data/shakespeare.txt.gz".to_string(),
+                    read_text("data/shakespeare.txt.gz", SHAKESPEARE_GZ)?,
+                ),
+                Some(path) => {
+                    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+                        path: path.clone(),
+                        source,
+                    })?;
+                    let what = path.display().to_string();
+                    let text = read_text(&what, &bytes)?;
+                    (what, text)
+                }
+            };
+            // nanoGPT's `shakespeare/prepare.py`: the first 90% of the characters train, the
+            // rest validates, each part tokenized on its own.
+            let chars = text.chars().count();
+            let split = text
+                .char_indices()
+                .nth(chars * 9 / 10)
+                .map_or(text.len(), |(i, _)| i);
+            let tokenizer = Tokenizer::Gpt2;
+            let (train, val) = text.split_at(split);
+            Ok(GptText {
+                train: Tokens::Host(Arc::new(tokenizer.encode(&what, train)?)),
+                val: Tokens::Host(Arc::new(tokenizer.encode(&what, val)?)),
+                tokenizer,
+                source,
+                val_name,
+            })
+        }
+    }
+}
+
+/// `bytes` (gzip-compressed or not) as UTF-8 text; errors name `what`.
+fn read_text(what: &str, bytes: &[u8]) -> Result<String> {
+    use std::io::Read;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::invalid(what, format!("not gzip-compressed UTF-8 text: {e}")))?;
+        Ok(text)
+    } else {
+        String::from_utf8(bytes.to_vec()).map_err(|e| {
+            Error::invalid(
+                what,
+                format!(
+                    "not UTF-8 text (byte {}): convert it to UTF-8 or prepare it with plimsoll \
+                     prepare, which names the line",
+                    e.utf8_error().valid_up_to()
+                ),
+            )
+        })
+    }
+}
+
+/// `--tokenizer`'s value as `meta.json` names it.
+pub fn tokenizer_name(t: TokenizerArg) -> &'static str {
+    match t {
+        TokenizerArg::Char => "char",
+        TokenizerArg::Gpt2 => "gpt2",
+    }
+}
+
+/// The job of `train shakespeare` and `train gpt` (named `name`).
+fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> {
+    let text = gpt_text(&a)?;
+    let vocab = text.tokenizer.vocab_size();
+    let shape = a.shape.resolve(None)?;
+    let context = shape[0];
+    check_text(
+        context,
+        a.eval_windows,
+        (text.train.len(), text.val.len()),
+        &text.val_name,
+    )?;
+    let train = TokenData::windows_of(text.train, context, vocab)?;
+    check_batch(a.batch, train.len(), "windows")?;
+    let val = TokenData::evenly_spaced_of(text.val, context, vocab, a.eval_windows)?;
+    // nanoGPT's CPU configuration (its README): lr 1e-3, 100 warm-up steps, cosine to
+    // 1e-4 over the run, clipping at 1.0, AdamW betas (0.9, 0.99), weight decay 0.1.
+    let defaults = Defaults {
+        lr: 1e-3,
+        warmup_steps: 100,
+        min_lr: Some(1e-4),
+        clip_grad_norm: Some(1.0),
+        weight_decay: 0.1,
+    };
+    let mut notes = Vec::new();
+    let mut config = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
+    config.length = RunLength::Steps(a.steps);
+    config.eval_interval_steps = Some(a.eval_every.max(1));
+    let optimizer = adamw(&a.common, &defaults, 0.99)?;
+    notes.extend(a.shape.preset_note(shape, vocab));
+    let spec = GptSpec {
+        attention: match a.attention {
+            AttentionArg::Auto => Attention::Auto,
+            AttentionArg::Fused => Attention::Fused,
+            AttentionArg::Reference => Attention::Reference,
+        },
+        loss: a.loss_chunk,
+        config: GptShape::config(shape, vocab),
+        seed: a.common.seed,
+        optimizer,
+    };
+    spec.config.validate()?;
+    let job = Job {
+        name,
+        spec: Box::new(spec),
+        train: Box::new(train),
+        test: Some(Box::new(val)),
+        config,
+        gpt_shape: Some(shape),
+        data: text.source,
+        optimizer,
+        notes,
+        tokenizer: Some(text.tokenizer),
+    };
+    Ok((job, a.common))
 }
