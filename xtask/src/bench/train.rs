@@ -42,7 +42,15 @@ const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
 /// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 6] = ["peer", "cold", "deep", "gpt", "precision", "attention"];
+pub const PARTS: [&str; 7] = [
+    "peer",
+    "cold",
+    "deep",
+    "gpt",
+    "precision",
+    "attention",
+    "data",
+];
 
 pub fn run(parts: &[String]) -> Result<Report> {
     if let Some(bad) = parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
@@ -67,6 +75,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("attention") {
         super::train_gpt::run_attention(&mut report)?;
+    }
+    if wanted("data") {
+        super::train_gpt::run_data(&mut report)?;
     }
     Ok(report)
 }

@@ -15,6 +15,11 @@
 //!   logits) against the reference path (scores, softmax, product, the probabilities kept; the
 //!   whole logits kept): peak activation bytes and median step time.
 //!
+//! - Part `data`: the default model from a token folder `prepare` made of the plays
+//!   (characters, memory-mapped), with the loader thread 2 batches ahead and without: the
+//!   median time a step waits for its data, and the median step; then with a host whose every
+//!   gather sleeps half a step (simulated: a slow file system), which the loader should hide.
+//!
 //! (The memory plan's predictions are `cargo xtask bench plan`.)
 //!
 //! Analytic minimum: parameters, gradients and two AdamW moments (16 bytes per parameter), plus
@@ -232,6 +237,134 @@ pub fn run_attention(report: &mut Report) -> Result<()> {
 
 /// GPT-2's vocabulary.
 const GPT2_VOCAB: usize = 50_257;
+
+/// The `data` part: the default model trained from a token folder that `plimsoll prepare`
+/// made of the bundled plays (characters, memory-mapped), with the loader thread building
+/// batches ahead (`--prefetch 2`, the default) and without (each step gathers its own): the
+/// median time a step waits for its data, and the median step. Then the same with a host
+/// that is slow to build a batch (each gather sleeps half the step: a network file system, a
+/// slow decoder), which the loader should hide.
+pub fn run_data(report: &mut Report) -> Result<()> {
+    use plimsoll_trainer::data::Tokens;
+    use plimsoll_trainer::prepare::{PrepareOptions, TextSource, prepare};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench/data-char");
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = PrepareOptions {
+        tokenizer: "char".into(),
+        val_fraction: 0.1,
+        threads: 2,
+        memory_limit_bytes: 64 << 20,
+        overwrite: true,
+    };
+    let started = std::time::Instant::now();
+    let meta = prepare(
+        &[TextSource::BundledShakespeare],
+        &dir,
+        &options,
+        &mut |_| std::ops::ControlFlow::Continue(()),
+    )?;
+    report.push(
+        "data/prepare_bundled_plays_char",
+        started.elapsed().as_secs_f64() * 1e3,
+        "ms",
+    );
+    let folder = plimsoll_trainer::TokenFolder::open(&dir)?;
+    let vocab = meta.vocab_size;
+    let data = TokenData::windows_of(Tokens::File(folder.train.clone()), CONTEXT, vocab)?;
+    let mut fast_step = f64::NAN;
+    for host in ["fast", "slow"] {
+        let delay = match host {
+            "fast" => Duration::ZERO,
+            _ => Duration::from_secs_f64(fast_step / 2e3),
+        };
+        let mut waits = Vec::new();
+        for prefetch in [0usize, 2] {
+            let gpu = Gpu::new()?;
+            let mut cfg = config(BATCH, Some(BATCH), 12, CheckpointPolicy::None);
+            cfg.prefetch = prefetch;
+            let slow = SlowGather {
+                inner: data.clone(),
+                delay,
+            };
+            let mut trainer = Trainer::new(&gpu, cfg, &spec(vocab), slow, None)?;
+            let (mut wait, mut step) = (Vec::new(), Vec::new());
+            for i in 0..WARMUP_STEPS + 8 {
+                let r = trainer.step()?;
+                if i >= WARMUP_STEPS {
+                    wait.push(r.data_wait_ms);
+                    step.push(r.step_ms);
+                }
+            }
+            let key = format!("data/{host}_host/prefetch_{prefetch}");
+            let (wait, step) = (median(wait), median(step));
+            if host == "fast" && prefetch == 0 {
+                fast_step = step;
+            }
+            report.push(format!("{key}/data_wait_median"), wait, "ms");
+            report.push(format!("{key}/step_median"), step, "ms");
+            report.push(
+                format!("{key}/loader_host"),
+                trainer.loader().host_bytes() as f64 / 1e3,
+                "KB",
+            );
+            waits.push(wait);
+        }
+        if host == "slow" {
+            report.push(
+                "data/slow_host/gather_sleep",
+                delay.as_secs_f64() * 1e3,
+                "ms",
+            );
+        }
+        report.push(
+            format!("data/{host}_host/prefetch_2_minus_0_data_wait"),
+            waits[1] - waits[0],
+            "ms",
+        );
+    }
+    Ok(())
+}
+
+/// Token windows whose host gather sleeps `delay` first (a slow host, for the `data` part).
+struct SlowGather {
+    inner: TokenData,
+    delay: Duration,
+}
+
+impl plimsoll_trainer::Data for SlowGather {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn upload(
+        &self,
+        gpu: &Gpu,
+        indices: &[usize],
+    ) -> plimsoll_trainer::Result<plimsoll_trainer::Batch> {
+        std::thread::sleep(self.delay);
+        self.inner.upload(gpu, indices)
+    }
+
+    fn gather(
+        &self,
+        indices: &[usize],
+    ) -> plimsoll_trainer::Result<Option<plimsoll_trainer::task::HostBatch>> {
+        std::thread::sleep(self.delay);
+        self.inner.gather(indices)
+    }
+
+    fn input_width(&self) -> usize {
+        self.inner.input_width()
+    }
+
+    fn classes(&self) -> usize {
+        self.inner.classes()
+    }
+
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+}
 
 /// The report's name of an `attention` case.
 fn attention_key(context: usize, vocab: usize, characters: usize) -> String {
