@@ -75,19 +75,24 @@ fn prepared(dir: &Path, text: &str, opts: &PrepareOptions) -> Meta {
     .unwrap()
 }
 
-/// GPT-2 tokens in pieces of about 1 KiB (a 16 KiB limit over 2 threads) are those of the
-/// whole text at once, split 90/10 into nanoGPT's little-endian u16 files.
+/// GPT-2 tokens in pieces of about 40 KiB (the least limit, 1 MiB, over 2 threads) are those
+/// of the whole text at once, split 90/10 into nanoGPT's little-endian u16 files.
 #[test]
 fn prepare_writes_the_tokens_of_the_whole_text_in_nanogpt_s_format() {
     let dir = temp_dir("prepare-gpt2");
-    let text = some_text(3000);
-    let meta = prepared(&dir, &text, &options("gpt2", 16 << 10));
+    let text = some_text(40_000);
+    let meta = prepared(&dir, &text, &options("gpt2", 1 << 20));
     let out = dir.join("out");
     let whole = Tokenizer::Gpt2.encode("t", &text).unwrap();
     let mut written = read_u16s(&out.join("train.bin"));
     assert_eq!(written.len() as u64, meta.train_tokens);
     written.extend(read_u16s(&out.join("val.bin")));
-    assert!(text.len() > 40 * 1024, "{} bytes: many pieces", text.len());
+    let piece = options("gpt2", 1 << 20).piece_bytes();
+    assert!(
+        text.len() > 20 * piece,
+        "{} bytes in pieces of {piece}",
+        text.len()
+    );
     assert_eq!(written, whole);
     let n = whole.len() as u64;
     assert_eq!(meta.train_tokens, (n as f64 * 0.9).round() as u64);
@@ -100,7 +105,7 @@ fn prepare_writes_the_tokens_of_the_whole_text_in_nanogpt_s_format() {
     let again = prepare(
         &[TextSource::File(dir.join("text.txt"))],
         &out,
-        &options("gpt2", 16 << 10),
+        &options("gpt2", 1 << 20),
         &mut |_| ControlFlow::Continue(()),
     );
     let err = again.unwrap_err().to_string();
@@ -273,6 +278,20 @@ fn prepare_refuses_text_that_is_not_utf8_and_splits_that_are_empty() {
         "{err}"
     );
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+    // A folder another preparation holds (its lock taken) is refused.
+    let held = std::fs::File::create(out.join(".prepare.lock")).unwrap();
+    held.lock().unwrap();
+    write(&dir.join("ok.txt"), some_text(50).as_bytes());
+    let err = prepare(
+        &[TextSource::File(dir.join("ok.txt"))],
+        &out,
+        &options("char", 1 << 20),
+        &mut |_| ControlFlow::Continue(()),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("another plimsoll prepare"), "{err}");
+    drop(held);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -23,6 +23,10 @@ use crate::text::SHAKESPEARE_GZ;
 use crate::token_files::{Meta, MetaSource};
 use crate::tokenizer::{GPT2_END_OF_TEXT, Tokenizer};
 
+/// The least [`PrepareOptions::memory_limit_bytes`]: the reader's and writer's buffers and a
+/// few pieces of text.
+pub const MIN_MEMORY_LIMIT: u64 = 1 << 20;
+
 /// A text to prepare.
 #[derive(Debug, Clone)]
 pub enum TextSource {
@@ -181,10 +185,32 @@ pub fn prepare(
             ),
         ));
     }
+    if options.memory_limit_bytes < MIN_MEMORY_LIMIT {
+        return Err(Error::invalid(
+            "--max-host-memory",
+            format!(
+                "{} bytes is below the {} bytes (1 MiB) prepare needs for its buffers and one \
+                 piece of text per thread; give at least 1MiB",
+                options.memory_limit_bytes, MIN_MEMORY_LIMIT
+            ),
+        ));
+    }
     std::fs::create_dir_all(out).map_err(|source| Error::Io {
         path: out.to_path_buf(),
         source,
     })?;
+    // One preparation at a time per folder: two would interleave their files.
+    let lock_path = out.join(".prepare.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|source| Error::Io {
+        path: lock_path.clone(),
+        source,
+    })?;
+    if lock.try_lock().is_err() {
+        return Err(Error::invalid(
+            out.display().to_string(),
+            "another plimsoll prepare is writing this folder; wait for it, or give another --out",
+        ));
+    }
     for name in ["train.bin", "val.bin", "meta.json"] {
         if !options.overwrite && out.join(name).exists() {
             return Err(Error::invalid(
@@ -237,6 +263,8 @@ pub fn prepare(
         Ok(meta)
     });
     let _ = std::fs::remove_file(&tmp);
+    drop(lock);
+    let _ = std::fs::remove_file(&lock_path);
     result
 }
 

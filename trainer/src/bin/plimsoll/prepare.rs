@@ -93,7 +93,15 @@ pub fn run(args: &PrepareArgs) -> Result<ExitCode> {
         bar
     });
     let mut next_line = 0.1;
+    let mut said_all = false;
+    let mut pass_seen = (0, 0);
     let mut report = |p: Progress| {
+        if p.pass != pass_seen {
+            // A new pass reads the texts from the start again.
+            pass_seen = p.pass;
+            next_line = 0.1;
+            said_all = false;
+        }
         let done = p.read_bytes as f64 / p.total_bytes.max(1) as f64;
         let pass = match p.pass {
             (1, 1) => String::new(),
@@ -106,7 +114,8 @@ pub fn run(args: &PrepareArgs) -> Result<ExitCode> {
                 bar.set_prefix(format!("{pass}tokenizing"));
                 bar.set_message(format!("{} tokens", p.tokens));
             }
-            None if done >= next_line || p.read_bytes >= p.total_bytes => {
+            None if done >= next_line && !said_all => {
+                said_all = done >= 1.0;
                 crate::out::say(format_args!(
                     "prepare: {pass}{:.0}% of {} read, {} tokens, {:.1} s",
                     100.0 * done.min(1.0),
