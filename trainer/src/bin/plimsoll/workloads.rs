@@ -425,6 +425,8 @@ struct GptText {
     source: DataSource,
     /// What the validation tokens are, for messages.
     val_name: String,
+    /// A line for the log saying what the data is.
+    note: Option<String>,
 }
 
 /// The tokens `a` names: a token folder, or a text (the bundled plays without `--data`)
@@ -448,7 +450,18 @@ fn gpt_text(a: &ShakespeareArgs) -> Result<GptText> {
             }
         }
         let abs = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let note = format!(
+            "data: {} holds {} training and {} validation tokens, {} tokens from {} \
+             (vocabulary {}), read through a memory map",
+            dir.display(),
+            folder.train.len(),
+            folder.val.len(),
+            folder.tokenizer.name(),
+            folder.tokenizer_source,
+            folder.tokenizer.vocab_size()
+        );
         return Ok(GptText {
+            note: Some(note),
             source: DataSource {
                 source: abs.display().to_string(),
                 sha256: folder.fingerprint(),
@@ -468,6 +481,7 @@ fn gpt_text(a: &ShakespeareArgs) -> Result<GptText> {
                 Some(path) => CharCorpus::from_file(path, 0.1)?,
             };
             Ok(GptText {
+                note: None,
                 tokenizer: Tokenizer::Char(corpus.vocab().to_vec()),
                 train: Tokens::Host(Arc::new(corpus.train().to_vec())),
                 val: Tokens::Host(Arc::new(corpus.val().to_vec())),
@@ -501,6 +515,7 @@ fn gpt_text(a: &ShakespeareArgs) -> Result<GptText> {
             let tokenizer = Tokenizer::Gpt2;
             let (train, val) = text.split_at(split);
             Ok(GptText {
+                note: None,
                 train: Tokens::Host(Arc::new(tokenizer.encode(&what, train)?)),
                 val: Tokens::Host(Arc::new(tokenizer.encode(&what, val)?)),
                 tokenizer,
@@ -566,7 +581,7 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
         clip_grad_norm: Some(1.0),
         weight_decay: 0.1,
     };
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = text.note.into_iter().collect();
     let mut config = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
     config.length = RunLength::Steps(a.steps);
     config.eval_interval_steps = Some(a.eval_every.max(1));
