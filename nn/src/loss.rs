@@ -201,8 +201,8 @@ struct ChunkedHead {
     parts: Vec<usize>,
 }
 
-/// A chunk's buffers: its logits (`[chunk, vocab]`) and, for a weight in parts, their
-/// transpose.
+/// A chunk's buffers: its logits (`[chunk, vocab]`) and, when [`ChunkedHead::transposes`],
+/// their transpose.
 struct Scratch {
     logits: Tensor,
     transposed: Option<Tensor>,
@@ -226,6 +226,15 @@ impl ChunkedHead {
         })
     }
 
+    /// Whether a chunk's logits are made as their transpose (`[vocab, len]`, then one strided
+    /// copy) and backward goes through dlogitsᵀ: for a weight in parts, and for a vocabulary
+    /// that is not a multiple of 4 (GPT-2's 50,257), whose `[len, vocab]` rows the tiled
+    /// matmul cannot load four at a time: the transposed products all have rows of `len` or
+    /// `width` and take it (5x the rate of the scalar kernel on lavapipe).
+    fn transposes(&self) -> bool {
+        self.parts.len() > 1 || !self.vocab.is_multiple_of(4)
+    }
+
     /// The cross-entropy kernels' figures for a chunk of `len` rows.
     fn dims(&self, len: usize) -> CrossEntropyDims {
         CrossEntropyDims {
@@ -239,9 +248,9 @@ impl ChunkedHead {
     fn scratch(&self, gpu: &plimsoll_autograd::Gpu) -> Result<Scratch> {
         let shape = [self.chunk, self.vocab];
         let logits = Tensor::empty(gpu, &shape, Category::Temporary, "logits chunk")?;
-        let transposed = match self.parts.len() {
-            1 => None,
-            _ => Some(Tensor::empty(
+        let transposed = match self.transposes() {
+            false => None,
+            true => Some(Tensor::empty(
                 gpu,
                 &shape,
                 Category::Temporary,
@@ -266,7 +275,7 @@ impl ChunkedHead {
             .logits
             .elements()?
             .slice(0, (len * self.vocab) as u64)?;
-        let (Some(transposed), true) = (&scratch.transposed, weights.len() > 1) else {
+        let (Some(transposed), true) = (&scratch.transposed, self.transposes()) else {
             let weight = weights
                 .first()
                 .copied()
@@ -363,7 +372,7 @@ impl Derivative for LinearCrossEntropy {
             // Each part's block of dlogits, `[len, rows]` with row stride vocab (one part: all
             // of it), or `[rows, len]` contiguous from dlogitsᵀ (parts).
             let transposed = match &scratch.transposed {
-                Some(t) if h.parts.len() > 1 => {
+                Some(t) if h.transposes() => {
                     let t = t.elements()?.slice(0, (len * h.vocab) as u64)?;
                     let (l, v) = (len as u32, h.vocab as u32);
                     copy::strided_copy(gpu, t, dlogits_c, &[v, l], &[1, v])?;

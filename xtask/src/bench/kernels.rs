@@ -29,23 +29,97 @@ const TINY_DISPATCHES: u32 = 1000;
 const MLP_WIDTHS: [usize; 5] = [784, 1024, 1024, 1024, 10];
 const MLP_BATCH: usize = 128;
 
-/// Runs the kernels suite.
-pub fn run() -> Result<Report> {
+/// The parts `cargo xtask bench kernels [PART...]` runs (all of them when none is named).
+pub const PARTS: [&str; 9] = [
+    "cold",
+    "squares",
+    "small",
+    "checked",
+    "mlp",
+    "head",
+    "elementwise",
+    "rows",
+    "overhead",
+];
+
+/// Runs the kernels suite, or the named `parts` of it.
+pub fn run(parts: &[String]) -> Result<Report> {
+    if let Some(bad) = parts.iter().find(|p| !PARTS.contains(&p.as_str())) {
+        anyhow::bail!("unknown kernels part `{bad}`; parts: {}", PARTS.join(", "));
+    }
+    let wanted = |part: &str| parts.is_empty() || parts.iter().any(|p| p == part);
     let mut report = Report::new("kernels");
     let gpu = Gpu::new()?;
     println!("kernels: adapter {}", gpu.adapter());
     println!("kernels: load average at start {}", load_average());
-
-    pipelines_cold(&mut report)?;
-    matmul_squares(&gpu, &mut report)?;
-    matmul_small(&gpu, &mut report)?;
-    matmul_checked_vs_unchecked(&gpu, &mut report)?;
-    matmul_mlp(&gpu, &mut report)?;
-    elementwise(&gpu, &mut report)?;
-    super::kernel_families::row_kernels(&gpu, &mut report)?;
-    dispatch_overhead(&gpu, &mut report)?;
+    if wanted("cold") {
+        pipelines_cold(&mut report)?;
+    }
+    if wanted("squares") {
+        matmul_squares(&gpu, &mut report)?;
+    }
+    if wanted("small") {
+        matmul_small(&gpu, &mut report)?;
+    }
+    if wanted("checked") {
+        matmul_checked_vs_unchecked(&gpu, &mut report)?;
+    }
+    if wanted("mlp") {
+        matmul_mlp(&gpu, &mut report)?;
+    }
+    if wanted("head") {
+        matmul_head(&gpu, &mut report)?;
+    }
+    if wanted("elementwise") {
+        elementwise(&gpu, &mut report)?;
+    }
+    if wanted("rows") {
+        super::kernel_families::row_kernels(&gpu, &mut report)?;
+    }
+    if wanted("overhead") {
+        dispatch_overhead(&gpu, &mut report)?;
+    }
     println!("kernels: load average at end {}", load_average());
     Ok(report)
+}
+
+/// The chunked loss's products for one chunk of 64 rows of the default GPT (width 128) over
+/// GPT-2's 50,257 tokens (`plimsoll_nn::loss::linear_cross_entropy`): the chunk's logits
+/// `x · Wᵀ` (W stored `[V, C]`), `dX = dlogits · W`, and `dW += dlogitsᵀ · x`.
+fn matmul_head(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let (rows, width, vocab) = (64, 128, 50_257);
+    let cases = [
+        (
+            "logits",
+            MatmulDims {
+                trans_b: true,
+                ..MatmulDims::dense(1, rows, vocab, width)
+            },
+        ),
+        ("dx", MatmulDims::dense(1, rows, width, vocab)),
+        (
+            "dw",
+            MatmulDims {
+                trans_a: true,
+                ..MatmulDims::dense(1, vocab, width, rows)
+            },
+        ),
+    ];
+    for (name, d) in cases {
+        let [c, x, y] = matmul_buffers(gpu, &d)?;
+        let seconds = median_seconds(gpu, 3, || {
+            Ok(matmul::matmul(gpu, &d, c.whole(), x.whole(), y.whole())?)
+        })?;
+        let label = format!(
+            "matmul/head/{name} {}x{}x{} [{}]",
+            d.m,
+            d.k,
+            d.n,
+            entry_name(&d)
+        );
+        report.push(label, gflops(&d, seconds), "GFLOP/s");
+    }
+    Ok(())
 }
 
 fn load_average() -> String {

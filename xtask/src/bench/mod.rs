@@ -96,7 +96,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for suite in suites {
         let report = match suite {
             "allocator" => allocator::run()?,
-            "kernels" => kernels::run()?,
+            "kernels" => kernels::run(&args[1..])?,
             "plan" => plan::run(&args[1..])?,
             "train" => train::run(&args[1..])?,
             "mpi" => mpi::run()?,
