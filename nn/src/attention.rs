@@ -21,6 +21,8 @@ pub struct CausalSelfAttention {
     /// Whether attention runs as one fused op that never stores the `T x T` probabilities
     /// ([`causal_attention`]), or as scores, causal softmax and a product (the reference).
     memory_efficient: bool,
+    /// Dropout on the attention probabilities in training (nanoGPT's `attn_dropout`).
+    dropout: f32,
 }
 
 impl CausalSelfAttention {
@@ -43,6 +45,7 @@ impl CausalSelfAttention {
             heads,
             training: true,
             memory_efficient: false,
+            dropout: 0.0,
         })
     }
 
@@ -73,6 +76,7 @@ impl CausalSelfAttention {
             heads,
             training: true,
             memory_efficient: false,
+            dropout: 0.0,
         })
     }
 
@@ -80,6 +84,26 @@ impl CausalSelfAttention {
     /// reference path that stores the `T x T` probabilities for backward.
     pub fn set_memory_efficient(&mut self, on: bool) {
         self.memory_efficient = on;
+    }
+
+    /// Drops each attention probability with probability `p` in training (nanoGPT's
+    /// `attn_dropout`; 0, the default, drops none). Both paths draw one seed from the thread's
+    /// random state per forward and drop the same probabilities for it. Errors: `p` outside
+    /// `[0, 1)`.
+    pub fn set_dropout(&mut self, p: f32) -> Result<()> {
+        if !(0.0..1.0).contains(&p) {
+            return Err(Error::InvalidConfig {
+                what: "CausalSelfAttention::set_dropout",
+                message: format!("dropout {p} outside [0, 1)"),
+            });
+        }
+        self.dropout = p;
+        Ok(())
+    }
+
+    /// The attention dropout ([`CausalSelfAttention::set_dropout`]).
+    pub fn dropout(&self) -> f32 {
+        self.dropout
     }
 
     /// Whether the fused attention is used (see [`CausalSelfAttention::set_memory_efficient`]).
@@ -136,13 +160,24 @@ impl Module for CausalSelfAttention {
         let q = part(0)?; // (B, H, T, D)
         let k = part(1)?; // (B, H, T, D)
         let v = part(2)?; // (B, H, T, D)
+        let p = if self.training { self.dropout } else { 0.0 };
+        let seed = if p > 0.0 {
+            plimsoll_autograd::grad_mode::next_seed()
+        } else {
+            0
+        };
         let attended = if self.memory_efficient {
-            causal_attention(&q, &k, &v, scale)?
+            causal_attention_dropout(&q, &k, &v, scale, p, seed)?
         } else {
             // q · kᵀ / sqrt(D): the transpose a flag and the scale the alpha of one kernel (no
             // copy of k, no pass over q); the causal mask inside the softmax (no mask tensor).
             let scores = q.matmul_transposed_scaled(&k, scale)?; // (B, H, T, T)
-            scores.softmax_causal()?.matmul(&v)?
+            let probs = scores.softmax_causal()?;
+            let probs = match p > 0.0 {
+                true => probs.dropout_with_seed(p, seed)?,
+                false => probs,
+            };
+            probs.matmul(&v)?
         }; // (B, H, T, D)
         let y = attended
             .permute(&[0, 2, 1, 3])? // (B, T, H, D)
@@ -174,8 +209,25 @@ impl Module for CausalSelfAttention {
 /// 2, a head dimension past [`attention::MAX_HEAD_DIM`], and (on lavapipe) a `T` past its loop
 /// limit.
 pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
+    causal_attention_dropout(q, k, v, scale, 0.0, 0)
+}
+
+/// [`causal_attention`] with dropout `p` (in `[0, 1)`) on the probabilities, inside the
+/// kernels: probability `(bh, i, j)` is kept (times `1 / (1 - p)`) by the mask
+/// [`Tensor::dropout_with_seed`] draws with `seed` over the reference path's `[.., T, T]`
+/// probabilities, so both paths drop the same ones. The backward redraws the mask from the
+/// seed; nothing of it is stored.
+pub fn causal_attention_dropout(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f32,
+    p: f32,
+    seed: u64,
+) -> Result<Tensor> {
     if [q, k, v].iter().any(|t| t.dtype() == DType::F16) {
-        return causal_attention(&q.widened()?, &k.widened()?, &v.widened()?, scale);
+        let (q, k, v) = (q.widened()?, k.widened()?, v.widened()?);
+        return causal_attention_dropout(&q, &k, &v, scale, p, seed);
     }
     let shape = q.shape();
     let rank = shape.len();
@@ -204,6 +256,8 @@ pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Resul
         time: time as u64,
         head_dim: head_dim as u64,
         scale,
+        dropout: p,
+        seed,
     };
     let inputs = [q, k, v];
     let category = Tensor::output_category(&inputs);

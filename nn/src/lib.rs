@@ -27,7 +27,7 @@ pub mod sequential;
 pub mod state;
 
 pub use activation::{Activation, Dropout, Gelu, Relu, Sigmoid, Tanh};
-pub use attention::{CausalSelfAttention, causal_attention};
+pub use attention::{CausalSelfAttention, causal_attention, causal_attention_dropout};
 pub use blocks::{ResidualMlpBlock, TransformerBlock};
 pub use embedding::Embedding;
 pub use error::{Error, Result};

@@ -517,3 +517,54 @@ fn fused_attention_keeps_no_probabilities_and_matches_the_reference_path() {
         );
     }
 }
+
+/// Attention dropout: with the thread's random state set alike, the fused kernels and the
+/// reference path (probabilities, then the `dropout` kernel) drop the same probabilities:
+/// the same output, input gradient and parameter gradients within f32 rounding; the output
+/// differs from no dropout and from another seed; evaluation mode drops nothing.
+#[test]
+fn attention_dropout_drops_the_same_probabilities_on_both_paths() {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let (batch, time, dim, heads) = (2, 40, 16, 2);
+    let data = Rng::new(25).vec_f32(batch * time * dim, -1.0, 1.0);
+    let r = Rng::new(26).vec_f32(batch * time * dim, -1.0, 1.0);
+    let run = |efficient: bool, p: f32, seed: u64, training: bool| {
+        let mut attn = CausalSelfAttention::new(&gpu, dim, heads, 12).unwrap();
+        attn.set_memory_efficient(efficient);
+        attn.set_dropout(p).unwrap();
+        attn.set_training(training);
+        let x = input(&gpu, &data, &[batch, time, dim]);
+        plimsoll_autograd::manual_seed(seed);
+        let y = attn.forward(&x).unwrap();
+        let r_t = Tensor::from_slice(&gpu, &r, y.shape()).unwrap();
+        y.mul(&r_t).unwrap().sum_all().unwrap().backward().unwrap();
+        let mut values = vec![y.to_vec().unwrap(), x.grad().unwrap().to_vec().unwrap()];
+        for (_, p) in attn.parameters() {
+            values.push(p.grad().unwrap().to_vec().unwrap());
+        }
+        values
+    };
+    let fused = run(true, 0.25, 7, true);
+    let reference = run(false, 0.25, 7, true);
+    for (i, (f, r)) in fused.iter().zip(&reference).enumerate() {
+        assert_close(&format!("tensor {i}"), f, &to_f64(r), 1e-5, 1e-4);
+    }
+    let differs = |a: &[f32], b: &[f32]| a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-3);
+    assert!(
+        differs(&fused[0], &run(true, 0.0, 7, true)[0]),
+        "dropout changed nothing"
+    );
+    assert!(
+        differs(&fused[0], &run(true, 0.25, 8, true)[0]),
+        "the seed changed nothing"
+    );
+    let eval = run(true, 0.25, 7, false);
+    let none = run(true, 0.0, 7, true);
+    assert_close("evaluation", &eval[0], &to_f64(&none[0]), 1e-6, 1e-6);
+    assert!(
+        CausalSelfAttention::new(&gpu, dim, heads, 1)
+            .unwrap()
+            .set_dropout(1.0)
+            .is_err()
+    );
+}

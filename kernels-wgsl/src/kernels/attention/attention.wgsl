@@ -14,6 +14,13 @@
 // zeros in private and workgroup memory, so the inner loops take 8 elements a pass (the loop
 // limit of lavapipe, see kernels/mod.rs; mod.rs's `loop_iterations` counts every loop).
 // Scores are `scale * q.k`: q is scaled as it is loaded.
+//
+// Dropout on the probabilities (`params.dropout` > 0, training): probability (bh, i, j) is
+// kept, times `params.drop_scale` = 1 / (1 - p), when `dropout_kept(key, (bh * T + i) * T + j)`
+// (`shaders/counter_hash.wgsl`, appended): the mask the `dropout` kernel draws over the
+// reference path's [BH, T, T] probabilities with the same seed. The softmax's sum `l` is over
+// the probabilities as they were; only what multiplies `v` (forward), `dO` (dv) and `dO vᵀ`
+// (dP) is dropped, and `delta = rowsum(dO * O)` already includes it.
 
 const ROWS: u32 = 64u;
 const TILE: u32 = 16u;
@@ -27,6 +34,15 @@ var<workgroup> tile_delta: array<f32, 16>;
 
 fn padded_dim() -> u32 {
     return (params.head_dim + 7u) / 8u * 8u;
+}
+
+// What probability (bh, i, j) is multiplied by: 1 without dropout, else 0 or 1 / (1 - p).
+fn kept(key: u32, bh: u32, i: u32, j: u32) -> f32 {
+    if params.dropout <= 0.0 {
+        return 1.0;
+    }
+    let t = params.time;
+    return select(0.0, params.drop_scale, dropout_kept(key, (bh * t + i) * t + j, params.dropout));
 }
 
 // Keys j0..j0 + TILE of the head at `base` into tile_a and their values into tile_b (row stride
@@ -72,6 +88,7 @@ fn attention_forward(
     }
     var m = NEG;
     var l = 0.0;
+    let key = dropout_key(params.seed_lo, params.seed_hi);
     let tiles = (min(row0 + ROWS, t) - 1u) / TILE + 1u;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * TILE;
@@ -111,8 +128,9 @@ fn attention_forward(
                     acc[c + 7u] = acc[c + 7u] * corr;
             }
             for (var jj = 0u; jj < TILE; jj = jj + 1u) {
-                let p = select(0.0, exp(s[jj] - mt), live && j0 + jj <= i);
-                l = l + p;
+                let p_all = select(0.0, exp(s[jj] - mt), live && j0 + jj <= i);
+                l = l + p_all;
+                let p = p_all * kept(key, wid.y, i, j0 + jj);
                 let vb = jj * dp;
                 for (var c = 0u; c < dp; c = c + 8u) {
                     acc[c] = acc[c] + p * tile_b[vb + c];
@@ -170,6 +188,7 @@ fn attention_backward_dq(
     if live {
         lse_i = lse[params.lse_offset + wid.y * t + i];
     }
+    let key = dropout_key(params.seed_lo, params.seed_hi);
     let tiles = (min(row0 + ROWS, t) - 1u) / TILE + 1u;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * TILE;
@@ -199,7 +218,7 @@ fn attention_backward_dq(
                         gr[c + 7u] * tile_b[kb + c + 7u];
                 }
                 let p = select(0.0, exp(s - lse_i), live && j0 + jj <= i);
-                let ds = p * (dpv - delta_i);
+                let ds = p * (dpv * kept(key, wid.y, i, j0 + jj) - delta_i);
                 for (var c = 0u; c < dp; c = c + 8u) {
                     acc[c] = acc[c] + ds * tile_a[kb + c];
                     acc[c + 1u] = acc[c + 1u] + ds * tile_a[kb + c + 1u];
@@ -250,6 +269,7 @@ fn attention_backward_dkdv(
         dk_acc[c] = 0.0;
         dv_acc[c] = 0.0;
     }
+    let key = dropout_key(params.seed_lo, params.seed_hi);
     // Queries i >= j: from the workgroup's first key row (a multiple of TILE) to T.
     let tiles = (t - row0 + TILE - 1u) / TILE;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
@@ -303,8 +323,10 @@ fn attention_backward_dkdv(
                         vr[c + 6u] * tile_b[qb + c + 6u] +
                         vr[c + 7u] * tile_b[qb + c + 7u];
                     }
-                    let p = select(0.0, exp(s - tile_lse[ii]), live && i < t && i >= j);
-                    let ds = p * (dpv - tile_delta[ii]);
+                    let p_all = select(0.0, exp(s - tile_lse[ii]), live && i < t && i >= j);
+                    let z = kept(key, wid.y, i, j);
+                    let ds = p_all * (dpv * z - tile_delta[ii]);
+                    let p = p_all * z;
                     for (var c = 0u; c < dp; c = c + 8u) {
                         dv_acc[c] = dv_acc[c] + p * tile_b[qb + c];
                         dk_acc[c] = dk_acc[c] + ds * tile_a[qb + c];

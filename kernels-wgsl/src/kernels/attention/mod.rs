@@ -21,7 +21,10 @@ const ROWS: u64 = 64;
 /// Keys (or queries) per tile in workgroup memory.
 const TILE: u64 = 16;
 
-const WGSL: &str = include_str!("attention.wgsl");
+const WGSL: &str = const_format::concatcp!(
+    include_str!("attention.wgsl"),
+    crate::pipeline::shader_source!("counter_hash")
+);
 
 // A binding keeps its number in every entry point (WGSL lets a number carry another name in an
 // entry point that does not use the first): q, k, v, then o or dk, lse, d_o, delta, dq or dv.
@@ -53,6 +56,10 @@ shader_params! {
         dq_offset: u32,
         dk_offset: u32,
         dv_offset: u32,
+        dropout: f32,
+        drop_scale: f32,
+        seed_lo: u32,
+        seed_hi: u32,
         _pad0: u32,
         _pad1: u32,
     }
@@ -70,6 +77,11 @@ pub struct AttentionDims {
     pub head_dim: u64,
     /// The scores' scale (`1 / sqrt(head_dim)` in a transformer).
     pub scale: f32,
+    /// Dropout on the probabilities, in `[0, 1)` (0: none).
+    pub dropout: f32,
+    /// The dropout mask's seed: the mask is [`crate::kernels::dropout`]'s over the `[BH, T, T]`
+    /// probabilities with this seed.
+    pub seed: u64,
 }
 
 impl AttentionDims {
@@ -107,6 +119,12 @@ fn check(
     rows: &[(&str, DeviceSlice<'_>)],
     stats: &[(&str, DeviceSlice<'_>)],
 ) -> Result<[u32; 3]> {
+    if !(0.0..1.0).contains(&dims.dropout) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!("dropout {} outside [0, 1)", dims.dropout),
+        });
+    }
     if dims.head_dim == 0 || dims.head_dim > MAX_HEAD_DIM {
         return Err(Error::InvalidArgument {
             op,
@@ -180,6 +198,10 @@ fn forward_params(dims: &AttentionDims, [q, k, v, o, lse]: [DeviceSlice<'_>; 5])
         time: dims.time as u32,
         head_dim: dims.head_dim as u32,
         scale: dims.scale,
+        dropout: dims.dropout,
+        drop_scale: 1.0 / (1.0 - dims.dropout),
+        seed_lo: dims.seed as u32,
+        seed_hi: (dims.seed >> 32) as u32,
         q_offset: q.index(),
         k_offset: k.index(),
         v_offset: v.index(),
@@ -299,6 +321,22 @@ pub mod reference {
         (probs, lses)
     }
 
+    /// What probability `(h, i, j)` is multiplied by under the dims' dropout: 1 without, else
+    /// 0 or `1 / (1 - p)` by [`crate::kernels::dropout::reference::keep`] at its index in the
+    /// `[BH, T, T]` probabilities.
+    fn kept(dims: &AttentionDims, h: usize, i: usize, j: usize) -> f64 {
+        use crate::kernels::dropout::reference::{keep, scale};
+        if dims.dropout <= 0.0 {
+            return 1.0;
+        }
+        let t = dims.time as usize;
+        let index = ((h * t + i) * t + j) as u32;
+        match keep(dims.seed, index, dims.dropout) {
+            true => f64::from(scale(dims.dropout)),
+            false => 0.0,
+        }
+    }
+
     /// `(o, lse)` of the forward (`[BH, T, D]`, `[BH, T]`).
     pub fn forward(dims: &AttentionDims, q: &[f32], k: &[f32], v: &[f32]) -> (Vec<f32>, Vec<f32>) {
         let (t, d) = (dims.time as usize, dims.head_dim as usize);
@@ -309,7 +347,9 @@ pub mod reference {
             for i in 0..t {
                 for c in 0..d {
                     let sum: f64 = (0..=i)
-                        .map(|j| probs[i][j] * f64::from(v[(h * t + j) * d + c]))
+                        .map(|j| {
+                            probs[i][j] * kept(dims, h, i, j) * f64::from(v[(h * t + j) * d + c])
+                        })
                         .sum();
                     o[(h * t + i) * d + c] = sum as f32;
                 }
@@ -319,8 +359,9 @@ pub mod reference {
         (o, lse)
     }
 
-    /// `(dq, dk, dv)` given the output's gradient `d_o`: `dP = dO vᵀ`, `dS = P * (dP -
-    /// rowsum(dP * P))`, `dq = scale dS k`, `dk = scale dSᵀ q`, `dv = Pᵀ dO`.
+    /// `(dq, dk, dv)` given the output's gradient `d_o`: with `Z` the dropout's factors,
+    /// `dP = (dO vᵀ) * Z`, `dS = P * (dP - rowsum(dP * P))`, `dq = scale dS k`,
+    /// `dk = scale dSᵀ q`, `dv = (P * Z)ᵀ dO`.
     pub fn backward(
         dims: &AttentionDims,
         q: &[f32],
@@ -337,16 +378,20 @@ pub mod reference {
             let at = |x: &[f32], r: usize, c: usize| f64::from(x[(h * t + r) * d + c]);
             for i in 0..t {
                 let dp: Vec<f64> = (0..=i)
-                    .map(|j| (0..d).map(|c| at(d_o, i, c) * at(v, j, c)).sum())
+                    .map(|j| {
+                        kept(dims, h, i, j)
+                            * (0..d).map(|c| at(d_o, i, c) * at(v, j, c)).sum::<f64>()
+                    })
                     .collect();
                 let row: f64 = (0..=i).map(|j| dp[j] * probs[i][j]).sum();
                 for j in 0..=i {
                     let p = probs[i][j];
                     let ds = p * (dp[j] - row);
+                    let dropped = p * kept(dims, h, i, j);
                     for c in 0..d {
                         dq[(h * t + i) * d + c] += scale * ds * at(k, j, c);
                         dk[(h * t + j) * d + c] += scale * ds * at(q, i, c);
-                        dv[(h * t + j) * d + c] += p * at(d_o, i, c);
+                        dv[(h * t + j) * d + c] += dropped * at(d_o, i, c);
                     }
                 }
             }
@@ -381,14 +426,23 @@ pub(crate) mod tests {
     pub(crate) fn matches_reference() -> Result<()> {
         let gpu = gpu();
         let mut rng = Rng::new(31);
-        for (heads_batch, time, head_dim) in
-            [(3, 1, 1), (2, 70, 16), (1, 130, 64), (2, 33, 100), (1, 17, 128)]
-        {
+        // The last cases drop probabilities (the mask is the `dropout` kernel's).
+        for (heads_batch, time, head_dim, dropout) in [
+            (3, 1, 1, 0.0),
+            (2, 70, 16, 0.0),
+            (1, 130, 64, 0.0),
+            (2, 33, 100, 0.0),
+            (1, 17, 128, 0.0),
+            (2, 70, 16, 0.3),
+            (1, 130, 24, 0.1),
+        ] {
             let dims = AttentionDims {
                 heads_batch,
                 time,
                 head_dim,
                 scale: 1.0 / (head_dim as f32).sqrt(),
+                dropout,
+                seed: 0x1234_5678_9abc_def0 + time,
             };
             let n = (heads_batch * time * head_dim) as usize;
             let stats = (heads_batch * time) as usize;
@@ -428,7 +482,9 @@ pub(crate) mod tests {
                 ],
                 [q_s, k_s, v_s, o_s, l_s, g_s],
             )?;
-            let name = |what: &str| format!("attention {what} [{heads_batch}, {time}, {head_dim}]");
+            let name = |what: &str| {
+                format!("attention {what} [{heads_batch}, {time}, {head_dim}], dropout {dropout}")
+            };
             assert_close(&name("o"), &read(&gpu, &ob, 3, n)?, &want_o, 1e-5, 1e-4);
             assert_close(&name("lse"), &read(&gpu, &lb, 7, stats)?, &want_lse, 1e-5, 1e-5);
             assert_close(&name("dq"), &read(&gpu, &dqb, 2, n)?, &want_dq, 1e-5, 1e-4);
@@ -449,6 +505,8 @@ pub(crate) mod tests {
             time: 4,
             head_dim: 129,
             scale: 1.0,
+            dropout: 0.0,
+            seed: 0,
         };
         let s = buffer.slice(0, 4 * 129)?;
         let l = buffer.slice(0, 4)?;
@@ -464,6 +522,8 @@ pub(crate) mod tests {
                 time: time + 1,
                 head_dim: 128,
                 scale: 1.0,
+                dropout: 0.0,
+                seed: 0,
             };
             let s = buffer.slice(0, (time + 1) * 128)?;
             let l = buffer.slice(0, time + 1)?;

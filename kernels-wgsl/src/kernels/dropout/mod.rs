@@ -13,7 +13,10 @@ use crate::slice::DeviceSlice;
 pub const KERNEL: Kernel = kernel!(
     "dropout",
     "dropout",
-    source: include_str!("dropout.wgsl"),
+    source: const_format::concatcp!(
+        include_str!("dropout.wgsl"),
+        crate::pipeline::shader_source!("counter_hash")
+    ),
     [x, y],
     ELEMENTWISE_WORKGROUP
 );
