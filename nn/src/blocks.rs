@@ -91,9 +91,30 @@ pub struct TransformerBlock {
     fc1: Linear,
     fc2: Linear,
     training: bool,
+    /// Dropout of the attention probabilities and of each residual branch's output, in
+    /// training (nanoGPT's `attn_dropout` and `resid_dropout`, one `p`).
+    dropout: f32,
 }
 
 impl TransformerBlock {
+    /// Drops with probability `p` in training, as nanoGPT's block does: the attention
+    /// probabilities, the attention's output projection and the MLP's output (before each is
+    /// added to the residual stream). Masks come from the thread's random state. Errors: `p`
+    /// outside `[0, 1)`.
+    pub fn set_dropout(&mut self, p: f32) -> Result<()> {
+        self.attn.set_dropout(p)?;
+        self.dropout = p;
+        Ok(())
+    }
+
+    /// `x` with this block's dropout, in training.
+    fn dropped(&self, x: Tensor) -> Result<Tensor> {
+        match self.training && self.dropout > 0.0 {
+            true => Ok(x.dropout(self.dropout)?),
+            false => Ok(x),
+        }
+    }
+
     /// Uses the fused attention or the reference path (the default)
     /// ([`CausalSelfAttention::set_memory_efficient`]).
     pub fn set_memory_efficient_attention(&mut self, on: bool) {
@@ -117,6 +138,7 @@ impl TransformerBlock {
             fc1: Linear::new(gpu, dim, mlp_hidden, true, init, derive_seed(seed, 2))?,
             fc2: Linear::new(gpu, mlp_hidden, dim, true, init, derive_seed(seed, 3))?,
             training: true,
+            dropout: 0.0,
         })
     }
 }
@@ -155,15 +177,16 @@ impl TransformerBlock {
             fc1,
             fc2,
             training: true,
+            dropout: 0.0,
         })
     }
 }
 
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.add(&self.attn.forward(&self.ln1.forward(x)?)?)?;
+        let x = x.add(&self.dropped(self.attn.forward(&self.ln1.forward(x)?)?)?)?;
         let h = self.fc1.forward(&self.ln2.forward(&x)?)?.gelu()?;
-        Ok(x.add(&self.fc2.forward(&h)?)?)
+        Ok(x.add(&self.dropped(self.fc2.forward(&h)?)?)?)
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

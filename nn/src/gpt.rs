@@ -89,6 +89,8 @@ pub struct Gpt {
     blocks: Vec<TransformerBlock>,
     ln_f: LayerNorm,
     training: bool,
+    /// Dropout in training (nanoGPT's `dropout`): of the embeddings' sum and in every block.
+    dropout: f32,
 }
 
 /// A parameter leaf `[shape]` drawn from `N(0, std)` with `seed`, labelled `label`.
@@ -106,6 +108,19 @@ fn linear(gpu: &Gpu, inputs: usize, outputs: usize, std: f32, seed: u64) -> Resu
 }
 
 impl Gpt {
+    /// Drops with probability `p` in training where nanoGPT's `dropout` does: the sum of the
+    /// token and position embeddings, and in every block the attention probabilities (inside
+    /// the fused kernels, or on the reference path's probabilities, the same mask for a seed)
+    /// and each residual branch's output. 0 (the default) drops nothing. Errors: `p` outside
+    /// `[0, 1)`.
+    pub fn set_dropout(&mut self, p: f32) -> Result<()> {
+        for block in &mut self.blocks {
+            block.set_dropout(p)?;
+        }
+        self.dropout = p;
+        Ok(())
+    }
+
     /// Uses the fused attention in every block or, with `false` (the default), the reference
     /// path that keeps each layer's `T x T` probabilities for backward.
     pub fn set_memory_efficient_attention(&mut self, on: bool) {
@@ -169,6 +184,7 @@ impl Gpt {
             blocks,
             ln_f: LayerNorm::new(gpu, c, LAYER_NORM_EPS)?,
             training: true,
+            dropout: 0.0,
         })
     }
 
@@ -237,6 +253,9 @@ impl Gpt {
         let positions: Vec<u32> = (0..time as u32).collect();
         let positions = Tensor::from_indices(ids.gpu(), &positions, &[time])?;
         let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        if self.training && self.dropout > 0.0 {
+            x = x.dropout(self.dropout)?;
+        }
         let segment = if segment_len == 0 {
             self.blocks.len()
         } else {

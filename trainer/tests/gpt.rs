@@ -16,7 +16,8 @@ use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_nn::{GptConfig, SgdConfig};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
-    CheckpointPolicy, Data, GptSpec, OptimizerSpec, Recipe, RunLength, Silent, TokenData, Trainer,
+    Attention, CheckpointPolicy, Data, GptSpec, OptimizerSpec, Recipe, RunLength, Silent,
+    TokenData, Trainer,
 };
 
 const VOCAB: usize = 13;
@@ -24,6 +25,7 @@ const CONTEXT: usize = 8;
 
 fn spec(optimizer: OptimizerSpec) -> GptSpec {
     GptSpec {
+        dropout: 0.0,
         attention: Default::default(),
         loss: Default::default(),
         config: GptConfig {
@@ -203,6 +205,58 @@ fn a_resumed_gpt_run_is_bit_identical() {
     let spec = spec(sgd());
     let straight = train(&spec, 6, 3, CheckpointPolicy::None);
     let dir = temp_dir("gpt-resume");
+    let gpu = fresh_gpu();
+    let mut first = config(6, 3, 2, 0.05);
+    first.checkpoint_dir = Some(dir.clone());
+    first.clip_grad_norm = Some(1.0);
+    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(200), None).unwrap();
+    t.run(&mut Silent).unwrap();
+    drop(t);
+    let mut second = first;
+    second.length = RunLength::Steps(5);
+    let mut t = Trainer::new(&gpu, second, &spec, windows(200), None).unwrap();
+    t.resume(&latest_path(&dir)).unwrap();
+    t.run(&mut Silent).unwrap();
+    assert_eq!(values(t.parameters()), straight);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Dropout (nanoGPT's: embeddings, attention probabilities, both residual branches): the fused
+/// attention and the reference path drop the same probabilities for the same random state, a
+/// checkpointed segment's recomputation redraws the same masks, a resumed run continues the
+/// same masks bit for bit, and it changes the update.
+#[test]
+fn gpt_dropout_is_the_same_on_both_paths_under_checkpointing_and_across_a_resume() {
+    let dropped = |attention| GptSpec {
+        dropout: 0.2,
+        attention,
+        ..spec(sgd())
+    };
+    let fused = train(&dropped(Attention::Fused), 12, 12, CheckpointPolicy::None);
+    let reference = train(
+        &dropped(Attention::Reference),
+        12,
+        12,
+        CheckpointPolicy::None,
+    );
+    assert_params_close(&fused, &reference, 1e-5);
+    let recomputed = train(
+        &dropped(Attention::Fused),
+        12,
+        12,
+        CheckpointPolicy::EveryBlocks(1),
+    );
+    assert_params_close(&recomputed, &fused, 1e-5);
+    let none = train(&spec(sgd()), 12, 12, CheckpointPolicy::None);
+    let moved = fused
+        .iter()
+        .zip(&none)
+        .any(|((_, a), (_, b))| a.iter().zip(b).any(|(x, y)| (x - y).abs() > 1e-4));
+    assert!(moved, "dropout changed no parameter");
+
+    let spec = dropped(Attention::Fused);
+    let straight = train(&spec, 6, 3, CheckpointPolicy::None);
+    let dir = temp_dir("gpt-dropout-resume");
     let gpu = fresh_gpu();
     let mut first = config(6, 3, 2, 0.05);
     first.checkpoint_dir = Some(dir.clone());

@@ -280,6 +280,7 @@ fn the_plan_holds_for_fifty_steps_of_an_mlp_and_a_gpt() {
 fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
     let budget = 42 << 20;
     let spec = plimsoll_trainer::GptSpec {
+        dropout: 0.0,
         attention: Default::default(),
         loss: Default::default(),
         config: plimsoll_nn::GptConfig {
@@ -513,6 +514,7 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     }
     gpu.set_memory_budget(8 << 30);
     let spec = plimsoll_trainer::GptSpec {
+        dropout: 0.0,
         attention: plimsoll_trainer::Attention::Reference,
         loss: Default::default(),
         config: plimsoll_nn::GptConfig {

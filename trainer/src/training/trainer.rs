@@ -99,6 +99,10 @@ pub const START_DEADLINE: Duration = Duration::from_secs(300);
 /// fence deadline, when longer): a first batch from a cold disk can take seconds.
 pub const LOADER_DEADLINE: Duration = Duration::from_secs(120);
 
+/// What the run's seed is mixed with to start the thread's random state (dropout masks), so
+/// that the masks are not drawn from the data order's stream.
+const DROPOUT_STREAM: u64 = 0xD50D_7A1C_E5EE_D001;
+
 /// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
 pub const LOSS_WINDOW: usize = 20;
 
@@ -197,7 +201,9 @@ impl Trainer {
             step: 0,
             epoch: 0,
             sample_in_epoch: 0,
-            rng_state: rng_state(),
+            // Dropout's masks follow the run's seed, not whatever this thread drew before
+            // (a plan's dry runs, an earlier trainer): two runs of one seed drop alike.
+            rng_state: config.seed ^ DROPOUT_STREAM,
             seed: config.seed,
             micro_batch,
             best_eval_loss: None,

@@ -250,6 +250,9 @@ pub struct GptSpec {
     pub attention: Attention,
     /// How the output head and loss run.
     pub loss: LossHead,
+    /// Dropout in training where nanoGPT's `dropout` applies ([`plimsoll_nn::Gpt::set_dropout`];
+    /// 0: none).
+    pub dropout: f32,
 }
 
 /// How a GPT's output head and cross-entropy run.
@@ -311,6 +314,7 @@ impl Recipe for GptSpec {
     fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
         let mut gpt = Gpt::new(gpu, self.config, self.seed)?;
         gpt.set_memory_efficient_attention(self.attention == Attention::Fused);
+        gpt.set_dropout(self.dropout)?;
         let model = GptModel {
             gpt,
             loss: self.loss,

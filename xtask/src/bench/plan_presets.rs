@@ -79,6 +79,7 @@ pub fn run(report: &mut Report) -> Result<()> {
     );
     for (name, layers, heads, width) in PRESETS {
         let spec = GptSpec {
+            dropout: 0.0,
             attention: plimsoll_trainer::Attention::Auto,
             loss: plimsoll_trainer::LossHead::default(),
             config: GptConfig {
@@ -182,6 +183,7 @@ pub fn run_scale(report: &mut Report) -> Result<()> {
     let vocab = corpus.vocab_size();
     let context = 256;
     let spec = GptSpec {
+        dropout: 0.0,
         attention: plimsoll_trainer::Attention::Auto,
         loss: plimsoll_trainer::LossHead::Chunked(SCALE_LOSS_CHUNK),
         config: GptConfig {

@@ -151,6 +151,20 @@ pub fn count(s: &str) -> Parsed<usize> {
     usize::try_from(v).map_err(|e| e.to_string())
 }
 
+/// A dropout probability (`--dropout`): in `[0, 1)`.
+pub fn dropout(s: &str) -> Parsed<f32> {
+    let v: f32 = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if !(0.0..1.0).contains(&v) {
+        return Err(format!(
+            "{v} is not a probability in [0, 1) (1 would drop everything; nanoGPT uses 0.0 to 0.2)"
+        ));
+    }
+    Ok(v)
+}
+
 /// A count of batches ahead (`--prefetch`): 0 to 64.
 pub fn count_or_zero(s: &str) -> Parsed<usize> {
     match s.trim() {

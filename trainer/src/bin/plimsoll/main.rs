@@ -433,6 +433,11 @@ pub(crate) struct ShakespeareArgs {
     /// (scores, softmax and product, the probabilities kept for backward).
     #[arg(long, value_enum, default_value_t = AttentionArg::Auto)]
     attention: AttentionArg,
+    /// Dropout in training, where nanoGPT's `--dropout` applies: the embeddings' sum, the
+    /// attention probabilities (inside the fused kernels too) and each block's two residual
+    /// branches. nanoGPT's Shakespeare configuration uses 0.2; 0 (the default) drops nothing.
+    #[arg(long, default_value_t = 0.0, value_parser = flags::dropout, allow_negative_numbers = true)]
+    dropout: f32,
     /// How the output head and loss run: `auto` (the memory plan keeps the whole logits when
     /// the step fits with them, else runs the head and loss in chunks of rows chosen from the
     /// micro-batch), a number of rows per chunk, or `off` (the whole logits, kept for backward).

@@ -588,6 +588,7 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
     let optimizer = adamw(&a.common, &defaults, 0.99)?;
     notes.extend(a.shape.preset_note(shape, vocab));
     let spec = GptSpec {
+        dropout: a.dropout,
         attention: match a.attention {
             AttentionArg::Auto => Attention::Auto,
             AttentionArg::Fused => Attention::Fused,
