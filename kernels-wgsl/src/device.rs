@@ -443,6 +443,13 @@ impl Gpu {
         &self.shared.summary
     }
 
+    /// Whether the adapter runs on the CPU (lavapipe, SwiftShader), where some kernels are
+    /// chosen otherwise (measured there: [`crate::kernels::row_layout`], the chunked loss's
+    /// transposed logits).
+    pub fn is_cpu(&self) -> bool {
+        self.shared.summary.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// The most loop iterations one shader invocation may run in total on this adapter, or `None`
     /// where there is no such limit. `Some(65_535)` on Mesa's llvmpipe/lavapipe, which silently
     /// stops a shader's loops after that many passes (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`;

@@ -155,6 +155,7 @@ pub fn linear_cross_entropy_parts(
         chunk,
         smoothing: label_smoothing,
         parts: part_rows,
+        cpu: gpu.is_cpu(),
     };
     let losses = Tensor::empty(gpu, &[rows], Category::Temporary, "loss rows")?;
     let scratch = head.scratch(gpu)?;
@@ -199,6 +200,8 @@ struct ChunkedHead {
     chunk: usize,
     smoothing: f32,
     parts: Vec<usize>,
+    /// Whether the adapter runs on the CPU ([`ChunkedHead::transposes`]).
+    cpu: bool,
 }
 
 /// A chunk's buffers: its logits (`[chunk, vocab]`) and, when [`ChunkedHead::transposes`],
@@ -227,12 +230,13 @@ impl ChunkedHead {
     }
 
     /// Whether a chunk's logits are made as their transpose (`[vocab, len]`, then one strided
-    /// copy) and backward goes through dlogitsᵀ: for a weight in parts, and for a vocabulary
-    /// that is not a multiple of 4 (GPT-2's 50,257), whose `[len, vocab]` rows the tiled
-    /// matmul cannot load four at a time: the transposed products all have rows of `len` or
-    /// `width` and take it (5x the rate of the scalar kernel on lavapipe).
+    /// copy) and backward goes through dlogitsᵀ: for a weight in parts, and on a CPU adapter
+    /// for a vocabulary that is not a multiple of 4 (GPT-2's 50,257), whose `[len, vocab]`
+    /// rows the tiled matmul cannot load four at a time: the transposed products all have
+    /// rows of `len` or `width` and take it (on lavapipe 2.3 -> 8 GFLOP/s for the head; on an
+    /// H200 the same route made the step 2.3x slower, so a GPU keeps the direct products).
     fn transposes(&self) -> bool {
-        self.parts.len() > 1 || !self.vocab.is_multiple_of(4)
+        self.parts.len() > 1 || (self.cpu && !self.vocab.is_multiple_of(4))
     }
 
     /// The cross-entropy kernels' figures for a chunk of `len` rows.
