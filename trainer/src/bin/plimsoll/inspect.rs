@@ -113,9 +113,11 @@ pub fn eval(args: &EvalArgs) -> Result<()> {
     common.device = args.device.clone();
     job.config.memory_budget_bytes = args.device.memory_budget;
     job.config.fence_deadline = args.device.deadline();
-    // Evaluation only: no plan, no checkpointing; out-of-memory halves the evaluation chunk.
-    job.config.micro_batch = Some(job.config.effective_batch);
-    job.config.checkpointing = plimsoll_trainer::CheckpointPolicy::None;
+    // The memory plan picks the evaluation chunk (the micro-batch) and, for a GPT, whether
+    // it needs the memory-efficient variant (GPT-2's whole logits pass lavapipe's binding), as
+    // the run's own plan did; out-of-memory still halves the chunk.
+    job.config.micro_batch = None;
+    job.config.checkpointing = plimsoll_trainer::CheckpointPolicy::Automatic;
     job.config.checkpoint_dir = None;
     let gpu = common.device.open()?;
     let mut trainer = Trainer::new(&gpu, job.config, job.spec.as_ref(), job.train, job.test)?;
