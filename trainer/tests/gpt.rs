@@ -204,21 +204,27 @@ fn gpt_checkpointed_blocks_give_the_same_update() {
 fn a_resumed_gpt_run_is_bit_identical() {
     let spec = spec(sgd());
     let straight = train(&spec, 6, 3, CheckpointPolicy::None);
-    let dir = temp_dir("gpt-resume");
+    assert_eq!(stopped_and_resumed(&spec, "gpt-resume"), straight);
+}
+
+/// [`train`]'s run of batch 6 in micro-batches of 3, stopped after 2 steps and resumed from
+/// its checkpoint for 3 more: the parameters after.
+fn stopped_and_resumed(spec: &GptSpec, name: &str) -> Vec<(String, Vec<f32>)> {
+    let dir = temp_dir(name);
     let gpu = fresh_gpu();
     let mut first = config(6, 3, 2, 0.05);
     first.checkpoint_dir = Some(dir.clone());
     first.clip_grad_norm = Some(1.0);
-    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(200), None).unwrap();
+    let mut t = Trainer::new(&gpu, first.clone(), spec, windows(200), None).unwrap();
     t.run(&mut Silent).unwrap();
     drop(t);
     let mut second = first;
     second.length = RunLength::Steps(5);
-    let mut t = Trainer::new(&gpu, second, &spec, windows(200), None).unwrap();
+    let mut t = Trainer::new(&gpu, second, spec, windows(200), None).unwrap();
     t.resume(&latest_path(&dir)).unwrap();
     t.run(&mut Silent).unwrap();
-    assert_eq!(values(t.parameters()), straight);
     let _ = std::fs::remove_dir_all(&dir);
+    values(t.parameters())
 }
 
 /// Dropout (nanoGPT's: embeddings, attention probabilities, both residual branches): the fused
@@ -256,21 +262,7 @@ fn gpt_dropout_is_the_same_on_both_paths_under_checkpointing_and_across_a_resume
 
     let spec = dropped(Attention::Fused);
     let straight = train(&spec, 6, 3, CheckpointPolicy::None);
-    let dir = temp_dir("gpt-dropout-resume");
-    let gpu = fresh_gpu();
-    let mut first = config(6, 3, 2, 0.05);
-    first.checkpoint_dir = Some(dir.clone());
-    first.clip_grad_norm = Some(1.0);
-    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(200), None).unwrap();
-    t.run(&mut Silent).unwrap();
-    drop(t);
-    let mut second = first;
-    second.length = RunLength::Steps(5);
-    let mut t = Trainer::new(&gpu, second, &spec, windows(200), None).unwrap();
-    t.resume(&latest_path(&dir)).unwrap();
-    t.run(&mut Silent).unwrap();
-    assert_eq!(values(t.parameters()), straight);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(stopped_and_resumed(&spec, "gpt-dropout-resume"), straight);
 }
 
 /// The trainer's evaluation (chunks of the micro-batch, sums over tokens) is the mean

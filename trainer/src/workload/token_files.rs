@@ -292,16 +292,7 @@ impl TokenFolder {
         let meta_path = dir.join("meta.json");
         let pkl_path = dir.join("meta.pkl");
         let (tokenizer, tokenizer_source, meta_bytes) = if meta_path.is_file() {
-            let bytes = std::fs::read(&meta_path).map_err(|source| Error::Io {
-                path: meta_path.clone(),
-                source,
-            })?;
-            let meta: Meta = serde_json::from_slice(&bytes).map_err(|e| {
-                Error::invalid(
-                    meta_path.display().to_string(),
-                    format!("is not the meta.json plimsoll prepare writes: {e}"),
-                )
-            })?;
+            let (meta, bytes) = read_meta(&meta_path)?;
             let tokenizer = check_meta(&meta, &meta_path, &train, &val)?;
             (tokenizer, "meta.json".to_string(), bytes)
         } else if pkl_path.is_file() {
@@ -339,17 +330,7 @@ impl TokenFolder {
         let meta_path = dir.join("meta.json");
         let pkl_path = dir.join("meta.pkl");
         if meta_path.is_file() {
-            let bytes = std::fs::read(&meta_path).map_err(|source| Error::Io {
-                path: meta_path.clone(),
-                source,
-            })?;
-            let meta: Meta = serde_json::from_slice(&bytes).map_err(|e| {
-                Error::invalid(
-                    meta_path.display().to_string(),
-                    format!("is not the meta.json plimsoll prepare writes: {e}"),
-                )
-            })?;
-            meta.tokenizer(&meta_path)
+            read_meta(&meta_path)?.0.tokenizer(&meta_path)
         } else if pkl_path.is_file() {
             nanogpt_meta_pkl(&pkl_path)
         } else {
@@ -372,6 +353,21 @@ impl TokenFolder {
             .map(|b| format!("{b:02x}"))
             .collect()
     }
+}
+
+/// The `meta.json` at `path` and its bytes.
+fn read_meta(path: &Path) -> Result<(Meta, Vec<u8>)> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let meta = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::invalid(
+            path.display().to_string(),
+            format!("is not the meta.json plimsoll prepare writes: {e}"),
+        )
+    })?;
+    Ok((meta, bytes))
 }
 
 /// The tokenizer `meta` names, once it agrees with the files.
