@@ -1,4 +1,4 @@
-//! Losses, each a scalar mean: [`cross_entropy`] over rows (fused kernel, optional label
+//! Losses, each a scalar mean: [`cross_entropy()`] over rows (fused kernel, optional label
 //! smoothing), [`linear_cross_entropy`] (an output head and cross-entropy in chunks of rows,
 //! never holding the whole logits) and [`mse`] over elements.
 
@@ -72,7 +72,7 @@ pub const MIN_CHUNK_LOGITS: usize = 1 << 21;
 /// per row. What it saves for backward is `x`, `weight` and `targets`; backward makes each
 /// chunk's logits again and turns them into its share of `dx` and `dweight`, so one step holds
 /// two `[chunk_rows, vocab]` buffers at most. Same loss and gradients as
-/// [`cross_entropy`] of `x.matmul_transposed(weight)` within f32 rounding. f16 inputs are
+/// [`cross_entropy()`] of `x.matmul_transposed(weight)` within f32 rounding. f16 inputs are
 /// widened and computed in f32. `chunk_rows` 0 picks [`loss_chunk_rows`].
 ///
 /// Errors: shapes that do not fit, targets not u32, smoothing outside `[0, 1]`, and a chunk's
