@@ -124,6 +124,17 @@ fn contradicting_flags_and_short_splits_are_refused_before_the_device_opens() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("--force"), "{}", text(&o));
+    // A text past 1 GiB is not read whole by --data FILE (a sparse file: nothing is written).
+    let huge = std::fs::File::create(dir.join("huge.txt")).unwrap();
+    huge.set_len((1 << 30) + 1).unwrap();
+    let o = run(&dir, &tiny_gpt_args("huge.txt", "1", "r"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("plimsoll prepare huge.txt --tokenizer char"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.join("r").exists(), "nothing written for a refused run");
     let o = run(
         &dir,
         &["prepare", "nope.txt", "--tokenizer", "gpt2", "--out", "x"],

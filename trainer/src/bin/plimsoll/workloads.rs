@@ -472,6 +472,9 @@ fn gpt_text(a: &ShakespeareArgs) -> Result<GptText> {
             tokenizer: folder.tokenizer,
         });
     }
+    if let Some(path) = &a.data {
+        check_whole_text(path, a.tokenizer.unwrap_or(TokenizerArg::Char))?;
+    }
     let source = DataSource::of(a.data.as_deref(), "data/shakespeare.txt.gz", SHAKESPEARE_GZ)?;
     let val_name = "validation text (the last 10%)".to_string();
     match a.tokenizer.unwrap_or(TokenizerArg::Char) {
@@ -524,6 +527,32 @@ fn gpt_text(a: &ShakespeareArgs) -> Result<GptText> {
             })
         }
     }
+}
+
+/// Texts larger than this are refused by `--data FILE`, which reads a text whole, with the way
+/// to train on them: `plimsoll prepare` streams it into a token folder once.
+pub const WHOLE_TEXT_LIMIT: u64 = 1 << 30;
+
+/// Refuses a text file `--data` would read whole when it is past [`WHOLE_TEXT_LIMIT`] on disk,
+/// before anything reads it.
+fn check_whole_text(path: &Path, tokenizer: TokenizerArg) -> Result<()> {
+    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if bytes > WHOLE_TEXT_LIMIT {
+        return Err(Error::invalid(
+            "--data",
+            format!(
+                "{} is {:.2} GiB: --data FILE reads a text whole (at most {} GiB); prepare it \
+                 once with `plimsoll prepare {} --tokenizer {} --out DIR` (it streams, in bounded \
+                 memory) and train with --data DIR, which is read through a memory map",
+                path.display(),
+                bytes as f64 / f64::from(1u32 << 30),
+                WHOLE_TEXT_LIMIT >> 30,
+                path.display(),
+                tokenizer_name(tokenizer)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `bytes` (gzip-compressed or not) as UTF-8 text; errors name `what`.
