@@ -441,8 +441,7 @@ pub const GPU_INVOCATION_PER_ROW_MIN_ROWS: u64 = 4096;
 /// - on a GPU, a workgroup per row below [`GPU_INVOCATION_PER_ROW_MIN_ROWS`] rows of at least
 ///   [`ROW_WORKGROUP`] columns.
 pub fn row_layout(gpu: &Gpu, rows: u64, cols: u64) -> RowLayout {
-    let cpu = gpu.adapter().device_type == wgpu::DeviceType::Cpu;
-    if !cpu && rows < GPU_INVOCATION_PER_ROW_MIN_ROWS && cols >= u64::from(ROW_WORKGROUP) {
+    if !gpu.is_cpu() && rows < GPU_INVOCATION_PER_ROW_MIN_ROWS && cols >= u64::from(ROW_WORKGROUP) {
         RowLayout::WorkgroupPerRow
     } else {
         RowLayout::InvocationPerRow

@@ -65,11 +65,7 @@ impl CharCorpus {
 
     /// A gzip-compressed UTF-8 text, split as [`CharCorpus::from_text`] does.
     pub fn from_gz(what: &str, bytes: &[u8], val_fraction: f64) -> Result<CharCorpus> {
-        let mut text = String::new();
-        flate2::read::GzDecoder::new(bytes)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::invalid(what, format!("not gzip-compressed UTF-8 text: {e}")))?;
-        Self::from_text(what, &text, val_fraction)
+        Self::from_text(what, &read_text(what, bytes)?, val_fraction)
     }
 
     /// The text in the file at `path` (UTF-8, gzip-compressed or not), split as
@@ -80,13 +76,7 @@ impl CharCorpus {
             path: path.to_path_buf(),
             source,
         })?;
-        if bytes.starts_with(&[0x1f, 0x8b]) {
-            Self::from_gz(&what, &bytes, val_fraction)
-        } else {
-            let text = String::from_utf8(bytes)
-                .map_err(|e| Error::invalid(&what, format!("not UTF-8 text: {e}")))?;
-            Self::from_text(&what, &text, val_fraction)
-        }
+        Self::from_text(&what, &read_text(&what, &bytes)?, val_fraction)
     }
 
     /// The bundled plays, 90% for training and the last 10% for validation.
@@ -137,6 +127,28 @@ impl CharCorpus {
         ids.iter()
             .map(|&i| self.vocab.get(i as usize).copied().unwrap_or('\u{fffd}'))
             .collect()
+    }
+}
+
+/// `bytes` (gzip-compressed or not) as UTF-8 text; errors name `what`.
+pub fn read_text(what: &str, bytes: &[u8]) -> Result<String> {
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::invalid(what, format!("not gzip-compressed UTF-8 text: {e}")))?;
+        Ok(text)
+    } else {
+        String::from_utf8(bytes.to_vec()).map_err(|e| {
+            Error::invalid(
+                what,
+                format!(
+                    "not UTF-8 text (byte {}): convert it to UTF-8, or prepare it with plimsoll \
+                     prepare, which names the line",
+                    e.utf8_error().valid_up_to()
+                ),
+            )
+        })
     }
 }
 

@@ -9,7 +9,7 @@ use plimsoll_trainer::config::describe_schedule;
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
 use plimsoll_trainer::data::Tokens;
 use plimsoll_trainer::model::plain_number;
-use plimsoll_trainer::text::SHAKESPEARE_GZ;
+use plimsoll_trainer::text::{SHAKESPEARE_GZ, read_text};
 use plimsoll_trainer::{
     Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec,
     OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder, Tokenizer, TrainConfig,
@@ -553,29 +553,6 @@ fn check_whole_text(path: &Path, tokenizer: TokenizerArg) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// `bytes` (gzip-compressed or not) as UTF-8 text; errors name `what`.
-fn read_text(what: &str, bytes: &[u8]) -> Result<String> {
-    use std::io::Read;
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut text = String::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::invalid(what, format!("not gzip-compressed UTF-8 text: {e}")))?;
-        Ok(text)
-    } else {
-        String::from_utf8(bytes.to_vec()).map_err(|e| {
-            Error::invalid(
-                what,
-                format!(
-                    "not UTF-8 text (byte {}): convert it to UTF-8 or prepare it with plimsoll \
-                     prepare, which names the line",
-                    e.utf8_error().valid_up_to()
-                ),
-            )
-        })
-    }
 }
 
 /// `--tokenizer`'s value as `meta.json` names it.
