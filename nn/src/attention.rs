@@ -253,6 +253,7 @@ pub fn causal_attention_dropout(
     let heads_batch = shape[..rank - 2].iter().product::<usize>();
     let dims = AttentionDims {
         heads_batch: heads_batch as u64,
+        group: 1,
         time: time as u64,
         head_dim: head_dim as u64,
         scale,

@@ -270,6 +270,8 @@ unary_methods! {
     tanh => Tanh,
     /// `1 / (1 + exp(-self))`.
     sigmoid => Sigmoid,
+    /// SiLU (swish), `self * sigmoid(self)`.
+    silu => Silu,
 }
 
 // ---- helpers of backward (grad mode is off there, so nothing below records) ----

@@ -160,6 +160,7 @@ impl Tensor {
             rows: rows as u64,
             cols: cols as u64,
             eps,
+            rms: false,
         };
         layer_norm::forward(
             &self.gpu,
@@ -338,6 +339,7 @@ pub(crate) fn layer_norm_grads(
         rows: rows as u64,
         cols: cols as u64,
         eps: 0.0,
+        rms: false,
     };
     layer_norm::backward(
         &g.gpu,

@@ -141,6 +141,7 @@ families! {
     nonfinite,
     optimizer,
     reduce,
+    rotary,
     softmax,
     unary,
 }
@@ -221,6 +222,7 @@ pub const ALL: &[Kernel] = &[
     reduce::SUM_SQUARES_CHUNKS_V4,
     reduce::MEAN_ALL,
     reduce::MAX_ALL,
+    rotary::KERNEL,
     softmax::SOFTMAX_FORWARD,
     softmax::LOG_SOFTMAX_FORWARD,
     softmax::SOFTMAX_BACKWARD,

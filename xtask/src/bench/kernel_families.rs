@@ -68,6 +68,7 @@ fn other_families(
         rows,
         cols,
         eps: 1e-5,
+        rms: false,
     };
     let seconds = median_seconds(gpu, 5, || {
         let outputs = [

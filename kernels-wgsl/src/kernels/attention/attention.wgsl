@@ -7,9 +7,12 @@
 // invocation per query row) also writes `delta = rowsum(dO * O)`, which
 // `attention_backward_dkdv` (one invocation per key row, over tiles of queries) reads.
 //
-// Layout: q, k, v, o, d_o, dq, dk, dv are [BH, T, D] row-major from their `*_offset`; lse and
-// delta are [BH, T]. `Params` and the bindings are declared in mod.rs (`shader_params!`,
-// `kernel!`) and prepended. Dispatch: workgroups (ceil(T / ROWS), BH), one invocation a row;
+// Layout: q, o, d_o, dq are [BH, T, D] row-major from their `*_offset`; lse and delta are
+// [BH, T]; k, v, dk, dv are [BH / G, T, D] with G = `params.group` query heads per key/value
+// head (grouped-query attention; 1: multi-head): query head h reads key/value head h / G, so
+// the G query heads of a group are consecutive. `attention_backward_dkdv` runs one workgroup
+// per key/value head and adds up its G query heads in order (no atomics, no copies of k, v). `Params` and the bindings are declared in mod.rs (`shader_params!`,
+// `kernel!`) and prepended. Dispatch: workgroups (ceil(T / ROWS), BH) (dkdv: BH / G), one invocation a row;
 // rows at or past T only help load tiles. Rows are padded to `dp` (D rounded up to 8) with
 // zeros in private and workgroup memory, so the inner loops take 8 elements a pass (the loop
 // limit of lavapipe, see kernels/mod.rs; mod.rs's `loop_iterations` counts every loop).
@@ -73,6 +76,7 @@ fn attention_forward(
     let d = params.head_dim;
     let dp = padded_dim();
     let base = wid.y * t * d;
+    let kv_base = (wid.y / params.group) * t * d;
     let row0 = wid.x * ROWS;
     let i = row0 + lid.x;
     let live = i < t;
@@ -92,7 +96,7 @@ fn attention_forward(
     let tiles = (min(row0 + ROWS, t) - 1u) / TILE + 1u;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * TILE;
-        load_key_tile(lid.x, base, j0, dp);
+        load_key_tile(lid.x, kv_base, j0, dp);
         workgroupBarrier();
         // Every row of the workgroup runs the same loops (uniform control flow and tile
         // indices: lavapipe broadcasts the tile's loads); keys after the row are masked.
@@ -164,6 +168,7 @@ fn attention_backward_dq(
     let d = params.head_dim;
     let dp = padded_dim();
     let base = wid.y * t * d;
+    let kv_base = (wid.y / params.group) * t * d;
     let row0 = wid.x * ROWS;
     let i = row0 + lid.x;
     let live = i < t;
@@ -192,7 +197,7 @@ fn attention_backward_dq(
     let tiles = (min(row0 + ROWS, t) - 1u) / TILE + 1u;
     for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let j0 = tile * TILE;
-        load_key_tile(lid.x, base, j0, dp);
+        load_key_tile(lid.x, kv_base, j0, dp);
         workgroupBarrier();
         {
             for (var jj = 0u; jj < TILE; jj = jj + 1u) {
@@ -270,9 +275,13 @@ fn attention_backward_dkdv(
         dv_acc[c] = 0.0;
     }
     let key = dropout_key(params.seed_lo, params.seed_hi);
-    // Queries i >= j: from the workgroup's first key row (a multiple of TILE) to T.
+    // Queries i >= j: from the workgroup's first key row (a multiple of TILE) to T, of each
+    // query head of the group in turn (wid.y is the key/value head).
     let tiles = (t - row0 + TILE - 1u) / TILE;
-    for (var tile = 0u; tile < tiles; tile = tile + 1u) {
+    for (var step = 0u; step < tiles * params.group; step = step + 1u) {
+        let qh = wid.y * params.group + step / tiles;
+        let q_base = qh * t * d;
+        let tile = step % tiles;
         let i0 = row0 + tile * TILE;
         for (var e = lid.x; e < TILE * dp; e = e + ROWS) {
             let i = i0 + e / dp;
@@ -280,8 +289,8 @@ fn attention_backward_dkdv(
             var qx = 0.0;
             var gx = 0.0;
             if i < t && c < d {
-                qx = q[params.q_offset + base + i * d + c] * params.scale;
-                gx = d_o[params.do_offset + base + i * d + c];
+                qx = q[params.q_offset + q_base + i * d + c] * params.scale;
+                gx = d_o[params.do_offset + q_base + i * d + c];
             }
             tile_a[e] = qx;
             tile_b[e] = gx;
@@ -291,8 +300,8 @@ fn attention_backward_dkdv(
             var r = 0.0;
             var dl = 0.0;
             if i < t {
-                r = lse[params.lse_offset + wid.y * t + i];
-                dl = delta[params.delta_offset + wid.y * t + i];
+                r = lse[params.lse_offset + qh * t + i];
+                dl = delta[params.delta_offset + qh * t + i];
             }
             tile_lse[lid.x] = r;
             tile_delta[lid.x] = dl;
@@ -324,7 +333,7 @@ fn attention_backward_dkdv(
                         vr[c + 7u] * tile_b[qb + c + 7u];
                     }
                     let p_all = select(0.0, exp(s - tile_lse[ii]), live && i < t && i >= j);
-                    let z = kept(key, wid.y, i, j);
+                    let z = kept(key, qh, i, j);
                     let ds = p_all * (dpv * z - tile_delta[ii]);
                     let p = p_all * z;
                     for (var c = 0u; c < dp; c = c + 8u) {

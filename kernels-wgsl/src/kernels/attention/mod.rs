@@ -60,7 +60,7 @@ shader_params! {
         drop_scale: f32,
         seed_lo: u32,
         seed_hi: u32,
-        _pad0: u32,
+        group: u32,
         _pad1: u32,
     }
 }
@@ -69,8 +69,11 @@ shader_params! {
 /// rows of `head_dim` features; scores are `scale * q.k`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionDims {
-    /// Batch times heads.
+    /// Batch times query heads.
     pub heads_batch: u64,
+    /// Query heads per key/value head (grouped-query attention; 1: multi-head). `k`, `v`,
+    /// `dk`, `dv` hold `heads_batch / group` heads, and query head `h` reads head `h / group`.
+    pub group: u64,
     /// Sequence length.
     pub time: u64,
     /// Features per head (at most [`MAX_HEAD_DIM`]).
@@ -90,24 +93,31 @@ impl AttentionDims {
         self.heads_batch * self.time * self.head_dim
     }
 
+    /// Elements of a `[BH / G, T, D]` key or value tensor.
+    fn kv_len(&self) -> u64 {
+        self.rows_len() / self.group.max(1)
+    }
+
     /// Elements of a `[BH, T]` tensor.
     fn stats_len(&self) -> u64 {
         self.heads_batch * self.time
     }
 }
 
-/// Worst-case loop passes of one invocation of any of the three entry points at `time` rows
-/// and head dimension `head_dim` (each entry point's loops summed; see the module docs of
-/// `kernels` on lavapipe's loop limit). Rows are padded to a multiple of 8 and the inner loops
-/// take 8 elements a pass.
-pub const fn loop_iterations(time: u64, head_dim: u64) -> u64 {
+/// Worst-case loop passes of one invocation of any of the three entry points at `time` rows,
+/// head dimension `head_dim` and `group` query heads per key/value head (each entry point's
+/// loops summed; see the module docs of `kernels` on lavapipe's loop limit). Rows are padded to
+/// a multiple of 8 and the inner loops take 8 elements a pass; `dkdv` runs its tiles once per
+/// query head of the group.
+pub const fn loop_iterations(time: u64, head_dim: u64, group: u64) -> u64 {
     let dp = head_dim.div_ceil(8) * 8;
     let inner = dp / 8 + 1;
     let tiles = time.div_ceil(TILE);
     let load = (TILE * dp).div_ceil(ROWS) + 1;
     // The forward's tile (scores, rescale, accumulate) is the costliest of the three.
     let per_tile = load + 2 * (TILE + 1 + TILE * inner) + inner;
-    (dp + 1) + (tiles + 1) + tiles * per_tile + (head_dim + 1)
+    let group = if group == 0 { 1 } else { group };
+    (dp + 1) + group * ((tiles + 1) + tiles * per_tile) + (head_dim + 1)
 }
 
 /// The checks every launcher makes: the head dimension, the loop limit, the grid, and the
@@ -117,8 +127,19 @@ fn check(
     op: &'static str,
     dims: &AttentionDims,
     rows: &[(&str, DeviceSlice<'_>)],
+    kv: &[(&str, DeviceSlice<'_>)],
     stats: &[(&str, DeviceSlice<'_>)],
 ) -> Result<[u32; 3]> {
+    if dims.group == 0 || !dims.heads_batch.is_multiple_of(dims.group) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "{} query heads cannot share key/value heads in groups of {} (the group must \
+                 divide the heads; 1 for multi-head attention)",
+                dims.heads_batch, dims.group
+            ),
+        });
+    }
     if !(0.0..1.0).contains(&dims.dropout) {
         return Err(Error::InvalidArgument {
             op,
@@ -136,7 +157,7 @@ fn check(
         });
     }
     check_loop_limit(gpu, op, "time", dims.time, |t| {
-        loop_iterations(t, dims.head_dim)
+        loop_iterations(t, dims.head_dim, dims.group)
     })?;
     let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
     let groups = [dims.time.div_ceil(ROWS), dims.heads_batch];
@@ -154,6 +175,9 @@ fn check(
     }
     for (name, slice) in rows {
         slice.expect_len(op, name, dims.rows_len())?;
+    }
+    for (name, slice) in kv {
+        slice.expect_len(op, name, dims.kv_len())?;
     }
     for (name, slice) in stats {
         slice.expect_len(op, name, dims.stats_len())?;
@@ -202,6 +226,7 @@ fn forward_params(dims: &AttentionDims, [q, k, v, o, lse]: [DeviceSlice<'_>; 5])
         drop_scale: 1.0 / (1.0 - dims.dropout),
         seed_lo: dims.seed as u32,
         seed_hi: (dims.seed >> 32) as u32,
+        group: dims.group as u32,
         q_offset: q.index(),
         k_offset: k.index(),
         v_offset: v.index(),
@@ -224,7 +249,8 @@ pub fn forward(
         gpu,
         op,
         dims,
-        &[("q", q), ("k", k), ("v", v), ("o", o)],
+        &[("q", q), ("o", o)],
+        &[("k", k), ("v", v)],
         &[("lse", lse)],
     )?;
     let params = forward_params(dims, [q, k, v, o, lse]);
@@ -252,16 +278,8 @@ pub fn backward(
         gpu,
         op,
         dims,
-        &[
-            ("q", q),
-            ("k", k),
-            ("v", v),
-            ("o", o),
-            ("d_o", d_o),
-            ("dq", dq),
-            ("dk", dk),
-            ("dv", dv),
-        ],
+        &[("q", q), ("o", o), ("d_o", d_o), ("dq", dq)],
+        &[("k", k), ("v", v), ("dk", dk), ("dv", dv)],
         &[("lse", lse), ("delta", delta)],
     )?;
     let params = Params {
@@ -281,12 +299,13 @@ pub fn backward(
         grid,
         flops,
     )?;
+    let kv_grid = [grid[0], (dims.heads_batch / dims.group) as u32, 1];
     launch(
         gpu,
         &BACKWARD_DKDV,
         &params,
         &[q, k, v, dk, lse, d_o, delta, dv],
-        grid,
+        kv_grid,
         flops * 3 / 2,
     )
 }
@@ -304,13 +323,16 @@ pub mod reference {
         h: usize,
     ) -> (Vec<Vec<f64>>, Vec<f64>) {
         let (t, d) = (dims.time as usize, dims.head_dim as usize);
+        let kvh = h / dims.group as usize;
         let at = |x: &[f32], r: usize, c: usize| f64::from(x[(h * t + r) * d + c]);
+        let at_kv = |x: &[f32], r: usize, c: usize| f64::from(x[(kvh * t + r) * d + c]);
         let mut probs = Vec::with_capacity(t);
         let mut lses = Vec::with_capacity(t);
         for i in 0..t {
             let scores: Vec<f64> = (0..=i)
                 .map(|j| {
-                    f64::from(dims.scale) * (0..d).map(|c| at(q, i, c) * at(k, j, c)).sum::<f64>()
+                    f64::from(dims.scale)
+                        * (0..d).map(|c| at(q, i, c) * at_kv(k, j, c)).sum::<f64>()
                 })
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -337,18 +359,19 @@ pub mod reference {
         }
     }
 
-    /// `(o, lse)` of the forward (`[BH, T, D]`, `[BH, T]`).
+    /// `(o, lse)` of the forward (`[BH, T, D]`, `[BH, T]`; `k`, `v` are `[BH / group, T, D]`).
     pub fn forward(dims: &AttentionDims, q: &[f32], k: &[f32], v: &[f32]) -> (Vec<f32>, Vec<f32>) {
         let (t, d) = (dims.time as usize, dims.head_dim as usize);
         let mut o = vec![0.0f32; dims.heads_batch as usize * t * d];
         let mut lse = vec![0.0f32; dims.heads_batch as usize * t];
         for h in 0..dims.heads_batch as usize {
+            let kvh = h / dims.group as usize;
             let (probs, lses) = probabilities(dims, q, k, h);
             for i in 0..t {
                 for c in 0..d {
                     let sum: f64 = (0..=i)
                         .map(|j| {
-                            probs[i][j] * kept(dims, h, i, j) * f64::from(v[(h * t + j) * d + c])
+                            probs[i][j] * kept(dims, h, i, j) * f64::from(v[(kvh * t + j) * d + c])
                         })
                         .sum();
                     o[(h * t + i) * d + c] = sum as f32;
@@ -371,16 +394,19 @@ pub mod reference {
     ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let (t, d) = (dims.time as usize, dims.head_dim as usize);
         let n = dims.heads_batch as usize * t * d;
-        let (mut dq, mut dk, mut dv) = (vec![0.0f64; n], vec![0.0f64; n], vec![0.0f64; n]);
+        let kv_n = n / dims.group as usize;
+        let (mut dq, mut dk, mut dv) = (vec![0.0f64; n], vec![0.0f64; kv_n], vec![0.0f64; kv_n]);
         let scale = f64::from(dims.scale);
         for h in 0..dims.heads_batch as usize {
             let (probs, _) = probabilities(dims, q, k, h);
+            let kvh = h / dims.group as usize;
             let at = |x: &[f32], r: usize, c: usize| f64::from(x[(h * t + r) * d + c]);
+            let at_kv = |x: &[f32], r: usize, c: usize| f64::from(x[(kvh * t + r) * d + c]);
             for i in 0..t {
                 let dp: Vec<f64> = (0..=i)
                     .map(|j| {
                         kept(dims, h, i, j)
-                            * (0..d).map(|c| at(d_o, i, c) * at(v, j, c)).sum::<f64>()
+                            * (0..d).map(|c| at(d_o, i, c) * at_kv(v, j, c)).sum::<f64>()
                     })
                     .collect();
                 let row: f64 = (0..=i).map(|j| dp[j] * probs[i][j]).sum();
@@ -389,9 +415,9 @@ pub mod reference {
                     let ds = p * (dp[j] - row);
                     let dropped = p * kept(dims, h, i, j);
                     for c in 0..d {
-                        dq[(h * t + i) * d + c] += scale * ds * at(k, j, c);
-                        dk[(h * t + j) * d + c] += scale * ds * at(q, i, c);
-                        dv[(h * t + j) * d + c] += dropped * at(d_o, i, c);
+                        dq[(h * t + i) * d + c] += scale * ds * at_kv(k, j, c);
+                        dk[(kvh * t + j) * d + c] += scale * ds * at(q, i, c);
+                        dv[(kvh * t + j) * d + c] += dropped * at(d_o, i, c);
                     }
                 }
             }
@@ -427,17 +453,21 @@ pub(crate) mod tests {
         let gpu = gpu();
         let mut rng = Rng::new(31);
         // The last cases drop probabilities (the mask is the `dropout` kernel's).
-        for (heads_batch, time, head_dim, dropout) in [
-            (3, 1, 1, 0.0),
-            (2, 70, 16, 0.0),
-            (1, 130, 64, 0.0),
-            (2, 33, 100, 0.0),
-            (1, 17, 128, 0.0),
-            (2, 70, 16, 0.3),
-            (1, 130, 24, 0.1),
+        // Then grouped-query attention: 3 and 2 query heads per key/value head.
+        for (heads_batch, time, head_dim, dropout, group) in [
+            (3, 1, 1, 0.0, 1),
+            (2, 70, 16, 0.0, 1),
+            (1, 130, 64, 0.0, 1),
+            (2, 33, 100, 0.0, 1),
+            (1, 17, 128, 0.0, 1),
+            (2, 70, 16, 0.3, 1),
+            (1, 130, 24, 0.1, 1),
+            (6, 70, 16, 0.0, 3),
+            (4, 40, 8, 0.2, 2),
         ] {
             let dims = AttentionDims {
                 heads_batch,
+                group,
                 time,
                 head_dim,
                 scale: 1.0 / (head_dim as f32).sqrt(),
@@ -445,10 +475,11 @@ pub(crate) mod tests {
                 seed: 0x1234_5678_9abc_def0 + time,
             };
             let n = (heads_batch * time * head_dim) as usize;
+            let kv_n = n / group as usize;
             let stats = (heads_batch * time) as usize;
             let q = rng.vec_f32(n, -2.0, 2.0);
-            let k = rng.vec_f32(n, -2.0, 2.0);
-            let v = rng.vec_f32(n, -2.0, 2.0);
+            let k = rng.vec_f32(kv_n, -2.0, 2.0);
+            let v = rng.vec_f32(kv_n, -2.0, 2.0);
             let d_o = rng.vec_f32(n, -1.0, 1.0);
             let (want_o, want_lse) = reference::forward(&dims, &q, &k, &v);
             let (want_dq, want_dk, want_dv) = reference::backward(&dims, &q, &k, &v, &d_o);
@@ -460,13 +491,14 @@ pub(crate) mod tests {
             let ob = upload_at(&gpu, &mut rng, &zeros, 3)?;
             let lb = upload_at(&gpu, &mut rng, &zero_stats, 7)?;
             let db = upload_at(&gpu, &mut rng, &zero_stats, 1)?;
-            let [dqb, dkb, dvb] = [2, 4, 6].map(|at| upload_at(&gpu, &mut rng, &zeros, at));
-            let (dqb, dkb, dvb) = (dqb?, dkb?, dvb?);
-            let (n64, s64) = (n as u64, stats as u64);
+            let dqb = upload_at(&gpu, &mut rng, &zeros, 2)?;
+            let dkb = upload_at(&gpu, &mut rng, &zeros[..kv_n], 4)?;
+            let dvb = upload_at(&gpu, &mut rng, &zeros[..kv_n], 6)?;
+            let (n64, s64, kv64) = (n as u64, stats as u64, kv_n as u64);
             let (q_s, k_s, v_s, g_s) = (
                 qb.slice(5, n64)?,
-                kb.slice(5, n64)?,
-                vb.slice(5, n64)?,
+                kb.slice(5, kv64)?,
+                vb.slice(5, kv64)?,
                 gb.slice(5, n64)?,
             );
             let (o_s, l_s) = (ob.slice(3, n64)?, lb.slice(7, s64)?);
@@ -476,20 +508,23 @@ pub(crate) mod tests {
                 &dims,
                 [
                     dqb.slice(2, n64)?,
-                    dkb.slice(4, n64)?,
-                    dvb.slice(6, n64)?,
+                    dkb.slice(4, kv64)?,
+                    dvb.slice(6, kv64)?,
                     db.slice(1, s64)?,
                 ],
                 [q_s, k_s, v_s, o_s, l_s, g_s],
             )?;
             let name = |what: &str| {
-                format!("attention {what} [{heads_batch}, {time}, {head_dim}], dropout {dropout}")
+                format!(
+                    "attention {what} [{heads_batch}, {time}, {head_dim}], dropout {dropout}, \
+                     group {group}"
+                )
             };
             assert_close(&name("o"), &read(&gpu, &ob, 3, n)?, &want_o, 1e-5, 1e-4);
             assert_close(&name("lse"), &read(&gpu, &lb, 7, stats)?, &want_lse, 1e-5, 1e-5);
             assert_close(&name("dq"), &read(&gpu, &dqb, 2, n)?, &want_dq, 1e-5, 1e-4);
-            assert_close(&name("dk"), &read(&gpu, &dkb, 4, n)?, &want_dk, 1e-5, 1e-4);
-            assert_close(&name("dv"), &read(&gpu, &dvb, 6, n)?, &want_dv, 1e-5, 1e-4);
+            assert_close(&name("dk"), &read(&gpu, &dkb, 4, kv_n)?, &want_dk, 1e-5, 1e-4);
+            assert_close(&name("dv"), &read(&gpu, &dvb, 6, kv_n)?, &want_dv, 1e-5, 1e-4);
         }
         Ok(())
     }
@@ -502,6 +537,7 @@ pub(crate) mod tests {
         let buffer = gpu.alloc_elements(1 << 20, Category::Temporary, "attention")?;
         let dims = AttentionDims {
             heads_batch: 1,
+            group: 1,
             time: 4,
             head_dim: 129,
             scale: 1.0,
@@ -516,9 +552,10 @@ pub(crate) mod tests {
             "{err}"
         );
         if let Some(limit) = gpu.loop_iteration_limit() {
-            let time = crate::kernels::largest_within(limit, |t| super::loop_iterations(t, 128));
+            let time = crate::kernels::largest_within(limit, |t| super::loop_iterations(t, 128, 1));
             let dims = AttentionDims {
                 heads_batch: 1,
+                group: 1,
                 time: time + 1,
                 head_dim: 128,
                 scale: 1.0,

@@ -11,6 +11,11 @@
 //                    no atomics, no partial buffers)
 // Gradients are WRITTEN (=), not accumulated; accumulation into .grad is autograd's business.
 //
+// RMSNorm (`params.rms` = 1, as PyTorch's nn.RMSNorm and Hugging Face's LlamaRMSNorm): the same
+// formulas with the mean taken as 0 and no beta: y = x * rstd * gamma, rstd = 1/sqrt(mean(x^2)
+// + eps), and dx = rstd (g - xhat mean_j(g xhat)). forward writes mean[r] = 0; backward_params
+// writes dbeta = sum_r dy, which the caller discards.
+//
 // Entry points (all @workgroup_size(64)): forward and backward_input have one invocation per
 // ROW (count = rows); backward_params one per COLUMN (count = cols).
 //
@@ -49,7 +54,11 @@ fn forward_step(pass_: u32, base: u32, yb: u32, j: u32, mean: f32, rstd: f32) ->
     if (pass_ == 1u) {
         return d * d;
     }
-    y[yb + j] = d * rstd * gamma[params.gamma_offset + j] + beta[params.beta_offset + j];
+    var shift = 0.0;
+    if (params.rms == 0u) {
+        shift = beta[params.beta_offset + j];
+    }
+    y[yb + j] = d * rstd * gamma[params.gamma_offset + j] + shift;
     return 0.0;
 }
 
@@ -84,7 +93,10 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     let base = params.x_offset + r * params.cols;
     let yb = params.y_offset + r * params.cols;
     let inv_cols = 1.0 / f32(params.cols);
-    let mean = forward_loop(0u, base, yb, 0.0, 0.0) * inv_cols;
+    var mean = 0.0;
+    if (params.rms == 0u) {
+        mean = forward_loop(0u, base, yb, 0.0, 0.0) * inv_cols;
+    }
     let sq = forward_loop(1u, base, yb, mean, 0.0);
     let rstd = inverseSqrt(sq * inv_cols + params.eps);
     forward_loop(2u, base, yb, mean, rstd);
@@ -139,7 +151,10 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
     let m = bi_mean[params.mean_offset + r];
     let s = bi_rstd[params.rstd_offset + r];
     let sums = input_loop(false, base, gb, xb, m, s, vec2<f32>(0.0));
-    let means = sums * (1.0 / f32(params.cols));
+    var means = sums * (1.0 / f32(params.cols));
+    if (params.rms != 0u) {
+        means.x = 0.0;
+    }
     input_loop(true, base, gb, xb, m, s, means);
 }
 

@@ -7,7 +7,7 @@
 //
 // Dispatch: one workgroup per row; (rows, 1, 1) if rows <= 65535 else (65535, ceil(rows /
 // 65535), 1); r = wg.x + wg.y * num_workgroups.x; a workgroup with r >= rows returns at once
-// (uniformly, before any barrier).
+// (uniformly, before any barrier). `params.rms`: RMSNorm, as in layer_norm.wgsl.
 
 const WG: u32 = 64u;
 
@@ -29,9 +29,12 @@ fn forward_rows(@builtin(workgroup_id) wg: vec3<u32>,
     let yb = params.y_offset + r * params.cols;
     let inv_cols = 1.0 / f32(params.cols);
     var acc = 0.0;
-    for (var j = lid; j < params.cols; j += WG) {
-        acc += x[base + j];
+    if (params.rms == 0u) {
+        for (var j = lid; j < params.cols; j += WG) {
+            acc += x[base + j];
+        }
     }
+    // Every invocation takes part in the tree (acc is 0 everywhere for RMSNorm).
     let mean = tree_sum(lid, vec2<f32>(acc, 0.0)).x * inv_cols;
     var sq = 0.0;
     for (var j = lid; j < params.cols; j += WG) {
@@ -41,7 +44,11 @@ fn forward_rows(@builtin(workgroup_id) wg: vec3<u32>,
     let rstd = inverseSqrt(tree_sum(lid, vec2<f32>(sq, 0.0)).x * inv_cols + params.eps);
     for (var j = lid; j < params.cols; j += WG) {
         let d = x[base + j] - mean;
-        y[yb + j] = d * rstd * gamma[params.gamma_offset + j] + beta[params.beta_offset + j];
+        var shift = 0.0;
+        if (params.rms == 0u) {
+            shift = beta[params.beta_offset + j];
+        }
+        y[yb + j] = d * rstd * gamma[params.gamma_offset + j] + shift;
     }
     if (lid == 0u) {
         mean_out[params.mean_offset + r] = mean;
@@ -68,7 +75,10 @@ fn backward_input_rows(@builtin(workgroup_id) wg: vec3<u32>,
         let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
         acc += vec2<f32>(g, g * xhat);
     }
-    let means = tree_sum(lid, acc) * (1.0 / f32(params.cols));
+    var means = tree_sum(lid, acc) * (1.0 / f32(params.cols));
+    if (params.rms != 0u) {
+        means.x = 0.0;
+    }
     for (var j = lid; j < params.cols; j += WG) {
         let xhat = (x[base + j] - m) * s;
         let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];

@@ -1,5 +1,6 @@
 //! `layer_norm` over the last axis of a row-major `[rows, cols]` matrix, as PyTorch's
-//! `nn.LayerNorm(cols, eps)` (biased variance, per-column `gamma`, `beta`). In one place: the
+//! `nn.LayerNorm(cols, eps)` (biased variance, per-column `gamma`, `beta`), or with
+//! [`LayerNormDims::rms`] as `nn.RMSNorm(cols, eps)` (no centering, no shift). In one place: the
 //! shaders (`layer_norm.wgsl`, an invocation per row, and `layer_norm_rows.wgsl`, a workgroup per
 //! row; beside this file), the launchers, the CPU [`reference`](mod@reference) and the tests.
 //!
@@ -74,6 +75,10 @@ pub struct LayerNormDims {
     pub cols: u64,
     /// Added to the variance (PyTorch's default is 1e-5; unused by the backward).
     pub eps: f32,
+    /// RMSNorm instead: no centering and no shift, `y = x / sqrt(mean(x²) + eps) * gamma`
+    /// (PyTorch's `nn.RMSNorm`, Llama's norm). The launchers then ignore `beta` (pass any
+    /// `[cols]` slice) and write `dbeta = sum_r dy`, which the caller discards; `mean` is 0.
+    pub rms: bool,
 }
 
 shader_params! {
@@ -92,7 +97,7 @@ shader_params! {
         dx_offset: u32,
         dgamma_offset: u32,
         dbeta_offset: u32,
-        _pad0: u32,
+        rms: u32,
         _pad1: u32,
         _pad2: u32,
     }
@@ -165,7 +170,12 @@ pub fn forward_in(
     [x, gamma, beta]: [DeviceSlice<'_>; 3],
 ) -> Result<()> {
     let op = "layer_norm::forward";
-    let LayerNormDims { rows, cols, eps } = *dims;
+    let LayerNormDims {
+        rows,
+        cols,
+        eps,
+        rms,
+    } = *dims;
     let len = matrix_len(gpu, op, layout, (rows, cols), false)?;
     expect_lens(
         op,
@@ -188,6 +198,7 @@ pub fn forward_in(
         y_offset: y.index(),
         mean_offset: mean.index(),
         rstd_offset: rstd.index(),
+        rms: u32::from(rms),
         ..Params::default()
     };
     let buffers = [x, gamma, beta, y, mean, rstd];
@@ -223,7 +234,7 @@ pub fn backward_in(
     dy: DeviceSlice<'_>,
 ) -> Result<()> {
     let op = "layer_norm::backward";
-    let LayerNormDims { rows, cols, .. } = *dims;
+    let LayerNormDims { rows, cols, rms, .. } = *dims;
     let len = matrix_len(gpu, op, layout, (rows, cols), true)?;
     expect_lens(
         op,
@@ -249,6 +260,7 @@ pub fn backward_in(
         dx_offset: dx.index(),
         dgamma_offset: dgamma.index(),
         dbeta_offset: dbeta.index(),
+        rms: u32::from(rms),
         ..Params::default()
     };
     let buffers = [x, gamma, mean, rstd, dy, dx];

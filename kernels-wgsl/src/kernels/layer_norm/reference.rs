@@ -137,3 +137,50 @@ pub fn backward(
         dbeta: narrow(&b.dbeta),
     }
 }
+
+/// RMSNorm (PyTorch's `nn.RMSNorm`, Llama's norm), in `f64`: `y = x * rstd * gamma` with
+/// `rstd = 1 / sqrt(mean(x²) + eps)` per row; returns `(y, rstd)`.
+pub fn rms_forward_f64(
+    x: &[f64],
+    gamma: &[f64],
+    rows: usize,
+    cols: usize,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut y = Vec::with_capacity(rows * cols);
+    let mut rstds = Vec::with_capacity(rows);
+    for row in x.chunks_exact(cols).take(rows) {
+        let rstd = 1.0 / (row.iter().map(|v| v * v).sum::<f64>() / cols as f64 + eps).sqrt();
+        y.extend(row.iter().zip(gamma).map(|(v, w)| v * rstd * w));
+        rstds.push(rstd);
+    }
+    (y, rstds)
+}
+
+/// The gradients of [`rms_forward_f64`] given `dy`, by the chain rule written out per row:
+/// `d rstd / d x_k = -rstd³ x_k / cols`, so
+/// `dx_k = rstd g_k - rstd³ x_k / cols * sum_j g_j x_j` with `g = dy * gamma`, and
+/// `dgamma = sum_r dy x rstd`; returns `(dx, dgamma)`.
+pub fn rms_backward_f64(
+    x: &[f64],
+    gamma: &[f64],
+    dy: &[f64],
+    rows: usize,
+    cols: usize,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (_, rstds) = rms_forward_f64(x, gamma, rows, cols, eps);
+    let mut dx = Vec::with_capacity(rows * cols);
+    let mut dgamma = vec![0.0; cols];
+    for r in 0..rows {
+        let s = rstds[r];
+        let xr = &x[r * cols..(r + 1) * cols];
+        let gr = &dy[r * cols..(r + 1) * cols];
+        let gx: f64 = (0..cols).map(|j| gr[j] * gamma[j] * xr[j]).sum();
+        for j in 0..cols {
+            dx.push(s * gr[j] * gamma[j] - s * s * s * xr[j] / cols as f64 * gx);
+            dgamma[j] += gr[j] * xr[j] * s;
+        }
+    }
+    (dx, dgamma)
+}

@@ -41,6 +41,7 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: us
         rows: rows as u64,
         cols: cols as u64,
         eps: EPS,
+        rms: false,
     };
     super::forward_in(
         gpu,
@@ -123,6 +124,7 @@ fn dims(rows: u64, cols: u64) -> LayerNormDims {
         rows,
         cols,
         eps: EPS,
+        rms: false,
     }
 }
 
@@ -298,4 +300,108 @@ fn layer_norm_backward_matches_finite_differences() {
     assert_close("ln dx", &b.dx, &num_x, 2e-3, 2e-3);
     assert_close("ln dgamma", &b.dgamma, &num_g, 2e-3, 2e-3);
     assert_close("ln dbeta", &b.dbeta, &num_b, 2e-3, 2e-3);
+}
+
+/// RMSNorm (`rms: true`) in both row layouts against its own reference (the chain rule written
+/// out, not the layer norm with the mean dropped): `y`, `rstd`, a zero `mean`, `dx` and `dgamma`,
+/// with the backward fed the kernel's own saved statistics.
+#[test]
+fn rms_norm_matches_its_reference() -> Result<()> {
+    use crate::kernels::{narrow, widen};
+    let (gpu, mut rng) = gpu_and_rng(67);
+    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        for (rows, cols) in [(1usize, 1usize), (3, 10), (37, 257), (5, 1000)] {
+            let name = |what: &str| format!("rms_norm {what} {layout:?} [{rows}, {cols}]");
+            let n = rows * cols;
+            let x = rng.vec_f32(n, -2.0, 2.0);
+            let gamma = rng.vec_f32(cols, 0.5, 1.5);
+            let dy = rng.vec_f32(n, -1.0, 1.0);
+            let (want_y, want_rstd) =
+                reference::rms_forward_f64(&widen(&x), &widen(&gamma), rows, cols, EPS.into());
+            let (want_dx, want_dgamma) = reference::rms_backward_f64(
+                &widen(&x),
+                &widen(&gamma),
+                &widen(&dy),
+                rows,
+                cols,
+                EPS.into(),
+            );
+            let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 3, "x")?;
+            let gamma_gpu = Guarded::upload(&gpu, &mut rng, &gamma, 1, "gamma")?;
+            let y_gpu = Guarded::random(&gpu, &mut rng, n, 5, "y")?;
+            let mean_gpu = Guarded::random(&gpu, &mut rng, rows, 4, "mean")?;
+            let rstd_gpu = Guarded::random(&gpu, &mut rng, rows, 6, "rstd")?;
+            let dims = LayerNormDims {
+                rows: rows as u64,
+                cols: cols as u64,
+                eps: EPS,
+                rms: true,
+            };
+            // beta is ignored: gamma stands in for it.
+            super::forward_in(
+                &gpu,
+                layout,
+                &dims,
+                [y_gpu.slice()?, mean_gpu.slice()?, rstd_gpu.slice()?],
+                [x_gpu.slice()?, gamma_gpu.slice()?, gamma_gpu.slice()?],
+            )?;
+            let dy_gpu = Guarded::upload(&gpu, &mut rng, &dy, 1, "dy")?;
+            let dx_gpu = Guarded::random(&gpu, &mut rng, n, 8, "dx")?;
+            let dgamma_gpu = Guarded::random(&gpu, &mut rng, cols, 3, "dgamma")?;
+            let dbeta_gpu = Guarded::random(&gpu, &mut rng, cols, 9, "dbeta")?;
+            super::backward_in(
+                &gpu,
+                layout,
+                &dims,
+                [dx_gpu.slice()?, dgamma_gpu.slice()?, dbeta_gpu.slice()?],
+                [
+                    x_gpu.slice()?,
+                    gamma_gpu.slice()?,
+                    mean_gpu.slice()?,
+                    rstd_gpu.slice()?,
+                ],
+                dy_gpu.slice()?,
+            )?;
+            let (atol, rtol) = Y_TOL;
+            y_gpu.check(&gpu, &name("y"), &narrow(&want_y), atol, rtol)?;
+            let (atol, rtol) = STATS_TOL;
+            rstd_gpu.check(&gpu, &name("rstd"), &narrow(&want_rstd), atol, rtol)?;
+            mean_gpu.check(&gpu, &name("mean"), &vec![0.0; rows], 0.0, 0.0)?;
+            let (atol, rtol) = DX_TOL;
+            dx_gpu.check(&gpu, &name("dx"), &narrow(&want_dx), atol, rtol)?;
+            let (atol, rtol) = DPARAM_TOL;
+            dgamma_gpu.check(&gpu, &name("dgamma"), &narrow(&want_dgamma), atol, rtol)?;
+        }
+    }
+    Ok(())
+}
+
+/// The RMSNorm reference's gradients against finite differences of its forward.
+#[test]
+fn rms_norm_reference_matches_finite_differences() {
+    let (rows, cols) = (3, 5);
+    let mut rng = Rng::new(5);
+    let x: Vec<f64> = rng.vec_f32(rows * cols, -2.0, 2.0).iter().map(|&v| v.into()).collect();
+    let gamma: Vec<f64> = rng.vec_f32(cols, 0.5, 1.5).iter().map(|&v| v.into()).collect();
+    let dy: Vec<f64> = rng.vec_f32(rows * cols, -1.0, 1.0).iter().map(|&v| v.into()).collect();
+    let loss = |x: &[f64], g: &[f64]| -> f64 {
+        let (y, _) = reference::rms_forward_f64(x, g, rows, cols, 1e-5);
+        y.iter().zip(&dy).map(|(a, b)| a * b).sum()
+    };
+    let (dx, dgamma) = reference::rms_backward_f64(&x, &gamma, &dy, rows, cols, 1e-5);
+    let h = 1e-6;
+    for k in 0..x.len() {
+        let (mut up, mut down) = (x.clone(), x.clone());
+        up[k] += h;
+        down[k] -= h;
+        let num = (loss(&up, &gamma) - loss(&down, &gamma)) / (2.0 * h);
+        assert!((num - dx[k]).abs() < 1e-6 * (1.0 + num.abs()), "dx[{k}] {} vs {num}", dx[k]);
+    }
+    for k in 0..cols {
+        let (mut up, mut down) = (gamma.clone(), gamma.clone());
+        up[k] += h;
+        down[k] -= h;
+        let num = (loss(&x, &up) - loss(&x, &down)) / (2.0 * h);
+        assert!((num - dgamma[k]).abs() < 1e-6 * (1.0 + num.abs()), "dgamma[{k}]");
+    }
 }

@@ -40,6 +40,8 @@ op_family! {
         Sigmoid => "sigmoid",
         /// `x^p` with the exponent `p` passed as a scalar
         Pow => "pow",
+        /// SiLU (swish), `x * sigmoid(x)`: the gate of a SwiGLU MLP
+        Silu => "silu",
     }
 }
 

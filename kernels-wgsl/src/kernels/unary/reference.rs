@@ -55,6 +55,7 @@ pub fn apply(op: UnaryOp, x: f64, exponent: f64) -> f64 {
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => sigmoid(x),
         UnaryOp::Pow => pow_scalar(x, exponent),
+        UnaryOp::Silu => x * sigmoid(x),
     }
 }
 
@@ -99,6 +100,11 @@ pub fn apply_backward(op: UnaryOp, saved: f64, dy: f64, exponent: f64) -> f64 {
             } else {
                 dy * exponent * pow_scalar(saved, exponent - 1.0)
             }
+        }
+        // d silu/dx = s (1 + x (1 - s)), s = sigmoid(x)
+        UnaryOp::Silu => {
+            let s = sigmoid(saved);
+            dy * s * (1.0 + saved * (1.0 - s))
         }
     }
 }

@@ -89,6 +89,7 @@ fn apply(v: f32) -> f32 {
         case Tanh: { r = stable_tanh(v); }
         case Sigmoid: { r = sigmoid(v); }
         case Pow: { r = pow_scalar(v, params.exponent); }
+        case Silu: { r = v * sigmoid(v); }
         default: { r = bitcast<f32>(nan_bits); }
     }
     return r;
@@ -110,6 +111,10 @@ fn apply_backward(s: f32, g: f32) -> f32 {
         case Pow: {                                            // d x^p = p x^(p-1), 0 if p = 0
             let p = params.exponent;
             r = select(g * p * pow_scalar(s, p - 1.0), 0.0, p == 0.0);
+        }
+        case Silu: {                                           // d silu = s (1 + x (1 - s))
+            let sg = sigmoid(s);
+            r = g * sg * (1.0 + s * (1.0 - sg));
         }
         default: { r = bitcast<f32>(nan_bits); }
     }
