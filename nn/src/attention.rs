@@ -205,11 +205,29 @@ impl Module for CausalSelfAttention {
 /// to itself and the positions before it, computed by the `attention` kernels without the
 /// `T x T` scores or probabilities (FlashAttention). What it saves for backward is its inputs,
 /// its output and one log-sum-exp per row; the backward recomputes the probabilities tile by
-/// tile. f16 inputs are widened and computed in f32. Errors: shapes that differ, a rank under
-/// 2, a head dimension past [`attention::MAX_HEAD_DIM`], and (on lavapipe) a `T` past its loop
-/// limit.
+/// tile. f16 inputs are widened and computed in f32. Grouped-query attention: `k` and `v` may
+/// hold fewer heads (`[.., H / G, T, D]` against `q`'s `[.., H, T, D]`), each serving `G`
+/// consecutive query heads, read in place (never repeated per query head). Errors: shapes that
+/// do not fit, a rank under 2, a head dimension past [`attention::MAX_HEAD_DIM`], and (on
+/// lavapipe) a `T` past its loop limit.
 pub fn causal_attention(q: &Tensor, k: &Tensor, v: &Tensor, scale: f32) -> Result<Tensor> {
     causal_attention_dropout(q, k, v, scale, 0.0, 0)
+}
+
+/// Query heads per key/value head when keys of shape `k` can serve queries of shape `q`: 1 for
+/// one shape, `H / H_kv` for `q` `[.., H, T, D]` and `k` `[.., H_kv, T, D]` with `H_kv`
+/// dividing `H` and the other axes equal; `None` otherwise.
+fn kv_group(q: &[usize], k: &[usize]) -> Option<usize> {
+    if q == k {
+        return Some(1);
+    }
+    let rank = q.len();
+    if rank < 3 || k.len() != rank || q[..rank - 3] != k[..rank - 3] || q[rank - 2..] != k[rank - 2..]
+    {
+        return None;
+    }
+    let (heads, kv_heads) = (q[rank - 3], k[rank - 3]);
+    (kv_heads > 0 && heads.is_multiple_of(kv_heads)).then_some(heads / kv_heads)
 }
 
 /// [`causal_attention`] with dropout `p` (in `[0, 1)`) on the probabilities, inside the
@@ -231,15 +249,17 @@ pub fn causal_attention_dropout(
     }
     let shape = q.shape();
     let rank = shape.len();
+    let group = kv_group(shape, k.shape());
     let fits = rank >= 2
-        && k.shape() == shape
-        && v.shape() == shape
+        && group.is_some()
+        && v.shape() == k.shape()
         && [q, k, v].iter().all(|t| t.dtype() == DType::F32);
     if !fits {
         return Err(Error::InvalidConfig {
             what: "causal_attention",
             message: format!(
-                "q {:?} ({:?}), k {:?} ({:?}), v {:?} ({:?}): need one float shape [.., T, D]",
+                "q {:?} ({:?}), k {:?} ({:?}), v {:?} ({:?}): need one float shape [.., T, D], \
+                 or q [.., H, T, D] with k and v [.., H / G, T, D] (grouped-query attention)",
                 q.shape(),
                 q.dtype(),
                 k.shape(),
@@ -253,7 +273,7 @@ pub fn causal_attention_dropout(
     let heads_batch = shape[..rank - 2].iter().product::<usize>();
     let dims = AttentionDims {
         heads_batch: heads_batch as u64,
-        group: 1,
+        group: group.unwrap_or(1) as u64,
         time: time as u64,
         head_dim: head_dim as u64,
         scale,
@@ -305,11 +325,12 @@ impl Derivative for FusedAttention {
             g.widened()?,
         );
         let gpu = g.gpu();
-        let grad = |label: &str| Tensor::empty(gpu, q.shape(), Category::Temporary, label);
+        let grad =
+            |shape: &[usize], label: &str| Tensor::empty(gpu, shape, Category::Temporary, label);
         let (dq, dk, dv) = (
-            grad("attention dq")?,
-            grad("attention dk")?,
-            grad("attention dv")?,
+            grad(q.shape(), "attention dq")?,
+            grad(k.shape(), "attention dk")?,
+            grad(v.shape(), "attention dv")?,
         );
         let delta = Tensor::empty(
             gpu,

@@ -94,17 +94,58 @@ pub struct Gpt {
 }
 
 /// A parameter leaf `[shape]` drawn from `N(0, std)` with `seed`, labelled `label`.
-fn normal(gpu: &Gpu, shape: &[usize], std: f32, seed: u64, label: &str) -> Result<Tensor> {
+pub(crate) fn normal(
+    gpu: &Gpu,
+    shape: &[usize],
+    std: f32,
+    seed: u64,
+    label: &str,
+) -> Result<Tensor> {
     let options = TensorOptions::parameter(label);
     Ok(Tensor::normal(gpu, shape, 0.0, std, seed, options)?)
 }
 
 /// A `inputs -> outputs` linear layer initialised as nanoGPT does (`N(0, std)` weight, zero
 /// bias).
-fn linear(gpu: &Gpu, inputs: usize, outputs: usize, std: f32, seed: u64) -> Result<Linear> {
+pub(crate) fn linear(
+    gpu: &Gpu,
+    inputs: usize,
+    outputs: usize,
+    std: f32,
+    seed: u64,
+) -> Result<Linear> {
     let weight = normal(gpu, &[outputs, inputs], std, seed, "linear.weight")?;
     let bias = Tensor::zeros(gpu, &[outputs], TensorOptions::parameter("linear.bias"))?;
     Linear::from_tensors(weight, Some(bias))
+}
+
+/// A `[rows, dim]` table drawn from `N(0, std)` with `seed`; past one binding it is kept in
+/// parts of whole rows (the first drawn from `seed`, each further part from its own).
+pub(crate) fn normal_table(
+    gpu: &Gpu,
+    [rows, dim]: [usize; 2],
+    std: f32,
+    seed: u64,
+    label: &str,
+) -> Result<Embedding> {
+    let per_part = crate::embedding::rows_per_part(dim, gpu.max_buffer_bytes());
+    if rows <= per_part {
+        return Embedding::from_weight(normal(gpu, &[rows, dim], std, seed, label)?);
+    }
+    let parts = (0..rows)
+        .step_by(per_part)
+        .enumerate()
+        .map(|(k, first)| {
+            let part_seed = if k == 0 {
+                seed
+            } else {
+                derive_seed(seed, k as u64)
+            };
+            let shape = [per_part.min(rows - first), dim];
+            normal(gpu, &shape, std, part_seed, label)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Embedding::in_parts(parts)
 }
 
 impl Gpt {
@@ -135,28 +176,8 @@ impl Gpt {
         config.validate()?;
         let c = config.n_embd;
         let residual_std = INIT_STD / (2.0 * config.n_layer as f32).sqrt();
-        // A table past one binding is kept in parts of whole rows (the first drawn from the
-        // table's seed, each further part from its own).
-        let per_part = crate::embedding::rows_per_part(c, gpu.max_buffer_bytes());
         let table = |rows: usize, index: u64, label: &str| -> Result<Embedding> {
-            let seed = derive_seed(seed, index);
-            if rows <= per_part {
-                return Embedding::from_weight(normal(gpu, &[rows, c], INIT_STD, seed, label)?);
-            }
-            let parts = (0..rows)
-                .step_by(per_part)
-                .enumerate()
-                .map(|(k, first)| {
-                    let part_seed = if k == 0 {
-                        seed
-                    } else {
-                        derive_seed(seed, k as u64)
-                    };
-                    let shape = [per_part.min(rows - first), c];
-                    normal(gpu, &shape, INIT_STD, part_seed, label)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Embedding::in_parts(parts)
+            normal_table(gpu, [rows, c], INIT_STD, derive_seed(seed, index), label)
         };
         let wte = table(config.vocab_size, 0, "transformer.wte.weight")?;
         let wpe = table(config.block_size, 1, "transformer.wpe.weight")?;

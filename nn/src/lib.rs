@@ -23,6 +23,7 @@ pub mod loss;
 pub mod module;
 pub mod norm;
 pub mod optim;
+pub mod rotary;
 pub mod sequential;
 pub mod state;
 
@@ -34,7 +35,8 @@ pub use error::{Error, Result};
 pub use gpt::{Gpt, GptConfig};
 pub use linear::{Init, Linear};
 pub use module::{Module, parameter_count};
-pub use norm::LayerNorm;
+pub use norm::{LayerNorm, RmsNorm, rms_norm};
+pub use rotary::rotary_embedding;
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };
