@@ -222,7 +222,10 @@ fn kv_group(q: &[usize], k: &[usize]) -> Option<usize> {
         return Some(1);
     }
     let rank = q.len();
-    if rank < 3 || k.len() != rank || q[..rank - 3] != k[..rank - 3] || q[rank - 2..] != k[rank - 2..]
+    if rank < 3
+        || k.len() != rank
+        || q[..rank - 3] != k[..rank - 3]
+        || q[rank - 2..] != k[rank - 2..]
     {
         return None;
     }

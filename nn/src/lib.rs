@@ -19,6 +19,7 @@ pub mod embedding;
 pub mod error;
 pub mod gpt;
 pub mod linear;
+pub mod llama;
 pub mod loss;
 pub mod module;
 pub mod norm;
@@ -34,11 +35,12 @@ pub use embedding::Embedding;
 pub use error::{Error, Result};
 pub use gpt::{Gpt, GptConfig};
 pub use linear::{Init, Linear};
+pub use llama::{Llama, LlamaAttention, LlamaBlock, LlamaConfig, SwiGlu};
 pub use module::{Module, parameter_count};
 pub use norm::{LayerNorm, RmsNorm, rms_norm};
-pub use rotary::rotary_embedding;
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };
+pub use rotary::rotary_embedding;
 pub use sequential::{Sequential, mlp};
 pub use state::{HostTensor, LoadedState};

@@ -6,6 +6,7 @@
 
 mod common;
 mod gpt;
+mod llama;
 mod losses;
 mod modules;
 mod optimizers;

@@ -1,0 +1,280 @@
+//! The Llama blocks against f64 references with gradients by central differences (RMSNorm,
+//! rotary embeddings, the SwiGLU MLP, grouped-query attention through the fused kernels), and a
+//! small Llama whose every parameter receives a gradient, the same on the fused and the
+//! reference attention paths.
+
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::kernels::attention::{AttentionDims, reference as attention_ref};
+use plimsoll_kernels_wgsl::kernels::layer_norm::reference::rms_forward_f64;
+use plimsoll_kernels_wgsl::kernels::rotary::{RotaryDims, reference::angle};
+use plimsoll_kernels_wgsl::kernels::unary::reference::sigmoid;
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
+use plimsoll_nn::{
+    Linear, Llama, LlamaConfig, Module, RmsNorm, SwiGlu, causal_attention, rotary_embedding,
+};
+
+use crate::common::{Params, check_module, input, linear, param};
+
+#[test]
+fn rms_norm_matches_reference_and_finite_differences() {
+    let gpu = gpu();
+    let (rows, cols) = (6, 10);
+    let norm = RmsNorm::new(&gpu, cols, 1e-5).unwrap();
+    // A scale that is not all ones, so its gradient is tested at a general point.
+    let w = Rng::new(3).vec_f32(cols, 0.5, 1.5);
+    norm.weight().write_from_slice(&w).unwrap();
+    let x = input(
+        &gpu,
+        &Rng::new(4).vec_f32(rows * cols, -2.0, 2.0),
+        &[2, 3, cols],
+    );
+    check_module(&norm, &x, true, &|p: &Params, x: &[f64]| {
+        rms_forward_f64(x, &p["weight"], rows, cols, 1e-5).0
+    });
+}
+
+/// A module of no parameters that applies [`rotary_embedding`], for `check_module`.
+#[derive(Debug)]
+struct Rope {
+    base: f32,
+    offset: usize,
+}
+
+impl Module for Rope {
+    fn forward(&self, x: &Tensor) -> plimsoll_nn::Result<Tensor> {
+        rotary_embedding(x, self.base, self.offset)
+    }
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+    fn set_training(&mut self, _: bool) {}
+    fn is_training(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn rotary_embedding_matches_reference_and_finite_differences() {
+    let gpu = gpu();
+    for (shape, base, offset) in [
+        ([2usize, 3, 5, 6], 10_000.0f32, 0usize),
+        ([1, 2, 4, 8], 100.0, 7),
+    ] {
+        let [b, h, t, d] = shape;
+        let x = input(&gpu, &Rng::new(5).vec_f32(b * h * t * d, -2.0, 2.0), &shape);
+        let dims = RotaryDims {
+            rows: (b * h * t) as u64,
+            time: t as u64,
+            head_dim: d as u64,
+            base,
+            offset: offset as u64,
+        };
+        check_module(
+            &Rope { base, offset },
+            &x,
+            true,
+            &|_: &Params, x: &[f64]| {
+                let half = d / 2;
+                let mut y = x.to_vec();
+                for r in 0..b * h * t {
+                    let pos = (r % t + offset) as u64;
+                    for c in 0..half {
+                        let (sin, cos) = angle(&dims, pos, c as u64).sin_cos();
+                        let (a, z) = (x[r * d + c], x[r * d + c + half]);
+                        y[r * d + c] = a * cos - z * sin;
+                        y[r * d + c + half] = z * cos + a * sin;
+                    }
+                }
+                y
+            },
+        );
+    }
+}
+
+#[test]
+fn swiglu_matches_reference_and_finite_differences() {
+    let gpu = gpu();
+    let (width, hidden, rows) = (6, 10, 4);
+    let mut rng = Rng::new(8);
+    let mut proj = |i: usize, o: usize| {
+        let w = param(&gpu, &rng.vec_f32(i * o, -0.5, 0.5), &[o, i], "w");
+        Linear::from_tensors(w, None).unwrap()
+    };
+    let mlp = SwiGlu::from_parts(
+        proj(width, hidden),
+        proj(width, hidden),
+        proj(hidden, width),
+    )
+    .unwrap();
+    let x = input(
+        &gpu,
+        &Rng::new(9).vec_f32(rows * width, -2.0, 2.0),
+        &[rows, width],
+    );
+    check_module(&mlp, &x, true, &|p: &Params, x: &[f64]| {
+        let gate = linear(x, &p["gate_proj.weight"], &[], width, hidden);
+        let up = linear(x, &p["up_proj.weight"], &[], width, hidden);
+        let h: Vec<f64> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| g * sigmoid(*g) * u)
+            .collect();
+        linear(&h, &p["down_proj.weight"], &[], hidden, width)
+    });
+}
+
+/// Grouped-query attention through the fused kernels against the f64 reference: the output and
+/// the gradients of queries, keys and values (keys and values of 2 heads serving 6 query heads:
+/// each key/value gradient sums its 3 query heads).
+#[test]
+fn grouped_query_attention_matches_reference_and_reaches_keys_and_values() {
+    let gpu = gpu();
+    let (batch, heads, kv_heads, time, d) = (2usize, 6usize, 2usize, 19usize, 8usize);
+    let mut rng = Rng::new(10);
+    let q_data = rng.vec_f32(batch * heads * time * d, -1.5, 1.5);
+    let k_data = rng.vec_f32(batch * kv_heads * time * d, -1.5, 1.5);
+    let v_data = rng.vec_f32(batch * kv_heads * time * d, -1.5, 1.5);
+    let r = rng.vec_f32(batch * heads * time * d, -1.0, 1.0);
+    let q = input(&gpu, &q_data, &[batch, heads, time, d]);
+    let k = input(&gpu, &k_data, &[batch, kv_heads, time, d]);
+    let v = input(&gpu, &v_data, &[batch, kv_heads, time, d]);
+    let scale = 1.0 / (d as f32).sqrt();
+    let y = causal_attention(&q, &k, &v, scale).unwrap();
+    let r_t = Tensor::from_slice(&gpu, &r, y.shape()).unwrap();
+    y.mul(&r_t).unwrap().sum_all().unwrap().backward().unwrap();
+    let dims = AttentionDims {
+        heads_batch: (batch * heads) as u64,
+        group: (heads / kv_heads) as u64,
+        time: time as u64,
+        head_dim: d as u64,
+        scale,
+        dropout: 0.0,
+        seed: 0,
+    };
+    let (want_o, _) = attention_ref::forward(&dims, &q_data, &k_data, &v_data);
+    let (dq, dk, dv) = attention_ref::backward(&dims, &q_data, &k_data, &v_data, &r);
+    assert_close("o", &y.to_vec().unwrap(), &to_f64(&want_o), 1e-5, 1e-4);
+    for (name, t, want) in [("dq", &q, dq), ("dk", &k, dk), ("dv", &v, dv)] {
+        let got = t.grad().unwrap().to_vec().unwrap();
+        assert_close(name, &got, &to_f64(&want), 1e-5, 1e-4);
+        assert!(got.iter().any(|g| g.abs() > 1e-3), "{name} is all zero");
+    }
+    // Keys that do not divide the heads are refused with the shapes.
+    let k3 = input(&gpu, &vec![0.0; batch * 4 * time * d], &[batch, 4, time, d]);
+    let err = causal_attention(&q, &k3, &k3, scale).expect_err("4 does not divide 6");
+    assert!(err.to_string().contains("grouped-query"), "{err}");
+}
+
+fn tiny_config(tie: bool) -> LlamaConfig {
+    LlamaConfig {
+        vocab_size: 13,
+        max_position_embeddings: 16,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        hidden_size: 32,
+        intermediate_size: 48,
+        rope_theta: 10_000.0,
+        rms_norm_eps: 1e-5,
+        tie_word_embeddings: tie,
+    }
+}
+
+/// Every parameter of a small Llama (grouped-query heads, untied head) gets a gradient, not all
+/// zero, and the fused and reference attention paths give the same loss and gradients, with and
+/// without checkpointing; the names are Hugging Face's and the count is the config's.
+#[test]
+fn llama_gradients_reach_every_parameter_on_both_attention_paths() {
+    let gpu = gpu();
+    let config = tiny_config(false);
+    let (batch, time) = (3, 11);
+    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
+    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
+    let ids = Tensor::from_indices(&gpu, &ids, &[batch, time]).unwrap();
+    let targets = Tensor::from_indices(&gpu, &targets, &[batch, time]).unwrap();
+    let mut runs = Vec::new();
+    for (efficient, segment) in [(true, 0), (false, 0), (true, 1)] {
+        let mut model = Llama::new(&gpu, config, 21).unwrap();
+        model.set_memory_efficient_attention(efficient);
+        let loss = model
+            .loss_checkpointed(&ids, &targets, segment, 0.0, 0)
+            .unwrap();
+        loss.backward().unwrap();
+        let mut values = vec![vec![loss.item().unwrap()]];
+        for (name, p) in model.parameters() {
+            let g = p
+                .grad()
+                .unwrap_or_else(|| panic!("{name} has no gradient"))
+                .to_vec()
+                .unwrap();
+            assert!(
+                g.iter().any(|v| v.abs() > 0.0),
+                "{name}'s gradient is all zero"
+            );
+            values.push(g);
+        }
+        runs.push((model, values));
+    }
+    for run in &runs[1..] {
+        for (i, (a, b)) in runs[0].1.iter().zip(&run.1).enumerate() {
+            assert_close(&format!("tensor {i}"), a, &to_f64(b), 1e-5, 1e-4);
+        }
+    }
+    let model = &runs[0].0;
+    let names: Vec<String> = model.parameters().into_iter().map(|(n, _)| n).collect();
+    for want in [
+        "model.embed_tokens.weight",
+        "model.layers.1.self_attn.k_proj.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.post_attention_layernorm.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+    ] {
+        assert!(
+            names.iter().any(|n| n == want),
+            "{want} missing from {names:?}"
+        );
+    }
+    let count: usize = model.parameters().iter().map(|(_, p)| p.numel()).sum();
+    assert_eq!(count, config.parameter_count());
+    // Tied: no lm_head, one table fewer.
+    let tied = Llama::new(&gpu, tiny_config(true), 21).unwrap();
+    let tied_count: usize = tied.parameters().iter().map(|(_, p)| p.numel()).sum();
+    assert_eq!(tied_count, count - 13 * 32);
+    assert_eq!(tied_count, tiny_config(true).parameter_count());
+}
+
+/// Shapes the model cannot take are refused with the figures.
+#[test]
+fn llama_config_refuses_shapes_it_cannot_run() {
+    let gpu = gpu();
+    let bad = [
+        (
+            LlamaConfig {
+                num_key_value_heads: 3,
+                ..tiny_config(false)
+            },
+            "divide",
+        ),
+        (
+            LlamaConfig {
+                hidden_size: 36,
+                num_attention_heads: 12,
+                num_key_value_heads: 4,
+                ..tiny_config(false)
+            },
+            "odd",
+        ),
+        (
+            LlamaConfig {
+                intermediate_size: 0,
+                ..tiny_config(false)
+            },
+            "intermediate_size",
+        ),
+    ];
+    for (config, needle) in bad {
+        let err = Llama::new(&gpu, config, 1).expect_err("must be refused");
+        assert!(err.to_string().contains(needle), "{needle}: {err}");
+    }
+}
