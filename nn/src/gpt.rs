@@ -350,3 +350,32 @@ impl Module for Gpt {
         self.training
     }
 }
+
+impl crate::module::CausalLm for Gpt {
+    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        Gpt::forward_checkpointed(self, ids, segment_len)
+    }
+
+    fn loss_checkpointed(
+        &self,
+        ids: &Tensor,
+        targets: &Tensor,
+        segment_len: usize,
+        label_smoothing: f32,
+        chunk_rows: usize,
+    ) -> Result<Tensor> {
+        Gpt::loss_checkpointed(self, ids, targets, segment_len, label_smoothing, chunk_rows)
+    }
+
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        Gpt::state_dict(self)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn context(&self) -> usize {
+        self.config.block_size
+    }
+}

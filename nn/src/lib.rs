@@ -36,7 +36,7 @@ pub use error::{Error, Result};
 pub use gpt::{Gpt, GptConfig};
 pub use linear::{Init, Linear};
 pub use llama::{Llama, LlamaAttention, LlamaBlock, LlamaConfig, SwiGlu};
-pub use module::{Module, parameter_count};
+pub use module::{CausalLm, Module, parameter_count};
 pub use norm::{LayerNorm, RmsNorm, rms_norm};
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,

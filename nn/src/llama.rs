@@ -571,3 +571,33 @@ impl Module for Llama {
         self.training
     }
 }
+
+impl crate::module::CausalLm for Llama {
+    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        Llama::forward_checkpointed(self, ids, segment_len)
+    }
+
+    fn loss_checkpointed(
+        &self,
+        ids: &Tensor,
+        targets: &Tensor,
+        segment_len: usize,
+        label_smoothing: f32,
+        chunk_rows: usize,
+    ) -> Result<Tensor> {
+        Llama::loss_checkpointed(self, ids, targets, segment_len, label_smoothing, chunk_rows)
+    }
+
+    /// The parameters: Hugging Face leaves a tied head out of the file.
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.parameters()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn context(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+}

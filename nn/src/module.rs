@@ -53,3 +53,31 @@ pub fn prefixed(prefix: &str, params: Vec<(String, Tensor)>) -> Vec<(String, Ten
 pub fn parameter_count(module: &dyn Module) -> usize {
     module.parameters().iter().map(|(_, t)| t.numel()).sum()
 }
+
+/// A causal language model ([`crate::Gpt`], [`crate::Llama`]): u32 token ids `[batch, time]` in,
+/// next-token logits or the mean cross-entropy out. What a trainer and a sampler need of either.
+pub trait CausalLm: Module {
+    /// Logits `[batch, time, vocab]`, each run of `segment_len` blocks checkpointed (0: none).
+    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor>;
+
+    /// The mean next-token cross-entropy against `targets` through the chunked output head
+    /// (`chunk_rows` rows a chunk, 0: automatic), the logits never whole.
+    fn loss_checkpointed(
+        &self,
+        ids: &Tensor,
+        targets: &Tensor,
+        segment_len: usize,
+        label_smoothing: f32,
+        chunk_rows: usize,
+    ) -> Result<Tensor>;
+
+    /// What a saved file holds: the parameters, plus a tied head under its own name where the
+    /// model's usual layout has one.
+    fn state_dict(&self) -> Vec<(String, Tensor)>;
+
+    /// Tokens in the vocabulary.
+    fn vocab_size(&self) -> usize;
+
+    /// The longest context.
+    fn context(&self) -> usize;
+}

@@ -280,6 +280,7 @@ fn the_plan_holds_for_fifty_steps_of_an_mlp_and_a_gpt() {
 fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
     let budget = 42 << 20;
     let spec = plimsoll_trainer::GptSpec {
+        arch: Default::default(),
         dropout: 0.0,
         attention: Default::default(),
         loss: Default::default(),
@@ -514,6 +515,7 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     }
     gpu.set_memory_budget(8 << 30);
     let spec = plimsoll_trainer::GptSpec {
+        arch: Default::default(),
         dropout: 0.0,
         attention: plimsoll_trainer::Attention::Reference,
         loss: Default::default(),
@@ -635,4 +637,68 @@ fn the_plan_tries_the_shortest_length_for_each_count_of_segments() {
             );
         }
     }
+}
+
+/// SmolLM2-135M's shape (a Llama: 30 layers, 9 query heads over 3 key/value heads, width 576,
+/// SwiGLU 1536, tied head, vocabulary 49,152, context 2048), planned shapes-only at 8 GiB: its
+/// parameters are Hugging Face's 134,515,008, the plan fits the budget with the fused attention
+/// and the chunked loss, and every parameter tensor is in the parameter peak.
+#[test]
+fn the_smollm2_135m_shape_is_planned_shapes_only() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    let gpu = gpu_with(GpuOptions {
+        max_binding_bytes: Some(128 << 20),
+        ..GpuOptions::from_env()
+    });
+    gpu.set_memory_budget(8 << 30);
+    let (vocab, context) = (49_152, 2048);
+    let spec = plimsoll_trainer::GptSpec {
+        arch: plimsoll_trainer::Arch::Llama(plimsoll_trainer::LlamaShape {
+            kv_heads: 3,
+            mlp_width: 1536,
+            rope_theta: 100_000.0,
+            tie_embeddings: true,
+        }),
+        dropout: 0.0,
+        attention: plimsoll_trainer::Attention::Auto,
+        loss: Default::default(),
+        config: plimsoll_nn::GptConfig {
+            vocab_size: vocab,
+            block_size: context,
+            n_layer: 30,
+            n_head: 9,
+            n_embd: 576,
+        },
+        seed: 1,
+        optimizer: adam_spec(&[1]).optimizer,
+    };
+    assert_eq!(spec.parameter_count(), 134_515_008);
+    let tokens: std::sync::Arc<Vec<u32>> =
+        std::sync::Arc::new((0..8192u32).map(|i| (i * 31 + i / 7) % 65).collect());
+    let train = plimsoll_trainer::TokenData::windows(tokens.clone(), context, 65).unwrap();
+    let val = plimsoll_trainer::TokenData::evenly_spaced(tokens, context, 65, 8).unwrap();
+    let mut cfg = config(8, 1, 100, 1e-3);
+    cfg.micro_batch = None;
+    cfg.checkpointing = CheckpointPolicy::Automatic;
+    cfg.eval_interval_steps = Some(50);
+    let plan = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();
+    assert!(plan.predicted_peak_reserved_bytes <= 8 << 30, "{plan}");
+    assert!(
+        plan.variant
+            .as_deref()
+            .is_some_and(|v| v.contains("fused attention and the chunked loss")),
+        "{plan}"
+    );
+    let chosen = plan
+        .probes
+        .iter()
+        .find(|p| p.micro_batch == plan.micro_batch && p.fits())
+        .expect("the chosen probe");
+    let parameters = 4 * spec.parameter_count() as u64;
+    let parameter_peak = chosen.category_peaks[Category::Parameter.index()];
+    assert!(
+        parameter_peak >= parameters && parameter_peak < parameters + 300 * gpu.block_alignment(),
+        "parameters {parameter_peak} vs {parameters}\n{plan}"
+    );
 }

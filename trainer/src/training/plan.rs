@@ -195,7 +195,7 @@ impl fmt::Display for MemoryPlan {
         if self.probes.iter().any(|p| p.variant) {
             writeln!(
                 f,
-                "  *: a dry run of the model's memory-efficient variant (a GPT's fused attention)"
+                "  *: a dry run of the model's memory-efficient variant (a language model's fused attention or chunked loss)"
             )?;
         }
         let replayed = self.probes.iter().map(|p| p.events_replayed).max();

@@ -4,8 +4,8 @@
 
 use plimsoll_autograd::{Gpu, Tensor};
 use plimsoll_nn::{
-    Activation, AdamW, AdamWConfig, Gpt, GptConfig, Module, Optimizer, Sequential, Sgd, SgdConfig,
-    loss, mlp,
+    Activation, AdamW, AdamWConfig, CausalLm, Gpt, GptConfig, Llama, LlamaConfig, Module,
+    Optimizer, Sequential, Sgd, SgdConfig, loss, mlp,
 };
 
 use crate::error::{Error, Result};
@@ -237,11 +237,15 @@ impl Model for MlpModel {
     }
 }
 
-/// nanoGPT's character-level GPT ([`plimsoll_nn::Gpt`]) and its optimizer.
+/// A decoder-only language model and its optimizer: nanoGPT's GPT ([`plimsoll_nn::Gpt`]) or,
+/// with [`Arch::Llama`], a Llama of the same layers, heads, width, context and vocabulary
+/// ([`plimsoll_nn::Llama`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GptSpec {
-    /// The model's shape.
+    /// The model's shape (for a Llama: its layers, query heads, width, context, vocabulary).
     pub config: GptConfig,
+    /// Which family: nanoGPT's GPT or a Llama.
+    pub arch: Arch,
     /// Initialisation seed.
     pub seed: u64,
     /// The optimizer.
@@ -253,6 +257,78 @@ pub struct GptSpec {
     /// Dropout in training where nanoGPT's `dropout` applies ([`plimsoll_nn::Gpt::set_dropout`];
     /// 0: none).
     pub dropout: f32,
+}
+
+/// The model family of a [`GptSpec`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Arch {
+    /// nanoGPT's GPT: learned positions, layer norms, a 4x GELU MLP, biases, a tied head.
+    #[default]
+    Gpt,
+    /// A Llama: rotary positions, RMSNorm, a SwiGLU MLP, grouped-query heads, no biases.
+    Llama(LlamaShape),
+}
+
+/// What a Llama has beyond the GPT's figures (Hugging Face's `LlamaConfig` names in the docs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LlamaShape {
+    /// Key/value heads (`num_key_value_heads`), dividing the query heads.
+    pub kv_heads: usize,
+    /// The SwiGLU MLP's width (`intermediate_size`).
+    pub mlp_width: usize,
+    /// The rotary embeddings' base (`rope_theta`).
+    pub rope_theta: f32,
+    /// Whether the head is the token embedding (`tie_word_embeddings`).
+    pub tie_embeddings: bool,
+}
+
+impl GptSpec {
+    /// The Llama this spec builds, if it is one.
+    pub fn llama_config(&self) -> Option<LlamaConfig> {
+        let Arch::Llama(shape) = self.arch else {
+            return None;
+        };
+        let c = self.config;
+        Some(LlamaConfig {
+            vocab_size: c.vocab_size,
+            max_position_embeddings: c.block_size,
+            num_hidden_layers: c.n_layer,
+            num_attention_heads: c.n_head,
+            num_key_value_heads: shape.kv_heads,
+            hidden_size: c.n_embd,
+            intermediate_size: shape.mlp_width,
+            rope_theta: shape.rope_theta,
+            rms_norm_eps: 1e-5,
+            tie_word_embeddings: shape.tie_embeddings,
+        })
+    }
+
+    /// Checks the shape: [`GptConfig::validate`] or [`LlamaConfig::validate`].
+    pub fn validate(&self) -> Result<()> {
+        match self.llama_config() {
+            Some(llama) => Ok(llama.validate()?),
+            None => Ok(self.config.validate()?),
+        }
+    }
+
+    /// The network, initialised from the spec's seed, with its attention path and dropout.
+    pub fn build_lm(&self, gpu: &Gpu) -> Result<Box<dyn CausalLm>> {
+        let fused = self.attention == Attention::Fused;
+        Ok(match self.llama_config() {
+            Some(config) => {
+                let mut llama = Llama::new(gpu, config, self.seed)?;
+                llama.set_memory_efficient_attention(fused);
+                llama.set_dropout(self.dropout)?;
+                Box::new(llama)
+            }
+            None => {
+                let mut gpt = Gpt::new(gpu, self.config, self.seed)?;
+                gpt.set_memory_efficient_attention(fused);
+                gpt.set_dropout(self.dropout)?;
+                Box::new(gpt)
+            }
+        })
+    }
 }
 
 /// How a GPT's output head and cross-entropy run.
@@ -312,11 +388,8 @@ pub enum Attention {
 
 impl Recipe for GptSpec {
     fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
-        let mut gpt = Gpt::new(gpu, self.config, self.seed)?;
-        gpt.set_memory_efficient_attention(self.attention == Attention::Fused);
-        gpt.set_dropout(self.dropout)?;
         let model = GptModel {
-            gpt,
+            lm: self.build_lm(gpu)?,
             loss: self.loss,
         };
         Ok((Box::new(model), self.optimizer.build()))
@@ -327,7 +400,10 @@ impl Recipe for GptSpec {
     }
 
     fn parameter_count(&self) -> usize {
-        self.config.parameter_count()
+        match self.llama_config() {
+            Some(llama) => llama.parameter_count(),
+            None => self.config.parameter_count(),
+        }
     }
 
     fn check(&self, data: &dyn Data) -> Result<()> {
@@ -336,7 +412,7 @@ impl Recipe for GptSpec {
             return Err(Error::invalid(
                 "model",
                 format!(
-                    "a GPT of block size {} and vocabulary {} cannot read windows of {context} \
+                    "a model of context {} and vocabulary {} cannot read windows of {context} \
                      tokens over {vocab} symbols",
                     self.config.block_size, self.config.vocab_size
                 ),
@@ -347,8 +423,18 @@ impl Recipe for GptSpec {
 
     fn describe(&self) -> String {
         let c = self.config;
+        let family = match self.arch {
+            Arch::Gpt => "GPT".to_string(),
+            Arch::Llama(l) => format!(
+                "Llama ({} key/value heads, SwiGLU {} wide, rope theta {}{})",
+                l.kv_heads,
+                l.mlp_width,
+                l.rope_theta,
+                if l.tie_embeddings { ", tied head" } else { "" }
+            ),
+        };
         format!(
-            "GPT {} layers x {} heads x {} wide, context {}, vocabulary {}, seed {}; {}",
+            "{family} {} layers x {} heads x {} wide, context {}, vocabulary {}, seed {}; {}",
             c.n_layer, c.n_head, c.n_embd, c.block_size, c.vocab_size, self.seed, self.optimizer
         )
     }
@@ -399,23 +485,24 @@ impl Recipe for GptSpec {
     }
 }
 
-/// A built GPT: the mean next-token cross-entropy over every position of every window.
+/// A built language model: the mean next-token cross-entropy over every position of every
+/// window.
 pub struct GptModel {
-    gpt: Gpt,
+    lm: Box<dyn CausalLm>,
     loss: LossHead,
 }
 
 impl GptModel {
     /// The network.
-    pub fn gpt(&self) -> &Gpt {
-        &self.gpt
+    pub fn lm(&self) -> &dyn CausalLm {
+        self.lm.as_ref()
     }
 
     /// `[n·t, vocab]` logits and `[n·t]` targets of `batch`.
     fn flat(&self, batch: &Batch, segment_len: usize) -> Result<(Tensor, Tensor)> {
-        let logits = self.gpt.forward_checkpointed(&batch.inputs, segment_len)?;
+        let logits = self.lm.forward_checkpointed(&batch.inputs, segment_len)?;
         let tokens = batch.targets.numel();
-        let vocab = self.gpt.config().vocab_size;
+        let vocab = self.lm.vocab_size();
         Ok((
             logits.reshape(&[tokens, vocab])?,
             batch.targets.reshape(&[tokens])?,
@@ -425,13 +512,13 @@ impl GptModel {
 
 impl Model for GptModel {
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        self.gpt.parameters()
+        self.lm.parameters()
     }
 
     fn loss(&self, batch: &Batch, segment_len: usize, label_smoothing: f32) -> Result<Tensor> {
         if let LossHead::Chunked(rows) = self.loss {
             let (ids, targets) = (&batch.inputs, &batch.targets);
-            return Ok(self.gpt.loss_checkpointed(
+            return Ok(self.lm.loss_checkpointed(
                 ids,
                 targets,
                 segment_len,
@@ -454,10 +541,10 @@ impl Model for GptModel {
     }
 
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        self.gpt.state_dict()
+        self.lm.state_dict()
     }
 
     fn set_training(&mut self, training: bool) {
-        self.gpt.set_training(training);
+        self.lm.set_training(training);
     }
 }

@@ -14,7 +14,7 @@ use std::ops::ControlFlow;
 use plimsoll_autograd::{Gpu, Tensor, no_grad};
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::random::SplitMix64;
-use plimsoll_nn::{Gpt, Module};
+use plimsoll_nn::CausalLm;
 
 use crate::error::{Error, Result};
 
@@ -140,8 +140,13 @@ pub struct Sampled {
 /// met once by emptying the allocator's cache (segments a longer earlier forward left reserved,
 /// or a fragmented layout) and trying again; a second failure is
 /// [`Error::SampleOutOfMemory`].
-fn last_logits(gpt: &Gpt, gpu: &Gpu, context: &[u32], recoveries: &mut usize) -> Result<Vec<f32>> {
-    let vocab = gpt.config().vocab_size;
+fn last_logits(
+    gpt: &dyn CausalLm,
+    gpu: &Gpu,
+    context: &[u32],
+    recoveries: &mut usize,
+) -> Result<Vec<f32>> {
+    let vocab = gpt.vocab_size();
     let forward = || -> Result<Vec<f32>> {
         let t = context.len();
         let ids = Tensor::from_indices(gpu, context, &[1, t])?;
@@ -174,7 +179,7 @@ fn last_logits(gpt: &Gpt, gpu: &Gpu, context: &[u32], recoveries: &mut usize) ->
 
 /// `prompt` (at least one token) followed by `options.tokens` sampled tokens. Plans first: a
 /// forward over the longest context it will use, whose peak is [`Sampled::plan`].
-pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Sampled> {
+pub fn sample(gpt: &dyn CausalLm, prompt: &[u32], options: &SampleOptions) -> Result<Sampled> {
     sample_each(gpt, prompt, options, |_| ControlFlow::Continue(()))
 }
 
@@ -189,7 +194,7 @@ pub fn sample(gpt: &Gpt, prompt: &[u32], options: &SampleOptions) -> Result<Samp
 /// budget ([`Error::SampleOutOfMemory`]), or a device error; the tokens already handed out
 /// stay the caller's.
 pub fn sample_each(
-    gpt: &Gpt,
+    gpt: &dyn CausalLm,
     prompt: &[u32],
     options: &SampleOptions,
     mut on_token: impl FnMut(u32) -> ControlFlow<()>,
@@ -207,7 +212,7 @@ pub fn sample_each(
         .map(|(_, t)| t.gpu().clone())
         .ok_or_else(|| Error::invalid("model", "a GPT without parameters"))?;
     let _no_grad = no_grad();
-    let block = gpt.config().block_size;
+    let block = gpt.context();
     let mut recoveries = 0;
     // The plan: the longest forward, over the prompt repeated as needed (its values do not
     // change its memory).

@@ -79,6 +79,7 @@ pub fn run(report: &mut Report) -> Result<()> {
     );
     for (name, layers, heads, width) in PRESETS {
         let spec = GptSpec {
+            arch: Default::default(),
             dropout: 0.0,
             attention: plimsoll_trainer::Attention::Auto,
             loss: plimsoll_trainer::LossHead::default(),
@@ -183,6 +184,7 @@ pub fn run_scale(report: &mut Report) -> Result<()> {
     let vocab = corpus.vocab_size();
     let context = 256;
     let spec = GptSpec {
+        arch: Default::default(),
         dropout: 0.0,
         attention: plimsoll_trainer::Attention::Auto,
         loss: plimsoll_trainer::LossHead::Chunked(SCALE_LOSS_CHUNK),

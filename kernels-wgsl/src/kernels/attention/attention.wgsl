@@ -10,8 +10,10 @@
 // Layout: q, o, d_o, dq are [BH, T, D] row-major from their `*_offset`; lse and delta are
 // [BH, T]; k, v, dk, dv are [BH / G, T, D] with G = `params.group` query heads per key/value
 // head (grouped-query attention; 1: multi-head): query head h reads key/value head h / G, so
-// the G query heads of a group are consecutive. `attention_backward_dkdv` runs one workgroup
-// per key/value head and adds up its G query heads in order (no atomics, no copies of k, v). `Params` and the bindings are declared in mod.rs (`shader_params!`,
+// the G query heads of a group are consecutive. `attention_backward_dkdv` is dispatched once
+// per member g of a group (`params.member`), one workgroup per key/value head, reading query
+// head kv * G + g: the first writes dk and dv, each further one adds to them, in order (no
+// atomics, no copies of k and v, and each invocation loops no more than without groups). `Params` and the bindings are declared in mod.rs (`shader_params!`,
 // `kernel!`) and prepended. Dispatch: workgroups (ceil(T / ROWS), BH) (dkdv: BH / G), one invocation a row;
 // rows at or past T only help load tiles. Rows are padded to `dp` (D rounded up to 8) with
 // zeros in private and workgroup memory, so the inner loops take 8 elements a pass (the loop
@@ -275,13 +277,12 @@ fn attention_backward_dkdv(
         dv_acc[c] = 0.0;
     }
     let key = dropout_key(params.seed_lo, params.seed_hi);
-    // Queries i >= j: from the workgroup's first key row (a multiple of TILE) to T, of each
-    // query head of the group in turn (wid.y is the key/value head).
+    // Queries i >= j of query head qh (wid.y is the key/value head): from the workgroup's
+    // first key row (a multiple of TILE) to T.
+    let qh = wid.y * params.group + params.member;
+    let q_base = qh * t * d;
     let tiles = (t - row0 + TILE - 1u) / TILE;
-    for (var step = 0u; step < tiles * params.group; step = step + 1u) {
-        let qh = wid.y * params.group + step / tiles;
-        let q_base = qh * t * d;
-        let tile = step % tiles;
+    for (var tile = 0u; tile < tiles; tile = tile + 1u) {
         let i0 = row0 + tile * TILE;
         for (var e = lid.x; e < TILE * dp; e = e + ROWS) {
             let i = i0 + e / dp;
@@ -361,8 +362,14 @@ fn attention_backward_dkdv(
     }
     if live {
         for (var c = 0u; c < d; c = c + 1u) {
-            dk[params.dk_offset + base + j * d + c] = dk_acc[c];
-            dv[params.dv_offset + base + j * d + c] = dv_acc[c];
+            let at = base + j * d + c;
+            if params.member == 0u {
+                dk[params.dk_offset + at] = dk_acc[c];
+                dv[params.dv_offset + at] = dv_acc[c];
+            } else {
+                dk[params.dk_offset + at] = dk[params.dk_offset + at] + dk_acc[c];
+                dv[params.dv_offset + at] = dv[params.dv_offset + at] + dv_acc[c];
+            }
         }
     }
 }

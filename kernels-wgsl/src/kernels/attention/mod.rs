@@ -61,7 +61,7 @@ shader_params! {
         seed_lo: u32,
         seed_hi: u32,
         group: u32,
-        _pad1: u32,
+        member: u32,
     }
 }
 
@@ -104,20 +104,18 @@ impl AttentionDims {
     }
 }
 
-/// Worst-case loop passes of one invocation of any of the three entry points at `time` rows,
-/// head dimension `head_dim` and `group` query heads per key/value head (each entry point's
-/// loops summed; see the module docs of `kernels` on lavapipe's loop limit). Rows are padded to
-/// a multiple of 8 and the inner loops take 8 elements a pass; `dkdv` runs its tiles once per
-/// query head of the group.
-pub const fn loop_iterations(time: u64, head_dim: u64, group: u64) -> u64 {
+/// Worst-case loop passes of one invocation of any of the three entry points at `time` rows
+/// and head dimension `head_dim` (each entry point's loops summed; see the module docs of
+/// `kernels` on lavapipe's loop limit). Rows are padded to a multiple of 8 and the inner loops
+/// take 8 elements a pass. Grouped-query heads loop no more (one `dkdv` dispatch per member).
+pub const fn loop_iterations(time: u64, head_dim: u64) -> u64 {
     let dp = head_dim.div_ceil(8) * 8;
     let inner = dp / 8 + 1;
     let tiles = time.div_ceil(TILE);
     let load = (TILE * dp).div_ceil(ROWS) + 1;
     // The forward's tile (scores, rescale, accumulate) is the costliest of the three.
     let per_tile = load + 2 * (TILE + 1 + TILE * inner) + inner;
-    let group = if group == 0 { 1 } else { group };
-    (dp + 1) + group * ((tiles + 1) + tiles * per_tile) + (head_dim + 1)
+    (dp + 1) + (tiles + 1) + tiles * per_tile + (head_dim + 1)
 }
 
 /// The checks every launcher makes: the head dimension, the loop limit, the grid, and the
@@ -157,7 +155,7 @@ fn check(
         });
     }
     check_loop_limit(gpu, op, "time", dims.time, |t| {
-        loop_iterations(t, dims.head_dim, dims.group)
+        loop_iterations(t, dims.head_dim)
     })?;
     let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
     let groups = [dims.time.div_ceil(ROWS), dims.heads_batch];
@@ -299,15 +297,20 @@ pub fn backward(
         grid,
         flops,
     )?;
+    // One dispatch per member of a group: the first writes dk and dv, the others add (in
+    // order: the recorder keeps a batch's dispatches in sequence).
     let kv_grid = [grid[0], (dims.heads_batch / dims.group) as u32, 1];
-    launch(
-        gpu,
-        &BACKWARD_DKDV,
-        &params,
-        &[q, k, v, dk, lse, d_o, delta, dv],
-        kv_grid,
-        flops * 3 / 2,
-    )
+    for member in 0..dims.group as u32 {
+        launch(
+            gpu,
+            &BACKWARD_DKDV,
+            &Params { member, ..params },
+            &[q, k, v, dk, lse, d_o, delta, dv],
+            kv_grid,
+            flops * 3 / 2 / dims.group,
+        )?;
+    }
+    Ok(())
 }
 
 /// CPU reference: the same attention with the `T x T` probabilities materialised, in `f64`.
@@ -552,7 +555,7 @@ pub(crate) mod tests {
             "{err}"
         );
         if let Some(limit) = gpu.loop_iteration_limit() {
-            let time = crate::kernels::largest_within(limit, |t| super::loop_iterations(t, 128, 1));
+            let time = crate::kernels::largest_within(limit, |t| super::loop_iterations(t, 128));
             let dims = AttentionDims {
                 heads_batch: 1,
                 group: 1,

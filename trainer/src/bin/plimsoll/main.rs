@@ -261,7 +261,46 @@ pub(crate) struct GptShape {
     width: Option<usize>,
 }
 
-/// GPT-2's sizes under nanoGPT's names (`--model`).
+/// The model family and what a Llama adds to the shape (`train shakespeare`, `train gpt` and
+/// `plan`).
+#[derive(Args, Clone)]
+pub(crate) struct ArchArgs {
+    /// The model family: `gpt` (nanoGPT's: learned positions, layer norms, a GELU MLP, biases,
+    /// a tied head) or `llama` (rotary positions, RMSNorm, a SwiGLU MLP, grouped-query heads,
+    /// no biases, its own head) [default: gpt; llama for a Llama --model].
+    #[arg(long, value_enum)]
+    arch: Option<ArchArg>,
+    /// A Llama's key/value heads, dividing --heads (grouped-query attention) [default: the
+    /// preset's, else --heads].
+    #[arg(long, value_parser = flags::count)]
+    kv_heads: Option<usize>,
+    /// A Llama's SwiGLU width [default: the preset's, else 8 x width / 3 rounded up to 32,
+    /// about the parameters of the GPT's 4 x width MLP].
+    #[arg(long, value_parser = flags::count)]
+    mlp_width: Option<usize>,
+    /// A Llama's rotary base, Hugging Face's rope_theta [default: the preset's, else 10000].
+    #[arg(long, value_parser = flags::positive)]
+    rope_theta: Option<f32>,
+    /// A Llama's output head is the token embedding (tie_word_embeddings) [default: the
+    /// preset's, else its own table].
+    #[arg(long)]
+    tie_embeddings: bool,
+    /// The model's vocabulary, at least the data's (a larger one pads it, as nanoGPT pads
+    /// GPT-2's 50,257 to 50,304; for planning a model's real size) [default: the data's].
+    #[arg(long, value_parser = flags::count)]
+    vocab_size: Option<usize>,
+}
+
+/// `--arch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ArchArg {
+    /// nanoGPT's GPT.
+    Gpt,
+    /// A Llama-family model.
+    Llama,
+}
+
+/// GPT-2's sizes under nanoGPT's names, and SmolLM2's Llama sizes (`--model`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Preset {
     /// GPT-2 small: 12 layers, 12 heads, width 768 (124M parameters with GPT-2's vocabulary).
@@ -272,6 +311,14 @@ pub(crate) enum Preset {
     Gpt2Large,
     /// GPT-2 XL: 48 layers, 25 heads, width 1600 (1.56B).
     Gpt2Xl,
+    /// SmolLM2-135M, a Llama: 30 layers, 9 heads (3 key/value), width 576, SwiGLU 1536, tied
+    /// head, context 2048 (135M parameters with its vocabulary of 49,152: --vocab-size 49152).
+    #[value(name = "smollm2-135m")]
+    Smollm2_135m,
+    /// SmolLM2-360M, a Llama: 32 layers, 15 heads (5 key/value), width 960, SwiGLU 2560, tied
+    /// head, context 2048 (362M with --vocab-size 49152).
+    #[value(name = "smollm2-360m")]
+    Smollm2_360m,
 }
 
 impl Preset {
@@ -282,6 +329,23 @@ impl Preset {
             Preset::Gpt2Medium => [1024, 24, 16, 1024],
             Preset::Gpt2Large => [1024, 36, 20, 1280],
             Preset::Gpt2Xl => [1024, 48, 25, 1600],
+            Preset::Smollm2_135m => [2048, 30, 9, 576],
+            Preset::Smollm2_360m => [2048, 32, 15, 960],
+        }
+    }
+
+    /// A Llama preset's key/value heads, SwiGLU width, rope theta and tied head.
+    pub(crate) fn llama(self) -> Option<plimsoll_trainer::LlamaShape> {
+        let shape = |kv_heads, mlp_width| plimsoll_trainer::LlamaShape {
+            kv_heads,
+            mlp_width,
+            rope_theta: 100_000.0,
+            tie_embeddings: true,
+        };
+        match self {
+            Preset::Smollm2_135m => Some(shape(3, 1536)),
+            Preset::Smollm2_360m => Some(shape(5, 2560)),
+            _ => None,
         }
     }
 
@@ -292,6 +356,8 @@ impl Preset {
             Preset::Gpt2Medium => "gpt2-medium",
             Preset::Gpt2Large => "gpt2-large",
             Preset::Gpt2Xl => "gpt2-xl",
+            Preset::Smollm2_135m => "smollm2-135m",
+            Preset::Smollm2_360m => "smollm2-360m",
         }
     }
 }
@@ -318,15 +384,26 @@ impl GptShape {
     fn preset_note(&self, shape: [usize; 4], vocab: usize) -> Option<String> {
         let preset = self.model?;
         let [context, layers, heads, width] = shape;
-        let whose = match shape == preset.shape() {
-            true => "GPT-2's shape",
-            false => "GPT-2's shape with the flags' changes",
+        let family = match preset.llama() {
+            Some(_) => "SmolLM2",
+            None => "GPT-2",
         };
-        let vocabulary = match vocab == plimsoll_trainer::tokenizer::GPT2_VOCAB {
-            true => "GPT-2's vocabulary of 50,257 BPE tokens".to_string(),
-            false => format!(
+        let whose = match shape == preset.shape() {
+            true => format!("{family}'s shape"),
+            false => format!("{family}'s shape with the flags' changes"),
+        };
+        let vocabulary = match (preset.llama(), vocab) {
+            (None, plimsoll_trainer::tokenizer::GPT2_VOCAB) => {
+                "GPT-2's vocabulary of 50,257 BPE tokens".to_string()
+            }
+            (None, _) => format!(
                 "the data's vocabulary of {vocab} tokens, not GPT-2's 50,257 (--tokenizer gpt2, \
                  or a folder from plimsoll prepare --tokenizer gpt2, gives GPT-2's)"
+            ),
+            (Some(_), 49_152) => "SmolLM2's vocabulary size of 49,152".to_string(),
+            (Some(_), _) => format!(
+                "a vocabulary of {vocab} tokens, not SmolLM2's 49,152 (--vocab-size 49152 \
+                 gives its size)"
             ),
         };
         Some(format!(
@@ -411,6 +488,8 @@ pub(crate) struct ShakespeareArgs {
     batch: usize,
     #[command(flatten)]
     shape: GptShape,
+    #[command(flatten)]
+    arch: ArchArgs,
     /// Evaluate the validation loss every N steps (and at the end).
     #[arg(long, default_value_t = 250, value_parser = flags::count_u64)]
     eval_every: u64,

@@ -163,6 +163,7 @@ pub fn record(
         "adapter": adapter,
         "ranks": ranks,
         "gpt": job.gpt_shape.map(GptShape::record),
+        "lm": job.lm.map(|(arch, vocab)| lm_record(arch, vocab)),
         "tokenizer": job.tokenizer.as_ref().map(|t| serde_json::json!({
             "name": t.name(),
             "vocab_size": t.vocab_size(),
@@ -179,4 +180,55 @@ pub fn plain(value: &serde_json::Value) -> String {
         serde_json::Value::Null => "none".to_string(),
         other => other.to_string(),
     }
+}
+
+/// A language model's family and vocabulary as `run.json` records them (`lm`), what `sample`
+/// rebuilds the model from: `{"arch": "gpt", "vocab_size": N}`, a Llama with its figures.
+pub fn lm_record(arch: plimsoll_trainer::Arch, vocab_size: usize) -> serde_json::Value {
+    match arch {
+        plimsoll_trainer::Arch::Gpt => serde_json::json!({"arch": "gpt", "vocab_size": vocab_size}),
+        plimsoll_trainer::Arch::Llama(l) => serde_json::json!({
+            "arch": "llama",
+            "vocab_size": vocab_size,
+            "kv_heads": l.kv_heads,
+            "mlp_width": l.mlp_width,
+            "rope_theta": l.rope_theta,
+            "tie_embeddings": l.tie_embeddings,
+        }),
+    }
+}
+
+/// The family and vocabulary [`lm_record`] wrote (`None` for a run recorded before it).
+pub fn recorded_lm(
+    record: &serde_json::Value,
+) -> std::result::Result<Option<(plimsoll_trainer::Arch, usize)>, String> {
+    let Some(lm) = record.get("lm").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let count = |name: &str| {
+        lm.get(name)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|v| usize::try_from(v).ok())
+            .filter(|&v| v > 0)
+            .ok_or_else(|| format!("lm.{name} is missing or not a positive count"))
+    };
+    let vocab = count("vocab_size")?;
+    let arch = match lm.get("arch").and_then(serde_json::Value::as_str) {
+        Some("gpt") => plimsoll_trainer::Arch::Gpt,
+        Some("llama") => plimsoll_trainer::Arch::Llama(plimsoll_trainer::LlamaShape {
+            kv_heads: count("kv_heads")?,
+            mlp_width: count("mlp_width")?,
+            rope_theta: lm
+                .get("rope_theta")
+                .and_then(serde_json::Value::as_f64)
+                .filter(|t| *t > 0.0)
+                .ok_or("lm.rope_theta is missing or not positive")? as f32,
+            tie_embeddings: lm
+                .get("tie_embeddings")
+                .and_then(serde_json::Value::as_bool)
+                .ok_or("lm.tie_embeddings is missing")?,
+        }),
+        other => return Err(format!("lm.arch is {other:?}, not \"gpt\" or \"llama\"")),
+    };
+    Ok(Some((arch, vocab)))
 }

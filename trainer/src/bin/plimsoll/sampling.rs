@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
-use plimsoll_nn::{AdamW, AdamWConfig, Gpt, Module};
+use plimsoll_nn::{AdamW, AdamWConfig};
 use plimsoll_trainer::checkpoint_io;
 use plimsoll_trainer::sample::sample_each;
-use plimsoll_trainer::{CharCorpus, Error, Result, SampleOptions, TokenFolder, Tokenizer};
+use plimsoll_trainer::{
+    Arch, CharCorpus, Error, GptSpec, Result, SampleOptions, TokenFolder, Tokenizer,
+};
 
 use crate::GptShape;
 use crate::inspect::{Which, run_or_newest};
@@ -176,8 +178,23 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
     let path = args.checkpoint.path(&dir)?;
     let gpu = args.device.open()?;
     let shape = args.shape.resolve(recorded_shape(&dir)?)?;
-    let config = GptShape::config(shape, tokenizer.vocab_size());
-    let parameters = config.parameter_count();
+    let (arch, vocab) = match std::fs::metadata(dir.join("run.json")) {
+        Ok(_) => crate::records::recorded_lm(&read_record(&dir)?)
+            .map_err(|why| Error::invalid(dir.join("run.json").display().to_string(), why))?,
+        Err(_) => None,
+    }
+    .unwrap_or((Arch::Gpt, tokenizer.vocab_size()));
+    let spec = GptSpec {
+        config: GptShape::config(shape, vocab),
+        arch,
+        seed: 0,
+        optimizer: plimsoll_trainer::OptimizerSpec::AdamW(AdamWConfig::default()),
+        attention: Default::default(),
+        loss: Default::default(),
+        dropout: 0.0,
+    };
+    spec.validate()?;
+    let parameters = plimsoll_trainer::Recipe::parameter_count(&spec);
     let too_large = || Error::ModelTooLarge {
         budget_bytes: gpu.memory_budget_bytes(),
         parameters,
@@ -185,10 +202,9 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
     if plimsoll_trainer::host::product(parameters, 4) > gpu.memory_budget_bytes() {
         return Err(too_large());
     }
-    let gpt = Gpt::new(&gpu, config, 0).map_err(|e| {
-        let e = Error::from(e);
-        if e.is_out_of_memory() { too_large() } else { e }
-    })?;
+    let gpt = spec
+        .build_lm(&gpu)
+        .map_err(|e| if e.is_out_of_memory() { too_large() } else { e })?;
     // The checkpoint holds optimizer state too; it is loaded and dropped.
     let mut optimizer = AdamW::new(AdamWConfig::default());
     let checks = checkpoint_io::LoadChecks {
@@ -202,7 +218,7 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
     if !stop.load(Ordering::SeqCst) {
         text.write(&tokenizer.decode(&prompt));
         let mut decoder = tokenizer.decoder();
-        let sampled = sample_each(&gpt, &prompt, &options, |token| {
+        let sampled = sample_each(gpt.as_ref(), &prompt, &options, |token| {
             made += 1;
             text.write(&decoder.push(token));
             match text.closed || stop.load(Ordering::SeqCst) {

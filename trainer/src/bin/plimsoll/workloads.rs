@@ -11,11 +11,14 @@ use plimsoll_trainer::data::Tokens;
 use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::{SHAKESPEARE_GZ, read_text};
 use plimsoll_trainer::{
-    Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, ModelSpec,
-    OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder, Tokenizer, TrainConfig,
+    Arch, Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, LlamaShape,
+    ModelSpec, OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder, Tokenizer,
+    TrainConfig,
 };
 
-use crate::{AttentionArg, CommonArgs, GptShape, ShakespeareArgs, TokenizerArg, Workload};
+use crate::{
+    ArchArg, AttentionArg, CommonArgs, GptShape, Preset, ShakespeareArgs, TokenizerArg, Workload,
+};
 
 /// Everything a workload decides: the model, the data, the configuration.
 pub struct Job {
@@ -31,6 +34,8 @@ pub struct Job {
     pub config: TrainConfig,
     /// A GPT's context, layers, heads and width (recorded in `run.json` for `sample`).
     pub gpt_shape: Option<[usize; 4]>,
+    /// A language model's family and vocabulary (recorded in `run.json` for `sample`).
+    pub lm: Option<(Arch, usize)>,
     /// Where the training data came from and its SHA-256 (`run.json`'s `data`; a resumed run
     /// checks it).
     pub data: DataSource,
@@ -307,6 +312,7 @@ fn mlp_job(
         test: None,
         config,
         gpt_shape: None,
+        lm: None,
         data: DataSource {
             source: String::new(),
             sha256: String::new(),
@@ -564,10 +570,74 @@ pub fn tokenizer_name(t: TokenizerArg) -> &'static str {
 }
 
 /// The job of `train shakespeare` and `train gpt` (named `name`).
+/// The family `--arch` and `--model` name, with a Llama's figures from the flags, else the
+/// preset's, else the defaults. Errors: a Llama's flag without `--arch llama`, a Llama preset
+/// with `--arch gpt`.
+fn model_arch(a: &ShakespeareArgs, shape: [usize; 4]) -> Result<Arch> {
+    let args = &a.arch;
+    let preset = a.shape.model.and_then(Preset::llama);
+    let llama = match (args.arch, preset) {
+        (Some(ArchArg::Gpt), Some(_)) => {
+            return Err(Error::invalid(
+                "--arch",
+                "gpt, but the --model preset is a Llama; leave --arch out or say llama",
+            ));
+        }
+        (Some(ArchArg::Llama), _) | (None, Some(_)) => true,
+        _ => false,
+    };
+    if !llama {
+        let given = [
+            ("--kv-heads", args.kv_heads.is_some()),
+            ("--mlp-width", args.mlp_width.is_some()),
+            ("--rope-theta", args.rope_theta.is_some()),
+            ("--tie-embeddings", args.tie_embeddings),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(Error::invalid(
+                *flag,
+                "shapes a Llama; add --arch llama (the GPT has no such setting)",
+            ));
+        }
+        return Ok(Arch::Gpt);
+    }
+    let [_, _, heads, width] = shape;
+    let from_preset = |f: fn(&LlamaShape) -> usize| preset.as_ref().map(f);
+    Ok(Arch::Llama(LlamaShape {
+        kv_heads: args
+            .kv_heads
+            .or(from_preset(|p| p.kv_heads))
+            .unwrap_or(heads),
+        mlp_width: args
+            .mlp_width
+            .or(from_preset(|p| p.mlp_width))
+            .unwrap_or_else(|| plimsoll_nn::LlamaConfig::default_intermediate(width)),
+        rope_theta: args
+            .rope_theta
+            .or(preset.map(|p| p.rope_theta))
+            .unwrap_or(10_000.0),
+        tie_embeddings: args.tie_embeddings || preset.is_some_and(|p| p.tie_embeddings),
+    }))
+}
+
 fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> {
     let text = gpt_text(&a)?;
-    let vocab = text.tokenizer.vocab_size();
+    let data_vocab = text.tokenizer.vocab_size();
     let shape = a.shape.resolve(None)?;
+    let arch = model_arch(&a, shape)?;
+    let vocab = match a.arch.vocab_size {
+        Some(v) if v < data_vocab => {
+            return Err(Error::invalid(
+                "--vocab-size",
+                format!(
+                    "{v} is below the data's vocabulary of {data_vocab} tokens; give at least \
+                     {data_vocab}, or leave it out"
+                ),
+            ));
+        }
+        Some(v) => v,
+        None => data_vocab,
+    };
     let context = shape[0];
     check_text(
         context,
@@ -575,9 +645,9 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
         (text.train.len(), text.val.len()),
         &text.val_name,
     )?;
-    let train = TokenData::windows_of(text.train, context, vocab)?;
+    let train = TokenData::windows_of(text.train, context, data_vocab)?;
     check_batch(a.batch, train.len(), "windows")?;
-    let val = TokenData::evenly_spaced_of(text.val, context, vocab, a.eval_windows)?;
+    let val = TokenData::evenly_spaced_of(text.val, context, data_vocab, a.eval_windows)?;
     // nanoGPT's CPU configuration (its README): lr 1e-3, 100 warm-up steps, cosine to
     // 1e-4 over the run, clipping at 1.0, AdamW betas (0.9, 0.99), weight decay 0.1.
     let defaults = Defaults {
@@ -593,7 +663,23 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
     config.eval_interval_steps = Some(a.eval_every.max(1));
     let optimizer = adamw(&a.common, &defaults, 0.99)?;
     notes.extend(a.shape.preset_note(shape, vocab));
+    if let Arch::Llama(l) = arch {
+        notes.push(format!(
+            "--arch llama: {} key/value heads for {} query heads, SwiGLU {} wide, rope theta {}, \
+             {}",
+            l.kv_heads,
+            shape[2],
+            l.mlp_width,
+            l.rope_theta,
+            if l.tie_embeddings {
+                "the head tied to the token embedding"
+            } else {
+                "its own head"
+            }
+        ));
+    }
     let spec = GptSpec {
+        arch,
         dropout: a.dropout,
         attention: match a.attention {
             AttentionArg::Auto => Attention::Auto,
@@ -605,7 +691,7 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
         seed: a.common.seed,
         optimizer,
     };
-    spec.config.validate()?;
+    spec.validate()?;
     let job = Job {
         name,
         spec: Box::new(spec),
@@ -613,6 +699,7 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
         test: Some(Box::new(val)),
         config,
         gpt_shape: Some(shape),
+        lm: Some((arch, vocab)),
         data: text.source,
         optimizer,
         notes,
