@@ -42,7 +42,9 @@ pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, RunLeng
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
-pub use model::{Arch, Attention, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec};
+pub use model::{
+    Arch, Attention, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,
+};
 pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, SamplePlan, Sampled, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};

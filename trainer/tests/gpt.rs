@@ -13,7 +13,7 @@ use std::sync::Arc;
 use common::*;
 use plimsoll_kernels_wgsl::random::SplitMix64;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
-use plimsoll_nn::{GptConfig, SgdConfig};
+use plimsoll_nn::{GptConfig, LoadedState, SgdConfig};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
     Attention, CheckpointPolicy, Data, GptSpec, OptimizerSpec, Recipe, RunLength, Silent,
@@ -25,6 +25,7 @@ const CONTEXT: usize = 8;
 
 fn spec(optimizer: OptimizerSpec) -> GptSpec {
     GptSpec {
+        export: Default::default(),
         arch: Default::default(),
         dropout: 0.0,
         attention: Default::default(),
@@ -606,4 +607,126 @@ fn a_llama_trains_with_micro_batches_checkpointing_and_a_resume() {
         last = trainer.step().unwrap().loss;
     }
     assert!(last < first * 0.95, "loss {first} -> {last}");
+}
+
+/// Trains `spec` 2 steps with a run directory; the exported `model.safetensors`, the
+/// `config.json` beside it (if any) and the trained parameters.
+fn exported(spec: &GptSpec, name: &str) -> (LoadedState, Option<serde_json::Value>, Values) {
+    let gpu = fresh_gpu();
+    let dir = temp_dir(name);
+    let mut config = config(6, 6, 2, 0.05);
+    config.checkpoint_dir = Some(dir.clone());
+    let mut trainer = Trainer::new(&gpu, config, spec, windows(200), None).unwrap();
+    trainer.run(&mut Silent).unwrap();
+    let saved = plimsoll_nn::state::load(&dir.join(plimsoll_trainer::MODEL_FILE)).unwrap();
+    let json = std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .map(|t| serde_json::from_str(&t).unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    (saved, json, values(trainer.parameters()))
+}
+
+/// `--export hf` writes a GPT as Hugging Face's `GPT2LMHeadModel` (nanoGPT's names, the four
+/// block weights `[in, out]`, a `config.json` of `model_type` gpt2), and a Llama as
+/// `LlamaForCausalLM`; `--init-from` reads either layout back into a fresh model (every value
+/// equal), and refuses a file with a missing or mis-shaped entry by name, changing nothing.
+#[test]
+fn hugging_face_exports_load_back_and_bad_files_are_refused_by_name() {
+    let gpt = GptSpec {
+        export: plimsoll_trainer::ExportLayout::HuggingFace,
+        ..spec(sgd())
+    };
+    let (saved, json, trained) = exported(&gpt, "gpt-export-hf");
+    let json = json.expect("a config.json");
+    assert_eq!(json["model_type"], "gpt2");
+    assert_eq!(json["n_embd"], 32);
+    let c = 32;
+    for (name, shape) in [
+        ("transformer.h.1.attn.c_attn.weight", vec![c, 3 * c]),
+        ("transformer.h.1.attn.c_proj.weight", vec![c, c]),
+        ("transformer.h.0.mlp.c_fc.weight", vec![c, 4 * c]),
+        ("transformer.h.0.mlp.c_proj.weight", vec![4 * c, c]),
+        ("transformer.h.0.attn.c_attn.bias", vec![3 * c]),
+        ("lm_head.weight", vec![VOCAB, c]),
+    ] {
+        assert_eq!(saved.tensors[name].shape, shape, "{name}");
+    }
+    // [in, out]: element (k, o) of the file is (o, k) of the trained [out, in] weight.
+    let trained_map: std::collections::BTreeMap<_, _> = trained.iter().cloned().collect();
+    let w = &trained_map["transformer.h.0.mlp.c_fc.weight"];
+    let file = &saved.tensors["transformer.h.0.mlp.c_fc.weight"].data;
+    assert_eq!(file[4 * c + 7], w[7 * c + 1]);
+
+    let llama = GptSpec {
+        arch: plimsoll_trainer::Arch::Llama(plimsoll_trainer::LlamaShape {
+            kv_heads: 1,
+            mlp_width: 40,
+            rope_theta: 10_000.0,
+            tie_embeddings: false,
+        }),
+        ..spec(sgd())
+    };
+    let (llama_saved, llama_json, llama_trained) = exported(&llama, "llama-export");
+    let llama_json = llama_json.expect("a Llama's config.json");
+    assert_eq!(llama_json["model_type"], "llama");
+    assert_eq!(llama_json["num_key_value_heads"], 1);
+    assert_eq!(
+        llama_saved.tensors["model.layers.0.self_attn.k_proj.weight"].shape,
+        vec![16, 32]
+    );
+
+    // Each file back into a fresh model of a different seed: every value is the trained one.
+    let (nano_saved, _, nano_trained) = exported(&spec(sgd()), "gpt-export-nano");
+    for (spec, source, want, name) in [
+        (gpt, &saved, trained, "gpt-init-hf"),
+        (spec(sgd()), &nano_saved, nano_trained, "gpt-init-nano"),
+        (llama, &llama_saved, llama_trained, "llama-init"),
+    ] {
+        let dir = temp_dir(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("weights.safetensors");
+        write_state(&file, source);
+        let gpu = fresh_gpu();
+        let fresh = GptSpec { seed: 99, ..spec };
+        let mut t = Trainer::new(&gpu, config(6, 6, 2, 0.05), &fresh, windows(200), None).unwrap();
+        t.init_from(&file).unwrap();
+        assert_eq!(values(t.parameters()), want, "{name}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A file without one entry, and one with an entry of another shape: refused by name,
+    // and the model keeps its values.
+    let dir = temp_dir("init-bad");
+    std::fs::create_dir_all(&dir).unwrap();
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(&gpu, config(6, 6, 2, 0.05), &llama, windows(200), None).unwrap();
+    let before = values(t.parameters());
+    let mut missing = llama_saved.clone();
+    missing.tensors.remove("model.norm.weight");
+    let mut misshaped = llama_saved.clone();
+    misshaped
+        .tensors
+        .get_mut("model.layers.1.mlp.up_proj.weight")
+        .unwrap()
+        .shape = vec![32, 40];
+    for (state, needle) in [
+        (missing, "model.norm.weight"),
+        (misshaped, "model.layers.1.mlp.up_proj.weight"),
+    ] {
+        let file = dir.join("bad.safetensors");
+        write_state(&file, &state);
+        let err = t.init_from(&file).expect_err("must be refused");
+        assert!(err.to_string().contains(needle), "{err}");
+        assert_eq!(values(t.parameters()), before);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `state` written as a safetensors file (f32, no metadata).
+fn write_state(path: &std::path::Path, state: &LoadedState) {
+    let gpu = fresh_gpu();
+    let tensors = state
+        .to_device(&gpu, plimsoll_autograd::TensorOptions::default())
+        .unwrap();
+    plimsoll_nn::state::save(path, &tensors, &Default::default()).unwrap();
 }

@@ -280,6 +280,7 @@ fn the_plan_holds_for_fifty_steps_of_an_mlp_and_a_gpt() {
 fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
     let budget = 42 << 20;
     let spec = plimsoll_trainer::GptSpec {
+        export: Default::default(),
         arch: Default::default(),
         dropout: 0.0,
         attention: Default::default(),
@@ -515,6 +516,7 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
     }
     gpu.set_memory_budget(8 << 30);
     let spec = plimsoll_trainer::GptSpec {
+        export: Default::default(),
         arch: Default::default(),
         dropout: 0.0,
         attention: plimsoll_trainer::Attention::Reference,
@@ -654,6 +656,7 @@ fn the_smollm2_135m_shape_is_planned_shapes_only() {
     gpu.set_memory_budget(8 << 30);
     let (vocab, context) = (49_152, 2048);
     let spec = plimsoll_trainer::GptSpec {
+        export: Default::default(),
         arch: plimsoll_trainer::Arch::Llama(plimsoll_trainer::LlamaShape {
             kv_heads: 3,
             mlp_width: 1536,

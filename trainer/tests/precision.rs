@@ -308,6 +308,7 @@ fn an_f16_gpt_ends_300_steps_within_2_percent_of_f32() {
         let val =
             TokenData::evenly_spaced(Arc::new(corpus.val().to_vec()), context, vocab, 64).unwrap();
         let spec = GptSpec {
+            export: Default::default(),
             arch: Default::default(),
             dropout: 0.0,
             attention: Default::default(),

@@ -127,6 +127,7 @@ fn workloads() -> Result<Vec<Workload>> {
     let gpt = Workload {
         name: "gpt 2x32",
         recipe: Box::new(GptSpec {
+            export: Default::default(),
             arch: Default::default(),
             dropout: 0.0,
             attention: Default::default(),

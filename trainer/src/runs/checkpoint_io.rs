@@ -28,7 +28,8 @@ pub const LATEST: &str = "latest.safetensors";
 /// File name of the checkpoint with the lowest evaluation loss so far.
 pub const BEST: &str = "best.safetensors";
 
-const PARAM_PREFIX: &str = "param.";
+/// The prefix of a checkpoint's parameter entries (`param.<name>`).
+pub const PARAM_PREFIX: &str = "param.";
 const OPTIM_PREFIX: &str = "optim.";
 
 /// Where a run stands: everything besides tensors that resuming needs.

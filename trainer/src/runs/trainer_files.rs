@@ -176,7 +176,38 @@ impl Trainer {
     pub fn export_model(&self, path: &Path) -> Result<()> {
         let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
         let bytes = plimsoll_nn::state::serialize(path, &self.model.state_dict(), &metadata)?;
-        checkpoint_io::write_checked(path, &bytes, self.position.step)
+        checkpoint_io::write_checked(path, &bytes, self.position.step)?;
+        // Hugging Face's `config.json` beside it, for `from_pretrained` on the folder.
+        if let Some(config) = self.model.export_config() {
+            let config_path = path.with_file_name("config.json");
+            let text = serde_json::to_string_pretty(&config).map_err(|e| {
+                Error::invalid("config.json", format!("cannot be written as JSON: {e}"))
+            })?;
+            plimsoll_nn::state::write_atomic(&config_path, text.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Starts from the weights in `path` (`--init-from`): a `model.safetensors` in either export
+    /// layout ([`crate::task::Model::import_state`]) or a checkpoint's parameters. Every name and
+    /// shape is checked before any value is written ([`plimsoll_nn::state::load_into`]: missing,
+    /// unexpected and mis-shaped entries are errors that name them); the optimizer and the
+    /// position start afresh.
+    pub fn init_from(&mut self, path: &Path) -> Result<()> {
+        let mut loaded = plimsoll_nn::state::load(path)?;
+        // A Plimsoll checkpoint keeps the parameters under a prefix beside the optimizer's.
+        let prefix = checkpoint_io::PARAM_PREFIX;
+        if loaded.tensors.keys().any(|k| k.starts_with(prefix)) {
+            loaded = loaded.strip_prefix(prefix);
+        }
+        let loaded = self.model.import_state(loaded)?;
+        plimsoll_nn::state::load_into(&self.params, &loaded)?;
+        self.note(format!(
+            "initialised the model's {} tensors from {}",
+            self.params.len(),
+            path.display()
+        ));
+        Ok(())
     }
 
     /// Records `evaluation` if its loss is the lowest so far and then, with a checkpoint

@@ -10,6 +10,7 @@ use plimsoll_nn::{
 
 use crate::error::{Error, Result};
 use crate::task::{Batch, Data, EvalSums, Model, Recipe};
+use plimsoll_nn::{HostTensor, LoadedState};
 
 /// Which optimizer, with its hyper-parameters (the learning rate is set by the schedule).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -246,6 +247,8 @@ pub struct GptSpec {
     pub config: GptConfig,
     /// Which family: nanoGPT's GPT or a Llama.
     pub arch: Arch,
+    /// The names and layouts of the exported `model.safetensors`.
+    pub export: ExportLayout,
     /// Initialisation seed.
     pub seed: u64,
     /// The optimizer.
@@ -257,6 +260,33 @@ pub struct GptSpec {
     /// Dropout in training where nanoGPT's `dropout` applies ([`plimsoll_nn::Gpt::set_dropout`];
     /// 0: none).
     pub dropout: f32,
+}
+
+/// Whose names and layouts the exported `model.safetensors` has (`--export`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportLayout {
+    /// nanoGPT's for a GPT, Hugging Face's for a Llama.
+    #[default]
+    Auto,
+    /// nanoGPT's `GPT` (`Linear` weights `[out, in]`, `lm_head.weight` tied); a GPT only.
+    NanoGpt,
+    /// Hugging Face's: `GPT2LMHeadModel` (its `Conv1D` weights `[in, out]`) or
+    /// `LlamaForCausalLM`, with a `config.json` beside the file.
+    HuggingFace,
+}
+
+/// The GPT's weights that Hugging Face's `GPT2LMHeadModel` keeps as `Conv1D`, `[in, out]`:
+/// the transposes of nanoGPT's `Linear` weights of the same names.
+const CONV1D: [&str; 4] = [
+    "attn.c_attn.weight",
+    "attn.c_proj.weight",
+    "mlp.c_fc.weight",
+    "mlp.c_proj.weight",
+];
+
+/// Whether `name` is a block weight that [`CONV1D`] lists.
+fn is_conv1d(name: &str) -> bool {
+    name.starts_with("transformer.h.") && CONV1D.iter().any(|w| name.ends_with(w))
 }
 
 /// The model family of a [`GptSpec`].
@@ -303,8 +333,16 @@ impl GptSpec {
         })
     }
 
-    /// Checks the shape: [`GptConfig::validate`] or [`LlamaConfig::validate`].
+    /// Checks the shape: [`GptConfig::validate`] or [`LlamaConfig::validate`]; and that a
+    /// Llama is not exported in nanoGPT's layout.
     pub fn validate(&self) -> Result<()> {
+        if self.arch != Arch::Gpt && self.export == ExportLayout::NanoGpt {
+            return Err(Error::invalid(
+                "--export",
+                "nanogpt, but nanoGPT has no Llama; a Llama exports in Hugging Face's layout \
+                 (--export hf, the default for it)",
+            ));
+        }
         match self.llama_config() {
             Some(llama) => Ok(llama.validate()?),
             None => Ok(self.config.validate()?),
@@ -391,6 +429,7 @@ impl Recipe for GptSpec {
         let model = GptModel {
             lm: self.build_lm(gpu)?,
             loss: self.loss,
+            spec: *self,
         };
         Ok((Box::new(model), self.optimizer.build()))
     }
@@ -490,6 +529,8 @@ impl Recipe for GptSpec {
 pub struct GptModel {
     lm: Box<dyn CausalLm>,
     loss: LossHead,
+    /// What it was built from (the export's layout and `config.json`).
+    spec: GptSpec,
 }
 
 impl GptModel {
@@ -540,8 +581,109 @@ impl Model for GptModel {
         })
     }
 
+    /// nanoGPT's names and layouts for a GPT ([`Gpt::state_dict`]); Hugging Face's with
+    /// [`ExportLayout::HuggingFace`] (the block weights of [`CONV1D`] transposed to `[in, out]`)
+    /// and for a Llama.
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        self.lm.state_dict()
+        let state = self.lm.state_dict();
+        if self.spec.arch != Arch::Gpt || self.spec.export != ExportLayout::HuggingFace {
+            return state;
+        }
+        let _guard = plimsoll_autograd::no_grad();
+        state
+            .into_iter()
+            .map(|(name, t)| match is_conv1d(&name) {
+                true => {
+                    let transposed = t.permute(&[1, 0]).unwrap_or(t);
+                    (name, transposed)
+                }
+                false => (name, t),
+            })
+            .collect()
+    }
+
+    fn export_config(&self) -> Option<serde_json::Value> {
+        let c = self.spec.config;
+        if let Some(l) = self.spec.llama_config() {
+            return Some(serde_json::json!({
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": l.vocab_size,
+                "hidden_size": l.hidden_size,
+                "intermediate_size": l.intermediate_size,
+                "num_hidden_layers": l.num_hidden_layers,
+                "num_attention_heads": l.num_attention_heads,
+                "num_key_value_heads": l.num_key_value_heads,
+                "head_dim": l.head_dim(),
+                "max_position_embeddings": l.max_position_embeddings,
+                "rms_norm_eps": l.rms_norm_eps,
+                "rope_theta": l.rope_theta,
+                "hidden_act": "silu",
+                "attention_bias": false,
+                "mlp_bias": false,
+                "tie_word_embeddings": l.tie_word_embeddings,
+                "torch_dtype": "float32",
+            }));
+        }
+        (self.spec.export == ExportLayout::HuggingFace).then(|| {
+            serde_json::json!({
+                "architectures": ["GPT2LMHeadModel"],
+                "model_type": "gpt2",
+                "vocab_size": c.vocab_size,
+                "n_positions": c.block_size,
+                "n_embd": c.n_embd,
+                "n_layer": c.n_layer,
+                "n_head": c.n_head,
+                "n_inner": null,
+                "activation_function": "gelu_new",
+                "layer_norm_epsilon": 1e-5,
+                "resid_pdrop": 0.0,
+                "embd_pdrop": 0.0,
+                "attn_pdrop": 0.0,
+                "tie_word_embeddings": true,
+                "torch_dtype": "float32",
+            })
+        })
+    }
+
+    /// A file in either export layout (or a checkpoint's parameters) as this model's
+    /// parameters: a GPT's `[in, out]` block weights (Hugging Face's, recognised by
+    /// `c_attn.weight`'s shape) transposed back, a tied `lm_head.weight` and Hugging Face's
+    /// attention-mask buffers (`attn.bias`, `attn.masked_bias`) left out when the model has no
+    /// such parameter.
+    fn import_state(&self, mut loaded: LoadedState) -> Result<LoadedState> {
+        let names: std::collections::BTreeSet<String> =
+            self.parameters().into_iter().map(|(n, _)| n).collect();
+        loaded.tensors.retain(|name, _| {
+            let buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
+            let tied_head = name == "lm_head.weight" && !names.contains(name);
+            names.contains(name) || !(buffer || tied_head)
+        });
+        let c = self.spec.config.n_embd;
+        let conv1d = self.spec.arch == Arch::Gpt
+            && loaded
+                .tensors
+                .get("transformer.h.0.attn.c_attn.weight")
+                .is_some_and(|t| t.shape == [c, 3 * c]);
+        if conv1d {
+            for (name, t) in loaded.tensors.iter_mut() {
+                if is_conv1d(name)
+                    && let [rows, cols] = t.shape[..]
+                {
+                    let mut data = vec![0.0f32; t.data.len()];
+                    for r in 0..rows {
+                        for k in 0..cols {
+                            data[k * rows + r] = t.data[r * cols + k];
+                        }
+                    }
+                    *t = HostTensor {
+                        shape: vec![cols, rows],
+                        data,
+                    };
+                }
+            }
+        }
+        Ok(loaded)
     }
 
     fn set_training(&mut self, training: bool) {

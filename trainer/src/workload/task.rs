@@ -283,6 +283,19 @@ pub trait Model: Send {
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.parameters()
     }
+
+    /// The `config.json` written beside the exported `model.safetensors` (Hugging Face's, for
+    /// `from_pretrained`), if the model's layout has one. None by default.
+    fn export_config(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// A weights file (`--init-from`) turned into entries named and shaped as
+    /// [`Model::parameters`] (a layout of [`Model::state_dict`] mapped back); the caller then
+    /// checks every name and shape. As it is by default.
+    fn import_state(&self, loaded: plimsoll_nn::LoadedState) -> Result<plimsoll_nn::LoadedState> {
+        Ok(loaded)
+    }
 }
 
 /// How to build a model and its optimizer.

@@ -38,6 +38,7 @@ pub fn adam_spec(widths: &[usize]) -> ModelSpec {
 /// tokens of a fixed pattern for it.
 pub fn tiny_gpt(len: u32) -> (GptSpec, std::sync::Arc<Vec<u32>>) {
     let spec = GptSpec {
+        export: Default::default(),
         arch: Default::default(),
         dropout: 0.0,
         attention: Default::default(),

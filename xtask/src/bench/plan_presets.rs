@@ -79,6 +79,7 @@ pub fn run(report: &mut Report) -> Result<()> {
     );
     for (name, layers, heads, width) in PRESETS {
         let spec = GptSpec {
+            export: Default::default(),
             arch: Default::default(),
             dropout: 0.0,
             attention: plimsoll_trainer::Attention::Auto,
@@ -184,6 +185,7 @@ pub fn run_scale(report: &mut Report) -> Result<()> {
     let vocab = corpus.vocab_size();
     let context = 256;
     let spec = GptSpec {
+        export: Default::default(),
         arch: Default::default(),
         dropout: 0.0,
         attention: plimsoll_trainer::Attention::Auto,

@@ -58,6 +58,7 @@ const PRECISION_ROUNDS: usize = 9;
 /// soak`'s GPT).
 pub(crate) fn spec(vocab: usize) -> GptSpec {
     GptSpec {
+        export: Default::default(),
         arch: Default::default(),
         dropout: 0.0,
         attention: Default::default(),

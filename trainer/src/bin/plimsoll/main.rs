@@ -160,6 +160,11 @@ pub(crate) struct CommonArgs {
     /// run.json), except the model and the seed.
     #[arg(long, value_name = "RUN")]
     resume: Option<Option<PathBuf>>,
+    /// Start from the weights in FILE: a model.safetensors a run exported (nanoGPT's or
+    /// Hugging Face's layout, as --export wrote it) or a run's checkpoint. Every name and shape
+    /// is checked before anything is loaded; the optimizer and the step count start afresh.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    init_from: Option<PathBuf>,
     /// With --resume: start the optimizer afresh (its moments and step count), e.g. from a
     /// checkpoint that holds none.
     #[arg(long, requires = "resume")]
@@ -285,10 +290,24 @@ pub(crate) struct ArchArgs {
     /// preset's, else its own table].
     #[arg(long)]
     tie_embeddings: bool,
+    /// Whose names and layouts the exported model.safetensors has: `nanogpt` (a GPT's default:
+    /// nanoGPT's GPT) or `hf` (Hugging Face's GPT2LMHeadModel or LlamaForCausalLM, with a
+    /// config.json beside it, for from_pretrained on the run's folder; a Llama's default).
+    #[arg(long, value_enum)]
+    export: Option<ExportArg>,
     /// The model's vocabulary, at least the data's (a larger one pads it, as nanoGPT pads
     /// GPT-2's 50,257 to 50,304; for planning a model's real size) [default: the data's].
     #[arg(long, value_parser = flags::count)]
     vocab_size: Option<usize>,
+}
+
+/// `--export`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ExportArg {
+    /// nanoGPT's layout.
+    Nanogpt,
+    /// Hugging Face's layout and config.json.
+    Hf,
 }
 
 /// `--arch`.

@@ -185,6 +185,7 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
     }
     .unwrap_or((Arch::Gpt, tokenizer.vocab_size()));
     let spec = GptSpec {
+        export: Default::default(),
         config: GptShape::config(shape, vocab),
         arch,
         seed: 0,

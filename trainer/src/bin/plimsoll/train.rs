@@ -574,6 +574,8 @@ fn start_trainer(
     if common.resume.is_some() {
         let path = latest_path(dir);
         trainer.resume_with(&path, common.reset_optimizer)?;
+    } else if let Some(path) = &common.init_from {
+        trainer.init_from(path)?;
     }
     Ok(trainer)
 }

@@ -11,13 +11,14 @@ use plimsoll_trainer::data::Tokens;
 use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::{SHAKESPEARE_GZ, read_text};
 use plimsoll_trainer::{
-    Arch, Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, GptSpec, LlamaShape,
-    ModelSpec, OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder, Tokenizer,
-    TrainConfig,
+    Arch, Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, ExportLayout, GptSpec,
+    LlamaShape, ModelSpec, OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder,
+    Tokenizer, TrainConfig,
 };
 
 use crate::{
-    ArchArg, AttentionArg, CommonArgs, GptShape, Preset, ShakespeareArgs, TokenizerArg, Workload,
+    ArchArg, AttentionArg, CommonArgs, ExportArg, GptShape, Preset, ShakespeareArgs, TokenizerArg,
+    Workload,
 };
 
 /// Everything a workload decides: the model, the data, the configuration.
@@ -679,6 +680,11 @@ fn gpt_job(name: &'static str, a: ShakespeareArgs) -> Result<(Job, CommonArgs)> 
         ));
     }
     let spec = GptSpec {
+        export: match a.arch.export {
+            None => ExportLayout::Auto,
+            Some(ExportArg::Nanogpt) => ExportLayout::NanoGpt,
+            Some(ExportArg::Hf) => ExportLayout::HuggingFace,
+        },
         arch,
         dropout: a.dropout,
         attention: match a.attention {
