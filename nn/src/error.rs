@@ -98,9 +98,9 @@ pub enum Error {
     },
     /// Parameters with no entry in the loaded state.
     #[error(
-        "{} parameter(s) missing from the saved state: {names:?}; was it saved from another \
-         model?",
-        names.len()
+        "{} parameter(s) missing from the saved state: {}; was it saved from another model?",
+        names.len(),
+        some_names(names)
     )]
     Missing {
         /// The missing names.
@@ -108,8 +108,9 @@ pub enum Error {
     },
     /// Loaded entries that match no parameter.
     #[error(
-        "{} saved entr(y/ies) match no parameter: {names:?}; was it saved from another model?",
-        names.len()
+        "{} saved entr(y/ies) match no parameter: {}; was it saved from another model?",
+        names.len(),
+        some_names(names)
     )]
     Unexpected {
         /// The extra names.
@@ -125,4 +126,14 @@ pub enum Error {
         /// The saved shape.
         found: Vec<usize>,
     },
+}
+
+/// The first few of `names`, quoted, and how many more there are: a list a reader can take in.
+fn some_names(names: &[String]) -> String {
+    const SHOWN: usize = 6;
+    let shown: Vec<String> = names.iter().take(SHOWN).map(|n| format!("{n:?}")).collect();
+    match names.len().saturating_sub(SHOWN) {
+        0 => shown.join(", "),
+        more => format!("{} and {more} more", shown.join(", ")),
+    }
 }

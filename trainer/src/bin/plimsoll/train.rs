@@ -293,6 +293,18 @@ fn utf8_arguments(argv: &[OsString]) -> Result<Vec<String>> {
 /// starts (see [`utf8_arguments`]).
 pub fn train(workload: Workload, argv: &[OsString], started: Instant) -> Result<ExitCode> {
     let argv = &utf8_arguments(argv)?;
+    // A weights file that cannot be read stops the run before it has a directory.
+    if let Some(path) = &workload.common().init_from
+        && let Err(e) = std::fs::File::open(path).and_then(|f| f.metadata())
+    {
+        return Err(Error::invalid(
+            "--init-from",
+            format!(
+                "{}: {e}; give a model.safetensors or a checkpoint",
+                path.display()
+            ),
+        ));
+    }
     let ranks = Ranks::start()?;
     let outcome = match ranks.rank() {
         0 => lead(workload, argv, started, &ranks),
