@@ -96,7 +96,7 @@ impl LlamaConfig {
         {
             return invalid(format!(
                 "{} key/value heads do not divide the {} query heads (each key/value head \
-                 serves a whole group of query heads)",
+                 serves a whole group of query heads; pick --kv-heads dividing --heads)",
                 self.num_key_value_heads, self.num_attention_heads
             ));
         }

@@ -124,6 +124,33 @@ pub fn serialize(
     tensors: &[(String, Tensor)],
     metadata: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>> {
+    let mut host = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        if t.dtype() != DType::F32 {
+            return Err(Error::DType {
+                name: name.clone(),
+                found: format!("{:?}", t.dtype()),
+            });
+        }
+        let shape = t.shape().to_vec();
+        host.push((
+            name.clone(),
+            HostTensor {
+                shape,
+                data: t.to_vec()?,
+            },
+        ));
+    }
+    serialize_host(path, &host, metadata)
+}
+
+/// [`serialize`] of tensors already on the host. Errors: a duplicate name, a shape that does
+/// not fit its values.
+pub fn serialize_host(
+    path: &Path,
+    tensors: &[(String, HostTensor)],
+    metadata: &BTreeMap<String, String>,
+) -> Result<Vec<u8>> {
     let mut seen = std::collections::BTreeSet::new();
     let mut host: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
@@ -133,14 +160,8 @@ pub fn serialize(
                 message: format!("the name {name:?} appears twice; names must be unique"),
             });
         }
-        if t.dtype() != DType::F32 {
-            return Err(Error::DType {
-                name: name.clone(),
-                found: format!("{:?}", t.dtype()),
-            });
-        }
-        let bytes: Vec<u8> = t.to_vec()?.iter().flat_map(|v| v.to_le_bytes()).collect();
-        host.push((name.clone(), t.shape().to_vec(), bytes));
+        let bytes: Vec<u8> = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        host.push((name.clone(), t.shape.clone(), bytes));
     }
     let views = host
         .iter()

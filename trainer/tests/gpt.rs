@@ -305,6 +305,7 @@ fn greedy_samples_are_the_causal_arg_max() {
     let gpu = fresh_gpu();
     let gpt = Gpt::new(&gpu, spec(sgd()).config, 3).unwrap();
     let options = SampleOptions {
+        vocab: None,
         tokens: 5,
         temperature: 0.7,
         top_k: Some(1),
@@ -333,6 +334,7 @@ fn sampling_peaks_at_its_plan_and_a_budget_below_it_fails_first() {
     use plimsoll_nn::Gpt;
     use plimsoll_trainer::{Error, SampleOptions, sample};
     let options = SampleOptions {
+        vocab: None,
         tokens: 2 * CONTEXT,
         temperature: 1.0,
         top_k: None,
@@ -371,6 +373,7 @@ fn sampling_peaks_at_its_plan_and_a_budget_below_it_fails_first() {
     }
     // Two tokens after a one-token prompt: a context of two fits.
     let short = SampleOptions {
+        vocab: None,
         tokens: 2,
         ..options
     };
@@ -719,6 +722,25 @@ fn hugging_face_exports_load_back_and_bad_files_are_refused_by_name() {
         assert!(err.to_string().contains(needle), "{err}");
         assert_eq!(values(t.parameters()), before);
     }
+    // An untied head into a model that ties it: refused (its trained head is not dropped).
+    let tied = GptSpec {
+        arch: plimsoll_trainer::Arch::Llama(plimsoll_trainer::LlamaShape {
+            tie_embeddings: true,
+            kv_heads: 1,
+            mlp_width: 40,
+            rope_theta: 10_000.0,
+        }),
+        ..spec(sgd())
+    };
+    let mut t = Trainer::new(&gpu, config(6, 6, 2, 0.05), &tied, windows(200), None).unwrap();
+    let before = values(t.parameters());
+    let file = dir.join("untied.safetensors");
+    write_state(&file, &llama_saved);
+    let err = t
+        .init_from(&file)
+        .expect_err("an untied head into a tied model");
+    assert!(err.to_string().contains("table of its own"), "{err}");
+    assert_eq!(values(t.parameters()), before);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -729,4 +751,67 @@ fn write_state(path: &std::path::Path, state: &LoadedState) {
         .to_device(&gpu, plimsoll_autograd::TensorOptions::default())
         .unwrap();
     plimsoll_nn::state::save(path, &tensors, &Default::default()).unwrap();
+}
+
+/// A token table past one binding (kept in parts on the device) is exported whole, under its
+/// own name, in both layouts (what nanoGPT and Hugging Face read), and `--init-from` cuts it
+/// back into the parts of a model on such a device, every value equal.
+#[test]
+fn tables_in_parts_are_exported_whole_and_loaded_back_into_parts() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    // A vocabulary of 600 (padded past the data's 13) and width 8: the token table is 19,200
+    // bytes, three parts under a binding of 8 KiB, while every other tensor fits one (the
+    // loss in chunks of 2 rows: 4,800 bytes of logits).
+    let (vocab, width) = (600, 8);
+    let small = || {
+        gpu_with(GpuOptions {
+            max_binding_bytes: Some(8 << 10),
+            ..GpuOptions::from_env()
+        })
+    };
+    let tiny = GptSpec {
+        config: GptConfig {
+            vocab_size: vocab,
+            n_embd: width,
+            n_head: 2,
+            n_layer: 1,
+            ..spec(sgd()).config
+        },
+        loss: plimsoll_trainer::LossHead::Chunked(2),
+        ..spec(sgd())
+    };
+    for (export, name) in [
+        (plimsoll_trainer::ExportLayout::NanoGpt, "parts-nano"),
+        (plimsoll_trainer::ExportLayout::HuggingFace, "parts-hf"),
+    ] {
+        let spec = GptSpec { export, ..tiny };
+        let dir = temp_dir(name);
+        let mut cfg = config(6, 6, 2, 0.05);
+        cfg.checkpoint_dir = Some(dir.clone());
+        let gpu = small();
+        let mut trainer = Trainer::new(&gpu, cfg, &spec, windows(200), None).unwrap();
+        let parts = trainer
+            .parameters()
+            .iter()
+            .filter(|(n, _)| n.contains("wte"))
+            .count();
+        assert_eq!(parts, 3, "the table is kept in parts");
+        trainer.run(&mut Silent).unwrap();
+        let file = dir.join(plimsoll_trainer::MODEL_FILE);
+        let saved = plimsoll_nn::state::load(&file).unwrap();
+        assert_eq!(
+            saved.tensors["transformer.wte.weight"].shape,
+            vec![vocab, width]
+        );
+        assert_eq!(saved.tensors["lm_head.weight"].shape, vec![vocab, width]);
+        assert!(!saved.tensors.keys().any(|k| k.contains(".part")), "{name}");
+        let trained = values(trainer.parameters());
+        let gpu = small();
+        let fresh = GptSpec { seed: 5, ..spec };
+        let mut t = Trainer::new(&gpu, config(6, 6, 2, 0.05), &fresh, windows(200), None).unwrap();
+        t.init_from(&file).unwrap();
+        assert_eq!(values(t.parameters()), trained, "{name}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

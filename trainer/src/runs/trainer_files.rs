@@ -175,7 +175,8 @@ impl Trainer {
     /// ([`checkpoint_io::write_checked`]).
     pub fn export_model(&self, path: &Path) -> Result<()> {
         let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
-        let bytes = plimsoll_nn::state::serialize(path, &self.model.state_dict(), &metadata)?;
+        let entries = self.model.export_entries()?;
+        let bytes = plimsoll_nn::state::serialize_host(path, &entries, &metadata)?;
         checkpoint_io::write_checked(path, &bytes, self.position.step)?;
         // Hugging Face's `config.json` beside it, for `from_pretrained` on the folder.
         if let Some(config) = self.model.export_config() {
@@ -201,6 +202,7 @@ impl Trainer {
             loaded = loaded.strip_prefix(prefix);
         }
         let loaded = self.model.import_state(loaded)?;
+        let loaded = crate::task::split_tables(&self.params, loaded);
         plimsoll_nn::state::load_into(&self.params, &loaded)?;
         self.note(format!(
             "initialised the model's {} tensors from {}",

@@ -284,6 +284,23 @@ const CONV1D: [&str; 4] = [
     "mlp.c_proj.weight",
 ];
 
+/// A matrix transposed in place (`[rows, cols]` to `[cols, rows]`); anything else unchanged.
+fn transpose(t: &mut HostTensor) {
+    let [rows, cols] = t.shape[..] else {
+        return;
+    };
+    let mut data = vec![0.0f32; t.data.len()];
+    for r in 0..rows {
+        for k in 0..cols {
+            data[k * rows + r] = t.data[r * cols + k];
+        }
+    }
+    *t = HostTensor {
+        shape: vec![cols, rows],
+        data,
+    };
+}
+
 /// Whether `name` is a block weight that [`CONV1D`] lists.
 fn is_conv1d(name: &str) -> bool {
     name.starts_with("transformer.h.") && CONV1D.iter().any(|w| name.ends_with(w))
@@ -581,25 +598,24 @@ impl Model for GptModel {
         })
     }
 
-    /// nanoGPT's names and layouts for a GPT ([`Gpt::state_dict`]); Hugging Face's with
-    /// [`ExportLayout::HuggingFace`] (the block weights of [`CONV1D`] transposed to `[in, out]`)
-    /// and for a Llama.
+    /// nanoGPT's names and layouts for a GPT ([`Gpt::state_dict`]), Hugging Face's for a
+    /// Llama.
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let state = self.lm.state_dict();
-        if self.spec.arch != Arch::Gpt || self.spec.export != ExportLayout::HuggingFace {
-            return state;
-        }
-        let _guard = plimsoll_autograd::no_grad();
-        state
-            .into_iter()
-            .map(|(name, t)| match is_conv1d(&name) {
-                true => {
-                    let transposed = t.permute(&[1, 0]).unwrap_or(t);
-                    (name, transposed)
+        self.lm.state_dict()
+    }
+
+    /// [`Model::state_dict`] on the host with tables joined; with [`ExportLayout::HuggingFace`]
+    /// a GPT's block weights of [`CONV1D`] transposed to `[in, out]`.
+    fn export_entries(&self) -> Result<Vec<(String, HostTensor)>> {
+        let mut entries = crate::task::host_state(self.lm.state_dict())?;
+        if self.spec.arch == Arch::Gpt && self.spec.export == ExportLayout::HuggingFace {
+            for (name, t) in &mut entries {
+                if is_conv1d(name) {
+                    transpose(t);
                 }
-                false => (name, t),
-            })
-            .collect()
+            }
+        }
+        Ok(entries)
     }
 
     fn export_config(&self) -> Option<serde_json::Value> {
@@ -654,10 +670,34 @@ impl Model for GptModel {
     fn import_state(&self, mut loaded: LoadedState) -> Result<LoadedState> {
         let names: std::collections::BTreeSet<String> =
             self.parameters().into_iter().map(|(n, _)| n).collect();
+        let embedding = match self.spec.arch {
+            Arch::Gpt => "transformer.wte.weight",
+            Arch::Llama(_) => "model.embed_tokens.weight",
+        };
+        // A head the file keeps beside the embedding: dropped when the model ties its head and
+        // the file's is the same table, refused when it is a table of its own.
+        let heads: Vec<String> = (loaded.tensors.keys())
+            .filter(|n| n.starts_with("lm_head.weight") && !names.contains(n.as_str()))
+            .cloned()
+            .collect();
+        for head in heads {
+            let table = head.replacen("lm_head.weight", embedding, 1);
+            let same = loaded.tensors.get(&table) == loaded.tensors.get(&head);
+            if !same {
+                return Err(Error::invalid(
+                    "--init-from",
+                    format!(
+                        "the file's {head} is a table of its own, but this model ties its head \
+                         to {table}; train an untied model (a Llama without --tie-embeddings) \
+                         to start from it"
+                    ),
+                ));
+            }
+            loaded.tensors.remove(&head);
+        }
         loaded.tensors.retain(|name, _| {
             let buffer = name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias");
-            let tied_head = name == "lm_head.weight" && !names.contains(name);
-            names.contains(name) || !(buffer || tied_head)
+            names.contains(name) || !buffer
         });
         let c = self.spec.config.n_embd;
         let conv1d = self.spec.arch == Arch::Gpt
@@ -667,19 +707,8 @@ impl Model for GptModel {
                 .is_some_and(|t| t.shape == [c, 3 * c]);
         if conv1d {
             for (name, t) in loaded.tensors.iter_mut() {
-                if is_conv1d(name)
-                    && let [rows, cols] = t.shape[..]
-                {
-                    let mut data = vec![0.0f32; t.data.len()];
-                    for r in 0..rows {
-                        for k in 0..cols {
-                            data[k * rows + r] = t.data[r * cols + k];
-                        }
-                    }
-                    *t = HostTensor {
-                        shape: vec![cols, rows],
-                        data,
-                    };
+                if is_conv1d(name) {
+                    transpose(t);
                 }
             }
         }

@@ -30,6 +30,9 @@ pub struct SampleOptions {
     pub top_k: Option<usize>,
     /// Seed of the draws.
     pub seed: u64,
+    /// Draw only among the first `n` tokens: the tokenizer's, when the model's vocabulary is
+    /// padded past it (`None`: every token of the model).
+    pub vocab: Option<usize>,
 }
 
 impl SampleOptions {
@@ -232,7 +235,10 @@ pub fn sample_each(
     let mut stopped = false;
     for _ in 0..options.tokens {
         let context = &out[out.len().saturating_sub(block)..];
-        let last = last_logits(gpt, &gpu, context, &mut recoveries)?;
+        let mut last = last_logits(gpt, &gpu, context, &mut recoveries)?;
+        if let Some(n) = options.vocab {
+            last.truncate(n.max(1));
+        }
         let token = pick(&last, options.temperature, options.top_k, rng.unit_f64());
         out.push(token);
         if on_token(token).is_break() {
@@ -297,6 +303,7 @@ mod tests {
     #[test]
     fn bad_options_are_errors() {
         let ok = SampleOptions {
+            vocab: None,
             tokens: 1,
             temperature: 1.0,
             top_k: None,
@@ -305,6 +312,7 @@ mod tests {
         assert!(ok.validate().is_ok());
         assert!(
             SampleOptions {
+                vocab: None,
                 temperature: 0.0,
                 ..ok
             }
@@ -314,6 +322,7 @@ mod tests {
         );
         assert!(
             SampleOptions {
+                vocab: None,
                 temperature: -0.5,
                 ..ok
             }
@@ -322,6 +331,7 @@ mod tests {
         );
         assert!(
             SampleOptions {
+                vocab: None,
                 temperature: f32::INFINITY,
                 ..ok
             }
@@ -330,6 +340,7 @@ mod tests {
         );
         assert!(
             SampleOptions {
+                vocab: None,
                 temperature: f32::NAN,
                 ..ok
             }
@@ -338,6 +349,7 @@ mod tests {
         );
         assert!(
             SampleOptions {
+                vocab: None,
                 top_k: Some(0),
                 ..ok
             }

@@ -12,7 +12,7 @@
 //! windows ([`crate::data::TokenData`]).
 
 use plimsoll_autograd::{Gpu, Tensor};
-use plimsoll_nn::Optimizer;
+use plimsoll_nn::{HostTensor, LoadedState, Optimizer};
 
 use crate::error::{Error, Result};
 
@@ -284,6 +284,13 @@ pub trait Model: Send {
         self.parameters()
     }
 
+    /// What the exported `model.safetensors` holds, read back to the host: [`Model::state_dict`]
+    /// with each table kept in parts joined under its own name ([`host_state`]). A model whose
+    /// export layout differs (a transpose) overrides it.
+    fn export_entries(&self) -> Result<Vec<(String, HostTensor)>> {
+        host_state(self.state_dict())
+    }
+
     /// The `config.json` written beside the exported `model.safetensors` (Hugging Face's, for
     /// `from_pretrained`), if the model's layout has one. None by default.
     fn export_config(&self) -> Option<serde_json::Value> {
@@ -293,7 +300,7 @@ pub trait Model: Send {
     /// A weights file (`--init-from`) turned into entries named and shaped as
     /// [`Model::parameters`] (a layout of [`Model::state_dict`] mapped back); the caller then
     /// checks every name and shape. As it is by default.
-    fn import_state(&self, loaded: plimsoll_nn::LoadedState) -> Result<plimsoll_nn::LoadedState> {
+    fn import_state(&self, loaded: LoadedState) -> Result<LoadedState> {
         Ok(loaded)
     }
 }
@@ -335,4 +342,81 @@ pub trait Recipe: Send + Sync {
         let _ = (micro_batch, input_width, max_binding_bytes);
         None
     }
+}
+
+/// `entries` read back to the host, the parts of a table kept in parts (`X.part0`, `X.part1`,
+/// ... of one width: [`plimsoll_nn::Embedding::in_parts`]) joined into one `X` in order: the
+/// whole table, as PyTorch's models hold it.
+pub fn host_state(entries: Vec<(String, Tensor)>) -> Result<Vec<(String, HostTensor)>> {
+    let mut out: Vec<(String, HostTensor)> = Vec::with_capacity(entries.len());
+    for (name, t) in entries {
+        let shape = t.shape().to_vec();
+        let data = t.to_vec()?;
+        match name.rsplit_once(".part") {
+            Some((base, index)) if index.parse::<usize>().is_ok() => {
+                let joined = out.last_mut().filter(|(n, h)| {
+                    n == base && h.shape.len() == 2 && h.shape.get(1) == shape.get(1)
+                });
+                match (joined, index == "0") {
+                    (Some((_, whole)), false) => {
+                        whole.shape[0] += shape[0];
+                        whole.data.extend_from_slice(&data);
+                    }
+                    _ => out.push((base.to_string(), HostTensor { shape, data })),
+                }
+            }
+            _ => out.push((name, HostTensor { shape, data })),
+        }
+    }
+    Ok(out)
+}
+
+/// `loaded` with each whole table that `params` keeps in parts (`X.part0`, ... where `loaded`
+/// has `X`) cut into those parts by rows; everything else as it was. A table whose rows do
+/// not match the parts' is left whole (the name check then reports it).
+pub fn split_tables(params: &[(String, Tensor)], mut loaded: LoadedState) -> LoadedState {
+    let mut parts: std::collections::BTreeMap<&str, Vec<(&str, &[usize])>> = Default::default();
+    for (name, t) in params {
+        if let Some((base, index)) = name.rsplit_once(".part")
+            && index.parse::<usize>().is_ok()
+        {
+            parts
+                .entry(base)
+                .or_default()
+                .push((name.as_str(), t.shape()));
+        }
+    }
+    for (base, pieces) in parts {
+        let Some(whole) = loaded.tensors.get(base) else {
+            continue;
+        };
+        let rows: usize = pieces
+            .iter()
+            .map(|(_, s)| s.first().copied().unwrap_or(0))
+            .sum();
+        let width = pieces
+            .first()
+            .and_then(|(_, s)| s.get(1).copied())
+            .unwrap_or(0);
+        if whole.shape != [rows, width] {
+            continue;
+        }
+        let mut first = 0;
+        let mut cut = Vec::with_capacity(pieces.len());
+        for (name, shape) in &pieces {
+            let n = shape.first().copied().unwrap_or(0) * width;
+            let data = whole.data[first..first + n].to_vec();
+            first += n;
+            cut.push((
+                name.to_string(),
+                HostTensor {
+                    shape: shape.to_vec(),
+                    data,
+                },
+            ));
+        }
+        loaded.tensors.remove(base);
+        loaded.tensors.extend(cut);
+    }
+    loaded
 }

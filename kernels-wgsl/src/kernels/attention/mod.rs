@@ -132,8 +132,8 @@ fn check(
         return Err(Error::InvalidArgument {
             op,
             message: format!(
-                "{} query heads cannot share key/value heads in groups of {} (the group must \
-                 divide the heads; 1 for multi-head attention)",
+                "{} heads (batch x query heads) cannot share key/value heads in groups of {} \
+                 (the group must divide the query heads; 1 for multi-head attention)",
                 dims.heads_batch, dims.group
             ),
         });

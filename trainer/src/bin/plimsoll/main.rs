@@ -286,10 +286,10 @@ pub(crate) struct ArchArgs {
     /// A Llama's rotary base, Hugging Face's rope_theta [default: the preset's, else 10000].
     #[arg(long, value_parser = flags::positive)]
     rope_theta: Option<f32>,
-    /// A Llama's output head is the token embedding (tie_word_embeddings) [default: the
-    /// preset's, else its own table].
-    #[arg(long)]
-    tie_embeddings: bool,
+    /// A Llama's output head is the token embedding (tie_word_embeddings; `--tie-embeddings
+    /// false` unties a preset's) [default: the preset's, else its own table].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    tie_embeddings: Option<bool>,
     /// Whose names and layouts the exported model.safetensors has: `nanogpt` (a GPT's default:
     /// nanoGPT's GPT) or `hf` (Hugging Face's GPT2LMHeadModel or LlamaForCausalLM, with a
     /// config.json beside it, for from_pretrained on the run's folder; a Llama's default).

@@ -152,7 +152,8 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
     // First: a signal while the model loads stops the command too, before its first character.
     let stop = Arc::new(AtomicBool::new(false));
     let signal = signals::watch(Arc::clone(&stop))?;
-    let options = SampleOptions {
+    let mut options = SampleOptions {
+        vocab: None,
         tokens: args.tokens,
         temperature: args.temperature,
         top_k: (args.top_k > 0).then_some(args.top_k),
@@ -168,6 +169,8 @@ pub fn run(args: &SampleArgs) -> Result<ExitCode> {
         data.as_deref(),
         recorded_flag(&dir, "--tokenizer")?.as_deref(),
     )?;
+    // A model whose vocabulary is padded past the tokenizer's never draws a padding token.
+    options.vocab = Some(tokenizer.vocab_size());
     let prompt = tokenizer.encode("--prompt", &args.prompt)?;
     if prompt.is_empty() {
         return Err(Error::invalid(

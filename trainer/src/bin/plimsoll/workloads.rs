@@ -592,7 +592,7 @@ fn model_arch(a: &ShakespeareArgs, shape: [usize; 4]) -> Result<Arch> {
             ("--kv-heads", args.kv_heads.is_some()),
             ("--mlp-width", args.mlp_width.is_some()),
             ("--rope-theta", args.rope_theta.is_some()),
-            ("--tie-embeddings", args.tie_embeddings),
+            ("--tie-embeddings", args.tie_embeddings.is_some()),
         ];
         if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
             return Err(Error::invalid(
@@ -617,7 +617,10 @@ fn model_arch(a: &ShakespeareArgs, shape: [usize; 4]) -> Result<Arch> {
             .rope_theta
             .or(preset.map(|p| p.rope_theta))
             .unwrap_or(10_000.0),
-        tie_embeddings: args.tie_embeddings || preset.is_some_and(|p| p.tie_embeddings),
+        tie_embeddings: args
+            .tie_embeddings
+            .or(preset.map(|p| p.tie_embeddings))
+            .unwrap_or(false),
     }))
 }
 
