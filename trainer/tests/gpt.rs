@@ -815,3 +815,76 @@ fn tables_in_parts_are_exported_whole_and_loaded_back_into_parts() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// A checkpoint moves between devices that keep the token table differently: a run stopped on
+/// a device that binds 8 KiB (the table in three parts, with its SGD momentum) and resumed on
+/// one that holds it whole ends where the same run on the first device alone does (the parts
+/// joined for the comparison). The parts are drawn from their own seeds, so the first device
+/// defines the start.
+#[test]
+fn a_checkpoint_resumes_on_a_device_that_splits_the_table_differently() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    let small = || {
+        gpu_with(GpuOptions {
+            max_binding_bytes: Some(8 << 10),
+            ..GpuOptions::from_env()
+        })
+    };
+    let spec = GptSpec {
+        config: GptConfig {
+            vocab_size: 600,
+            n_embd: 8,
+            n_head: 2,
+            n_layer: 1,
+            ..spec(sgd()).config
+        },
+        loss: plimsoll_trainer::LossHead::Chunked(2),
+        ..spec(sgd())
+    };
+    // The parameters with each table's parts joined under its own name.
+    let joined = |v: Values| -> Values {
+        let mut out: Values = Vec::new();
+        for (name, data) in v {
+            match name.rsplit_once(".part") {
+                Some((base, i)) if i != "0" => {
+                    let last = out.last_mut().expect("part 0 first");
+                    assert_eq!(last.0, base);
+                    last.1.extend(data);
+                }
+                Some((base, _)) => out.push((base.to_string(), data)),
+                None => out.push((name, data)),
+            }
+        }
+        out
+    };
+    let straight = {
+        let gpu = small();
+        let mut t = Trainer::new(&gpu, config(6, 6, 5, 0.05), &spec, windows(200), None).unwrap();
+        assert_eq!(
+            t.parameters()
+                .iter()
+                .filter(|(n, _)| n.contains("wte"))
+                .count(),
+            3
+        );
+        t.run(&mut Silent).unwrap();
+        joined(values(t.parameters()))
+    };
+    let dir = temp_dir("resume-across-splits");
+    let mut first = config(6, 6, 2, 0.05);
+    first.checkpoint_dir = Some(dir.clone());
+    let gpu = small();
+    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(200), None).unwrap();
+    t.run(&mut Silent).unwrap();
+    drop(t);
+    let mut second = first;
+    second.length = RunLength::Steps(5);
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(&gpu, second, &spec, windows(200), None).unwrap();
+    t.resume(&latest_path(&dir)).unwrap();
+    t.run(&mut Silent).unwrap();
+    assert!(!t.parameters().iter().any(|(n, _)| n.contains(".part")));
+    assert_params_close(&values(t.parameters()), &straight, 1e-5);
+    let _ = std::fs::remove_dir_all(&dir);
+}

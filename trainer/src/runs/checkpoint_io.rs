@@ -248,6 +248,16 @@ pub fn load(
     checks: LoadChecks,
 ) -> Result<RunPosition> {
     let loaded = state::load(path)?;
+    // A token table this device keeps in other parts than the saving device did (or whole):
+    // its parameter and optimizer entries regrouped to this device's parts.
+    let mut wanted: Vec<(String, Vec<usize>)> = Vec::new();
+    for (name, t) in params {
+        wanted.push((format!("{PARAM_PREFIX}{name}"), t.shape().to_vec()));
+        for kind in optimizer.state_kinds() {
+            wanted.push((format!("{OPTIM_PREFIX}{kind}.{name}"), t.shape().to_vec()));
+        }
+    }
+    let loaded = crate::task::regroup_tables(loaded, &wanted);
     let format = loaded.metadata.get("format").map(String::as_str);
     if format != Some(FORMAT) {
         return Err(Error::invalid(

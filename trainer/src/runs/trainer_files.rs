@@ -202,7 +202,10 @@ impl Trainer {
             loaded = loaded.strip_prefix(prefix);
         }
         let loaded = self.model.import_state(loaded)?;
-        let loaded = crate::task::split_tables(&self.params, loaded);
+        let wanted: Vec<(String, Vec<usize>)> = (self.params.iter())
+            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+            .collect();
+        let loaded = crate::task::regroup_tables(loaded, &wanted);
         plimsoll_nn::state::load_into(&self.params, &loaded)?;
         self.note(format!(
             "initialised the model's {} tensors from {}",

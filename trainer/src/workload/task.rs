@@ -371,19 +371,55 @@ pub fn host_state(entries: Vec<(String, Tensor)>) -> Result<Vec<(String, HostTen
     Ok(out)
 }
 
-/// `loaded` with each whole table that `params` keeps in parts (`X.part0`, ... where `loaded`
-/// has `X`) cut into those parts by rows; everything else as it was. A table whose rows do
-/// not match the parts' is left whole (the name check then reports it).
-pub fn split_tables(params: &[(String, Tensor)], mut loaded: LoadedState) -> LoadedState {
+/// `loaded` regrouped to the names and shapes `wanted`, for a table another device kept in
+/// other parts, or whole (`X`, or `X.part0`, `X.part1`, ... of whole rows: parts are what a
+/// device whose bindings cannot hold the table keeps, [`plimsoll_nn::Embedding::in_parts`]).
+/// When an entry of `wanted` is missing, every complete run of parts in `loaded` is joined into
+/// its whole table, and each whole table is cut into the parts `wanted` names, by rows.
+/// Everything else is left as it was; what still does not fit is for the caller's name and
+/// shape checks to report.
+pub fn regroup_tables(mut loaded: LoadedState, wanted: &[(String, Vec<usize>)]) -> LoadedState {
+    if wanted.iter().all(|(n, _)| loaded.tensors.contains_key(n)) {
+        return loaded;
+    }
+    // Join: X.part0, X.part1, ... (consecutive from 0, one width) into X.
+    let mut groups: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+    for name in loaded.tensors.keys() {
+        if let Some((base, index)) = name.rsplit_once(".part")
+            && let Ok(i) = index.parse::<usize>()
+        {
+            groups.entry(base.to_string()).or_default().push(i);
+        }
+    }
+    for (base, mut indices) in groups {
+        indices.sort_unstable();
+        let names: Vec<String> = indices.iter().map(|i| format!("{base}.part{i}")).collect();
+        let pieces: Vec<&HostTensor> = names.iter().filter_map(|n| loaded.tensors.get(n)).collect();
+        let width = pieces.first().and_then(|t| t.shape.get(1).copied());
+        let whole_rows = indices.iter().enumerate().all(|(k, &i)| k == i)
+            && pieces
+                .iter()
+                .all(|t| t.shape.len() == 2 && t.shape.get(1).copied() == width);
+        if !whole_rows || loaded.tensors.contains_key(&base) {
+            continue;
+        }
+        let joined = HostTensor {
+            shape: vec![pieces.iter().map(|t| t.shape[0]).sum(), width.unwrap_or(0)],
+            data: pieces.iter().flat_map(|t| t.data.iter().copied()).collect(),
+        };
+        for n in &names {
+            loaded.tensors.remove(n);
+        }
+        loaded.tensors.insert(base, joined);
+    }
+    // Cut: X into the parts `wanted` names.
     let mut parts: std::collections::BTreeMap<&str, Vec<(&str, &[usize])>> = Default::default();
-    for (name, t) in params {
+    for (name, shape) in wanted {
         if let Some((base, index)) = name.rsplit_once(".part")
             && index.parse::<usize>().is_ok()
+            && !loaded.tensors.contains_key(name)
         {
-            parts
-                .entry(base)
-                .or_default()
-                .push((name.as_str(), t.shape()));
+            parts.entry(base).or_default().push((name.as_str(), shape));
         }
     }
     for (base, pieces) in parts {
