@@ -203,10 +203,12 @@ pub(crate) fn save_in_f16(op: &mut Op) -> Result<()> {
 
 /// Replaces each f16 tensor `op` saved with an f32 temporary (before its derivative runs),
 /// except those its derivative reads in f16 itself: a matmul's operands (its derivatives are
-/// matmuls, which take 16-bit operands).
+/// matmuls, which take 16-bit operands) and a custom op's that says it reads them
+/// ([`crate::Derivative::reads_saved_f16`]).
 pub(crate) fn restore_f32(op: &mut Op) -> Result<()> {
     let saved: SmallVec<[&mut Tensor; 4]> = match op {
         Op::Matmul { .. } | Op::MatmulTransposed { .. } => return Ok(()),
+        Op::Custom(derivative) if derivative.reads_saved_f16() => return Ok(()),
         Op::Linear { relu_output, .. } => relu_output.iter_mut().collect(),
         _ => op.saved_activations(),
     };

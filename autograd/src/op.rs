@@ -241,6 +241,13 @@ pub trait Derivative: DerivativeClone + std::fmt::Debug + Send + Sync {
     fn outputs_activation(&self) -> bool {
         true
     }
+
+    /// Whether [`Derivative::backward`] reads its saved activations in f16 itself (its kernels
+    /// take halves), so they are not widened to f32 temporaries before it runs. False by
+    /// default.
+    fn reads_saved_f16(&self) -> bool {
+        false
+    }
 }
 
 /// Cloning a boxed [`Derivative`] (an `Op` is `Clone`); implemented for every `Clone` one.

@@ -205,7 +205,8 @@ impl Module for CausalSelfAttention {
 /// to itself and the positions before it, computed by the `attention` kernels without the
 /// `T x T` scores or probabilities (FlashAttention). What it saves for backward is its inputs,
 /// its output and one log-sum-exp per row; the backward recomputes the probabilities tile by
-/// tile. f16 inputs are widened and computed in f32. Grouped-query attention: `k` and `v` may
+/// tile. f16 inputs are read as f16 by the kernels and computed in f32 (mixed f16 and f32
+/// inputs are widened first). Grouped-query attention: `k` and `v` may
 /// hold fewer heads (`[.., H / G, T, D]` against `q`'s `[.., H, T, D]`), each serving `G`
 /// consecutive query heads, read in place (never repeated per query head). Errors: shapes that
 /// do not fit, a rank under 2, a head dimension past [`attention::MAX_HEAD_DIM`], and (on
@@ -246,7 +247,8 @@ pub fn causal_attention_dropout(
     p: f32,
     seed: u64,
 ) -> Result<Tensor> {
-    if [q, k, v].iter().any(|t| t.dtype() == DType::F16) {
+    let halves = [q, k, v].iter().all(|t| t.dtype() == DType::F16);
+    if !halves && [q, k, v].iter().any(|t| t.dtype() == DType::F16) {
         let (q, k, v) = (q.widened()?, k.widened()?, v.widened()?);
         return causal_attention_dropout(&q, &k, &v, scale, p, seed);
     }
@@ -256,7 +258,7 @@ pub fn causal_attention_dropout(
     let fits = rank >= 2
         && group.is_some()
         && v.shape() == k.shape()
-        && [q, k, v].iter().all(|t| t.dtype() == DType::F32);
+        && (halves || [q, k, v].iter().all(|t| t.dtype() == DType::F32));
     if !fits {
         return Err(Error::InvalidConfig {
             what: "causal_attention",
@@ -288,12 +290,19 @@ pub fn causal_attention_dropout(
     let gpu = q.gpu();
     let out = Tensor::empty(gpu, shape, category, "attention")?;
     let lse = Tensor::empty(gpu, &[heads_batch, time], category, "attention lse")?;
-    attention::forward(
-        gpu,
-        &dims,
-        [out.elements()?, lse.elements()?],
-        [q.elements()?, k.elements()?, v.elements()?],
-    )?;
+    let outputs = [out.elements()?, lse.elements()?];
+    match halves {
+        // f16 storage: the kernels widen each value as they load it (no f32 copies).
+        true => {
+            attention::forward_f16(gpu, &dims, outputs, [q.halves()?, k.halves()?, v.halves()?])?
+        }
+        false => attention::forward(
+            gpu,
+            &dims,
+            outputs,
+            [q.elements()?, k.elements()?, v.elements()?],
+        )?,
+    }
     let o = out.detach();
     Ok(Tensor::from_op(out, &inputs, || FusedAttention {
         dims,
@@ -318,15 +327,21 @@ struct FusedAttention {
 }
 
 impl Derivative for FusedAttention {
-    /// `dq`, `dk`, `dv` by the `attention` kernels (probabilities recomputed from `lse`).
+    /// `dq`, `dk`, `dv` by the `attention` kernels (probabilities recomputed from `lse`): the
+    /// f16 kernels when the saved `q`, `k`, `v`, `o` are all f16 (f16 storage), else on f32.
     fn backward(&self, g: &Tensor, _needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
-        let (q, k, v, o, g) = (
-            self.q.widened()?,
-            self.k.widened()?,
-            self.v.widened()?,
-            self.o.widened()?,
-            g.widened()?,
-        );
+        let saved = [&self.q, &self.k, &self.v, &self.o];
+        let halves = saved.iter().all(|t| t.dtype() == DType::F16);
+        let g = g.widened()?;
+        let [q, k, v, o] = match halves {
+            true => saved.map(|t| t.clone()),
+            false => [
+                self.q.widened()?,
+                self.k.widened()?,
+                self.v.widened()?,
+                self.o.widened()?,
+            ],
+        };
         let gpu = g.gpu();
         let grad =
             |shape: &[usize], label: &str| Tensor::empty(gpu, shape, Category::Temporary, label);
@@ -341,28 +356,43 @@ impl Derivative for FusedAttention {
             Category::Temporary,
             "attention delta",
         )?;
-        attention::backward(
-            gpu,
-            &self.dims,
-            [
-                dq.elements()?,
-                dk.elements()?,
-                dv.elements()?,
-                delta.elements()?,
-            ],
-            [
-                q.elements()?,
-                k.elements()?,
-                v.elements()?,
-                o.elements()?,
-                self.lse.elements()?,
-                g.elements()?,
-            ],
-        )?;
+        let outputs = [
+            dq.elements()?,
+            dk.elements()?,
+            dv.elements()?,
+            delta.elements()?,
+        ];
+        match halves {
+            true => attention::backward_f16(
+                gpu,
+                &self.dims,
+                outputs,
+                [q.halves()?, k.halves()?, v.halves()?, o.halves()?],
+                [self.lse.elements()?, g.elements()?],
+            )?,
+            false => attention::backward(
+                gpu,
+                &self.dims,
+                outputs,
+                [
+                    q.elements()?,
+                    k.elements()?,
+                    v.elements()?,
+                    o.elements()?,
+                    self.lse.elements()?,
+                    g.elements()?,
+                ],
+            )?,
+        }
         Ok([Some(dq), Some(dk), Some(dv)].into_iter().collect())
     }
 
     fn saved_activations(&mut self) -> Vec<&mut Tensor> {
         vec![&mut self.q, &mut self.k, &mut self.v, &mut self.o]
+    }
+
+    /// The f16 kernels read saved halves (a mix of f16 and f32 is widened in `backward`).
+    fn reads_saved_f16(&self) -> bool {
+        true
     }
 }

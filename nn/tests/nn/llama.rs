@@ -278,3 +278,49 @@ fn llama_config_refuses_shapes_it_cannot_run() {
         assert!(err.to_string().contains(needle), "{needle}: {err}");
     }
 }
+
+/// Under f16 activations the fused attention takes f16 q, k, v and saves them and its output in
+/// f16, and both its forward and its backward read those halves with the f16 kernels (no f32
+/// copies): with inputs that f16 holds exactly, the gradients are the f32 path's to the f16
+/// rounding of the saved output (which `delta = rowsum(dO * O)` reads).
+#[test]
+fn f16_saved_attention_matches_the_f32_path_on_rounded_values() {
+    use plimsoll_autograd::half::f16_activations;
+    use plimsoll_kernels_wgsl::kernels::convert::reference::round_to_f16;
+    let gpu = gpu();
+    let (batch, heads, kv_heads, time, d) = (2usize, 4usize, 2usize, 21usize, 8usize);
+    let mut rng = Rng::new(12);
+    let q_data = round_to_f16(&rng.vec_f32(batch * heads * time * d, -1.5, 1.5));
+    let k_data = round_to_f16(&rng.vec_f32(batch * kv_heads * time * d, -1.5, 1.5));
+    let v_data = round_to_f16(&rng.vec_f32(batch * kv_heads * time * d, -1.5, 1.5));
+    let r = rng.vec_f32(batch * heads * time * d, -1.0, 1.0);
+    let scale = 1.0 / (d as f32).sqrt();
+    let run = |half: bool| {
+        let q = input(&gpu, &q_data, &[batch, heads, time, d]);
+        let k = input(&gpu, &k_data, &[batch, kv_heads, time, d]);
+        let v = input(&gpu, &v_data, &[batch, kv_heads, time, d]);
+        // Activations (outputs of an op), which f16 activations keep in f16: the attention
+        // then takes f16 inputs and saves them as they are.
+        let guard = half.then(f16_activations);
+        let [qa, ka, va] = [&q, &k, &v].map(|t| t.mul_scalar(1.0).unwrap());
+        if half {
+            assert_eq!(qa.dtype(), plimsoll_autograd::DType::F16);
+        }
+        let y = causal_attention(&qa, &ka, &va, scale).unwrap();
+        drop(guard);
+        let r_t = Tensor::from_slice(&gpu, &r, y.shape()).unwrap();
+        y.mul(&r_t).unwrap().sum_all().unwrap().backward().unwrap();
+        let grads: Vec<Vec<f32>> = [&q, &k, &v]
+            .iter()
+            .map(|t| t.grad().unwrap().to_vec().unwrap())
+            .collect();
+        (y.to_vec().unwrap(), grads)
+    };
+    let (y16, g16) = run(true);
+    let (y32, g32) = run(false);
+    // The output itself is kept in f16 under f16 activations.
+    assert_close("o", &y16, &to_f64(&y32), 1e-3, 1e-3);
+    for (name, (a, b)) in ["dq", "dk", "dv"].iter().zip(g16.iter().zip(&g32)) {
+        assert_close(name, a, &to_f64(b), 2e-3, 2e-3);
+    }
+}

@@ -7,6 +7,12 @@
 // invocation per query row) also writes `delta = rowsum(dO * O)`, which
 // `attention_backward_dkdv` (one invocation per key row, over tiles of queries) reads.
 //
+// Storage: q, k, v and (read in the backward) o are read through `ld_q`, `ld_k`, `ld_v`, `ld_o`
+// (an element index in, f32 out): `attention_io.wgsl` reads f32 bindings, `attention_io_f16.wgsl`
+// packed f16 ones (`q_h`, `k_h`, `v_h`, `o_h`, offsets in halves), appended to make the module
+// `attention` or `attention_f16`. Everything else (o written by the forward, lse, d_o, delta and
+// the gradients) is f32 in both, and all arithmetic is f32.
+//
 // Layout: q, o, d_o, dq are [BH, T, D] row-major from their `*_offset`; lse and delta are
 // [BH, T]; k, v, dk, dv are [BH / G, T, D] with G = `params.group` query heads per key/value
 // head (grouped-query attention; 1: multi-head): query head h reads key/value head h / G, so
@@ -61,8 +67,8 @@ fn load_key_tile(lane: u32, base: u32, j0: u32, dp: u32) {
         var kx = 0.0;
         var vx = 0.0;
         if j < t && c < d {
-            kx = k[params.k_offset + base + j * d + c];
-            vx = v[params.v_offset + base + j * d + c];
+            kx = ld_k(params.k_offset + base + j * d + c);
+            vx = ld_v(params.v_offset + base + j * d + c);
         }
         tile_a[e] = kx;
         tile_b[e] = vx;
@@ -87,7 +93,7 @@ fn attention_forward(
     for (var c = 0u; c < dp; c = c + 1u) {
         var x = 0.0;
         if live && c < d {
-            x = q[params.q_offset + base + i * d + c] * params.scale;
+            x = ld_q(params.q_offset + base + i * d + c) * params.scale;
         }
         qr[c] = x;
         acc[c] = 0.0;
@@ -183,9 +189,9 @@ fn attention_backward_dq(
         var g = 0.0;
         if live && c < d {
             let at = base + i * d + c;
-            x = q[params.q_offset + at] * params.scale;
+            x = ld_q(params.q_offset + at) * params.scale;
             g = d_o[params.do_offset + at];
-            delta_i = delta_i + g * o[params.o_offset + at];
+            delta_i = delta_i + g * ld_o(params.o_offset + at);
         }
         qr[c] = x;
         gr[c] = g;
@@ -268,8 +274,8 @@ fn attention_backward_dkdv(
         var kx = 0.0;
         var vx = 0.0;
         if live && c < d {
-            kx = k[params.k_offset + base + j * d + c];
-            vx = v[params.v_offset + base + j * d + c];
+            kx = ld_k(params.k_offset + base + j * d + c);
+            vx = ld_v(params.v_offset + base + j * d + c);
         }
         kr[c] = kx;
         vr[c] = vx;
@@ -290,7 +296,7 @@ fn attention_backward_dkdv(
             var qx = 0.0;
             var gx = 0.0;
             if i < t && c < d {
-                qx = q[params.q_offset + q_base + i * d + c] * params.scale;
+                qx = ld_q(params.q_offset + q_base + i * d + c) * params.scale;
                 gx = d_o[params.do_offset + q_base + i * d + c];
             }
             tile_a[e] = qx;

@@ -10,6 +10,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::check_loop_limit;
+use crate::kernels::convert::Halves;
 use crate::pipeline::{Kernel, kernels, shader_params};
 use crate::recorder::{Dispatch, Work};
 use crate::slice::DeviceSlice;
@@ -23,7 +24,15 @@ const TILE: u64 = 16;
 
 const WGSL: &str = const_format::concatcp!(
     include_str!("attention.wgsl"),
+    include_str!("attention_io.wgsl"),
     crate::pipeline::shader_source!("counter_hash")
+);
+
+/// The module whose q, k, v (and o, read by the backward) are packed f16.
+const WGSL_F16: &str = const_format::concatcp!(
+    include_str!("attention.wgsl"),
+    include_str!("attention_io_f16.wgsl"),
+    crate::pipeline::shader_source!("counter_hash", "f16_bits")
 );
 
 // A binding keeps its number in every entry point (WGSL lets a number carry another name in an
@@ -37,6 +46,80 @@ kernels! {
     BACKWARD_DQ = "attention_backward_dq" [q, k, v, o, lse, d_o, delta, dq];
     /// Backward, one invocation per key row: `dk` and `dv` (after [`BACKWARD_DQ`] wrote `delta`).
     BACKWARD_DKDV = "attention_backward_dkdv" [q, k, v, dk, lse, d_o, delta, dv];
+}
+
+kernels! {
+    "attention_f16", source: WGSL_F16, workgroup: ROWS as u32;
+    /// [`FORWARD`] reading f16 `q`, `k`, `v` (`o` and `lse` f32).
+    FORWARD_F16 = "attention_forward" [
+        q_h: "array<u32>",
+        k_h: "array<u32>",
+        v_h: "array<u32>",
+        o,
+        lse,
+    ];
+    /// [`BACKWARD_DQ`] reading f16 `q`, `k`, `v`, `o`.
+    BACKWARD_DQ_F16 = "attention_backward_dq" [
+        q_h: "array<u32>",
+        k_h: "array<u32>",
+        v_h: "array<u32>",
+        o_h: "array<u32>",
+        lse,
+        d_o,
+        delta,
+        dq,
+    ];
+    /// [`BACKWARD_DKDV`] reading f16 `q`, `k`, `v`.
+    BACKWARD_DKDV_F16 = "attention_backward_dkdv" [
+        q_h: "array<u32>",
+        k_h: "array<u32>",
+        v_h: "array<u32>",
+        dk,
+        lse,
+        d_o,
+        delta,
+        dv,
+    ];
+}
+
+/// An input of the attention kernels: f32 elements, or packed f16 halves (the `_f16` kernels,
+/// which widen each value as they load it: no f32 copy of the tensor is made).
+#[derive(Debug, Clone, Copy)]
+pub enum Operand<'a> {
+    /// f32 elements.
+    F32(DeviceSlice<'a>),
+    /// Packed f16 halves.
+    F16(Halves<'a>),
+}
+
+impl<'a> Operand<'a> {
+    /// What is bound: the slice, or the words the halves are in.
+    fn binding(&self) -> DeviceSlice<'a> {
+        match self {
+            Operand::F32(s) => *s,
+            Operand::F16(h) => h.words(),
+        }
+    }
+
+    /// The shader's index of the first value (elements, or halves).
+    fn index(&self) -> u32 {
+        match self {
+            Operand::F32(s) => s.index(),
+            Operand::F16(h) => h.index(),
+        }
+    }
+
+    /// Values held.
+    fn len(&self) -> u64 {
+        match self {
+            Operand::F32(s) => s.len(),
+            Operand::F16(h) => h.len(),
+        }
+    }
+
+    fn is_f16(&self) -> bool {
+        matches!(self, Operand::F16(_))
+    }
 }
 
 shader_params! {
@@ -124,8 +207,8 @@ fn check(
     gpu: &Gpu,
     op: &'static str,
     dims: &AttentionDims,
-    rows: &[(&str, DeviceSlice<'_>)],
-    kv: &[(&str, DeviceSlice<'_>)],
+    rows: &[(&str, Operand<'_>)],
+    kv: &[(&str, Operand<'_>)],
     stats: &[(&str, DeviceSlice<'_>)],
 ) -> Result<[u32; 3]> {
     if dims.group == 0 || !dims.heads_batch.is_multiple_of(dims.group) {
@@ -171,11 +254,15 @@ fn check(
             ),
         });
     }
-    for (name, slice) in rows {
-        slice.expect_len(op, name, dims.rows_len())?;
-    }
-    for (name, slice) in kv {
-        slice.expect_len(op, name, dims.kv_len())?;
+    for (names, want) in [(rows, dims.rows_len()), (kv, dims.kv_len())] {
+        for (name, operand) in names {
+            if operand.len() != want {
+                return Err(Error::InvalidArgument {
+                    op,
+                    message: format!("{name} holds {} values, not {want}", operand.len()),
+                });
+            }
+        }
     }
     for (name, slice) in stats {
         slice.expect_len(op, name, dims.stats_len())?;
@@ -214,7 +301,11 @@ fn launch(
 }
 
 /// The shape and the offsets of the forward's slices (`[q, k, v, o, lse]`) as `Params`.
-fn forward_params(dims: &AttentionDims, [q, k, v, o, lse]: [DeviceSlice<'_>; 5]) -> Params {
+fn forward_params(
+    dims: &AttentionDims,
+    [q, k, v]: [Operand<'_>; 3],
+    [o, lse]: [u32; 2],
+) -> Params {
     Params {
         heads_batch: dims.heads_batch as u32,
         time: dims.time as u32,
@@ -228,8 +319,8 @@ fn forward_params(dims: &AttentionDims, [q, k, v, o, lse]: [DeviceSlice<'_>; 5])
         q_offset: q.index(),
         k_offset: k.index(),
         v_offset: v.index(),
-        o_offset: o.index(),
-        lse_offset: lse.index(),
+        o_offset: o,
+        lse_offset: lse,
         ..Params::default()
     }
 }
@@ -239,27 +330,43 @@ fn forward_params(dims: &AttentionDims, [q, k, v, o, lse]: [DeviceSlice<'_>; 5])
 pub fn forward(
     gpu: &Gpu,
     dims: &AttentionDims,
-    [o, lse]: [DeviceSlice<'_>; 2],
+    outputs: [DeviceSlice<'_>; 2],
     [q, k, v]: [DeviceSlice<'_>; 3],
+) -> Result<()> {
+    forward_of(gpu, dims, outputs, [q, k, v].map(Operand::F32))
+}
+
+/// [`forward`] of f16 `q`, `k`, `v` (packed halves, widened as they are loaded; `o` and `lse`
+/// f32).
+pub fn forward_f16(
+    gpu: &Gpu,
+    dims: &AttentionDims,
+    outputs: [DeviceSlice<'_>; 2],
+    [q, k, v]: [Halves<'_>; 3],
+) -> Result<()> {
+    forward_of(gpu, dims, outputs, [q, k, v].map(Operand::F16))
+}
+
+/// [`forward`] of inputs in one storage (all f32 or all f16).
+fn forward_of(
+    gpu: &Gpu,
+    dims: &AttentionDims,
+    [o, lse]: [DeviceSlice<'_>; 2],
+    [q, k, v]: [Operand<'_>; 3],
 ) -> Result<()> {
     let op = FORWARD.entry;
     let grid = check(
         gpu,
         op,
         dims,
-        &[("q", q), ("o", o)],
+        &[("q", q), ("o", Operand::F32(o))],
         &[("k", k), ("v", v)],
         &[("lse", lse)],
     )?;
-    let params = forward_params(dims, [q, k, v, o, lse]);
-    launch(
-        gpu,
-        &FORWARD,
-        &params,
-        &[q, k, v, o, lse],
-        grid,
-        forward_flops(dims),
-    )
+    let params = forward_params(dims, [q, k, v], [o.index(), lse.index()]);
+    let kernel = if q.is_f16() { &FORWARD_F16 } else { &FORWARD };
+    let buffers = [q.binding(), k.binding(), v.binding(), o, lse];
+    launch(gpu, kernel, &params, &buffers, grid, forward_flops(dims))
 }
 
 /// Records the backward: `dq`, `dk`, `dv` (`[BH, T, D]`) from the forward's inputs, its
@@ -268,16 +375,42 @@ pub fn forward(
 pub fn backward(
     gpu: &Gpu,
     dims: &AttentionDims,
-    [dq, dk, dv, delta]: [DeviceSlice<'_>; 4],
+    outputs: [DeviceSlice<'_>; 4],
     [q, k, v, o, lse, d_o]: [DeviceSlice<'_>; 6],
 ) -> Result<()> {
+    let inputs = [q, k, v, o].map(Operand::F32);
+    backward_of(gpu, dims, outputs, inputs, [lse, d_o])
+}
+
+/// [`backward`] with f16 `q`, `k`, `v` and `o` (packed halves, widened as they are loaded;
+/// `lse`, `d_o` and the gradients f32).
+pub fn backward_f16(
+    gpu: &Gpu,
+    dims: &AttentionDims,
+    outputs: [DeviceSlice<'_>; 4],
+    [q, k, v, o]: [Halves<'_>; 4],
+    [lse, d_o]: [DeviceSlice<'_>; 2],
+) -> Result<()> {
+    let inputs = [q, k, v, o].map(Operand::F16);
+    backward_of(gpu, dims, outputs, inputs, [lse, d_o])
+}
+
+/// [`backward`] of inputs in one storage (all f32 or all f16).
+fn backward_of(
+    gpu: &Gpu,
+    dims: &AttentionDims,
+    [dq, dk, dv, delta]: [DeviceSlice<'_>; 4],
+    [q, k, v, o]: [Operand<'_>; 4],
+    [lse, d_o]: [DeviceSlice<'_>; 2],
+) -> Result<()> {
     let op = BACKWARD_DQ.entry;
+    let f32s = Operand::F32;
     let grid = check(
         gpu,
         op,
         dims,
-        &[("q", q), ("o", o), ("d_o", d_o), ("dq", dq)],
-        &[("k", k), ("v", v), ("dk", dk), ("dv", dv)],
+        &[("q", q), ("o", o), ("d_o", f32s(d_o)), ("dq", f32s(dq))],
+        &[("k", k), ("v", v), ("dk", f32s(dk)), ("dv", f32s(dv))],
         &[("lse", lse), ("delta", delta)],
     )?;
     let params = Params {
@@ -286,12 +419,17 @@ pub fn backward(
         dq_offset: dq.index(),
         dk_offset: dk.index(),
         dv_offset: dv.index(),
-        ..forward_params(dims, [q, k, v, o, lse])
+        ..forward_params(dims, [q, k, v], [o.index(), lse.index()])
     };
+    let (dq_kernel, dkdv_kernel) = match q.is_f16() {
+        true => (&BACKWARD_DQ_F16, &BACKWARD_DKDV_F16),
+        false => (&BACKWARD_DQ, &BACKWARD_DKDV),
+    };
+    let [q, k, v, o] = [q, k, v, o].map(|x| x.binding());
     let flops = forward_flops(dims);
     launch(
         gpu,
-        &BACKWARD_DQ,
+        dq_kernel,
         &params,
         &[q, k, v, o, lse, d_o, delta, dq],
         grid,
@@ -303,7 +441,7 @@ pub fn backward(
     for member in 0..dims.group as u32 {
         launch(
             gpu,
-            &BACKWARD_DKDV,
+            dkdv_kernel,
             &Params { member, ..params },
             &[q, k, v, dk, lse, d_o, delta, dv],
             kv_grid,
@@ -528,6 +666,88 @@ pub(crate) mod tests {
             assert_close(&name("dq"), &read(&gpu, &dqb, 2, n)?, &want_dq, 1e-5, 1e-4);
             assert_close(&name("dk"), &read(&gpu, &dkb, 4, kv_n)?, &want_dk, 1e-5, 1e-4);
             assert_close(&name("dv"), &read(&gpu, &dvb, 6, kv_n)?, &want_dv, 1e-5, 1e-4);
+        }
+        Ok(())
+    }
+
+    /// The f16 kernels (q, k, v and o packed halves, at odd and even half offsets) against the
+    /// reference on the f16-rounded values, with grouped heads and dropout: the same figures as
+    /// the f32 kernels to f32 rounding, since every value is widened as it is loaded.
+    #[test]
+    fn f16_inputs_match_the_reference_of_their_rounded_values() -> Result<()> {
+        use crate::kernels::convert::Halves;
+        use crate::kernels::convert::reference::round_to_f16;
+        use crate::testing::upload_halves;
+        let gpu = gpu();
+        let mut rng = Rng::new(37);
+        for (heads_batch, time, head_dim, dropout, group) in
+            [(2, 70, 16, 0.0, 1), (6, 33, 24, 0.2, 3), (1, 5, 3, 0.0, 1)]
+        {
+            let dims = AttentionDims {
+                heads_batch,
+                group,
+                time,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                dropout,
+                seed: 99 + time,
+            };
+            let n = (heads_batch * time * head_dim) as usize;
+            let kv_n = n / group as usize;
+            let stats = (heads_batch * time) as usize;
+            let q = round_to_f16(&rng.vec_f32(n, -2.0, 2.0));
+            let k = round_to_f16(&rng.vec_f32(kv_n, -2.0, 2.0));
+            let v = round_to_f16(&rng.vec_f32(kv_n, -2.0, 2.0));
+            let d_o = rng.vec_f32(n, -1.0, 1.0);
+            let (want_o, want_lse) = reference::forward(&dims, &q, &k, &v);
+            // The backward reads o as f16: the reference's o, rounded.
+            let o_h = round_to_f16(&want_o);
+            let (want_dq, want_dk, want_dv) = reference::backward(&dims, &q, &k, &v, &d_o);
+            let [qb, kb, vb, ob] = [(&q, 1), (&k, 2), (&v, 3), (&o_h, 0)]
+                .map(|(x, at)| upload_halves(&gpu, x, at));
+            let (qb, kb, vb, ob) = (qb?, kb?, vb?, ob?);
+            let (qh, kh, vh, oh) = (
+                Halves::of(&qb, 1, n as u64)?,
+                Halves::of(&kb, 2, kv_n as u64)?,
+                Halves::of(&vb, 3, kv_n as u64)?,
+                Halves::of(&ob, 0, n as u64)?,
+            );
+            let zeros = vec![0.0f32; n];
+            let out = upload_at(&gpu, &mut rng, &zeros, 3)?;
+            let lse = upload_at(&gpu, &mut rng, &vec![0.0; stats], 7)?;
+            let (n64, s64, kv64) = (n as u64, stats as u64, kv_n as u64);
+            super::forward_f16(
+                &gpu,
+                &dims,
+                [out.slice(3, n64)?, lse.slice(7, s64)?],
+                [qh, kh, vh],
+            )?;
+            let name = |what: &str| {
+                format!("f16 attention {what} [{heads_batch}, {time}, {head_dim}], group {group}")
+            };
+            assert_close(&name("o"), &read(&gpu, &out, 3, n)?, &want_o, 1e-5, 1e-4);
+            assert_close(&name("lse"), &read(&gpu, &lse, 7, stats)?, &want_lse, 1e-5, 1e-5);
+            let g = upload_at(&gpu, &mut rng, &d_o, 2)?;
+            let delta = upload_at(&gpu, &mut rng, &vec![0.0; stats], 1)?;
+            let dq = upload_at(&gpu, &mut rng, &zeros, 2)?;
+            let dk = upload_at(&gpu, &mut rng, &zeros[..kv_n], 4)?;
+            let dv = upload_at(&gpu, &mut rng, &zeros[..kv_n], 6)?;
+            super::backward_f16(
+                &gpu,
+                &dims,
+                [
+                    dq.slice(2, n64)?,
+                    dk.slice(4, kv64)?,
+                    dv.slice(6, kv64)?,
+                    delta.slice(1, s64)?,
+                ],
+                [qh, kh, vh, oh],
+                [lse.slice(7, s64)?, g.slice(2, n64)?],
+            )?;
+            // delta = rowsum(dO * O) reads the rounded o: within f16 rounding of o's.
+            assert_close(&name("dq"), &read(&gpu, &dq, 2, n)?, &want_dq, 2e-3, 2e-3);
+            assert_close(&name("dk"), &read(&gpu, &dk, 4, kv_n)?, &want_dk, 2e-3, 2e-3);
+            assert_close(&name("dv"), &read(&gpu, &dv, 6, kv_n)?, &want_dv, 1e-5, 1e-4);
         }
         Ok(())
     }
