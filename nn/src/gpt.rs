@@ -106,7 +106,8 @@ pub(crate) fn normal(
 }
 
 /// A `inputs -> outputs` linear layer initialised as nanoGPT does (`N(0, std)` weight, zero
-/// bias).
+/// bias). A weight past one binding is kept in parts of whole rows ([`Linear::in_parts`]; the
+/// first part drawn from `seed`, each further one from its own).
 pub(crate) fn linear(
     gpu: &Gpu,
     inputs: usize,
@@ -114,9 +115,42 @@ pub(crate) fn linear(
     std: f32,
     seed: u64,
 ) -> Result<Linear> {
-    let weight = normal(gpu, &[outputs, inputs], std, seed, "linear.weight")?;
-    let bias = Tensor::zeros(gpu, &[outputs], TensorOptions::parameter("linear.bias"))?;
-    Linear::from_tensors(weight, Some(bias))
+    linear_with(gpu, inputs, outputs, std, seed, true)
+}
+
+/// [`linear`], with or without a bias.
+pub(crate) fn linear_with(
+    gpu: &Gpu,
+    inputs: usize,
+    outputs: usize,
+    std: f32,
+    seed: u64,
+    bias: bool,
+) -> Result<Linear> {
+    let per_part = crate::embedding::rows_per_part(inputs, gpu.max_buffer_bytes());
+    let parts = (0..outputs)
+        .step_by(per_part.max(1))
+        .enumerate()
+        .map(|(k, first)| {
+            let rows = per_part.min(outputs - first);
+            let part_seed = if k == 0 {
+                seed
+            } else {
+                derive_seed(seed, k as u64)
+            };
+            let weight = normal(gpu, &[rows, inputs], std, part_seed, "linear.weight")?;
+            let bias = match bias {
+                true => Some(Tensor::zeros(
+                    gpu,
+                    &[rows],
+                    TensorOptions::parameter("linear.bias"),
+                )?),
+                false => None,
+            };
+            Ok((weight, bias))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Linear::in_parts(parts)
 }
 
 /// A `[rows, dim]` table drawn from `N(0, std)` with `seed`; past one binding it is kept in

@@ -29,13 +29,17 @@ impl Init {
     }
 }
 
-/// A fully connected layer. Parameters: `weight` `[out, in]`, `bias` `[out]` (optional).
+/// A fully connected layer. Parameters: `weight` `[out, in]`, `bias` `[out]` (optional). A
+/// weight larger than one binding is kept in parts of whole rows ([`Linear::in_parts`]:
+/// `weight.part0`, `bias.part0`, ...), each part's product made apart and the outputs joined.
 #[derive(Debug, Clone)]
 pub struct Linear {
-    /// `[out_features, in_features]`.
+    /// `[out_features, in_features]` (the first part's rows, for a layer in parts).
     weight: Tensor,
     /// `[out_features]`, when the layer has a bias.
     bias: Option<Tensor>,
+    /// The further parts of a layer in parts: weight rows and their bias, in order.
+    rest: Vec<(Tensor, Option<Tensor>)>,
     training: bool,
 }
 
@@ -100,8 +104,57 @@ impl Linear {
         Ok(Linear {
             weight,
             bias,
+            rest: Vec::new(),
             training: true,
         })
+    }
+
+    /// A layer whose weight (and bias) are kept in `parts` of whole output rows, in order
+    /// (each `[rows, in]` of one `in`, with a `[rows]` bias on every part or on none): what a
+    /// weight larger than one binding needs. Pass parameter leaves to train them. Errors: no
+    /// part, or parts that do not fit together.
+    pub fn in_parts(parts: Vec<(Tensor, Option<Tensor>)>) -> Result<Linear> {
+        let inputs = parts.first().and_then(|(w, _)| w.shape().get(1).copied());
+        let biased = parts.first().is_some_and(|(_, b)| b.is_some());
+        let fits = !parts.is_empty()
+            && parts.iter().all(|(w, b)| {
+                w.rank() == 2
+                    && w.shape().get(1).copied() == inputs
+                    && b.is_some() == biased
+                    && b.as_ref().is_none_or(|b| b.shape() == [w.shape()[0]])
+            });
+        if !fits {
+            let shapes: Vec<_> = (parts.iter())
+                .map(|(w, b)| (w.shape().to_vec(), b.as_ref().map(|b| b.shape().to_vec())))
+                .collect();
+            return Err(Error::InvalidConfig {
+                what: "Linear::in_parts",
+                message: format!(
+                    "parts {shapes:?} must be [rows, in] weights of one in, each with a [rows] \
+                     bias or none with one"
+                ),
+            });
+        }
+        let mut parts = parts.into_iter();
+        let Some((weight, bias)) = parts.next() else {
+            return Err(Error::InvalidConfig {
+                what: "Linear::in_parts",
+                message: "no part".to_string(),
+            });
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            rest: parts.collect(),
+            training: true,
+        })
+    }
+
+    /// The parts in order (one, the whole layer, unless made [`Linear::in_parts`]).
+    pub fn parts(&self) -> Vec<(&Tensor, Option<&Tensor>)> {
+        std::iter::once((&self.weight, self.bias.as_ref()))
+            .chain(self.rest.iter().map(|(w, b)| (w, b.as_ref())))
+            .collect()
     }
 
     /// A layer with the given weight `[out, in]` and bias `[out]` (taken as they are: pass
@@ -124,11 +177,12 @@ impl Linear {
         Ok(Linear {
             weight,
             bias,
+            rest: Vec::new(),
             training: true,
         })
     }
 
-    /// The weight, `[out, in]`.
+    /// The weight, `[out, in]`; for a layer in parts, its first part ([`Linear::parts`]).
     pub fn weight(&self) -> &Tensor {
         &self.weight
     }
@@ -143,9 +197,9 @@ impl Linear {
         self.weight.shape()[1]
     }
 
-    /// Output width.
+    /// Output width (of every part together).
     pub fn out_features(&self) -> usize {
-        self.weight.shape()[0]
+        self.weight.shape()[0] + self.rest.iter().map(|(w, _)| w.shape()[0]).sum::<usize>()
     }
 }
 
@@ -160,14 +214,27 @@ impl Module for Linear {
             });
         }
         // (.., in) · (out, in)ᵀ, the rows of x folded into one matrix; the bias in the
-        // matmul's epilogue.
-        match &self.bias {
-            Some(b) => Ok(x.linear(&self.weight, b, false)?),
-            None => Ok(x.matmul_transposed(&self.weight)?),
+        // matmul's epilogue. A layer in parts: each part's outputs, joined.
+        let part = |w: &Tensor, b: Option<&Tensor>| -> Result<Tensor> {
+            match b {
+                Some(b) => Ok(x.linear(w, b, false)?),
+                None => Ok(x.matmul_transposed(w)?),
+            }
+        };
+        if self.rest.is_empty() {
+            return part(&self.weight, self.bias.as_ref());
         }
+        let outputs = (self.parts().into_iter())
+            .map(|(w, b)| part(w, b))
+            .collect::<Result<Vec<_>>>()?;
+        let outputs: Vec<&Tensor> = outputs.iter().collect();
+        Ok(Tensor::concat(&outputs, x.rank() - 1)?)
     }
 
     fn forward_relu(&self, x: &Tensor) -> Option<Result<Tensor>> {
+        if !self.rest.is_empty() {
+            return None;
+        }
         let b = self.bias.as_ref()?;
         if x.rank() == 0 || x.shape()[x.rank() - 1] != self.in_features() {
             return Some(self.forward(x)); // the same error as forward's
@@ -176,10 +243,21 @@ impl Module for Linear {
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {
-        let mut p = vec![("weight".to_string(), self.weight.clone())];
-        if let Some(b) = &self.bias {
-            p.push(("bias".to_string(), b.clone()));
+        if self.rest.is_empty() {
+            let mut p = vec![("weight".to_string(), self.weight.clone())];
+            if let Some(b) = &self.bias {
+                p.push(("bias".to_string(), b.clone()));
+            }
+            return p;
         }
+        let parts = self.parts();
+        let mut p: Vec<(String, Tensor)> = (parts.iter().enumerate())
+            .map(|(i, (w, _))| (format!("weight.part{i}"), (*w).clone()))
+            .collect();
+        p.extend(
+            (parts.iter().enumerate())
+                .filter_map(|(i, (_, b))| b.map(|b| (format!("bias.part{i}"), b.clone()))),
+        );
         p
     }
 

@@ -16,7 +16,7 @@ use plimsoll_autograd::{Gpu, Tensor, checkpoint};
 use crate::attention::causal_attention_dropout;
 use crate::embedding::Embedding;
 use crate::error::{Error, Result};
-use crate::gpt::{linear, normal_table};
+use crate::gpt::{linear_with, normal_table};
 use crate::linear::{Linear, derive_seed};
 use crate::module::{Module, prefixed};
 use crate::norm::RmsNorm;
@@ -383,12 +383,11 @@ impl Llama {
                 "lm_head.weight",
             )?),
         };
-        let no_bias = |l: Linear| Linear::from_tensors(l.weight().clone(), None);
         let layers = (0..config.num_hidden_layers)
             .map(|i| {
                 let s = |k: u64| derive_seed(seed, 16 + 8 * i as u64 + k);
                 let proj =
-                    |inputs, outputs, std, k| no_bias(linear(gpu, inputs, outputs, std, s(k))?);
+                    |inputs, outputs, std, k| linear_with(gpu, inputs, outputs, std, s(k), false);
                 Ok(LlamaBlock {
                     input_layernorm: RmsNorm::new(gpu, c, config.rms_norm_eps)?,
                     self_attn: LlamaAttention {

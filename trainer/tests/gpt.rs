@@ -888,3 +888,69 @@ fn a_checkpoint_resumes_on_a_device_that_splits_the_table_differently() {
     assert_params_close(&values(t.parameters()), &straight, 1e-5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Weights past one binding are kept in parts, not only token tables: under a binding of
+/// 8 KiB the width-32 GPT's `c_attn` (12 KiB), `c_fc` and MLP `c_proj` (16 KiB each) are two
+/// parts each. Started from the same values as the GPT on an unlimited device (`--init-from`
+/// cuts them), three steps of each at micro-batch 1 give the same parameters.
+#[test]
+fn weights_past_one_binding_train_in_parts_as_they_do_whole() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    let small = gpu_with(GpuOptions {
+        max_binding_bytes: Some(8 << 10),
+        ..GpuOptions::from_env()
+    });
+    let spec = GptSpec {
+        config: GptConfig {
+            n_layer: 1,
+            ..spec(sgd()).config
+        },
+        ..spec(sgd())
+    };
+    let whole_gpu = fresh_gpu();
+    let mut whole =
+        Trainer::new(&whole_gpu, config(6, 1, 3, 0.05), &spec, windows(200), None).unwrap();
+    let mut split = Trainer::new(&small, config(6, 1, 3, 0.05), &spec, windows(200), None).unwrap();
+    let names: Vec<&str> = split.parameters().iter().map(|(n, _)| n.as_str()).collect();
+    for name in [
+        "transformer.h.0.attn.c_attn.weight.part1",
+        "transformer.h.0.mlp.c_fc.weight.part1",
+        "transformer.h.0.mlp.c_fc.bias.part1",
+        "transformer.h.0.mlp.c_proj.weight.part1",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let dir = temp_dir("linear-parts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("start.safetensors");
+    let start = LoadedState {
+        tensors: values(whole.parameters())
+            .into_iter()
+            .zip(whole.parameters())
+            .map(|((n, data), (_, t))| {
+                let shape = t.shape().to_vec();
+                (n, plimsoll_nn::HostTensor { shape, data })
+            })
+            .collect(),
+        metadata: Default::default(),
+    };
+    write_state(&file, &start);
+    split.init_from(&file).unwrap();
+    whole.run(&mut Silent).unwrap();
+    split.run(&mut Silent).unwrap();
+    // The split run's parameters with each weight's parts joined (rows in order).
+    let mut joined: std::collections::BTreeMap<String, Vec<f32>> = Default::default();
+    for (name, data) in values(split.parameters()) {
+        let base = name
+            .rsplit_once(".part")
+            .map_or(name.clone(), |(b, _)| b.to_string());
+        joined.entry(base).or_default().extend(data);
+    }
+    let joined: Values = values(whole.parameters())
+        .into_iter()
+        .map(|(n, _)| (n.clone(), joined.remove(&n).unwrap()))
+        .collect();
+    assert_params_close(&joined, &values(whole.parameters()), 1e-5);
+    let _ = std::fs::remove_dir_all(&dir);
+}

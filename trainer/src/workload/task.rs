@@ -344,9 +344,9 @@ pub trait Recipe: Send + Sync {
     }
 }
 
-/// `entries` read back to the host, the parts of a table kept in parts (`X.part0`, `X.part1`,
-/// ... of one width: [`plimsoll_nn::Embedding::in_parts`]) joined into one `X` in order: the
-/// whole table, as PyTorch's models hold it.
+/// `entries` read back to the host, the parts of a tensor kept in parts (`X.part0`, `X.part1`,
+/// ... of whole rows: [`plimsoll_nn::Embedding::in_parts`], [`plimsoll_nn::Linear::in_parts`])
+/// joined into one `X` in order: the whole tensor, as PyTorch's models hold it.
 pub fn host_state(entries: Vec<(String, Tensor)>) -> Result<Vec<(String, HostTensor)>> {
     let mut out: Vec<(String, HostTensor)> = Vec::with_capacity(entries.len());
     for (name, t) in entries {
@@ -355,7 +355,7 @@ pub fn host_state(entries: Vec<(String, Tensor)>) -> Result<Vec<(String, HostTen
         match name.rsplit_once(".part") {
             Some((base, index)) if index.parse::<usize>().is_ok() => {
                 let joined = out.last_mut().filter(|(n, h)| {
-                    n == base && h.shape.len() == 2 && h.shape.get(1) == shape.get(1)
+                    n == base && !h.shape.is_empty() && h.shape.get(1..) == shape.get(1..)
                 });
                 match (joined, index == "0") {
                     (Some((_, whole)), false) => {
@@ -395,16 +395,19 @@ pub fn regroup_tables(mut loaded: LoadedState, wanted: &[(String, Vec<usize>)]) 
         indices.sort_unstable();
         let names: Vec<String> = indices.iter().map(|i| format!("{base}.part{i}")).collect();
         let pieces: Vec<&HostTensor> = names.iter().filter_map(|n| loaded.tensors.get(n)).collect();
-        let width = pieces.first().and_then(|t| t.shape.get(1).copied());
+        let trailing: Option<&[usize]> = pieces.first().and_then(|t| t.shape.get(1..));
         let whole_rows = indices.iter().enumerate().all(|(k, &i)| k == i)
+            && pieces.len() == indices.len()
             && pieces
                 .iter()
-                .all(|t| t.shape.len() == 2 && t.shape.get(1).copied() == width);
+                .all(|t| !t.shape.is_empty() && t.shape.get(1..) == trailing);
         if !whole_rows || loaded.tensors.contains_key(&base) {
             continue;
         }
+        let mut shape = vec![pieces.iter().map(|t| t.shape[0]).sum::<usize>()];
+        shape.extend_from_slice(trailing.unwrap_or(&[]));
         let joined = HostTensor {
-            shape: vec![pieces.iter().map(|t| t.shape[0]).sum(), width.unwrap_or(0)],
+            shape,
             data: pieces.iter().flat_map(|t| t.data.iter().copied()).collect(),
         };
         for n in &names {
@@ -430,13 +433,14 @@ pub fn regroup_tables(mut loaded: LoadedState, wanted: &[(String, Vec<usize>)]) 
             .iter()
             .map(|(_, s)| s.first().copied().unwrap_or(0))
             .sum();
-        let width = pieces
-            .first()
-            .and_then(|(_, s)| s.get(1).copied())
-            .unwrap_or(0);
-        if whole.shape != [rows, width] {
+        let trailing: &[usize] = pieces.first().and_then(|(_, s)| s.get(1..)).unwrap_or(&[]);
+        let fits = whole.shape.first() == Some(&rows)
+            && whole.shape.get(1..) == Some(trailing)
+            && pieces.iter().all(|(_, s)| s.get(1..) == Some(trailing));
+        if !fits {
             continue;
         }
+        let width: usize = trailing.iter().product();
         let mut first = 0;
         let mut cut = Vec::with_capacity(pieces.len());
         for (name, shape) in &pieces {
