@@ -544,8 +544,13 @@ fn fixed_state_passes(
 }
 
 /// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
-/// fits with some checkpointing choice, and its fixed state: an unbudgeted dry run bounds it from
-/// above (without a budget the allocator sizes segments more freely), then bisection on twins.
+/// fits with some checkpointing choice, and its fixed state. One unbudgeted dry run of the
+/// choice that keeps the least (every block checkpointed, where that is a choice) bounds it
+/// from above (without a budget the allocator sizes segments more freely) and gives the fixed
+/// state, below which nothing fits; then bisection on twins, each budget tried with every
+/// choice until one fits (a dry run that runs out of memory stops there, so the ones that do
+/// not fit cost little; an unbudgeted dry run of a deep model runs whole, and one of each of a
+/// dozen choices made a refusal of GPT-2 XL take seconds).
 fn least_budget(
     gpu: &Gpu,
     inputs: Inputs<'_>,
@@ -554,36 +559,35 @@ fn least_budget(
 ) -> Result<(u64, u64)> {
     let micro = inputs.3.micro_batch.unwrap_or(1);
     let unbounded = gpu.planning_twin(u64::MAX);
-    let (mut fits, mut fixed) = (u64::MAX, u64::MAX);
-    // Each checkpointing's peak without a budget: the bisection below tries the lowest first.
-    let mut by_peak: Vec<(u64, usize)> = Vec::with_capacity(candidates.len());
-    for &segment_len in candidates {
-        let p = probe(&unbounded, inputs, segment_len, micro)?;
-        let peak = p
-            .peak_reserved_bytes
-            .max(p.eval_peak_reserved_bytes.unwrap_or(0));
-        by_peak.push((peak, segment_len));
-        fits = fits.min(peak);
-        fixed = fixed.min(
-            [
-                Category::Parameter,
-                Category::Gradient,
-                Category::OptimizerState,
-            ]
-            .iter()
-            .map(|c| p.category_peaks[c.index()])
-            .sum(),
-        );
-    }
+    let leanest = candidates
+        .iter()
+        .copied()
+        .find(|&c| c == 1)
+        .or_else(|| candidates.iter().copied().filter(|&c| c > 0).min())
+        .unwrap_or(0);
+    let p = probe(&unbounded, inputs, leanest, micro)?;
+    let mut fits = p
+        .peak_reserved_bytes
+        .max(p.eval_peak_reserved_bytes.unwrap_or(0));
+    let fixed: u64 = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+    ]
+    .iter()
+    .map(|c| p.category_peaks[c.index()])
+    .sum();
     // Every step holds the fixed state (parameters, gradients, optimizer state) at once: no
     // smaller budget can fit, so the search starts there.
     let mut fails = refused.max(fixed).min(fits);
-    by_peak.sort_unstable();
+    // The leanest choice first: it is the likeliest to fit.
+    let mut order: Vec<usize> = vec![leanest];
+    order.extend(candidates.iter().copied().filter(|&c| c != leanest));
     while fits - fails > (fits / 100).max(1) {
         let mid = fails + (fits - fails) / 2;
         let twin = gpu.planning_twin(mid);
         let mut ok = false;
-        for &(_, segment_len) in &by_peak {
+        for &segment_len in &order {
             if probe(&twin, inputs, segment_len, micro)?.fits() {
                 ok = true;
                 break;
@@ -682,6 +686,17 @@ pub fn plan(
     let mut lean = match plan_explained(gpu, (variant.as_ref(), data, test, config), true) {
         Ok(lean) => lean,
         Err(lean_err @ (Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. })) => {
+            // The parameters, gradients and optimizer state alone pass the budget: the recipe
+            // holds the same ones, so planning it too (as many dry runs again) cannot fit.
+            if let Error::BudgetTooSmall {
+                budget_bytes,
+                fixed_bytes,
+                ..
+            } = lean_err
+                && fixed_bytes > budget_bytes
+            {
+                return Err(lean_err);
+            }
             return match plan_explained(gpu, (spec, data, test, config), true) {
                 Ok(own) => Ok(own),
                 Err(own_err @ (Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. })) => {
