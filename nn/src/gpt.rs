@@ -9,7 +9,7 @@
 //! [`Gpt::state_dict`] adds the tied `lm_head.weight`, so a saved file loads into nanoGPT's
 //! `GPT(GPTConfig(bias=True, ...))` with `load_state_dict(..., strict=True)`.
 
-use plimsoll_autograd::{Gpu, Tensor, TensorOptions, checkpoint};
+use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 
 use crate::attention::CausalSelfAttention;
 use crate::blocks::TransformerBlock;
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::linear::{Linear, derive_seed};
 use crate::module::{Module, prefixed};
 use crate::norm::LayerNorm;
-use crate::sequential::into_autograd;
+use crate::sequential::{head_logits, run_blocks};
 
 /// The layer-norm epsilon (PyTorch's default, as nanoGPT).
 const LAYER_NORM_EPS: f32 = 1e-5;
@@ -252,16 +252,7 @@ impl Gpt {
     /// running each run of `segment_len` blocks through autograd's checkpoint (0: none).
     pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
         let h = self.hidden_checkpointed(ids, segment_len)?;
-        let parts = self.wte.parts();
-        if let [weight] = parts[..] {
-            return Ok(h.matmul_transposed(weight)?);
-        }
-        let logits = parts
-            .iter()
-            .map(|p| h.matmul_transposed(p))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let logits: Vec<&Tensor> = logits.iter().collect();
-        Ok(Tensor::concat(&logits, h.rank() - 1)?)
+        head_logits(&h, &self.wte.parts())
     }
 
     /// The mean next-token cross-entropy of token ids `[batch, time]` against `targets` (the
@@ -311,30 +302,12 @@ impl Gpt {
         if self.training && self.dropout > 0.0 {
             x = x.dropout(self.dropout)?;
         }
-        let segment = if segment_len == 0 {
-            self.blocks.len()
-        } else {
-            segment_len
-        };
-        for run in self.blocks.chunks(segment.max(1)) {
-            x = if segment_len == 0 {
-                run.iter().try_fold(x, |h, block| block.forward(&h))?
-            } else {
-                let run: Vec<TransformerBlock> = run.to_vec();
-                checkpoint(&[&x], move |xs: &[Tensor]| {
-                    let mut h = xs.first().cloned().ok_or_else(|| {
-                        plimsoll_autograd::Error::InvalidArgument {
-                            op: "Gpt::forward_checkpointed",
-                            message: "segment called without its input".to_string(),
-                        }
-                    })?;
-                    for block in &run {
-                        h = block.forward(&h).map_err(into_autograd)?;
-                    }
-                    Ok(h)
-                })?
-            };
-        }
+        let x = run_blocks(
+            self.blocks.as_slice(),
+            x,
+            segment_len,
+            "Gpt::forward_checkpointed",
+        )?;
         self.ln_f.forward(&x)
     }
 

@@ -11,7 +11,7 @@
 //! residual projections (`o_proj`, `down_proj`) at `0.02 / sqrt(2 n_layer)` as nanoGPT's, unit
 //! norm scales.
 
-use plimsoll_autograd::{Gpu, Tensor, checkpoint};
+use plimsoll_autograd::{Gpu, Tensor};
 
 use crate::attention::causal_attention_dropout;
 use crate::embedding::Embedding;
@@ -21,7 +21,7 @@ use crate::linear::{Linear, derive_seed};
 use crate::module::{Module, prefixed};
 use crate::norm::RmsNorm;
 use crate::rotary::rotary_embedding;
-use crate::sequential::into_autograd;
+use crate::sequential::{head_logits, run_blocks};
 
 /// Hugging Face's `initializer_range`.
 const INIT_STD: f32 = 0.02;
@@ -459,16 +459,7 @@ impl Llama {
     /// `segment_len` layers through autograd's checkpoint (0: none).
     pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
         let h = self.hidden_checkpointed(ids, segment_len)?;
-        let logits = self
-            .head_parts()
-            .iter()
-            .map(|p| h.matmul_transposed(p))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        if let [one] = &logits[..] {
-            return Ok(one.clone());
-        }
-        let logits: Vec<&Tensor> = logits.iter().collect();
-        Ok(Tensor::concat(&logits, h.rank() - 1)?)
+        head_logits(&h, &self.head_parts())
     }
 
     /// The mean next-token cross-entropy through the chunked output head, as
@@ -511,31 +502,13 @@ impl Llama {
                 found: ids.shape().to_vec(),
             });
         }
-        let mut x = self.embed_tokens.forward(ids)?;
-        let segment = if segment_len == 0 {
-            self.layers.len()
-        } else {
-            segment_len
-        };
-        for run in self.layers.chunks(segment.max(1)) {
-            x = if segment_len == 0 {
-                run.iter().try_fold(x, |h, layer| layer.forward(&h))?
-            } else {
-                let run: Vec<LlamaBlock> = run.to_vec();
-                checkpoint(&[&x], move |xs: &[Tensor]| {
-                    let mut h = xs.first().cloned().ok_or_else(|| {
-                        plimsoll_autograd::Error::InvalidArgument {
-                            op: "Llama::forward_checkpointed",
-                            message: "segment called without its input".to_string(),
-                        }
-                    })?;
-                    for layer in &run {
-                        h = layer.forward(&h).map_err(into_autograd)?;
-                    }
-                    Ok(h)
-                })?
-            };
-        }
+        let x = self.embed_tokens.forward(ids)?;
+        let x = run_blocks(
+            self.layers.as_slice(),
+            x,
+            segment_len,
+            "Llama::forward_checkpointed",
+        )?;
         self.norm.forward(&x)
     }
 }

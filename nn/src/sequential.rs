@@ -99,6 +99,52 @@ impl Sequential {
 }
 
 /// An nn error inside a checkpointed segment, which must return autograd's error type.
+/// `x` through `blocks` in order, each run of `segment_len` blocks through autograd's
+/// checkpoint (0: none, every block's activations kept): a decoder's stack of blocks. `op`
+/// names the caller in the error a segment called without its input would give.
+pub(crate) fn run_blocks<B: Module + Clone + 'static>(
+    blocks: &[B],
+    x: Tensor,
+    segment_len: usize,
+    op: &'static str,
+) -> Result<Tensor> {
+    if segment_len == 0 {
+        return blocks.iter().try_fold(x, |h, block| block.forward(&h));
+    }
+    let mut x = x;
+    for run in blocks.chunks(segment_len) {
+        let run: Vec<B> = run.to_vec();
+        x = checkpoint(&[&x], move |xs: &[Tensor]| {
+            let mut h =
+                xs.first()
+                    .cloned()
+                    .ok_or_else(|| plimsoll_autograd::Error::InvalidArgument {
+                        op,
+                        message: "segment called without its input".to_string(),
+                    })?;
+            for block in &run {
+                h = block.forward(&h).map_err(into_autograd)?;
+            }
+            Ok(h)
+        })?;
+    }
+    Ok(x)
+}
+
+/// The logits of hidden states `h` (`[.., dim]`) against an output head kept in `parts` of
+/// rows (`[rows, dim]` each, in order): one product per part, joined on the last axis.
+pub(crate) fn head_logits(h: &Tensor, parts: &[&Tensor]) -> Result<Tensor> {
+    let logits = parts
+        .iter()
+        .map(|p| h.matmul_transposed(p))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if let [one] = &logits[..] {
+        return Ok(one.clone());
+    }
+    let logits: Vec<&Tensor> = logits.iter().collect();
+    Ok(Tensor::concat(&logits, h.rank() - 1)?)
+}
+
 pub(crate) fn into_autograd(e: Error) -> plimsoll_autograd::Error {
     match e {
         Error::Autograd(e) => e,
