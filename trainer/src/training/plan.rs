@@ -532,15 +532,19 @@ fn fixed_state_passes(
 ) -> Result<bool> {
     let unbounded = gpu.planning_twin(u64::MAX);
     let p = probe(&unbounded, inputs, segment_len, 1)?;
-    let fixed: u64 = [
+    Ok(fixed_bytes(&p) > twin.memory_budget_bytes())
+}
+
+/// The fixed state a dry run held: its peaks of parameters, gradients and optimizer state.
+fn fixed_bytes(p: &Probe) -> u64 {
+    [
         Category::Parameter,
         Category::Gradient,
         Category::OptimizerState,
     ]
     .iter()
     .map(|c| p.category_peaks[c.index()])
-    .sum();
-    Ok(fixed > twin.memory_budget_bytes())
+    .sum()
 }
 
 /// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
@@ -569,14 +573,7 @@ fn least_budget(
     let mut fits = p
         .peak_reserved_bytes
         .max(p.eval_peak_reserved_bytes.unwrap_or(0));
-    let fixed: u64 = [
-        Category::Parameter,
-        Category::Gradient,
-        Category::OptimizerState,
-    ]
-    .iter()
-    .map(|c| p.category_peaks[c.index()])
-    .sum();
+    let fixed = fixed_bytes(&p);
     // Every step holds the fixed state (parameters, gradients, optimizer state) at once: no
     // smaller budget can fit, so the search starts there.
     let mut fails = refused.max(fixed).min(fits);
