@@ -115,6 +115,7 @@ impl Model for TwoLayers {
 }
 
 /// How to build it (the trainer's memory plan builds throwaway copies the same way).
+#[derive(Clone)]
 struct TwoLayersRecipe;
 
 impl Recipe for TwoLayersRecipe {

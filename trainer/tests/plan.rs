@@ -709,3 +709,62 @@ fn the_smollm2_135m_shape_is_planned_shapes_only() {
         "parameters {parameter_peak} vs {parameters}\n{plan}"
     );
 }
+
+/// A budget that follows the device: the tiny GPT planned at 64 MiB takes its whole batch of
+/// 12 at once; after two steps the device's budget falls below that plan's peak (another
+/// process took memory), and the next step plans again, with a smaller micro-batch or
+/// checkpointing that fit, and says so. No step is lost, and the parameters after six steps
+/// are the undisturbed run's (SGD: micro-batches and checkpointing give the same update to
+/// rounding). A budget that grows back is planned again too.
+#[test]
+fn a_budget_that_shrinks_mid_run_is_planned_again_and_the_update_is_unchanged() {
+    use plimsoll_kernels_wgsl::testing::fresh_gpu;
+    let (gpt, tokens) = tiny_gpt(4000);
+    let gpt = plimsoll_trainer::GptSpec {
+        optimizer: sgd_spec(&[1]).optimizer,
+        ..gpt
+    };
+    let windows = || plimsoll_trainer::TokenData::windows(tokens.clone(), 8, 13).unwrap();
+    let mut cfg = config(12, 1, 6, 0.05);
+    cfg.micro_batch = None;
+    cfg.checkpointing = CheckpointPolicy::Automatic;
+    cfg.memory_budget_bytes = Some(64 << 20);
+    let undisturbed = {
+        let gpu = fresh_gpu();
+        let mut t = Trainer::new(&gpu, cfg.clone(), &gpt, windows(), None).unwrap();
+        t.run(&mut plimsoll_trainer::Silent).unwrap();
+        values(t.parameters())
+    };
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(&gpu, cfg.clone(), &gpt, windows(), None).unwrap();
+    let first = t.plan().unwrap().clone();
+    assert_eq!((first.micro_batch, first.segment_len), (12, 0), "{first}");
+    t.step().unwrap();
+    t.step().unwrap();
+    // Below what the step allocates at its peak (a tighter budget only packs segments
+    // tighter), above the fixed state.
+    let shrunk = first.predicted_peak_bytes * 3 / 4;
+    gpu.set_memory_budget(shrunk);
+    let report = t.step().unwrap();
+    assert_eq!(report.step, 3);
+    let second = t.plan().unwrap().clone();
+    assert_eq!(second.budget_bytes, shrunk);
+    assert!(
+        (second.micro_batch, second.segment_len) != (12, 0)
+            && second.predicted_peak_reserved_bytes <= shrunk,
+        "{second}"
+    );
+    assert_eq!(report.micro_batch, second.micro_batch);
+    assert!(
+        t.log().iter().any(|l| l.contains("planned again")),
+        "{:?}",
+        t.log()
+    );
+    // The memory comes back: planned again, the whole batch again.
+    gpu.set_memory_budget(64 << 20);
+    t.step().unwrap();
+    assert_eq!(t.plan().unwrap().micro_batch, 12);
+    t.run(&mut plimsoll_trainer::Silent).unwrap();
+    assert_eq!(t.position().step, 6);
+    assert_params_close(&values(t.parameters()), &undisturbed, 1e-5);
+}

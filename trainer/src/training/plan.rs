@@ -730,6 +730,22 @@ pub fn plan(
     }
 }
 
+/// Plans `recipe` itself again (its memory-efficient variant is not considered: the model is
+/// built) under the current budget of `gpu`: what a run does when the budget changes mid-run.
+/// No least budget is searched for a refusal.
+///
+/// # Errors
+/// As [`plan`]'s.
+pub fn replan(
+    gpu: &Gpu,
+    recipe: &dyn Recipe,
+    data: &dyn Data,
+    test: Option<&dyn Data>,
+    config: &TrainConfig,
+) -> Result<MemoryPlan> {
+    plan_explained(gpu, (recipe, data, test, config), false)
+}
+
 /// Host bytes of the batches the loader thread keeps ready ([`crate::loader`]): `prefetch`
 /// batches (one without prefetching) of `effective_batch` samples, each as large as sample 0
 /// built in host memory (0 for data that builds its batches only on the device).

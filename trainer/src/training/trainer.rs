@@ -68,6 +68,9 @@ pub struct Trainer {
     pub(crate) micro_batch: usize,
     pub(crate) segment_len: usize,
     pub(crate) plan: Option<MemoryPlan>,
+    /// What the model was built from (the plan's choice of variant), kept to plan again when
+    /// the device's budget changes mid-run ([`Trainer::step`]).
+    pub(crate) recipe: Box<dyn Recipe>,
     pub(crate) position: RunPosition,
     pub(crate) log: Vec<String>,
     pub(crate) delivered_log: usize,
@@ -236,6 +239,7 @@ impl Trainer {
             micro_batch,
             segment_len,
             plan,
+            recipe: recipe.clone_recipe(),
             position,
             log,
             delivered_log: 0,
@@ -429,9 +433,77 @@ impl Trainer {
         }
     }
 
+    /// A budget that follows the device: when the device's memory budget
+    /// ([`Gpu::memory_budget_bytes`], which [`Gpu::set_memory_budget`] changes, e.g. when
+    /// another process takes memory) has fallen below the plan's predicted peak, or grown past
+    /// the budget it was planned for while the plan could not take the whole batch without
+    /// checkpointing, the run plans again at this step boundary (the same model: the choice of
+    /// variant stays) and goes on with the new micro-batch and checkpointing, saying so. Only
+    /// where the run plans (no `--micro-batch` and no fixed checkpointing given); when nothing
+    /// fits the new budget it says so and keeps its choice (out-of-memory recovery then halves
+    /// the micro-batch step by step).
+    fn follow_budget(&mut self, step: u64) -> Result<()> {
+        let Some(plan) = &self.plan else {
+            return Ok(());
+        };
+        let budget = self.gpu.memory_budget_bytes();
+        let was = plan.budget_bytes;
+        let best_already = plan.micro_batch >= plan.effective_batch && plan.segment_len == 0;
+        let shrank_below = budget < plan.predicted_peak_reserved_bytes;
+        let grew = budget > was && !best_already;
+        if budget == was || !self.config.needs_plan() || !(shrank_below || grew) {
+            return Ok(());
+        }
+        let mut per_rank = self.config.clone();
+        per_rank.effective_batch =
+            crate::collective::largest_shard(self.config.effective_batch, self.collective.ranks());
+        let fmt = plimsoll_allocator::format_bytes;
+        let replanned = crate::plan::replan(
+            &self.gpu,
+            self.recipe.as_ref(),
+            self.train.as_ref(),
+            self.test.as_deref(),
+            &per_rank,
+        );
+        match replanned {
+            Ok(new) => {
+                self.note(format!(
+                    "the memory budget changed from {} to {} before step {step}: planned again, \
+                     {} micro-batch(es) of {}, checkpointing {} (predicted peak {}, was {})",
+                    fmt(was),
+                    fmt(budget),
+                    per_rank.effective_batch.div_ceil(new.micro_batch.max(1)),
+                    new.micro_batch,
+                    crate::plan::segment_name(new.segment_len),
+                    fmt(new.predicted_peak_reserved_bytes),
+                    fmt(plan.predicted_peak_reserved_bytes),
+                ));
+                self.micro_batch = new.micro_batch;
+                self.segment_len = new.segment_len;
+                self.position.micro_batch = new.micro_batch;
+                self.plan = Some(new);
+            }
+            Err(Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. }) => {
+                self.note(format!(
+                    "the memory budget changed from {} to {} before step {step}, and no \
+                     micro-batch or checkpointing fits it; the run keeps its choice \
+                     (out-of-memory recovery halves the micro-batch where a step needs it)",
+                    fmt(was),
+                    fmt(budget)
+                ));
+                if let Some(p) = self.plan.as_mut() {
+                    p.budget_bytes = budget;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
     /// Runs one optimizer step on the next batch; see the module docs for what it guarantees.
     pub fn step(&mut self) -> Result<StepReport> {
         let start = Instant::now();
+        self.follow_budget(self.position.step + 1)?;
         let effective = self.config.effective_batch;
         if self.order_epoch != Some(self.position.epoch) {
             self.order = EpochOrder::new(self.train.len(), self.config.seed, self.position.epoch);

@@ -305,8 +305,21 @@ pub trait Model: Send {
     }
 }
 
+/// Cloning a boxed [`Recipe`] (the trainer keeps one to plan again when the budget changes);
+/// implemented for every `Clone` recipe.
+pub trait RecipeClone {
+    /// A boxed copy.
+    fn clone_recipe(&self) -> Box<dyn Recipe>;
+}
+
+impl<T: Recipe + Clone + 'static> RecipeClone for T {
+    fn clone_recipe(&self) -> Box<dyn Recipe> {
+        Box::new(self.clone())
+    }
+}
+
 /// How to build a model and its optimizer.
-pub trait Recipe: Send + Sync {
+pub trait Recipe: RecipeClone + Send + Sync {
     /// A fresh model and optimizer on `gpu` (the same every time: seeded).
     fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)>;
 
