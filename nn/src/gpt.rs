@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::linear::{Linear, derive_seed};
 use crate::module::{Module, prefixed};
 use crate::norm::LayerNorm;
-use crate::sequential::{head_logits, run_blocks};
+use crate::sequential::{chunked_head_loss, head_logits, run_blocks, token_time};
 
 /// The layer-norm epsilon (PyTorch's default, as nanoGPT).
 const LAYER_NORM_EPS: f32 = 1e-5;
@@ -270,32 +270,12 @@ impl Gpt {
         chunk_rows: usize,
     ) -> Result<Tensor> {
         let h = self.hidden_checkpointed(ids, segment_len)?;
-        let rows = ids.numel();
-        crate::loss::linear_cross_entropy_parts(
-            &h.reshape(&[rows, self.config.n_embd])?,
-            &self.wte.parts(),
-            &targets.reshape(&[targets.numel()])?,
-            label_smoothing,
-            chunk_rows,
-        )
+        chunked_head_loss(&h, &self.wte.parts(), targets, label_smoothing, chunk_rows)
     }
 
     /// The final hidden states `[batch, time, n_embd]` (after `ln_f`, before the head).
     fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        let &[_, time] = ids.shape() else {
-            return Err(Error::InputShape {
-                module: "Gpt",
-                expected: "[batch, time] u32 token ids".to_string(),
-                found: ids.shape().to_vec(),
-            });
-        };
-        if time == 0 || time > self.config.block_size {
-            return Err(Error::InputShape {
-                module: "Gpt",
-                expected: format!("[batch, time] with 1 <= time <= {}", self.config.block_size),
-                found: ids.shape().to_vec(),
-            });
-        }
+        let time = token_time(ids, self.config.block_size, "Gpt")?;
         let positions: Vec<u32> = (0..time as u32).collect();
         let positions = Tensor::from_indices(ids.gpu(), &positions, &[time])?;
         let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;

@@ -21,7 +21,7 @@ use crate::linear::{Linear, derive_seed};
 use crate::module::{Module, prefixed};
 use crate::norm::RmsNorm;
 use crate::rotary::rotary_embedding;
-use crate::sequential::{head_logits, run_blocks};
+use crate::sequential::{chunked_head_loss, head_logits, run_blocks, token_time};
 
 /// Hugging Face's `initializer_range`.
 const INIT_STD: f32 = 0.02;
@@ -473,35 +473,12 @@ impl Llama {
         chunk_rows: usize,
     ) -> Result<Tensor> {
         let h = self.hidden_checkpointed(ids, segment_len)?;
-        let rows = ids.numel();
-        crate::loss::linear_cross_entropy_parts(
-            &h.reshape(&[rows, self.config.hidden_size])?,
-            &self.head_parts(),
-            &targets.reshape(&[targets.numel()])?,
-            label_smoothing,
-            chunk_rows,
-        )
+        chunked_head_loss(&h, &self.head_parts(), targets, label_smoothing, chunk_rows)
     }
 
     /// The final hidden states `[batch, time, width]` (after `model.norm`).
     fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        let &[_, time] = ids.shape() else {
-            return Err(Error::InputShape {
-                module: "Llama",
-                expected: "[batch, time] u32 token ids".to_string(),
-                found: ids.shape().to_vec(),
-            });
-        };
-        if time == 0 || time > self.config.max_position_embeddings {
-            return Err(Error::InputShape {
-                module: "Llama",
-                expected: format!(
-                    "[batch, time] with 1 <= time <= {}",
-                    self.config.max_position_embeddings
-                ),
-                found: ids.shape().to_vec(),
-            });
-        }
+        token_time(ids, self.config.max_position_embeddings, "Llama")?;
         let x = self.embed_tokens.forward(ids)?;
         let x = run_blocks(
             self.layers.as_slice(),

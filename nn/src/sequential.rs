@@ -145,6 +145,44 @@ pub(crate) fn head_logits(h: &Tensor, parts: &[&Tensor]) -> Result<Tensor> {
     Ok(Tensor::concat(&logits, h.rank() - 1)?)
 }
 
+/// The time axis of u32 token ids `[batch, time]` for a model (`module`, in errors) of
+/// `context` positions. Errors: another rank, or `time` outside `1..=context`.
+pub(crate) fn token_time(ids: &Tensor, context: usize, module: &'static str) -> Result<usize> {
+    match *ids.shape() {
+        [_, time] if (1..=context).contains(&time) => Ok(time),
+        [_, _] => Err(Error::InputShape {
+            module,
+            expected: format!("[batch, time] with 1 <= time <= {context}"),
+            found: ids.shape().to_vec(),
+        }),
+        _ => Err(Error::InputShape {
+            module,
+            expected: "[batch, time] u32 token ids".to_string(),
+            found: ids.shape().to_vec(),
+        }),
+    }
+}
+
+/// The mean next-token cross-entropy of hidden states `h` (`[batch, time, width]`) through an
+/// output head kept in `parts`, against `targets` (`[batch, time]`), in chunks of `chunk_rows`
+/// rows ([`crate::loss::linear_cross_entropy_parts`]; the logits never whole).
+pub(crate) fn chunked_head_loss(
+    h: &Tensor,
+    parts: &[&Tensor],
+    targets: &Tensor,
+    label_smoothing: f32,
+    chunk_rows: usize,
+) -> Result<Tensor> {
+    let width = h.shape().last().copied().unwrap_or(0);
+    crate::loss::linear_cross_entropy_parts(
+        &h.reshape(&[h.numel() / width.max(1), width])?,
+        parts,
+        &targets.reshape(&[targets.numel()])?,
+        label_smoothing,
+        chunk_rows,
+    )
+}
+
 pub(crate) fn into_autograd(e: Error) -> plimsoll_autograd::Error {
     match e {
         Error::Autograd(e) => e,
