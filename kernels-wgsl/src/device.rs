@@ -185,6 +185,8 @@ pub(crate) struct Shared {
     pub(crate) planning: bool,
     /// Pipelines asked for by this device's planning twins ([`Gpu::compile_wanted`]).
     pub(crate) wanted: Arc<crate::pipeline::Wanted>,
+    /// What the device was opened with ([`Gpu::reopen`] opens another the same way).
+    pub(crate) options: GpuOptions,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
     /// thread go only once every other field has dropped (see `crate::teardown`).
     pub(crate) teardown: TeardownGate,
@@ -209,6 +211,8 @@ pub(crate) struct Parts {
     /// Where the pipelines a planning device's launches ask for are noted: shared by a device
     /// and its planning twins ([`Gpu::compile_wanted`]).
     pub(crate) wanted: Arc<crate::pipeline::Wanted>,
+    /// What the device was opened with.
+    pub(crate) options: GpuOptions,
 }
 
 impl Shared {
@@ -250,6 +254,7 @@ impl Shared {
             f16_packed: AtomicBool::new(false),
             planning: p.planning,
             wanted: p.wanted,
+            options: p.options,
             teardown: TeardownGate::default(),
         }
     }
@@ -426,10 +431,26 @@ impl Gpu {
             max_in_flight,
             planning: false,
             wanted: Arc::default(),
+            options: options.clone(),
         });
         Ok(Gpu {
             shared: Arc::new(shared),
         })
+    }
+
+    /// Opens a new device the way this one was opened (its [`GpuOptions`], with its current
+    /// memory budget, deadlines and 16-bit path): what a run does once this device is lost
+    /// (driver reset, watchdog). Nothing of this device is shared: the new one has its own
+    /// allocator and compiles its pipelines again. Errors as [`Gpu::with_options`]'s.
+    pub fn reopen(&self) -> Result<Gpu> {
+        let mut options = self.shared.options.clone();
+        options.memory_budget_bytes = Some(self.memory_budget_bytes());
+        options.default_deadline = Some(self.default_deadline());
+        options.drop_deadline = Some(self.drop_deadline());
+        let gpu = Gpu::with_options(options)?;
+        let packed = self.shared.f16_packed.load(Ordering::Relaxed);
+        gpu.shared.f16_packed.store(packed, Ordering::Relaxed);
+        Ok(gpu)
     }
 
     /// How many devices this process has leaked so far because their work was still running at

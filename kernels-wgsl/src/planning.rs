@@ -35,6 +35,7 @@ impl Gpu {
             max_in_flight: real.max_in_flight,
             planning: true,
             wanted: Arc::clone(&real.wanted),
+            options: real.options.clone(),
         });
         let packed = real.f16_packed.load(std::sync::atomic::Ordering::Relaxed);
         shared

@@ -141,18 +141,18 @@ pub fn serialize(
             },
         ));
     }
-    serialize_host(path, &host, metadata)
+    serialize_host(path, host.iter().map(|(n, t)| (n, t)), metadata)
 }
 
 /// [`serialize`] of tensors already on the host. Errors: a duplicate name, a shape that does
 /// not fit its values.
-pub fn serialize_host(
+pub fn serialize_host<'a>(
     path: &Path,
-    tensors: &[(String, HostTensor)],
+    tensors: impl IntoIterator<Item = (&'a String, &'a HostTensor)>,
     metadata: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>> {
     let mut seen = std::collections::BTreeSet::new();
-    let mut host: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::with_capacity(tensors.len());
+    let mut host: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, t) in tensors {
         if !seen.insert(name.as_str()) {
             return Err(Error::InvalidConfig {

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_nn::Optimizer;
-use plimsoll_nn::state::{self, LoadedState};
+use plimsoll_nn::state::{self, HostTensor, LoadedState};
 
 use crate::error::{Error, Result};
 use crate::scaler::LossScaler;
@@ -73,10 +73,18 @@ pub fn save(
     optimizer: &dyn Optimizer,
     position: &RunPosition,
 ) -> Result<PathBuf> {
-    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    let state = host_state(params, optimizer, position)?;
+    save_host(dir, file, &state, position.step)
+}
+
+/// What a checkpoint holds, read back into host memory: every parameter (`param.<name>`), every
+/// optimizer-state tensor (`optim.<name>`) and `position` as metadata. [`save_host`] writes it;
+/// [`restore`] puts it back.
+pub fn host_state(
+    params: &[(String, Tensor)],
+    optimizer: &dyn Optimizer,
+    position: &RunPosition,
+) -> Result<LoadedState> {
     let mut tensors: Vec<(String, Tensor)> = params
         .iter()
         .map(|(n, t)| (format!("{PARAM_PREFIX}{n}"), t.clone()))
@@ -106,9 +114,34 @@ pub fn save(
         put("loss_scale_good_steps", s.good_steps.to_string());
         put("skipped_steps", s.skipped_steps.to_string());
     }
+    let mut state = LoadedState {
+        tensors: BTreeMap::new(),
+        metadata,
+    };
+    for (name, t) in tensors {
+        let host = HostTensor {
+            shape: t.shape().to_vec(),
+            data: t.to_vec()?,
+        };
+        if state.tensors.insert(name.clone(), host).is_some() {
+            return Err(Error::invalid(
+                "checkpoint",
+                format!("the name {name:?} appears twice; names must be unique"),
+            ));
+        }
+    }
+    Ok(state)
+}
+
+/// Writes `state` (from [`host_state`], the state after `step`) to `dir/<file>` atomically.
+pub fn save_host(dir: &Path, file: &str, state: &LoadedState, step: u64) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     let path = dir.join(file);
-    let bytes = state::serialize(&path, &tensors, &metadata)?;
-    write_checked(&path, &bytes, position.step)?;
+    let bytes = state::serialize_host(&path, &state.tensors, &state.metadata)?;
+    write_checked(&path, &bytes, step)?;
     Ok(path)
 }
 
@@ -258,6 +291,20 @@ pub fn load(
         }
     }
     let loaded = crate::task::regroup_tables(loaded, &wanted);
+    restore(gpu, &loaded, path, params, optimizer, checks)
+}
+
+/// [`load`] of a state already in host memory (a checkpoint read, or [`host_state`]'s),
+/// `origin` naming it in errors; the same checks, and the same all-or-nothing writes.
+pub fn restore(
+    gpu: &Gpu,
+    loaded: &LoadedState,
+    origin: &Path,
+    params: &[(String, Tensor)],
+    optimizer: &mut dyn Optimizer,
+    checks: LoadChecks,
+) -> Result<RunPosition> {
+    let path = origin;
     let format = loaded.metadata.get("format").map(String::as_str);
     if format != Some(FORMAT) {
         return Err(Error::invalid(

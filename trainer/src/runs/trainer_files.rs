@@ -176,7 +176,11 @@ impl Trainer {
     pub fn export_model(&self, path: &Path) -> Result<()> {
         let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
         let entries = self.model.export_entries()?;
-        let bytes = plimsoll_nn::state::serialize_host(path, &entries, &metadata)?;
+        let bytes = plimsoll_nn::state::serialize_host(
+            path,
+            entries.iter().map(|(n, t)| (n, t)),
+            &metadata,
+        )?;
         checkpoint_io::write_checked(path, &bytes, self.position.step)?;
         // Hugging Face's `config.json` beside it, for `from_pretrained` on the folder.
         if let Some(config) = self.model.export_config() {
