@@ -219,7 +219,7 @@ impl Shared {
     /// A device's shared state from its parts: the allocator over wgpu segments (stand-ins on a
     /// planning device), an empty batch, empty caches.
     pub(crate) fn assemble(p: Parts) -> Shared {
-        let faults = Arc::new(crate::fault::Faults::default());
+        let faults = Arc::new(crate::fault::Faults::new(Arc::clone(&p.health)));
         let source = match p.planning {
             true => WgpuSegments::planning(p.device.clone(), Arc::clone(&faults)),
             false => WgpuSegments::new(p.device.clone(), Arc::clone(&faults)),

@@ -13,7 +13,8 @@
 //! - a read-back: [`Error::Timeout`] after the batch was submitted, as a stalled GPU gives.
 //!
 //! [`FaultAction::LoseDevice`] marks the device lost at that event instead (at a segment
-//! creation, where the allocator cannot see the device, it fails as [`FaultAction::Fail`]).
+//! creation the buffer is refused too, as a driver that loses the device over an allocation
+//! does: the allocator reports out-of-memory and the next call finds the device lost).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,9 +72,38 @@ pub enum FaultAction {
 pub(crate) struct Faults {
     counts: [AtomicU64; 4],
     armed: Mutex<Option<(FaultPoint, u64, FaultAction)>>,
+    /// The device's health, for the points that have no other way to it (segment creation).
+    health: std::sync::OnceLock<std::sync::Arc<crate::device::Health>>,
 }
 
 impl Faults {
+    /// Counters of the device whose health is `health`.
+    pub(crate) fn new(health: std::sync::Arc<crate::device::Health>) -> Faults {
+        let faults = Faults::default();
+        let _ = faults.health.set(health);
+        faults
+    }
+
+    /// Counts one event at `point` as [`Faults::hit`] does, and marks the device lost when that
+    /// is the action: `true` when the caller must fail the event.
+    #[cfg_attr(
+        not(all(feature = "fault-injection", debug_assertions)),
+        allow(dead_code)
+    )]
+    pub(crate) fn hit_or_lose(&self, point: FaultPoint) -> bool {
+        match self.hit(point) {
+            Some(FaultAction::LoseDevice) => {
+                if let Some(h) = self.health.get() {
+                    let at = point.name();
+                    h.mark_lost(format!("{} at a {at} event", crate::device::INJECTED));
+                }
+                true
+            }
+            Some(FaultAction::Fail) => true,
+            None => false,
+        }
+    }
+
     /// Counts one event at `point`; returns the action if it is the armed one (which is then
     /// disarmed: a fault fires once).
     #[cfg_attr(

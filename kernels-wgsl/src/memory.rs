@@ -177,7 +177,7 @@ impl SegmentSource for WgpuSegments {
             .filter(|cap| self.live_bytes.saturating_add(size_bytes) > *cap);
         // An injected fault is refused the same way, by wgpu.
         #[cfg(all(feature = "fault-injection", debug_assertions))]
-        let injected = self.faults.hit(crate::fault::FaultPoint::Segment).is_some();
+        let injected = self.faults.hit_or_lose(crate::fault::FaultPoint::Segment);
         #[cfg(not(all(feature = "fault-injection", debug_assertions)))]
         let injected = false;
         // Over the simulated cap, ask for more than any buffer may hold: wgpu itself refuses.

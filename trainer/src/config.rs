@@ -102,6 +102,39 @@ pub struct TrainConfig {
     /// Training batches the loader thread builds in host memory ahead of the step
     /// ([`crate::loader`]); 0: each step builds its own when it starts.
     pub prefetch: usize,
+    /// How often the training state is kept in host memory, the state a lost device's run goes
+    /// on from ([`Trainer::step`](crate::Trainer::step); a saved checkpoint is kept too).
+    pub snapshot_every: SnapshotEvery,
+    /// Device losses in a row (with no new step finished between them) that the run recovers
+    /// from on a new device; the next one ends it. 0: a lost device ends the run.
+    pub max_device_losses: u32,
+}
+
+/// How often [`TrainConfig::snapshot_every`] keeps the training state in host memory. Each
+/// snapshot reads the parameters and the optimizer state back (one read-back; host memory as
+/// large as a checkpoint). After a device loss the steps since the snapshot run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotEvery {
+    /// Before every this many steps (at least 1).
+    Steps(u64),
+    /// Before the first step after this much time since the last snapshot.
+    Interval(Duration),
+    /// None kept: a lost device goes on from the last checkpoint this run saved, if any.
+    Off,
+}
+
+/// The default [`SnapshotEvery`]: two minutes of training at most to run again.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(120);
+
+impl std::fmt::Display for SnapshotEvery {
+    /// As `--snapshot-every` takes it: `50` (steps), `120s`, `off`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SnapshotEvery::Steps(n) => write!(f, "{n}"),
+            SnapshotEvery::Interval(d) => write!(f, "{}s", d.as_secs()),
+            SnapshotEvery::Off => f.write_str("off"),
+        }
+    }
 }
 
 /// What a step stores activations in.
@@ -151,6 +184,8 @@ impl Default for TrainConfig {
             allocator: AllocatorMode::Caching,
             precision: Precision::F32,
             prefetch: 2,
+            snapshot_every: SnapshotEvery::Interval(DEFAULT_SNAPSHOT_INTERVAL),
+            max_device_losses: 3,
         }
     }
 }

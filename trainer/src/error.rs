@@ -314,6 +314,11 @@ impl Error {
         matches!(self, Error::Invalid { what, .. } if what.starts_with("--"))
     }
 
+    /// Whether this is (or wraps) a lost device ([`KernelError::DeviceLost`]).
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self.kernel_error(), Some(KernelError::DeviceLost { .. }))
+    }
+
     /// Whether this is (or wraps) a fence timeout.
     pub fn is_timeout(&self) -> bool {
         matches!(self.kernel_error(), Some(KernelError::Timeout { .. }))

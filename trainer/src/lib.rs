@@ -13,12 +13,14 @@
 //! - deadlines: every wait uses the fence deadline; a step's losses and finiteness flags are
 //!   read back once per step; a timeout saves the last good state first ([`trainer`]);
 //! - non-finite values stop the step and name the first parameter ([`step`]);
-//! - checkpoints are atomic safetensors files and resume bit-identically ([`checkpoint_io`]).
+//! - checkpoints are atomic safetensors files and resume bit-identically ([`checkpoint_io`]);
+//! - a lost device is not a lost run: the trainer goes on with a new device from the state kept
+//!   in host memory, and the finished run is bit-identical to an undisturbed one ([`recovery`]).
 //!
 //! It is not a layer library (that is `plimsoll-nn`): it trains whatever a [`Recipe`] builds on
 //! whatever [`Data`] holds ([`task`]); the MLP classifier and nanoGPT's GPT come with it
 //! ([`model`]). Map, one folder per part: the loop (`training/`: [`trainer`], [`step`], [`plan`],
-//! [`scaler`], [`collective`]), runs on disk (`runs/`: [`checkpoint_io`], [`run_dir`]), what
+//! [`recovery`], [`scaler`], [`collective`]), runs on disk (`runs/`: [`checkpoint_io`], [`run_dir`]), what
 //! watches the run (`observe/`: the step hooks [`timeline`], [`profiling`] and [`leak`], with
 //! [`memory_viz`], [`metrics`], [`report`]), what is trained (`workload/`: [`task`], [`model`],
 //! [`data`], [`text`], [`sample`](mod@sample), [`host`]); [`config`] and [`error`] at the root.
@@ -35,10 +37,13 @@ mod workload;
 // Each part's modules, at the crate root where their paths have always been.
 pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
 pub use runs::{checkpoint_io, run_dir};
-pub use training::{collective, loader, plan, scaler, step, trainer};
+pub use training::{collective, loader, plan, recovery, scaler, step, trainer};
 pub use workload::{data, host, model, prepare, sample, task, text, token_files, tokenizer};
 
-pub use config::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, RunLength, TrainConfig};
+pub use config::{
+    AllocatorMode, CheckpointPolicy, DEFAULT_SNAPSHOT_INTERVAL, LeakPolicy, Precision, RunLength,
+    SnapshotEvery, TrainConfig,
+};
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};

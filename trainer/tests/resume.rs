@@ -9,9 +9,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use common::*;
+use plimsoll_kernels_wgsl::fault::{FaultAction, FaultPoint};
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::checkpoint_io::{best_path, latest_path};
-use plimsoll_trainer::{Evaluation, LOSS_WINDOW, Observer, RunLength, Silent, StepReport, Trainer};
+use plimsoll_trainer::{
+    Evaluation, Gpu, LOSS_WINDOW, Observer, RunLength, Silent, SnapshotEvery, StepReport,
+    TokenData, Trainer,
+};
 
 #[test]
 fn a_resumed_run_is_bit_identical() {
@@ -260,4 +264,87 @@ fn a_refused_resume_leaves_the_model_as_it_was() {
         "0.weight and 0.bias matched, yet nothing written"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A GPT with dropout (so the replayed steps must draw the same masks) over windows that cross
+/// an epoch in the run: its parameters after `steps` steps, the trainer, and what `lose` did
+/// to it before each step (`lose(trainer, step)`).
+fn gpt_run(
+    steps: u64,
+    snapshot_every: SnapshotEvery,
+    mut lose: impl FnMut(&mut Trainer, u64),
+) -> (Vec<(String, Vec<f32>)>, Trainer) {
+    let (mut spec, tokens) = tiny_gpt(120);
+    spec.dropout = 0.1;
+    let windows = TokenData::windows(tokens, 8, 13).unwrap();
+    let gpu = fresh_gpu();
+    let mut config = config(8, 4, steps, 1e-2);
+    config.snapshot_every = snapshot_every;
+    let mut t = Trainer::new(&gpu, config, &spec, windows, None).unwrap();
+    for step in 1..=steps {
+        lose(&mut t, step);
+        let report = t.step().unwrap();
+        assert_eq!(report.step, step);
+    }
+    (values(t.parameters()), t)
+}
+
+#[test]
+fn a_lost_device_is_replaced_and_the_run_ends_bit_identical() {
+    let (straight, _) = gpt_run(6, SnapshotEvery::Steps(3), |_, _| {});
+    let started_on = std::cell::Cell::new(None::<Gpu>);
+    let (recovered, t) = gpt_run(6, SnapshotEvery::Steps(3), |t, step| match step {
+        // The wgpu device itself destroyed between steps: step 2 finds it lost, goes on from
+        // the state kept before step 1 on a new device and runs step 1 again.
+        2 => {
+            started_on.set(Some(t.gpu().clone()));
+            t.gpu().destroy();
+        }
+        // Lost at the third submission of step 5: back to the state kept before step 4.
+        5 => {
+            t.gpu().reset_fault_counts();
+            t.gpu()
+                .arm_fault(FaultPoint::Submission, 2, FaultAction::LoseDevice);
+        }
+        _ => {}
+    });
+    assert_eq!(recovered, straight, "parameters after two device losses");
+    assert_eq!(t.device_losses(), 2);
+    // The run ended on a working device, not the one it started on (which stays lost).
+    assert!(started_on.take().unwrap().check_alive().is_err());
+    t.gpu().check_alive().unwrap();
+    let log = t.log().join("\n");
+    assert!(
+        log.contains("after step 1 the device was lost")
+            && log.contains("running steps 1..=1 again"),
+        "{log}"
+    );
+    assert!(
+        log.contains("after step 4 the device was lost") && log.contains("from step 3"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_device_lost_again_and_again_ends_the_run_after_the_allowed_losses() {
+    let (spec, tokens) = tiny_gpt(120);
+    let windows = TokenData::windows(tokens, 8, 13).unwrap();
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(&gpu, config(8, 8, 3, 1e-2), &spec, windows, None).unwrap();
+    t.step().unwrap();
+    // Every new device is lost at once.
+    t.set_reopen(Box::new(|lost: &Gpu| {
+        let gpu = lost.reopen()?;
+        gpu.destroy();
+        Ok(gpu)
+    }));
+    t.gpu().destroy();
+    let error = t.step().unwrap_err();
+    assert!(error.is_device_lost(), "{error}");
+    let log = t.log().join("\n");
+    assert!(
+        log.contains("lost 4 times in a row") && log.contains("--max-device-losses"),
+        "{log}"
+    );
+    assert_eq!(t.device_losses(), 4);
 }

@@ -65,6 +65,14 @@ pub struct StepReport {
     /// Peaks of each phase the step went through (`forward`, `backward`, `optimizer`; an
     /// evaluation's peaks are in its own [`EvalRecord`]).
     pub phases: BTreeMap<&'static str, PhasePeak>,
+    /// Device losses during the step that the run went on from on a new device
+    /// ([`crate::recovery`]); absent when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub device_losses: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The peaks of one phase of a step.

@@ -318,22 +318,22 @@ pub fn restore(
         ));
     }
     let position = RunPosition {
-        step: meta(&loaded, path, "step")?,
-        epoch: meta(&loaded, path, "epoch")?,
-        sample_in_epoch: meta(&loaded, path, "sample_in_epoch")?,
-        rng_state: meta(&loaded, path, "rng_state")?,
-        seed: meta(&loaded, path, "seed")?,
-        micro_batch: meta(&loaded, path, "micro_batch")?,
+        step: meta(loaded, path, "step")?,
+        epoch: meta(loaded, path, "epoch")?,
+        sample_in_epoch: meta(loaded, path, "sample_in_epoch")?,
+        rng_state: meta(loaded, path, "rng_state")?,
+        seed: meta(loaded, path, "seed")?,
+        micro_batch: meta(loaded, path, "micro_batch")?,
         best_eval_loss: match loaded.metadata.get("best_eval_loss") {
             None => None,
-            Some(_) => Some(meta(&loaded, path, "best_eval_loss")?),
+            Some(_) => Some(meta(loaded, path, "best_eval_loss")?),
         },
         loss_scaler: match loaded.metadata.get("loss_scale") {
             None => None,
             Some(_) => Some(LossScaler {
-                scale: meta(&loaded, path, "loss_scale")?,
-                good_steps: meta(&loaded, path, "loss_scale_good_steps")?,
-                skipped_steps: meta(&loaded, path, "skipped_steps")?,
+                scale: meta(loaded, path, "loss_scale")?,
+                good_steps: meta(loaded, path, "loss_scale_good_steps")?,
+                skipped_steps: meta(loaded, path, "skipped_steps")?,
             }),
         },
     };
@@ -345,7 +345,7 @@ pub fn restore(
             format!("loss scale {} is not a positive finite number", s.scale),
         ));
     }
-    let optimizer_steps: u64 = meta(&loaded, path, "optimizer_steps")?;
+    let optimizer_steps: u64 = meta(loaded, path, "optimizer_steps")?;
     let bad = |message: String| Error::invalid(path.display().to_string(), message);
     if let Some(seed) = checks.expected_seed
         && position.seed != seed

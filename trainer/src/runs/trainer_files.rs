@@ -69,13 +69,14 @@ impl Trainer {
         let Some(dir) = self.config.checkpoint_dir.clone() else {
             return Ok(None);
         };
-        let path = checkpoint_io::save(
-            &dir,
-            checkpoint_io::LATEST,
-            &self.params,
-            self.optimizer.as_ref(),
-            &self.position,
-        )?;
+        let state =
+            checkpoint_io::host_state(&self.params, self.optimizer.as_ref(), &self.position)?;
+        let path =
+            checkpoint_io::save_host(&dir, checkpoint_io::LATEST, &state, self.position.step)?;
+        // The same bytes are the state a lost device goes on from.
+        if self.snapshots_kept() {
+            self.keep_snapshot(state);
+        }
         self.note(format!(
             "saved checkpoint at step {} to {}",
             self.position.step,
@@ -116,6 +117,19 @@ impl Trainer {
                 "nothing to save: no step had finished (the model was as the seed made it)"
                     .to_string(),
             );
+            return None;
+        }
+        if let Some((saved, path)) = &self.last_saved
+            && *saved > self.position.step
+        {
+            // A state that went back to an earlier step (a device-loss recovery that failed)
+            // never replaces a later one on disk.
+            let line = format!(
+                "the state now (step {}) is older than the checkpoint at {} (step {saved});                  that checkpoint is kept",
+                self.position.step,
+                path.display()
+            );
+            self.note(line);
             return None;
         }
         let lost = matches!(error.kernel_error(), Some(KernelError::DeviceLost { .. }))

@@ -6,6 +6,7 @@
 pub mod collective;
 pub mod loader;
 pub mod plan;
+pub mod recovery;
 pub mod scaler;
 pub(crate) mod schedule;
 pub mod step;

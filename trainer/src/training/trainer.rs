@@ -47,6 +47,8 @@ pub struct RunSummary {
     /// The lowest evaluation loss of the run (resumed runs included), saved as
     /// `best.safetensors` when there is a checkpoint directory.
     pub best_eval_loss: Option<f32>,
+    /// Device losses the run went on from ([`crate::recovery`]).
+    pub device_losses: u64,
 }
 
 /// A training run in progress. See the module docs.
@@ -87,6 +89,36 @@ pub struct Trainer {
     /// the run stops on this, never on this rank's own flag: a signal that reaches one rank
     /// between steps would otherwise leave the others waiting for it in the next step.
     pub(crate) agreed_stop: bool,
+    /// The state a lost device's run goes on from ([`crate::recovery`]).
+    pub(crate) snapshot: Option<crate::recovery::HostSnapshot>,
+    /// Whether a snapshot was refused (said once).
+    pub(crate) snapshot_refused: bool,
+    /// Device losses since the last new step finished.
+    pub(crate) losses_in_a_row: u32,
+    /// Device losses the run went on from.
+    pub(crate) device_losses: u64,
+    /// Opens the device to go on with after a loss.
+    pub(crate) reopen: crate::recovery::Reopen,
+}
+
+/// Why an attempt at a step failed.
+pub(crate) enum Failure {
+    /// Before the step started: returned as it is.
+    Before(Error),
+    /// During step `.0`: the trainer gives up on it (saving the last good state) unless it can
+    /// go on.
+    Step(u64, Error),
+    /// In the after-step checks, which saved what they could: returned as it is.
+    Checked(Error),
+}
+
+impl Failure {
+    /// The error.
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            Failure::Before(e) | Failure::Step(_, e) | Failure::Checked(e) => e,
+        }
+    }
 }
 
 /// The file [`Trainer::run`] exports the model to, in the checkpoint directory, at the end of
@@ -249,6 +281,11 @@ impl Trainer {
             hooks: Hooks::default(),
             collective,
             agreed_stop: false,
+            snapshot: None,
+            snapshot_refused: false,
+            losses_in_a_row: 0,
+            device_losses: 0,
+            reopen: crate::recovery::default_reopen(),
         })
     }
 
@@ -501,9 +538,36 @@ impl Trainer {
     }
 
     /// Runs one optimizer step on the next batch; see the module docs for what it guarantees.
+    /// A lost device is replaced and the step run on the new one ([`crate::recovery`]).
     pub fn step(&mut self) -> Result<StepReport> {
+        self.keep_snapshot_if_due();
+        let losses_before = self.device_losses;
+        loop {
+            let failure = match self.attempt_step() {
+                Ok(mut report) => {
+                    self.losses_in_a_row = 0;
+                    report.device_losses = self.device_losses - losses_before;
+                    return Ok(report);
+                }
+                Err(f) => f,
+            };
+            match failure {
+                Failure::Step(step, error) if self.recoverable(&error) => {
+                    if let Err(e) = self.recover_device(error) {
+                        return Err(self.give_up(step, e));
+                    }
+                }
+                Failure::Step(step, error) => return Err(self.give_up(step, error)),
+                Failure::Before(error) | Failure::Checked(error) => return Err(error),
+            }
+        }
+    }
+
+    /// One attempt at the next step (see [`Trainer::step`]).
+    pub(crate) fn attempt_step(&mut self) -> std::result::Result<StepReport, Failure> {
         let start = Instant::now();
-        self.follow_budget(self.position.step + 1)?;
+        self.follow_budget(self.position.step + 1)
+            .map_err(Failure::Before)?;
         let effective = self.config.effective_batch;
         if self.order_epoch != Some(self.position.epoch) {
             self.order = EpochOrder::new(self.train.len(), self.config.seed, self.position.epoch);
@@ -512,10 +576,10 @@ impl Trainer {
         let first = self.position.sample_in_epoch;
         let indices = self.order.range(first, effective);
         if indices.is_empty() {
-            return Err(Error::invalid(
+            return Err(Failure::Before(Error::invalid(
                 "data position",
                 format!("no batch at sample {first} of {}", self.order.len()),
-            ));
+            )));
         }
         let indices = indices.as_slice();
         let ranks = self.collective.ranks();
@@ -523,7 +587,7 @@ impl Trainer {
         let step = self.position.step + 1;
         let taken = match self.loader.take((self.position.epoch, first), mine) {
             Ok(t) => t,
-            Err(e) => return Err(self.give_up(step, e)),
+            Err(e) => return Err(Failure::Step(step, e)),
         };
         let lr = self.config.schedule.lr_at(self.position.step);
         set_rng_state(self.position.rng_state);
@@ -557,7 +621,7 @@ impl Trainer {
             Ok(r) => r,
             Err(e) => {
                 self.each_hook(|hook, cx| hook.step_failed(cx));
-                return Err(self.give_up(step, e));
+                return Err(Failure::Step(step, e));
             }
         };
         for line in &result.recoveries {
@@ -566,7 +630,7 @@ impl Trainer {
         let loss_scale = self.position.loss_scaler.map(|s| s.scale);
         if let Err(e) = self.update_loss_scale(step, result.overflow.as_deref()) {
             self.each_hook(|hook, cx| hook.step_failed(cx));
-            return Err(self.give_up(step, e));
+            return Err(Failure::Step(step, e));
         }
         // Some rank was asked to stop: every rank stops after this same step.
         self.agreed_stop = result.stop;
@@ -581,7 +645,7 @@ impl Trainer {
         }
         self.position.rng_state = rng_state();
         self.position.micro_batch = self.micro_batch;
-        self.check_step(step)?;
+        self.check_step(step).map_err(Failure::Checked)?;
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
         let step_ms = start.elapsed().as_secs_f64() * 1e3;
         self.each_hook(|hook, cx| hook.after_step(cx, step, step_ms));
@@ -614,6 +678,7 @@ impl Trainer {
             allreduce_ms: result.allreduce_ms,
             data_wait_ms: taken.wait.as_secs_f64() * 1e3,
             phases: PhasePeak::of(&stats),
+            device_losses: 0,
         })
     }
 
@@ -753,6 +818,7 @@ impl Trainer {
             interrupted: false,
             checkpoint: None,
             best_eval_loss: self.position.best_eval_loss,
+            device_losses: self.device_losses,
         };
         if let (Some(dir), Some(plan)) = (&self.config.checkpoint_dir, &self.plan)
             && let Err(e) = crate::report::write_plan(dir, plan)
@@ -793,7 +859,7 @@ impl Trainer {
                 self.finished(),
             );
             let evaluation = match eval_due {
-                true => self.evaluate(),
+                true => self.with_recovery(Trainer::evaluate),
                 false => Ok(None),
             };
             let evaluation = match evaluation {
@@ -807,7 +873,7 @@ impl Trainer {
                 }
             };
             if let Some(evaluation) = evaluation {
-                self.keep_if_best(&evaluation)?;
+                self.with_recovery(|t| t.keep_if_best(&evaluation))?;
                 self.deliver_log(observer);
                 observer.on_eval(report.epoch, report.step, &evaluation);
                 summary.last_evaluation = Some(evaluation);
@@ -818,19 +884,20 @@ impl Trainer {
             if let Some(k) = self.config.checkpoint_interval_steps
                 && report.step % k.max(1) == 0
             {
-                summary.checkpoint = self.save_checkpoint()?;
+                summary.checkpoint = self.with_recovery(Trainer::save_checkpoint)?;
             }
             self.deliver_log(observer);
         }
         let last = self.position.step;
         self.each_hook(|hook, cx| hook.finish(cx, last));
-        if let Some(path) = self.save_checkpoint()? {
+        if let Some(path) = self.with_recovery(Trainer::save_checkpoint)? {
             summary.checkpoint = Some(path);
         }
         summary.best_eval_loss = self.position.best_eval_loss;
+        summary.device_losses = self.device_losses;
         if let Some(dir) = self.config.checkpoint_dir.clone() {
             let path = dir.join(MODEL_FILE);
-            self.export_model(&path)?;
+            self.with_recovery(|t| t.export_model(&path))?;
             self.note(format!(
                 "exported the model for PyTorch to {}",
                 path.display()

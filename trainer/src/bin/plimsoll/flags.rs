@@ -178,6 +178,29 @@ pub fn count_or_zero(s: &str) -> Parsed<usize> {
     }
 }
 
+/// `--snapshot-every`: a number of steps (`50`), a time (`90s`, `5m`) or `off`.
+pub fn snapshot_every(s: &str) -> Parsed<plimsoll_trainer::SnapshotEvery> {
+    use plimsoll_trainer::SnapshotEvery;
+    let t = s.trim();
+    let seconds = |n: &str, unit: u64| -> Parsed<SnapshotEvery> {
+        let n = count(n).map_err(|e| format!("{e}; give steps (50), a time (90s, 5m) or off"))?;
+        Ok(SnapshotEvery::Interval(std::time::Duration::from_secs(
+            (n as u64).saturating_mul(unit),
+        )))
+    };
+    if t == "off" {
+        Ok(SnapshotEvery::Off)
+    } else if let Some(n) = t.strip_suffix('s') {
+        seconds(n, 1)
+    } else if let Some(n) = t.strip_suffix('m') {
+        seconds(n, 60)
+    } else {
+        count(t)
+            .map(|n| SnapshotEvery::Steps(n as u64))
+            .map_err(|e| format!("{e}; give steps (50), a time (90s, 5m) or off"))
+    }
+}
+
 /// A count of at least 1 (steps, epochs, milliseconds), at most `2^40`.
 pub fn count_u64(s: &str) -> Parsed<u64> {
     count(s).map(|v| v as u64)

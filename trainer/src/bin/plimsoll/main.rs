@@ -222,6 +222,15 @@ pub(crate) struct CommonArgs {
     /// step 1 out: it includes one-off work such as compiling pipelines.
     #[arg(long, default_value = "off", value_name = "STEPS", value_parser = flags::profile_steps)]
     profile_steps: flags::TimelineSteps,
+    /// Keep the training state in host memory every N steps (`50`), every so long (`90s`,
+    /// `5m`) or never (`off`). A lost device (driver reset, watchdog) goes on from it on a new
+    /// device, running the steps since again; the finished run is the same bit for bit.
+    #[arg(long, default_value = "120s", value_name = "WHEN", value_parser = flags::snapshot_every)]
+    snapshot_every: plimsoll_trainer::SnapshotEvery,
+    /// Device losses in a row (no new step finished between them) that the run goes on from;
+    /// the next one ends it (0: a lost device ends the run).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    max_device_losses: u32,
 }
 
 #[derive(Args, Clone)]

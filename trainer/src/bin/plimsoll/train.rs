@@ -333,7 +333,7 @@ fn follow(
     let gpu = common.device.open()?;
     let name = job.name;
     let trainer = start_trainer(job, &gpu, &common, &dir, ranks)?;
-    let (_, _, code, _) = run_training(
+    let (_, _, code, _, _) = run_training(
         trainer,
         name,
         &gpu,
@@ -521,7 +521,7 @@ fn train_in(
         m.write(&serde_json::json!({"event": event, "run": dir, "at_step": step}))?;
     }
     let outcome = run_training(trainer, name, &gpu, &common, &dir, metrics, started, ranks);
-    let (s, seconds, code, host) = match outcome {
+    let (s, seconds, code, host, memory) = match outcome {
         Ok(done) => done,
         Err(e) => {
             // Shown now: dropping the device below may wait (within its drop deadline) for
@@ -539,10 +539,11 @@ fn train_in(
             "accuracy": e.accuracy,
         })),
         "best_eval_loss": s.best_eval_loss,
+        "device_losses": s.device_losses,
         "seconds": seconds,
     });
     save_record(&dir, SUMMARY_FILE, &summary)?;
-    out::say(gpu.memory_summary());
+    out::say(memory);
     out::say(host);
     Ok(code)
 }
@@ -603,7 +604,7 @@ fn run_training(
     metrics: Vec<JsonLines>,
     started: Instant,
     ranks: &Ranks,
-) -> Result<(RunSummary, f64, ExitCode, String)> {
+) -> Result<(RunSummary, f64, ExitCode, String, String)> {
     // Before the kernels' compile (seconds on lavapipe): Ctrl-C or SIGTERM during it stops the
     // run as during a step (a second one exits at once), not by the default kill.
     let signal = signals::watch(trainer.stop_flag())?;
@@ -630,8 +631,10 @@ fn run_training(
     progress.finish();
     let summary = summary?;
     let seconds = run_start.elapsed().as_secs_f64();
-    // Every rank's memory summary, into rank 0's run directory.
-    let summaries = trainer.gather(gpu.memory_summary().to_string().into_bytes())?;
+    // Every rank's memory summary, into rank 0's run directory. The trainer's device: after a
+    // device loss it is not the one the run started on.
+    let memory = trainer.gpu().memory_summary().to_string();
+    let summaries = trainer.gather(memory.clone().into_bytes())?;
     if !summaries.is_empty() && ranks.rank() == 0 {
         let text: String = summaries
             .iter()
@@ -688,5 +691,5 @@ fn run_training(
         plimsoll_allocator::format_bytes(loader.host_bytes()),
         loader.depth()
     );
-    Ok((summary, seconds, code, host))
+    Ok((summary, seconds, code, host, memory))
 }

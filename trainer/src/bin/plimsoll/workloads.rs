@@ -256,6 +256,8 @@ fn base_config(
         allocator: common.allocator,
         precision: common.precision,
         prefetch: common.prefetch,
+        snapshot_every: common.snapshot_every,
+        max_device_losses: common.max_device_losses,
         ..TrainConfig::default()
     })
 }

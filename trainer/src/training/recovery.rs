@@ -1,0 +1,295 @@
+//! A lost device is not a lost run. A driver reset, a watchdog (Windows' TDR after about 2 s of
+//! one submission) or an out-of-memory the driver turns into a loss makes every later call on the
+//! device fail with `DeviceLost`. The trainer then opens a new device ([`Gpu::reopen`], or what
+//! [`Trainer::set_reopen`] gives), builds the model and the optimizer on it, restores the last
+//! good state and runs the steps since that state again, on the same data (the data order is a
+//! function of the seed and the position; dropout's masks of the random state in the position),
+//! so the finished run equals an undisturbed one bit for bit.
+//!
+//! The last good state is a [`HostSnapshot`]: the parameters, the optimizer state and the
+//! position read back into host memory before a step when [`TrainConfig::snapshot_every`] says
+//! (by default when two minutes have passed since the last), and after every checkpoint saved
+//! (the same bytes, read once). With snapshots off, the last checkpoint this trainer saved or
+//! resumed from is read from disk instead. After [`TrainConfig::max_device_losses`] losses in a
+//! row with no new step finished between them, the run stops with the loss as before.
+//! Data-parallel runs do not recover (every rank would have to go back to the same step): a
+//! lost device ends them, with the last checkpoint on disk.
+//!
+//! [`TrainConfig::snapshot_every`]: crate::TrainConfig::snapshot_every
+//! [`TrainConfig::max_device_losses`]: crate::TrainConfig::max_device_losses
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::time::Instant;
+
+use plimsoll_autograd::Gpu;
+use plimsoll_nn::state::LoadedState;
+
+use crate::checkpoint_io::{self, LoadChecks, RunPosition};
+use crate::config::{AllocatorMode, Precision, SnapshotEvery};
+use crate::error::{Error, Result};
+use crate::trainer::Trainer;
+
+/// The training state kept in host memory for device-loss recovery (see the module docs).
+pub(crate) struct HostSnapshot {
+    /// What a checkpoint of this state holds ([`checkpoint_io::host_state`]).
+    pub(crate) state: LoadedState,
+    /// The step it holds.
+    pub(crate) step: u64,
+    /// The trainer's recent losses then, so the running mean goes on unchanged.
+    pub(crate) recent_losses: VecDeque<f32>,
+    /// When it was taken.
+    pub(crate) taken: Instant,
+}
+
+/// Opens the device a run goes on with after its device was lost, given the lost one.
+pub type Reopen = Box<dyn FnMut(&Gpu) -> plimsoll_kernels_wgsl::Result<Gpu>>;
+
+/// The default [`Reopen`]: [`Gpu::reopen`].
+pub(crate) fn default_reopen() -> Reopen {
+    Box::new(|lost: &Gpu| lost.reopen())
+}
+
+impl Trainer {
+    /// Sets how a new device is opened after this trainer's device was lost (by default
+    /// [`Gpu::reopen`]: the same options, budget and deadlines). Tests and harnesses that lose
+    /// the device on purpose use it.
+    pub fn set_reopen(&mut self, reopen: Reopen) {
+        self.reopen = reopen;
+    }
+
+    /// Device losses this run recovered from so far (see the module docs).
+    pub fn device_losses(&self) -> u64 {
+        self.device_losses
+    }
+
+    /// Whether this run keeps state to recover from a lost device at all.
+    fn recovers(&self) -> bool {
+        self.config.max_device_losses > 0 && self.collective.ranks() == 1
+    }
+
+    /// Whether host snapshots are kept (recovery on, snapshots not off).
+    pub(crate) fn snapshots_kept(&self) -> bool {
+        self.recovers() && self.config.snapshot_every != SnapshotEvery::Off
+    }
+
+    /// Keeps a [`HostSnapshot`] of the state now (before a step) when one is due. A snapshot
+    /// that cannot be taken is a note, not an error: the run goes on with the one it had (a
+    /// device lost while reading is found by the step that follows).
+    pub(crate) fn keep_snapshot_if_due(&mut self) {
+        if !self.snapshots_kept() {
+            return;
+        }
+        let due = match (&self.snapshot, self.config.snapshot_every) {
+            (_, SnapshotEvery::Off) => false,
+            (None, _) => true,
+            (Some(s), SnapshotEvery::Steps(n)) => self.position.step >= s.step + n.max(1),
+            (Some(s), SnapshotEvery::Interval(every)) => {
+                s.taken.elapsed() >= every && self.position.step > s.step
+            }
+        };
+        if !due {
+            return;
+        }
+        let elements: u64 = self
+            .params
+            .iter()
+            .map(|(_, t)| t.numel() as u64)
+            .chain(self.optimizer.state().iter().map(|(_, t)| t.numel() as u64))
+            .sum();
+        let taken =
+            crate::host::check("a snapshot of the training state", elements, 4).and_then(|_| {
+                checkpoint_io::host_state(&self.params, self.optimizer.as_ref(), &self.position)
+            });
+        match taken {
+            Ok(state) => self.keep_snapshot(state),
+            Err(e) if !self.snapshot_refused => {
+                self.snapshot_refused = true;
+                let line = format!(
+                    "step {}: the training state was not kept in host memory ({}); a lost \
+                     device goes on from {} (--snapshot-every)",
+                    self.position.step + 1,
+                    e.to_string().lines().next().unwrap_or_default(),
+                    match &self.snapshot {
+                        Some(s) => format!("the snapshot of step {}", s.step),
+                        None => "the last checkpoint saved, if any".to_string(),
+                    }
+                );
+                self.note(line);
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Keeps `state` (of the current position) as the snapshot to recover from.
+    pub(crate) fn keep_snapshot(&mut self, state: LoadedState) {
+        self.snapshot = Some(HostSnapshot {
+            state,
+            step: self.position.step,
+            recent_losses: self.recent_losses.clone(),
+            taken: Instant::now(),
+        });
+    }
+
+    /// Whether `error` is a device loss this run can go on from.
+    pub(crate) fn recoverable(&self, error: &Error) -> bool {
+        error.is_device_lost() && self.recovers()
+    }
+
+    /// Goes on after `error`, a lost device: a new device, the last good state restored, the
+    /// steps since replayed up to the position before the loss (see the module docs). Another
+    /// loss while doing so starts again, up to the configured losses in a row. Returns the
+    /// error to give up with when the run cannot go on.
+    pub(crate) fn recover_device(&mut self, mut error: Error) -> std::result::Result<(), Error> {
+        let target = self.position.step;
+        loop {
+            self.losses_in_a_row += 1;
+            self.device_losses += 1;
+            let what = error
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let max = self.config.max_device_losses;
+            if self.losses_in_a_row > max {
+                self.note(format!(
+                    "the device was lost {} times in a row without a new step finished (the \
+                     most a run goes on from is {max}: --max-device-losses); the run stops",
+                    self.losses_in_a_row
+                ));
+                return Err(error);
+            }
+            let (from, source) = match self.reopen_and_restore() {
+                Ok(restored) => restored,
+                Err(e) if self.recoverable(&e) => {
+                    error = e;
+                    continue;
+                }
+                Err(e) => {
+                    self.note(format!(
+                        "after step {target} the device was lost ({what}), and the run could \
+                         not go on on a new one: {}",
+                        e.to_string().lines().next().unwrap_or_default()
+                    ));
+                    return Err(e);
+                }
+            };
+            let again = match from < target {
+                true => format!("; running steps {}..={target} again", from + 1),
+                false => String::new(),
+            };
+            self.note(format!(
+                "after step {target} the device was lost ({what}); going on with a new device \
+                 ({}) from step {from} ({source}){again} (device loss {} in a row of at most \
+                 {max})",
+                self.gpu.adapter().name,
+                self.losses_in_a_row,
+            ));
+            let mut failed = None;
+            while self.position.step < target {
+                if let Err(f) = self.attempt_step() {
+                    failed = Some(f.into_error());
+                    break;
+                }
+            }
+            match failed {
+                None => return Ok(()),
+                Some(e) if self.recoverable(&e) => error = e,
+                Some(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `op`, going on after a lost device ([`Trainer::recover_device`]) and running it
+    /// again: what an evaluation or a save between steps does.
+    pub(crate) fn with_recovery<T>(
+        &mut self,
+        mut op: impl FnMut(&mut Trainer) -> Result<T>,
+    ) -> Result<T> {
+        loop {
+            match op(self) {
+                Err(e) if self.recoverable(&e) => self.recover_device(e)?,
+                done => return done,
+            }
+        }
+    }
+
+    /// A new device with the model and optimizer built on it and the last good state restored:
+    /// the step restored and where it came from.
+    fn reopen_and_restore(&mut self) -> Result<(u64, String)> {
+        let gpu = (self.reopen)(&self.gpu)?;
+        gpu.set_default_deadline(self.config.fence_deadline);
+        let planned = self.config.allocator == AllocatorMode::Planned;
+        gpu.with_allocator(|a| a.set_step_planning(planned));
+        let (model, mut optimizer) = crate::task::build_within_budget(self.recipe.as_ref(), &gpu)?;
+        let params = model.parameters();
+        let checks = LoadChecks {
+            expected_seed: Some(self.config.seed),
+            reset_optimizer: false,
+        };
+        let (mut position, source, losses) = match (&self.snapshot, &self.last_saved) {
+            (Some(s), _) => {
+                let origin = Path::new("the training state kept in host memory");
+                let p = checkpoint_io::restore(
+                    &gpu,
+                    &s.state,
+                    origin,
+                    &params,
+                    optimizer.as_mut(),
+                    checks,
+                )?;
+                (
+                    p,
+                    "kept in host memory".to_string(),
+                    Some(s.recent_losses.clone()),
+                )
+            }
+            (None, Some((_, path))) => {
+                let p = checkpoint_io::load(&gpu, path, &params, optimizer.as_mut(), checks)?;
+                (p, format!("the checkpoint {}", path.display()), None)
+            }
+            (None, None) => {
+                return Err(Error::invalid(
+                    "device-loss recovery",
+                    "no training state was kept in host memory (--snapshot-every off) and no \
+                     checkpoint was saved; give --snapshot-every a number of steps",
+                ));
+            }
+        };
+        self.install(gpu, model, optimizer, &mut position);
+        if let Some(losses) = losses {
+            self.recent_losses = losses;
+        }
+        Ok((position.step, source))
+    }
+
+    /// Makes `gpu`, `model` and `optimizer` (holding `position`'s state) the trainer's.
+    fn install(
+        &mut self,
+        gpu: Gpu,
+        model: Box<dyn crate::task::Model>,
+        optimizer: Box<dyn plimsoll_nn::Optimizer>,
+        position: &mut RunPosition,
+    ) {
+        let micro_batch = self.config.micro_batch.unwrap_or(position.micro_batch);
+        self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
+        position.micro_batch = self.micro_batch;
+        position.loss_scaler = match self.config.precision {
+            Precision::F16 => Some(position.loss_scaler.unwrap_or_default()),
+            Precision::F32 => None,
+        };
+        // The lowest evaluation loss only falls: the evaluations since the state are not run
+        // again, and best.safetensors holds theirs.
+        position.best_eval_loss = match (position.best_eval_loss, self.position.best_eval_loss) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.params = model.parameters();
+        self.model = model;
+        self.optimizer = optimizer;
+        self.gpu = gpu;
+        self.position = *position;
+        self.order_epoch = None;
+    }
+}
