@@ -187,6 +187,8 @@ pub(crate) struct Shared {
     pub(crate) wanted: Arc<crate::pipeline::Wanted>,
     /// What the device was opened with ([`Gpu::reopen`] opens another the same way).
     pub(crate) options: GpuOptions,
+    /// The bound on one submission's GPU time and the rates that estimate it.
+    pub(crate) pacing: Arc<crate::pacing::Pacing>,
     /// Must stay the last field: fields drop in declaration order, and this one lets the teardown
     /// thread go only once every other field has dropped (see `crate::teardown`).
     pub(crate) teardown: TeardownGate,
@@ -220,6 +222,13 @@ impl Shared {
     /// planning device), an empty batch, empty caches.
     pub(crate) fn assemble(p: Parts) -> Shared {
         let faults = Arc::new(crate::fault::Faults::new(Arc::clone(&p.health)));
+        let pacing = Arc::new(crate::pacing::Pacing::new(
+            p.summary.device_type,
+            match (p.planning, p.summary.device_type) {
+                (true, _) | (false, wgpu::DeviceType::Cpu) => None,
+                (false, _) => Some(crate::pacing::DEFAULT_MAX_SUBMISSION),
+            },
+        ));
         let source = match p.planning {
             true => WgpuSegments::planning(p.device.clone(), Arc::clone(&faults)),
             false => WgpuSegments::new(p.device.clone(), Arc::clone(&faults)),
@@ -254,6 +263,7 @@ impl Shared {
             f16_packed: AtomicBool::new(false),
             planning: p.planning,
             wanted: p.wanted,
+            pacing,
             options: p.options,
             teardown: TeardownGate::default(),
         }
@@ -439,7 +449,7 @@ impl Gpu {
     }
 
     /// Opens a new device the way this one was opened (its [`GpuOptions`], with its current
-    /// memory budget, deadlines and 16-bit path): what a run does once this device is lost
+    /// memory budget, deadlines, 16-bit path and submission bound): what a run does once this device is lost
     /// (driver reset, watchdog). Nothing of this device is shared: the new one has its own
     /// allocator and compiles its pipelines again. Errors as [`Gpu::with_options`]'s.
     pub fn reopen(&self) -> Result<Gpu> {
@@ -450,6 +460,7 @@ impl Gpu {
         let gpu = Gpu::with_options(options)?;
         let packed = self.shared.f16_packed.load(Ordering::Relaxed);
         gpu.shared.f16_packed.store(packed, Ordering::Relaxed);
+        gpu.set_max_submission(self.max_submission());
         Ok(gpu)
     }
 

@@ -98,6 +98,24 @@ pub struct Profile {
     pub wall_ns: u64,
 }
 
+impl Profile {
+    /// The longest GPU time of one submission: from its first timed kernel's start to its last
+    /// one's end, in ns, with the submission's serial (`None` without timed kernels). In CPU
+    /// mode each dispatch is its own submission.
+    pub fn longest_submission(&self) -> Option<(u64, u64)> {
+        let mut spans: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+        for k in &self.kernels {
+            let e = spans.entry(k.submission).or_insert((k.start_ns, k.end_ns));
+            e.0 = e.0.min(k.start_ns);
+            e.1 = e.1.max(k.end_ns);
+        }
+        spans
+            .into_iter()
+            .map(|(serial, (start, end))| (serial, end.saturating_sub(start)))
+            .max_by_key(|&(_, ns)| ns)
+    }
+}
+
 struct Pending {
     fence: Fence,
     submitted_ns: u64,

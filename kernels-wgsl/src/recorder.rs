@@ -112,6 +112,9 @@ pub(crate) struct Batch {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     dispatches: u32,
+    /// The estimated GPU time of what is recorded, in ns, and its kernels ([`crate::pacing`]).
+    estimated_ns: u64,
+    stems: Vec<crate::pacing::WorkKey>,
     label: Option<String>,
     params: Vec<u8>,
     slot_bytes: u64,
@@ -132,6 +135,8 @@ impl Batch {
             encoder: None,
             pass: None,
             dispatches: 0,
+            estimated_ns: 0,
+            stems: Vec::new(),
             label: None,
             params: Vec::new(),
             slot_bytes: PARAMS_BYTES.div_ceil(align) * align,
@@ -170,6 +175,8 @@ impl Batch {
         self.pass = None;
         self.encoder = None;
         self.dispatches = 0;
+        self.estimated_ns = 0;
+        self.stems.clear();
         self.label = None;
         self.params.clear();
         if let Some(profile) = self.profile.as_mut() {
@@ -220,12 +227,25 @@ impl Gpu {
             return Ok(());
         }
         let (pipeline, bgl) = shared.pipelines.get(shared, d.kernel, d.overrides)?;
+        let estimated = shared.pacing.estimate_ns(d.kernel.stem, d.work);
+        let bound = shared.pacing.target_ns();
+        // Full: too many dispatches, or (with a bound) this one would take the batch's
+        // estimated GPU time past it.
+        let full = |b: &Batch| {
+            b.dispatches >= AUTO_FLUSH_DISPATCHES
+                || bound.is_some_and(|bound| {
+                    b.dispatches > 0 && b.estimated_ns.saturating_add(estimated) > bound
+                })
+        };
         let mut batch = shared.batch();
-        if batch.dispatches >= AUTO_FLUSH_DISPATCHES && !batch.hold {
+        if full(&batch) && !batch.hold {
             drop(batch);
             let deadline = self.default_deadline();
             batch = lock_for_submit(shared, deadline)?;
-            if batch.dispatches >= AUTO_FLUSH_DISPATCHES {
+            if full(&batch) {
+                if batch.dispatches < AUTO_FLUSH_DISPATCHES {
+                    shared.pacing.note_early_submission();
+                }
                 submit_locked(shared, &mut batch, None, deadline)?;
             }
         }
@@ -358,6 +378,11 @@ impl Gpu {
             b.buffer().last_used_batch.store(serial, Ordering::SeqCst);
         }
         batch.dispatches += 1;
+        batch.estimated_ns = batch.estimated_ns.saturating_add(estimated);
+        let key = (d.kernel.stem, crate::pacing::work_class(d.work));
+        if !batch.stems.contains(&key) {
+            batch.stems.push(key);
+        }
         batch.label.get_or_insert_with(|| d.kernel.stem.to_string());
         drop(batch);
         if profile_mode == Some(ProfileMode::Cpu) {
@@ -465,6 +490,8 @@ pub(crate) fn submit_locked(
     let serial = batch.serial;
     batch.serial += 1;
     let dispatches = std::mem::take(&mut batch.dispatches);
+    let estimated = std::mem::take(&mut batch.estimated_ns);
+    let stems = std::mem::take(&mut batch.stems);
     let first = batch.label.take();
     let label = match (label, first) {
         (Some(l), Some(f)) => format!("{l} [{f}..]"),
@@ -484,9 +511,12 @@ pub(crate) fn submit_locked(
     }
     batch.params.clear();
     let completed = shared.fences.completed_handle();
+    let pacing = Arc::clone(&shared.pacing);
     encoder.on_submitted_work_done(move || {
         completed.fetch_max(serial, Ordering::SeqCst);
+        pacing.completed(serial);
     });
+    shared.pacing.submitted(serial, estimated, stems);
     let context = format!("submission #{serial} {label}");
     let submitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         scoped(&shared.device, &context, || {

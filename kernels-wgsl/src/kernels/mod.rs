@@ -374,7 +374,8 @@ impl Part {
 /// `vec4`s on `v4` (four elements per invocation: on lavapipe every storage access is a per-lane
 /// loop, so a `vec4` access moves four elements for the price of one), and the rest on
 /// `scalar`. `params` builds each part's `Params` (see [`Part::offset`]). The profile counts
-/// `4 · elements` bytes per slice and part.
+/// `4 · elements` bytes per slice and part. Under a bound on one submission's GPU time
+/// ([`Gpu::set_max_submission`]), a part too long for it goes out in ranges.
 pub(crate) fn launch_split<P: bytemuck::Pod>(
     gpu: &Gpu,
     [v4, scalar]: [&Kernel; 2],
@@ -389,27 +390,36 @@ pub(crate) fn launch_split<P: bytemuck::Pod>(
         (true, 0, vectors, v4),
         (false, 4 * vectors, len - 4 * vectors, scalar),
     ];
+    let work = |invocations: u64, vec4: bool| crate::recorder::Work {
+        flops: 0,
+        bytes: 4 * invocations * if vec4 { 4 } else { 1 } * buffers.len() as u64,
+    };
     for (vec4, start, count, kernel) in parts {
         if count == 0 {
             continue;
         }
-        let part = Part {
-            vec4,
-            start: start as u32,
-            count: count as u32,
-        };
-        let elements = if vec4 { 4 * count } else { count };
-        gpu.dispatch(Dispatch {
-            kernel,
-            overrides,
-            params: bytemuck::bytes_of(&params(part)),
-            buffers,
-            workgroups: grid_1d(gpu, count, kernel.workgroup_size)?,
-            work: crate::recorder::Work {
-                flops: 0,
-                bytes: 4 * elements * buffers.len() as u64,
-            },
-        })?;
+        // Under a bound on one submission's GPU time, in ranges that each fit it
+        // (crate::pacing); the same values whatever the ranges.
+        let pieces = gpu.pieces_within_bound(kernel, count, work(count, vec4));
+        let per_piece = count.div_ceil(pieces);
+        let mut first = 0;
+        while first < count {
+            let invocations = per_piece.min(count - first);
+            let part = Part {
+                vec4,
+                start: (start + if vec4 { 4 * first } else { first }) as u32,
+                count: invocations as u32,
+            };
+            gpu.dispatch(Dispatch {
+                kernel,
+                overrides,
+                params: bytemuck::bytes_of(&params(part)),
+                buffers,
+                workgroups: grid_1d(gpu, invocations, kernel.workgroup_size)?,
+                work: work(invocations, vec4),
+            })?;
+            first += invocations;
+        }
     }
     Ok(())
 }

@@ -76,6 +76,11 @@ pub struct KernelTable {
     pub untimed_dispatches: u64,
     /// Rows, longest total first.
     pub rows: Vec<KernelRow>,
+    /// The longest GPU time of one submission of the profiled steps (first kernel's start to
+    /// last kernel's end), ms.
+    pub longest_submission_ms: Option<f64>,
+    /// Submissions of the profiled steps.
+    pub submissions: u64,
 }
 
 impl KernelTable {
@@ -117,6 +122,19 @@ impl KernelTable {
             kernels_ms: rows.iter().map(|r| r.total_ms).sum(),
             untimed_dispatches: steps.iter().map(|s| s.profile.untimed_dispatches).sum(),
             rows,
+            longest_submission_ms: steps
+                .iter()
+                .filter_map(|s| s.profile.longest_submission())
+                .map(|(_, ns)| ns as f64 / 1e6)
+                .max_by(f64::total_cmp),
+            submissions: steps
+                .iter()
+                .map(|s| {
+                    let serials: std::collections::BTreeSet<u64> =
+                        s.profile.kernels.iter().map(|k| k.submission).collect();
+                    serials.len() as u64
+                })
+                .sum(),
         })
     }
 
@@ -314,6 +332,19 @@ impl StepHook for Profiling {
         let mut lines = vec![format!("kernel profile of steps {:?}:", table.steps)];
         lines.extend(table.render(15).lines().map(str::to_string));
         lines.push(overhead.clone());
+        if let Some(longest) = table.longest_submission_ms {
+            let bound = match cx.gpu.max_submission() {
+                Some(b) => format!("--max-submission-ms {}", b.as_secs_f64() * 1e3),
+                None => "no bound: --max-submission-ms off".to_string(),
+            };
+            let pacing = cx.gpu.pacing();
+            lines.push(format!(
+                "longest submission: {longest:.2} ms of GPU time ({} submissions; {bound}; \
+                 {} submitted early for it; estimates learned x{:.2} of the adapter's starting \
+                 rates)",
+                table.submissions, pacing.early_submissions, pacing.model.correction
+            ));
+        }
         if let Some(dir) = cx.config.checkpoint_dir.as_deref() {
             let record = json!({"table": table, "overhead": overhead,
                 "unprofiled_step_ms": self.unprofiled_ms.mean()});

@@ -132,8 +132,8 @@ fn store1(index: u32, col: u32, v: f32) -> f32 {
 @compute @workgroup_size(8, 8, 1)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let M = params.m; let N = params.n; let K = params.k;
-    let n0 = (wg.x * 8u + lid.x) * 16u;
-    let m0 = (wg.y * 8u + lid.y) * 16u;
+    let n0 = params.col_start + (wg.x * 8u + lid.x) * 16u;
+    let m0 = params.row_start + (wg.y * 8u + lid.y) * 16u;
     if (n0 >= N || m0 >= M) { return; }
     let oa = params.offset_a + wg.z * params.stride_a;
     let ob = params.offset_b + wg.z * params.stride_b;
@@ -741,8 +741,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
 @compute @workgroup_size(8, 8, 1)
 fn main_scalar(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let M = params.m; let N = params.n; let K = params.k;
-    let n0 = (wg.x * 8u + lid.x) * 4u;
-    let m0 = (wg.y * 8u + lid.y) * 4u;
+    let n0 = params.col_start + (wg.x * 8u + lid.x) * 4u;
+    let m0 = params.row_start + (wg.y * 8u + lid.y) * 4u;
     if (n0 >= N || m0 >= M) { return; }
     let oa = params.offset_a + wg.z * params.stride_a;
     let ob = params.offset_b + wg.z * params.stride_b;

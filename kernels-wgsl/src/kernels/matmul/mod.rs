@@ -190,8 +190,11 @@ shader_params! {
         flags: u32,
         alpha: f32,
         offset_bias: u32,
-        _pad0: u32,
-        _pad1: u32,
+        /// The first row of C this dispatch computes (a piece of a product split under a bound
+        /// on one submission's GPU time; 0 otherwise).
+        row_start: u32,
+        /// The first column of C it computes (as `row_start`).
+        col_start: u32,
         _pad2: u32,
     }
 }
@@ -469,22 +472,129 @@ pub fn matmul_squares<'a>(
     )
 }
 
-/// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
-/// `[main, main_scalar]` for f32 operands (with any 16-bit operand, the device's 16-bit module
-/// instead); `extra`'s operand (binding 4) is checked by its public launcher.
+/// [`launch_one`], in pieces when the device bounds one submission's GPU time and the whole
+/// product would pass it ([`Gpu::pieces_within_bound`]): whole products of the batch first,
+/// then blocks of C (rows, then columns). Every piece runs the entry point the
+/// whole would, and each element of C is summed by one invocation over the same `k` either
+/// way, so the values do not depend on the pieces (nor do the squares of C, each written by the
+/// invocation that stores its block). Products with a 16-bit operand go out whole.
 pub(super) fn launch(
     gpu: &Gpu,
     dims: &MatmulDims,
-    [out, lhs, rhs]: [Operand<'_>; 3],
+    operands: [Operand<'_>; 3],
     kernels: [Kernel; 2],
     forced: Option<MatmulEntry>,
     extra: Extra<'_>,
+) -> Result<()> {
+    let whole = |dims: &MatmulDims, operands: [Operand<'_>; 3]| {
+        launch_one(gpu, dims, operands, (kernels, forced, extra), None)
+    };
+    let d = Dims64::new(dims);
+    let f32_only = !operands.iter().any(|o| o.is_f16());
+    if d.batch == 0 || d.m == 0 || d.n == 0 || !f32_only {
+        return whole(dims, operands);
+    }
+    let work = crate::recorder::Work {
+        flops: 2 * d.batch * d.m * d.n * d.k,
+        bytes: 4 * d.batch * (d.m * d.k + d.k * d.n + d.m * d.n),
+    };
+    let row_blocks = d.m.div_ceil(TILE_MAIN);
+    let col_blocks = d.n.div_ceil(TILE_MAIN);
+    let pieces = gpu.pieces_within_bound(&kernels[0], d.batch * row_blocks * col_blocks, work);
+    if pieces <= 1 {
+        return whole(dims, operands);
+    }
+    let entry = forced.unwrap_or_else(|| launch_entry(dims, operands));
+    let forced = Some(entry);
+    let [out, lhs, rhs] = operands.map(|o| o.words());
+    // The squares of one product's blocks (each invocation writes its own block's, at its
+    // place: the pieces write what the whole would).
+    let squares_each = squares_len(&MatmulDims { batch: 1, ..*dims }, entry);
+    // Products `b0..` of the batch (`dims.batch` of them), a block of C in each.
+    let piece = |dims: &MatmulDims, b0: u64, block: Option<Block>| -> Result<()> {
+        let operands = [
+            tail(out, b0 * d.stride_c)?,
+            tail(lhs, b0 * d.stride_a)?,
+            tail(rhs, b0 * d.stride_b)?,
+        ];
+        let extra = match extra {
+            Extra::Squares(sq) => {
+                let at = b0 * squares_each;
+                Extra::Squares(sq.slice(at, sq.len().saturating_sub(at))?)
+            }
+            other => other,
+        };
+        launch_one(gpu, dims, operands, (kernels, forced, extra), block)
+    };
+    if pieces <= d.batch {
+        // Whole products, `per` of them at a time.
+        let per = d.batch.div_ceil(pieces);
+        let mut b0 = 0;
+        while b0 < d.batch {
+            let batch = per.min(d.batch - b0);
+            piece(&MatmulDims { batch: batch as usize, ..*dims }, b0, None)?;
+            b0 += batch;
+        }
+        return Ok(());
+    }
+    // One product at a time, in blocks of rows, then of columns (whole tiles of either entry
+    // point).
+    let each = pieces.div_ceil(d.batch);
+    let row_pieces = each.min(row_blocks);
+    let col_pieces = each.div_ceil(row_pieces).min(col_blocks);
+    let rows = row_blocks.div_ceil(row_pieces) * TILE_MAIN;
+    let cols = col_blocks.div_ceil(col_pieces) * TILE_MAIN;
+    let one = MatmulDims { batch: 1, ..*dims };
+    for b0 in 0..d.batch {
+        for r0 in (0..d.m).step_by(rows as usize) {
+            for c0 in (0..d.n).step_by(cols as usize) {
+                let block = Block {
+                    rows: (r0, rows.min(d.m - r0)),
+                    cols: (c0, cols.min(d.n - c0)),
+                };
+                piece(&one, b0, Some(block))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A block of C: `(first, count)` of its rows and of its columns, each first a multiple of
+/// [`TILE_MAIN`].
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    rows: (u64, u64),
+    cols: (u64, u64),
+}
+
+/// A sub-slice of `s` from `at` elements in to its end.
+fn tail(s: DeviceSlice<'_>, at: u64) -> Result<Operand<'_>> {
+    Ok(Operand::from(s.slice(at, s.len().saturating_sub(at))?))
+}
+
+/// Validates, picks the entry point (or takes `forced`) and records the dispatch. `kernels` =
+/// `[main, main_scalar]` for f32 operands (with any 16-bit operand, the device's 16-bit module
+/// instead); `extra`'s operand (binding 4) is checked by its public launcher. `block`: only
+/// that block of C, else all of it.
+fn launch_one(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    [out, lhs, rhs]: [Operand<'_>; 3],
+    (kernels, forced, extra): ([Kernel; 2], Option<MatmulEntry>, Extra<'_>),
+    block: Option<Block>,
 ) -> Result<()> {
     let invalid = |message: String| Error::InvalidArgument {
         op: "matmul",
         message,
     };
     let d = Dims64::new(dims);
+    let Block {
+        rows: (row_start, row_count),
+        cols: (col_start, col_count),
+    } = block.unwrap_or(Block {
+        rows: (0, d.m),
+        cols: (0, d.n),
+    });
     if d.batch == 0 || d.m == 0 || d.n == 0 {
         return Ok(());
     }
@@ -584,6 +694,8 @@ pub(super) fn launch(
             | epilogue_flags,
         alpha: dims.alpha,
         offset_bias: bias.index(),
+        row_start: to_u32("row_start", row_start)?,
+        col_start: to_u32("col_start", col_start)?,
         ..Params::default()
     };
     let kernels = match (half.contains(&true), gpu.f16_path()) {
@@ -596,7 +708,7 @@ pub(super) fn launch(
         MatmulEntry::MainScalar => (&kernels[1], TILE_SCALAR),
     };
     let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
-    let workgroups = [d.n.div_ceil(tile), d.m.div_ceil(tile), d.batch];
+    let workgroups = [col_count.div_ceil(tile), row_count.div_ceil(tile), d.batch];
     if workgroups.iter().any(|&w| w > max) {
         return Err(invalid(format!(
             "grid {workgroups:?} (n/{tile}, m/{tile}, batch) exceeds the device's {max} \

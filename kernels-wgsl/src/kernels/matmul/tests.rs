@@ -576,3 +576,58 @@ fn matmul_squares_are_the_blocks_of_c() -> Result<()> {
     );
     Ok(())
 }
+
+/// Under a bound on one submission's GPU time ([`crate::pacing`]), a product too long for it
+/// goes out in pieces (products of the batch, blocks of C) and every value (C, and the squares
+/// of its blocks) is the one the product in one dispatch gives, bit for bit: both entry
+/// points, all four transposes.
+#[test]
+fn a_bounded_submission_splits_the_product_and_changes_no_value() -> Result<()> {
+    let gpu = crate::testing::fresh_gpu();
+    let mut rng = Rng::new(11);
+    // Several row blocks; one row block and several column blocks; odd sizes.
+    for (m, n, k) in [(300, 72, 40), (100, 300, 24), (261, 133, 17)] {
+        for (t, trans) in TRANSPOSES.into_iter().enumerate() {
+            let batch = [2, 3, 1, 2][t];
+            let dims = MatmulDims {
+                batch,
+                batch_stride_a: m * k,
+                batch_stride_b: k * n,
+                batch_stride_c: m * n,
+                ..dims(m, n, k, trans)
+            };
+            let (a_len, b_len) = operand_lens(&dims);
+            let a = gpu.upload(&rng.vec_f32(a_len, -1.0, 1.0), Category::Temporary, "a")?;
+            let b = gpu.upload(&rng.vec_f32(b_len, -1.0, 1.0), Category::Temporary, "b")?;
+            let run = |bound: Option<std::time::Duration>| -> Result<(Vec<f32>, u64)> {
+                gpu.set_max_submission(bound);
+                let c = gpu.upload(&vec![POISON; dims.c_len()], Category::Temporary, "c")?;
+                let early = gpu.pacing().early_submissions;
+                super::matmul(&gpu, &dims, c.whole(), a.whole(), b.whole())?;
+                gpu.flush("bounded matmul")?;
+                let early = gpu.pacing().early_submissions - early;
+                Ok((gpu.read_all(&c, DEADLINE)?, early))
+            };
+            let (whole, _) = run(None)?;
+            let (pieces, early) = run(Some(std::time::Duration::from_nanos(1)))?;
+            let name = format!("{dims:?}");
+            assert!(whole == pieces, "{name}: the pieces changed values");
+            // The squares of C's blocks too (what a gradient's norm is summed from).
+            let squares = |bound: Option<std::time::Duration>| -> Result<Vec<f32>> {
+                gpu.set_max_submission(bound);
+                let c = gpu.upload(&vec![POISON; dims.c_len()], Category::Temporary, "c")?;
+                let operands = [c.whole().into(), a.whole().into(), b.whole().into()];
+                let len = super::squares_len(&dims, super::launch_entry(&dims, operands));
+                let sq = gpu.upload(&vec![POISON; len as usize], Category::Temporary, "sq")?;
+                super::matmul_squares(&gpu, &dims, c.whole(), a.whole(), b.whole(), sq.whole())?;
+                gpu.read_all(&sq, DEADLINE)
+            };
+            let tiny = Some(std::time::Duration::from_nanos(1));
+            assert!(squares(None)? == squares(tiny)?, "{name}: the pieces changed the squares");
+            // Every piece after the first went out in a submission of its own.
+            let least = batch * m.div_ceil(128) * n.div_ceil(128) - 1;
+            assert!(early >= least as u64, "{name}: {early} early submissions");
+        }
+    }
+    Ok(())
+}

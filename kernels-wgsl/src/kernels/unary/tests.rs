@@ -288,3 +288,30 @@ fn unary_hand_worked_values() {
         [0.0, 1.0]
     );
 }
+
+/// Under a bound on one submission's GPU time ([`crate::pacing`]), an elementwise op too long
+/// for it goes out in ranges, each in a submission of its own, and gives the same values:
+/// aligned (`vec4` ranges and a scalar tail) and not.
+#[test]
+fn a_bounded_submission_splits_the_op_into_ranges_and_changes_no_value() -> Result<()> {
+    let gpu = crate::testing::fresh_gpu();
+    let mut rng = Rng::new(5);
+    let len = 70_003;
+    let x = gpu.upload(&rng.vec_f32(len + 1, -3.0, 3.0), Category::Temporary, "x")?;
+    for start in [0, 1] {
+        let run = |bound: Option<std::time::Duration>| -> Result<(Vec<f32>, u64)> {
+            gpu.set_max_submission(bound);
+            let y = gpu.upload(&vec![0.0f32; len], Category::Temporary, "y")?;
+            let early = gpu.pacing().early_submissions;
+            super::forward(&gpu, UnaryOp::Tanh, y.whole(), x.slice(start, len as u64)?, 1.0)?;
+            gpu.flush("bounded unary")?;
+            let early = gpu.pacing().early_submissions - early;
+            Ok((gpu.read_all(&y, DEADLINE)?, early))
+        };
+        let (whole, _) = run(None)?;
+        let (ranges, early) = run(Some(std::time::Duration::from_micros(50)))?;
+        assert!(whole == ranges, "start {start}: the ranges changed values");
+        assert!(early >= 2, "start {start}: {early} early submissions");
+    }
+    Ok(())
+}

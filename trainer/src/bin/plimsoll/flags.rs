@@ -201,6 +201,38 @@ pub fn snapshot_every(s: &str) -> Parsed<plimsoll_trainer::SnapshotEvery> {
     }
 }
 
+/// `--max-submission-ms`: the adapter's default, none, or milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MaxSubmission {
+    /// The adapter's default ([`plimsoll_kernels_wgsl::pacing::DEFAULT_MAX_SUBMISSION`] on a
+    /// GPU, none on a CPU adapter).
+    Auto,
+    /// No bound.
+    Off,
+    /// This many milliseconds.
+    Ms(f64),
+}
+
+/// `--max-submission-ms`: `auto`, `off` or a number of milliseconds (0.1 to 60000).
+pub fn max_submission(s: &str) -> Parsed<MaxSubmission> {
+    match s.trim() {
+        "auto" => Ok(MaxSubmission::Auto),
+        "off" => Ok(MaxSubmission::Off),
+        v => {
+            let ms: f64 = v.parse().map_err(|e| {
+                format!("{v:?} is not a number: {e}; give auto, off or milliseconds")
+            })?;
+            if !(0.1..=60_000.0).contains(&ms) {
+                return Err(format!(
+                    "{ms} ms is outside 0.1 to 60000 (a watchdog resets a GPU after about \
+                     2000 ms; 100 keeps a display drawing); give auto, off or milliseconds"
+                ));
+            }
+            Ok(MaxSubmission::Ms(ms))
+        }
+    }
+}
+
 /// A count of at least 1 (steps, epochs, milliseconds), at most `2^40`.
 pub fn count_u64(s: &str) -> Parsed<u64> {
     count(s).map(|v| v as u64)

@@ -103,6 +103,12 @@ pub(crate) struct DeviceArgs {
     /// milliseconds.
     #[arg(long, default_value_t = 30_000, value_parser = flags::count_u64)]
     deadline_ms: u64,
+    /// The most GPU time one submission may take, in milliseconds, so a GPU that drives a
+    /// display keeps drawing it and no watchdog (Windows' TDR, about 2 s) resets it: `auto`
+    /// (100 on a GPU, none on a CPU adapter), `off` or a number. Batches are submitted early
+    /// and one long kernel is split to stay within it; the values computed are the same.
+    #[arg(long, default_value = "auto", value_name = "MS", value_parser = flags::max_submission)]
+    max_submission_ms: flags::MaxSubmission,
 }
 
 impl DeviceArgs {
@@ -119,7 +125,15 @@ impl DeviceArgs {
             default_deadline: Some(self.deadline()),
             ..GpuOptions::default()
         };
-        Ok(Gpu::with_options(options)?)
+        let gpu = Gpu::with_options(options)?;
+        match self.max_submission_ms {
+            flags::MaxSubmission::Auto => {}
+            flags::MaxSubmission::Off => gpu.set_max_submission(None),
+            flags::MaxSubmission::Ms(ms) => {
+                gpu.set_max_submission(Some(Duration::from_secs_f64(ms / 1e3)));
+            }
+        }
+        Ok(gpu)
     }
 
     /// The deadline of every GPU wait.
