@@ -38,6 +38,7 @@ pub use buffer::DeviceBuffer;
 pub use device::{AdapterSummary, Gpu, GpuOptions};
 pub use error::{Error, RecentSubmissions, Result, SubmissionRecord};
 pub use fence::Fence;
+pub use memory::DeviceMemory;
 pub use pacing::{PacingStats, RateModel};
 pub use pipeline::{Compiled, Kernel, WantedPipeline};
 pub use plimsoll_allocator::Category;

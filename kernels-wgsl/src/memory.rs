@@ -278,3 +278,64 @@ impl Gpu {
         self.shared.block_alignment
     }
 }
+
+/// What the driver says of the device's own memory (its local heaps, all processes together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// How much the driver lets this process use, in bytes (`VK_EXT_memory_budget`'s budget
+    /// summed over the device-local heaps): what the device has, less what other processes
+    /// hold.
+    pub budget_bytes: u64,
+    /// How much this process uses now, in bytes (its usage over the same heaps).
+    pub usage_bytes: u64,
+}
+
+impl crate::Gpu {
+    /// The device's memory as its driver reports it now, where it can
+    /// (`VK_EXT_memory_budget` on Vulkan, which NVIDIA's and AMD's drivers have); `None`
+    /// elsewhere (lavapipe, Metal, DX12, GL). wgpu 30 has no query of its own
+    /// (gfx-rs/wgpu#2447); this reads it through wgpu's Vulkan device.
+    pub fn device_memory(&self) -> Option<DeviceMemory> {
+        if self.shared.planning {
+            return None;
+        }
+        vulkan_device_memory(&self.shared.device)
+    }
+}
+
+/// `VK_EXT_memory_budget` through wgpu-hal's Vulkan device, when the device enabled it.
+#[allow(unsafe_code)]
+fn vulkan_device_memory(device: &wgpu::Device) -> Option<DeviceMemory> {
+    use ash::vk;
+    // SAFETY: the hal device is only read (its handles and extension list), and only while
+    // `device` (which owns it) is alive; no wgpu state is changed through it.
+    let hal = unsafe { device.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    if !hal
+        .enabled_device_extensions()
+        .contains(&ash::ext::memory_budget::NAME)
+    {
+        return None;
+    }
+    let instance = hal.shared_instance().raw_instance();
+    let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+    let memory = {
+        let mut props = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
+        // SAFETY: a valid physical device of this instance, and a properties chain that
+        // outlives the call (Vulkan 1.1, which wgpu-hal's Vulkan backend requires).
+        unsafe {
+            instance.get_physical_device_memory_properties2(hal.raw_physical_device(), &mut props);
+        }
+        props.memory_properties
+    };
+    let heaps = memory.memory_heap_count.min(vk::MAX_MEMORY_HEAPS as u32) as usize;
+    let local = |i: &usize| {
+        memory.memory_heaps[*i]
+            .flags
+            .contains(vk::MemoryHeapFlags::DEVICE_LOCAL)
+    };
+    let sum = |values: &[u64]| (0..heaps).filter(local).map(|i| values[i]).sum::<u64>();
+    Some(DeviceMemory {
+        budget_bytes: sum(&budget.heap_budget),
+        usage_bytes: sum(&budget.heap_usage),
+    })
+}

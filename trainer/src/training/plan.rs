@@ -959,3 +959,14 @@ fn plan_explained(
         plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })
 }
+
+/// The share of what the driver lets the process use ([`plimsoll_autograd::Gpu::device_memory`])
+/// that the allocator's budget may take: the rest is for what it does not count (pipelines,
+/// uniform chunks, read-back staging) and for the driver's own rounding.
+pub const DRIVER_SHARE: f64 = 0.9;
+
+/// The budget a run follows when the driver reports `driver_bytes` for the process: its own
+/// `run_budget`, or [`DRIVER_SHARE`] of the driver's figure when that is less.
+pub fn driver_budget(run_budget: u64, driver_bytes: u64) -> u64 {
+    run_budget.min((driver_bytes as f64 * DRIVER_SHARE) as u64)
+}

@@ -99,6 +99,9 @@ pub struct Trainer {
     pub(crate) device_losses: u64,
     /// Opens the device to go on with after a loss.
     pub(crate) reopen: crate::recovery::Reopen,
+    /// The budget the run was given (or the adapter's default), which the driver's figure may
+    /// lower ([`Trainer::follow_driver_budget`]).
+    pub(crate) run_budget: u64,
 }
 
 /// Why an attempt at a step failed.
@@ -286,6 +289,7 @@ impl Trainer {
             losses_in_a_row: 0,
             device_losses: 0,
             reopen: crate::recovery::default_reopen(),
+            run_budget: gpu.memory_budget_bytes(),
         })
     }
 
@@ -480,6 +484,7 @@ impl Trainer {
     /// fits the new budget it says so and keeps its choice (out-of-memory recovery then halves
     /// the micro-batch step by step).
     fn follow_budget(&mut self, step: u64) -> Result<()> {
+        self.follow_driver_budget();
         let Some(plan) = &self.plan else {
             return Ok(());
         };
@@ -535,6 +540,22 @@ impl Trainer {
             Err(e) => return Err(e),
         }
         Ok(())
+    }
+
+    /// Where the driver reports what this process may use ([`Gpu::device_memory`]): the
+    /// device's budget becomes the run's own budget or [`crate::plan::DRIVER_SHARE`] of the driver's,
+    /// whichever is less, so another process taking memory lowers it (and giving it back
+    /// raises it again) before [`Trainer::follow_budget`] compares it with the plan.
+    fn follow_driver_budget(&mut self) {
+        let Some(memory) = self.gpu.device_memory() else {
+            return;
+        };
+        let allowed = crate::plan::driver_budget(self.run_budget, memory.budget_bytes);
+        let now = self.gpu.memory_budget_bytes();
+        // Moves of under 1/64 are noise (the driver's own figure moves with every buffer).
+        if allowed.abs_diff(now) > now / 64 {
+            self.gpu.set_memory_budget(allowed);
+        }
     }
 
     /// Runs one optimizer step on the next batch; see the module docs for what it guarantees.

@@ -466,8 +466,16 @@ fn train_in(
     for note in &job.notes {
         out::say(note);
     }
+    // What the driver says is left to this process, where it says (VK_EXT_memory_budget).
+    let device_memory = gpu.device_memory().map_or(String::new(), |m| {
+        format!(
+            " (its driver lets this process use {}; {} in use)",
+            plimsoll_allocator::format_bytes(m.budget_bytes),
+            plimsoll_allocator::format_bytes(m.usage_bytes)
+        )
+    });
     out::say(format_args!(
-        "training {} ({} parameters) on {}{}; run directory {}",
+        "training {} ({} parameters) on {}{device_memory}{}; run directory {}",
         job.name,
         job.spec.parameter_count(),
         gpu.adapter(),
