@@ -182,8 +182,12 @@ pub fn count_or_zero(s: &str) -> Parsed<usize> {
 pub fn snapshot_every(s: &str) -> Parsed<plimsoll_trainer::SnapshotEvery> {
     use plimsoll_trainer::SnapshotEvery;
     let t = s.trim();
+    let hint = |e: String| format!("{e}; give steps (50), a time (90s, 5m) or off");
     let seconds = |n: &str, unit: u64| -> Parsed<SnapshotEvery> {
-        let n = count(n).map_err(|e| format!("{e}; give steps (50), a time (90s, 5m) or off"))?;
+        let n = match n.parse::<u64>() {
+            Ok(_) => count(n).map_err(|e| hint(format!("{s:?}: {e}")))?,
+            Err(_) => return Err(hint(format!("{s:?} is not a number of steps or a time"))),
+        };
         Ok(SnapshotEvery::Interval(std::time::Duration::from_secs(
             (n as u64).saturating_mul(unit),
         )))
@@ -197,7 +201,7 @@ pub fn snapshot_every(s: &str) -> Parsed<plimsoll_trainer::SnapshotEvery> {
     } else {
         count(t)
             .map(|n| SnapshotEvery::Steps(n as u64))
-            .map_err(|e| format!("{e}; give steps (50), a time (90s, 5m) or off"))
+            .map_err(hint)
     }
 }
 
