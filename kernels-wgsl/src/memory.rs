@@ -303,7 +303,15 @@ impl crate::Gpu {
     }
 }
 
-/// `VK_EXT_memory_budget` through wgpu-hal's Vulkan device, when the device enabled it.
+/// Where wgpu has no Vulkan backend: nothing to ask.
+#[cfg(not(any(windows, all(unix, not(any(target_os = "macos", target_os = "ios"))))))]
+fn vulkan_device_memory(_device: &wgpu::Device) -> Option<DeviceMemory> {
+    None
+}
+
+/// `VK_EXT_memory_budget` through wgpu-hal's Vulkan device, when the device enabled it and its
+/// instance is Vulkan 1.1 or later (`vkGetPhysicalDeviceMemoryProperties2` is core there).
+#[cfg(any(windows, all(unix, not(any(target_os = "macos", target_os = "ios")))))]
 #[allow(unsafe_code)]
 fn vulkan_device_memory(device: &wgpu::Device) -> Option<DeviceMemory> {
     use ash::vk;
@@ -313,6 +321,7 @@ fn vulkan_device_memory(device: &wgpu::Device) -> Option<DeviceMemory> {
     if !hal
         .enabled_device_extensions()
         .contains(&ash::ext::memory_budget::NAME)
+        || hal.shared_instance().instance_api_version() < vk::API_VERSION_1_1
     {
         return None;
     }
@@ -320,8 +329,8 @@ fn vulkan_device_memory(device: &wgpu::Device) -> Option<DeviceMemory> {
     let mut budget = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
     let memory = {
         let mut props = vk::PhysicalDeviceMemoryProperties2::default().push_next(&mut budget);
-        // SAFETY: a valid physical device of this instance, and a properties chain that
-        // outlives the call (Vulkan 1.1, which wgpu-hal's Vulkan backend requires).
+        // SAFETY: a valid physical device of this instance (1.1 or later, checked above), and
+        // a properties chain that outlives the call.
         unsafe {
             instance.get_physical_device_memory_properties2(hal.raw_physical_device(), &mut props);
         }

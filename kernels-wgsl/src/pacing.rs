@@ -116,6 +116,10 @@ struct PaceState {
     longest_measured: Duration,
 }
 
+/// Callbacks closer than this to the previous one ran in one group (wgpu runs every finished
+/// submission's callback inside one `submit` or `poll`): their measured spans say nothing.
+pub const CALLBACK_GROUP: Duration = Duration::from_micros(200);
+
 /// A kernel and the class of its work: what a correction is kept for.
 pub(crate) type WorkKey = (&'static str, u8);
 
@@ -207,7 +211,12 @@ impl Pacing {
             };
             let measured = now.saturating_duration_since(began);
             s.longest_measured = s.longest_measured.max(measured);
-            if estimated >= CALIBRATION_MIN.as_nanos() as u64 {
+            // The first callback of a group measured the whole group (which errs long); the
+            // others measured nothing and must not lower a correction.
+            let grouped = s
+                .last_completion
+                .is_some_and(|prev| now.saturating_duration_since(prev) < CALLBACK_GROUP);
+            if estimated >= CALIBRATION_MIN.as_nanos() as u64 && !grouped {
                 let ratio = (measured.as_nanos() as f64 / estimated as f64).clamp(1e-3, 1e3);
                 // Each estimate already includes its kernel's correction: at once to the one
                 // that would have been right when short, a quarter of the way when long.

@@ -3,8 +3,9 @@
 //! Launchers call [`Gpu::dispatch`], which records into the device's one open batch: one command
 //! encoder, one compute pass per run of dispatches (a copy, e.g. for a read-back, ends the pass).
 //! [`Gpu::flush`] submits the batch and returns its [`Fence`]; a batch also goes out by itself
-//! once it holds [`AUTO_FLUSH_DISPATCHES`] dispatches (at the next dispatch), and before a
-//! read-back.
+//! once it holds [`AUTO_FLUSH_DISPATCHES`] dispatches or, under a bound on one submission's GPU
+//! time, when the next dispatch would take its estimate past it ([`crate::pacing`]), both at the
+//! next dispatch and never inside [`Gpu::atomically`], and before a read-back.
 //!
 //! Submission is bounded (policy and cost in [`crate::fence`]): every submit goes through
 //! `lock_for_submit`, which, while [`Gpu::max_submissions_in_flight`] submissions are in flight,
@@ -242,7 +243,8 @@ impl Gpu {
             drop(batch);
             let deadline = self.default_deadline();
             batch = lock_for_submit(shared, deadline)?;
-            if full(&batch) {
+            // Another thread may have entered `atomically` while this one waited.
+            if full(&batch) && !batch.hold {
                 if batch.dispatches < AUTO_FLUSH_DISPATCHES {
                     shared.pacing.note_early_submission();
                 }

@@ -346,5 +346,40 @@ fn a_device_lost_again_and_again_ends_the_run_after_the_allowed_losses() {
         log.contains("lost 4 times in a row") && log.contains("--max-device-losses"),
         "{log}"
     );
-    assert_eq!(t.device_losses(), 4);
+    assert_eq!(t.device_losses(), 3, "the losses the run went on from");
+}
+
+/// A lost device after out-of-memory recovery halved the micro-batch: the steps since the
+/// snapshot run again with the micro-batch they ran with (the snapshot's, not the configured
+/// one), so the run equals the same run with no loss, bit for bit.
+#[test]
+fn a_lost_device_after_a_halved_micro_batch_runs_the_steps_again_as_they_ran() {
+    let run = |lose: bool| {
+        let gpu = fresh_gpu();
+        let mut config = config(16, 8, 5, 1e-2);
+        config.snapshot_every = SnapshotEvery::Steps(2);
+        let spec = adam_spec(&[10, 24, 24, 3]);
+        let mut t = Trainer::new(&gpu, config, &spec, data(40, 10, 3), None).unwrap();
+        for step in 1..=5u64 {
+            let gpu = t.gpu().clone();
+            gpu.reset_fault_counts();
+            match step {
+                // Out of memory at an allocation of step 2: halved to 4 from then on.
+                2 => gpu.arm_fault(FaultPoint::Allocation, 5, FaultAction::Fail),
+                4 if lose => gpu.arm_fault(FaultPoint::Submission, 1, FaultAction::LoseDevice),
+                _ => {}
+            }
+            let report = t.step().unwrap();
+            assert_eq!(
+                report.micro_batch,
+                if step >= 2 { 4 } else { 8 },
+                "step {step}"
+            );
+        }
+        (values(t.parameters()), t.device_losses())
+    };
+    let (undisturbed, none) = run(false);
+    let (recovered, losses) = run(true);
+    assert_eq!((none, losses), (0, 1));
+    assert!(recovered == undisturbed, "the replayed steps ran otherwise");
 }

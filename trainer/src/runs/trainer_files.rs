@@ -125,7 +125,8 @@ impl Trainer {
             // A state that went back to an earlier step (a device-loss recovery that failed)
             // never replaces a later one on disk.
             let line = format!(
-                "the state now (step {}) is older than the checkpoint at {} (step {saved});                  that checkpoint is kept",
+                "the state now (step {}) is older than the checkpoint at {} (step {saved}); \
+                 that checkpoint is kept",
                 self.position.step,
                 path.display()
             );

@@ -28,6 +28,7 @@ use plimsoll_nn::state::LoadedState;
 use crate::checkpoint_io::{self, LoadChecks, RunPosition};
 use crate::config::{AllocatorMode, Precision, SnapshotEvery};
 use crate::error::{Error, Result};
+use crate::metrics::StepReport;
 use crate::trainer::Trainer;
 
 /// The training state kept in host memory for device-loss recovery (see the module docs).
@@ -38,6 +39,12 @@ pub(crate) struct HostSnapshot {
     pub(crate) step: u64,
     /// The trainer's recent losses then, so the running mean goes on unchanged.
     pub(crate) recent_losses: VecDeque<f32>,
+    /// The checkpointing and plan then (a new plan may have changed them since; the micro-batch
+    /// is in the state's position): the steps run again as they ran. Children per checkpointed
+    /// segment.
+    pub(crate) segment_len: usize,
+    /// The memory plan then.
+    pub(crate) plan: Option<crate::plan::MemoryPlan>,
     /// When it was taken.
     pub(crate) taken: Instant,
 }
@@ -83,7 +90,9 @@ impl Trainer {
         let due = match (&self.snapshot, self.config.snapshot_every) {
             (_, SnapshotEvery::Off) => false,
             (None, _) => true,
-            (Some(s), SnapshotEvery::Steps(n)) => self.position.step >= s.step + n.max(1),
+            (Some(s), SnapshotEvery::Steps(n)) => {
+                self.position.step >= s.step.saturating_add(n.max(1))
+            }
             (Some(s), SnapshotEvery::Interval(every)) => {
                 s.taken.elapsed() >= every && self.position.step > s.step
             }
@@ -127,6 +136,8 @@ impl Trainer {
             state,
             step: self.position.step,
             recent_losses: self.recent_losses.clone(),
+            segment_len: self.segment_len,
+            plan: self.plan.clone(),
             taken: Instant::now(),
         });
     }
@@ -140,11 +151,13 @@ impl Trainer {
     /// steps since replayed up to the position before the loss (see the module docs). Another
     /// loss while doing so starts again, up to the configured losses in a row. Returns the
     /// error to give up with when the run cannot go on.
-    pub(crate) fn recover_device(&mut self, mut error: Error) -> std::result::Result<(), Error> {
+    pub(crate) fn recover_device(
+        &mut self,
+        mut error: Error,
+    ) -> std::result::Result<Option<StepReport>, Error> {
         let target = self.position.step;
         loop {
             self.losses_in_a_row += 1;
-            self.device_losses += 1;
             let what = error
                 .to_string()
                 .lines()
@@ -160,6 +173,7 @@ impl Trainer {
                 ));
                 return Err(error);
             }
+            self.device_losses += 1;
             let (from, source) = match self.reopen_and_restore() {
                 Ok(restored) => restored,
                 Err(e) if self.recoverable(&e) => {
@@ -187,14 +201,18 @@ impl Trainer {
                 self.losses_in_a_row,
             ));
             let mut failed = None;
+            let mut last = None;
             while self.position.step < target {
-                if let Err(f) = self.attempt_step() {
-                    failed = Some(f.into_error());
-                    break;
+                match self.attempt_step() {
+                    Ok(report) => last = Some(report),
+                    Err(f) => {
+                        failed = Some(f.into_error());
+                        break;
+                    }
                 }
             }
             match failed {
-                None => return Ok(()),
+                None => return Ok(last),
                 Some(e) if self.recoverable(&e) => error = e,
                 Some(e) => return Err(e),
             }
@@ -209,7 +227,9 @@ impl Trainer {
     ) -> Result<T> {
         loop {
             match op(self) {
-                Err(e) if self.recoverable(&e) => self.recover_device(e)?,
+                Err(e) if self.recoverable(&e) => {
+                    self.recover_device(e)?;
+                }
                 done => return done,
             }
         }
@@ -228,7 +248,7 @@ impl Trainer {
             expected_seed: Some(self.config.seed),
             reset_optimizer: false,
         };
-        let (mut position, source, losses) = match (&self.snapshot, &self.last_saved) {
+        let (mut position, source, kept) = match (&self.snapshot, &self.last_saved) {
             (Some(s), _) => {
                 let origin = Path::new("the training state kept in host memory");
                 let p = checkpoint_io::restore(
@@ -242,7 +262,7 @@ impl Trainer {
                 (
                     p,
                     "kept in host memory".to_string(),
-                    Some(s.recent_losses.clone()),
+                    Some((s.recent_losses.clone(), s.segment_len, s.plan.clone())),
                 )
             }
             (None, Some((_, path))) => {
@@ -258,8 +278,14 @@ impl Trainer {
             }
         };
         self.install(gpu, model, optimizer, &mut position);
-        if let Some(losses) = losses {
-            self.recent_losses = losses;
+        match kept {
+            Some((losses, segment_len, plan)) => {
+                self.recent_losses = losses;
+                self.segment_len = segment_len;
+                self.plan = plan;
+            }
+            // A checkpoint has no running losses: the mean starts again, as a resumed run's.
+            None => self.recent_losses.clear(),
         }
         Ok((position.step, source))
     }
@@ -272,8 +298,9 @@ impl Trainer {
         optimizer: Box<dyn plimsoll_nn::Optimizer>,
         position: &mut RunPosition,
     ) {
-        let micro_batch = self.config.micro_batch.unwrap_or(position.micro_batch);
-        self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
+        // The micro-batch the state was kept with (out-of-memory recovery may have lowered it
+        // below the configured one): the steps run again as they ran.
+        self.micro_batch = position.micro_batch.clamp(1, self.config.effective_batch);
         position.micro_batch = self.micro_batch;
         position.loss_scaler = match self.config.precision {
             Precision::F16 => Some(position.loss_scaler.unwrap_or_default()),

@@ -102,6 +102,8 @@ pub struct Trainer {
     /// The budget the run was given (or the adapter's default), which the driver's figure may
     /// lower ([`Trainer::follow_driver_budget`]).
     pub(crate) run_budget: u64,
+    /// The budget [`Trainer::follow_driver_budget`] last set, if it set one.
+    pub(crate) driver_set: Option<u64>,
 }
 
 /// Why an attempt at a step failed.
@@ -290,6 +292,7 @@ impl Trainer {
             device_losses: 0,
             reopen: crate::recovery::default_reopen(),
             run_budget: gpu.memory_budget_bytes(),
+            driver_set: None,
         })
     }
 
@@ -550,11 +553,17 @@ impl Trainer {
         let Some(memory) = self.gpu.device_memory() else {
             return;
         };
-        let allowed = crate::plan::driver_budget(self.run_budget, memory.budget_bytes);
         let now = self.gpu.memory_budget_bytes();
+        // A budget someone else set (Gpu::set_memory_budget) since is the run's own from now.
+        if now != self.driver_set.unwrap_or(self.run_budget) {
+            self.run_budget = now;
+            self.driver_set = None;
+        }
+        let allowed = crate::plan::driver_budget(self.run_budget, memory.budget_bytes);
         // Moves of under 1/64 are noise (the driver's own figure moves with every buffer).
         if allowed.abs_diff(now) > now / 64 {
             self.gpu.set_memory_budget(allowed);
+            self.driver_set = Some(allowed);
         }
     }
 
@@ -579,6 +588,22 @@ impl Trainer {
                     }
                 }
                 Failure::Step(step, error) => return Err(self.give_up(step, error)),
+                // The update is in and the position moved on: recovery runs this step again
+                // and its report is the step's.
+                Failure::Checked(error) if self.recoverable(&error) => {
+                    return match self.recover_device(error) {
+                        Ok(Some(mut report)) => {
+                            self.losses_in_a_row = 0;
+                            report.device_losses = self.device_losses - losses_before;
+                            Ok(report)
+                        }
+                        Ok(None) => Err(Error::invalid(
+                            "device-loss recovery",
+                            "the state restored was the one after this step; nothing ran again",
+                        )),
+                        Err(e) => Err(e),
+                    };
+                }
                 Failure::Before(error) | Failure::Checked(error) => return Err(error),
             }
         }

@@ -740,12 +740,13 @@ fn launch_one(
         params: bytemuck::bytes_of(&params),
         buffers: &[lhs.words(), rhs.words(), out.words(), bias],
         workgroups: workgroups.map(|w| w as u32),
+        // This dispatch's block of C (all of it unless split).
         work: crate::recorder::Work {
-            flops: 2 * d.batch * d.m * d.n * d.k,
+            flops: 2 * d.batch * row_count * col_count * d.k,
             bytes: d.batch
-                * (lhs.element_bytes() * d.m * d.k
-                    + rhs.element_bytes() * d.k * d.n
-                    + out.element_bytes() * d.m * d.n),
+                * (lhs.element_bytes() * row_count * d.k
+                    + rhs.element_bytes() * d.k * col_count
+                    + out.element_bytes() * row_count * col_count),
         },
     })
 }
