@@ -6,10 +6,11 @@
 //! [`HEADROOM`] of the bound; a launcher whose one dispatch would pass it splits it
 //! ([`Gpu::pieces_within_bound`]): matmuls by products of the batch and blocks of C (whole
 //! 128 x 128 tiles; each element still summed by one invocation, so the values are the same),
-//! same-shape elementwise ops by ranges. Not split: matmuls with a 16-bit operand, broadcasting
-//! elementwise ops and the row kernels (softmax, layer norm, attention, the loss), which go out
-//! in a submission of their own when long. Work inside [`Gpu::atomically`] is never submitted
-//! early (it must run all or not at all), so an update's dispatches are not bounded.
+//! same-shape elementwise ops by ranges (a matmul with a 16-bit operand in blocks of C over its
+//! whole batch). Not split: broadcasting elementwise ops and the row kernels (softmax, layer
+//! norm, attention, the loss), which go out in a submission of their own when long. Work
+//! inside [`Gpu::atomically`] is never submitted early (it must run all or not at all), so an
+//! update's dispatches are not bounded.
 //!
 //! The rates start from the adapter's type ([`RateModel::for_adapter`]) and are kept up to date
 //! from the device's own completion times: each submission's work-done callback notes when it

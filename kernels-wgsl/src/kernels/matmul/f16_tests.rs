@@ -283,3 +283,46 @@ fn f16_output_overflows_to_infinity() -> Result<()> {
     }
     Ok(())
 }
+
+/// Under a bound on one submission's GPU time, a product with 16-bit operands goes out in
+/// blocks of C over the whole batch, one submission each, and C is the same bit for bit, on
+/// both 16-bit paths and both transposes of A.
+#[test]
+fn a_bounded_f16_product_goes_out_in_blocks_with_the_same_values() -> Result<()> {
+    let mut rng = Rng::new(0xb10c);
+    for (_, gpu) in f16_devices() {
+        for trans_a in [false, true] {
+            let (m, n, k) = (300, 260, 24);
+            let dims = MatmulDims {
+                trans_a,
+                batch: 2,
+                batch_stride_a: m * k,
+                batch_stride_b: k * n,
+                batch_stride_c: m * n,
+                ..MatmulDims::dense(2, m, n, k)
+            };
+            let (a_len, b_len) = lens(&dims);
+            let a = Host::new(&rng.vec_f32(a_len, -2.0, 2.0), 3, true);
+            let b = Host::new(&rng.vec_f32(b_len, -2.0, 2.0), 0, true);
+            let c = Host::new(&vec![0.0; dims.c_len()], 1, true);
+            let (a_gpu, b_gpu) = (a.upload(&gpu, "a")?, b.upload(&gpu, "b")?);
+            let run = |bound: Option<std::time::Duration>| -> Result<(Vec<u32>, u64)> {
+                gpu.set_max_submission(bound);
+                let c_gpu = c.upload(&gpu, "c")?;
+                let ops = (c.operand(&c_gpu)?, a.operand(&a_gpu)?, b.operand(&b_gpu)?);
+                let early = gpu.pacing().early_submissions;
+                super::matmul(&gpu, &dims, ops.0, ops.1, ops.2)?;
+                gpu.flush("bounded f16 matmul")?;
+                let early = gpu.pacing().early_submissions - early;
+                Ok((gpu.read_all(&c_gpu, DEADLINE)?, early))
+            };
+            let (whole, _) = run(None)?;
+            let (blocks, early) = run(Some(std::time::Duration::from_nanos(1)))?;
+            let name = format!("{:?} {dims:?}", gpu.f16_path());
+            assert!(whole == blocks, "{name}: the blocks changed C");
+            // 3 row blocks x 3 column blocks of 128.
+            assert!(early >= 8, "{name}: {early} early submissions");
+        }
+    }
+    Ok(())
+}

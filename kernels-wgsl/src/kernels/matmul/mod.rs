@@ -477,7 +477,8 @@ pub fn matmul_squares<'a>(
 /// then blocks of C (rows, then columns). Every piece runs the entry point the
 /// whole would, and each element of C is summed by one invocation over the same `k` either
 /// way, so the values do not depend on the pieces (nor do the squares of C, each written by the
-/// invocation that stores its block). Products with a 16-bit operand go out whole.
+/// invocation that stores its block). Products with a 16-bit operand go out in blocks of C over
+/// the whole batch ([`in_blocks`]).
 pub(super) fn launch(
     gpu: &Gpu,
     dims: &MatmulDims,
@@ -490,14 +491,19 @@ pub(super) fn launch(
         launch_one(gpu, dims, operands, (kernels, forced, extra), None)
     };
     let d = Dims64::new(dims);
-    let f32_only = !operands.iter().any(|o| o.is_f16());
-    if d.batch == 0 || d.m == 0 || d.n == 0 || !f32_only {
+    if d.batch == 0 || d.m == 0 || d.n == 0 {
         return whole(dims, operands);
     }
+    let [eo, ea, eb] = operands.map(|o| o.element_bytes());
     let work = crate::recorder::Work {
         flops: 2 * d.batch * d.m * d.n * d.k,
-        bytes: 4 * d.batch * (d.m * d.k + d.k * d.n + d.m * d.n),
+        bytes: d.batch * (ea * d.m * d.k + eb * d.k * d.n + eo * d.m * d.n),
     };
+    if operands.iter().any(|o| o.is_f16()) {
+        // 16-bit operands (whose slices are words of two halves) are not cut: blocks of C
+        // over the whole batch.
+        return in_blocks(gpu, dims, operands, (kernels, forced, extra), work);
+    }
     let row_blocks = d.m.div_ceil(TILE_MAIN);
     let col_blocks = d.n.div_ceil(TILE_MAIN);
     let pieces = gpu.pieces_within_bound(&kernels[0], d.batch * row_blocks * col_blocks, work);
@@ -554,6 +560,38 @@ pub(super) fn launch(
                 };
                 piece(&one, b0, Some(block))?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// [`launch`] in blocks of C (rows, then columns, whole tiles), each over the whole batch.
+fn in_blocks(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    operands: [Operand<'_>; 3],
+    (kernels, forced, extra): ([Kernel; 2], Option<MatmulEntry>, Extra<'_>),
+    work: crate::recorder::Work,
+) -> Result<()> {
+    let d = Dims64::new(dims);
+    let row_blocks = d.m.div_ceil(TILE_MAIN);
+    let col_blocks = d.n.div_ceil(TILE_MAIN);
+    let pieces = gpu.pieces_within_bound(&kernels[0], row_blocks * col_blocks, work);
+    let forced = Some(forced.unwrap_or_else(|| launch_entry(dims, operands)));
+    if pieces <= 1 {
+        return launch_one(gpu, dims, operands, (kernels, forced, extra), None);
+    }
+    let row_pieces = pieces.min(row_blocks);
+    let col_pieces = pieces.div_ceil(row_pieces).min(col_blocks);
+    let rows = row_blocks.div_ceil(row_pieces) * TILE_MAIN;
+    let cols = col_blocks.div_ceil(col_pieces) * TILE_MAIN;
+    for r0 in (0..d.m).step_by(rows as usize) {
+        for c0 in (0..d.n).step_by(cols as usize) {
+            let block = Block {
+                rows: (r0, rows.min(d.m - r0)),
+                cols: (c0, cols.min(d.n - c0)),
+            };
+            launch_one(gpu, dims, operands, (kernels, forced, extra), Some(block))?;
         }
     }
     Ok(())
