@@ -1,6 +1,7 @@
 //! The `plimsoll` command as a user meets it without a terminal: plain progress lines on
 //! standard output, a reader going away (`plimsoll train | head`) that does not stop training,
-//! SIGTERM and SIGINT that save the run and exit with 143 and 130, never a panic.
+//! SIGTERM and SIGINT (also sent twice at once, as `timeout` does) that save the run and exit
+//! with 143 and 130, never a panic.
 
 #![allow(clippy::unwrap_used)]
 
@@ -105,6 +106,61 @@ fn sigterm_and_sigint_save_the_run_and_exit_143_and_130() {
         assert_eq!(summary(&dir)["status"], "interrupted");
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+#[test]
+fn a_signal_sent_twice_at_once_as_timeout_does_still_saves_the_run() {
+    // `timeout` and a process-group kill deliver SIGTERM twice within microseconds; the
+    // second must not be taken for a person's second Ctrl-C that quits at once.
+    let dir = folder("double-term");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
+        .args([
+            "train",
+            "shakespeare",
+            "--steps",
+            "100000",
+            "--log-every",
+            "1",
+        ])
+        .args(["--run-dir", "run"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("step ") {
+        line.clear();
+        let n = reader.read_line(&mut line).unwrap();
+        assert!(n > 0, "the command closed its output before its first step");
+    }
+    // The second 20 ms after the first: its handler has run, the step is not over.
+    let pid = child.id().to_string();
+    let kill = Command::new("sh")
+        .args([
+            "-c",
+            &format!("kill -TERM {pid}; sleep 0.02; kill -TERM {pid}"),
+        ])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let drain = std::thread::spawn(move || reader.lines().map_while(|l| l.ok()).count());
+    let status = wait_with_deadline(&mut child, STOP_DEADLINE);
+    let stderr = stderr_of(&mut child);
+    let _ = drain.join();
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains("SIGTERM at step") && stderr.contains("--resume run"),
+        "{stderr}"
+    );
+    assert!(
+        dir.join("run/latest.safetensors").exists(),
+        "the run is saved"
+    );
+    assert_eq!(summary(&dir)["status"], "interrupted");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
