@@ -146,6 +146,9 @@ families! {
     unary,
 }
 
+#[cfg(test)]
+mod bounded_tests;
+
 /// Every kernel of the crate, one per entry point: what the shader validation test checks and
 /// what a warm-up may compile before a run's first step.
 pub const ALL: &[Kernel] = &[
@@ -463,32 +466,70 @@ pub fn row_layout(gpu: &Gpu, rows: u64, cols: u64) -> RowLayout {
     }
 }
 
-/// Records `kernel` over `rows` rows: [`launch_1d`] for an invocation per row, else one
-/// workgroup per row (2-D grid past the device's per-dimension limit).
+/// Records `kernel` over `rows` rows: an invocation per row ([`grid_1d`] in groups of the
+/// kernel's workgroup size), or one workgroup per row (2-D grid past the device's per-dimension
+/// limit). `params(first, count)` builds the `Params` of the rows `first..first + count`: their
+/// `rows` field `count`, each row-indexed offset advanced by `first` rows. Under a bound on one
+/// submission's GPU time ([`Gpu::set_max_submission`]) a launch too long for it goes out in
+/// blocks of rows, each block a multiple of `period` rows (a causal mask's period: row `r` is
+/// query position `r % period` in every block too); the same values whatever the blocks.
 pub(crate) fn launch_rows<P: bytemuck::Pod>(
     gpu: &Gpu,
     layout: RowLayout,
     kernel: &Kernel,
-    params: &P,
     buffers: &[DeviceSlice<'_>],
-    rows: u64,
+    [rows, period]: [u64; 2],
+    params: impl Fn(u32, u32) -> P,
 ) -> Result<()> {
-    match layout {
-        RowLayout::InvocationPerRow => launch_1d(gpu, kernel, &[], params, buffers, rows),
-        RowLayout::WorkgroupPerRow => {
-            if rows == 0 {
-                return Ok(());
-            }
-            gpu.dispatch(crate::recorder::Dispatch {
-                kernel,
-                overrides: &[],
-                params: bytemuck::bytes_of(params),
-                buffers,
-                workgroups: crate::kernels::grid_1d(gpu, rows, 1)?,
-                work: crate::recorder::Work::of_slices(buffers),
-            })
-        }
+    if rows == 0 {
+        return Ok(());
     }
+    let whole = crate::recorder::Work::of_slices(buffers);
+    for (first, count, work) in blocks_within_bound(gpu, kernel, [rows, period], whole) {
+        let workgroups = match layout {
+            RowLayout::InvocationPerRow => grid_1d(gpu, count, kernel.workgroup_size)?,
+            RowLayout::WorkgroupPerRow => grid_1d(gpu, count, 1)?,
+        };
+        gpu.dispatch(crate::recorder::Dispatch {
+            kernel,
+            overrides: &[],
+            params: bytemuck::bytes_of(&params(first as u32, count as u32)),
+            buffers,
+            workgroups,
+            work,
+        })?;
+    }
+    Ok(())
+}
+
+/// The blocks `(first, count, work)` in which a launch of `kernel` over `units` equal units
+/// (rows, heads) doing `whole` work goes out: one block without a bound on one submission's GPU
+/// time ([`Gpu::pieces_within_bound`]), else blocks of a multiple of `period` units each
+/// estimated within the bound, each with its share of the work.
+pub(crate) fn blocks_within_bound(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    [units, period]: [u64; 2],
+    whole: crate::recorder::Work,
+) -> Vec<(u64, u64, crate::recorder::Work)> {
+    let period = period.max(1);
+    let periods = units.div_ceil(period);
+    let pieces = gpu.pieces_within_bound(kernel, periods, whole);
+    let per_piece = period * periods.div_ceil(pieces.max(1));
+    let share =
+        |v: u64, count: u64| (u128::from(v) * u128::from(count) / u128::from(units.max(1))) as u64;
+    let mut blocks = Vec::new();
+    let mut first = 0;
+    while first < units {
+        let count = per_piece.min(units - first);
+        let work = crate::recorder::Work {
+            flops: share(whole.flops, count),
+            bytes: share(whole.bytes, count),
+        };
+        blocks.push((first, count, work));
+        first += count;
+    }
+    blocks
 }
 
 /// The common length of `slices` for launcher `op`, or [`Error::InvalidArgument`] naming the

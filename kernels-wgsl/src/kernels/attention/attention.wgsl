@@ -48,12 +48,15 @@ fn padded_dim() -> u32 {
 }
 
 // What probability (bh, i, j) is multiplied by: 1 without dropout, else 0 or 1 / (1 - p).
+// `bh` counts from the dispatch's first query head, `params.head_start` (a launch split in
+// blocks of heads under a submission bound): the mask is that of the whole launch.
 fn kept(key: u32, bh: u32, i: u32, j: u32) -> f32 {
     if params.dropout <= 0.0 {
         return 1.0;
     }
     let t = params.time;
-    return select(0.0, params.drop_scale, dropout_kept(key, (bh * t + i) * t + j, params.dropout));
+    let h = params.head_start + bh;
+    return select(0.0, params.drop_scale, dropout_kept(key, (h * t + i) * t + j, params.dropout));
 }
 
 // Keys j0..j0 + TILE of the head at `base` into tile_a and their values into tile_b (row stride

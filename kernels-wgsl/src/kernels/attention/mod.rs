@@ -145,6 +145,35 @@ shader_params! {
         seed_hi: u32,
         group: u32,
         member: u32,
+        head_start: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
+    }
+}
+
+impl Params {
+    /// These `Params` for a dispatch whose first query head is `head` of the launch (a
+    /// multiple of the group): every offset advanced to that head, the dropout mask's head
+    /// index counted from it.
+    fn at_head(self, head: u32, dims: &AttentionDims) -> Params {
+        let per_head = (dims.time * dims.head_dim) as u32;
+        let (q_rows, kv_rows) = (head * per_head, head / dims.group.max(1) as u32 * per_head);
+        let stats = head * dims.time as u32;
+        Params {
+            head_start: head,
+            q_offset: self.q_offset + q_rows,
+            o_offset: self.o_offset + q_rows,
+            do_offset: self.do_offset + q_rows,
+            dq_offset: self.dq_offset + q_rows,
+            k_offset: self.k_offset + kv_rows,
+            v_offset: self.v_offset + kv_rows,
+            dk_offset: self.dk_offset + kv_rows,
+            dv_offset: self.dv_offset + kv_rows,
+            lse_offset: self.lse_offset + stats,
+            delta_offset: self.delta_offset + stats,
+            ..self
+        }
     }
 }
 
@@ -276,28 +305,41 @@ fn forward_flops(dims: &AttentionDims) -> u64 {
     2 * dims.heads_batch * dims.time * (dims.time + 1) * dims.head_dim
 }
 
+/// Records `kernel` over `workgroups` (`[query or key blocks, heads]`). Under a bound on one
+/// submission's GPU time ([`Gpu::set_max_submission`]) a launch too long for it goes out in
+/// blocks of whole heads: of whole groups of query heads (`heads_per_y` 1: the grid's `y` is
+/// the query head), or of key/value heads (`heads_per_y` the group: `y` is the key/value head);
+/// the same values and dropout mask whatever the blocks.
 fn launch(
     gpu: &Gpu,
     kernel: &Kernel,
-    params: &Params,
+    (params, dims): (&Params, &AttentionDims),
     buffers: &[DeviceSlice<'_>],
-    workgroups: [u32; 3],
+    (workgroups, heads_per_y): ([u32; 3], u32),
     flops: u64,
 ) -> Result<()> {
     if workgroups[0] == 0 || workgroups[1] == 0 {
         return Ok(());
     }
-    gpu.dispatch(Dispatch {
-        kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(params),
-        buffers,
-        workgroups,
-        work: Work {
-            flops,
-            ..Work::of_slices(buffers)
-        },
-    })
+    let whole = Work {
+        flops,
+        ..Work::of_slices(buffers)
+    };
+    // A block of query heads starts on a group (its key/value head is then whole).
+    let period = if heads_per_y == 1 { dims.group } else { 1 };
+    let units = [u64::from(workgroups[1]), period];
+    for (first, count, work) in crate::kernels::blocks_within_bound(gpu, kernel, units, whole) {
+        let block = params.at_head(first as u32 * heads_per_y, dims);
+        gpu.dispatch(Dispatch {
+            kernel,
+            overrides: &[],
+            params: bytemuck::bytes_of(&block),
+            buffers,
+            workgroups: [workgroups[0], count as u32, 1],
+            work,
+        })?;
+    }
+    Ok(())
 }
 
 /// The shape and the offsets of the forward's slices (`[q, k, v, o, lse]`) as `Params`.
@@ -366,7 +408,14 @@ fn forward_of(
     let params = forward_params(dims, [q, k, v], [o.index(), lse.index()]);
     let kernel = if q.is_f16() { &FORWARD_F16 } else { &FORWARD };
     let buffers = [q.binding(), k.binding(), v.binding(), o, lse];
-    launch(gpu, kernel, &params, &buffers, grid, forward_flops(dims))
+    launch(
+        gpu,
+        kernel,
+        (&params, dims),
+        &buffers,
+        (grid, 1),
+        forward_flops(dims),
+    )
 }
 
 /// Records the backward: `dq`, `dk`, `dv` (`[BH, T, D]`) from the forward's inputs, its
@@ -430,9 +479,9 @@ fn backward_of(
     launch(
         gpu,
         dq_kernel,
-        &params,
+        (&params, dims),
         &[q, k, v, o, lse, d_o, delta, dq],
-        grid,
+        (grid, 1),
         flops,
     )?;
     // One dispatch per member of a group: the first writes dk and dv, the others add (in
@@ -442,9 +491,9 @@ fn backward_of(
         launch(
             gpu,
             dkdv_kernel,
-            &Params { member, ..params },
+            (&Params { member, ..params }, dims),
             &[q, k, v, dk, lse, d_o, delta, dv],
-            kv_grid,
+            (kv_grid, dims.group as u32),
             flops * 3 / 2 / dims.group,
         )?;
     }

@@ -158,13 +158,14 @@ pub fn forward_in(
     let op = "cross_entropy::forward";
     let len = check_common(gpu, op, layout, dims, logits, targets)?;
     losses.expect_len(op, "losses", dims.rows)?;
-    let params = Params {
-        rows: dims.rows as u32,
-        cols: dims.cols as u32,
+    let c = dims.cols as u32;
+    let params = |first: u32, count: u32| Params {
+        rows: count,
+        cols: c,
         smoothing: dims.smoothing,
-        logits_offset: logits.index(),
-        targets_offset: targets.index(),
-        losses_offset: losses.index(),
+        logits_offset: logits.index() + first * c,
+        targets_offset: targets.index() + first,
+        losses_offset: losses.index() + first,
         ..Params::default()
     };
     let buffers = [logits, targets, losses];
@@ -172,7 +173,7 @@ pub fn forward_in(
         RowLayout::InvocationPerRow => &FORWARD,
         RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
     };
-    launch_rows(gpu, layout, kernel, &params, &buffers, dims.rows.min(len))
+    launch_rows(gpu, layout, kernel, &buffers, [dims.rows.min(len), 1], params)
 }
 
 /// Records `dlogits[r, j] = (softmax(x_r)_j - q_j) * dloss[r or 0] * scale`, with
@@ -219,16 +220,17 @@ pub fn backward_in(
         }
     };
     dlogits.expect_len(op, "dlogits", len)?;
-    let params = Params {
-        rows: dims.rows as u32,
-        cols: dims.cols as u32,
+    let c = dims.cols as u32;
+    let params = |first: u32, count: u32| Params {
+        rows: count,
+        cols: c,
         dloss_stride,
         smoothing: dims.smoothing,
         scale,
-        logits_offset: logits.index(),
-        targets_offset: targets.index(),
-        dloss_offset: dloss.index(),
-        dlogits_offset: dlogits.index(),
+        logits_offset: logits.index() + first * c,
+        targets_offset: targets.index() + first,
+        dloss_offset: dloss.index() + first * dloss_stride,
+        dlogits_offset: dlogits.index() + first * c,
         ..Params::default()
     };
     let buffers = [logits, targets, dloss, dlogits];
@@ -236,5 +238,5 @@ pub fn backward_in(
         RowLayout::InvocationPerRow => &BACKWARD,
         RowLayout::WorkgroupPerRow => &BACKWARD_ROWS,
     };
-    launch_rows(gpu, layout, kernel, &params, &buffers, dims.rows.min(len))
+    launch_rows(gpu, layout, kernel, &buffers, [dims.rows.min(len), 1], params)
 }

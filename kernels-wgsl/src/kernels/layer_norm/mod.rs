@@ -188,16 +188,17 @@ pub fn forward_in(
             ("beta", beta, cols),
         ],
     )?;
-    let params = Params {
-        rows: rows as u32,
-        cols: cols as u32,
+    let c = cols as u32;
+    let params = |first: u32, count: u32| Params {
+        rows: count,
+        cols: c,
         eps,
-        x_offset: x.index(),
+        x_offset: x.index() + first * c,
         gamma_offset: gamma.index(),
         beta_offset: beta.index(),
-        y_offset: y.index(),
-        mean_offset: mean.index(),
-        rstd_offset: rstd.index(),
+        y_offset: y.index() + first * c,
+        mean_offset: mean.index() + first,
+        rstd_offset: rstd.index() + first,
         rms: u32::from(rms),
         ..Params::default()
     };
@@ -206,7 +207,7 @@ pub fn forward_in(
         RowLayout::InvocationPerRow => &FORWARD,
         RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
     };
-    launch_rows(gpu, layout, kernel, &params, &buffers, rows.min(len))
+    launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)
 }
 
 /// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
@@ -249,15 +250,16 @@ pub fn backward_in(
             ("dy", dy, len),
         ],
     )?;
-    let params = Params {
-        rows: rows as u32,
-        cols: cols as u32,
-        x_offset: x.index(),
+    let c = cols as u32;
+    let params = |first: u32, count: u32| Params {
+        rows: count,
+        cols: c,
+        x_offset: x.index() + first * c,
         gamma_offset: gamma.index(),
-        mean_offset: mean.index(),
-        rstd_offset: rstd.index(),
-        dy_offset: dy.index(),
-        dx_offset: dx.index(),
+        mean_offset: mean.index() + first,
+        rstd_offset: rstd.index() + first,
+        dy_offset: dy.index() + first * c,
+        dx_offset: dx.index() + first * c,
         dgamma_offset: dgamma.index(),
         dbeta_offset: dbeta.index(),
         rms: u32::from(rms),
@@ -268,8 +270,9 @@ pub fn backward_in(
         RowLayout::InvocationPerRow => &BACKWARD_INPUT,
         RowLayout::WorkgroupPerRow => &BACKWARD_INPUT_ROWS,
     };
-    launch_rows(gpu, layout, kernel, &params, &buffers, rows.min(len))?;
-    // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does.
+    launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)?;
+    // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does. A
+    // column sum over every row: one dispatch (not split under a submission bound).
     let buffers = [x, mean, rstd, dy, dgamma, dbeta];
-    launch_1d(gpu, &BACKWARD_PARAMS, &[], &params, &buffers, cols)
+    launch_1d(gpu, &BACKWARD_PARAMS, &[], &params(0, rows as u32), &buffers, cols)
 }

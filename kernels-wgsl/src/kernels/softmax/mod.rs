@@ -189,15 +189,16 @@ fn launch_forward(
     let len = checked_len(gpu, op, layout, rows, cols)?;
     same_len(op, &[("y", y), ("x", x)])?;
     x.expect_len(op, "x", len)?;
-    let params = Params {
-        rows: rows as u32,
-        cols: cols as u32,
-        x_offset: x.index(),
-        y_offset: y.index(),
+    let c = cols as u32;
+    let period = u64::from(causal);
+    launch_rows(gpu, layout, kernel, &[x, y], [rows.min(len), period], |first, count| Params {
+        rows: count,
+        cols: c,
+        x_offset: x.index() + first * c,
+        y_offset: y.index() + first * c,
         causal,
         ..Params::default()
-    };
-    launch_rows(gpu, layout, kernel, &params, &[x, y], rows.min(len))
+    })
 }
 
 /// Records the backward from the forward's *output* `y`, all `[rows, cols]`:
@@ -241,15 +242,15 @@ pub fn backward_in(
     let len = checked_len(gpu, op, layout, rows, cols)?;
     same_len(op, &[("dx", dx), ("y", y), ("dy", dy)])?;
     y.expect_len(op, "y", len)?;
-    let params = Params {
-        rows: rows as u32,
-        cols: cols as u32,
-        y_offset: y.index(),
-        dy_offset: dy.index(),
-        dx_offset: dx.index(),
+    let c = cols as u32;
+    launch_rows(gpu, layout, kernel, &[y, dy, dx], [rows.min(len), 1], |first, count| Params {
+        rows: count,
+        cols: c,
+        y_offset: y.index() + first * c,
+        dy_offset: dy.index() + first * c,
+        dx_offset: dx.index() + first * c,
         ..Params::default()
-    };
-    launch_rows(gpu, layout, kernel, &params, &[y, dy, dx], rows.min(len))
+    })
 }
 
 /// `rows * cols` after the loop-limit check, or an error naming `op` when it overflows.
