@@ -249,3 +249,123 @@ fn a_bounded_attention_goes_out_in_blocks_of_heads_with_the_same_values_and_mask
     }
     Ok(())
 }
+
+#[test]
+fn a_bounded_broadcast_goes_out_in_ranges_with_the_same_values_in_place_too() -> Result<()> {
+    use super::binary::{self, BinaryDims, BinaryOp};
+    let gpu = fresh_gpu();
+    let mut rng = Rng::new(45);
+    // A general broadcast, a bias row (`suffix_v4`: whole vec4s) and a column broadcast.
+    let cases: [(&[usize], &[usize]); 3] =
+        [(&[37, 5, 6], &[5, 1]), (&[33, 8], &[8]), (&[9, 1], &[9, 7])];
+    for (a_shape, b_shape) in cases {
+        let dims = BinaryDims {
+            op: BinaryOp::Mul,
+            a_shape,
+            b_shape,
+        };
+        let (na, nb) = (a_shape.iter().product(), b_shape.iter().product());
+        let shape = binary::broadcast_shapes("test", a_shape, b_shape)?;
+        let n = shape.len();
+        let a_data = rng.vec_f32(na, -2.0, 2.0);
+        let b = random_at(&gpu, &mut rng, (nb, -2.0, 2.0), 0)?;
+        let dy = random_at(&gpu, &mut rng, (n, -1.0, 1.0), 0)?;
+        let bs = b.slice(0, nb as u64)?;
+        let name = format!("{a_shape:?} * {b_shape:?}");
+        same_under_a_bound(&gpu, &name, 2, || {
+            let a = gpu.upload(&a_data, Category::Temporary, "a")?;
+            let [out, da, db] = [output(&gpu, n)?, output(&gpu, n)?, output(&gpu, n)?];
+            binary::broadcast(&gpu, &dims, out.whole(), a.whole(), bs)?;
+            let dys = dy.slice(0, n as u64)?;
+            binary::backward(&gpu, &dims, da.whole(), db.whole(), a.whole(), bs, dys)?;
+            // In place where a has the output's shape: no range may compute another's.
+            if na == n {
+                binary::broadcast(&gpu, &dims, a.whole(), a.whole(), bs)?;
+            }
+            read(&gpu, &[&out, &da, &db, &a])
+        })?;
+    }
+    Ok(())
+}
+
+#[test]
+fn bounded_dropout_fill_nonfinite_and_optimizers_go_out_in_ranges_with_the_same_values()
+-> Result<()> {
+    use super::optimizer::{self, AdamWConfig, AdamWStep, SgdConfig, SgdStep};
+    use super::{dropout, fill, nonfinite};
+    let gpu = fresh_gpu();
+    let mut rng = Rng::new(46);
+    let len = 1001usize;
+    let mut x_data = rng.vec_f32(len, -2.0, 2.0);
+    // Two non-finite values: the first one's index is what the check reports.
+    x_data[700] = f32::INFINITY;
+    x_data[900] = f32::NAN;
+    let x = upload_at(&gpu, &mut rng, &x_data, 2)?;
+    let xs = x.slice(2, len as u64)?;
+    let grad = random_at(&gpu, &mut rng, (len, -1.0, 1.0), 4)?;
+    let gs = grad.slice(4, len as u64)?;
+    let start = rng.vec_f32(len + 1, -1.0, 1.0);
+    // Slices at 0 (vec4 ranges and a scalar tail) and at 1 (scalar ranges only).
+    for at in [0u64, 1] {
+        same_under_a_bound(&gpu, &format!("at {at}"), 2, || {
+            let y = output(&gpu, len)?;
+            dropout::dropout(&gpu, y.whole(), xs, 0.3, 77)?;
+            let filled = output(&gpu, len + 1)?;
+            fill::fill(&gpu, filled.slice(at, len as u64)?, 2.5)?;
+            let flags = gpu.upload(&[0u32, nonfinite::NO_INDEX], Category::Temporary, "flags")?;
+            nonfinite::accumulate(&gpu, flags.whole(), xs)?;
+            let [p_sgd, momentum, p_adam, m, v] =
+                [(); 5].map(|()| gpu.upload(&start, Category::Temporary, "optimizer state"));
+            let (p_sgd, momentum, p_adam, m, v) = (p_sgd?, momentum?, p_adam?, m?, v?);
+            fn part(b: &DeviceBuffer, at: u64, len: usize) -> Result<crate::DeviceSlice<'_>> {
+                b.slice(at, len as u64)
+            }
+            let sgd = SgdStep {
+                config: SgdConfig {
+                    lr: 0.1,
+                    momentum: 0.9,
+                    dampening: 0.0,
+                    weight_decay: 0.01,
+                    nesterov: true,
+                },
+                first_step: false,
+                grad_scale: 0.5,
+            };
+            optimizer::sgd_step(
+                &gpu,
+                &sgd,
+                part(&p_sgd, at, len)?,
+                gs,
+                Some(part(&momentum, at, len)?),
+            )?;
+            let adamw = AdamWStep {
+                config: AdamWConfig {
+                    lr: 0.01,
+                    beta1: 0.9,
+                    beta2: 0.999,
+                    eps: 1e-8,
+                    weight_decay: 0.1,
+                },
+                step: 3,
+                grad_scale: 1.0,
+            };
+            optimizer::adamw_step(
+                &gpu,
+                &adamw,
+                part(&p_adam, at, len)?,
+                gs,
+                part(&m, at, len)?,
+                part(&v, at, len)?,
+            )?;
+            let flags: Vec<u32> = {
+                gpu.flush("bounded test")?;
+                gpu.read_all(&flags, DEADLINE)?
+            };
+            assert_eq!(flags, [1, 700], "the first non-finite element is found");
+            let mut out = read(&gpu, &[&y, &filled, &p_sgd, &momentum, &p_adam, &m, &v])?;
+            out.push(flags.iter().map(|&f| f as f32).collect());
+            Ok(out)
+        })?;
+    }
+    Ok(())
+}

@@ -348,6 +348,32 @@ pub fn launch_1d<P: bytemuck::Pod>(
     })
 }
 
+/// Records `kernel` over `len` invocations like [`launch_1d`], in ranges under a bound on one
+/// submission's GPU time ([`Gpu::set_max_submission`]): `params(start, end)` builds the
+/// `Params` of the invocations `start..end`, which the shader numbers from `start` and stops
+/// at `end` (so that no range computes another's elements: an op in place stays correct).
+pub(crate) fn launch_ranges<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    overrides: &[(&str, f64)],
+    buffers: &[DeviceSlice<'_>],
+    len: u64,
+    params: impl Fn(u32, u32) -> P,
+) -> Result<()> {
+    let whole = crate::recorder::Work::of_slices(buffers);
+    for (start, count, work) in blocks_within_bound(gpu, kernel, [len, 1], whole) {
+        gpu.dispatch(Dispatch {
+            kernel,
+            overrides,
+            params: bytemuck::bytes_of(&params(start as u32, (start + count) as u32)),
+            buffers,
+            workgroups: grid_1d(gpu, count, kernel.workgroup_size)?,
+            work,
+        })?;
+    }
+    Ok(())
+}
+
 /// One part of an elementwise launch split by [`launch_split`]: `count` invocations from element
 /// `start` of every slice; with `vec4`, each invocation handles four consecutive elements and
 /// the shader indexes the slices' `vec4` views.

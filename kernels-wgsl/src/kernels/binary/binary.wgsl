@@ -21,7 +21,9 @@
 // ignored. ia = a_offset + sum_d idx_d * a_strides[d], idx = the row-major multi-index of i.
 // rank 0 (both operands have the output's shape): ia = a_offset + i, ib = b_offset + i. Every
 // index adds its binding's `*_offset` (bindings are whole segments, see docs/wgpu.md §4).
-// Dispatch: elementwise (`kernels::launch_1d`); `i >= n` returns.
+// Dispatch: elementwise (`kernels::launch_1d`); `i >= n` returns. broadcast, suffix_v4 and
+// backward number their invocations from `params.start` and stop at `n` (`kernels::launch_ranges`:
+// a launch in ranges under a submission bound).
 
 
 // The op (override OP) and its math are in binary_ops.wgsl, appended to this file (and shared
@@ -30,7 +32,7 @@
 @compute @workgroup_size(256)
 fn broadcast(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
+    let i = params.start + flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }
@@ -61,7 +63,7 @@ fn scalar_lhs(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn backward(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
+    let i = params.start + flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }
@@ -92,7 +94,7 @@ fn same_v4(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn suffix_v4(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
+    let i = params.start + flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

@@ -12,7 +12,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_ranges, launch_split, same_len};
 use crate::pipeline::{Kernel, kernels, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -192,10 +192,21 @@ shader_params! {
         db_offset: u32,
         /// `suffix_v4`: b's length in `vec4`s; `scalar_f16`: 1 for `s op a`, 0 for `a op s`.
         period: u32,
-        _pad1: u32,
+        /// `broadcast`, `suffix_v4`, `backward`: the first element (or `vec4`) of the range
+        /// this dispatch computes, up to `n` (a launch split under a submission bound).
+        start: u32,
         shape: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
         a_strides: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
         b_strides: [u32; MAX_RANK] = "array<vec4<u32>, 2>",
+    }
+}
+
+impl Params {
+    /// These `Params` for the range `start..end` of a launch ([`launch_ranges`]).
+    fn range(mut self, start: u32, end: u32) -> Params {
+        self.start = start;
+        self.n = end;
+        self
     }
 }
 
@@ -327,23 +338,20 @@ pub fn broadcast(
     let aligned = buffers.iter().all(|s| s.index().is_multiple_of(4));
     if b_is_suffix && aligned && period > 0 && period.is_multiple_of(4) {
         // A bias row: b repeats along a's leading dimensions, one period of whole vec4s.
-        let params = Params {
-            n: (len / 4) as u32,
-            a_offset: a.index() / 4,
-            b_offset: b.index() / 4,
-            out_offset: out.index() / 4,
-            period: (period / 4) as u32,
-            ..shaped
-        };
-        return launch_1d(gpu, &SUFFIX_V4, &overrides, &params, &buffers, len / 4);
+        let mut whole = shaped;
+        whole.a_offset = a.index() / 4;
+        whole.b_offset = b.index() / 4;
+        whole.out_offset = out.index() / 4;
+        whole.period = (period / 4) as u32;
+        let params = |start, end| whole.range(start, end);
+        return launch_ranges(gpu, &SUFFIX_V4, &overrides, &buffers, len / 4, params);
     }
-    let params = Params {
-        a_offset: a.index(),
-        b_offset: b.index(),
-        out_offset: out.index(),
-        ..shaped
-    };
-    launch_1d(gpu, &BROADCAST, &overrides, &params, &buffers, len)
+    let mut whole = shaped;
+    whole.a_offset = a.index();
+    whole.b_offset = b.index();
+    whole.out_offset = out.index();
+    let params = |start, end| whole.range(start, end);
+    launch_ranges(gpu, &BROADCAST, &overrides, &buffers, len, params)
 }
 
 fn scalar(
@@ -421,13 +429,12 @@ pub fn backward(
             ..Params::default() // rank 0: the same-shape path
         });
     }
-    let params = Params {
-        a_offset: a.index(),
-        b_offset: b.index(),
-        dy_offset: dy.index(),
-        da_offset: da.index(),
-        db_offset: db.index(),
-        ..shaped
-    };
-    launch_1d(gpu, &BACKWARD, &overrides, &params, &buffers, len)
+    let mut whole = shaped;
+    whole.a_offset = a.index();
+    whole.b_offset = b.index();
+    whole.dy_offset = dy.index();
+    whole.da_offset = da.index();
+    whole.db_offset = db.index();
+    let params = |start, end| whole.range(start, end);
+    launch_ranges(gpu, &BACKWARD, &overrides, &buffers, len, params)
 }

@@ -7,14 +7,15 @@
 //
 // Declared in mod.rs beside this file: `Params` (`shader_params!`) and the bindings x, y
 // (`kernel!`), prepended; each offset includes its block's offset; y may be x (in place).
-// Dispatch: elementwise (`kernels::launch_1d`); invocations with i >= len return.
+// Dispatch: elementwise (`kernels::launch_ranges`): i counts from `params.start` (a launch in
+// ranges under a submission bound), and invocations with i >= len (the range's end) return.
 
 
 const WORKGROUP_SIZE: u32 = 256u;
 
 @compute @workgroup_size(256)
 fn dropout(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    let i = params.start + gid.x + gid.y * groups.x * WORKGROUP_SIZE;
     if i >= params.len {
         return;
     }

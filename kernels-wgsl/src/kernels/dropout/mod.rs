@@ -5,7 +5,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_ranges, same_len};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -31,7 +31,9 @@ shader_params! {
         seed_hi: u32,
         p: f32,
         scale: f32,
-        _pad: u32,
+        /// The first element of the range this dispatch computes, up to `len` (a launch in
+        /// ranges under a submission bound: the mask stays the whole launch's).
+        start: u32,
     }
 }
 
@@ -45,17 +47,17 @@ pub fn dropout(gpu: &Gpu, y: DeviceSlice<'_>, x: DeviceSlice<'_>, p: f32, seed: 
         });
     }
     let len = same_len("dropout", &[("y", y), ("x", x)])?;
-    let params = Params {
-        len: len as u32,
+    let params = |start, end| Params {
+        len: end,
         x_offset: x.index(),
         y_offset: y.index(),
         seed_lo: seed as u32,
         seed_hi: (seed >> 32) as u32,
         p,
         scale: reference::scale(p),
-        _pad: 0,
+        start,
     };
-    launch_1d(gpu, &KERNEL, &[], &params, &[x, y], len)
+    launch_ranges(gpu, &KERNEL, &[], &[x, y], len, params)
 }
 
 /// CPU reference: inverted dropout with a counter-based hash mask, bit-identical to

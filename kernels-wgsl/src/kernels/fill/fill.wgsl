@@ -1,8 +1,8 @@
 // fill: out[offset + i] = value_bits, for i in 0..len: u32 words, so one kernel fills f32 (its
 // bits) and u32 buffers. `Params` and the binding are declared in mod.rs beside this file
 // (`shader_params!`, `kernel!`) and prepended; `offset` already includes the block's offset.
-// Dispatch: elementwise (`kernels::launch_1d`); invocations with i >= len return (the slice's
-// range was checked when it was made).
+// Dispatch: elementwise (`kernels::launch_ranges`: each range its own offset and len);
+// invocations with i >= len return (the slice's range was checked when it was made).
 
 const WORKGROUP_SIZE: u32 = 256u;
 

@@ -3,7 +3,7 @@
 
 use crate::device::Gpu;
 use crate::error::Result;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_ranges};
 use crate::pipeline::{Kernel, kernel, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -33,13 +33,14 @@ pub fn fill(gpu: &Gpu, out: DeviceSlice<'_>, value: f32) -> Result<()> {
 
 /// Records `out[i] = value` for every element of `out` (u32 words: indices, targets, packed f16).
 pub fn fill_u32(gpu: &Gpu, out: DeviceSlice<'_>, value: u32) -> Result<()> {
-    let params = Params {
-        offset: out.index(),
-        len: out.len() as u32,
+    // Each range fills its own elements: the offset advanced, the length the range's.
+    let params = |start: u32, end: u32| Params {
+        offset: out.index() + start,
+        len: end - start,
         value_bits: value,
         _pad: 0,
     };
-    launch_1d(gpu, &KERNEL, &[], &params, &[out], out.len())
+    launch_ranges(gpu, &KERNEL, &[], &[out], out.len(), params)
 }
 
 /// CPU reference: `out[offset + i] = value` for `i` in `0..len`.

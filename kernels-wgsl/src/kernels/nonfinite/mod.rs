@@ -14,7 +14,7 @@ use plimsoll_allocator::Category;
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::fill::fill_u32;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_ranges};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use const_format::concatcp;
 use crate::slice::DeviceSlice;
@@ -37,7 +37,9 @@ shader_params! {
         n: u32,
         x_offset: u32,
         flags_offset: u32,
-        _pad0: u32,
+        /// The first element of the range this dispatch checks, up to `n` (a launch in ranges
+        /// under a submission bound: the index found stays relative to `x`).
+        start: u32,
     }
 }
 
@@ -53,13 +55,13 @@ pub fn reset_flags(gpu: &Gpu, flags: DeviceSlice<'_>) -> Result<()> {
 /// of `x`; meaningful per tensor only when several slices share the flags).
 pub fn accumulate(gpu: &Gpu, flags: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
     flags.expect_len("nonfinite", "flags", FLAG_WORDS)?;
-    let params = Params {
-        n: x.len() as u32,
+    let params = |start, end| Params {
+        n: end,
         x_offset: x.index(),
         flags_offset: flags.index(),
-        _pad0: 0,
+        start,
     };
-    launch_1d(gpu, &KERNEL, &[], &params, &[x, flags], x.len())
+    launch_ranges(gpu, &KERNEL, &[], &[x, flags], x.len(), params)
 }
 
 /// Records [`reset_flags`] then [`accumulate`]: afterwards `flags` is

@@ -10,7 +10,8 @@
 // Declared in mod.rs beside this file: `Params` (`shader_params!`) and the bindings x and
 //   flags: array<atomic<u32>> [flags_offset ..+ 2] (`kernel!`), prepended. Each offset includes
 //   its block's offset; the index written to the flags is relative to x_offset (the index
-//   within the tensor). Dispatch: elementwise (`kernels::launch_1d`); `i >= n` returns.
+//   within the tensor). Dispatch: `kernels::launch_ranges`: i counts from `params.start`;
+//   `i >= n` (the range's end) returns.
 
 
 const WG: u32 = 256u;
@@ -18,7 +19,7 @@ const WG: u32 = 256u;
 @compute @workgroup_size(256)
 fn check(@builtin(global_invocation_id) gid: vec3<u32>,
          @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
+    let i = params.start + flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

@@ -8,8 +8,8 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, same_len};
-use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_ranges, launch_split, same_len};
+use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -231,8 +231,9 @@ pub fn sgd_step(
         }
         None => grad,
     };
-    let params = SgdParams {
-        n: len as u32,
+    // Each range updates its own elements: every offset advanced, the length the range's.
+    let params = |start: u32, end: u32| SgdParams {
+        n: end - start,
         lr: s.lr,
         momentum: s.momentum,
         one_minus_dampening: s.one_minus_dampening,
@@ -240,13 +241,13 @@ pub fn sgd_step(
         grad_scale: step.grad_scale,
         nesterov: u32::from(config.nesterov),
         first_step: u32::from(step.first_step),
-        param_offset: param.index(),
-        grad_offset: grad.index(),
-        momentum_offset: momentum_buf.index(),
+        param_offset: param.index() + start,
+        grad_offset: grad.index() + start,
+        momentum_offset: momentum_buf.index() + start,
         _pad0: 0,
     };
     let buffers = [param, grad, momentum_buf];
-    launch_1d(gpu, &SGD, &[], &params, &buffers, len)
+    launch_ranges(gpu, &SGD, &[], &buffers, len, params)
 }
 
 /// Records one AdamW step on `param` (PyTorch's `torch.optim.AdamW`), all slices of one
@@ -295,55 +296,15 @@ pub fn adamw_step(
     };
     let buffers = [param, grad, exp_avg, exp_avg_sq];
     // Four elements per invocation over the longest prefix of whole vec4s when every slice
-    // starts on a multiple of 4 elements; `adamw` takes the rest (or everything).
-    let aligned = buffers.iter().all(|b| b.index().is_multiple_of(4));
-    let vectors = if aligned { len / 4 } else { 0 };
-    if vectors > 0 {
-        let v4 = AdamWParams {
-            n: vectors as u32,
-            param_offset: param.index() / 4,
-            grad_offset: grad.index() / 4,
-            exp_avg_offset: exp_avg.index() / 4,
-            exp_avg_sq_offset: exp_avg_sq.index() / 4,
-            ..params
-        };
-        launch_part(gpu, &ADAMW_V4, &v4, &buffers, vectors, 4 * vectors)?;
-    }
-    let done = (4 * vectors) as u32;
-    if u64::from(done) == len {
-        return Ok(());
-    }
-    let tail = AdamWParams {
-        n: len as u32 - done,
-        param_offset: param.index() + done,
-        grad_offset: grad.index() + done,
-        exp_avg_offset: exp_avg.index() + done,
-        exp_avg_sq_offset: exp_avg_sq.index() + done,
+    // starts on a multiple of 4 elements; `adamw` takes the rest (or everything); in ranges
+    // under a submission bound.
+    launch_split(gpu, [&ADAMW_V4, &ADAMW], &[], &buffers, len, |part| AdamWParams {
+        n: part.count,
+        param_offset: part.offset(param.index()),
+        grad_offset: part.offset(grad.index()),
+        exp_avg_offset: part.offset(exp_avg.index()),
+        exp_avg_sq_offset: part.offset(exp_avg_sq.index()),
         ..params
-    };
-    let rest = len - u64::from(done);
-    launch_part(gpu, &ADAMW, &tail, &buffers, rest, rest)
-}
-
-/// [`launch_1d`] for `invocations` invocations that update `elements` elements of each of the
-/// four AdamW slices (the profile counts the bytes of that part only).
-fn launch_part(
-    gpu: &Gpu,
-    kernel: &Kernel,
-    params: &AdamWParams,
-    buffers: &[DeviceSlice<'_>; 4],
-    invocations: u64,
-    elements: u64,
-) -> Result<()> {
-    gpu.dispatch(crate::recorder::Dispatch {
-        kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(params),
-        buffers,
-        workgroups: crate::kernels::grid_1d(gpu, invocations, kernel.workgroup_size)?,
-        work: crate::recorder::Work {
-            flops: 0,
-            bytes: 4 * 4 * elements,
-        },
     })
 }
+
