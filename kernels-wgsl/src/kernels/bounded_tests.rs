@@ -369,3 +369,41 @@ fn bounded_dropout_fill_nonfinite_and_optimizers_go_out_in_ranges_with_the_same_
     }
     Ok(())
 }
+
+#[test]
+fn bounded_rotary_and_embedding_gather_go_out_in_blocks_with_the_same_values() -> Result<()> {
+    use super::embedding;
+    use super::rotary::{self, RotaryDims};
+    let gpu = fresh_gpu();
+    let mut rng = Rng::new(47);
+    // 3 sequences of 5 positions: blocks of whole sequences (row r is position r % 5).
+    let dims = RotaryDims {
+        rows: 15,
+        time: 5,
+        head_dim: 6,
+        base: 10_000.0,
+        offset: 7,
+    };
+    let n = (dims.rows * dims.head_dim) as usize;
+    let x = random_at(&gpu, &mut rng, (n, -1.0, 1.0), 3)?;
+    let xs = x.slice(3, n as u64)?;
+    let (vocab, dim, tokens) = (11u64, 6u64, 9usize);
+    let table = random_at(&gpu, &mut rng, ((vocab * dim) as usize, -1.0, 1.0), 1)?;
+    let ts = table.slice(1, vocab * dim)?;
+    // An id past the table: a row of NaN, written by whichever block holds it.
+    let ids: Vec<u32> = (0..tokens as u32)
+        .map(|t| if t == 6 { 99 } else { (t * 5) % 11 })
+        .collect();
+    let ids = gpu.upload(&ids, Category::Temporary, "ids")?;
+    same_under_a_bound(&gpu, "rotary and gather", 2, || {
+        let [y, back, rows] = [
+            output(&gpu, n)?,
+            output(&gpu, n)?,
+            output(&gpu, tokens * 6)?,
+        ];
+        rotary::rotary(&gpu, &dims, y.whole(), xs, false)?;
+        rotary::rotary(&gpu, &dims, back.whole(), y.whole(), true)?;
+        embedding::gather(&gpu, rows.whole(), ts, ids.whole(), vocab, dim)?;
+        read(&gpu, &[&y, &back, &rows])
+    })
+}

@@ -14,7 +14,9 @@ use plimsoll_allocator::Category;
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, loop_passes};
+use crate::kernels::{
+    ELEMENTWISE_WORKGROUP, blocks_within_bound, check_loop_limit, grid_1d, launch_1d, loop_passes,
+};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -159,20 +161,35 @@ pub fn gather_part(
     table.expect_len(op, "table", product(op, "vocab * dim", vocab, dim)?)?;
     let out_len = product(op, "tokens * dim", tokens, dim)?;
     out.expect_len(op, "out", out_len)?;
-    let params = Params {
-        tokens: tokens as u32,
+    let params = |first: u32, count: u32| Params {
+        tokens: count,
         dim: dim as u32,
         // dim > 0 when anything runs, so vocab <= the table's length: it fits in u32.
         vocab: vocab as u32,
         src_offset: table.index(),
-        ids_offset: ids.index(),
-        dst_offset: out.index(),
+        ids_offset: ids.index() + first,
+        dst_offset: out.index() + first * dim as u32,
         first: part.first as u32,
         total: part.total as u32,
         ..Params::default()
     };
     let buffers = [table, ids, out];
-    launch_1d(gpu, &GATHER, &[], &params, &buffers, out_len)
+    if out_len == 0 {
+        return Ok(());
+    }
+    // In blocks of tokens under a submission bound (the same values whatever the blocks).
+    let whole = crate::recorder::Work::of_slices(&buffers);
+    for (first, count, work) in blocks_within_bound(gpu, &GATHER, [tokens, 1], whole) {
+        gpu.dispatch(crate::recorder::Dispatch {
+            kernel: &GATHER,
+            overrides: &[],
+            params: bytemuck::bytes_of(&params(first as u32, count as u32)),
+            buffers: &buffers,
+            workgroups: grid_1d(gpu, count * dim, GATHER.workgroup_size)?,
+            work,
+        })?;
+    }
+    Ok(())
 }
 
 /// Records `dtable[v, j] = sum_{t, ids[t] == v} dy[t, j]` for every `v < vocab`, `j < dim`, from

@@ -5,7 +5,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, blocks_within_bound, grid_1d};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
@@ -108,18 +108,35 @@ pub fn rotary(
     x.expect_len("rotary", "x", len)?;
     y.expect_len("rotary", "y", len)?;
     let half = dims.head_dim / 2;
-    let params = Params {
-        rows: dims.rows as u32,
+    let params = |first: u32, count: u32| Params {
+        rows: count,
         time: dims.time as u32,
         half: half as u32,
         offset: dims.offset as u32,
         log2_base_per_pair: (f64::from(dims.base).log2() / half as f64) as f32,
         sign: if inverse { -1.0 } else { 1.0 },
-        x_offset: x.index(),
-        y_offset: y.index(),
+        x_offset: x.index() + first * dims.head_dim as u32,
+        y_offset: y.index() + first * dims.head_dim as u32,
     };
-    let pairs = dims.rows * half;
-    launch_1d(gpu, &KERNEL, &[], &params, &[x, y], pairs)
+    // In blocks of whole sequences under a submission bound (row r is position r % time in
+    // every block too): the same values whatever the blocks.
+    let whole = crate::recorder::Work::of_slices(&[x, y]);
+    let rows = [dims.rows, dims.time];
+    for (first, count, work) in blocks_within_bound(gpu, &KERNEL, rows, whole) {
+        let pairs = count * half;
+        if pairs == 0 {
+            continue;
+        }
+        gpu.dispatch(crate::recorder::Dispatch {
+            kernel: &KERNEL,
+            overrides: &[],
+            params: bytemuck::bytes_of(&params(first as u32, count as u32)),
+            buffers: &[x, y],
+            workgroups: grid_1d(gpu, pairs, KERNEL.workgroup_size)?,
+            work,
+        })?;
+    }
+    Ok(())
 }
 
 /// CPU reference, in `f64`.
