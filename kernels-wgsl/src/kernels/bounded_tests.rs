@@ -407,3 +407,53 @@ fn bounded_rotary_and_embedding_gather_go_out_in_blocks_with_the_same_values() -
         read(&gpu, &[&y, &back, &rows])
     })
 }
+
+#[test]
+fn bounded_16_bit_ops_and_conversions_go_out_in_ranges_with_the_same_values() -> Result<()> {
+    use super::binary::{self, BinaryDims, BinaryOp};
+    use super::convert::{self, Halves, f16_words};
+    use super::unary::{self, UnaryOp};
+    for (path, gpu) in crate::testing::f16_devices() {
+        let mut rng = Rng::new(48);
+        let len = 301u64;
+        let x = random_at(&gpu, &mut rng, (len as usize, -3.0, 3.0), 0)?;
+        let b = random_at(&gpu, &mut rng, (len as usize, -3.0, 3.0), 0)?;
+        let (xs, bs) = (x.slice(0, len)?, b.slice(0, len)?);
+        let shape = [len as usize];
+        let dims = BinaryDims {
+            op: BinaryOp::Mul,
+            a_shape: &shape,
+            b_shape: &shape,
+        };
+        same_under_a_bound(&gpu, &format!("{path:?}"), 2, || {
+            let words = |what| {
+                let zeros = vec![0u32; f16_words(len) as usize + 1];
+                gpu.upload(&zeros, Category::Temporary, what)
+            };
+            let [hx, hb, hy, hz, hs] = ["x", "b", "y", "z", "s"].map(words);
+            let (hx, hb, hy, hz, hs) = (hx?, hb?, hy?, hz?, hs?);
+            // x from the high half of its first word: partly filled first and last words.
+            let at = |buffer, offset| Halves::of(buffer, offset, len);
+            convert::f32_to_f16(&gpu, at(&hx, 1)?, xs)?;
+            convert::f32_to_f16(&gpu, at(&hb, 0)?, bs)?;
+            unary::forward_f16(&gpu, UnaryOp::Tanh, at(&hy, 0)?, at(&hx, 1)?, 1.0)?;
+            binary::broadcast_f16(&gpu, &dims, at(&hz, 0)?, at(&hx, 1)?, at(&hb, 0)?)?;
+            binary::scalar_f16(&gpu, BinaryOp::Sub, at(&hs, 0)?, at(&hy, 0)?, 0.5, false)?;
+            // In place: a range that computed another's elements would apply the op twice.
+            unary::forward_f16(&gpu, UnaryOp::Tanh, at(&hy, 0)?, at(&hy, 0)?, 1.0)?;
+            binary::scalar_f16(&gpu, BinaryOp::Sub, at(&hs, 0)?, at(&hs, 0)?, 0.5, true)?;
+            binary::broadcast_f16(&gpu, &dims, at(&hz, 0)?, at(&hz, 0)?, at(&hb, 0)?)?;
+            let back = output(&gpu, len as usize)?;
+            convert::f16_to_f32(&gpu, back.whole(), at(&hz, 0)?)?;
+            gpu.flush("bounded test")?;
+            let mut out = Vec::new();
+            for buffer in [&hx, &hb, &hy, &hz, &hs] {
+                let words: Vec<u32> = gpu.read_all(buffer, DEADLINE)?;
+                out.push(words.into_iter().map(f32::from_bits).collect());
+            }
+            out.push(gpu.read_all(&back, DEADLINE)?);
+            Ok(out)
+        })?;
+    }
+    Ok(())
+}

@@ -374,6 +374,36 @@ pub(crate) fn launch_ranges<P: bytemuck::Pod>(
     Ok(())
 }
 
+/// Records `kernel` over `units` equal units of work (elements, pairs of halves, words) in
+/// blocks under a bound on one submission's GPU time ([`Gpu::set_max_submission`]): `block(s,
+/// e)` gives the `Params` and the invocations of the units `s..e` (no invocations: nothing
+/// recorded). One block without a bound.
+pub(crate) fn launch_units<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    overrides: &[(&str, f64)],
+    buffers: &[DeviceSlice<'_>],
+    units: u64,
+    block: impl Fn(u64, u64) -> (P, u64),
+) -> Result<()> {
+    let whole = crate::recorder::Work::of_slices(buffers);
+    for (first, count, work) in blocks_within_bound(gpu, kernel, [units, 1], whole) {
+        let (params, invocations) = block(first, first + count);
+        if invocations == 0 {
+            continue;
+        }
+        gpu.dispatch(Dispatch {
+            kernel,
+            overrides,
+            params: bytemuck::bytes_of(&params),
+            buffers,
+            workgroups: grid_1d(gpu, invocations, kernel.workgroup_size)?,
+            work,
+        })?;
+    }
+    Ok(())
+}
+
 /// One part of an elementwise launch split by [`launch_split`]: `count` invocations from element
 /// `start` of every slice; with `vec4`, each invocation handles four consecutive elements and
 /// the shader indexes the slices' `vec4` views.

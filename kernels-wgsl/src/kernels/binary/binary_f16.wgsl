@@ -8,7 +8,8 @@
 // binary_ops.wgsl and f16_bits.wgsl (kernels::binary::BROADCAST_F16).
 // Bindings: a_w, b_w, out_w (array<u32>). Offsets and n count halves. One invocation per output
 // word writes it whole, keeping the high half of a last word the run does not fill; out_offset
-// is even (the launcher checks), so no two invocations share a word.
+// is even (the launcher checks), so no two invocations share a word. i counts from params.start
+// (even) and stops at n: a range of the launch under a submission bound (kernels::launch_units).
 
 fn value(i: u32) -> f32 {
     let o = operand_offsets(i);
@@ -18,7 +19,7 @@ fn value(i: u32) -> f32 {
 @compute @workgroup_size(256)
 fn broadcast_f16(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = 2u * flat_index(gid, nwg);
+    let i = params.start + 2u * flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }
@@ -47,7 +48,7 @@ fn scalar_value(i: u32) -> f32 {
 @compute @workgroup_size(256)
 fn scalar_f16(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = 2u * flat_index(gid, nwg);
+    let i = params.start + 2u * flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

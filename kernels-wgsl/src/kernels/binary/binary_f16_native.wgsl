@@ -21,7 +21,7 @@ fn apply_f16(l: f16, r: f16) -> f16 {
 @compute @workgroup_size(256)
 fn broadcast_f16(@builtin(global_invocation_id) gid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
+    let i = params.start + flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }
@@ -35,7 +35,7 @@ fn broadcast_f16(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn scalar_f16(@builtin(global_invocation_id) gid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = flat_index(gid, nwg);
+    let i = params.start + flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }

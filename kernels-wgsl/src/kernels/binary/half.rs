@@ -8,7 +8,9 @@ use super::{
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::convert::{F16Path, Halves, expect_elementwise_halves, expect_whole_words};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_units};
+use crate::pipeline::Kernel;
+use crate::slice::DeviceSlice;
 use crate::pipeline::{kernels, shader_source};
 use const_format::concatcp;
 
@@ -89,18 +91,28 @@ pub fn broadcast_f16(
         ..shaped_params(&shape)
     };
     let buffers = [a.words(), b.words(), out.words()];
-    let (kernel, invocations) = match gpu.f16_path() {
-        F16Path::Native => (&BROADCAST_F16_NATIVE, len),
-        F16Path::Packed => (&BROADCAST_F16, len.div_ceil(2)),
+    let (kernel, per) = match gpu.f16_path() {
+        F16Path::Native => (&BROADCAST_F16_NATIVE, 1),
+        F16Path::Packed => (&BROADCAST_F16, 2),
     };
-    launch_1d(
-        gpu,
-        kernel,
-        &overrides(dims.op),
-        &params,
-        &buffers,
-        invocations,
-    )
+    launch_pairs(gpu, kernel, &overrides(dims.op), &buffers, [len, per], params)
+}
+
+/// Records a 16-bit binary launch over `len` elements in units of `per` (2 on the packed
+/// path: an invocation writes a word), in ranges under a submission bound
+/// ([`launch_units`]); `params` is the whole launch's (its `n` becomes each range's end).
+fn launch_pairs(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    overrides: &[(&str, f64); 1],
+    buffers: &[DeviceSlice<'_>],
+    [len, per]: [u64; 2],
+    params: Params,
+) -> Result<()> {
+    launch_units(gpu, kernel, overrides, buffers, len.div_ceil(per), |s, e| {
+        let (start, end) = (s * per, (e * per).min(len));
+        (params.range(start as u32, end as u32), e - s)
+    })
 }
 
 /// `y = half(x op s)` (`rhs`) or `half(s op x)` (`!rhs`) over 16-bit `x` and `y`, `s` kept in
@@ -124,10 +136,10 @@ pub fn scalar_f16(
         period: u32::from(!rhs),
         ..Params::default()
     };
-    let (kernel, invocations) = match gpu.f16_path() {
-        F16Path::Native => (&SCALAR_F16_NATIVE, x.len()),
-        F16Path::Packed => (&SCALAR_F16, x.len().div_ceil(2)),
+    let (kernel, per) = match gpu.f16_path() {
+        F16Path::Native => (&SCALAR_F16_NATIVE, 1),
+        F16Path::Packed => (&SCALAR_F16, 2),
     };
     let buffers = [x.words(), y.words()];
-    launch_1d(gpu, kernel, &overrides(op), &params, &buffers, invocations)
+    launch_pairs(gpu, kernel, &overrides(op), &buffers, [x.len(), per], params)
 }

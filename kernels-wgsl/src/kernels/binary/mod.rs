@@ -203,7 +203,7 @@ shader_params! {
 
 impl Params {
     /// These `Params` for the range `start..end` of a launch ([`launch_ranges`]).
-    fn range(mut self, start: u32, end: u32) -> Params {
+    pub(super) fn range(mut self, start: u32, end: u32) -> Params {
         self.start = start;
         self.n = end;
         self

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_units};
 use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -267,13 +267,27 @@ pub fn f16_to_f32(gpu: &Gpu, out: DeviceSlice<'_>, src: Halves<'_>) -> Result<()
 pub fn f32_to_f16_on(gpu: &Gpu, path: F16Path, dst: Halves<'_>, x: DeviceSlice<'_>) -> Result<()> {
     expect_same_len("f32_to_f16", &dst, &x)?;
     expect_path(gpu, "f32_to_f16", path)?;
-    let params = Params::new(dst.len(), x.index(), dst.index());
-    let (kernel, invocations) = match path {
-        F16Path::Native => (&F32_TO_F16_NATIVE, dst.len()),
-        // One invocation per word touched: it writes the whole word.
-        F16Path::Packed => (&F32_TO_F16, dst.words.len()),
-    };
-    launch_1d(gpu, kernel, &[], &params, &[x, dst.words], invocations)
+    let (len, from, to) = (dst.len(), x.index(), dst.index());
+    let buffers = [x, dst.words];
+    // In ranges under a submission bound, each range with its own offsets and length.
+    let range = |s: u64, e: u64| Params::new(e - s, from + s as u32, to + s as u32);
+    match path {
+        F16Path::Native => launch_units(gpu, &F32_TO_F16_NATIVE, &[], &buffers, len, |s, e| {
+            (range(s, e), e - s)
+        }),
+        // One invocation per word touched: it writes the whole word. Ranges of whole words
+        // (the first and last may be half-filled), so that no two touch the same word.
+        F16Path::Packed => {
+            let (first, end) = (u64::from(to), u64::from(to) + len);
+            let words = dst.words.len();
+            let base = first / 2;
+            launch_units(gpu, &F32_TO_F16, &[], &buffers, words, |s, e| {
+                let start = (2 * (base + s)).max(first) - first;
+                let stop = (2 * (base + e)).min(end) - first;
+                (range(start, stop), e - s)
+            })
+        }
+    }
 }
 
 /// [`f16_to_f32`] on a chosen path.
@@ -285,10 +299,13 @@ pub fn f16_to_f32_on(
 ) -> Result<()> {
     expect_same_len("f16_to_f32", &src, &out)?;
     expect_path(gpu, "f16_to_f32", path)?;
-    let params = Params::new(src.len(), src.index(), out.index());
+    let (from, to) = (src.index(), out.index());
     let kernel = match path {
         F16Path::Native => &F16_TO_F32_NATIVE,
         F16Path::Packed => &F16_TO_F32,
     };
-    launch_1d(gpu, kernel, &[], &params, &[src.words, out], src.len())
+    // In ranges under a submission bound, each range with its own offsets and length.
+    launch_units(gpu, kernel, &[], &[src.words, out], src.len(), |s, e| {
+        (Params::new(e - s, from + s as u32, to + s as u32), e - s)
+    })
 }

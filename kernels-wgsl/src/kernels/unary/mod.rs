@@ -7,7 +7,7 @@
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::kernels::convert::{F16Path, Halves, expect_elementwise_halves};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_split, launch_units, same_len};
 use crate::pipeline::{Kernel, kernel, kernels, op_family, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -121,7 +121,9 @@ shader_params! {
         saved_offset: u32,
         dy_offset: u32,
         dx_offset: u32,
-        _pad0: u32,
+        /// The 16-bit entry points: the first element of the range this dispatch computes,
+        /// up to `n` (a launch in ranges under a submission bound).
+        start: u32,
     }
 }
 
@@ -196,10 +198,20 @@ pub fn forward_f16(
         y_offset: y.index(),
         ..Params::default()
     };
-    let (kernel, invocations) = match gpu.f16_path() {
-        F16Path::Native => (&FORWARD_F16_NATIVE, x.len()),
-        F16Path::Packed => (&FORWARD_F16, x.len().div_ceil(2)),
+    let (kernel, per) = match gpu.f16_path() {
+        F16Path::Native => (&FORWARD_F16_NATIVE, 1),
+        F16Path::Packed => (&FORWARD_F16, 2),
     };
     let buffers = [x.words(), y.words()];
-    launch_1d(gpu, kernel, &overrides(op), &params, &buffers, invocations)
+    let len = x.len();
+    // Units of `per` elements, one invocation each (a packed invocation writes a word).
+    launch_units(gpu, kernel, &overrides(op), &buffers, len.div_ceil(per), |s, e| {
+        let (start, end) = (s * per, (e * per).min(len));
+        let range = Params {
+            n: end as u32,
+            start: start as u32,
+            ..params
+        };
+        (range, e - s)
+    })
 }

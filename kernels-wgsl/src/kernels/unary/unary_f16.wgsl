@@ -5,7 +5,8 @@
 // unary_ops.wgsl and f16_bits.wgsl (kernels::unary::FORWARD_F16). Bindings: x_w, y_w
 // (array<u32>). Offsets and n count halves. One invocation per output word writes it whole,
 // keeping the high half of a last word the run does not fill; y_offset is even (the launcher
-// checks), so no two invocations share a word.
+// checks), so no two invocations share a word. i counts from params.start (even: a launch in
+// ranges under a submission bound) and stops at n, the range's end.
 
 fn value(i: u32) -> f32 {
     let h = params.x_offset + i;
@@ -15,7 +16,7 @@ fn value(i: u32) -> f32 {
 @compute @workgroup_size(256)
 fn forward_f16(@builtin(global_invocation_id) gid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>) {
-    let i = 2u * flat_index(gid, nwg);
+    let i = params.start + 2u * flat_index(gid, nwg);
     if (i >= params.n) {
         return;
     }
