@@ -457,3 +457,33 @@ fn bounded_16_bit_ops_and_conversions_go_out_in_ranges_with_the_same_values() ->
     }
     Ok(())
 }
+
+#[test]
+fn bounded_strided_copies_go_out_in_ranges_with_the_same_values() -> Result<()> {
+    use super::convert::Halves;
+    use super::copy;
+    let gpu = fresh_gpu();
+    let mut rng = Rng::new(49);
+    let src = random_at(&gpu, &mut rng, (2500, -1.0, 1.0), 0)?;
+    // A transpose (an element per invocation), a permutation of vec4s, runs of 2 vec4s, and
+    // a transpose of halves (a word per invocation).
+    let cases: [(&[u32], &[u32]); 3] = [
+        (&[30, 25], &[1, 30]),
+        (&[3, 50, 4], &[4, 12, 1]),
+        (&[10, 30, 8], &[8, 80, 1]),
+    ];
+    same_under_a_bound(&gpu, "strided copies", 2, || {
+        let mut outs = Vec::new();
+        for (shape, strides) in cases {
+            let len: u32 = shape.iter().product();
+            let dst = output(&gpu, len as usize)?;
+            copy::strided_copy(&gpu, dst.whole(), src.slice(0, 2500)?, shape, strides)?;
+            outs.push(dst);
+        }
+        let halves = output(&gpu, 400)?;
+        let (from, to) = (Halves::of(&src, 1, 750)?, Halves::of(&halves, 0, 750)?);
+        copy::strided_copy_f16(&gpu, to, from, &[30, 25], &[1, 30])?;
+        outs.push(halves);
+        read(&gpu, &outs.iter().collect::<Vec<_>>())
+    })
+}

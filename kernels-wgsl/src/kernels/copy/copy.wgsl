@@ -6,7 +6,8 @@
 // `copy` ignores rank, shape and strides) and the bindings src, dst (`kernel!`: words, so f32 and
 // u32 data alike; both read_write, since src may be dst's segment), prepended. Offsets include
 // each block's offset. Dispatch: elementwise (`kernels::launch_1d`); i >= len returns (the
-// launcher checked both ranges).
+// launcher checked both ranges). The strided entry points number their invocations from
+// params.start and stop at len (`kernels::launch_units`: a range under a submission bound).
 
 const WORKGROUP_SIZE: u32 = 256u;
 
@@ -45,7 +46,7 @@ fn source_index(i: u32) -> u32 {
 
 @compute @workgroup_size(256)
 fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    let i = params.start + gid.x + gid.y * groups.x * WORKGROUP_SIZE;
     if i >= params.len {
         return;
     }
@@ -58,7 +59,7 @@ fn strided_copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_work
 // innermost extent and the strides in vec4s (innermost stride 1).
 @compute @workgroup_size(256)
 fn strided_copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    let i = params.start + gid.x + gid.y * groups.x * WORKGROUP_SIZE;
     if i >= params.len {
         return;
     }
@@ -72,7 +73,7 @@ fn strided_copy_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 // and merge: 8); the loop then stays far below lavapipe's loop limit.
 @compute @workgroup_size(256)
 fn strided_copy_rows_v4(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let r = gid.x + gid.y * groups.x * WORKGROUP_SIZE;
+    let r = params.start + gid.x + gid.y * groups.x * WORKGROUP_SIZE;
     if r >= params.len {
         return;
     }
@@ -94,7 +95,7 @@ fn src_half(h: u32) -> u32 {
 
 @compute @workgroup_size(256)
 fn strided_copy_f16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
-    let i = 2u * (gid.x + gid.y * groups.x * WORKGROUP_SIZE);
+    let i = params.start + 2u * (gid.x + gid.y * groups.x * WORKGROUP_SIZE);
     if i >= params.len {
         return;
     }

@@ -5,7 +5,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::convert::Halves;
-use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_1d, launch_split, same_len};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_split, launch_units, same_len};
 use crate::pipeline::{kernels, shader_params};
 use crate::slice::DeviceSlice;
 
@@ -44,6 +44,12 @@ shader_params! {
         len: u32,
         src_offset: u32,
         dst_offset: u32,
+        /// The strided entry points: the first invocation's index of the range this dispatch
+        /// runs, up to `len` (a launch in ranges under a submission bound).
+        start: u32,
+        _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
         shape: [u32; 8] = "array<vec4<u32>, 2>",
         src_strides: [u32; 8] = "array<vec4<u32>, 2>",
     }
@@ -115,8 +121,18 @@ pub fn strided_copy(
     } else {
         len / unit
     };
-    params.len = invocations as u32;
-    launch_1d(gpu, kernel, &[], &params, &[src, dst], invocations)
+    launch_units(gpu, kernel, &[], &[src, dst], invocations, |s, e| {
+        (params.range(s as u32, e as u32), e - s)
+    })
+}
+
+impl Params {
+    /// These `Params` for the invocations `start..end` of a strided launch.
+    fn range(mut self, start: u32, end: u32) -> Params {
+        self.start = start;
+        self.len = end;
+        self
+    }
 }
 
 /// [`strided_copy`] over 16-bit elements (the bits as they are, on either 16-bit path): `shape`,
@@ -168,14 +184,10 @@ pub fn strided_copy_f16(
     params.shape[..rank].copy_from_slice(&shape);
     params.src_strides[..rank].copy_from_slice(&strides);
     let buffers = [src.words(), dst.words()];
-    launch_1d(
-        gpu,
-        &STRIDED_COPY_F16,
-        &[],
-        &params,
-        &buffers,
-        len.div_ceil(2),
-    )
+    // Pairs of halves, one word each: ranges start on a word.
+    launch_units(gpu, &STRIDED_COPY_F16, &[], &buffers, len.div_ceil(2), |s, e| {
+        (params.range(2 * s as u32, (2 * e).min(len) as u32), e - s)
+    })
 }
 
 /// A gather's element count and how many source elements it reads (the highest index read plus
