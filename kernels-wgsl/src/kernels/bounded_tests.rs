@@ -105,7 +105,7 @@ fn a_bounded_softmax_goes_out_in_blocks_of_rows_with_the_same_values() -> Result
 fn a_bounded_layer_norm_goes_out_in_blocks_of_rows_with_the_same_values() -> Result<()> {
     let gpu = fresh_gpu();
     let mut rng = Rng::new(42);
-    let (rows, cols) = (19usize, 37usize);
+    let (rows, cols) = (19usize, 150usize);
     let n = rows * cols;
     let x = random_at(&gpu, &mut rng, (n, -3.0, 3.0), 1)?;
     let dy = random_at(&gpu, &mut rng, (n, -1.0, 1.0), 2)?;
@@ -484,6 +484,40 @@ fn bounded_strided_copies_go_out_in_ranges_with_the_same_values() -> Result<()> 
         let (from, to) = (Halves::of(&src, 1, 750)?, Halves::of(&halves, 0, 750)?);
         copy::strided_copy_f16(&gpu, to, from, &[30, 25], &[1, 30])?;
         outs.push(halves);
+        read(&gpu, &outs.iter().collect::<Vec<_>>())
+    })
+}
+
+#[test]
+fn bounded_axis_reductions_and_sums_of_squares_go_out_in_ranges_with_the_same_values() -> Result<()>
+{
+    use super::reduce;
+    let gpu = fresh_gpu();
+    let mut rng = Rng::new(50);
+    let shape = [3usize, 70, 5];
+    let n: usize = shape.iter().product();
+    let x = random_at(&gpu, &mut rng, (n, -2.0, 2.0), 1)?;
+    let xs = x.slice(1, n as u64)?;
+    // Sums of squares over several chunks of 256 (the last one partial), from a vec4 start.
+    let long = random_at(&gpu, &mut rng, (1500, -1.0, 1.0), 0)?;
+    let chunks = reduce::squares_chunks(1500) as usize;
+    same_under_a_bound(&gpu, "axis reductions", 2, || {
+        let mut outs = Vec::new();
+        // Over the middle axis (outer 3, inner 5) and the first (outer 1: a bias gradient).
+        for axis in [1usize, 0] {
+            let kept: usize = n / shape[axis];
+            let [sum, mean, max, idx] = [(); 4].map(|()| output(&gpu, kept));
+            let (sum, mean, max, idx) = (sum?, mean?, max?, idx?);
+            reduce::sum_axis(&gpu, sum.whole(), xs, &shape, axis)?;
+            reduce::mean_axis(&gpu, mean.whole(), xs, &shape, axis)?;
+            reduce::max_axis(&gpu, max.whole(), idx.whole(), xs, &shape, axis)?;
+            let dx = output(&gpu, n)?;
+            reduce::max_backward(&gpu, dx.whole(), sum.whole(), idx.whole(), &shape, axis)?;
+            outs.extend([sum, mean, max, idx, dx]);
+        }
+        let squares = output(&gpu, chunks)?;
+        reduce::sum_squares_chunks(&gpu, squares.whole(), long.slice(0, 1500)?)?;
+        outs.push(squares);
         read(&gpu, &outs.iter().collect::<Vec<_>>())
     })
 }

@@ -17,7 +17,8 @@
 // writes dbeta = sum_r dy, which the caller discards.
 //
 // Entry points (all @workgroup_size(64)): forward and backward_input have one invocation per
-// ROW (count = rows); backward_params one per COLUMN (count = cols).
+// ROW (count = rows); backward_params one per COLUMN (count = cols), columns params.start ..
+// params.end (the launch, or one range of it under a submission bound).
 //
 // Params: declared in mod.rs (`shader_params!`), prepended with the bindings.
 //   Each *_offset is the element index of that tensor in its binding (the launcher's
@@ -170,8 +171,8 @@ fn params_term(r: u32, j: u32) -> vec2<f32> {
 @compute @workgroup_size(64)
 fn backward_params(@builtin(global_invocation_id) gid: vec3<u32>,
                    @builtin(num_workgroups) nwg: vec3<u32>) {
-    let j = flat_index(gid, nwg);
-    if (j >= params.cols) {
+    let j = params.start + flat_index(gid, nwg);
+    if (j >= params.end) {
         return;
     }
     let n = params.rows;

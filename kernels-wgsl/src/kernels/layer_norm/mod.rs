@@ -12,7 +12,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    RowLayout, check_loop_limit, launch_1d, launch_rows, loop_passes, row_layout,
+    RowLayout, check_loop_limit, launch_rows, launch_units, loop_passes, row_layout,
 };
 use crate::pipeline::{kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
@@ -98,8 +98,10 @@ shader_params! {
         dgamma_offset: u32,
         dbeta_offset: u32,
         rms: u32,
-        _pad1: u32,
-        _pad2: u32,
+        /// `backward_params`: the first column of the range this dispatch sums, and one past
+        /// its last (a launch in ranges under a submission bound).
+        start: u32,
+        end: u32,
     }
 }
 
@@ -271,8 +273,16 @@ pub fn backward_in(
         RowLayout::WorkgroupPerRow => &BACKWARD_INPUT_ROWS,
     };
     launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)?;
-    // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does. A
-    // column sum over every row: one dispatch (not split under a submission bound).
+    // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does. Column
+    // sums over every row, in ranges of columns under a submission bound.
     let buffers = [x, mean, rstd, dy, dgamma, dbeta];
-    launch_1d(gpu, &BACKWARD_PARAMS, &[], &params(0, rows as u32), &buffers, cols)
+    let whole = params(0, rows as u32);
+    launch_units(gpu, &BACKWARD_PARAMS, &[], &buffers, cols, |s, e| {
+        let range = Params {
+            start: s as u32,
+            end: e as u32,
+            ..whole
+        };
+        (range, e - s)
+    })
 }

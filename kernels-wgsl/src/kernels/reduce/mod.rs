@@ -13,7 +13,9 @@ use plimsoll_allocator::Category;
 use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, check_loop_limit, copy, launch_1d};
+use crate::kernels::{
+    ELEMENTWISE_WORKGROUP, blocks_within_bound, check_loop_limit, copy, launch_units,
+};
 use crate::pipeline::{Kernel, kernel, kernels, shader_params, shader_source};
 use const_format::concatcp;
 use crate::recorder::Dispatch;
@@ -136,8 +138,11 @@ shader_params! {
         dy_offset: u32,
         idx_in_offset: u32,
         dx_offset: u32,
-        _pad0: u32,
-        _pad1: u32,
+        /// The axis entry points (`sum_axis`, `mean_axis`, `max_axis`, `max_backward`): the
+        /// first invocation of the range this dispatch runs, and one past its last (a launch in
+        /// ranges under a submission bound).
+        start: u32,
+        end: u32,
         _pad2: u32,
     }
 }
@@ -153,6 +158,15 @@ impl Params {
             src_offset: x.index(),
             dst_offset: out.index(),
             ..Params::default()
+        }
+    }
+
+    /// These `Params` for the invocations `start..end` of an axis launch.
+    fn range(self, start: u64, end: u64) -> Params {
+        Params {
+            start: start as u32,
+            end: end as u32,
+            ..self
         }
     }
 
@@ -222,7 +236,9 @@ fn axis_reduction(
         dst_offset: out.index(),
         ..Params::of_view(view)
     };
-    launch_1d(gpu, kernel, &[], &params, &[x, out], count)
+    launch_units(gpu, kernel, &[], &[x, out], count, |s, e| {
+        (params.range(s, e), e - s)
+    })
 }
 
 /// Records `out` (shape `shape` without `axis`, i.e. `[outer, inner]`) `= sum` of `x`
@@ -274,7 +290,9 @@ pub fn max_axis(
         idx_out_offset: indices.index(),
         ..Params::of_view(view)
     };
-    launch_1d(gpu, &MAX_AXIS, &[], &params, &[x, out, indices], count)
+    launch_units(gpu, &MAX_AXIS, &[], &[x, out, indices], count, |s, e| {
+        (params.range(s, e), e - s)
+    })
 }
 
 /// Records the backward of [`max_axis`]: `dx[o, k, i] = dy[o, i]` where `k == indices[o, i]`, else
@@ -300,7 +318,9 @@ pub fn max_backward(
         ..Params::of_view(view)
     };
     let buffers = [dy, indices, dx];
-    launch_1d(gpu, &MAX_BACKWARD, &[], &params, &buffers, count)
+    launch_units(gpu, &MAX_BACKWARD, &[], &buffers, count, |s, e| {
+        (params.range(s, e), e - s)
+    })
 }
 
 /// One-workgroup reduction of `x` into the one element of `out` (and the flat arg-max into the
@@ -376,16 +396,28 @@ pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -
     } else {
         &SUM_SQUARES_CHUNKS
     };
-    let params = Params::whole(x, out);
     let buffers = [x, out];
-    gpu.dispatch(Dispatch {
-        kernel,
-        overrides: &[],
-        params: bytemuck::bytes_of(&params),
-        buffers: &buffers,
-        workgroups: [workgroups as u32, 1, 1],
-        work: crate::recorder::Work::of_slices(&buffers),
-    })
+    let whole = crate::recorder::Work::of_slices(&buffers);
+    // In blocks of whole chunks under a submission bound: each block its own part of x (a
+    // multiple of 4 elements on), the same chunks and sums whatever the blocks.
+    for (first, count, work) in blocks_within_bound(gpu, kernel, [chunks, 1], whole) {
+        let from = first * SQUARES_CHUNK;
+        let params = Params {
+            axis_len: (x.len().saturating_sub(from)).min(count * SQUARES_CHUNK) as u32,
+            src_offset: x.index() + from as u32,
+            dst_offset: out.index() + first as u32,
+            ..Params::whole(x, out)
+        };
+        gpu.dispatch(Dispatch {
+            kernel,
+            overrides: &[],
+            params: bytemuck::bytes_of(&params),
+            buffers: &buffers,
+            workgroups: [count.div_ceil(ALL_WORKGROUP) as u32, 1, 1],
+            work,
+        })?;
+    }
+    Ok(())
 }
 
 /// Records `out[0] = sum of x[i]²` (f32, fixed order; the squares are not stored): a gradient

@@ -38,7 +38,8 @@
 //     over the axis, so fewer, longer invocations: 64 keeps several workgroups busy for small
 //     outputs); max_backward: one per dx element, workgroup 256. Both: groups = ceil(count/WG),
 //     (groups, 1, 1) if <= 65535 else (65535, ceil(groups/65535), 1);
-//     index = gid.x + gid.y * num_workgroups.x * WG; `index >= count` returns.
+//     index = params.start + gid.x + gid.y * num_workgroups.x * WG; `index >= params.end`
+//     returns (start..end: the launch, or one range of it under a submission bound).
 //   *_all: EXACTLY ONE workgroup, dispatch (1, 1, 1): 256 invocations sum strided chunks, then a
 //     fixed-order tree in workgroup memory (8 barriers; deterministic). Accumulation is f32.
 
@@ -115,8 +116,8 @@ fn axis_sum(o: u32) -> f32 {
 @compute @workgroup_size(64)
 fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = gid.x + gid.y * nwg.x * ROW_WG;
-    if (o >= params.outer * params.inner) {
+    let o = params.start + gid.x + gid.y * nwg.x * ROW_WG;
+    if (o >= params.end) {
         return;
     }
     dst[params.dst_offset + o] = axis_sum(o);
@@ -125,8 +126,8 @@ fn sum_axis(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn mean_axis(@builtin(global_invocation_id) gid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = gid.x + gid.y * nwg.x * ROW_WG;
-    if (o >= params.outer * params.inner) {
+    let o = params.start + gid.x + gid.y * nwg.x * ROW_WG;
+    if (o >= params.end) {
         return;
     }
     dst[params.dst_offset + o] = axis_sum(o) / f32(params.axis_len);
@@ -135,8 +136,8 @@ fn mean_axis(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(64)
 fn max_axis(@builtin(global_invocation_id) gid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>) {
-    let o = gid.x + gid.y * nwg.x * ROW_WG;
-    if (o >= params.outer * params.inner) {
+    let o = params.start + gid.x + gid.y * nwg.x * ROW_WG;
+    if (o >= params.end) {
         return;
     }
     let base = params.src_offset + (o / params.inner) * params.axis_len * params.inner
@@ -165,8 +166,8 @@ fn max_axis(@builtin(global_invocation_id) gid: vec3<u32>,
 @compute @workgroup_size(256)
 fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
                 @builtin(num_workgroups) nwg: vec3<u32>) {
-    let e = flat_index(gid, nwg);
-    if (e >= params.outer * params.axis_len * params.inner) {
+    let e = params.start + flat_index(gid, nwg);
+    if (e >= params.end) {
         return;
     }
     let i = e % params.inner;
