@@ -21,9 +21,9 @@
 // ignored. ia = a_offset + sum_d idx_d * a_strides[d], idx = the row-major multi-index of i.
 // rank 0 (both operands have the output's shape): ia = a_offset + i, ib = b_offset + i. Every
 // index adds its binding's `*_offset` (bindings are whole segments, see docs/wgpu.md §4).
-// Dispatch: elementwise (`kernels::launch_1d`); `i >= n` returns. broadcast, suffix_v4 and
-// backward number their invocations from `params.start` and stop at `n` (`kernels::launch_ranges`:
-// a launch in ranges under a submission bound).
+// Dispatch: elementwise (`kernels::launch_split` and `launch_ranges`, in ranges under a
+// submission bound); `i >= n` returns. broadcast, suffix_v4 and backward number their
+// invocations from `params.start` and stop at `n` (the range's end).
 
 
 // The op (override OP) and its math are in binary_ops.wgsl, appended to this file (and shared

@@ -5,8 +5,8 @@
 // Declared in mod.rs beside this file: `Params` (`shader_params!`, one for every entry point;
 // `copy` ignores rank, shape and strides) and the bindings src, dst (`kernel!`: words, so f32 and
 // u32 data alike; both read_write, since src may be dst's segment), prepended. Offsets include
-// each block's offset. Dispatch: elementwise (`kernels::launch_1d`); i >= len returns (the
-// launcher checked both ranges). The strided entry points number their invocations from
+// each block's offset. Dispatch: elementwise (`kernels::launch_split`, `launch_units`); i >= len
+// returns (the launcher checked both ranges). The strided entry points number their invocations from
 // params.start and stop at len (`kernels::launch_units`: a range under a submission bound).
 
 const WORKGROUP_SIZE: u32 = 256u;

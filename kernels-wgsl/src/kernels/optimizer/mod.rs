@@ -307,4 +307,3 @@ pub fn adamw_step(
         ..params
     })
 }
-

@@ -11,8 +11,8 @@
 // Layout: x and y are [rows, D] row-major from their `*_offset`, rows = (batch x heads) x time;
 // y may be x (each invocation reads its pair before writing it). Declared in mod.rs:
 // `Params` (`shader_params!`) and the bindings x, y (`kernel!`), prepended.
-// Dispatch: elementwise over the rows x D/2 pairs (`kernels::launch_1d`); an index past them
-// returns. The angle is reduced to [0, 2 pi) before cos and sin, so a GPU's fast sine is
+// Dispatch: elementwise over the rows x D/2 pairs (in blocks of whole sequences under a
+// submission bound, each with its own offsets and rows); an index past them returns. The angle is reduced to [0, 2 pi) before cos and sin, so a GPU's fast sine is
 // accurate for every position.
 
 const TAU: f32 = 6.283185307179586;

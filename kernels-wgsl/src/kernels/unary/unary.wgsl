@@ -14,7 +14,8 @@
 //   backward: dx[i] = dy[i] * f'(.) evaluated from `saved`, which is the forward OUTPUT y for
 //             exp, tanh and sigmoid and the forward INPUT x for every other op.
 // Every index adds its binding's `*_offset` (bindings are whole segments, see docs/wgpu.md §4).
-// Dispatch: elementwise (`kernels::launch_1d`); the bounds check `i >= n` returns.
+// Dispatch: elementwise (`kernels::launch_split`, in ranges under a submission bound); the
+// bounds check `i >= n` returns.
 //
 // Domain edges follow IEEE where the device does (log of 0, sqrt of a negative); pow handles
 // negative bases with integer exponents, 0^p and p = 0 explicitly (WGSL pow leaves them
