@@ -84,28 +84,38 @@ fn sigterm_and_sigint_save_the_run_and_exit_143_and_130() {
         let mut child = digits_run(&dir, "100000");
         let mut reader = BufReader::new(child.stdout.take().unwrap());
         wait_for_first_epoch(&mut reader);
-        let kill = Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
-        // Keep reading so that the command never blocks on a full pipe.
-        let drain = std::thread::spawn(move || reader.lines().map_while(|l| l.ok()).count());
-        let status = wait_with_deadline(&mut child, STOP_DEADLINE);
-        let stderr = stderr_of(&mut child);
-        let _ = drain.join();
-        assert_eq!(status.code(), Some(code), "SIG{signal}:\n{stderr}");
-        assert!(
-            stderr.contains(" at step ") && stderr.contains("--resume run"),
-            "it says where the run stopped and how to go on:\n{stderr}"
-        );
-        assert!(
-            dir.join("run/latest.safetensors").exists(),
-            "the run is saved"
-        );
-        assert_eq!(summary(&dir)["status"], "interrupted");
-        let _ = std::fs::remove_dir_all(dir);
+        let pid = child.id();
+        stop_and_check_saved(&dir, child, reader, &format!("kill -{signal} {pid}"), code);
     }
+}
+
+/// Sends signals to `child` with the shell command `kill`, reads its output until it exits
+/// (so that it never blocks on a full pipe), and checks that it exited with `code`, said where
+/// it stopped and how to go on, saved the run and marked it interrupted; removes `dir`.
+fn stop_and_check_saved(
+    dir: &Path,
+    mut child: Child,
+    reader: impl BufRead + Send + 'static,
+    kill: &str,
+    code: i32,
+) {
+    let sent = Command::new("sh").args(["-c", kill]).status().unwrap();
+    assert!(sent.success(), "{kill}");
+    let drain = std::thread::spawn(move || reader.lines().map_while(|l| l.ok()).count());
+    let status = wait_with_deadline(&mut child, STOP_DEADLINE);
+    let stderr = stderr_of(&mut child);
+    let _ = drain.join();
+    assert_eq!(status.code(), Some(code), "{kill}:\n{stderr}");
+    assert!(
+        stderr.contains(" at step ") && stderr.contains("--resume run"),
+        "it says where the run stopped and how to go on:\n{stderr}"
+    );
+    assert!(
+        dir.join("run/latest.safetensors").exists(),
+        "the run is saved"
+    );
+    assert_eq!(summary(dir)["status"], "interrupted");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -137,30 +147,9 @@ fn a_signal_sent_twice_at_once_as_timeout_does_still_saves_the_run() {
         assert!(n > 0, "the command closed its output before its first step");
     }
     // The second 20 ms after the first: its handler has run, the step is not over.
-    let pid = child.id().to_string();
-    let kill = Command::new("sh")
-        .args([
-            "-c",
-            &format!("kill -TERM {pid}; sleep 0.02; kill -TERM {pid}"),
-        ])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let drain = std::thread::spawn(move || reader.lines().map_while(|l| l.ok()).count());
-    let status = wait_with_deadline(&mut child, STOP_DEADLINE);
-    let stderr = stderr_of(&mut child);
-    let _ = drain.join();
-    assert_eq!(status.code(), Some(143), "{stderr}");
-    assert!(
-        stderr.contains("SIGTERM at step") && stderr.contains("--resume run"),
-        "{stderr}"
-    );
-    assert!(
-        dir.join("run/latest.safetensors").exists(),
-        "the run is saved"
-    );
-    assert_eq!(summary(&dir)["status"], "interrupted");
-    let _ = std::fs::remove_dir_all(dir);
+    let pid = child.id();
+    let kill = format!("kill -TERM {pid}; sleep 0.02; kill -TERM {pid}");
+    stop_and_check_saved(&dir, child, reader, &kill, 143);
 }
 
 #[test]

@@ -360,18 +360,9 @@ pub(crate) fn launch_ranges<P: bytemuck::Pod>(
     len: u64,
     params: impl Fn(u32, u32) -> P,
 ) -> Result<()> {
-    let whole = crate::recorder::Work::of_slices(buffers);
-    for (start, count, work) in blocks_within_bound(gpu, kernel, [len, 1], whole) {
-        gpu.dispatch(Dispatch {
-            kernel,
-            overrides,
-            params: bytemuck::bytes_of(&params(start as u32, (start + count) as u32)),
-            buffers,
-            workgroups: grid_1d(gpu, count, kernel.workgroup_size)?,
-            work,
-        })?;
-    }
-    Ok(())
+    launch_units(gpu, kernel, overrides, buffers, len, |start, end| {
+        (params(start as u32, end as u32), end - start)
+    })
 }
 
 /// Records `kernel` over `units` equal units of work (elements, pairs of halves, words) in
