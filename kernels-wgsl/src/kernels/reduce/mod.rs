@@ -227,16 +227,42 @@ fn axis_reduction(
     x: DeviceSlice<'_>,
     view: AxisView,
 ) -> Result<()> {
-    check_axis_len(op, view)?;
-    let count = view.output_len() as u64;
-    out.expect_len(op, "out", count)?;
-    x.expect_len(op, "x", view.input_len() as u64)?;
+    let count = checked_axis(op, view, x, &[("out", out)])?;
     let params = Params {
         src_offset: x.index(),
         dst_offset: out.index(),
         ..Params::of_view(view)
     };
-    launch_units(gpu, kernel, &[], &[x, out], count, |s, e| {
+    launch_axis(gpu, kernel, params, &[x, out], count)
+}
+
+/// Checks an axis reduction's view and slices (`outputs` one element per output); returns
+/// the number of outputs.
+fn checked_axis(
+    op: &'static str,
+    view: AxisView,
+    x: DeviceSlice<'_>,
+    outputs: &[(&str, DeviceSlice<'_>)],
+) -> Result<u64> {
+    check_axis_len(op, view)?;
+    let count = view.output_len() as u64;
+    for (name, slice) in outputs {
+        slice.expect_len(op, name, count)?;
+    }
+    x.expect_len(op, "x", view.input_len() as u64)?;
+    Ok(count)
+}
+
+/// Records an axis entry point over `count` invocations, in ranges under a submission bound
+/// (`params.start..params.end` each).
+fn launch_axis(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    params: Params,
+    buffers: &[DeviceSlice<'_>],
+    count: u64,
+) -> Result<()> {
+    launch_units(gpu, kernel, &[], buffers, count, |s, e| {
         (params.range(s, e), e - s)
     })
 }
@@ -279,20 +305,14 @@ pub fn max_axis(
 ) -> Result<()> {
     let op = "max_axis";
     let view = view_of(op, shape, axis)?;
-    check_axis_len(op, view)?;
-    let count = view.output_len() as u64;
-    out.expect_len(op, "out", count)?;
-    indices.expect_len(op, "indices", count)?;
-    x.expect_len(op, "x", view.input_len() as u64)?;
+    let count = checked_axis(op, view, x, &[("out", out), ("indices", indices)])?;
     let params = Params {
         src_offset: x.index(),
         dst_offset: out.index(),
         idx_out_offset: indices.index(),
         ..Params::of_view(view)
     };
-    launch_units(gpu, &MAX_AXIS, &[], &[x, out, indices], count, |s, e| {
-        (params.range(s, e), e - s)
-    })
+    launch_axis(gpu, &MAX_AXIS, params, &[x, out, indices], count)
 }
 
 /// Records the backward of [`max_axis`]: `dx[o, k, i] = dy[o, i]` where `k == indices[o, i]`, else
@@ -317,10 +337,7 @@ pub fn max_backward(
         dx_offset: dx.index(),
         ..Params::of_view(view)
     };
-    let buffers = [dy, indices, dx];
-    launch_units(gpu, &MAX_BACKWARD, &[], &buffers, count, |s, e| {
-        (params.range(s, e), e - s)
-    })
+    launch_axis(gpu, &MAX_BACKWARD, params, &[dy, indices, dx], count)
 }
 
 /// One-workgroup reduction of `x` into the one element of `out` (and the flat arg-max into the
