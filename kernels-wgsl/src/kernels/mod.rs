@@ -377,8 +377,21 @@ pub(crate) fn launch_units<P: bytemuck::Pod>(
     units: u64,
     block: impl Fn(u64, u64) -> (P, u64),
 ) -> Result<()> {
+    launch_blocks(gpu, kernel, overrides, buffers, [units, 1], block)
+}
+
+/// [`launch_units`] in blocks of whole `period`s of units (a causal period of rows, whole
+/// sequences): `block(s, e)` gives the `Params` and the invocations of the units `s..e`.
+pub(crate) fn launch_blocks<P: bytemuck::Pod>(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    overrides: &[(&str, f64)],
+    buffers: &[DeviceSlice<'_>],
+    [units, period]: [u64; 2],
+    block: impl Fn(u64, u64) -> (P, u64),
+) -> Result<()> {
     let whole = crate::recorder::Work::of_slices(buffers);
-    for (first, count, work) in blocks_within_bound(gpu, kernel, [units, 1], whole) {
+    for (first, count, work) in blocks_within_bound(gpu, kernel, [units, period], whole) {
         let (params, invocations) = block(first, first + count);
         if invocations == 0 {
             continue;
@@ -528,25 +541,14 @@ pub(crate) fn launch_rows<P: bytemuck::Pod>(
     [rows, period]: [u64; 2],
     params: impl Fn(u32, u32) -> P,
 ) -> Result<()> {
-    if rows == 0 {
-        return Ok(());
-    }
-    let whole = crate::recorder::Work::of_slices(buffers);
-    for (first, count, work) in blocks_within_bound(gpu, kernel, [rows, period], whole) {
-        let workgroups = match layout {
-            RowLayout::InvocationPerRow => grid_1d(gpu, count, kernel.workgroup_size)?,
-            RowLayout::WorkgroupPerRow => grid_1d(gpu, count, 1)?,
-        };
-        gpu.dispatch(crate::recorder::Dispatch {
-            kernel,
-            overrides: &[],
-            params: bytemuck::bytes_of(&params(first as u32, count as u32)),
-            buffers,
-            workgroups,
-            work,
-        })?;
-    }
-    Ok(())
+    // A workgroup per row: a whole workgroup's invocations per row.
+    let per_row = match layout {
+        RowLayout::InvocationPerRow => 1,
+        RowLayout::WorkgroupPerRow => u64::from(kernel.workgroup_size),
+    };
+    launch_blocks(gpu, kernel, &[], buffers, [rows, period], |s, e| {
+        (params(s as u32, (e - s) as u32), (e - s) * per_row)
+    })
 }
 
 /// The blocks `(first, count, work)` in which a launch of `kernel` over `units` equal units

@@ -15,7 +15,7 @@ use plimsoll_allocator::Category;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    ELEMENTWISE_WORKGROUP, blocks_within_bound, check_loop_limit, grid_1d, launch_1d, loop_passes,
+    ELEMENTWISE_WORKGROUP, check_loop_limit, launch_1d, launch_units, loop_passes,
 };
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
@@ -178,18 +178,9 @@ pub fn gather_part(
         return Ok(());
     }
     // In blocks of tokens under a submission bound (the same values whatever the blocks).
-    let whole = crate::recorder::Work::of_slices(&buffers);
-    for (first, count, work) in blocks_within_bound(gpu, &GATHER, [tokens, 1], whole) {
-        gpu.dispatch(crate::recorder::Dispatch {
-            kernel: &GATHER,
-            overrides: &[],
-            params: bytemuck::bytes_of(&params(first as u32, count as u32)),
-            buffers: &buffers,
-            workgroups: grid_1d(gpu, count * dim, GATHER.workgroup_size)?,
-            work,
-        })?;
-    }
-    Ok(())
+    launch_units(gpu, &GATHER, &[], &buffers, tokens, |s, e| {
+        (params(s as u32, (e - s) as u32), (e - s) * dim)
+    })
 }
 
 /// Records `dtable[v, j] = sum_{t, ids[t] == v} dy[t, j]` for every `v < vocab`, `j < dim`, from

@@ -5,7 +5,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{ELEMENTWISE_WORKGROUP, blocks_within_bound, grid_1d};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_blocks};
 use crate::pipeline::{Kernel, kernel, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
@@ -120,23 +120,10 @@ pub fn rotary(
     };
     // In blocks of whole sequences under a submission bound (row r is position r % time in
     // every block too): the same values whatever the blocks.
-    let whole = crate::recorder::Work::of_slices(&[x, y]);
     let rows = [dims.rows, dims.time];
-    for (first, count, work) in blocks_within_bound(gpu, &KERNEL, rows, whole) {
-        let pairs = count * half;
-        if pairs == 0 {
-            continue;
-        }
-        gpu.dispatch(crate::recorder::Dispatch {
-            kernel: &KERNEL,
-            overrides: &[],
-            params: bytemuck::bytes_of(&params(first as u32, count as u32)),
-            buffers: &[x, y],
-            workgroups: grid_1d(gpu, pairs, KERNEL.workgroup_size)?,
-            work,
-        })?;
-    }
-    Ok(())
+    launch_blocks(gpu, &KERNEL, &[], &[x, y], rows, |s, e| {
+        (params(s as u32, (e - s) as u32), (e - s) * half)
+    })
 }
 
 /// CPU reference, in `f64`.
