@@ -17,6 +17,7 @@ use crate::slice::DeviceSlice;
 /// widths: naga allows no more).
 const WGSL_F16: &str = concat!(
     include_str!("matmul.wgsl"),
+    include_str!("matmul_epilogue.wgsl"),
     include_str!("matmul_io_f16.wgsl"),
     shader_source!("f16_bits")
 );
@@ -49,6 +50,7 @@ macro_rules! native {
         const SOURCE: &str = concat!(
             "enable f16;\n",
             include_str!("matmul.wgsl"),
+            include_str!("matmul_epilogue.wgsl"),
             include_str!(concat!("matmul_io_", $a, ".wgsl")),
             include_str!(concat!("matmul_io_", $b, ".wgsl")),
             include_str!(concat!("matmul_io_", $c, ".wgsl")),

@@ -141,6 +141,7 @@ fn stored_index(
 /// accessors: `lda4`, `stc`, ...) and the f32 accessors of `matmul_io_{a,b,c}.wgsl`.
 const WGSL_F32: &str = concat!(
     include_str!("matmul.wgsl"),
+    include_str!("matmul_epilogue.wgsl"),
     include_str!("matmul_io_a.wgsl"),
     include_str!("matmul_io_b.wgsl"),
     include_str!("matmul_io_c.wgsl")
