@@ -22,7 +22,10 @@ impl Gpu {
     /// ([`Gpu::compile_pipelines`]), and returns how many it built.
     pub fn compile_kernels(&self) -> Result<usize> {
         Ok(self
-            .compile_pipelines(&every_variant(self.features()))?
+            .compile_pipelines(&every_variant(
+                self.features(),
+                self.adapter().cooperative_matmul,
+            ))?
             .built)
     }
 
@@ -43,7 +46,10 @@ impl Gpu {
     pub fn compile_wanted(&self, deadline: std::time::Duration) -> Result<Compiled> {
         let wanted = self.shared.wanted.take();
         if wanted.is_empty() {
-            return self.compile_pipelines(&every_variant(self.features()));
+            return self.compile_pipelines(&every_variant(
+                self.features(),
+                self.adapter().cooperative_matmul,
+            ));
         }
         let compiled = self.compile_pipelines(&wanted)?;
         self.warm_up(&wanted, deadline)?;
@@ -223,11 +229,12 @@ impl Gpu {
 
 /// Every pipeline the launchers can ask for on a device with `features`
 /// ([`crate::kernels::variants`]), with no `Params`.
-fn every_variant(features: wgpu::Features) -> Vec<WantedPipeline> {
+fn every_variant(features: wgpu::Features, cooperative: bool) -> Vec<WantedPipeline> {
     crate::kernels::variants()
         .into_iter()
         .filter(|(kernel, _)| {
-            !kernel.needs_shader_f16() || features.contains(wgpu::Features::SHADER_F16)
+            (!kernel.needs_shader_f16() || features.contains(wgpu::Features::SHADER_F16))
+                && (!crate::kernels::matmul::is_coop(kernel) || cooperative)
         })
         .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
         .collect()

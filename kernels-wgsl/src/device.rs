@@ -73,6 +73,39 @@ impl GpuOptions {
     }
 }
 
+/// Whether the cooperative-matrix matmul (`matmul_coop.wgsl`) can run on `adapter` with
+/// `features` (see [`AdapterSummary::cooperative_matmul`]).
+fn cooperative_matmul(adapter: &wgpu::Adapter, features: wgpu::Features) -> bool {
+    use wgpu::CooperativeScalarType as T;
+    let needed = wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP
+        | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    let info = adapter.get_info();
+    features.contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+                && p.ab_type == T::F16
+                && p.cr_type == T::F32
+        })
+}
+
+/// The token for wgpu's experimental features, given only when `features` holds one
+/// (`EXPERIMENTAL_COOPERATIVE_MATRIX`, for the tensor-core matmul).
+#[allow(unsafe_code)]
+fn experimental(features: wgpu::Features) -> wgpu::ExperimentalFeatures {
+    if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        // SAFETY: wgpu asks the caller to accept that its experimental APIs may have bugs. The
+        // one experimental feature requested is cooperative matrices; the only shader using it
+        // (`matmul_coop.wgsl`) keeps every load in workgroup memory it has staged, inside
+        // bounds, and is tested against the f64 reference on every adapter that has it.
+        unsafe { wgpu::ExperimentalFeatures::enabled() }
+    } else {
+        wgpu::ExperimentalFeatures::disabled()
+    }
+}
+
 /// What we tell users about the adapter in use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdapterSummary {
@@ -84,6 +117,11 @@ pub struct AdapterSummary {
     pub device_type: wgpu::DeviceType,
     /// Driver name and version as reported.
     pub driver: String,
+    /// Whether matmuls of 16-bit operands can run on cooperative matrices (tensor cores): the
+    /// device has `EXPERIMENTAL_COOPERATIVE_MATRIX`, `SUBGROUP` and `SHADER_F16`, the adapter
+    /// offers 16×16×16 f16 × f16 → f32 in subgroup scope, and its subgroups are 32 lanes (what
+    /// `matmul_coop.wgsl` is written for). See `kernels::matmul` and [`Gpu::matmul_path`].
+    pub cooperative_matmul: bool,
 }
 
 impl std::fmt::Display for AdapterSummary {
@@ -181,6 +219,9 @@ pub(crate) struct Shared {
     /// Whether 16-bit conversions take the packed path although the device has `SHADER_F16`
     /// ([`Gpu::set_f16_path`]).
     pub(crate) f16_packed: AtomicBool,
+    /// Whether 16-bit matmuls stay off the cooperative matrices although the adapter has them
+    /// ([`Gpu::set_cooperative_matmul`]).
+    pub(crate) coop_off: AtomicBool,
     /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
     pub(crate) planning: bool,
     /// Pipelines asked for by this device's planning twins ([`Gpu::compile_wanted`]).
@@ -261,6 +302,7 @@ impl Shared {
             max_in_flight: p.max_in_flight,
             profiling: AtomicBool::new(false),
             f16_packed: AtomicBool::new(false),
+            coop_off: AtomicBool::new(false),
             planning: p.planning,
             wanted: p.wanted,
             pacing,
@@ -366,6 +408,12 @@ impl Gpu {
 
     fn open(adapter: wgpu::Adapter, options: &GpuOptions) -> Result<Gpu> {
         let info = adapter.get_info();
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+        let features = adapter.features() & wanted;
         let summary = AdapterSummary {
             name: info.name.clone(),
             backend: info.backend,
@@ -373,15 +421,14 @@ impl Gpu {
             driver: format!("{} {}", info.driver, info.driver_info)
                 .trim()
                 .to_string(),
+            cooperative_matmul: cooperative_matmul(&adapter, features),
         };
-        let wanted = wgpu::Features::SHADER_F16
-            | wgpu::Features::TIMESTAMP_QUERY
-            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("plimsoll"),
-            required_features: adapter.features() & wanted,
+            required_features: features,
             // The defaults are far below what adapters offer (256 MiB buffers, 256-byte alignment).
             required_limits: adapter.limits(),
+            experimental_features: experimental(features),
             ..Default::default()
         }))
         .map_err(|e| Error::RequestDevice {
@@ -460,6 +507,8 @@ impl Gpu {
         let gpu = Gpu::with_options(options)?;
         let packed = self.shared.f16_packed.load(Ordering::Relaxed);
         gpu.shared.f16_packed.store(packed, Ordering::Relaxed);
+        let coop_off = self.shared.coop_off.load(Ordering::Relaxed);
+        gpu.shared.coop_off.store(coop_off, Ordering::Relaxed);
         gpu.set_max_submission(self.max_submission());
         Ok(gpu)
     }

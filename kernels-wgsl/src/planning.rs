@@ -41,6 +41,10 @@ impl Gpu {
         shared
             .f16_packed
             .store(packed, std::sync::atomic::Ordering::Relaxed);
+        let coop_off = real.coop_off.load(std::sync::atomic::Ordering::Relaxed);
+        shared
+            .coop_off
+            .store(coop_off, std::sync::atomic::Ordering::Relaxed);
         Gpu {
             shared: Arc::new(shared),
         }

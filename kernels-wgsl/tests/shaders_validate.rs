@@ -16,8 +16,15 @@ use plimsoll_kernels_wgsl::kernels;
 /// wgpu-naga-bridge). `convert.wgsl` needs it for `pack2x16float` / `unpack2x16float`; no device
 /// *feature* is needed (docs/wgpu.md §6). `SHADER_FLOAT16` is what wgpu grants with the feature
 /// `SHADER_F16`, which `convert_native.wgsl` (`enable f16;`) needs.
+/// `COOPERATIVE_MATRIX` and `SUBGROUP` are what wgpu grants with `EXPERIMENTAL_COOPERATIVE_MATRIX`
+/// and `SUBGROUP`, which `matmul_coop.wgsl` needs (the launchers use it only where the device
+/// has them).
 fn capabilities() -> Capabilities {
-    Capabilities::default() | Capabilities::SHADER_FLOAT16_IN_FLOAT32 | Capabilities::SHADER_FLOAT16
+    Capabilities::default()
+        | Capabilities::SHADER_FLOAT16_IN_FLOAT32
+        | Capabilities::SHADER_FLOAT16
+        | Capabilities::COOPERATIVE_MATRIX
+        | Capabilities::SUBGROUP
 }
 
 /// Every `.wgsl` file under `shaders/` and under `src/kernels/` (the families in the one-place
@@ -235,4 +242,67 @@ fn matmul_main_is_gen_matmul_output() {
         pasted, generated,
         "matmul.wgsl's main and gen_matmul.py {t}'s output differ in length: paste the script's output between the markers"
     );
+}
+
+/// `src/kernels/matmul/matmul_coop.wgsl` is exactly what `python3 gen_coop.py` (beside it)
+/// writes: the script is the source. Without python3 the test fails and says so.
+#[test]
+fn matmul_coop_is_gen_coop_output() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/kernels/matmul");
+    let shader = std::fs::read_to_string(dir.join("matmul_coop.wgsl")).unwrap();
+    let output = std::process::Command::new("python3")
+        .arg(dir.join("gen_coop.py"))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): install python3 (CI does) to check matmul_coop.wgsl")
+        });
+    assert!(
+        output.status.success(),
+        "python3 gen_coop.py failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        shader == generated,
+        "matmul_coop.wgsl differs from gen_coop.py's output: run `python3 \
+         kernels-wgsl/src/kernels/matmul/gen_coop.py > kernels-wgsl/src/kernels/matmul/matmul_coop.wgsl`"
+    );
+}
+
+/// The cooperative-matrix modules translate to SPIR-V (what wgpu's Vulkan backend does with
+/// them) for every layout: lavapipe cannot build their pipelines, so this is where a backend
+/// error would show before a GPU runs them.
+#[test]
+fn coop_modules_translate_to_spirv() {
+    for kernel in kernels::matmul::COOP {
+        let source = kernel.source();
+        let module = parse(kernel.stem, &source).unwrap();
+        for (trans_a, trans_b) in [(false, false), (false, true), (true, false), (true, true)] {
+            let overrides = [("TRANS_A", trans_a), ("TRANS_B", trans_b)]
+                .into_iter()
+                .map(|(name, on)| (name.to_string(), if on { 1.0 } else { 0.0 }))
+                .collect();
+            let mut validator = Validator::new(ValidationFlags::all(), capabilities());
+            let info = validator.validate(&module).unwrap();
+            let (module, info) =
+                naga::back::pipeline_constants::process_overrides(&module, &info, None, &overrides)
+                    .unwrap();
+            let options = naga::back::spv::Options {
+                lang_version: (1, 3),
+                ..Default::default()
+            };
+            let pipeline = naga::back::spv::PipelineOptions {
+                shader_stage: naga::ShaderStage::Compute,
+                entry_point: kernel.entry.to_string(),
+            };
+            let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+                .unwrap_or_else(|e| panic!("{}: {e}", kernel.stem));
+            assert!(
+                words.len() > 100,
+                "{}: {} words of SPIR-V",
+                kernel.stem,
+                words.len()
+            );
+        }
+    }
 }

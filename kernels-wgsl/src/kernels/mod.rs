@@ -201,6 +201,12 @@ pub const ALL: &[Kernel] = &[
     matmul::MAIN_SCALAR,
     matmul::MAIN_F16,
     matmul::MAIN_SCALAR_F16,
+    matmul::COOP[0],
+    matmul::COOP[1],
+    matmul::COOP[2],
+    matmul::COOP[3],
+    matmul::COOP[4],
+    matmul::COOP[5],
     matmul::NATIVE[1][0],
     matmul::NATIVE[1][1],
     matmul::NATIVE[2][0],
@@ -276,7 +282,7 @@ pub fn variants() -> Vec<(&'static Kernel, Vec<(&'static str, f64)>)> {
                 out.push((kernel, binary::overrides(op).to_vec()));
             }
         } else if kernel.stem.starts_with(matmul::MAIN.stem)
-            && kernel.entry == matmul::MAIN.entry
+            && (kernel.entry == matmul::MAIN.entry || matmul::is_coop(kernel))
             && kernel.stem != matmul::MAIN_F16.stem
         {
             for (a, b) in [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0), (1.0, 1.0)] {

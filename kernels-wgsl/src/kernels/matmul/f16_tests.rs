@@ -12,7 +12,7 @@ use crate::{Category, DeviceBuffer, Gpu, Result};
 /// One operand on the host: its values (f16-rounded when 16-bit) and the words uploaded, with
 /// `offset` elements (halves when 16-bit) of [`SENTINEL`]s before it and some after (also what C
 /// holds before a non-accumulating launch).
-struct Host {
+pub(super) struct Host {
     values: Vec<f32>,
     words: Vec<u32>,
     offset: usize,
@@ -20,7 +20,7 @@ struct Host {
 }
 
 impl Host {
-    fn new(values: &[f32], offset: usize, half: bool) -> Host {
+    pub(super) fn new(values: &[f32], offset: usize, half: bool) -> Host {
         let len = values.len();
         let (values, words) = if half {
             let values = cpu::round_to_f16(values);
@@ -46,11 +46,11 @@ impl Host {
         }
     }
 
-    fn upload(&self, gpu: &Gpu, label: &str) -> Result<DeviceBuffer> {
+    pub(super) fn upload(&self, gpu: &Gpu, label: &str) -> Result<DeviceBuffer> {
         gpu.upload(&self.words, Category::Temporary, label)
     }
 
-    fn operand<'a>(&self, buffer: &'a DeviceBuffer) -> Result<Operand<'a>> {
+    pub(super) fn operand<'a>(&self, buffer: &'a DeviceBuffer) -> Result<Operand<'a>> {
         let len = self.values.len() as u64;
         Ok(if self.half {
             Operand::F16(Halves::of(buffer, self.offset as u64, len)?)
@@ -61,7 +61,7 @@ impl Host {
 
     /// The values a device buffer of this layout holds in this operand's place, and whether
     /// every word or half outside it still holds its sentinel.
-    fn read(&self, words: &[u32]) -> (Vec<f32>, bool) {
+    pub(super) fn read(&self, words: &[u32]) -> (Vec<f32>, bool) {
         let len = self.values.len();
         if !self.half {
             let inside = &words[self.offset..self.offset + len];
@@ -84,20 +84,30 @@ impl Host {
 }
 
 /// One launch on `entry` of `dims` with the widths `[a, b, c]` (true: 16-bit) at element offsets
-/// `offsets`, and `epilogue` (a bias per column, or none), checked against the reference.
-fn check(
+/// `offsets`, and `epilogue` (a bias per column, or none), checked against the reference. With
+/// `f16_exact`, f32 operands too hold values an f16 represents (for the cooperative path, which
+/// rounds them to f16: then exactly as the reference).
+pub(super) fn check(
     gpu: &Gpu,
     rng: &mut Rng,
-    entry: MatmulEntry,
-    dims: &MatmulDims,
+    (entry, dims): (MatmulEntry, &MatmulDims),
     widths: [bool; 3],
     offsets: [usize; 3],
     epilogue: Epilogue,
+    f16_exact: bool,
 ) -> Result<()> {
     let (a_len, b_len) = lens(dims);
     let c_len = dims.c_len();
-    let a = Host::new(&rng.vec_f32(a_len, -2.0, 2.0), offsets[0], widths[0]);
-    let b = Host::new(&rng.vec_f32(b_len, -2.0, 2.0), offsets[1], widths[1]);
+    // The cooperative path rounds an f32 A or B to f16 (as autocast): the reference then
+    // takes f16-exact values for them, as for the 16-bit operands.
+    let coop = super::coop::coop_kernel(gpu, entry, [widths[2], widths[0], widths[1]]).is_some();
+    let f16_exact = f16_exact || coop;
+    let mut draw = |len: usize| match f16_exact {
+        true => cpu::round_to_f16(&rng.vec_f32(len, -2.0, 2.0)),
+        false => rng.vec_f32(len, -2.0, 2.0),
+    };
+    let a = Host::new(&draw(a_len), offsets[0], widths[0]);
+    let b = Host::new(&draw(b_len), offsets[1], widths[1]);
     let c_init = match dims.accumulate {
         true => rng.vec_f32(c_len, -2.0, 2.0),
         false => vec![f32::from_bits(SENTINEL); c_len],
@@ -128,7 +138,7 @@ fn check(
             }
         }
     }
-    let path = gpu.f16_path();
+    let path = (gpu.f16_path(), gpu.matmul_path());
     let name = format!("{path:?} {entry:?} {dims:?} widths {widths:?} offsets {offsets:?}");
     assert!(kept, "{name}: a word or half outside C changed");
     // f32 sums of K products of values in [-2, 2) (4 · eps · K per unit, as the f32 test, times
@@ -139,7 +149,7 @@ fn check(
     Ok(())
 }
 
-fn lens(d: &MatmulDims) -> (usize, usize) {
+pub(super) fn lens(d: &MatmulDims) -> (usize, usize) {
     let span = |stride: usize, rows: usize, cols: usize| (d.batch - 1) * stride + rows * cols;
     (
         span(d.batch_stride_a, d.m, d.k),
@@ -181,11 +191,11 @@ fn f16_matmul_matches_reference_on_both_paths() -> Result<()> {
                 check(
                     &gpu,
                     &mut rng,
-                    entry,
-                    &dims,
+                    (entry, &dims),
                     *widths,
                     offsets,
                     Epilogue::None,
+                    false,
                 )?;
             }
         }
@@ -207,11 +217,11 @@ fn f16_matmul_matches_reference_on_both_paths() -> Result<()> {
             check(
                 &gpu,
                 &mut rng,
-                MatmulEntry::Main,
-                &dims,
+                (MatmulEntry::Main, &dims),
                 widths,
                 offsets,
                 Epilogue::None,
+                false,
             )?;
         }
         // The epilogue into a 16-bit C, on both entry points (the launcher picks by size).
@@ -224,22 +234,22 @@ fn f16_matmul_matches_reference_on_both_paths() -> Result<()> {
         check(
             &gpu,
             &mut rng,
-            entry,
-            &big,
+            (entry, &big),
             [true, true, true],
             [0; 3],
             Epilogue::BiasRelu,
+            false,
         )?;
         let small = MatmulDims::dense(1, 3, 5, 7);
         let entry = MatmulEntry::MainScalar;
         check(
             &gpu,
             &mut rng,
-            entry,
-            &small,
+            (entry, &small),
             [true, false, true],
             [1, 0, 3],
             Epilogue::Bias,
+            false,
         )?;
     }
     Ok(())

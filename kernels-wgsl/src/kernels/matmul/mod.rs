@@ -14,6 +14,9 @@
 //! GFLOP/s; MLP step: 213 against 219 ms), so [`matmul`] keeps wgpu's checks on; re-measure on
 //! a real GPU before switching.
 //!
+//! Where the adapter has cooperative matrices (tensor cores), `main`'s products with a 16-bit
+//! operand run on `main_coop` instead (`coop`: [`MatmulPath`], [`Gpu::matmul_path`]).
+//!
 //! Besides the product, a launch can apply an epilogue to C in the same pass (a bias per column,
 //! then ReLU: [`matmul_bias`]) or write the squares of C per block ([`matmul_squares`]); and a
 //! thread can record the shapes a device's matmuls take ([`Gpu::record_matmuls`]).
@@ -29,15 +32,20 @@ use crate::pipeline::{Kernel, RuntimeChecks, kernels, shader_params};
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
+mod coop;
 mod half;
 pub mod reference;
 mod split;
+#[cfg(test)]
+mod coop_tests;
 #[cfg(test)]
 mod f16_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
 pub(super) use half::f16_overrides;
+pub(crate) use coop::is_coop;
+pub use coop::{COOP, MatmulPath};
 pub use half::{MAIN_F16, MAIN_SCALAR_F16, NATIVE, Operand, native_kernels};
 use split::{Block, launch};
 
@@ -606,9 +614,14 @@ fn launch_one(
         (true, F16Path::Native) => native_kernels(half[1], half[2], half[0]),
         (true, F16Path::Packed) => [MAIN_F16, MAIN_SCALAR_F16],
     };
-    let (kernel, tile) = match entry {
-        MatmulEntry::Main => (&kernels[0], TILE_MAIN),
-        MatmulEntry::MainScalar => (&kernels[1], TILE_SCALAR),
+    // Where the device has them, products with a 16-bit A or B on `main` run on cooperative
+    // matrices instead (`coop`): the same blocks of C and Params; an f32 operand is rounded to
+    // f16 there, as autocast does.
+    let coop = coop::coop_kernel(gpu, entry, half);
+    let (kernel, tile) = match (entry, &coop) {
+        (_, Some(coop)) => (coop, TILE_MAIN),
+        (MatmulEntry::Main, None) => (&kernels[0], TILE_MAIN),
+        (MatmulEntry::MainScalar, None) => (&kernels[1], TILE_SCALAR),
     };
     let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
     let workgroups = [col_count.div_ceil(tile), row_count.div_ceil(tile), d.batch];
