@@ -18,7 +18,11 @@ const TINY: Duration = Duration::from_nanos(1);
 
 /// Runs `record` (which records a launch into fresh outputs and returns them read back)
 /// without a bound and under [`TINY`]; asserts the outputs equal bit for bit and at least
-/// `least_early` early submissions under the bound (one per block after the first).
+/// `least_early` early submissions under the bound (one per block after the first) on a CPU
+/// adapter. On a GPU the piece count comes from the learned rates (`Gpu::pieces_within_bound`:
+/// the variable part of a small launch's estimate is a few ns there, so fewer pieces), and at
+/// least one early submission is asserted (seen on an H100: 14 and 34 where lavapipe gives 34
+/// and 44).
 fn same_under_a_bound(
     gpu: &Gpu,
     name: &str,
@@ -36,6 +40,11 @@ fn same_under_a_bound(
         let same = w.len() == b.len() && w.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
         assert!(same, "{name}: output {i} changed when split");
     }
+    let least_early = if gpu.is_cpu() {
+        least_early
+    } else {
+        least_early.min(1)
+    };
     assert!(
         early >= least_early,
         "{name}: {early} early submissions, at least {least_early} expected"
