@@ -457,7 +457,10 @@ pub(crate) fn lock_for_submit(
         drop(batch);
         // Completion is in queue order, so once `oldest` is done there is room, unless another
         // thread submitted meanwhile: then loop and wait for the next one.
+        let waited = Instant::now();
         wait_fence(shared, &oldest, start, deadline)?;
+        // A profile counts it as waiting on the device, not as the host's own work.
+        crate::profile::cpu_span(shared, "wait", oldest.label(), waited);
     }
 }
 
@@ -484,7 +487,14 @@ pub(crate) fn submit_locked(
         ));
     }
     if let Some(oldest) = shared.fences.blocking_submit(shared.max_in_flight) {
-        wait_fence(shared, &oldest, Instant::now(), deadline)?;
+        let waited = Instant::now();
+        wait_fence(shared, &oldest, waited, deadline)?;
+        // As `cpu_span`, into the batch whose lock this thread holds.
+        if shared.profiling.load(Ordering::Relaxed)
+            && let Some(state) = batch.profile.as_mut()
+        {
+            state.span("wait", oldest.label(), waited);
+        }
     }
     let Some(mut encoder) = batch.encoder.take() else {
         return Ok(shared.fences.last());

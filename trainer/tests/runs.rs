@@ -304,3 +304,37 @@ fn no_input_panics_or_aborts() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `run.json` and the run's first line say which arithmetic the matmuls use: f32 SIMT in f32;
+/// in f16 what the device's 16-bit matmuls use (cooperative matrices where the adapter has them).
+#[test]
+fn a_run_records_its_matmul_arithmetic() {
+    let dir = folder("matmul-path");
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let f16 = gpu.matmul_path().describe();
+    drop(gpu);
+    for (precision, want) in [("f32", "SIMT f32"), ("f16", f16)] {
+        let out = run(
+            &dir,
+            &[
+                "train",
+                "digits",
+                "--epochs",
+                "1",
+                "--precision",
+                precision,
+                "--run-dir",
+                precision,
+            ],
+        );
+        let said = text(&out);
+        assert!(out.status.success(), "{said}");
+        assert!(said.contains(&format!("matmuls: {want};")), "{said}");
+        let record: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join(precision).join("run.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(record["matmul"], want, "{precision}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

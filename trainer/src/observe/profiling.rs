@@ -72,6 +72,13 @@ pub struct KernelTable {
     pub steps_ms: f64,
     /// The sum of every dispatch's time, ms.
     pub kernels_ms: f64,
+    /// The time the device was running kernels, ms: per step the union of its dispatches'
+    /// intervals (overlapping dispatches count once), summed over the steps.
+    pub device_busy_ms: f64,
+    /// The host's time, ms: per step its wall time less the CPU's waits on the device (the
+    /// `wait` and `read-back` spans): recording, bind groups, submission and the autograd's own
+    /// work, summed over the steps.
+    pub host_ms: f64,
     /// Dispatches not timed.
     pub untimed_dispatches: u64,
     /// Rows, longest total first.
@@ -120,6 +127,11 @@ impl KernelTable {
             steps: steps.iter().map(|s| s.step).collect(),
             steps_ms,
             kernels_ms: rows.iter().map(|r| r.total_ms).sum(),
+            device_busy_ms: steps.iter().map(|s| busy_ns(&s.profile) as f64 / 1e6).sum(),
+            host_ms: steps
+                .iter()
+                .map(|s| (s.step_ms - waits_ns(&s.profile) as f64 / 1e6).max(0.0))
+                .sum(),
             untimed_dispatches: steps.iter().map(|s| s.profile.untimed_dispatches).sum(),
             rows,
             longest_submission_ms: steps
@@ -177,8 +189,46 @@ impl KernelTable {
                 self.untimed_dispatches
             ));
         }
+        let per_step = |ms: f64| ms / self.steps.len().max(1) as f64;
+        let share = |ms: f64| 100.0 * ms / self.steps_ms.max(1e-9);
+        out.push_str(&format!(
+            "\nper step: {:.2} ms; the device busy {:.2} ms ({:.0}%), the host outside its \
+             waits {:.2} ms ({:.0}%)",
+            per_step(self.steps_ms),
+            per_step(self.device_busy_ms),
+            share(self.device_busy_ms),
+            per_step(self.host_ms),
+            share(self.host_ms)
+        ));
         out
     }
+}
+
+/// The time `profile`'s dispatches kept the device busy, ns: the union of their intervals.
+pub fn busy_ns(profile: &Profile) -> u64 {
+    union_ns(profile.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
+}
+
+/// The CPU's time waiting on the device in `profile`, ns: the union of its `wait` and
+/// `read-back` spans (a read-back holds its wait).
+pub fn waits_ns(profile: &Profile) -> u64 {
+    let waits = profile
+        .cpu
+        .iter()
+        .filter(|s| s.name == "wait" || s.name == "read-back");
+    union_ns(waits.map(|s| (s.start_ns, s.end_ns)))
+}
+
+/// The length of the union of the intervals `[start, end)`, ns.
+fn union_ns(spans: impl Iterator<Item = (u64, u64)>) -> u64 {
+    let mut spans: Vec<(u64, u64)> = spans.map(|(s, e)| (s, e.max(s))).collect();
+    spans.sort_unstable();
+    let (mut covered, mut reached) = (0, 0);
+    for (start, end) in spans {
+        covered += end.saturating_sub(start.max(reached));
+        reached = reached.max(end);
+    }
+    covered
 }
 
 /// The Chrome trace of `steps` (JSON object format; times in µs).
@@ -373,4 +423,63 @@ fn write(path: &Path, value: &serde_json::Value) -> Result<()> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use plimsoll_kernels_wgsl::{CpuSpan, KernelTiming, Profile, ProfileMode};
+
+    use super::{busy_ns, waits_ns};
+
+    fn profile(kernels: &[(u64, u64)], cpu: &[(&'static str, u64, u64)]) -> Profile {
+        Profile {
+            mode: ProfileMode::InsidePasses,
+            kernels: kernels
+                .iter()
+                .map(|&(start_ns, end_ns)| KernelTiming {
+                    stem: "k",
+                    start_ns,
+                    end_ns,
+                    flops: 0,
+                    bytes: 0,
+                    submission: 0,
+                })
+                .collect(),
+            cpu: cpu
+                .iter()
+                .map(|&(name, start_ns, end_ns)| CpuSpan {
+                    name,
+                    label: String::new(),
+                    start_ns,
+                    end_ns,
+                })
+                .collect(),
+            untimed_dispatches: 0,
+            wall_ns: 0,
+        }
+    }
+
+    /// Against a naive count: every ns covered by at least one dispatch, once.
+    #[test]
+    fn busy_time_counts_overlapping_dispatches_once() {
+        let kernels = [(10, 20), (15, 30), (40, 45), (0, 5), (41, 44), (50, 50)];
+        let naive = (0..100u64)
+            .filter(|&t| kernels.iter().any(|&(s, e)| s <= t && t < e))
+            .count() as u64;
+        assert_eq!(busy_ns(&profile(&kernels, &[])), naive);
+        assert_eq!(naive, 5 + 20 + 5);
+    }
+
+    /// A read-back holds its wait: counted once.
+    #[test]
+    fn waits_are_the_wait_and_read_back_spans_once() {
+        let cpu = [
+            ("record", 0, 50),
+            ("read-back", 50, 85),
+            ("wait", 55, 80),
+            ("submit", 85, 90),
+            ("wait", 90, 95),
+        ];
+        assert_eq!(waits_ns(&profile(&[], &cpu)), 35 + 5);
+    }
 }

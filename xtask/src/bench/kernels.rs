@@ -1,4 +1,4 @@
-//! The kernels suite: matmul GFLOP/s (squares and the peer MLP's products), checked against
+//! The kernels suite: matmul GFLOP/s (squares, 16-bit squares on each path, and the peer MLP's products), checked against
 //! unchecked shader modules, elementwise (fill, copy, add) and reduction (sum_all, sum_axis) GB/s,
 //! per-dispatch overhead and cold pipeline creation,
 //! on whatever adapter `Gpu::new` finds (lavapipe on a machine without a GPU).
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use plimsoll_kernels_wgsl::kernels::binary::{self, BinaryDims, BinaryOp};
+use plimsoll_kernels_wgsl::kernels::convert::{F16Path, Halves};
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims, MatmulEntry, entry_point};
 use plimsoll_kernels_wgsl::kernels::unary::{self, UnaryOp};
 use plimsoll_kernels_wgsl::kernels::{copy, fill, reduce};
@@ -30,9 +31,10 @@ const MLP_WIDTHS: [usize; 5] = [784, 1024, 1024, 1024, 10];
 const MLP_BATCH: usize = 128;
 
 /// The parts `cargo xtask bench kernels [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 9] = [
+pub const PARTS: [&str; 10] = [
     "cold",
     "squares",
+    "f16",
     "small",
     "checked",
     "mlp",
@@ -57,6 +59,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("squares") {
         matmul_squares(&gpu, &mut report)?;
+    }
+    if wanted("f16") {
+        matmul_f16(&gpu, &mut report)?;
     }
     if wanted("small") {
         matmul_small(&gpu, &mut report)?;
@@ -258,6 +263,88 @@ fn matmul_squares(gpu: &Gpu, report: &mut Report) -> Result<()> {
             gflops(&d, seconds),
             "GFLOP/s",
         );
+    }
+    Ok(())
+}
+
+/// Square products with 16-bit A and B and an f32 C on each path the device has: cooperative
+/// matrices (tensor cores, where the adapter offers them: [`Gpu::matmul_path`]) and the SIMT
+/// `main` on native f16; then with an f32 A (the cooperative path rounds it to f16 as it
+/// stages it); beside the f32 `main`. On a CPU adapter 512³ only; on a GPU 1024³ to
+/// 4096³, each timed batch holding 10 products (one submission's overhead spread over them).
+fn matmul_f16(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    if gpu.set_f16_path(F16Path::Native).is_err() {
+        println!("kernels: matmul/f16 skipped: the adapter has no SHADER_F16");
+        return Ok(());
+    }
+    let cpu = gpu.is_cpu();
+    let (sizes, per_batch): (&[usize], usize) = match cpu {
+        true => (&[512], 1),
+        false => (&[1024, 2048, 4096], 10),
+    };
+    let coop = gpu.adapter().cooperative_matmul;
+    println!("kernels: matmul path {}", gpu.matmul_path().describe());
+    for &size in sizes {
+        let d = MatmulDims::dense(1, size, size, size);
+        let halves = (size * size) as u64;
+        // 0x211f is 0.01 in f16 (never zeros: no operand is trivially sparse).
+        let words = vec![0x211f_211fu32; (size * size).div_ceil(2)];
+        let a = gpu.upload(&words, Category::Temporary, "bench a16")?;
+        let b = gpu.upload(&words, Category::Temporary, "bench b16")?;
+        let c = filled(gpu, size * size, 0.0, "bench c")?;
+        let (a16, b16) = (Halves::of(&a, 0, halves)?, Halves::of(&b, 0, halves)?);
+        let paths: &[(bool, &str)] = match coop {
+            true => &[(true, "cooperative"), (false, "simt")],
+            false => &[(false, "simt")],
+        };
+        for &(on, name) in paths {
+            if coop {
+                gpu.set_cooperative_matmul(on)?;
+            }
+            let seconds = median_seconds(gpu, 5, || {
+                for _ in 0..per_batch {
+                    matmul::matmul(gpu, &d, c.whole(), a16, b16)?;
+                }
+                Ok(())
+            })? / per_batch as f64;
+            report.push(
+                format!("matmul/f16 {size}^3 [{name}]"),
+                gflops(&d, seconds),
+                "GFLOP/s",
+            );
+        }
+        let [c32, a32, b32] = matmul_buffers(gpu, &d)?;
+        // A in f32 (a gradient), B in f16 (a weight's copy): the backward's products.
+        for &(on, name) in paths {
+            if coop {
+                gpu.set_cooperative_matmul(on)?;
+            }
+            let seconds = median_seconds(gpu, 5, || {
+                for _ in 0..per_batch {
+                    matmul::matmul(gpu, &d, c.whole(), a32.whole(), b16)?;
+                }
+                Ok(())
+            })? / per_batch as f64;
+            report.push(
+                format!("matmul/f16 {size}^3 A f32 [{name}]"),
+                gflops(&d, seconds),
+                "GFLOP/s",
+            );
+        }
+        let seconds = median_seconds(gpu, 5, || {
+            for _ in 0..per_batch {
+                matmul::matmul(gpu, &d, c32.whole(), a32.whole(), b32.whole())?;
+            }
+            Ok(())
+        })? / per_batch as f64;
+        report.push(
+            format!("matmul/f16 {size}^3 [f32 main, for comparison]"),
+            gflops(&d, seconds),
+            "GFLOP/s",
+        );
+    }
+    if coop {
+        gpu.set_cooperative_matmul(true)?;
     }
     Ok(())
 }

@@ -42,8 +42,9 @@ const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
 /// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 7] = [
+pub const PARTS: [&str; 8] = [
     "peer",
+    "host",
     "cold",
     "deep",
     "gpt",
@@ -60,6 +61,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     let mut report = Report::new("train");
     if wanted("peer") {
         peer_workload(&mut report)?;
+    }
+    if wanted("host") {
+        super::train_gpt::run_host(&mut report)?;
     }
     if wanted("cold") {
         first_step_cold(&mut report)?;
@@ -237,18 +241,24 @@ fn matmul_alone_seconds(gpu: &Gpu, d: &MatmulDims) -> Result<f64> {
     ))
 }
 
-fn peer_workload(report: &mut Report) -> Result<()> {
-    let gpu = Gpu::new()?;
-    println!("train: adapter {}", gpu.adapter());
+/// The peer workload's trainer on `gpu`, for `steps` steps.
+pub(super) fn peer_trainer(gpu: &Gpu, steps: u64) -> Result<Trainer> {
     let data = Dataset::synthetic(BATCH * 4, PEER_WIDTHS[0], 10, 5)?;
-    let steps_total = (WARMUP_STEPS + TIMED_STEPS + EFFICIENCY_STEPS) as u64;
-    let mut trainer = Trainer::new(
-        &gpu,
-        config(steps_total, CheckpointPolicy::None),
+    let config = config(steps, CheckpointPolicy::None);
+    Ok(Trainer::new(
+        gpu,
+        config,
         &spec(PEER_WIDTHS.to_vec()),
         data,
         None,
-    )?;
+    )?)
+}
+
+fn peer_workload(report: &mut Report) -> Result<()> {
+    let gpu = Gpu::new()?;
+    println!("train: adapter {}", gpu.adapter());
+    let steps_total = (WARMUP_STEPS + TIMED_STEPS + EFFICIENCY_STEPS) as u64;
+    let mut trainer = peer_trainer(&gpu, steps_total)?;
     let (times, [allocated, reserved, _]) = steps(&mut trainer, WARMUP_STEPS, TIMED_STEPS)?;
     let step_ms = median(times);
     let (matmul_ms, efficiency, products) = step_efficiency(&mut trainer, "mlp-bench")?;

@@ -15,6 +15,10 @@
 //!   logits) against the reference path (scores, softmax, product, the probabilities kept; the
 //!   whole logits kept): peak activation bytes and median step time.
 //!
+//! - Part `host` (in `train`'s parts): mlp-bench, the default GPT and, on a GPU, nanoGPT's GPU
+//!   configuration in f32 and f16: the step, the device's busy time and the host's time
+//!   outside its waits, each the median of 5 profiled steps.
+//!
 //! - Part `data`: the default model from a token folder `prepare` made of the plays
 //!   (characters, memory-mapped), with the loader thread 2 batches ahead and without: the
 //!   median time a step waits for its data, and the median step; then with a host whose every
@@ -177,6 +181,96 @@ pub fn run(report: &mut Report) -> Result<()> {
         report.push(format!("{key}/peak_allocated"), mb(allocated), "MB");
     }
 
+    Ok(())
+}
+
+/// Builds one of the `host` part's trainers.
+type MakeTrainer = Box<dyn Fn() -> Result<Trainer>>;
+
+/// Steps of each workload the `host` part profiles, after its warm-up steps.
+const HOST_STEPS: usize = 5;
+
+/// The `host` part (see the module docs): per workload, the median over [`HOST_STEPS`]
+/// profiled steps of the step's wall time, the device's busy time (the union of its kernels'
+/// intervals) and the host's time outside its waits on the device
+/// (`plimsoll_trainer::profiling::{busy_ns, waits_ns}`).
+pub fn run_host(report: &mut Report) -> Result<()> {
+    let corpus = CharCorpus::shakespeare()?;
+    let vocab = corpus.vocab_size();
+    let tokens = Arc::new(corpus.train().to_vec());
+    let gpu = Gpu::new()?;
+    println!("train: host part on {}", gpu.adapter());
+    // mlp-bench (the peer workload), the default GPT, and nanoGPT's GPU configuration (6 layers,
+    // 6 heads, width 384, context 256, batch 64), which takes minutes a step on a CPU adapter.
+    let mut gpu_spec = spec(vocab);
+    gpu_spec.config = GptConfig {
+        vocab_size: vocab,
+        block_size: 256,
+        n_layer: 6,
+        n_head: 6,
+        n_embd: 384,
+    };
+    let mut cases: Vec<(&str, MakeTrainer)> = Vec::new();
+    let g = gpu.clone();
+    cases.push((
+        "mlp_bench",
+        Box::new(move || super::train::peer_trainer(&g, (WARMUP_STEPS + HOST_STEPS) as u64)),
+    ));
+    let (g, t) = (gpu.clone(), Arc::clone(&tokens));
+    cases.push((
+        "gpt",
+        Box::new(move || {
+            let data = TokenData::windows(Arc::clone(&t), CONTEXT, vocab)?;
+            let steps = (WARMUP_STEPS + HOST_STEPS) as u64;
+            let cfg = config(BATCH, Some(BATCH), steps, CheckpointPolicy::None);
+            Ok(Trainer::new(&g, cfg, &spec(vocab), data, None)?)
+        }),
+    ));
+    for precision in [Precision::F32, Precision::F16] {
+        if gpu.is_cpu() {
+            println!("train: gpt_gpu_config skipped on a CPU adapter (minutes a step)");
+            break;
+        }
+        let (g, t, s) = (gpu.clone(), Arc::clone(&tokens), gpu_spec);
+        let name = match precision {
+            Precision::F32 => "gpt_gpu_config_f32",
+            Precision::F16 => "gpt_gpu_config_f16",
+        };
+        cases.push((
+            name,
+            Box::new(move || {
+                let data = TokenData::windows(Arc::clone(&t), 256, vocab)?;
+                let steps = (WARMUP_STEPS + HOST_STEPS) as u64;
+                let cfg = TrainConfig {
+                    precision,
+                    ..config(64, Some(64), steps, CheckpointPolicy::None)
+                };
+                Ok(Trainer::new(&g, cfg, &s, data, None)?)
+            }),
+        ));
+    }
+    for (name, make) in cases {
+        let mut trainer = make()?;
+        for _ in 0..WARMUP_STEPS {
+            trainer.step()?;
+        }
+        let (mut step, mut busy, mut host) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..HOST_STEPS {
+            gpu.begin_profile(None)?;
+            let r = trainer.step();
+            let profile = gpu.end_profile(Duration::from_secs(300))?;
+            let r = r?;
+            let waits = plimsoll_trainer::profiling::waits_ns(&profile) as f64 / 1e6;
+            step.push(r.step_ms);
+            busy.push(plimsoll_trainer::profiling::busy_ns(&profile) as f64 / 1e6);
+            host.push((r.step_ms - waits).max(0.0));
+        }
+        let (step, busy, host) = (median(step), median(busy), median(host));
+        report.push(format!("host/{name}/step"), step, "ms");
+        report.push(format!("host/{name}/device_busy"), busy, "ms");
+        report.push(format!("host/{name}/host_outside_waits"), host, "ms");
+        report.push(format!("host/{name}/host_share"), host / step, "ratio");
+    }
     Ok(())
 }
 

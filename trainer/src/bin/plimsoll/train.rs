@@ -425,6 +425,14 @@ fn train_in(
             ranks.ranks(),
         ),
     };
+    // The arithmetic of the 16-bit matmuls (tensor cores or not), for this part of the run.
+    let matmul = match job.config.precision {
+        plimsoll_trainer::Precision::F16 => gpu.matmul_path().describe(),
+        plimsoll_trainer::Precision::F32 => "SIMT f32",
+    };
+    if let Some(record) = saved.as_object_mut() {
+        record.insert("matmul".to_string(), serde_json::json!(matmul));
+    }
     if let Some(r) = resumed {
         let step = plimsoll_nn::state::metadata(&latest_path(&dir))
             .ok()
@@ -475,7 +483,7 @@ fn train_in(
         )
     });
     out::say(format_args!(
-        "training {} ({} parameters) on {}{device_memory}{}; run directory {}",
+        "training {} ({} parameters) on {}{device_memory}{}; matmuls: {matmul}; run directory {}",
         job.name,
         job.spec.parameter_count(),
         gpu.adapter(),
