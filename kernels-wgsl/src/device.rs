@@ -222,6 +222,9 @@ pub(crate) struct Shared {
     /// Whether 16-bit matmuls stay off the cooperative matrices although the adapter has them
     /// ([`Gpu::set_cooperative_matmul`]).
     pub(crate) coop_off: AtomicBool,
+    /// Products of fewer 128×128 blocks of C than this split their k across workgroups
+    /// ([`Gpu::set_split_k_below`]).
+    pub(crate) split_k_below: std::sync::atomic::AtomicU64,
     /// A planning device ([`Gpu::planning_twin`]): nothing is dispatched, written or read.
     pub(crate) planning: bool,
     /// Pipelines asked for by this device's planning twins ([`Gpu::compile_wanted`]).
@@ -263,6 +266,11 @@ impl Shared {
     /// planning device), an empty batch, empty caches.
     pub(crate) fn assemble(p: Parts) -> Shared {
         let faults = Arc::new(crate::fault::Faults::new(Arc::clone(&p.health)));
+        // A CPU adapter's few threads are busy with any product: splitting k only adds work.
+        let split_k_below = match p.summary.device_type {
+            wgpu::DeviceType::Cpu => 0,
+            _ => crate::kernels::matmul::SPLIT_K_BELOW,
+        };
         let pacing = Arc::new(crate::pacing::Pacing::new(
             p.summary.device_type,
             match (p.planning, p.summary.device_type) {
@@ -303,6 +311,7 @@ impl Shared {
             profiling: AtomicBool::new(false),
             f16_packed: AtomicBool::new(false),
             coop_off: AtomicBool::new(false),
+            split_k_below: std::sync::atomic::AtomicU64::new(split_k_below),
             planning: p.planning,
             wanted: p.wanted,
             pacing,
@@ -509,6 +518,7 @@ impl Gpu {
         gpu.shared.f16_packed.store(packed, Ordering::Relaxed);
         let coop_off = self.shared.coop_off.load(Ordering::Relaxed);
         gpu.shared.coop_off.store(coop_off, Ordering::Relaxed);
+        gpu.set_split_k_below(self.split_k_below());
         gpu.set_max_submission(self.max_submission());
         Ok(gpu)
     }

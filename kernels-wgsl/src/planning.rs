@@ -45,6 +45,12 @@ impl Gpu {
         shared
             .coop_off
             .store(coop_off, std::sync::atomic::Ordering::Relaxed);
+        let split_k_below = real
+            .split_k_below
+            .load(std::sync::atomic::Ordering::Relaxed);
+        shared
+            .split_k_below
+            .store(split_k_below, std::sync::atomic::Ordering::Relaxed);
         Gpu {
             shared: Arc::new(shared),
         }

@@ -160,6 +160,16 @@ impl<'a> Halves<'a> {
         Halves::new(words, first, len)
     }
 
+    /// The run from its `n`-th half to its end (empty when `n` is past it).
+    pub fn skip(&self, n: u64) -> Result<Self> {
+        let n = n.min(self.len);
+        let start = u64::from(self.first) + n;
+        let first = (start % 2) as u32;
+        let len = self.len - n;
+        let words = self.words.slice(start / 2, f16_words(u64::from(first) + len))?;
+        Halves::new(words, first, len)
+    }
+
     /// Number of halves.
     pub fn len(&self) -> u64 {
         self.len

@@ -166,6 +166,14 @@ impl<'a> Operand<'a> {
         self.len() == 0
     }
 
+    /// The operand from its `n`-th element to its end (empty when `n` is past it).
+    pub(crate) fn skip(&self, n: u64) -> Result<Operand<'a>> {
+        Ok(match self {
+            Operand::F32(s) => Operand::F32(s.slice(n.min(s.len()), s.len().saturating_sub(n))?),
+            Operand::F16(h) => Operand::F16(h.skip(n)?),
+        })
+    }
+
     /// Bytes per element (4 or 2).
     pub fn element_bytes(&self) -> u64 {
         match self {

@@ -36,6 +36,7 @@ mod coop;
 mod half;
 pub mod reference;
 mod split;
+mod split_k;
 #[cfg(test)]
 mod coop_tests;
 #[cfg(test)]
@@ -47,6 +48,7 @@ pub(super) use half::f16_overrides;
 pub(crate) use coop::is_coop;
 pub use coop::{COOP, MatmulPath};
 pub use half::{MAIN_F16, MAIN_SCALAR_F16, NATIVE, Operand, native_kernels};
+pub use split_k::SPLIT_K_BELOW;
 use split::{Block, launch};
 
 /// Shape, layout and options of one batched matmul, mirroring the shader's `Params` (the

@@ -2,7 +2,7 @@
 //! whole products of the batch, then blocks of C of whole tiles. Each piece runs the entry
 //! point the whole would, so the values do not depend on the pieces.
 
-use super::{Dims64, Extra, MatmulDims, MatmulEntry, Operand, TILE_MAIN, launch_entry, launch_one, squares_len};
+use super::{Dims64, Extra, MatmulDims, MatmulEntry, Operand, TILE_MAIN, launch_entry, launch_one, split_k, squares_len};
 use crate::device::Gpu;
 use crate::error::Result;
 use crate::pipeline::Kernel;
@@ -14,8 +14,30 @@ use crate::slice::DeviceSlice;
 /// whole would, and each element of C is summed by one invocation over the same `k` either
 /// way, so the values do not depend on the pieces (nor do the squares of C, each written by the
 /// invocation that stores its block). Products with a 16-bit operand go out in blocks of C over
-/// the whole batch ([`in_blocks`]).
+/// the whole batch ([`in_blocks`]). A product with a short C and a long k may first be split
+/// along k ([`split_k`]).
 pub(super) fn launch(
+    gpu: &Gpu,
+    dims: &MatmulDims,
+    operands: [Operand<'_>; 3],
+    kernels: [Kernel; 2],
+    forced: Option<MatmulEntry>,
+    extra: Extra<'_>,
+) -> Result<()> {
+    if let Some(slices) = split_k::slices(gpu, dims, operands, (&kernels, forced, &extra)) {
+        // Every part on the whole product's entry point (`main`, which `slices` requires): the
+        // squares' layout is the entry point's, and a slice of k may be below `main`'s size.
+        let main = Some(MatmulEntry::Main);
+        let whole = |dims: &MatmulDims, operands: [Operand<'_>; 3], extra: Extra<'_>| {
+            launch_whole_k(gpu, dims, operands, kernels, main, extra)
+        };
+        return split_k::launch_sliced(gpu, dims, operands, extra, slices, whole);
+    }
+    launch_whole_k(gpu, dims, operands, kernels, forced, extra)
+}
+
+/// [`launch`] without splitting k.
+fn launch_whole_k(
     gpu: &Gpu,
     dims: &MatmulDims,
     operands: [Operand<'_>; 3],
