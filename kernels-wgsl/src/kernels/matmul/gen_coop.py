@@ -44,9 +44,8 @@ w(f"""// matmul_coop.wgsl (written by gen_coop.py: edit the script, not this fil
 //     stays transposed and is loaded column-major), zero outside the matrix, so any M, N, K
 //     works; `main`'s alignment (rows and offsets multiples of 4 elements) is required for the
 //     vec4 loads. The next step's share is fetched into registers, as stored (f32 or f16),
-//     before this step's multiply-adds, and converted to f16 only when it is staged: the loads
-//     then overlap the arithmetic (converting at the fetch made an f32 operand's product 5x
-//     slower on an H100: `cargo xtask bench kernels f16`'s mixed line).
+//     before this step's multiply-adds, and converted to f16 only when it is staged, so that
+//     the loads can stay in flight during the arithmetic.
 //   - The products of halves are exact and the sums f32, as on `main`, in another order.
 //   - The epilogue goes through workgroup memory one tile at a time: the subgroup stores its
 //     accumulator there, then each lane applies alpha, accumulate, bias and ReLU to its groups
