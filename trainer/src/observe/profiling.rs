@@ -75,9 +75,9 @@ pub struct KernelTable {
     /// The time the device was running kernels, ms: per step the union of its dispatches'
     /// intervals (overlapping dispatches count once), summed over the steps.
     pub device_busy_ms: f64,
-    /// The host's time, ms: per step its wall time less the CPU's waits on the device (the
-    /// `wait` and `read-back` spans): recording, bind groups, submission and the autograd's own
-    /// work, summed over the steps.
+    /// The host's time, ms: per step its wall time less the CPU's waits on the device during
+    /// it (the `wait` spans): recording, bind groups, submission, read-backs' copies and the
+    /// autograd's own work, summed over the steps.
     pub host_ms: f64,
     /// Dispatches not timed.
     pub untimed_dispatches: u64,
@@ -130,7 +130,10 @@ impl KernelTable {
             device_busy_ms: steps.iter().map(|s| busy_ns(&s.profile) as f64 / 1e6).sum(),
             host_ms: steps
                 .iter()
-                .map(|s| (s.step_ms - waits_ns(&s.profile) as f64 / 1e6).max(0.0))
+                .map(|s| {
+                    let until = (s.step_ms * 1e6) as u64;
+                    (s.step_ms - waits_ns(&s.profile, until) as f64 / 1e6).max(0.0)
+                })
                 .sum(),
             untimed_dispatches: steps.iter().map(|s| s.profile.untimed_dispatches).sum(),
             rows,
@@ -209,14 +212,12 @@ pub fn busy_ns(profile: &Profile) -> u64 {
     union_ns(profile.kernels.iter().map(|k| (k.start_ns, k.end_ns)))
 }
 
-/// The CPU's time waiting on the device in `profile`, ns: the union of its `wait` and
-/// `read-back` spans (a read-back holds its wait).
-pub fn waits_ns(profile: &Profile) -> u64 {
-    let waits = profile
-        .cpu
-        .iter()
-        .filter(|s| s.name == "wait" || s.name == "read-back");
-    union_ns(waits.map(|s| (s.start_ns, s.end_ns)))
+/// The CPU's time waiting on the device in `profile` before `until_ns` (the step's end), ns:
+/// the union of its `wait` spans (a read-back's wait for its fence is one; the rest of a
+/// read-back, its copy, submission and unpacking, is the host's work), cut at `until_ns`.
+pub fn waits_ns(profile: &Profile, until_ns: u64) -> u64 {
+    let waits = profile.cpu.iter().filter(|s| s.name == "wait");
+    union_ns(waits.map(|s| (s.start_ns.min(until_ns), s.end_ns.min(until_ns))))
 }
 
 /// The length of the union of the intervals `[start, end)`, ns.
@@ -470,16 +471,20 @@ mod tests {
         assert_eq!(naive, 5 + 20 + 5);
     }
 
-    /// A read-back holds its wait: counted once.
+    /// Only the `wait` spans count, overlapping ones once, cut at the step's end: a read-back's
+    /// own work (its submission inside it) is the host's.
     #[test]
-    fn waits_are_the_wait_and_read_back_spans_once() {
+    fn waits_are_the_wait_spans_once_within_the_step() {
         let cpu = [
             ("record", 0, 50),
             ("read-back", 50, 85),
+            ("submit", 52, 55),
             ("wait", 55, 80),
+            ("wait", 60, 70),
             ("submit", 85, 90),
             ("wait", 90, 95),
+            ("wait", 98, 120),
         ];
-        assert_eq!(waits_ns(&profile(&[], &cpu)), 35 + 5);
+        assert_eq!(waits_ns(&profile(&[], &cpu), 100), 25 + 5 + 2);
     }
 }

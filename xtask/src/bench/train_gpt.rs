@@ -260,7 +260,8 @@ pub fn run_host(report: &mut Report) -> Result<()> {
             let r = trainer.step();
             let profile = gpu.end_profile(Duration::from_secs(300))?;
             let r = r?;
-            let waits = plimsoll_trainer::profiling::waits_ns(&profile) as f64 / 1e6;
+            let until = (r.step_ms * 1e6) as u64;
+            let waits = plimsoll_trainer::profiling::waits_ns(&profile, until) as f64 / 1e6;
             step.push(r.step_ms);
             busy.push(plimsoll_trainer::profiling::busy_ns(&profile) as f64 / 1e6);
             host.push((r.step_ms - waits).max(0.0));

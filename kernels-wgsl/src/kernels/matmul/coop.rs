@@ -79,7 +79,7 @@ impl MatmulPath {
         match self {
             MatmulPath::Cooperative => {
                 "cooperative matrices (16x16x16 f16 x f16 -> f32) for products with a 16-bit \
-                 operand, SIMT otherwise"
+                 A or B, SIMT otherwise"
             }
             MatmulPath::Simt => "SIMT (no cooperative matrices)",
         }
@@ -88,9 +88,13 @@ impl MatmulPath {
 
 impl Gpu {
     /// The arithmetic this device's 16-bit matmuls use: [`MatmulPath::Cooperative`] where the
-    /// adapter has usable cooperative matrices and they are not turned off.
+    /// adapter has usable cooperative matrices, they are not turned off and the 16-bit path is
+    /// the native one ([`F16Path::Packed`] keeps every product off them).
     pub fn matmul_path(&self) -> MatmulPath {
-        if self.adapter().cooperative_matmul && !self.shared.coop_off.load(Ordering::Relaxed) {
+        if self.adapter().cooperative_matmul
+            && !self.shared.coop_off.load(Ordering::Relaxed)
+            && self.f16_path() == F16Path::Native
+        {
             MatmulPath::Cooperative
         } else {
             MatmulPath::Simt
@@ -121,10 +125,8 @@ impl Gpu {
 /// path: [`crate::kernels::convert::F16Path::Packed`] keeps every product off them); `None`
 /// otherwise.
 pub(super) fn coop_kernel(gpu: &Gpu, entry: MatmulEntry, [c16, a16, b16]: [bool; 3]) -> Option<Kernel> {
-    let qualifies = entry == MatmulEntry::Main
-        && (a16 || b16)
-        && gpu.f16_path() == F16Path::Native
-        && gpu.matmul_path() == MatmulPath::Cooperative;
+    let qualifies =
+        entry == MatmulEntry::Main && (a16 || b16) && gpu.matmul_path() == MatmulPath::Cooperative;
     let index = match (a16, b16, c16) {
         (false, false, _) => return None,
         (true, false, false) => 0,

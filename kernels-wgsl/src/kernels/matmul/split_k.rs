@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 
 use super::{Dims64, Extra, MatmulDims, MatmulEntry, Operand, TILE_MAIN, launch_entry};
 use crate::device::Gpu;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernels::{copy, reduce};
 use crate::pipeline::Kernel;
 use crate::{Category, DeviceSlice};
@@ -84,6 +84,19 @@ pub(super) fn launch_sliced(
     launch: impl Fn(&MatmulDims, [Operand<'_>; 3], Extra<'_>) -> Result<()>,
 ) -> Result<()> {
     let d = Dims64::new(dims);
+    // `launch_one`'s check, before C is written: the parts go to scratch, so the first launch
+    // that would see C is the last.
+    for (name, operand) in [("lhs (A)", lhs), ("rhs (B)", rhs)] {
+        if out.overlaps(&operand) {
+            return Err(Error::InvalidArgument {
+                op: "matmul",
+                message: format!(
+                    "out (C) {out:?} overlaps {name} {operand:?} in the same segment (or shares \
+                     a word with it); write the product to a separate buffer"
+                ),
+            });
+        }
+    }
     let Operand::F32(c) = out else {
         // `slices` refuses a 16-bit C.
         return launch(dims, [out, lhs, rhs], extra);
@@ -177,6 +190,21 @@ mod tests {
                 }
             }
         }
+        // C overlapping A is refused before anything is written.
+        gpu.set_split_k_below(1000);
+        let a_gpu = gpu.upload(&a, Category::Temporary, "a")?;
+        let dims = MatmulDims {
+            trans_a: true,
+            ..MatmulDims::dense(1, m, n, k)
+        };
+        let out = a_gpu.slice(0, (m * n) as u64)?;
+        let refused = super::super::matmul(&gpu, &dims, out, a_gpu.whole(), b_gpu.whole());
+        assert!(
+            matches!(refused, Err(crate::Error::InvalidArgument { .. })),
+            "{refused:?}"
+        );
+        let kept: Vec<f32> = gpu.read_all(&a_gpu, DEADLINE)?;
+        assert!(kept == a, "A changed");
         Ok(())
     }
 }
