@@ -189,6 +189,24 @@ fn every_kernel_states_its_entry_points_workgroup_size() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// What `python3 dir/script args...` writes to stdout (a shader generator beside its shader).
+/// Without python3 the calling test fails and says so (CI installs it).
+fn generator_output(dir: &std::path::Path, script: &str, args: &[&str]) -> String {
+    let output = std::process::Command::new("python3")
+        .arg(dir.join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run python3 ({e}): install python3 (CI does) to check {script}'s shader")
+        });
+    assert!(
+        output.status.success(),
+        "python3 {script} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
 /// `main` in `src/kernels/matmul/matmul.wgsl`, from its `// BEGIN main (gen_matmul.py T=..)` line
 /// to its `// END main` line, is exactly what `python3 gen_matmul.py T` (beside it) writes: the
 /// script is the source, the shader its pasted output. Without python3 the test fails and says so
@@ -211,19 +229,7 @@ fn matmul_main_is_gen_matmul_output() {
         .split(')')
         .next()
         .unwrap();
-    let output = std::process::Command::new("python3")
-        .arg(dir.join("gen_matmul.py"))
-        .arg(t)
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}): install python3 (CI does) to check matmul.wgsl")
-        });
-    assert!(
-        output.status.success(),
-        "python3 gen_matmul.py {t} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let generated = String::from_utf8(output.stdout).unwrap();
+    let generated = generator_output(&dir, "gen_matmul.py", &[t]);
     if let Some(line) = pasted
         .lines()
         .zip(generated.lines())
@@ -250,18 +256,7 @@ fn matmul_main_is_gen_matmul_output() {
 fn matmul_coop_is_gen_coop_output() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/kernels/matmul");
     let shader = std::fs::read_to_string(dir.join("matmul_coop.wgsl")).unwrap();
-    let output = std::process::Command::new("python3")
-        .arg(dir.join("gen_coop.py"))
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run python3 ({e}): install python3 (CI does) to check matmul_coop.wgsl")
-        });
-    assert!(
-        output.status.success(),
-        "python3 gen_coop.py failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let generated = String::from_utf8(output.stdout).unwrap();
+    let generated = generator_output(&dir, "gen_coop.py", &[]);
     assert!(
         shader == generated,
         "matmul_coop.wgsl differs from gen_coop.py's output: run `python3 \
