@@ -75,12 +75,16 @@ fn adamw() -> OptimizerSpec {
     })
 }
 
+/// The MLP workloads' small-segment size: below their hidden activations' 64 KiB.
+const MLP_SMALL_SEGMENT: u64 = 32 << 10;
+
 fn workloads() -> Result<Vec<Workload>> {
-    // Batch 1024 in micro-batches of 512: the hidden activations (512 x 1024 floats, 2 MiB)
-    // take segments of their own, so a step creates segments and each can fail.
-    let table = Dataset::synthetic(2048, 64, 10, 42).context("synthetic data")?;
+    // Batch 128 in micro-batches of 64 and 32 KiB small segments: the hidden activations
+    // (64 x 256 floats, 64 KiB) take segments of their own, so a step creates segments and each
+    // can fail. (The MLP is as small as that allows: its steps are most of the task's time.)
+    let table = Dataset::synthetic(256, 16, 10, 42).context("synthetic data")?;
     let mlp_recipe = || ModelSpec {
-        widths: vec![64, 1024, 10],
+        widths: vec![16, 256, 10],
         activation: Activation::Relu,
         seed: 1,
         optimizer: adamw(),
@@ -88,48 +92,48 @@ fn workloads() -> Result<Vec<Workload>> {
     let planned_table = table.clone();
     let f16_table = table.clone();
     let mlp = Workload {
-        name: "mlp 64-1024-10",
+        name: "mlp 16-256-10",
         recipe: Box::new(mlp_recipe()),
         data: Box::new(move || -> Box<dyn Data> { Box::new(table.clone()) }),
-        batch: 1024,
-        micro: 512,
+        batch: 128,
+        micro: 64,
         allocator: AllocatorMode::Caching,
         phases: &Phase::ALL,
-        small_segment_bytes: None,
+        small_segment_bytes: Some(MLP_SMALL_SEGMENT),
         precision: Precision::F32,
     };
     // The same in f16: the conversions allocate too, and a skipped or failed step must leave
     // the model and the loss scale as they were.
     let mlp_f16 = Workload {
-        name: "mlp 64-1024-10 f16",
+        name: "mlp 16-256-10 f16",
         recipe: Box::new(mlp_recipe()),
         data: Box::new(move || -> Box<dyn Data> { Box::new(f16_table.clone()) }),
-        batch: 1024,
-        micro: 512,
+        batch: 128,
+        micro: 64,
         allocator: AllocatorMode::Caching,
         phases: &Phase::ALL,
-        small_segment_bytes: None,
+        small_segment_bytes: Some(MLP_SMALL_SEGMENT),
         precision: Precision::F16,
     };
     let planned = Workload {
-        name: "mlp 64-1024-10 planned",
+        name: "mlp 16-256-10 planned",
         recipe: Box::new(mlp_recipe()),
         data: Box::new(move || -> Box<dyn Data> { Box::new(planned_table.clone()) }),
-        batch: 1024,
-        micro: 512,
+        batch: 128,
+        micro: 64,
         allocator: AllocatorMode::Planned,
         phases: &[Phase {
             before: 3,
             empty_cache: false,
         }],
-        small_segment_bytes: None,
+        small_segment_bytes: Some(MLP_SMALL_SEGMENT),
         precision: Precision::F32,
     };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
     let windows = TokenData::windows(tokens, 8, 13).context("GPT windows")?;
     let gpt = Workload {
-        name: "gpt 2x32",
+        name: "gpt 1x32",
         recipe: Box::new(GptSpec {
             export: Default::default(),
             arch: Default::default(),
@@ -139,7 +143,7 @@ fn workloads() -> Result<Vec<Workload>> {
             config: GptConfig {
                 vocab_size: 13,
                 block_size: 8,
-                n_layer: 2,
+                n_layer: 1,
                 n_head: 2,
                 n_embd: 32,
             },
