@@ -295,13 +295,16 @@ fn an_activation_beyond_f16_skips_the_step_and_ends_at_scale_one() {
     assert_eq!(trainer.parameters()[0].1.to_vec().unwrap(), [1.0; 4]);
 }
 
-/// A small GPT on Shakespeare (2 layers, width 64, context 32) from the same initial weights:
-/// after 300 steps the f16 run's validation loss is within 2% of the f32 run's.
+/// A small GPT on Shakespeare (2 layers, width 32, context 16) from the same initial weights:
+/// after 300 steps the f16 run's validation loss is within 2% of the f32 run's (2.628 against
+/// 2.612 on lavapipe: 0.6% apart). The model is as small as keeps the comparison meaningful:
+/// its 600 steps are the longest test of the suite on lavapipe (47 s; 137 s at width 64 and
+/// context 32).
 #[test]
 fn an_f16_gpt_ends_300_steps_within_2_percent_of_f32() {
     let corpus = CharCorpus::shakespeare().unwrap();
     let vocab = corpus.vocab_size();
-    let context = 32;
+    let context = 16;
     let run = |precision: Precision| {
         let gpu = fresh_gpu();
         let train = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab).unwrap();
@@ -318,7 +321,7 @@ fn an_f16_gpt_ends_300_steps_within_2_percent_of_f32() {
                 block_size: context,
                 n_layer: 2,
                 n_head: 2,
-                n_embd: 64,
+                n_embd: 32,
             },
             seed: 1,
             optimizer: OptimizerSpec::AdamW(AdamWConfig {
