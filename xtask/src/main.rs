@@ -2,8 +2,8 @@
 //!
 //! - `cargo xtask ci` does what CI does: a warning for each non-test source file over
 //!   [`line_limit::WARN_LINES`] lines (which files count is in [`line_limit`]), format check, clippy
-//!   (with the `mpi` feature) with warnings as errors, all tests, the MPI tests (the `mpi`
-//!   feature under `mpirun`), then `chaos` and `pictures`.
+//!   with warnings as errors, all tests, the MPI tests (the `mpi` feature under `mpirun`),
+//!   then `chaos` and `pictures`.
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
 //! - `cargo xtask chaos` injects a fault at every failure point of a training step (see
@@ -34,12 +34,12 @@ Tasks:
                       lines (every .rs under a crate's src/, except under tests/, benches/ or
                       examples/ and files named tests.rs or *_tests.rs)
                    2. cargo fmt --check
-                   3. cargo clippy --workspace --features plimsoll-trainer/mpi
-                      --all-targets -D warnings (the mpi feature needs Open MPI's mpirun,
-                      libopenmpi-dev and libclang-dev)
+                   3. cargo clippy --workspace --all-targets -D warnings
                    4. cargo test --workspace
-                   5. cargo test -p plimsoll-trainer --features mpi --test mpi
-                      (data-parallel training under mpirun)
+                   5. with the mpi feature (needs Open MPI's mpirun, libopenmpi-dev and
+                      libclang-dev): cargo clippy --workspace --features
+                      plimsoll-trainer/mpi --all-targets -D warnings, cargo test -p plimsoll-trainer --features mpi
+                      --test mpi (data-parallel training under mpirun)
                    6. cargo xtask chaos
                    7. cargo xtask pictures
   chaos            every failure point of a training step of an MLP and a small GPT, each
@@ -94,12 +94,20 @@ fn ci() -> Result<()> {
     for warning in line_limit::warnings(&workspace_root())? {
         eprintln!("{warning}");
     }
-    // Clippy runs once, with `mpi`: that checks every crate and the MPI code, and only two
-    // small `cfg(not(feature = "mpi"))` blocks (the refusal to run as one of several `mpirun`
-    // processes, and its CLI test) go unlinted, built by the test step without the feature.
-    // A second clippy without the feature took a minute of CI for those lines.
-    let steps: [&[&str]; 4] = [
+    let steps: [&[&str]; 5] = [
         &["fmt", "--all", "--check"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &["test", "--workspace"],
+        // With `mpi`, only the trainer, xtask and the MPI crates are checked again: the
+        // trainer's empty build script names `syn` with bindgen's features, so both builds
+        // share every other dependency.
         &[
             "clippy",
             "--workspace",
@@ -110,7 +118,6 @@ fn ci() -> Result<()> {
             "-D",
             "warnings",
         ],
-        &["test", "--workspace"],
         &[
             "test",
             "-p",
@@ -131,7 +138,7 @@ fn ci() -> Result<()> {
         result
     };
     for (i, step) in steps.into_iter().enumerate() {
-        if i == 1 {
+        if i == 3 {
             require_mpi()?;
         }
         let name = format!("cargo {}", step.join(" "));
