@@ -1,9 +1,12 @@
 //! The loop: the [`Trainer`](trainer::Trainer) and its steps ([`step`]: micro-batches,
-//! out-of-memory recovery, the update as a transaction), the memory plan ([`plan`]), when to
-//! evaluate (`schedule`), the f16 loss scaler ([`scaler`]), how the ranks of a data-parallel
+//! out-of-memory recovery, the update as a transaction), the memory plan ([`plan`]) and the
+//! budget that follows the device (`budget`), when to evaluate (`schedule`) and how
+//! (`evaluate`), the f16 loss scaler ([`scaler`]), how the ranks of a data-parallel
 //! run agree ([`collective`]) and the thread that builds batches ahead of the step ([`loader`]).
 
+mod budget;
 pub mod collective;
+mod evaluate;
 pub mod loader;
 pub mod plan;
 pub mod recovery;

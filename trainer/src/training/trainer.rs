@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use plimsoll_allocator::{Phase, StepOutcome};
+use plimsoll_allocator::StepOutcome;
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
-use plimsoll_autograd::{Gpu, Tensor, no_grad};
+use plimsoll_autograd::{Gpu, Tensor};
 use plimsoll_nn::Optimizer;
 
 use crate::checkpoint_io::RunPosition;
@@ -26,8 +26,8 @@ use crate::observe::hooks::{CheckFailure, HookContext, Hooks, StepHook};
 use crate::plan::{MemoryPlan, plan};
 use crate::profiling::ProfiledStep;
 use crate::scaler::{GROWTH_INTERVAL, ScaleChange};
-use crate::step::{StepInputs, run_step, set_phase};
-use crate::task::{Data, EvalSums, Evaluation, Model, Recipe};
+use crate::step::{StepInputs, run_step};
+use crate::task::{Data, Evaluation, Model, Recipe};
 use crate::timeline::Timeline;
 
 /// How a run ended.
@@ -477,96 +477,6 @@ impl Trainer {
         }
     }
 
-    /// A budget that follows the device: when the device's memory budget
-    /// ([`Gpu::memory_budget_bytes`], which [`Gpu::set_memory_budget`] changes, e.g. when
-    /// another process takes memory) has fallen below the plan's predicted peak, or grown past
-    /// the budget it was planned for while the plan could not take the whole batch without
-    /// checkpointing, the run plans again at this step boundary (the same model: the choice of
-    /// variant stays) and goes on with the new micro-batch and checkpointing, saying so. Only
-    /// where the run plans (no `--micro-batch` and no fixed checkpointing given); when nothing
-    /// fits the new budget it says so and keeps its choice (out-of-memory recovery then halves
-    /// the micro-batch step by step).
-    fn follow_budget(&mut self, step: u64) -> Result<()> {
-        self.follow_driver_budget();
-        let Some(plan) = &self.plan else {
-            return Ok(());
-        };
-        let budget = self.gpu.memory_budget_bytes();
-        let was = plan.budget_bytes;
-        let best_already = plan.micro_batch >= plan.effective_batch && plan.segment_len == 0;
-        let shrank_below = budget < plan.predicted_peak_reserved_bytes;
-        let grew = budget > was && !best_already;
-        if budget == was || !self.config.needs_plan() || !(shrank_below || grew) {
-            return Ok(());
-        }
-        let mut per_rank = self.config.clone();
-        per_rank.effective_batch =
-            crate::collective::largest_shard(self.config.effective_batch, self.collective.ranks());
-        let fmt = plimsoll_allocator::format_bytes;
-        let replanned = crate::plan::replan(
-            &self.gpu,
-            self.recipe.as_ref(),
-            self.train.as_ref(),
-            self.test.as_deref(),
-            &per_rank,
-        );
-        match replanned {
-            Ok(new) => {
-                self.note(format!(
-                    "the memory budget changed from {} to {} before step {step}: planned again, \
-                     {} micro-batch(es) of {}, checkpointing {} (predicted peak {}, was {})",
-                    fmt(was),
-                    fmt(budget),
-                    per_rank.effective_batch.div_ceil(new.micro_batch.max(1)),
-                    new.micro_batch,
-                    crate::plan::segment_name(new.segment_len),
-                    fmt(new.predicted_peak_reserved_bytes),
-                    fmt(plan.predicted_peak_reserved_bytes),
-                ));
-                self.micro_batch = new.micro_batch;
-                self.segment_len = new.segment_len;
-                self.position.micro_batch = new.micro_batch;
-                self.plan = Some(new);
-            }
-            Err(Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. }) => {
-                self.note(format!(
-                    "the memory budget changed from {} to {} before step {step}, and no \
-                     micro-batch or checkpointing fits it; the run keeps its choice \
-                     (out-of-memory recovery halves the micro-batch where a step needs it)",
-                    fmt(was),
-                    fmt(budget)
-                ));
-                if let Some(p) = self.plan.as_mut() {
-                    p.budget_bytes = budget;
-                }
-            }
-            Err(e) => return Err(e),
-        }
-        Ok(())
-    }
-
-    /// Where the driver reports what this process may use ([`Gpu::device_memory`]): the
-    /// device's budget becomes the run's own budget or [`crate::plan::DRIVER_SHARE`] of the driver's,
-    /// whichever is less, so another process taking memory lowers it (and giving it back
-    /// raises it again) before [`Trainer::follow_budget`] compares it with the plan.
-    fn follow_driver_budget(&mut self) {
-        let Some(memory) = self.gpu.device_memory() else {
-            return;
-        };
-        let now = self.gpu.memory_budget_bytes();
-        // A budget someone else set (Gpu::set_memory_budget) since is the run's own from now.
-        if now != self.driver_set.unwrap_or(self.run_budget) {
-            self.run_budget = now;
-            self.driver_set = None;
-        }
-        let allowed = crate::plan::driver_budget(self.run_budget, memory.budget_bytes);
-        // Moves of under 1/64 are noise (the driver's own figure moves with every buffer).
-        if allowed.abs_diff(now) > now / 64 {
-            self.gpu.set_memory_budget(allowed);
-            self.driver_set = Some(allowed);
-        }
-    }
-
     /// Runs one optimizer step on the next batch; see the module docs for what it guarantees.
     /// A lost device is replaced and the step run on the new one ([`crate::recovery`]).
     pub fn step(&mut self) -> Result<StepReport> {
@@ -726,88 +636,6 @@ impl Trainer {
             phases: PhasePeak::of(&stats),
             device_losses: 0,
         })
-    }
-
-    /// The evaluation set's mean loss (and accuracy, for classifiers), forward in evaluation
-    /// mode without a graph, or `None` without an evaluation set. A chunk that runs out of
-    /// memory is split in two and the evaluation goes on (logged); only a single sample that
-    /// does not fit is an error.
-    pub fn evaluate(&mut self) -> Result<Option<Evaluation>> {
-        let Some(test) = &self.test else {
-            return Ok(None);
-        };
-        let _no_grad = no_grad();
-        self.model.set_training(false);
-        let step = self.position.step;
-        set_phase(&self.gpu, step, Phase::Evaluation);
-        // Each rank of a data-parallel run evaluates its shard; the sums are added up below.
-        let all: Vec<usize> = (0..test.len()).collect();
-        let (rank, ranks) = (self.collective.rank(), self.collective.ranks());
-        let indices = shard(&all, rank, ranks).to_vec();
-        let mut chunk = self.micro_batch.max(1);
-        let mut sums = EvalSums::default();
-        let mut at = 0;
-        let mut notes = Vec::new();
-        let outcome = loop {
-            let Some(part) = indices.get(at..(at + chunk).min(indices.len())) else {
-                break Ok(());
-            };
-            if part.is_empty() {
-                break Ok(());
-            }
-            let result = test
-                .upload(&self.gpu, part)
-                .and_then(|batch| self.model.evaluate(&batch));
-            match result {
-                Ok(s) => {
-                    sums = sums + s;
-                    at += part.len();
-                }
-                Err(e) if e.is_out_of_memory() && chunk > 1 => {
-                    self.gpu.flush("evaluation out-of-memory recovery")?;
-                    let smaller = chunk.div_ceil(2);
-                    let line = format!(
-                        "evaluation: out of memory at {chunk} samples per chunk; going on with \
-                         {smaller}"
-                    );
-                    self.gpu.with_allocator(|a| a.mark(&line));
-                    notes.push(line);
-                    chunk = smaller;
-                }
-                Err(e) => break Err(e),
-            }
-        };
-        self.model.set_training(true);
-        set_phase(&self.gpu, step, Phase::Other);
-        self.log.extend(notes);
-        outcome?;
-        if ranks > 1 {
-            let local = [
-                sums.count as f64,
-                sums.loss_sum,
-                sums.correct.unwrap_or(0) as f64,
-                f64::from(u8::from(sums.correct.is_some())),
-            ];
-            let deadline = self.gpu.default_deadline();
-            let total = self
-                .collective
-                .all_reduce_sum_f64(local.to_vec(), deadline)?;
-            if let [count, loss_sum, correct, classifier] = total[..] {
-                sums = EvalSums {
-                    count: count as u64,
-                    loss_sum,
-                    correct: (classifier > 0.0).then_some(correct as u64),
-                };
-            }
-        }
-        let peaks = self
-            .gpu
-            .with_allocator(|a| *a.stats().phase(Phase::Evaluation));
-        Ok(Some(Evaluation {
-            peak_allocated_bytes: peaks.peak_allocated_bytes,
-            peak_reserved_bytes: peaks.peak_reserved_bytes,
-            ..sums.into()
-        }))
     }
 
     /// Moves the loss scaler on after step `step` (whose gradients overflowed when
