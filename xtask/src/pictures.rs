@@ -1,7 +1,9 @@
 //! `cargo xtask pictures`: makes every picture of a short GPT run and opens each in its consumer.
 //!
-//! 1. `plimsoll train shakespeare` for a few steps with `--memory-timeline 2 --profile-steps 4-5`
-//!    into `target/pictures/run`, then `plimsoll report` on it.
+//! 1. `plimsoll train shakespeare --layers 2 --width 64` (the workload's GPT made smaller: its
+//!    pictures are the same kinds, in a quarter of the time) for a few steps with
+//!    `--memory-timeline 2 --profile-steps 4-5` into `target/pictures/run`, then `plimsoll
+//!    report` on it.
 //! 2. Headless Chromium loads `report.html` and `memory_timeline.html` (`--dump-dom`): each page
 //!    must set `data-status="ok..."` on its body (its scripts ran without an error and drew);
 //!    a screenshot of the report goes to `target/pictures/report.png`.
@@ -133,6 +135,10 @@ pub fn run_task(args: &[String]) -> Result<()> {
             .args([
                 "train",
                 "shakespeare",
+                "--layers",
+                "2",
+                "--width",
+                "64",
                 "--steps",
                 "8",
                 "--memory-timeline",
