@@ -132,7 +132,16 @@ fn a_token_file_gives_the_windows_its_tokens_in_memory_give() {
         from_file.gather(&indices).unwrap(),
         from_memory.gather(&indices).unwrap()
     );
-    assert!(from_file.gather(&[from_file.len()]).is_err());
+    // Past the last window: said so, not taken for a truncated file.
+    let err = from_file
+        .gather(&[from_file.len()])
+        .expect_err("past the last window");
+    let expected = format!(
+        "window {} is past the last of {} windows",
+        from_file.len(),
+        from_file.len()
+    );
+    assert!(err.to_string().contains(&expected), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

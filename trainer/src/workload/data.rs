@@ -531,6 +531,13 @@ impl TokenData {
     /// The windows `indices` in host memory. Errors: an index past the last window, or (from a
     /// file) a token id at or above the vocabulary, named with its offset.
     fn windows_at(&self, indices: &[usize]) -> Result<HostBatch> {
+        let windows = self.len();
+        if let Some(&i) = indices.iter().find(|&&i| i >= windows) {
+            return Err(Error::invalid(
+                "window",
+                format!("window {i} is past the last of {windows} windows"),
+            ));
+        }
         let t = self.context;
         let starts: Vec<usize> = indices.iter().map(|&i| self.start(i)).collect();
         let (inputs, targets) = match &self.tokens {
@@ -654,7 +661,12 @@ mod tests {
         let data = Dataset::synthetic(50, 3, 4, 1)?;
         let (train, test) = data.split(0.2, 5);
         assert_eq!((train.len(), test.len()), (40, 10));
-        assert!(Dataset::new(vec![0.0; 3], vec![9], 3, 4).is_err());
+        let err = Dataset::new(vec![0.0; 3], vec![9], 3, 4).expect_err("label 9 of 4 classes");
+        assert!(
+            err.to_string()
+                .contains("label 9 is not below the number of classes 4"),
+            "{err}"
+        );
         Ok(())
     }
 
