@@ -469,7 +469,8 @@ fn injected_faults_fire_once_at_the_armed_event() {
     assert!(!gpu.revive_after_injected_loss(), "nothing to clear");
     gpu.destroy();
     assert!(!gpu.revive_after_injected_loss(), "a real loss stays");
-    assert!(gpu.check_alive().is_err());
+    let lost = gpu.check_alive().expect_err("destroyed");
+    assert!(matches!(lost, Error::DeviceLost { .. }), "{lost}");
 }
 
 /// The same hazard under planned steps: a step that records a read of A, frees A, then uploads

@@ -311,7 +311,15 @@ fn a_lost_device_is_replaced_and_the_run_ends_bit_identical() {
     assert_eq!(recovered, straight, "parameters after two device losses");
     assert_eq!(t.device_losses(), 2);
     // The run ended on a working device, not the one it started on (which stays lost).
-    assert!(started_on.take().unwrap().check_alive().is_err());
+    let lost = started_on
+        .take()
+        .unwrap()
+        .check_alive()
+        .expect_err("still lost");
+    assert!(
+        matches!(lost, plimsoll_kernels_wgsl::Error::DeviceLost { .. }),
+        "{lost}"
+    );
     t.gpu().check_alive().unwrap();
     let log = t.log().join("\n");
     assert!(

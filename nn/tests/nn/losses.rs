@@ -201,8 +201,19 @@ fn linear_cross_entropy_refuses_shapes_that_do_not_fit() {
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
     let t = Tensor::from_indices(&gpu, &[0, 1, 2], &[3]).unwrap();
     let w5 = input(&gpu, &[0.5; 25], &[5, 5]);
-    assert!(loss::linear_cross_entropy(&x, &w5, &t, 0.0, 0).is_err());
-    assert!(loss::linear_cross_entropy(&x, &w, &t, 1.5, 0).is_err());
+    let err = loss::linear_cross_entropy(&x, &w5, &t, 0.0, 0).expect_err("width 5 against 4");
+    assert!(
+        matches!(err, Error::InvalidConfig { .. }) && err.to_string().contains("weight [[5, 5]]"),
+        "{err}"
+    );
+    let err = loss::linear_cross_entropy(&x, &w, &t, 1.5, 0).expect_err("smoothing 1.5");
+    assert!(
+        matches!(err, Error::InvalidConfig { .. })
+            && err
+                .to_string()
+                .contains("label_smoothing 1.5 must be in [0, 1]"),
+        "{err}"
+    );
 }
 
 /// Under `f16_activations` (the saved input stored in f16) the chunked loss trains as in f32:

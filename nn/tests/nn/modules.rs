@@ -146,12 +146,20 @@ fn an_embedding_in_parts_matches_the_whole_table() {
             .flat_map(|&i| table[i as usize * 3..i as usize * 3 + 3].to_vec())
             .collect()
     });
-    assert!(Embedding::in_parts(Vec::new()).is_err());
+    let err = Embedding::in_parts(Vec::new()).expect_err("no parts");
+    assert!(
+        matches!(err, Error::InvalidConfig { .. }) && err.to_string().contains("parts []"),
+        "{err}"
+    );
     let mismatched = vec![
         input(&gpu, &[0.5; 6], &[2, 3]),
         input(&gpu, &[0.5; 4], &[2, 2]),
     ];
-    assert!(Embedding::in_parts(mismatched).is_err());
+    let err = Embedding::in_parts(mismatched).expect_err("widths 3 and 2");
+    assert!(
+        matches!(err, Error::InvalidConfig { .. }) && err.to_string().contains("[[2, 3], [2, 2]]"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -44,8 +44,10 @@ impl CharCorpus {
             return Err(Error::invalid(
                 what,
                 format!(
-                    "{} characters cannot be split {:.0}% / {:.0}% with both parts non-empty",
+                    "{} character{} cannot be split {:.0}% / {:.0}% with both parts \
+                     non-empty; give more text",
                     chars.len(),
+                    if chars.len() == 1 { "" } else { "s" },
                     100.0 * (1.0 - val_fraction),
                     100.0 * val_fraction
                 ),
@@ -245,15 +247,37 @@ mod tests {
 
     #[test]
     fn bad_splits_and_contexts_are_errors() -> Result<()> {
-        assert!(CharCorpus::from_text("t", "", 0.1).is_err());
-        assert!(CharCorpus::from_text("t", "a", 0.1).is_err()); // no character to validate on
-        assert!(CharCorpus::from_text("t", "abcd", 1.0).is_err());
+        let says = |result: Result<()>, words: &str| {
+            let err = result.expect_err(words);
+            assert!(
+                matches!(err, Error::Invalid { .. }) && err.to_string().contains(words),
+                "{err}"
+            );
+        };
+        let corpus =
+            |text: &str, fraction: f64| CharCorpus::from_text("t", text, fraction).map(drop);
+        says(corpus("", 0.1), "0 characters cannot be split 90% / 10%");
+        // No character to validate on.
+        says(corpus("a", 0.1), "1 character cannot be split 90% / 10%");
+        says(
+            corpus("abcd", 1.0),
+            "validation fraction 1 is not between 0 and 1",
+        );
         let tokens = [0, 1, 2, 3];
-        assert!(TokenWindows::new(&tokens, 0).is_err());
-        assert!(TokenWindows::new(&tokens, 4).is_err());
+        says(
+            TokenWindows::new(&tokens, 0).map(drop),
+            "a context of 0 tokens needs between 1 and 3",
+        );
+        says(
+            TokenWindows::new(&tokens, 4).map(drop),
+            "a context of 4 tokens needs between 1 and 3",
+        );
         let windows = TokenWindows::new(&tokens, 3)?;
         assert_eq!(windows.len(), 1);
-        assert!(windows.gather(&[1]).is_err());
+        says(
+            windows.gather(&[1]).map(drop),
+            "start 1 is past the last of 1 windows",
+        );
         Ok(())
     }
 

@@ -229,7 +229,12 @@ mod tests {
                 .is_some_and(|e| e.contains("'x' at position 2")),
             "{err:?}"
         );
-        assert!(Tokenizer::named("gpt3").is_err());
+        let err = Tokenizer::named("gpt3").expect_err("no such tokenizer");
+        assert!(
+            matches!(&err, Error::Invalid { what, .. } if what == "tokenizer")
+                && err.to_string().contains("use gpt2 or char"),
+            "{err}"
+        );
         Ok(())
     }
 }
