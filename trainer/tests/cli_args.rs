@@ -17,10 +17,7 @@ fn not_utf8() -> OsString {
 
 /// A fresh, empty folder for one test.
 fn folder(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("plimsoll-args-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    plimsoll_kernels_wgsl::testing::fresh_dir("args", name)
 }
 
 /// `plimsoll <args>` in `dir`, to its end (none of these gets as far as opening a device).

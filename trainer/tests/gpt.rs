@@ -387,7 +387,7 @@ fn sampling_peaks_at_its_plan_and_a_budget_below_it_fails_first() {
 const OOM_BATCH: usize = 512;
 
 /// Trains 3 steps of `OOM_BATCH` windows; returns the parameters, peak reserved bytes, log.
-fn oom_run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
+fn gpt_oom_run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
     let mut config = config(OOM_BATCH, micro, 3, 0.05);
     config.memory_budget_bytes = budget;
     run_measured(config, &spec(sgd()), windows(2000))
@@ -395,11 +395,11 @@ fn oom_run(micro: usize, budget: Option<u64>) -> (Values, u64, Vec<String>) {
 
 #[test]
 fn gpt_out_of_memory_halves_the_micro_batch_and_keeps_the_update() {
-    let (full, full_peak, _) = oom_run(OOM_BATCH, None);
-    let (_, half_peak, _) = oom_run(OOM_BATCH / 2, None);
+    let (full, full_peak, _) = gpt_oom_run(OOM_BATCH, None);
+    let (_, half_peak, _) = gpt_oom_run(OOM_BATCH / 2, None);
     assert!(half_peak < full_peak, "{half_peak} vs {full_peak}");
     let budget = (full_peak + half_peak) / 2;
-    let (constrained, constrained_peak, log) = oom_run(OOM_BATCH, Some(budget));
+    let (constrained, constrained_peak, log) = gpt_oom_run(OOM_BATCH, Some(budget));
     assert!(constrained_peak <= budget, "{constrained_peak} > {budget}");
     assert!(
         log.iter().any(
