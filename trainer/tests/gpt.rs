@@ -24,22 +24,17 @@ const VOCAB: usize = 13;
 const CONTEXT: usize = 8;
 
 fn spec(optimizer: OptimizerSpec) -> GptSpec {
-    GptSpec {
-        export: Default::default(),
-        arch: Default::default(),
-        dropout: 0.0,
-        attention: Default::default(),
-        loss: Default::default(),
-        config: GptConfig {
+    GptSpec::new(
+        GptConfig {
             vocab_size: VOCAB,
             block_size: CONTEXT,
             n_layer: 2,
             n_head: 2,
             n_embd: 32,
         },
-        seed: 11,
+        11,
         optimizer,
-    }
+    )
 }
 
 /// SGD with momentum. (With Adam the same comparison differs by about 3e-6 relative on

@@ -279,22 +279,17 @@ fn the_plan_holds_for_fifty_steps_of_an_mlp_and_a_gpt() {
 #[test]
 fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
     let budget = 42 << 20;
-    let spec = plimsoll_trainer::GptSpec {
-        export: Default::default(),
-        arch: Default::default(),
-        dropout: 0.0,
-        attention: Default::default(),
-        loss: Default::default(),
-        config: plimsoll_nn::GptConfig {
+    let spec = plimsoll_trainer::GptSpec::new(
+        plimsoll_nn::GptConfig {
             vocab_size: 65,
             block_size: 64,
             n_layer: 4,
             n_head: 4,
             n_embd: 128,
         },
-        seed: 1,
-        optimizer: adam_spec(&[1]).optimizer,
-    };
+        1,
+        adam_spec(&[1]).optimizer,
+    );
     let tokens: std::sync::Arc<Vec<u32>> =
         std::sync::Arc::new((0..20_000u32).map(|i| (i * 31 + i / 7) % 65).collect());
     let train = plimsoll_trainer::TokenData::windows(tokens.clone(), 64, 65).unwrap();

@@ -310,26 +310,21 @@ fn an_f16_gpt_ends_300_steps_within_2_percent_of_f32() {
         let train = TokenData::windows(Arc::new(corpus.train().to_vec()), context, vocab).unwrap();
         let val =
             TokenData::evenly_spaced(Arc::new(corpus.val().to_vec()), context, vocab, 64).unwrap();
-        let spec = GptSpec {
-            export: Default::default(),
-            arch: Default::default(),
-            dropout: 0.0,
-            attention: Default::default(),
-            loss: Default::default(),
-            config: GptConfig {
+        let spec = GptSpec::new(
+            GptConfig {
                 vocab_size: vocab,
                 block_size: context,
                 n_layer: 2,
                 n_head: 2,
                 n_embd: 32,
             },
-            seed: 1,
-            optimizer: OptimizerSpec::AdamW(AdamWConfig {
+            1,
+            OptimizerSpec::AdamW(AdamWConfig {
                 beta2: 0.99,
                 weight_decay: 0.1,
                 ..AdamWConfig::default()
             }),
-        };
+        );
         let mut config = config(12, 12, 300, 3e-3);
         config.length = RunLength::Steps(300);
         config.eval_interval_steps = Some(300);

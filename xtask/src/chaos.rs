@@ -134,22 +134,17 @@ fn workloads() -> Result<Vec<Workload>> {
     let windows = TokenData::windows(tokens, 8, 13).context("GPT windows")?;
     let gpt = Workload {
         name: "gpt 1x32",
-        recipe: Box::new(GptSpec {
-            export: Default::default(),
-            arch: Default::default(),
-            dropout: 0.0,
-            attention: Default::default(),
-            loss: Default::default(),
-            config: GptConfig {
+        recipe: Box::new(GptSpec::new(
+            GptConfig {
                 vocab_size: 13,
                 block_size: 8,
                 n_layer: 1,
                 n_head: 2,
                 n_embd: 32,
             },
-            seed: 3,
-            optimizer: adamw(),
-        }),
+            3,
+            adamw(),
+        )),
         data: Box::new(move || -> Box<dyn Data> { Box::new(windows.clone()) }),
         batch: 8,
         micro: 4,

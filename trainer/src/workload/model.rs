@@ -330,6 +330,22 @@ pub struct LlamaShape {
 }
 
 impl GptSpec {
+    /// nanoGPT's GPT of shape `config`, initialised from `seed`, trained with `optimizer`;
+    /// everything else as the command's defaults: nanoGPT's export names, attention and loss
+    /// as the plan picks them ([`Attention::default`], [`LossHead::default`]), no dropout.
+    pub fn new(config: GptConfig, seed: u64, optimizer: OptimizerSpec) -> GptSpec {
+        GptSpec {
+            config,
+            arch: Arch::default(),
+            export: ExportLayout::default(),
+            seed,
+            optimizer,
+            attention: Attention::default(),
+            loss: LossHead::default(),
+            dropout: 0.0,
+        }
+    }
+
     /// The Llama this spec builds, if it is one.
     pub fn llama_config(&self) -> Option<LlamaConfig> {
         let Arch::Llama(shape) = self.arch else {

@@ -37,22 +37,17 @@ pub fn adam_spec(widths: &[usize]) -> ModelSpec {
 /// A tiny GPT (vocabulary 13, context 8, 2 layers, 2 heads, width 32) with Adam, and `len`
 /// tokens of a fixed pattern for it.
 pub fn tiny_gpt(len: u32) -> (GptSpec, std::sync::Arc<Vec<u32>>) {
-    let spec = GptSpec {
-        export: Default::default(),
-        arch: Default::default(),
-        dropout: 0.0,
-        attention: Default::default(),
-        loss: Default::default(),
-        config: GptConfig {
+    let spec = GptSpec::new(
+        GptConfig {
             vocab_size: 13,
             block_size: 8,
             n_layer: 2,
             n_head: 2,
             n_embd: 32,
         },
-        seed: 11,
-        optimizer: adam_spec(&[1]).optimizer,
-    };
+        11,
+        adam_spec(&[1]).optimizer,
+    );
     let tokens = (0..len).map(|i| (i * 7 + i / 3) % 13).collect();
     (spec, std::sync::Arc::new(tokens))
 }

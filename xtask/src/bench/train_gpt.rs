@@ -61,27 +61,22 @@ const PRECISION_ROUNDS: usize = 9;
 /// `plimsoll train shakespeare`'s default model on `vocab` characters (also `cargo xtask
 /// soak`'s GPT).
 pub(crate) fn spec(vocab: usize) -> GptSpec {
-    GptSpec {
-        export: Default::default(),
-        arch: Default::default(),
-        dropout: 0.0,
-        attention: Default::default(),
-        loss: Default::default(),
-        config: GptConfig {
+    GptSpec::new(
+        GptConfig {
             vocab_size: vocab,
             block_size: CONTEXT,
             n_layer: 4,
             n_head: 4,
             n_embd: 128,
         },
-        seed: 0,
-        optimizer: OptimizerSpec::AdamW(AdamWConfig {
+        0,
+        OptimizerSpec::AdamW(AdamWConfig {
             beta2: 0.99,
             weight_decay: 0.1,
             decay_matrices_only: true,
             ..AdamWConfig::default()
         }),
-    }
+    )
 }
 
 pub(crate) fn config(
