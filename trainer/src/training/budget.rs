@@ -7,7 +7,7 @@ use crate::trainer::Trainer;
 
 impl Trainer {
     /// A budget that follows the device: when the device's memory budget
-    /// ([`Gpu::memory_budget_bytes`], which [`Gpu::set_memory_budget`] changes, e.g. when
+    /// ([`crate::Gpu::memory_budget_bytes`], which [`crate::Gpu::set_memory_budget`] changes, e.g. when
     /// another process takes memory) has fallen below the plan's predicted peak, or grown past
     /// the budget it was planned for while the plan could not take the whole batch without
     /// checkpointing, the run plans again at this step boundary (the same model: the choice of
@@ -74,7 +74,7 @@ impl Trainer {
         Ok(())
     }
 
-    /// Where the driver reports what this process may use ([`Gpu::device_memory`]): the
+    /// Where the driver reports what this process may use ([`crate::Gpu::device_memory`]): the
     /// device's budget becomes the run's own budget or [`crate::plan::DRIVER_SHARE`] of the driver's,
     /// whichever is less, so another process taking memory lowers it (and giving it back
     /// raises it again) before [`Trainer::follow_budget`] compares it with the plan.
