@@ -1,7 +1,8 @@
 //! `cargo xtask chaos`: every failure point of a training step, tried in turn.
 //!
-//! For each workload (an MLP whose activations take segments of their own and a two-layer GPT,
-//! both with AdamW and two micro-batches per step) and for its first step (which creates the optimizer state and most
+//! For each workload (a 16-256-10 MLP whose activations take segments of their own and a
+//! one-layer GPT, the smallest that reach every kind of point, both with AdamW and two
+//! micro-batches per step) and for its first step (which creates the optimizer state and most
 //! segments) and its second (the steady state), one clean run counts the step's events at each
 //! [`FaultPoint`]: every allocation, segment creation, submission and read-back. Then, for every
 //! one of those events and for both [`FaultAction`]s, a device runs the steps before cleanly
@@ -24,6 +25,9 @@
 //! A third workload is the MLP under `--allocator planned`, faulted in its fourth step: the
 //! first that replays the plan built from steps 2 and 3 (checked on the clean run). A fourth is
 //! the MLP with `--precision f16` (activations stored in f16, the loss scaled).
+//!
+//! A workload whose clean steps reach no event of some kind of [`FaultPoint`] fails the task:
+//! a smaller model must not lose a kind of point unnoticed.
 //!
 //! Anything else is counted as a failure: a panic, an untyped outcome, a changed model, an
 //! uncaptured wgpu error. Every wait has the device's deadline, so a hang cannot happen
@@ -64,6 +68,8 @@ struct Workload {
     small_segment_bytes: Option<u64>,
     /// What activations are stored in.
     precision: Precision,
+    /// Kinds of point its faulted steps need not reach (every other kind must be reached).
+    may_miss: &'static [FaultPoint],
 }
 
 fn adamw() -> OptimizerSpec {
@@ -101,6 +107,7 @@ fn workloads() -> Result<Vec<Workload>> {
         phases: &Phase::ALL,
         small_segment_bytes: Some(MLP_SMALL_SEGMENT),
         precision: Precision::F32,
+        may_miss: &[],
     };
     // The same in f16: the conversions allocate too, and a skipped or failed step must leave
     // the model and the loss scale as they were.
@@ -114,6 +121,7 @@ fn workloads() -> Result<Vec<Workload>> {
         phases: &Phase::ALL,
         small_segment_bytes: Some(MLP_SMALL_SEGMENT),
         precision: Precision::F16,
+        may_miss: &[],
     };
     let planned = Workload {
         name: "mlp 16-256-10 planned",
@@ -126,6 +134,8 @@ fn workloads() -> Result<Vec<Workload>> {
             before: 3,
             empty_cache: false,
         }],
+        // A replayed plan creates no segment (the other workloads fault segment creation).
+        may_miss: &[FaultPoint::Segment],
         small_segment_bytes: Some(MLP_SMALL_SEGMENT),
         precision: Precision::F32,
     };
@@ -154,6 +164,7 @@ fn workloads() -> Result<Vec<Workload>> {
         // of their own, so segment creation fails in its steps too.
         small_segment_bytes: Some(32 << 10),
         precision: Precision::F32,
+        may_miss: &[],
     };
     Ok(vec![mlp, gpt, planned, mlp_f16])
 }
@@ -419,6 +430,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let mut references = HashMap::new();
         let mut tally = Tally::default();
         let mut spare = None;
+        let mut reached = [0u64; FaultPoint::ALL.len()];
         for &phase in w.phases {
             // Count the step's events at each point, on a fresh device.
             let (gpu, mut trainer) = after_steps(&w, w.micro, &dir, phase.before, None)?;
@@ -426,6 +438,9 @@ pub fn run(args: &[String]) -> Result<()> {
             gpu.reset_fault_counts();
             trainer.step().context("clean step")?;
             let counts = gpu.fault_counts();
+            for (r, c) in reached.iter_mut().zip(counts.iter()) {
+                *r += c;
+            }
             let replayed = gpu.with_allocator(|a| a.step_plan_stats().steps_replayed);
             if w.allocator == AllocatorMode::Planned && replayed == 0 {
                 bail!("{}: {} did not replay a plan", w.name, phase.name());
@@ -453,6 +468,20 @@ pub fn run(args: &[String]) -> Result<()> {
                 phase.name(),
                 counts.iter().sum::<u64>(),
                 points.join(", ")
+            );
+        }
+        let unreached: Vec<&str> = FaultPoint::ALL
+            .iter()
+            .filter(|p| reached[p.index()] == 0 && !w.may_miss.contains(p))
+            .filter(|p| wanted(args.get(1), p.name()))
+            .map(|p| p.name())
+            .collect();
+        if !unreached.is_empty() {
+            bail!(
+                "{}: its steps reach no {} event, so no fault of that kind was tried; make \
+                 the workload reach one (its small segments, its sizes)",
+                w.name,
+                unreached.join(" or ")
             );
         }
         println!(
