@@ -142,6 +142,25 @@ fn a_token_file_gives_the_windows_its_tokens_in_memory_give() {
         from_file.len()
     );
     assert!(err.to_string().contains(&expected), "{err}");
+    // The same for evenly spaced windows (an evaluation set), from the file and from memory.
+    let spaced_file =
+        TokenData::evenly_spaced_of(Tokens::File(folder.train.clone()), 16, vocab, 24).unwrap();
+    let spaced_memory = TokenData::evenly_spaced(
+        Arc::new(read_u16s(&dir.join("out/train.bin"))),
+        16,
+        vocab,
+        24,
+    )
+    .unwrap();
+    for spaced in [&spaced_file, &spaced_memory] {
+        assert_eq!(spaced.len(), 24);
+        let err = spaced.gather(&[24]).expect_err("past the last window");
+        assert!(
+            err.to_string()
+                .contains("window 24 is past the last of 24 windows"),
+            "{err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
