@@ -64,8 +64,9 @@ struct Workload {
     allocator: AllocatorMode,
     /// The steps faulted.
     phases: &'static [Phase],
-    /// The allocator's small-segment size (`None`: its default, 2 MiB).
-    small_segment_bytes: Option<u64>,
+    /// The allocator's small-segment size: small enough that the workload's activations take
+    /// segments of their own, so its steps create segments.
+    small_segment_bytes: u64,
     /// What activations are stored in.
     precision: Precision,
     /// Kinds of point its faulted steps need not reach (every other kind must be reached).
@@ -105,7 +106,7 @@ fn workloads() -> Result<Vec<Workload>> {
         micro: 64,
         allocator: AllocatorMode::Caching,
         phases: &Phase::ALL,
-        small_segment_bytes: Some(MLP_SMALL_SEGMENT),
+        small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F32,
         may_miss: &[],
     };
@@ -119,7 +120,7 @@ fn workloads() -> Result<Vec<Workload>> {
         micro: 64,
         allocator: AllocatorMode::Caching,
         phases: &Phase::ALL,
-        small_segment_bytes: Some(MLP_SMALL_SEGMENT),
+        small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F16,
         may_miss: &[],
     };
@@ -136,7 +137,7 @@ fn workloads() -> Result<Vec<Workload>> {
         }],
         // A replayed plan creates no segment (the other workloads fault segment creation).
         may_miss: &[FaultPoint::Segment],
-        small_segment_bytes: Some(MLP_SMALL_SEGMENT),
+        small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F32,
     };
     let mut rng = SplitMix64::new(5);
@@ -162,7 +163,7 @@ fn workloads() -> Result<Vec<Workload>> {
         phases: &Phase::ALL,
         // Its tensors are a few KiB: in 32 KiB small segments its activations need segments
         // of their own, so segment creation fails in its steps too.
-        small_segment_bytes: Some(32 << 10),
+        small_segment_bytes: 32 << 10,
         precision: Precision::F32,
         may_miss: &[],
     };
@@ -189,7 +190,7 @@ fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
 
 fn fresh_gpu(w: &Workload) -> Result<Gpu> {
     let options = GpuOptions {
-        small_segment_bytes: w.small_segment_bytes,
+        small_segment_bytes: Some(w.small_segment_bytes),
         ..GpuOptions::from_env()
     };
     Gpu::with_options(options).context("opening a device")
