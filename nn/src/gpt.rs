@@ -6,7 +6,7 @@
 //! `transformer.h.0.attn.c_attn.weight` `[3C, C]`, ...), and are initialised as nanoGPT does:
 //! `N(0, 0.02)` for linear weights and embeddings, `N(0, 0.02 / sqrt(2 n_layer))` for the
 //! residual projections (`attn.c_proj`, `mlp.c_proj`), zero biases, unit layer-norm scales.
-//! [`Gpt::state_dict`] adds the tied `lm_head.weight`, so a saved file loads into nanoGPT's
+//! Its [`CausalLm::state_dict`] adds the tied `lm_head.weight`, so a saved file loads into nanoGPT's
 //! `GPT(GPTConfig(bias=True, ...))` with `load_state_dict(..., strict=True)`.
 
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
@@ -16,9 +16,9 @@ use crate::blocks::TransformerBlock;
 use crate::embedding::Embedding;
 use crate::error::{Error, Result};
 use crate::linear::{Linear, derive_seed};
-use crate::module::{Module, prefixed};
+use crate::module::{CausalLm, Module, prefixed};
 use crate::norm::LayerNorm;
-use crate::sequential::{chunked_head_loss, head_logits, run_blocks, token_time};
+use crate::sequential::{run_blocks, token_time};
 
 /// The layer-norm epsilon (PyTorch's default, as nanoGPT).
 const LAYER_NORM_EPS: f32 = 1e-5;
@@ -247,71 +247,10 @@ impl Gpt {
     pub fn config(&self) -> GptConfig {
         self.config
     }
-
-    /// Logits `[batch, time, vocab]` of u32 token ids `[batch, time]` (`time <= block_size`),
-    /// running each run of `segment_len` blocks through autograd's checkpoint (0: none).
-    pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        let h = self.hidden_checkpointed(ids, segment_len)?;
-        head_logits(&h, &self.wte.parts())
-    }
-
-    /// The mean next-token cross-entropy of token ids `[batch, time]` against `targets` (the
-    /// same shape), with label smoothing, through the chunked output head
-    /// ([`crate::loss::linear_cross_entropy`], `chunk_rows` rows at a time, 0: the automatic
-    /// chunk): the `[batch, time, vocab]` logits never exist. The same loss and gradients as
-    /// [`Gpt::forward_checkpointed`] followed by [`crate::loss::cross_entropy`], within f32
-    /// rounding.
-    pub fn loss_checkpointed(
-        &self,
-        ids: &Tensor,
-        targets: &Tensor,
-        segment_len: usize,
-        label_smoothing: f32,
-        chunk_rows: usize,
-    ) -> Result<Tensor> {
-        let h = self.hidden_checkpointed(ids, segment_len)?;
-        chunked_head_loss(&h, &self.wte.parts(), targets, label_smoothing, chunk_rows)
-    }
-
-    /// The final hidden states `[batch, time, n_embd]` (after `ln_f`, before the head).
-    fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        let time = token_time(ids, self.config.block_size, "Gpt")?;
-        let positions: Vec<u32> = (0..time as u32).collect();
-        let positions = Tensor::from_indices(ids.gpu(), &positions, &[time])?;
-        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
-        if self.training && self.dropout > 0.0 {
-            x = x.dropout(self.dropout)?;
-        }
-        let x = run_blocks(
-            self.blocks.as_slice(),
-            x,
-            segment_len,
-            "Gpt::forward_checkpointed",
-        )?;
-        self.ln_f.forward(&x)
-    }
-
-    /// The parameters under nanoGPT's names plus `lm_head.weight`, the head tied to
-    /// `transformer.wte.weight` (the same tensor twice): what a file must hold for nanoGPT's
-    /// `load_state_dict(..., strict=True)`. A token table past one binding is kept in parts
-    /// (`transformer.wte.weight.part0`, ..., and `lm_head.weight.part0`, ...), which nanoGPT
-    /// does not read.
-    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut p = self.parameters();
-        let parts = self.wte.parts();
-        match parts[..] {
-            [weight] => p.push(("lm_head.weight".to_string(), weight.clone())),
-            _ => p.extend(
-                (parts.iter().enumerate())
-                    .map(|(i, w)| (format!("lm_head.weight.part{i}"), (*w).clone())),
-            ),
-        }
-        p
-    }
 }
 
 impl Module for Gpt {
-    /// Logits of token ids without checkpointing ([`Gpt::forward_checkpointed`]).
+    /// Logits of token ids without checkpointing ([`CausalLm::forward_checkpointed`]).
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         self.forward_checkpointed(ids, 0)
     }
@@ -338,24 +277,45 @@ impl Module for Gpt {
     }
 }
 
-impl crate::module::CausalLm for Gpt {
-    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        Gpt::forward_checkpointed(self, ids, segment_len)
+impl CausalLm for Gpt {
+    /// Token and position embeddings, the blocks, then `ln_f`: `[batch, time, n_embd]`.
+    fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        let time = token_time(ids, self.config.block_size, "Gpt")?;
+        let positions: Vec<u32> = (0..time as u32).collect();
+        let positions = Tensor::from_indices(ids.gpu(), &positions, &[time])?;
+        let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
+        if self.training && self.dropout > 0.0 {
+            x = x.dropout(self.dropout)?;
+        }
+        let x = run_blocks(
+            self.blocks.as_slice(),
+            x,
+            segment_len,
+            "Gpt::forward_checkpointed",
+        )?;
+        self.ln_f.forward(&x)
     }
 
-    fn loss_checkpointed(
-        &self,
-        ids: &Tensor,
-        targets: &Tensor,
-        segment_len: usize,
-        label_smoothing: f32,
-        chunk_rows: usize,
-    ) -> Result<Tensor> {
-        Gpt::loss_checkpointed(self, ids, targets, segment_len, label_smoothing, chunk_rows)
+    fn head_parts(&self) -> Vec<&Tensor> {
+        self.wte.parts()
     }
 
+    /// The parameters under nanoGPT's names plus `lm_head.weight`, the head tied to
+    /// `transformer.wte.weight` (the same tensor twice): what a file must hold for nanoGPT's
+    /// `load_state_dict(..., strict=True)`. A token table past one binding is kept in parts
+    /// (`transformer.wte.weight.part0`, ..., and `lm_head.weight.part0`, ...), which nanoGPT
+    /// does not read.
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Gpt::state_dict(self)
+        let mut p = self.parameters();
+        let parts = self.wte.parts();
+        match parts[..] {
+            [weight] => p.push(("lm_head.weight".to_string(), weight.clone())),
+            _ => p.extend(
+                (parts.iter().enumerate())
+                    .map(|(i, w)| (format!("lm_head.weight.part{i}"), (*w).clone())),
+            ),
+        }
+        p
     }
 
     fn vocab_size(&self) -> usize {

@@ -18,10 +18,10 @@ use crate::embedding::Embedding;
 use crate::error::{Error, Result};
 use crate::gpt::{linear_with, normal_table};
 use crate::linear::{Linear, derive_seed};
-use crate::module::{Module, prefixed};
+use crate::module::{CausalLm, Module, prefixed};
 use crate::norm::RmsNorm;
 use crate::rotary::rotary_embedding;
-use crate::sequential::{chunked_head_loss, head_logits, run_blocks, token_time};
+use crate::sequential::{run_blocks, token_time};
 
 /// Hugging Face's `initializer_range`.
 const INIT_STD: f32 = 0.02;
@@ -449,49 +449,10 @@ impl Llama {
         }
         Ok(())
     }
-
-    /// The output head's table parts (the token embedding's when tied).
-    fn head_parts(&self) -> Vec<&Tensor> {
-        self.lm_head.as_ref().unwrap_or(&self.embed_tokens).parts()
-    }
-
-    /// Logits `[batch, time, vocab]` of u32 token ids `[batch, time]`, running each run of
-    /// `segment_len` layers through autograd's checkpoint (0: none).
-    pub fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        let h = self.hidden_checkpointed(ids, segment_len)?;
-        head_logits(&h, &self.head_parts())
-    }
-
-    /// The mean next-token cross-entropy through the chunked output head, as
-    /// [`crate::Gpt::loss_checkpointed`].
-    pub fn loss_checkpointed(
-        &self,
-        ids: &Tensor,
-        targets: &Tensor,
-        segment_len: usize,
-        label_smoothing: f32,
-        chunk_rows: usize,
-    ) -> Result<Tensor> {
-        let h = self.hidden_checkpointed(ids, segment_len)?;
-        chunked_head_loss(&h, &self.head_parts(), targets, label_smoothing, chunk_rows)
-    }
-
-    /// The final hidden states `[batch, time, width]` (after `model.norm`).
-    fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        token_time(ids, self.config.max_position_embeddings, "Llama")?;
-        let x = self.embed_tokens.forward(ids)?;
-        let x = run_blocks(
-            self.layers.as_slice(),
-            x,
-            segment_len,
-            "Llama::forward_checkpointed",
-        )?;
-        self.norm.forward(&x)
-    }
 }
 
 impl Module for Llama {
-    /// Logits of token ids without checkpointing ([`Llama::forward_checkpointed`]).
+    /// Logits of token ids without checkpointing ([`CausalLm::forward_checkpointed`]).
     fn forward(&self, ids: &Tensor) -> Result<Tensor> {
         self.forward_checkpointed(ids, 0)
     }
@@ -521,20 +482,23 @@ impl Module for Llama {
     }
 }
 
-impl crate::module::CausalLm for Llama {
-    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
-        Llama::forward_checkpointed(self, ids, segment_len)
+impl CausalLm for Llama {
+    /// The token embedding, the layers, then `model.norm`: `[batch, time, width]`.
+    fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        token_time(ids, self.config.max_position_embeddings, "Llama")?;
+        let x = self.embed_tokens.forward(ids)?;
+        let x = run_blocks(
+            self.layers.as_slice(),
+            x,
+            segment_len,
+            "Llama::forward_checkpointed",
+        )?;
+        self.norm.forward(&x)
     }
 
-    fn loss_checkpointed(
-        &self,
-        ids: &Tensor,
-        targets: &Tensor,
-        segment_len: usize,
-        label_smoothing: f32,
-        chunk_rows: usize,
-    ) -> Result<Tensor> {
-        Llama::loss_checkpointed(self, ids, targets, segment_len, label_smoothing, chunk_rows)
+    /// The output head's table parts (the token embedding's when tied).
+    fn head_parts(&self) -> Vec<&Tensor> {
+        self.lm_head.as_ref().unwrap_or(&self.embed_tokens).parts()
     }
 
     /// The parameters: Hugging Face leaves a tied head out of the file.

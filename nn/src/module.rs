@@ -8,6 +8,7 @@
 use plimsoll_autograd::Tensor;
 
 use crate::error::Result;
+use crate::sequential::{chunked_head_loss, head_logits};
 
 /// A layer or a network: forward, parameters, and the train/eval mode.
 ///
@@ -56,12 +57,29 @@ pub fn parameter_count(module: &dyn Module) -> usize {
 
 /// A causal language model ([`crate::Gpt`], [`crate::Llama`]): u32 token ids `[batch, time]` in,
 /// next-token logits or the mean cross-entropy out. What a trainer and a sampler need of either.
+/// A model gives its final hidden states and its output head's table; the logits and the
+/// chunked loss are the same for every model and provided here.
 pub trait CausalLm: Module {
-    /// Logits `[batch, time, vocab]`, each run of `segment_len` blocks checkpointed (0: none).
-    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor>;
+    /// The final hidden states `[batch, time, width]` (after the last norm, before the head),
+    /// each run of `segment_len` blocks checkpointed (0: none).
+    fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor>;
 
-    /// The mean next-token cross-entropy against `targets` through the chunked output head
-    /// (`chunk_rows` rows a chunk, 0: automatic), the logits never whole.
+    /// The output head's `[vocab, width]` table, in parts where it is past one binding (a
+    /// tied head: the token embedding's).
+    fn head_parts(&self) -> Vec<&Tensor>;
+
+    /// Logits `[batch, time, vocab]`, each run of `segment_len` blocks checkpointed (0: none).
+    fn forward_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor> {
+        let h = self.hidden_checkpointed(ids, segment_len)?;
+        head_logits(&h, &self.head_parts())
+    }
+
+    /// The mean next-token cross-entropy of token ids `[batch, time]` against `targets` (the
+    /// same shape), with label smoothing, through the chunked output head
+    /// ([`crate::loss::linear_cross_entropy`], `chunk_rows` rows a chunk, 0: automatic): the
+    /// `[batch, time, vocab]` logits never exist. The same loss and gradients as
+    /// [`CausalLm::forward_checkpointed`] followed by [`crate::loss::cross_entropy`], within f32
+    /// rounding.
     fn loss_checkpointed(
         &self,
         ids: &Tensor,
@@ -69,7 +87,10 @@ pub trait CausalLm: Module {
         segment_len: usize,
         label_smoothing: f32,
         chunk_rows: usize,
-    ) -> Result<Tensor>;
+    ) -> Result<Tensor> {
+        let h = self.hidden_checkpointed(ids, segment_len)?;
+        chunked_head_loss(&h, &self.head_parts(), targets, label_smoothing, chunk_rows)
+    }
 
     /// What a saved file holds: the parameters, plus a tied head under its own name where the
     /// model's usual layout has one.

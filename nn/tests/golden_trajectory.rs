@@ -26,7 +26,7 @@ use std::process::{Child, Command};
 
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::testing::{Rng, fresh_dir, gpu};
-use plimsoll_nn::{AdamW, AdamWConfig, Gpt, GptConfig, Module, Optimizer, zero_grad};
+use plimsoll_nn::{AdamW, AdamWConfig, CausalLm, Gpt, GptConfig, Module, Optimizer, zero_grad};
 use serde_json::{Value, json};
 
 /// Two layers, width 16, two heads, context 8: small enough for the reference to train in about

@@ -4,7 +4,7 @@
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::kernels::layer_norm::reference as layer_norm;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu};
-use plimsoll_nn::{Gpt, GptConfig, Module, parameter_count};
+use plimsoll_nn::{CausalLm, Gpt, GptConfig, Module, parameter_count};
 
 use crate::common::{Params, check_module, linear};
 use crate::modules::transformer_reference;

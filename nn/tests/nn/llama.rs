@@ -10,7 +10,8 @@ use plimsoll_kernels_wgsl::kernels::rotary::{RotaryDims, reference::angle};
 use plimsoll_kernels_wgsl::kernels::unary::reference::sigmoid;
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
-    Linear, Llama, LlamaConfig, Module, RmsNorm, SwiGlu, causal_attention, rotary_embedding,
+    CausalLm, Linear, Llama, LlamaConfig, Module, RmsNorm, SwiGlu, causal_attention,
+    rotary_embedding,
 };
 
 use crate::common::{Params, check_module, input, linear, param};

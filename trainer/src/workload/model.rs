@@ -614,7 +614,7 @@ impl Model for GptModel {
         })
     }
 
-    /// nanoGPT's names and layouts for a GPT ([`Gpt::state_dict`]), Hugging Face's for a
+    /// nanoGPT's names and layouts for a GPT ([`plimsoll_nn::CausalLm::state_dict`]), Hugging Face's for a
     /// Llama.
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.lm.state_dict()
