@@ -4,8 +4,9 @@
 //!
 //! In one place: a folder `src/kernels/<stem>/` holding the shader `<stem>.wgsl` and `mod.rs`
 //! with the launcher, `pub mod reference` (the CPU oracle) and `#[cfg(test)] pub(crate) mod
-//! tests` with `pub(crate) fn matches_reference`, and the stem added to `families!` below (the
-//! one list; a family without that test does not compile) and its entry points to [`ALL`].
+//! tests` with `pub(crate) fn matches_reference`, its entry points listed in `pub const KERNELS:
+//! &[Kernel]` beside their declarations, and the stem added to `families!` below (the one list;
+//! a family without that test or that list does not compile; [`ALL`] is made from the lists).
 //! `fill` is the worked example; copy its shape (a family whose `mod.rs` would grow long keeps its
 //! reference and tests in `reference.rs` and `tests.rs` beside it, as `binary` does). Every
 //! family is in this layout; only the helpers several families share stay in `shaders/`
@@ -40,7 +41,7 @@
 //!      per entry point (several entry points of one module: one `kernels! { "<stem>", source:
 //!      WGSL, workgroup: 256; NAME = "<entry>" [a, out]; .. }`, a line each), with `const WGSL: &str = concatcp!(include_str!("<stem>.wgsl"),
 //!      shader_source!("indexing"))` for the helpers it calls (`source: include_str!(..)` alone
-//!      for a file that calls none);
+//!      for a file that calls none), and each in the family's `KERNELS`;
 //!    - its `Params` in `shader_params!`, which declares them for Rust and WGSL at once
 //!      (padding included);
 //!    - `pub fn <stem>(gpu: &Gpu, [description,] out: DeviceSlice, a: DeviceSlice, ...)
@@ -120,6 +121,17 @@ macro_rules! families {
     ($($stem:ident),+ $(,)?) => {
         $(pub mod $stem;)+
 
+        /// Every kernel of the crate, one per entry point: each family's `KERNELS` (declared
+        /// beside its entry points), in the order of this list. What the shader validation test
+        /// checks, what a warm-up may compile before a run's first step, and where a module's
+        /// binding declarations come from ([`Kernel::source`]).
+        pub const ALL: &[Kernel] = {
+            const PARTS: &[&[Kernel]] = &[$($stem::KERNELS),+];
+            const LEN: usize = total_len(PARTS);
+            const ALL: [Kernel; LEN] = concatenated(PARTS);
+            &ALL
+        };
+
         /// Each family's kernel test against its reference (naming it is the check).
         #[cfg(test)]
         #[allow(dead_code)]
@@ -149,107 +161,32 @@ families! {
 #[cfg(test)]
 mod bounded_tests;
 
-/// Every kernel of the crate, one per entry point: what the shader validation test checks and
-/// what a warm-up may compile before a run's first step.
-pub const ALL: &[Kernel] = &[
-    attention::FORWARD,
-    attention::BACKWARD_DQ,
-    attention::BACKWARD_DKDV,
-    attention::FORWARD_F16,
-    attention::BACKWARD_DQ_F16,
-    attention::BACKWARD_DKDV_F16,
-    binary::BROADCAST,
-    binary::SCALAR_RHS,
-    binary::SCALAR_LHS,
-    binary::BACKWARD,
-    binary::SAME_V4,
-    binary::SUFFIX_V4,
-    binary::SCALAR_RHS_V4,
-    binary::SCALAR_LHS_V4,
-    binary::BACKWARD_SAME_V4,
-    binary::BROADCAST_F16,
-    binary::BROADCAST_F16_NATIVE,
-    binary::SCALAR_F16,
-    binary::SCALAR_F16_NATIVE,
-    convert::F32_TO_F16,
-    convert::F16_TO_F32,
-    convert::F32_TO_F16_NATIVE,
-    convert::F16_TO_F32_NATIVE,
-    copy::COPY,
-    copy::COPY_V4,
-    copy::STRIDED_COPY,
-    copy::STRIDED_COPY_F16,
-    copy::STRIDED_COPY_V4,
-    copy::STRIDED_COPY_ROWS_V4,
-    cross_entropy::FORWARD,
-    cross_entropy::BACKWARD,
-    cross_entropy::FORWARD_ROWS,
-    cross_entropy::BACKWARD_ROWS,
-    dropout::KERNEL,
-    embedding::GATHER,
-    embedding::ID_COUNTS,
-    embedding::ID_STARTS,
-    embedding::ID_LISTS,
-    embedding::SCATTER_ROWS,
-    fill::KERNEL,
-    layer_norm::FORWARD,
-    layer_norm::BACKWARD_INPUT,
-    layer_norm::BACKWARD_PARAMS,
-    layer_norm::FORWARD_ROWS,
-    layer_norm::BACKWARD_INPUT_ROWS,
-    matmul::MAIN,
-    matmul::MAIN_SCALAR,
-    matmul::MAIN_F16,
-    matmul::MAIN_SCALAR_F16,
-    matmul::COOP[0],
-    matmul::COOP[1],
-    matmul::COOP[2],
-    matmul::COOP[3],
-    matmul::COOP[4],
-    matmul::COOP[5],
-    matmul::NATIVE[1][0],
-    matmul::NATIVE[1][1],
-    matmul::NATIVE[2][0],
-    matmul::NATIVE[2][1],
-    matmul::NATIVE[3][0],
-    matmul::NATIVE[3][1],
-    matmul::NATIVE[4][0],
-    matmul::NATIVE[4][1],
-    matmul::NATIVE[5][0],
-    matmul::NATIVE[5][1],
-    matmul::NATIVE[6][0],
-    matmul::NATIVE[6][1],
-    matmul::NATIVE[7][0],
-    matmul::NATIVE[7][1],
-    nonfinite::KERNEL,
-    optimizer::SGD,
-    optimizer::ADAMW,
-    optimizer::ADAMW_V4,
-    reduce::SUM_AXIS,
-    reduce::MEAN_AXIS,
-    reduce::MAX_AXIS,
-    reduce::MAX_BACKWARD,
-    reduce::SUM_ALL,
-    reduce::SUM_SQUARES_CHUNKS,
-    reduce::SUM_SQUARES_CHUNKS_V4,
-    reduce::MEAN_ALL,
-    reduce::MAX_ALL,
-    rotary::KERNEL,
-    softmax::SOFTMAX_FORWARD,
-    softmax::LOG_SOFTMAX_FORWARD,
-    softmax::SOFTMAX_BACKWARD,
-    softmax::LOG_SOFTMAX_BACKWARD,
-    softmax::SOFTMAX_FORWARD_ROWS,
-    softmax::LOG_SOFTMAX_FORWARD_ROWS,
-    softmax::SOFTMAX_BACKWARD_ROWS,
-    softmax::LOG_SOFTMAX_BACKWARD_ROWS,
-    unary::FORWARD,
-    unary::BACKWARD,
-    unary::FORWARD_V4,
-    unary::BACKWARD_V4,
-    unary::FORWARD_F16,
-    unary::FORWARD_F16_NATIVE,
-];
+/// The number of kernels in all of `parts`.
+const fn total_len(parts: &[&[Kernel]]) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < parts.len() {
+        n += parts[i].len();
+        i += 1;
+    }
+    n
+}
+
+/// The kernels of `parts`, one after another (`N`: [`total_len`] of them).
+const fn concatenated<const N: usize>(parts: &[&[Kernel]]) -> [Kernel; N] {
+    let mut out = [fill::KERNEL; N];
+    let (mut i, mut n) = (0, 0);
+    while i < parts.len() {
+        let mut j = 0;
+        while j < parts[i].len() {
+            out[n] = parts[i][j];
+            n += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "N must be the total length of the parts");
+    out
+}
 
 /// Every pipeline the launchers of this crate can ask for: each kernel of [`ALL`] with each set
 /// of override constants its launcher passes (the unary and binary ops' `OP`, matmul `main`'s

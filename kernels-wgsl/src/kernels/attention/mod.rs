@@ -82,6 +82,16 @@ kernels! {
     ];
 }
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    FORWARD,
+    BACKWARD_DQ,
+    BACKWARD_DKDV,
+    FORWARD_F16,
+    BACKWARD_DQ_F16,
+    BACKWARD_DKDV_F16,
+];
+
 /// An input of the attention kernels: f32 elements, or packed f16 halves (the `_f16` kernels,
 /// which widen each value as they load it: no f32 copy of the tensor is made).
 #[derive(Debug, Clone, Copy)]

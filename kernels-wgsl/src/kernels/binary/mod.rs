@@ -177,6 +177,23 @@ kernels! {
     ];
 }
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    BROADCAST,
+    SCALAR_RHS,
+    SCALAR_LHS,
+    BACKWARD,
+    SAME_V4,
+    SUFFIX_V4,
+    SCALAR_RHS_V4,
+    SCALAR_LHS_V4,
+    BACKWARD_SAME_V4,
+    BROADCAST_F16,
+    BROADCAST_F16_NATIVE,
+    SCALAR_F16,
+    SCALAR_F16_NATIVE,
+];
+
 shader_params! {
     /// The `Params` of `binary.wgsl` (shared by every entry point; unused fields are 0).
     struct Params {

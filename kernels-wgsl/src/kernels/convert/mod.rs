@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_units};
-use crate::pipeline::{kernels, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -57,6 +57,14 @@ kernels! {
     /// The native path's `f16_to_f32` entry point: bindings `src_halves` (f16), `dst` (f32).
     F16_TO_F32_NATIVE = "f16_to_f32" [src_halves: "array<f16>", dst];
 }
+
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    F32_TO_F16,
+    F16_TO_F32,
+    F32_TO_F16_NATIVE,
+    F16_TO_F32_NATIVE,
+];
 
 shader_params! {
     /// The `Params` of `convert.wgsl` and `convert_native.wgsl` (every entry point). Offsets of halves count halves from

@@ -6,7 +6,7 @@ use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::convert::Halves;
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_split, launch_units, same_len};
-use crate::pipeline::{kernels, shader_params};
+use crate::pipeline::{Kernel, kernels, shader_params};
 use crate::slice::DeviceSlice;
 
 /// The module: `copy.wgsl`, beside this file.
@@ -33,6 +33,16 @@ kernels! {
         dst_v4: "array<vec4<u32>>",
     ];
 }
+
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    COPY,
+    COPY_V4,
+    STRIDED_COPY,
+    STRIDED_COPY_F16,
+    STRIDED_COPY_V4,
+    STRIDED_COPY_ROWS_V4,
+];
 
 /// Longest innermost run (in vec4s) that `strided_copy_rows_v4` copies in one invocation.
 const MAX_ROW_RUN: u32 = 64;

@@ -11,7 +11,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_layout};
-use crate::pipeline::{kernels, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -49,6 +49,14 @@ kernels! {
     /// `backward` with a workgroup per row.
     BACKWARD_ROWS = "backward_rows" [logits, targets: "array<u32>", dloss, dlogits];
 }
+
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    FORWARD,
+    BACKWARD,
+    FORWARD_ROWS,
+    BACKWARD_ROWS,
+];
 
 /// Loop passes one invocation of a workgroup-per-row entry point runs: two column loops of
 /// `ceil(cols / 64)` passes and a tree of 6.

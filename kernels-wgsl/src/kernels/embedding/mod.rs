@@ -31,6 +31,15 @@ const WGSL: &str = concatcp!(include_str!("embedding.wgsl"), shader_source!("ind
 /// The `gather` entry point.
 pub const GATHER: Kernel = kernel!("embedding", "gather", source: WGSL, [table, ids: "array<u32>", out], ELEMENTWISE_WORKGROUP);
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    GATHER,
+    ID_COUNTS,
+    ID_STARTS,
+    ID_LISTS,
+    SCATTER_ROWS,
+];
+
 /// The bindings of [`scatter_add`]'s four entry points.
 macro_rules! sort_kernel {
     ($entry:literal) => {

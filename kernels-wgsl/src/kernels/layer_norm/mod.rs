@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::kernels::{
     RowLayout, check_loop_limit, launch_rows, launch_units, loop_passes, row_layout,
 };
-use crate::pipeline::{kernels, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -52,6 +52,15 @@ kernels! {
     /// `backward_input` with a workgroup per row.
     BACKWARD_INPUT_ROWS = "backward_input_rows" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
 }
+
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    FORWARD,
+    BACKWARD_INPUT,
+    BACKWARD_PARAMS,
+    FORWARD_ROWS,
+    BACKWARD_INPUT_ROWS,
+];
 
 /// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
 /// rows of `cols` columns: three unrolled column loops ([`crate::kernels::loop_passes`]; see

@@ -170,6 +170,34 @@ kernels! {
     MAIN_SCALAR = "main_scalar" [a, b, c, bias];
 }
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    MAIN,
+    MAIN_SCALAR,
+    MAIN_F16,
+    MAIN_SCALAR_F16,
+    COOP[0],
+    COOP[1],
+    COOP[2],
+    COOP[3],
+    COOP[4],
+    COOP[5],
+    NATIVE[1][0],
+    NATIVE[1][1],
+    NATIVE[2][0],
+    NATIVE[2][1],
+    NATIVE[3][0],
+    NATIVE[3][1],
+    NATIVE[4][0],
+    NATIVE[4][1],
+    NATIVE[5][0],
+    NATIVE[5][1],
+    NATIVE[6][0],
+    NATIVE[6][1],
+    NATIVE[7][0],
+    NATIVE[7][1],
+];
+
 /// The least work (`2·batch·m·n·k`) a product takes `main` for: below it `main_scalar` does.
 /// `main`'s first dispatch costs lavapipe 0.9–1.7 s of JIT per layout (`cargo xtask bench
 /// kernels` with `MESA_SHADER_CACHE_DISABLE=true`, `pipeline_cold/matmul::main`), against about

@@ -31,6 +31,11 @@ const WGSL: &str = concatcp!(include_str!("nonfinite.wgsl"), shader_source!("ind
 /// The `check` entry point: bindings `x`, `flags`.
 pub const KERNEL: Kernel = kernel!("nonfinite", "check", source: WGSL, [x, flags: "array<atomic<u32>>"], ELEMENTWISE_WORKGROUP);
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    KERNEL,
+];
+
 shader_params! {
     /// The `Params` of `nonfinite.wgsl`.
     struct Params {

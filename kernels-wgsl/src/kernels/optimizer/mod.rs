@@ -9,7 +9,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{ELEMENTWISE_WORKGROUP, launch_ranges, launch_split, same_len};
-use crate::pipeline::{kernels, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -34,6 +34,13 @@ kernels! {
         exp_avg_sq_v4: "array<vec4<f32>>",
     ];
 }
+
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    SGD,
+    ADAMW,
+    ADAMW_V4,
+];
 
 shader_params! {
     /// The `SgdParams` of `optimizer.wgsl`.

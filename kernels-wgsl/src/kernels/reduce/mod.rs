@@ -126,6 +126,19 @@ kernels! {
     MAX_ALL = "max_all" [src, dst, idx_out: "array<u32>"];
 }
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    SUM_AXIS,
+    MEAN_AXIS,
+    MAX_AXIS,
+    MAX_BACKWARD,
+    SUM_ALL,
+    SUM_SQUARES_CHUNKS,
+    SUM_SQUARES_CHUNKS_V4,
+    MEAN_ALL,
+    MAX_ALL,
+];
+
 shader_params! {
     /// The `Params` of `reduce.wgsl` (shared by every entry point; unused offsets are 0).
     struct Params {

@@ -18,6 +18,11 @@ pub const KERNEL: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    KERNEL,
+];
+
 shader_params! {
     /// The `Params` of `rotary.wgsl`.
     struct Params {

@@ -10,7 +10,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{check_loop_limit, launch_rows, loop_passes, same_len};
-use crate::pipeline::{kernels, shader_params, shader_source};
+use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
@@ -67,6 +67,18 @@ kernels! {
     /// Log-softmax backward, a workgroup per row.
     LOG_SOFTMAX_BACKWARD_ROWS = "log_softmax_backward_rows" [y_saved, dy, dx];
 }
+
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    SOFTMAX_FORWARD,
+    LOG_SOFTMAX_FORWARD,
+    SOFTMAX_BACKWARD,
+    LOG_SOFTMAX_BACKWARD,
+    SOFTMAX_FORWARD_ROWS,
+    LOG_SOFTMAX_FORWARD_ROWS,
+    SOFTMAX_BACKWARD_ROWS,
+    LOG_SOFTMAX_BACKWARD_ROWS,
+];
 
 pub use crate::kernels::{GPU_INVOCATION_PER_ROW_MIN_ROWS, RowLayout, row_layout};
 

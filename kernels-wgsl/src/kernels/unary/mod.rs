@@ -111,6 +111,16 @@ pub const FORWARD_F16_NATIVE: Kernel = kernel!(
     ELEMENTWISE_WORKGROUP
 );
 
+/// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
+pub const KERNELS: &[Kernel] = &[
+    FORWARD,
+    BACKWARD,
+    FORWARD_V4,
+    BACKWARD_V4,
+    FORWARD_F16,
+    FORWARD_F16_NATIVE,
+];
+
 shader_params! {
     /// The `Params` of `unary.wgsl` (shared by both entry points; unused offsets are 0).
     struct Params {
