@@ -103,6 +103,31 @@ fn every_shader_parses_and_validates() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// Every `@compute` entry point of every module is a kernel of `kernels::ALL` (its family's
+/// `KERNELS` lists it): one left out would be neither validated on its own nor warmed up.
+#[test]
+fn every_entry_point_is_listed() {
+    let mut missing = Vec::new();
+    for kernel in kernels::ALL {
+        let name = format!("shaders/{}.wgsl", kernel.stem);
+        let module = parse(&name, &kernel.source()).unwrap_or_else(|e| panic!("{e}"));
+        for entry in &module.entry_points {
+            let listed = kernels::ALL
+                .iter()
+                .any(|k| k.stem == kernel.stem && k.entry == entry.name);
+            let line = format!("{}: {}", kernel.stem, entry.name);
+            if !listed && !missing.contains(&line) {
+                missing.push(line);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "entry points in no family's KERNELS: {}",
+        missing.join(", ")
+    );
+}
+
 #[test]
 fn every_storage_binding_is_read_write() {
     let mut failures = Vec::new();
