@@ -124,14 +124,7 @@ fn a_signal_sent_twice_at_once_as_timeout_does_still_saves_the_run() {
     // second must not be taken for a person's second Ctrl-C that quits at once.
     let dir = folder("double-term");
     let mut child = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args([
-            "train",
-            "shakespeare",
-            "--steps",
-            "100000",
-            "--log-every",
-            "1",
-        ])
+        .args(words("train shakespeare --steps 100000 --log-every 1"))
         .args(["--run-dir", "run"])
         .current_dir(&dir)
         .stdin(Stdio::null())
@@ -156,22 +149,8 @@ fn a_signal_sent_twice_at_once_as_timeout_does_still_saves_the_run() {
 fn the_metrics_file_has_every_step_and_every_evaluation() {
     let dir = folder("metrics");
     let out = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args([
-            "train",
-            "digits",
-            "--epochs",
-            "2",
-            "--metrics-out",
-            "m.jsonl",
-        ])
-        .args([
-            "--run-dir",
-            "ck",
-            "--clip-grad-norm",
-            "0.5",
-            "--log-every",
-            "5",
-        ])
+        .args(words("train digits --epochs 2 --metrics-out m.jsonl"))
+        .args(words("--run-dir ck --clip-grad-norm 0.5 --log-every 5"))
         .current_dir(&dir)
         .stdin(Stdio::null())
         .output()
@@ -257,25 +236,9 @@ fn sample_uses_the_recorded_shape_and_refuses_a_contradicting_flag() {
         c
     };
     let train = plimsoll()
-        .args([
-            "train",
-            "shakespeare",
-            "--steps",
-            "2",
-            "--batch",
-            "2",
-            "--context",
-            "16",
-        ])
+        .args(words("train shakespeare --steps 2 --batch 2 --context 16"))
         .args(ONE_BLOCK_GPT_ARGS)
-        .args([
-            "--eval-every",
-            "2",
-            "--eval-windows",
-            "4",
-            "--run-dir",
-            "ck",
-        ])
+        .args(words("--eval-every 2 --eval-windows 4 --run-dir ck"))
         .output()
         .unwrap();
     assert!(
@@ -284,9 +247,7 @@ fn sample_uses_the_recorded_shape_and_refuses_a_contradicting_flag() {
         String::from_utf8_lossy(&train.stderr)
     );
     let ok = plimsoll()
-        .args([
-            "sample", "--run", "ck", "--tokens", "20", "--prompt", "KING",
-        ])
+        .args(words("sample --run ck --tokens 20 --prompt KING"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&ok.stdout);
@@ -350,18 +311,9 @@ fn a_build_without_mpi_refuses_to_be_one_of_several_mpirun_processes() {
 fn a_run_with_its_micro_batch_given_compiles_only_its_kernels() {
     let dir = folder("compile-own");
     let out = Command::new(env!("CARGO_BIN_EXE_plimsoll"))
-        .args([
-            "train",
-            "digits",
-            "--epochs",
-            "1",
-            "--micro-batch",
-            "64",
-            "--checkpointing",
-            "none",
-            "--run-dir",
-            "run",
-        ])
+        .args(words(
+            "train digits --epochs 1 --micro-batch 64 --checkpointing none --run-dir run",
+        ))
         .current_dir(&dir)
         .stdin(Stdio::null())
         .output()

@@ -76,12 +76,7 @@ fn a_prepared_folder_trains_samples_and_is_refused_once_changed() {
     assert!(!o.status.success());
     assert!(text(&o).contains("data changed"), "{}", text(&o));
     assert!(text(&o).contains("--data"), "{}", text(&o));
-    let o = run(
-        &dir,
-        &[
-            "train", "gpt", "--resume", "r", "--steps", "3", "--data", "tok",
-        ],
-    );
+    let o = run(&dir, &words("train gpt --resume r --steps 3 --data tok"));
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(json(&dir.join("r/summary.json"))["steps"], 3);
     let _ = std::fs::remove_dir_all(&dir);

@@ -36,24 +36,8 @@ fn trained() -> &'static Path {
         output_ok(
             plimsoll(&dir)
                 .args(["train", "shakespeare", "--steps", "1", "--batch", "2"])
-                .args([
-                    "--context",
-                    "8",
-                    "--layers",
-                    "1",
-                    "--heads",
-                    "1",
-                    "--width",
-                    "16",
-                ])
-                .args([
-                    "--eval-every",
-                    "1",
-                    "--eval-windows",
-                    "1",
-                    "--micro-batch",
-                    "2",
-                ])
+                .args(words("--context 8 --layers 1 --heads 1 --width 16"))
+                .args(words("--eval-every 1 --eval-windows 1 --micro-batch 2"))
                 .args(["--checkpointing", "none", "--memory-timeline", "off"])
                 .args(["--run-dir", "ck"]),
         );

@@ -127,16 +127,7 @@ fn a_default_that_does_not_fit_the_run_is_shortened_and_said() {
     let dir = folder("notes");
     let o = run(
         &dir,
-        &[
-            "plan",
-            "shakespeare",
-            "--steps",
-            "50",
-            "--lr",
-            "5e-5",
-            "--layers",
-            "1",
-        ],
+        &words("plan shakespeare --steps 50 --lr 5e-5 --layers 1"),
     );
     let out = stdout(&o);
     assert!(o.status.success(), "{out}{}", stderr(&o));
@@ -158,22 +149,9 @@ fn a_run_records_what_trained_in_words_and_its_report_draws_the_accuracy() {
     let dir = folder("record");
     let o = run(
         &dir,
-        &[
-            "train",
-            "digits",
-            "--epochs",
-            "1",
-            "--lr",
-            "0.003",
-            "--warmup-steps",
-            "5",
-            "--min-lr",
-            "0.0001",
-            "--clip-grad-norm",
-            "2",
-            "--run-dir",
-            "r",
-        ],
+        &words(
+            "train digits --epochs 1 --lr 0.003 --warmup-steps 5 --min-lr 0.0001 --clip-grad-norm 2 --run-dir r",
+        ),
     );
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let record = json(&dir.join("r/run.json"));

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::cli::ONE_BLOCK_GPT_ARGS;
+use common::cli::{ONE_BLOCK_GPT_ARGS, words};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -235,14 +235,7 @@ fn a_killed_rank_is_named_by_the_survivor_within_the_deadline_with_a_checkpoint(
     let mut child = mpirun(2)
         .args(["sh", "-c", script, BIN, "train"])
         .args(MLP_BATCH_64)
-        .args([
-            "--steps",
-            "100000",
-            "--checkpoint-every",
-            "5",
-            "--run-dir",
-            "run",
-        ])
+        .args(words("--steps 100000 --checkpoint-every 5 --run-dir run"))
         .args(["--deadline-ms", &deadline_ms.to_string()])
         .current_dir(&dir)
         .stdout(Stdio::null())

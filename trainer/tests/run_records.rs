@@ -131,16 +131,7 @@ fn a_run_stopped_by_the_deadline_before_step_1_is_a_failed_run() {
     let dir = folder("deadline");
     let o = run(
         &dir,
-        &[
-            "train",
-            "digits",
-            "--epochs",
-            "1",
-            "--deadline-ms",
-            "1",
-            "--run-dir",
-            "r",
-        ],
+        &words("train digits --epochs 1 --deadline-ms 1 --run-dir r"),
     );
     let said = text(&o);
     assert_eq!(
@@ -232,12 +223,7 @@ fn a_refused_resume_writes_nothing() {
         .unwrap()
         .clone();
     poison(&latest, &weight);
-    let refused = run(
-        &dir,
-        &[
-            "train", "digits", "--resume", "r", "--epochs", "2", "--lr", "0.5",
-        ],
-    );
+    let refused = run(&dir, &words("train digits --resume r --epochs 2 --lr 0.5"));
     let said = text(&refused);
     assert_eq!(refused.status.code(), Some(1), "{said}");
     assert!(said.contains("Nothing was loaded"), "{said}");
@@ -271,18 +257,7 @@ fn a_resumed_run_keeps_one_record() {
     let dir = folder("one-record");
     let first = run(
         &dir,
-        &[
-            "train",
-            "digits",
-            "--epochs",
-            "1",
-            "--checkpoint-every",
-            "5",
-            "--memory-timeline",
-            "20-30",
-            "--run-dir",
-            "r",
-        ],
+        &words("train digits --epochs 1 --checkpoint-every 5 --memory-timeline 20-30 --run-dir r"),
     );
     assert!(first.status.success(), "{}", text(&first));
     let r = dir.join("r");
@@ -324,16 +299,7 @@ fn resuming_after_the_data_changed_needs_data_again() {
     std::fs::copy(&bundled, &data).unwrap();
     let first = run(
         &dir,
-        &[
-            "train",
-            "digits",
-            "--epochs",
-            "1",
-            "--data",
-            "d.csv.gz",
-            "--run-dir",
-            "r",
-        ],
+        &words("train digits --epochs 1 --data d.csv.gz --run-dir r"),
     );
     assert!(first.status.success(), "{}", text(&first));
     // The same digits less the last 100 rows.
@@ -357,9 +323,7 @@ fn resuming_after_the_data_changed_needs_data_again() {
     assert!(text(&eval).contains("data changed"), "{}", text(&eval));
     let accepted = run(
         &dir,
-        &[
-            "train", "digits", "--resume", "r", "--epochs", "2", "--data", "d.csv.gz",
-        ],
+        &words("train digits --resume r --epochs 2 --data d.csv.gz"),
     );
     assert!(accepted.status.success(), "{}", text(&accepted));
     let record = json(&r.join("run.json"));

@@ -107,9 +107,7 @@ fn a_resumed_run_keeps_its_settings_and_records_a_change() {
     // The batch can, explicitly: recorded, and the epochs are counted in samples.
     let second = run(
         &dir,
-        &[
-            "train", "digits", "--resume", "r", "--epochs", "2", "--batch", "128",
-        ],
+        &words("train digits --resume r --epochs 2 --batch 128"),
     );
     let said = text(&second);
     assert!(second.status.success(), "{said}");
@@ -216,14 +214,7 @@ fn a_crash_in_the_middle_of_a_save_leaves_a_loadable_checkpoint() {
     for (i, delay_ms) in [0u64, 7, 23].into_iter().enumerate() {
         let name = format!("r{i}");
         let mut child = plimsoll(&dir)
-            .args([
-                "train",
-                "digits",
-                "--epochs",
-                "100000",
-                "--checkpoint-every",
-                "1",
-            ])
+            .args(words("train digits --epochs 100000 --checkpoint-every 1"))
             .args(["--run-dir", &name])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -15,6 +15,12 @@ pub fn folder(suite: &str, name: &str) -> PathBuf {
     plimsoll_kernels_wgsl::testing::fresh_dir(suite, name)
 }
 
+/// A command line's words (split at spaces), as a user types them: `words("train digits
+/// --epochs 1")`. For arguments without spaces; build others as a list.
+pub fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// `plimsoll` in `dir`, stdin closed (no terminal).
 pub fn plimsoll(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_plimsoll"));
