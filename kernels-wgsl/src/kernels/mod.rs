@@ -142,6 +142,7 @@ macro_rules! families {
 families! {
     attention,
     binary,
+    conv2d,
     convert,
     copy,
     cross_entropy,

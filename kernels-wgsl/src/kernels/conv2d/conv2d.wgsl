@@ -1,0 +1,160 @@
+// conv2d: PyTorch's `nn.Conv2d` (cross-correlation) over NCHW tensors, with stride, zero
+// padding, dilation and groups, and its two gradients, by direct summation (one invocation per
+// element written; no unfolded input anywhere):
+//
+//   y[n, o, oh, ow] = bias[o] + sum_{c < C/g, ky, kx} x[n, g(o) C/g + c, ih, iw] w[o, c, ky, kx]
+//   ih = oh * stride_h + ky * dil_h - pad_h,  iw = ow * stride_w + kx * dil_w - pad_w
+//
+// with g(o) = o / (O/g) the group of output channel o and x read as 0 outside the image.
+// `backward_input` writes dx (each input element sums the outputs whose taps read it),
+// `backward_weight` dw (each weight sums its taps over the batch range n_first..n_first+n_count)
+// and `backward_bias` db (each channel sums its outputs over the same range); with
+// `accumulate` those two add to what is there (a batch summed in ranges under lavapipe's loop
+// budget). Reference: mod.rs beside this file.
+//
+// Layout: x, dx [N, C, H, W]; w, dw [O, C/g, KH, KW]; y, dy [N, O, OH, OW], row-major from their
+// offsets: x_offset (x, dx, wx), w_offset (weight, dweight), b_offset (bias, dbias), y_offset
+// (y, gy). Declared in mod.rs: `Params` (`shader_params!`) and the bindings (`kernels!`).
+// Dispatch: elementwise over the elements written, `first + t` for t < count (a launch in ranges
+// under a submission bound); an invocation past `count` returns.
+
+const WG: u32 = 256u;
+
+// Whether tap (ky, kx) of output position (oh, ow) reads inside the image; its row and column.
+fn input_at(oh: u32, ow: u32, ky: u32, kx: u32) -> vec3<i32> {
+    let ih = i32(oh * params.stride_h + ky * params.dil_h) - i32(params.pad_h);
+    let iw = i32(ow * params.stride_w + kx * params.dil_w) - i32(params.pad_w);
+    let inside = ih >= 0 && ih < i32(params.in_h) && iw >= 0 && iw < i32(params.in_w);
+    return vec3<i32>(ih, iw, select(0, 1, inside));
+}
+
+// The flat index of x[n, c, ih, iw] and of y[n, o, oh, ow] (from the tensor's start).
+fn x_index(n: u32, c: u32, ih: u32, iw: u32) -> u32 {
+    return ((n * params.in_c + c) * params.in_h + ih) * params.in_w + iw;
+}
+
+fn y_index(n: u32, o: u32, oh: u32, ow: u32) -> u32 {
+    return ((n * params.out_c + o) * params.out_h + oh) * params.out_w + ow;
+}
+
+@compute @workgroup_size(256)
+fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let ow = i % params.out_w;
+    let oh = (i / params.out_w) % params.out_h;
+    let o = (i / (params.out_w * params.out_h)) % params.out_c;
+    let n = i / (params.out_w * params.out_h * params.out_c);
+    let cg = params.in_c / params.groups;
+    let c0 = (o / (params.out_c / params.groups)) * cg;
+    let khw = params.k_h * params.k_w;
+    let taps = cg * khw;
+    var acc = 0.0;
+    for (var r = 0u; r < taps; r = r + 1u) {
+        let k = r % khw;
+        let at = input_at(oh, ow, k / params.k_w, k % params.k_w);
+        if (at.z != 0) {
+            let xv = x[params.x_offset + x_index(n, c0 + r / khw, u32(at.x), u32(at.y))];
+            acc += xv * weight[params.w_offset + o * taps + r];
+        }
+    }
+    if (params.has_bias != 0u) {
+        acc += bias[params.b_offset + o];
+    }
+    y[params.y_offset + i] = acc;
+}
+
+@compute @workgroup_size(256)
+fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let iw = i % params.in_w;
+    let ih = (i / params.in_w) % params.in_h;
+    let c = (i / (params.in_w * params.in_h)) % params.in_c;
+    let n = i / (params.in_w * params.in_h * params.in_c);
+    let cg = params.in_c / params.groups;
+    let og = params.out_c / params.groups;
+    let o0 = (c / cg) * og;
+    let khw = params.k_h * params.k_w;
+    let taps = og * khw;
+    var acc = 0.0;
+    for (var r = 0u; r < taps; r = r + 1u) {
+        let k = r % khw;
+        // The output position whose tap k reads (ih, iw), if there is one.
+        let th = i32(ih + params.pad_h) - i32((k / params.k_w) * params.dil_h);
+        let tw = i32(iw + params.pad_w) - i32((k % params.k_w) * params.dil_w);
+        if (th >= 0 && tw >= 0) {
+            let oh = u32(th) / params.stride_h;
+            let ow = u32(tw) / params.stride_w;
+            let on_grid = u32(th) % params.stride_h == 0u && u32(tw) % params.stride_w == 0u;
+            if (on_grid && oh < params.out_h && ow < params.out_w) {
+                let o = o0 + r / khw;
+                let g = gy[params.y_offset + y_index(n, o, oh, ow)];
+                acc += g * weight[params.w_offset + (o * cg + c % cg) * khw + k];
+            }
+        }
+    }
+    dx[params.x_offset + i] = acc;
+}
+
+@compute @workgroup_size(256)
+fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let khw = params.k_h * params.k_w;
+    let cg = params.in_c / params.groups;
+    let k = i % khw;
+    let ky = k / params.k_w;
+    let kx = k % params.k_w;
+    let o = i / (khw * cg);
+    let c = (o / (params.out_c / params.groups)) * cg + (i / khw) % cg;
+    let plane = params.out_h * params.out_w;
+    let positions = params.n_count * plane;
+    var acc = 0.0;
+    for (var p = 0u; p < positions; p = p + 1u) {
+        let n = params.n_first + p / plane;
+        let oh = (p % plane) / params.out_w;
+        let ow = p % params.out_w;
+        let at = input_at(oh, ow, ky, kx);
+        if (at.z != 0) {
+            let g = gy[params.y_offset + y_index(n, o, oh, ow)];
+            acc += g * wx[params.x_offset + x_index(n, c, u32(at.x), u32(at.y))];
+        }
+    }
+    if (params.accumulate != 0u) {
+        acc += dweight[params.w_offset + i];
+    }
+    dweight[params.w_offset + i] = acc;
+}
+
+@compute @workgroup_size(256)
+fn backward_bias(@builtin(global_invocation_id) gid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let o = params.first + t;
+    let plane = params.out_h * params.out_w;
+    var acc = 0.0;
+    for (var p = 0u; p < params.n_count * plane; p = p + 1u) {
+        let n = params.n_first + p / plane;
+        acc += gy[params.y_offset + y_index(n, o, (p % plane) / params.out_w, p % params.out_w)];
+    }
+    if (params.accumulate != 0u) {
+        acc += dbias[params.b_offset + o];
+    }
+    dbias[params.b_offset + o] = acc;
+}
