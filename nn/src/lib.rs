@@ -9,12 +9,13 @@
 //! precision, out-of-memory recovery): that is `plimsoll-trainer`. Every fallible function
 //! returns this crate's [`Error`].
 //!
-//! Map: [`module`], [`linear`], [`activation`], [`norm`], [`embedding`], [`attention`],
+//! Map: [`module`], [`linear`], [`conv`], [`activation`], [`norm`], [`embedding`], [`attention`],
 //! [`blocks`], [`sequential`], [`loss`], [`optim`], [`state`], [`error`].
 
 pub mod activation;
 pub mod attention;
 pub mod blocks;
+pub mod conv;
 pub mod embedding;
 pub mod error;
 pub mod gpt;
@@ -31,6 +32,7 @@ pub mod state;
 pub use activation::{Activation, Dropout, Gelu, Relu, Sigmoid, Tanh};
 pub use attention::{CausalSelfAttention, causal_attention, causal_attention_dropout};
 pub use blocks::{ResidualMlpBlock, TransformerBlock};
+pub use conv::{Conv2d, Conv2dOptions, conv2d};
 pub use embedding::Embedding;
 pub use error::{Error, Result};
 pub use gpt::{Gpt, GptConfig};

@@ -1,0 +1,139 @@
+//! The convolutional layers against f64 CPU references: forward, and the parameter and input
+//! gradients by central differences of the reference.
+
+use plimsoll_kernels_wgsl::kernels::conv2d::{Conv2dDims, reference};
+use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_nn::{Conv2d, Conv2dOptions, Error, Module};
+
+use crate::common::{Params, check_module, input};
+
+/// The kernel's dimensions of `layer` on an `[n, c, h, w]` input.
+fn dims_of(layer: &Conv2d, x: [usize; 4]) -> Conv2dDims {
+    let ws = layer.weight().shape();
+    let o = layer.options();
+    let u = |v: [usize; 2]| v.map(|v| v as u64);
+    Conv2dDims {
+        batch: x[0] as u64,
+        in_channels: x[1] as u64,
+        in_size: [x[2] as u64, x[3] as u64],
+        out_channels: ws[0] as u64,
+        kernel: [ws[2] as u64, ws[3] as u64],
+        stride: u(o.stride),
+        padding: u(o.padding),
+        dilation: u(o.dilation),
+        groups: o.groups as u64,
+    }
+}
+
+/// `Conv2d` with and without a bias, strided, padded, dilated and grouped: the forward and every
+/// gradient against the reference and its finite differences; parameters under PyTorch's
+/// names and layout.
+#[test]
+fn conv2d_matches_reference() {
+    let gpu = gpu();
+    let cases = [
+        (4, 6, [3, 3], Conv2dOptions::default().padding(1), true),
+        (
+            4,
+            6,
+            [3, 3],
+            Conv2dOptions::default().stride(2).padding(1),
+            false,
+        ),
+        (
+            4,
+            4,
+            [3, 2],
+            Conv2dOptions::default().dilation(2).padding(2).groups(2),
+            true,
+        ),
+        (
+            3,
+            3,
+            [3, 3],
+            Conv2dOptions::default().padding(1).groups(3),
+            true,
+        ),
+        (4, 2, [1, 1], Conv2dOptions::default(), true),
+    ];
+    for (i, (c, o, kernel, options, bias)) in cases.into_iter().enumerate() {
+        let layer = Conv2d::new(&gpu, c, o, kernel, options, bias, 10 + i as u64).unwrap();
+        let names: Vec<String> = layer.parameters().into_iter().map(|(n, _)| n).collect();
+        let want_names = if bias {
+            vec!["weight", "bias"]
+        } else {
+            vec!["weight"]
+        };
+        assert_eq!(names, want_names);
+        assert_eq!(
+            layer.weight().shape(),
+            [o, c / options.groups, kernel[0], kernel[1]]
+        );
+        let shape = [2, c, 6, 5];
+        let x = input(
+            &gpu,
+            &Rng::new(20 + i as u64).vec_f32(2 * c * 30, -1.0, 1.0),
+            &shape,
+        );
+        let dims = dims_of(&layer, shape);
+        check_module(&layer, &x, true, &|p: &Params, x: &[f64]| {
+            reference::forward_f64(&dims, x, &p["weight"], p.get("bias").map(|b| &b[..]))
+        });
+    }
+}
+
+/// PyTorch's initialisation: every weight and bias within `1 / sqrt(in / groups · kh · kw)`,
+/// the same seed giving the same layer.
+#[test]
+fn conv2d_init_is_bounded_and_seeded() {
+    let gpu = gpu();
+    let options = Conv2dOptions::default().groups(2);
+    let layer = Conv2d::new(&gpu, 8, 4, [3, 3], options, true, 5).unwrap();
+    let again = Conv2d::new(&gpu, 8, 4, [3, 3], options, true, 5).unwrap();
+    let bound = 1.0 / ((8 / 2 * 9) as f32).sqrt();
+    for ((name, t), (_, u)) in layer.parameters().into_iter().zip(again.parameters()) {
+        let (v, w) = (t.to_vec().unwrap(), u.to_vec().unwrap());
+        assert!(
+            v.iter().all(|x| x.abs() <= bound),
+            "{name} outside ±{bound}"
+        );
+        assert!(
+            v.iter().any(|x| x.abs() > bound / 2.0),
+            "{name} drawn too narrowly"
+        );
+        assert_eq!(v, w, "{name}: the same seed must give the same values");
+    }
+}
+
+/// Wrong inputs are typed errors with the shapes: a 3-D input, channels the weight does not
+/// take, groups that do not divide the channels, a kernel larger than the padded image.
+#[test]
+fn conv2d_refuses_bad_inputs_with_the_shapes() {
+    let gpu = gpu();
+    let layer = Conv2d::new(&gpu, 3, 4, [3, 3], Conv2dOptions::default(), true, 1).unwrap();
+    let flat = input(&gpu, &[0.0; 3 * 25], &[3, 5, 5]);
+    let err = layer.forward(&flat).unwrap_err();
+    assert!(matches!(err, Error::InputShape { .. }), "{err}");
+    assert!(err.to_string().contains("[3, 5, 5]"), "{err}");
+    let two_channels = input(&gpu, &[0.0; 2 * 25], &[1, 2, 5, 5]);
+    let err = layer.forward(&two_channels).unwrap_err();
+    assert!(matches!(err, Error::InputShape { .. }), "{err}");
+    let small = input(&gpu, &[0.0; 3 * 4], &[1, 3, 2, 2]);
+    let err = layer.forward(&small).unwrap_err();
+    assert!(
+        err.to_string().contains("the kernel spans 3 pixels"),
+        "{err}"
+    );
+    let err = Conv2d::new(
+        &gpu,
+        3,
+        4,
+        [3, 3],
+        Conv2dOptions::default().groups(2),
+        true,
+        1,
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
+    assert!(err.to_string().contains("groups 2"), "{err}");
+}
