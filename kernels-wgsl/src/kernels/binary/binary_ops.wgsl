@@ -11,9 +11,7 @@ const WG: u32 = 256u;
 
 var<private> nan_bits: u32 = 0x7fc00000u;
 
-fn is_nan(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;
-}
+// is_nan: shaders/float_bits.wgsl.
 
 // Indices into a and b (offsets included) of output element i (row-major over the output shape).
 // Rank 0 is the same-shape fast path: both operands contiguous like the output, no index

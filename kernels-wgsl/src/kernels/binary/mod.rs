@@ -130,7 +130,7 @@ impl Broadcast {
 pub const MAX_RANK: usize = 8;
 
 /// The op and its math (`binary_ops.wgsl`), shared by the f32 and the 16-bit modules.
-const OPS: &str = include_str!("binary_ops.wgsl");
+const OPS: &str = concatcp!(include_str!("binary_ops.wgsl"), shader_source!("float_bits"));
 
 /// The module: `binary.wgsl` (entry points) and `binary_ops.wgsl` (the op and its math, shared
 /// with the 16-bit modules).
