@@ -153,6 +153,7 @@ families! {
     matmul,
     nonfinite,
     optimizer,
+    pool2d,
     reduce,
     rotary,
     softmax,
