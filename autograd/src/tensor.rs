@@ -225,7 +225,9 @@ impl Tensor {
         Self::empty_typed(gpu, shape, DType::F32, category, label)
     }
 
-    pub(crate) fn empty_typed(
+    /// [`Tensor::empty`] of another element type: a u32 tensor an op's kernel writes (arg-max
+    /// positions an op saves for its backward), or f16.
+    pub fn empty_typed(
         gpu: &Gpu,
         shape: &[usize],
         dtype: DType,
