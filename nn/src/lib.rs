@@ -9,7 +9,7 @@
 //! precision, out-of-memory recovery): that is `plimsoll-trainer`. Every fallible function
 //! returns this crate's [`Error`].
 //!
-//! Map: [`module`], [`linear`], [`conv`], [`activation`], [`norm`], [`embedding`], [`attention`],
+//! Map: [`module`], [`linear`], [`conv`], [`pool`], [`activation`], [`norm`], [`embedding`], [`attention`],
 //! [`blocks`], [`sequential`], [`loss`], [`optim`], [`state`], [`error`].
 
 pub mod activation;
@@ -25,6 +25,7 @@ pub mod loss;
 pub mod module;
 pub mod norm;
 pub mod optim;
+pub mod pool;
 pub mod rotary;
 pub mod sequential;
 pub mod state;
@@ -43,6 +44,7 @@ pub use norm::{LayerNorm, RmsNorm, rms_norm};
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, pool2d};
 pub use rotary::rotary_embedding;
 pub use sequential::{Sequential, mlp};
 pub use state::{HostTensor, LoadedState};

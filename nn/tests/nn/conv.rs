@@ -1,9 +1,12 @@
-//! The convolutional layers against f64 CPU references: forward, and the parameter and input
+//! The convolutional and pooling layers against f64 CPU references: forward, and the parameter and input
 //! gradients by central differences of the reference.
 
 use plimsoll_kernels_wgsl::kernels::conv2d::{Conv2dDims, reference};
+use plimsoll_kernels_wgsl::kernels::pool2d::{self, Pool, Pool2dDims, PoolWindow};
 use plimsoll_kernels_wgsl::testing::{Rng, gpu};
-use plimsoll_nn::{Conv2d, Conv2dOptions, Error, Module};
+use plimsoll_nn::{
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dOptions, Error, Flatten, MaxPool2d, Module,
+};
 
 use crate::common::{Params, check_module, input};
 
@@ -136,4 +139,65 @@ fn conv2d_refuses_bad_inputs_with_the_shapes() {
     .unwrap_err();
     assert!(matches!(err, Error::InvalidConfig { .. }), "{err}");
     assert!(err.to_string().contains("groups 2"), "{err}");
+}
+
+/// The pooling layers against the reference and its finite differences (input gradients: they
+/// have no parameters), and `Flatten`'s shape.
+#[test]
+fn pooling_matches_reference() {
+    let gpu = gpu();
+    let layers: Vec<(Box<dyn Module>, Pool)> = vec![
+        (
+            Box::new(MaxPool2d::new(2, 2, 0)),
+            Pool::Max(PoolWindow::square(2)),
+        ),
+        (
+            Box::new(MaxPool2d::new(3, 2, 1)),
+            Pool::Max(PoolWindow {
+                kernel: [3, 3],
+                stride: [2, 2],
+                padding: [1, 1],
+                dilation: [1, 1],
+            }),
+        ),
+        (
+            Box::new(AvgPool2d::new(3, 1, 1)),
+            Pool::Avg {
+                window: PoolWindow {
+                    kernel: [3, 3],
+                    stride: [1, 1],
+                    padding: [1, 1],
+                    dilation: [1, 1],
+                },
+                count_include_pad: true,
+            },
+        ),
+        (
+            Box::new(AdaptiveAvgPool2d { out_size: [1, 1] }),
+            Pool::AdaptiveAvg { out_size: [1, 1] },
+        ),
+        (
+            Box::new(AdaptiveAvgPool2d { out_size: [2, 3] }),
+            Pool::AdaptiveAvg { out_size: [2, 3] },
+        ),
+    ];
+    for (i, (layer, pool)) in layers.into_iter().enumerate() {
+        assert!(layer.parameters().is_empty());
+        let shape = [2, 3, 6, 5];
+        let x = input(
+            &gpu,
+            &Rng::new(30 + i as u64).vec_f32(180, -1.0, 1.0),
+            &shape,
+        );
+        let dims = Pool2dDims {
+            planes: 6,
+            in_size: [6, 5],
+            pool,
+        };
+        check_module(layer.as_ref(), &x, true, &|_: &Params, x: &[f64]| {
+            pool2d::reference::forward_f64(&dims, x).0
+        });
+    }
+    let x = input(&gpu, &[0.5; 2 * 3 * 4 * 5], &[2, 3, 4, 5]);
+    assert_eq!(Flatten.forward(&x).unwrap().shape(), [2, 60]);
 }
