@@ -305,3 +305,46 @@ impl Module for Conv2d {
         self.training
     }
 }
+
+/// A small convolutional classifier of `image` (`[channels, height, width]`) inputs given flat
+/// (`[batch, c·h·w]`, as a table of pixels holds them) into `classes`: `Unflatten`, then per
+/// entry of `widths` a 3x3 `Conv2d` (padding 1, bias), ReLU and, while the image is at least
+/// 2x2, a 2x2 `MaxPool2d`; then `Flatten` and a `Linear` to the classes. Children are named by
+/// index as in PyTorch's `nn.Sequential` (`1.weight`, `1.bias`, `4.weight`, ...); each layer's
+/// weights are drawn from a seed derived from `seed`. Errors: an empty image, no classes.
+pub fn cnn(
+    gpu: &Gpu,
+    image: [usize; 3],
+    widths: &[usize],
+    classes: usize,
+    seed: u64,
+) -> Result<crate::Sequential> {
+    if image.contains(&0) || classes == 0 || widths.contains(&0) {
+        return Err(Error::InvalidConfig {
+            what: "cnn",
+            message: format!(
+                "image {image:?}, widths {widths:?} and {classes} classes must all be at least 1"
+            ),
+        });
+    }
+    let mut net = crate::Sequential::new().push(crate::pool::Unflatten {
+        shape: image.to_vec(),
+    });
+    let [mut channels, mut h, mut w] = image;
+    for (i, &width) in widths.iter().enumerate() {
+        let options = Conv2dOptions::default().padding(1);
+        let s = derive_seed(seed, 100 + i as u64);
+        net = net
+            .push(Conv2d::new(gpu, channels, width, [3, 3], options, true, s)?)
+            .push(crate::Relu);
+        if h >= 2 && w >= 2 {
+            net = net.push(crate::MaxPool2d::new(2, 2, 0));
+            (h, w) = (h / 2, w / 2);
+        }
+        channels = width;
+    }
+    let features = channels * h * w;
+    let s = derive_seed(seed, 100 + widths.len() as u64);
+    let head = crate::Linear::new(gpu, features, classes, true, crate::Init::KaimingUniform, s)?;
+    Ok(net.push(crate::Flatten).push(head))
+}

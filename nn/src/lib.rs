@@ -33,7 +33,7 @@ pub mod state;
 pub use activation::{Activation, Dropout, Gelu, Relu, Sigmoid, Tanh};
 pub use attention::{CausalSelfAttention, causal_attention, causal_attention_dropout};
 pub use blocks::{ResidualMlpBlock, TransformerBlock};
-pub use conv::{Conv2d, Conv2dOptions, conv2d};
+pub use conv::{Conv2d, Conv2dOptions, cnn, conv2d};
 pub use embedding::Embedding;
 pub use error::{Error, Result};
 pub use gpt::{Gpt, GptConfig};
@@ -44,7 +44,7 @@ pub use norm::{LayerNorm, RmsNorm, rms_norm};
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };
-pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, pool2d};
+pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Unflatten, pool2d};
 pub use rotary::rotary_embedding;
 pub use sequential::{Sequential, mlp};
 pub use state::{HostTensor, LoadedState};

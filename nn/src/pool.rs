@@ -1,5 +1,6 @@
 //! Pooling over NCHW images — [`MaxPool2d`], [`AvgPool2d`], [`AdaptiveAvgPool2d`] — as one
-//! fused op each ([`pool2d`]: the `pool2d` kernels forward and backward), and [`Flatten`].
+//! fused op each ([`pool2d`]: the `pool2d` kernels forward and backward), and [`Flatten`] and
+//! [`Unflatten`].
 
 use plimsoll_autograd::{Category, DType, Derivative, Grads, Tensor};
 use plimsoll_kernels_wgsl::kernels::pool2d::{self, Pool, Pool2dDims, PoolWindow};
@@ -169,6 +170,31 @@ stateless_module!(Flatten, |self, x| {
             module: "Flatten",
             expected: "a tensor with a batch axis".to_string(),
             found: Vec::new(),
+        }),
+    }
+});
+
+/// PyTorch's `nn.Unflatten(1, shape)`: the axis after the first read as `shape`, `[N, C·H·W]`
+/// to `[N, C, H, W]` (a view: no copy); an image classifier's first layer on flat pixels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unflatten {
+    /// The shape the second axis becomes.
+    pub shape: Vec<usize>,
+}
+
+stateless_module!(Unflatten, |self, x| {
+    let s = x.shape();
+    let want: usize = self.shape.iter().product();
+    match s {
+        [n, features] if *features == want => {
+            let mut shape = vec![*n];
+            shape.extend(&self.shape);
+            Ok(x.reshape(&shape)?)
+        }
+        _ => Err(Error::InputShape {
+            module: "Unflatten",
+            expected: format!("[batch, {want}] (read as [batch, {:?}])", self.shape),
+            found: s.to_vec(),
         }),
     }
 });

@@ -5,7 +5,7 @@ use plimsoll_kernels_wgsl::kernels::conv2d::{Conv2dDims, reference};
 use plimsoll_kernels_wgsl::kernels::pool2d::{self, Pool, Pool2dDims, PoolWindow};
 use plimsoll_kernels_wgsl::testing::{Rng, gpu};
 use plimsoll_nn::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dOptions, Error, Flatten, MaxPool2d, Module,
+    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dOptions, Error, Flatten, MaxPool2d, Module, cnn,
 };
 
 use crate::common::{Params, check_module, input};
@@ -200,4 +200,41 @@ fn pooling_matches_reference() {
     }
     let x = input(&gpu, &[0.5; 2 * 3 * 4 * 5], &[2, 3, 4, 5]);
     assert_eq!(Flatten.forward(&x).unwrap().shape(), [2, 60]);
+}
+
+/// The small CNN on flat 8x8 images: PyTorch `nn.Sequential`'s names, the shapes through it,
+/// and the same seed giving the same network; `Unflatten` refuses a row of the wrong width.
+#[test]
+fn cnn_names_shapes_and_seeds() {
+    let gpu = gpu();
+    let net = cnn(&gpu, [1, 8, 8], &[16, 32], 10, 7).unwrap();
+    let params = net.parameters();
+    let shapes: Vec<(String, Vec<usize>)> = params
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+        .collect();
+    let want: Vec<(String, Vec<usize>)> = [
+        ("1.weight", vec![16, 1, 3, 3]),
+        ("1.bias", vec![16]),
+        ("4.weight", vec![32, 16, 3, 3]),
+        ("4.bias", vec![32]),
+        ("8.weight", vec![10, 128]),
+        ("8.bias", vec![10]),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_string(), s))
+    .collect();
+    assert_eq!(shapes, want);
+    let x = input(&gpu, &Rng::new(3).vec_f32(5 * 64, 0.0, 1.0), &[5, 64]);
+    let y = net.forward(&x).unwrap();
+    assert_eq!(y.shape(), [5, 10]);
+    let again = cnn(&gpu, [1, 8, 8], &[16, 32], 10, 7).unwrap();
+    assert_eq!(
+        y.to_vec().unwrap(),
+        again.forward(&x).unwrap().to_vec().unwrap()
+    );
+    let wrong = input(&gpu, &[0.0; 2 * 63], &[2, 63]);
+    let err = net.forward(&wrong).unwrap_err();
+    assert!(matches!(err, Error::InputShape { .. }), "{err}");
+    assert!(err.to_string().contains("[2, 63]"), "{err}");
 }
