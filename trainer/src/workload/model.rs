@@ -133,7 +133,7 @@ impl ModelSpec {
 
 impl Recipe for ModelSpec {
     fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
-        let model = MlpModel {
+        let model = Classifier {
             net: self.network(gpu)?,
         };
         Ok((Box::new(model), self.optimizer.build()))
@@ -175,8 +175,8 @@ impl Recipe for ModelSpec {
     }
 }
 
-/// A built MLP classifier: cross-entropy of its logits.
-pub struct MlpModel {
+/// A built classifier (an MLP, or a CNN over flat pixels): cross-entropy of its logits.
+pub struct Classifier {
     net: Sequential,
 }
 
@@ -207,7 +207,7 @@ fn classifier_sums(logits: &[f32], targets: &[u32], classes: usize) -> EvalSums 
     sums
 }
 
-impl Model for MlpModel {
+impl Model for Classifier {
     fn parameters(&self) -> Vec<(String, Tensor)> {
         self.net.parameters()
     }
