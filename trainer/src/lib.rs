@@ -48,7 +48,7 @@ pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
 pub use model::{
-    Arch, Attention, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,
+    Arch, Attention, CnnSpec, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,
 };
 pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, SamplePlan, Sampled, sample};

@@ -329,3 +329,59 @@ fn a_run_records_its_matmul_arithmetic() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `train digits --model cnn` trains the small CNN (its accuracy rises past chance within two
+/// epochs), records the model so that a resume and `eval` rebuild the CNN, exports its
+/// parameters under `nn.Sequential`'s names; `--channels` with the MLP, and a CNN over data
+/// whose rows are not square images, are refused before anything is written.
+#[test]
+fn the_digits_cnn_trains_resumes_and_evaluates() {
+    let dir = folder("cnn");
+    let o = run(
+        &dir,
+        &words("train digits --model cnn --epochs 2 --run-dir c"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let record = json(&dir.join("c/run.json"));
+    let model = record["model"].as_str().unwrap_or_default().to_string();
+    assert!(
+        model.starts_with("CNN 1x8x8, 3x3 convolutions 16-32"),
+        "{record}"
+    );
+    let accuracy = |out: &str| -> f64 {
+        let at = out.rfind("test accuracy ").expect("an accuracy") + "test accuracy ".len();
+        out[at..].split('%').next().unwrap().parse().unwrap()
+    };
+    let first = accuracy(&text(&o));
+    assert!(first > 50.0, "after two epochs: {first}%\n{}", text(&o));
+    let resumed = run(&dir, &words("train digits --resume c --epochs 3"));
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(json(&dir.join("c/summary.json"))["steps"], 3 * 23);
+    let eval = run(&dir, &["eval", "c", "--checkpoint", "latest"]);
+    assert!(eval.status.success(), "{}", text(&eval));
+    assert_eq!(
+        accuracy(&text(&eval)),
+        accuracy(&text(&resumed)),
+        "{}",
+        text(&eval)
+    );
+    let exported = plimsoll_nn::state::load(&dir.join("c/model.safetensors")).unwrap();
+    let names: Vec<&String> = exported.tensors.keys().collect();
+    let want = [
+        "1.bias", "1.weight", "4.bias", "4.weight", "8.bias", "8.weight",
+    ];
+    assert_eq!(
+        names, want,
+        "the CNN's parameters under nn.Sequential's names"
+    );
+    assert_eq!(exported.tensors["4.weight"].shape, [32, 16, 3, 3]);
+    let o = run(&dir, &words("train digits --channels 8 --run-dir m"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--channels") && text(&o).contains("--hidden"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.join("m").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -257,9 +257,16 @@ struct DigitsArgs {
     /// Effective batch (samples per optimizer step).
     #[arg(long, default_value_t = 64, value_parser = flags::count)]
     batch: usize,
-    /// Hidden widths, comma-separated.
+    /// The network: an MLP (`mlp`, widths from --hidden) or a small CNN over the 8x8 images
+    /// (`cnn`: 3x3 convolutions of --channels, ReLU and 2x2 max pooling, a linear head).
+    #[arg(long, value_enum, default_value_t = DigitsModel::Mlp)]
+    model: DigitsModel,
+    /// Hidden widths of the MLP, comma-separated.
     #[arg(long, default_value = "128", value_delimiter = ',', value_parser = flags::count)]
     hidden: Vec<usize>,
+    /// Output channels of the CNN's convolutions, comma-separated [default: 16,32].
+    #[arg(long, value_delimiter = ',', value_parser = flags::count)]
+    channels: Option<Vec<usize>>,
     /// The data (gzip CSV: 64 pixels then the label per line).
     #[arg(long)]
     data: Option<PathBuf>,
@@ -340,6 +347,15 @@ pub(crate) enum ArchArg {
     Gpt,
     /// A Llama-family model.
     Llama,
+}
+
+/// The digits network (`train digits --model`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DigitsModel {
+    /// A multi-layer perceptron over the 64 pixels.
+    Mlp,
+    /// A small convolutional network over the 8x8 images.
+    Cnn,
 }
 
 /// GPT-2's sizes under nanoGPT's names, and SmolLM2's Llama sizes (`--model`).

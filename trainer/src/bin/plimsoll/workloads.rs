@@ -11,14 +11,14 @@ use plimsoll_trainer::data::Tokens;
 use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::{SHAKESPEARE_GZ, read_text};
 use plimsoll_trainer::{
-    Arch, Attention, CharCorpus, CheckpointPolicy, Data, Dataset, Error, ExportLayout, GptSpec,
-    LlamaShape, ModelSpec, OptimizerSpec, Recipe, Result, RunLength, TokenData, TokenFolder,
-    Tokenizer, TrainConfig,
+    Arch, Attention, CharCorpus, CheckpointPolicy, CnnSpec, Data, Dataset, Error, ExportLayout,
+    GptSpec, LlamaShape, ModelSpec, OptimizerSpec, Recipe, Result, RunLength, TokenData,
+    TokenFolder, Tokenizer, TrainConfig,
 };
 
 use crate::{
-    ArchArg, AttentionArg, CommonArgs, ExportArg, GptShape, Preset, ShakespeareArgs, TokenizerArg,
-    Workload,
+    ArchArg, AttentionArg, CommonArgs, DigitsModel, ExportArg, GptShape, Preset, ShakespeareArgs,
+    TokenizerArg, Workload,
 };
 
 /// Everything a workload decides: the model, the data, the configuration.
@@ -326,6 +326,21 @@ fn mlp_job(
     }
 }
 
+/// The one-channel square image of `features` pixels (the digits' 64: 8x8), for `--model cnn`.
+fn square_image(features: usize) -> Result<[usize; 3]> {
+    let side = (features as f64).sqrt().round() as usize;
+    if side == 0 || side * side != features {
+        return Err(Error::invalid(
+            "--model",
+            format!(
+                "cnn reads each row as a square one-channel image, and {features} pixels are \
+                 not a square; use --model mlp for this data"
+            ),
+        ));
+    }
+    Ok([1, side, side])
+}
+
 /// Refuses a `--context` the text cannot hold (a window is `context + 1` tokens, of the
 /// `train_tokens` and of the `val_tokens`: the last 10%) and more `--eval-windows` than the
 /// validation text has distinct windows.
@@ -381,7 +396,30 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             let mut config = base_config(&a.common, a.batch, steps, &defaults, &mut notes)?;
             config.length = RunLength::Epochs(a.epochs);
             let optimizer = adamw(&a.common, &defaults, 0.999)?;
-            let job = mlp_job("digits", widths, a.common.seed, optimizer, config, train);
+            let job = match (a.model, a.channels) {
+                (DigitsModel::Mlp, None) => {
+                    mlp_job("digits", widths, a.common.seed, optimizer, config, train)
+                }
+                (DigitsModel::Mlp, Some(_)) => {
+                    return Err(Error::invalid(
+                        "--channels",
+                        "is the CNN's (--model cnn); the MLP's widths are --hidden",
+                    ));
+                }
+                (DigitsModel::Cnn, channels) => {
+                    let spec = CnnSpec {
+                        image: square_image(train.feature_dim())?,
+                        widths: channels.unwrap_or_else(|| vec![16, 32]),
+                        classes: train.num_classes(),
+                        seed: a.common.seed,
+                        optimizer,
+                    };
+                    Job {
+                        spec: Box::new(spec),
+                        ..mlp_job("digits", widths, a.common.seed, optimizer, config, train)
+                    }
+                }
+            };
             let job = Job {
                 test: Some(Box::new(test)),
                 data: source,
