@@ -98,6 +98,7 @@ pub(crate) fn backward(
     set_rng_state(replay.rng);
     let out = {
         let _grad = enable_grad();
+        let _again = crate::grad_mode::recomputing();
         // Recomputed as first computed: in f16 when its forward ran under f16_activations.
         let _half = replay.f16.then(f16_activations);
         replay.function.run(&leaves)

@@ -9,6 +9,33 @@ use plimsoll_kernels_wgsl::random::SplitMix64;
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
     static RNG_STATE: Cell<u64> = const { Cell::new(0x005E_ED0F_D1CE) };
+    static RECOMPUTING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is running a checkpointed segment again during backward
+/// ([`crate::checkpoint()`]): a module that updates state in its forward (BatchNorm's running
+/// statistics) leaves it alone then, so a checkpointed step updates it once, as a plain step.
+pub fn is_recomputing() -> bool {
+    RECOMPUTING.with(Cell::get)
+}
+
+/// Marks this thread as recomputing ([`is_recomputing`]) until the guard drops.
+pub(crate) fn recomputing() -> RecomputeGuard {
+    RecomputeGuard {
+        previous: RECOMPUTING.with(|r| r.replace(true)),
+    }
+}
+
+/// Restores the previous [`is_recomputing`] when dropped.
+#[derive(Debug)]
+pub(crate) struct RecomputeGuard {
+    previous: bool,
+}
+
+impl Drop for RecomputeGuard {
+    fn drop(&mut self) {
+        RECOMPUTING.with(|r| r.set(self.previous));
+    }
 }
 
 /// Whether ops on this thread record a graph (true unless a [`NoGradGuard`] is alive).

@@ -28,7 +28,9 @@ pub mod tensor;
 pub use backward::Grads;
 pub use checkpoint::{Segment, checkpoint};
 pub use error::{Error, Result};
-pub use grad_mode::{NoGradGuard, enable_grad, is_grad_enabled, manual_seed, no_grad};
+pub use grad_mode::{
+    NoGradGuard, enable_grad, is_grad_enabled, is_recomputing, manual_seed, no_grad,
+};
 pub use half::{
     F16ActivationsGuard, F16WeightCopiesGuard, f16_activations, f16_weight_copies,
     forget_weight_copies, saves_f16_activations,

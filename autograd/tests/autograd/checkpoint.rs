@@ -122,3 +122,25 @@ fn checkpoint_gradients_flow_to_inputs_and_captured_parameters() {
         1e-5,
     );
 }
+
+#[test]
+fn a_segment_knows_when_backward_runs_it_again() {
+    // The forward runs the segment once (not recomputing), backward once more (recomputing),
+    // and the flag is off again afterwards.
+    let gpu = fresh_gpu();
+    let x = param(&gpu, &[1.0, 2.0], &[2]);
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let y = checkpoint(&[&x], move |xs: &[Tensor]| {
+        log.lock()
+            .unwrap()
+            .push(plimsoll_autograd::is_recomputing());
+        xs[0].mul_scalar(3.0)
+    })
+    .unwrap();
+    assert_eq!(*seen.lock().unwrap(), [false]);
+    y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(*seen.lock().unwrap(), [false, true]);
+    assert!(!plimsoll_autograd::is_recomputing());
+    assert_eq!(x.grad().unwrap().to_vec().unwrap(), [3.0, 3.0]);
+}
