@@ -9,7 +9,7 @@
 //! precision, out-of-memory recovery): that is `plimsoll-trainer`. Every fallible function
 //! returns this crate's [`Error`].
 //!
-//! Map: [`module`], [`linear`], [`conv`], [`pool`], [`activation`], [`norm`], [`embedding`], [`attention`],
+//! Map: [`module`], [`linear`], [`conv`], [`pool`], [`norm2d`], [`activation`], [`norm`], [`embedding`], [`attention`],
 //! [`blocks`], [`sequential`], [`loss`], [`optim`], [`state`], [`error`].
 
 pub mod activation;
@@ -24,6 +24,7 @@ pub mod llama;
 pub mod loss;
 pub mod module;
 pub mod norm;
+pub mod norm2d;
 pub mod optim;
 pub mod pool;
 pub mod rotary;
@@ -41,6 +42,7 @@ pub use linear::{Init, Linear};
 pub use llama::{Llama, LlamaAttention, LlamaBlock, LlamaConfig, SwiGlu};
 pub use module::{CausalLm, Module, parameter_count};
 pub use norm::{LayerNorm, RmsNorm, rms_norm};
+pub use norm2d::{BatchNorm2d, GroupNorm};
 pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };

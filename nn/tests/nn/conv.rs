@@ -1,11 +1,12 @@
-//! The convolutional and pooling layers against f64 CPU references: forward, and the parameter and input
+//! The image layers (convolution, pooling, normalisation) against f64 CPU references: forward, and the parameter and input
 //! gradients by central differences of the reference.
 
 use plimsoll_kernels_wgsl::kernels::conv2d::{Conv2dDims, reference};
 use plimsoll_kernels_wgsl::kernels::pool2d::{self, Pool, Pool2dDims, PoolWindow};
-use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
-    AdaptiveAvgPool2d, AvgPool2d, Conv2d, Conv2dOptions, Error, Flatten, MaxPool2d, Module, cnn,
+    AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Error, Flatten, GroupNorm,
+    MaxPool2d, Module, Sequential, cnn,
 };
 
 use crate::common::{Params, check_module, input};
@@ -237,4 +238,148 @@ fn cnn_names_shapes_and_seeds() {
     let err = net.forward(&wrong).unwrap_err();
     assert!(matches!(err, Error::InputShape { .. }), "{err}");
     assert!(err.to_string().contains("[2, 63]"), "{err}");
+}
+
+/// Per-set normalisation of `x` (f64): each of `sets(i)`'s members normalised by its set's mean
+/// and biased variance, then `w[channel(i)]`, `b[channel(i)]`.
+fn normalised(
+    x: &[f64],
+    set_of: impl Fn(usize) -> usize,
+    channel_of: impl Fn(usize) -> usize,
+    (w, b): (&[f64], &[f64]),
+) -> Vec<f64> {
+    let sets = (0..x.len()).map(&set_of).max().map_or(0, |m| m + 1);
+    let (mut sum, mut sq, mut count) = (vec![0.0; sets], vec![0.0; sets], vec![0.0; sets]);
+    for (i, &v) in x.iter().enumerate() {
+        sum[set_of(i)] += v;
+        count[set_of(i)] += 1.0;
+    }
+    let mean: Vec<f64> = sum.iter().zip(&count).map(|(s, c)| s / c).collect();
+    for (i, &v) in x.iter().enumerate() {
+        sq[set_of(i)] += (v - mean[set_of(i)]).powi(2);
+    }
+    (0..x.len())
+        .map(|i| {
+            let (s, c) = (set_of(i), channel_of(i));
+            (x[i] - mean[s]) / (sq[s] / count[s] + 1e-5).sqrt() * w[c] + b[c]
+        })
+        .collect()
+}
+
+/// Random values in a module's parameters (a scale of ones would hide a swapped scale).
+fn randomise(module: &dyn Module, seed: u64) {
+    let mut rng = Rng::new(seed);
+    for (_, p) in module.parameters() {
+        p.write_from_slice(&rng.vec_f32(p.numel(), 0.5, 1.5))
+            .unwrap();
+    }
+}
+
+/// GroupNorm: each image's groups normalised over their channels and pixels, then the
+/// per-channel scale and shift; forward and gradients against the reference.
+#[test]
+fn group_norm_matches_reference() {
+    let gpu = gpu();
+    let (n, c, hw, groups) = (2, 6, 12, 3);
+    let layer = GroupNorm::new(&gpu, groups, c, 1e-5).unwrap();
+    randomise(&layer, 40);
+    let x = input(
+        &gpu,
+        &Rng::new(41).vec_f32(n * c * hw, -2.0, 2.0),
+        &[n, c, 3, 4],
+    );
+    check_module(&layer, &x, true, &|p: &Params, x: &[f64]| {
+        let set = |i: usize| (i / (c * hw)) * groups + (i / hw % c) / (c / groups);
+        normalised(x, set, |i| i / hw % c, (&p["weight"], &p["bias"]))
+    });
+    let err = GroupNorm::new(&gpu, 4, 6, 1e-5).unwrap_err();
+    assert!(
+        err.to_string().contains("4 groups must divide 6 channels"),
+        "{err}"
+    );
+}
+
+/// BatchNorm2d in training: each channel normalised over the batch and pixels (forward and
+/// gradients against the reference); the running mean and unbiased variance moved by 0.1
+/// towards the batch's. In evaluation the running statistics normalise. A checkpointed
+/// segment, run again by backward, updates them once.
+#[test]
+fn batch_norm_matches_reference_and_tracks_once() {
+    let gpu = gpu();
+    let (n, c, hw) = (3, 4, 10);
+    let layer = BatchNorm2d::new(&gpu, c).unwrap();
+    randomise(&layer, 50);
+    let data = Rng::new(51).vec_f32(n * c * hw, -2.0, 3.0);
+    let x = input(&gpu, &data, &[n, c, 2, 5]);
+    check_module(&layer, &x, true, &|p: &Params, x: &[f64]| {
+        normalised(
+            x,
+            |i| i / hw % c,
+            |i| i / hw % c,
+            (&p["weight"], &p["bias"]),
+        )
+    });
+    assert_eq!(layer.batches_tracked(), 1);
+    let m = n * hw;
+    let channel = |ch: usize| -> Vec<f64> {
+        (0..data.len())
+            .filter(|i| i / hw % c == ch)
+            .map(|i| f64::from(data[i]))
+            .collect()
+    };
+    let (mut want_mean, mut want_var) = (Vec::new(), Vec::new());
+    for ch in 0..c {
+        let v = channel(ch);
+        let mean = v.iter().sum::<f64>() / m as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (m - 1) as f64;
+        want_mean.push(0.1 * mean);
+        want_var.push(0.9 + 0.1 * var);
+    }
+    let (rm, rv) = layer.running_stats();
+    assert_close(
+        "running mean",
+        &rm.to_vec().unwrap(),
+        &want_mean,
+        1e-5,
+        1e-5,
+    );
+    assert_close("running var", &rv.to_vec().unwrap(), &want_var, 1e-5, 1e-5);
+
+    // Evaluation: the running statistics, not the batch's.
+    let mut eval = layer.clone();
+    eval.set_training(false);
+    let weights: Vec<Vec<f64>> = eval
+        .parameters()
+        .iter()
+        .map(|(_, t)| to_f64(&t.to_vec().unwrap()))
+        .collect();
+    let want: Vec<f64> = (0..data.len())
+        .map(|i| {
+            let ch = i / hw % c;
+            (f64::from(data[i]) - want_mean[ch]) / (want_var[ch] + 1e-5).sqrt() * weights[0][ch]
+                + weights[1][ch]
+        })
+        .collect();
+    let got = eval.forward(&x).unwrap().to_vec().unwrap();
+    assert_close("evaluation", &got, &want, 1e-4, 1e-4);
+    assert_eq!(eval.batches_tracked(), 1, "evaluation tracks nothing");
+
+    // Checkpointed: the forward tracks, the recomputation in backward does not.
+    let fresh = BatchNorm2d::new(&gpu, c).unwrap();
+    let net = Sequential::new().push(fresh.clone());
+    let y = net.forward_checkpointed(&x, 1).unwrap();
+    y.sum_all().unwrap().backward().unwrap();
+    assert_eq!(
+        fresh.batches_tracked(),
+        1,
+        "tracked once for one checkpointed step"
+    );
+    let (rm2, _) = fresh.running_stats();
+    assert_close(
+        "running mean (checkpointed)",
+        &rm2.to_vec().unwrap(),
+        &want_mean,
+        1e-5,
+        1e-5,
+    );
 }
