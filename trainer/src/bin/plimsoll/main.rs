@@ -264,7 +264,7 @@ struct DigitsArgs {
     /// Hidden widths of the MLP, comma-separated.
     #[arg(long, default_value = "128", value_delimiter = ',', value_parser = flags::count)]
     hidden: Vec<usize>,
-    /// Output channels of the CNN's convolutions, comma-separated [default: 16,32].
+    /// Output channels of the CNN's convolutions, comma-separated [default: 32,64].
     #[arg(long, value_delimiter = ',', value_parser = flags::count)]
     channels: Option<Vec<usize>>,
     /// The data (gzip CSV: 64 pixels then the label per line).
