@@ -1,12 +1,15 @@
 //! Kernel families beyond matmul and the elementwise ops, for `cargo xtask bench kernels`: the
 //! row kernels (softmax in both layouts, layer norm, cross-entropy), the embedding, AdamW and
-//! the f16 conversions, each as GB/s of what it reads and writes once.
+//! the f16 conversions, each as GB/s of what it reads and writes once; and ResNet-18's first
+//! convolutions, as GFLOP/s beside the matmul of the same product.
 
 use anyhow::Result;
+use plimsoll_kernels_wgsl::kernels::conv2d::{self, Conv2dDims};
 use plimsoll_kernels_wgsl::kernels::convert::{self, F16Path, Halves};
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
 use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
+use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWConfig, AdamWStep};
 use plimsoll_kernels_wgsl::kernels::softmax::{self, RowLayout, SoftmaxKind};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
@@ -213,6 +216,99 @@ fn convert_family(
             format!("convert/f16_to_f32 {path:?} 2M elements"),
             6.0 * n as f64 / seconds / 1e9,
             "GB/s",
+        );
+    }
+    Ok(())
+}
+
+/// ResNet-18's first convolutions (torchvision's shapes: the 7x7 stem, a 3x3 of layer1, the
+/// strided 3x3 and the 1x1 shortcut of layer2) on one 224x224 image: GFLOP/s of the `conv2d`
+/// kernels' forward and both gradients, beside the tuned matmul of the same product (the
+/// implicit GEMM: output positions x out channels x in channels · kernel taps).
+pub(super) fn conv_layers(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let layers = [
+        ("conv1 7x7/2 3->64 @224", 3, 224, 64, 7, 2, 3),
+        ("layer1 3x3 64->64 @56", 64, 56, 64, 3, 1, 1),
+        ("layer2 3x3/2 64->128 @56", 64, 56, 128, 3, 2, 1),
+        ("layer2 1x1/2 64->128 @56", 64, 56, 128, 1, 2, 0),
+    ];
+    for (name, c, side, o, k, stride, pad) in layers {
+        let dims = Conv2dDims {
+            batch: 1,
+            in_channels: c,
+            in_size: [side, side],
+            out_channels: o,
+            kernel: [k, k],
+            stride: [stride, stride],
+            padding: [pad, pad],
+            dilation: [1, 1],
+            groups: 1,
+        };
+        let x = filled(gpu, dims.input_len() as usize, 0.01, "bench conv x")?;
+        let w = filled(gpu, dims.weight_len() as usize, 0.02, "bench conv w")?;
+        let y = filled(gpu, dims.output_len() as usize, 0.0, "bench conv y")?;
+        let dx = filled(gpu, dims.input_len() as usize, 0.0, "bench conv dx")?;
+        let dw = filled(gpu, dims.weight_len() as usize, 0.0, "bench conv dw")?;
+        let [oh, ow] = dims.out_size()?;
+        let (m, n, kk) = (oh * ow, o, c * k * k);
+        let flops = 2.0 * (m * n * kk) as f64;
+        let runs: [(&str, &dyn Fn() -> Result<()>); 3] = [
+            ("forward", &|| {
+                Ok(conv2d::forward(
+                    gpu,
+                    &dims,
+                    y.whole(),
+                    x.whole(),
+                    w.whole(),
+                    None,
+                )?)
+            }),
+            ("input gradient", &|| {
+                Ok(conv2d::backward_input(
+                    gpu,
+                    &dims,
+                    dx.whole(),
+                    y.whole(),
+                    w.whole(),
+                )?)
+            }),
+            ("weight gradient", &|| {
+                Ok(conv2d::backward_weight(
+                    gpu,
+                    &dims,
+                    dw.whole(),
+                    x.whole(),
+                    y.whole(),
+                )?)
+            }),
+        ];
+        for (what, run) in runs {
+            let seconds = median_seconds(gpu, 3, run)?;
+            report.push(
+                format!("conv/resnet18 {name} {what}"),
+                flops / seconds / 1e9,
+                "GFLOP/s",
+            );
+        }
+        let d = MatmulDims::dense(1, m as usize, n as usize, kk as usize);
+        let (c_buf, a_buf, b_buf) = (
+            filled(gpu, (m * n) as usize, 0.0, "bench c")?,
+            filled(gpu, (m * kk) as usize, 0.01, "bench a")?,
+            filled(gpu, (kk * n) as usize, 0.02, "bench b")?,
+        );
+        let seconds = median_seconds(gpu, 3, || {
+            Ok(matmul::matmul(
+                gpu,
+                &d,
+                c_buf.whole(),
+                a_buf.whole(),
+                b_buf.whole(),
+            )?)
+        })?;
+        report.push(
+            format!("conv/resnet18 {name} matmul {m}x{n}x{kk}"),
+            flops / seconds / 1e9,
+            "GFLOP/s",
         );
     }
     Ok(())

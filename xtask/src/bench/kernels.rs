@@ -31,7 +31,7 @@ const MLP_WIDTHS: [usize; 5] = [784, 1024, 1024, 1024, 10];
 const MLP_BATCH: usize = 128;
 
 /// The parts `cargo xtask bench kernels [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 10] = [
+pub const PARTS: [&str; 11] = [
     "cold",
     "squares",
     "f16",
@@ -41,6 +41,7 @@ pub const PARTS: [&str; 10] = [
     "head",
     "elementwise",
     "rows",
+    "conv",
     "overhead",
 ];
 
@@ -80,6 +81,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("rows") {
         super::kernel_families::row_kernels(&gpu, &mut report)?;
+    }
+    if wanted("conv") {
+        super::kernel_families::conv_layers(&gpu, &mut report)?;
     }
     if wanted("overhead") {
         dispatch_overhead(&gpu, &mut report)?;
