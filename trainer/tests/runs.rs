@@ -332,8 +332,8 @@ fn a_run_records_its_matmul_arithmetic() {
 
 /// `train digits --model cnn` trains the small CNN (its accuracy rises past chance within two
 /// epochs), records the model so that a resume and `eval` rebuild the CNN, exports its
-/// parameters under `nn.Sequential`'s names; `--channels` with the MLP is refused before
-/// anything is written.
+/// parameters under `nn.Sequential`'s names; `--channels` with the MLP and `--hidden` with the
+/// CNN are refused before anything is written.
 #[test]
 fn the_digits_cnn_trains_resumes_and_evaluates() {
     let dir = folder("cnn");
@@ -383,5 +383,16 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
         text(&o)
     );
     assert!(!dir.join("m").exists());
+    let o = run(
+        &dir,
+        &words("train digits --model cnn --hidden 64 --run-dir h"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--hidden") && text(&o).contains("--channels"),
+        "{}",
+        text(&o)
+    );
+    assert!(!dir.join("h").exists());
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -261,9 +261,9 @@ struct DigitsArgs {
     /// (`cnn`: 3x3 convolutions of --channels, ReLU and 2x2 max pooling, a linear head).
     #[arg(long, value_enum, default_value_t = DigitsModel::Mlp)]
     model: DigitsModel,
-    /// Hidden widths of the MLP, comma-separated.
-    #[arg(long, default_value = "128", value_delimiter = ',', value_parser = flags::count)]
-    hidden: Vec<usize>,
+    /// Hidden widths of the MLP, comma-separated [default: 128].
+    #[arg(long, value_delimiter = ',', value_parser = flags::count)]
+    hidden: Option<Vec<usize>>,
     /// Output channels of the CNN's convolutions, comma-separated [default: 32,64].
     #[arg(long, value_delimiter = ',', value_parser = flags::count)]
     channels: Option<Vec<usize>>,

@@ -385,7 +385,14 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             let data = digits_data(a.data)?;
             let (train, test) = data.split(0.2, 1234);
             let mut widths = vec![train.feature_dim()];
-            widths.extend(a.hidden.iter().copied().filter(|&w| w > 0));
+            if a.model == DigitsModel::Cnn && a.hidden.is_some() {
+                return Err(Error::invalid(
+                    "--hidden",
+                    "is the MLP's; the CNN's convolutions are --channels",
+                ));
+            }
+            let hidden = a.hidden.clone().unwrap_or_else(|| vec![128]);
+            widths.extend(hidden.iter().copied().filter(|&w| w > 0));
             widths.push(train.num_classes());
             check_batch(a.batch, train.len(), "samples")?;
             let steps = a
