@@ -538,6 +538,57 @@ pub fn same_len(op: &'static str, slices: &[(&str, DeviceSlice<'_>)]) -> Result<
     Ok(first.len())
 }
 
+/// Output positions of a window of `kernel` taps `dilation` apart, moved `stride` at a time
+/// over `size` pixels with `padding` on each side (a convolution's or a pooling's, along one
+/// side): `(size + 2 padding - span) / stride + 1`, `span = dilation (kernel - 1) + 1`. Expects
+/// `kernel`, `stride`, `dilation` >= 1 and a span within the padded input ([`check_window`]).
+pub(crate) fn window_positions(size: u64, [kernel, stride, padding, dilation]: [u64; 4]) -> u64 {
+    let span = dilation * (kernel - 1) + 1;
+    (size + 2 * padding - span) / stride + 1
+}
+
+/// Refuses, for launcher `op`, a window along `side` whose span (`dilation (kernel - 1) + 1`)
+/// passes the padded input, with the figures.
+pub(crate) fn check_window(
+    op: &'static str,
+    side: &str,
+    size: u64,
+    [kernel, padding, dilation]: [u64; 3],
+) -> Result<()> {
+    let span = dilation
+        .saturating_mul(kernel.saturating_sub(1))
+        .saturating_add(1);
+    let padded = size.saturating_add(padding.saturating_mul(2));
+    if span > padded {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!(
+                "the window spans {span} pixels of {side} (kernel {kernel}, dilation \
+                 {dilation}), more than the padded input's {padded} (input {size}, padding \
+                 {padding} a side)"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses, for launcher `op`, a tensor of `shape` (`name`) with more elements than a `u32`
+/// index reaches, with the figures.
+pub(crate) fn check_u32_elements(op: &'static str, tensors: &[(&str, &[u64])]) -> Result<()> {
+    for (name, shape) in tensors {
+        let len = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
+        if len.is_none_or(|len| len > u64::from(u32::MAX)) {
+            return Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "the {name} {shape:?} has more than 2^32 - 1 elements; split the batch"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Elements per loop pass of the unrolled row and column loops (module docs).
 pub const ELEMENTS_PER_LOOP_PASS: u64 = 8;
 

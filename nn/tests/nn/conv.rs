@@ -125,7 +125,7 @@ fn conv2d_refuses_bad_inputs_with_the_shapes() {
     let small = input(&gpu, &[0.0; 3 * 4], &[1, 3, 2, 2]);
     let err = layer.forward(&small).unwrap_err();
     assert!(
-        err.to_string().contains("the kernel spans 3 pixels"),
+        err.to_string().contains("the window spans 3 pixels"),
         "{err}"
     );
     let err = Conv2d::new(

@@ -14,19 +14,12 @@
 //
 // Layout: x, dx [N, C, H, W]; w, dw [O, C/g, KH, KW]; y, dy [N, O, OH, OW], row-major from their
 // offsets: x_offset (x, dx, wx), w_offset (weight, dweight), b_offset (bias, dbias), y_offset
-// (y, gy). Declared in mod.rs: `Params` (`shader_params!`) and the bindings (`kernels!`).
+// (y, gy). Declared in mod.rs: `Params` (`shader_params!`) and the bindings (`kernels!`); the
+// window's taps: shaders/window.wgsl.
 // Dispatch: elementwise over the elements written, `first + t` for t < count (a launch in ranges
 // under a submission bound); an invocation past `count` returns.
 
 const WG: u32 = 256u;
-
-// Whether tap (ky, kx) of output position (oh, ow) reads inside the image; its row and column.
-fn input_at(oh: u32, ow: u32, ky: u32, kx: u32) -> vec3<i32> {
-    let ih = i32(oh * params.stride_h + ky * params.dil_h) - i32(params.pad_h);
-    let iw = i32(ow * params.stride_w + kx * params.dil_w) - i32(params.pad_w);
-    let inside = ih >= 0 && ih < i32(params.in_h) && iw >= 0 && iw < i32(params.in_w);
-    return vec3<i32>(ih, iw, select(0, 1, inside));
-}
 
 // The flat index of x[n, c, ih, iw] and of y[n, o, oh, ow] (from the tensor's start).
 fn x_index(n: u32, c: u32, ih: u32, iw: u32) -> u32 {
@@ -56,7 +49,7 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     var acc = 0.0;
     for (var r = 0u; r < taps; r = r + 1u) {
         let k = r % khw;
-        let at = input_at(oh, ow, k / params.k_w, k % params.k_w);
+        let at = window_input(oh, ow, k / params.k_w, k % params.k_w);
         if (at.z != 0) {
             let xv = x[params.x_offset + x_index(n, c0 + r / khw, u32(at.x), u32(at.y))];
             acc += xv * weight[params.w_offset + o * taps + r];
@@ -88,18 +81,11 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
     var acc = 0.0;
     for (var r = 0u; r < taps; r = r + 1u) {
         let k = r % khw;
-        // The output position whose tap k reads (ih, iw), if there is one.
-        let th = i32(ih + params.pad_h) - i32((k / params.k_w) * params.dil_h);
-        let tw = i32(iw + params.pad_w) - i32((k % params.k_w) * params.dil_w);
-        if (th >= 0 && tw >= 0) {
-            let oh = u32(th) / params.stride_h;
-            let ow = u32(tw) / params.stride_w;
-            let on_grid = u32(th) % params.stride_h == 0u && u32(tw) % params.stride_w == 0u;
-            if (on_grid && oh < params.out_h && ow < params.out_w) {
-                let o = o0 + r / khw;
-                let g = gy[params.y_offset + y_index(n, o, oh, ow)];
-                acc += g * weight[params.w_offset + (o * cg + c % cg) * khw + k];
-            }
+        let at = window_output(ih, iw, k);
+        if (at.z != 0u) {
+            let o = o0 + r / khw;
+            let g = gy[params.y_offset + y_index(n, o, at.x, at.y)];
+            acc += g * weight[params.w_offset + (o * cg + c % cg) * khw + k];
         }
     }
     dx[params.x_offset + i] = acc;
@@ -127,7 +113,7 @@ fn backward_weight(@builtin(global_invocation_id) gid: vec3<u32>,
         let n = params.n_first + p / plane;
         let oh = (p % plane) / params.out_w;
         let ow = p % params.out_w;
-        let at = input_at(oh, ow, ky, kx);
+        let at = window_input(oh, ow, ky, kx);
         if (at.z != 0) {
             let g = gy[params.y_offset + y_index(n, o, oh, ow)];
             acc += g * wx[params.x_offset + x_index(n, c, u32(at.x), u32(at.y))];

@@ -11,12 +11,17 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, launch_units};
+use crate::kernels::{
+    check_loop_limit, check_u32_elements, check_window, launch_units, window_positions,
+};
 use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// The module: `conv2d.wgsl` and the helpers it calls.
-const WGSL: &str = const_format::concatcp!(include_str!("conv2d.wgsl"), shader_source!("indexing"));
+const WGSL: &str = const_format::concatcp!(
+    include_str!("conv2d.wgsl"),
+    shader_source!("indexing", "window")
+);
 
 kernels! {
     "conv2d", source: WGSL, workgroup: crate::kernels::ELEMENTWISE_WORKGROUP;
@@ -103,11 +108,10 @@ impl Conv2dDims {
     }
 
     fn out_size_unchecked(&self) -> [u64; 2] {
-        let side = |i: usize| {
-            let span = self.dilation[i] * (self.kernel[i] - 1) + 1;
-            (self.in_size[i] + 2 * self.padding[i] - span) / self.stride[i] + 1
-        };
-        [side(0), side(1)]
+        [0, 1].map(|i| {
+            let window = [self.kernel[i], self.stride[i], self.padding[i], self.dilation[i]];
+            window_positions(self.in_size[i], window)
+        })
     }
 
     /// Input elements `N·C·H·W`.
@@ -161,38 +165,19 @@ impl Conv2dDims {
             ));
         }
         for (i, side) in ["height", "width"].into_iter().enumerate() {
-            let span = self.dilation[i].saturating_mul(self.kernel[i] - 1).saturating_add(1);
-            let padded = self.in_size[i].saturating_add(2 * self.padding[i]);
-            if span > padded {
-                return invalid(format!(
-                    "the kernel spans {span} pixels of {side} (kernel {}, dilation {}), more than \
-                     the padded input's {padded} (input {}, padding {} a side)",
-                    self.kernel[i], self.dilation[i], self.in_size[i], self.padding[i]
-                ));
-            }
+            let window = [self.kernel[i], self.padding[i], self.dilation[i]];
+            check_window("conv2d", side, self.in_size[i], window)?;
         }
         let [oh, ow] = self.out_size_unchecked();
-        let sizes = [
-            ("input", [self.batch, self.in_channels, self.in_size[0], self.in_size[1]]),
-            ("output", [self.batch, self.out_channels, oh, ow]),
-            (
-                "weight",
-                [
-                    self.out_channels,
-                    self.in_channels / self.groups,
-                    self.kernel[0],
-                    self.kernel[1],
-                ],
-            ),
-        ];
-        for (name, shape) in sizes {
-            let len = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-            if len.is_none_or(|len| len > u64::from(u32::MAX)) {
-                return invalid(format!(
-                    "the {name} {shape:?} has more than 2^32 - 1 elements; split the batch"
-                ));
-            }
-        }
+        let cg = self.in_channels / self.groups;
+        check_u32_elements(
+            "conv2d",
+            &[
+                ("input", &[self.batch, self.in_channels, self.in_size[0], self.in_size[1]]),
+                ("output", &[self.batch, self.out_channels, oh, ow]),
+                ("weight", &[self.out_channels, cg, self.kernel[0], self.kernel[1]]),
+            ],
+        )?;
         Ok(())
     }
 

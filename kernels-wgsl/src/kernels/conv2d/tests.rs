@@ -147,8 +147,8 @@ fn refuses_bad_shapes_with_the_figures() -> Result<()> {
     for (dims, needle) in [
         (Conv2dDims { groups: 3, ..good }, "3 groups must divide both in_channels 4"),
         (Conv2dDims { stride: [0, 1], ..good }, "stride height is 0"),
-        (Conv2dDims { kernel: [7, 3], ..good }, "the kernel spans 7 pixels of height"),
-        (Conv2dDims { dilation: [1, 3], ..good }, "the kernel spans 7 pixels of width"),
+        (Conv2dDims { kernel: [7, 3], ..good }, "the window spans 7 pixels of height"),
+        (Conv2dDims { dilation: [1, 3], ..good }, "the window spans 7 pixels of width"),
         (Conv2dDims { out_channels: 0, ..good }, "out_channels is 0"),
     ] {
         let s = buffer.slice(0, 16)?;

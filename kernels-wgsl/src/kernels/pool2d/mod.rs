@@ -6,14 +6,16 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, launch_units};
+use crate::kernels::{
+    check_loop_limit, check_u32_elements, check_window, launch_units, window_positions,
+};
 use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 
 /// The module: `pool2d.wgsl` and the helpers it calls.
 const WGSL: &str = const_format::concatcp!(
     include_str!("pool2d.wgsl"),
-    shader_source!("indexing", "float_bits")
+    shader_source!("indexing", "float_bits", "window")
 );
 
 kernels! {
@@ -128,8 +130,8 @@ impl Pool2dDims {
         match self.pool {
             Pool::AdaptiveAvg { out_size } => out_size,
             Pool::Max(w) | Pool::Avg { window: w, .. } => [0, 1].map(|i| {
-                let span = w.dilation[i] * (w.kernel[i] - 1) + 1;
-                (self.in_size[i] + 2 * w.padding[i] - span) / w.stride[i] + 1
+                let window = [w.kernel[i], w.stride[i], w.padding[i], w.dilation[i]];
+                window_positions(self.in_size[i], window)
             }),
         }
     }
@@ -188,29 +190,18 @@ impl Pool2dDims {
                         w.padding[i]
                     ));
                 }
-                let padded = self.in_size[i].saturating_add(2 * w.padding[i]);
-                if span > padded {
-                    return invalid(format!(
-                        "the window spans {span} pixels of {side}, more than the padded \
-                         input's {padded} (input {}, padding {} a side)",
-                        self.in_size[i], w.padding[i]
-                    ));
-                }
+                let window = [w.kernel[i], w.padding[i], w.dilation[i]];
+                check_window("pool2d", side, self.in_size[i], window)?;
             }
         }
         let [oh, ow] = self.out_size_unchecked();
-        for (name, shape) in [
-            ("input", [self.planes, self.in_size[0], self.in_size[1]]),
-            ("output", [self.planes, oh, ow]),
-        ] {
-            let len = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d));
-            if len.is_none_or(|len| len > u64::from(u32::MAX)) {
-                return invalid(format!(
-                    "the {name} {shape:?} has more than 2^32 - 1 elements; split the batch"
-                ));
-            }
-        }
-        Ok(())
+        check_u32_elements(
+            "pool2d",
+            &[
+                ("input", &[self.planes, self.in_size[0], self.in_size[1]]),
+                ("output", &[self.planes, oh, ow]),
+            ],
+        )
     }
 
     /// The `Params` every entry point starts from (no range, no offsets).

@@ -15,16 +15,11 @@
 //
 // Layout: x, dx [planes, H, W]; y, gy, idx [planes, OH, OW], row-major from their offsets
 // (x_offset: x, dx; y_offset: y, gy; idx_offset: idx). Declared in mod.rs: `Params`
-// (`shader_params!`) and the bindings (`kernels!`). Dispatch: elementwise over the elements
-// written, `first + t` for t < count; an invocation past `count` returns.
+// (`shader_params!`) and the bindings (`kernels!`); the window's taps: shaders/window.wgsl.
+// Dispatch: elementwise over the elements written, `first + t` for t < count; an invocation
+// past `count` returns.
 
 const WG: u32 = 256u;
-
-// The input row (or column) of tap k of output position o along one side, or -1 outside.
-fn tap(o: u32, k: u32, stride: u32, pad: u32, dil: u32, size: u32) -> i32 {
-    let at = i32(o * stride + k * dil) - i32(pad);
-    return select(-1, at, at >= 0 && at < i32(size));
-}
 
 // An adaptive window along one side: output o of `outs` over `size` inputs, [start, end).
 fn adaptive(o: u32, outs: u32, size: u32) -> vec2<u32> {
@@ -43,9 +38,7 @@ fn divisor(oh: u32, ow: u32) -> f32 {
     }
     var inside = 0u;
     for (var k = 0u; k < params.k_h * params.k_w; k = k + 1u) {
-        let ih = tap(oh, k / params.k_w, params.stride_h, params.pad_h, params.dil_h, params.in_h);
-        let iw = tap(ow, k % params.k_w, params.stride_w, params.pad_w, params.dil_w, params.in_w);
-        inside += select(0u, 1u, ih >= 0 && iw >= 0);
+        inside += u32(window_input(oh, ow, k / params.k_w, k % params.k_w).z);
     }
     return f32(inside);
 }
@@ -65,10 +58,9 @@ fn max_forward(@builtin(global_invocation_id) gid: vec3<u32>,
     var best = 0.0;
     var at = 0xFFFFFFFFu;
     for (var k = 0u; k < params.k_h * params.k_w; k = k + 1u) {
-        let ih = tap(oh, k / params.k_w, params.stride_h, params.pad_h, params.dil_h, params.in_h);
-        let iw = tap(ow, k % params.k_w, params.stride_w, params.pad_w, params.dil_w, params.in_w);
-        if (ih >= 0 && iw >= 0) {
-            let pos = u32(ih) * params.in_w + u32(iw);
+        let tap = window_input(oh, ow, k / params.k_w, k % params.k_w);
+        if (tap.z != 0) {
+            let pos = u32(tap.x) * params.in_w + u32(tap.y);
             let v = x[base + pos];
             // The first tap, a larger one, or a NaN (as PyTorch: the last NaN's position).
             if (at == 0xFFFFFFFFu || v > best || is_nan(v)) {
@@ -96,19 +88,10 @@ fn max_backward(@builtin(global_invocation_id) gid: vec3<u32>,
     let out_base = plane * params.out_h * params.out_w;
     var acc = 0.0;
     for (var k = 0u; k < params.k_h * params.k_w; k = k + 1u) {
-        // The output position whose tap k is (ih, iw), if there is one.
-        let th = i32(ih + params.pad_h) - i32((k / params.k_w) * params.dil_h);
-        let tw = i32(iw + params.pad_w) - i32((k % params.k_w) * params.dil_w);
-        if (th >= 0 && tw >= 0) {
-            let oh = u32(th) / params.stride_h;
-            let ow = u32(tw) / params.stride_w;
-            let on_grid = u32(th) % params.stride_h == 0u && u32(tw) % params.stride_w == 0u;
-            if (on_grid && oh < params.out_h && ow < params.out_w) {
-                let o = out_base + oh * params.out_w + ow;
-                if (idx[params.idx_offset + o] == pos) {
-                    acc += gy[params.y_offset + o];
-                }
-            }
+        let at = window_output(ih, iw, k);
+        let o = out_base + at.x * params.out_w + at.y;
+        if (at.z != 0u && idx[params.idx_offset + o] == pos) {
+            acc += gy[params.y_offset + o];
         }
     }
     dx[params.x_offset + i] = acc;
@@ -136,10 +119,9 @@ fn avg_forward(@builtin(global_invocation_id) gid: vec3<u32>,
         }
     } else {
         for (var k = 0u; k < params.k_h * params.k_w; k = k + 1u) {
-            let ih = tap(oh, k / params.k_w, params.stride_h, params.pad_h, params.dil_h, params.in_h);
-            let iw = tap(ow, k % params.k_w, params.stride_w, params.pad_w, params.dil_w, params.in_w);
-            if (ih >= 0 && iw >= 0) {
-                acc += x[base + u32(ih) * params.in_w + u32(iw)];
+            let at = window_input(oh, ow, k / params.k_w, k % params.k_w);
+            if (at.z != 0) {
+                acc += x[base + u32(at.x) * params.in_w + u32(at.y)];
             }
         }
     }
@@ -173,15 +155,9 @@ fn avg_backward(@builtin(global_invocation_id) gid: vec3<u32>,
         }
     } else {
         for (var k = 0u; k < params.k_h * params.k_w; k = k + 1u) {
-            let th = i32(ih + params.pad_h) - i32((k / params.k_w) * params.dil_h);
-            let tw = i32(iw + params.pad_w) - i32((k % params.k_w) * params.dil_w);
-            if (th >= 0 && tw >= 0) {
-                let oh = u32(th) / params.stride_h;
-                let ow = u32(tw) / params.stride_w;
-                let on_grid = u32(th) % params.stride_h == 0u && u32(tw) % params.stride_w == 0u;
-                if (on_grid && oh < params.out_h && ow < params.out_w) {
-                    acc += gy[out_base + oh * params.out_w + ow] / divisor(oh, ow);
-                }
+            let at = window_output(ih, iw, k);
+            if (at.z != 0u) {
+                acc += gy[out_base + at.x * params.out_w + at.y] / divisor(at.x, at.y);
             }
         }
     }
