@@ -67,7 +67,8 @@ impl Conv2dOptions {
 }
 
 /// `conv2d(x, weight) + bias` (PyTorch's `F.conv2d`): `x` `[N, C, H, W]`, `weight` `[O, C /
-/// groups, KH, KW]`, `bias` `[O]` or none; the output is `[N, O, OH, OW]`. f16 inputs are widened.
+/// groups, KH, KW]`, `bias` `[O]` or none; the output is `[N, O, OH, OW]`. f16 inputs (and f16
+/// weight copies) are widened.
 /// Errors: shapes that do not fit together or `options` the kernel refuses, with the figures.
 pub fn conv2d(
     x: &Tensor,
@@ -75,8 +76,10 @@ pub fn conv2d(
     bias: Option<&Tensor>,
     options: Conv2dOptions,
 ) -> Result<Tensor> {
-    if x.dtype() == DType::F16 {
-        return conv2d(&x.widened()?, weight, bias, options);
+    let half = |t: &Tensor| t.dtype() == DType::F16;
+    if half(x) || half(weight) || bias.is_some_and(half) {
+        let bias = bias.map(Tensor::widened).transpose()?;
+        return conv2d(&x.widened()?, &weight.widened()?, bias.as_ref(), options);
     }
     let dims = conv_dims(x, weight, bias, options)?;
     let [oh, ow] = dims.out_size()?;
