@@ -6,7 +6,7 @@ use plimsoll_kernels_wgsl::kernels::pool2d::{self, Pool, Pool2dDims, PoolWindow}
 use plimsoll_kernels_wgsl::testing::{Rng, assert_close, gpu, to_f64};
 use plimsoll_nn::{
     AdaptiveAvgPool2d, AvgPool2d, BatchNorm2d, Conv2d, Conv2dOptions, Error, Flatten, GroupNorm,
-    MaxPool2d, Module, Sequential, cnn,
+    MaxPool2d, Module, Sequential, cnn, conv2d,
 };
 
 use crate::common::{Params, check_module, input};
@@ -381,5 +381,29 @@ fn batch_norm_matches_reference_and_tracks_once() {
         &want_mean,
         1e-5,
         1e-5,
+    );
+}
+
+/// `conv2d` over f16 copies of its input, weight and bias (mixed precision's weight copies)
+/// gives the f32 result of the rounded values.
+#[test]
+fn conv2d_takes_f16_operands() {
+    let gpu = gpu();
+    let mut rng = Rng::new(90);
+    let x = input(&gpu, &rng.vec_f32(2 * 3 * 25, -1.0, 1.0), &[2, 3, 5, 5]);
+    let w = input(&gpu, &rng.vec_f32(4 * 3 * 9, -1.0, 1.0), &[4, 3, 3, 3]);
+    let b = input(&gpu, &rng.vec_f32(4, -1.0, 1.0), &[4]);
+    let options = Conv2dOptions::default().padding(1);
+    let halves = [&x, &w, &b].map(|t| t.to_f16().unwrap());
+    let rounded = halves.each_ref().map(|t| t.to_f32().unwrap());
+    let want = conv2d(&rounded[0], &rounded[1], Some(&rounded[2]), options).unwrap();
+    let got = conv2d(&halves[0], &halves[1], Some(&halves[2]), options).unwrap();
+    assert_eq!(got.shape(), [2, 4, 5, 5]);
+    assert_close(
+        "f16 operands",
+        &got.to_vec().unwrap(),
+        &want.to_vec().unwrap(),
+        1e-6,
+        1e-6,
     );
 }
