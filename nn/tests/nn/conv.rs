@@ -385,7 +385,7 @@ fn batch_norm_matches_reference_and_tracks_once() {
 }
 
 /// `conv2d` over f16 copies of its input, weight and bias (mixed precision's weight copies)
-/// gives the f32 result of the rounded values.
+/// gives the f32 result of the rounded values, with an f16 or an f32 input.
 #[test]
 fn conv2d_takes_f16_operands() {
     let gpu = gpu();
@@ -406,4 +406,9 @@ fn conv2d_takes_f16_operands() {
         1e-6,
         1e-6,
     );
+    // An f32 input with f16 weight copies (the mixed-precision case).
+    let want = conv2d(&x, &rounded[1], Some(&rounded[2]), options).unwrap();
+    let got = conv2d(&x, &halves[1], Some(&halves[2]), options).unwrap();
+    let (got, want) = (got.to_vec().unwrap(), want.to_vec().unwrap());
+    assert_close("f16 weights", &got, &want, 1e-6, 1e-6);
 }
