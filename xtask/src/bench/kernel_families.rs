@@ -224,7 +224,8 @@ fn convert_family(
 /// ResNet-18's first convolutions (torchvision's shapes: the 7x7 stem, a 3x3 of layer1, the
 /// strided 3x3 and the 1x1 shortcut of layer2) on one 224x224 image: GFLOP/s of the `conv2d`
 /// kernels' forward and both gradients, beside the tuned matmul of the same product (the
-/// implicit GEMM: output positions x out channels x in channels · kernel taps).
+/// implicit GEMM: output positions x out channels x in channels · kernel taps); each on the
+/// path the launchers choose and by direct summation.
 pub(super) fn conv_layers(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let layers = [
         ("conv1 7x7/2 3->64 @224", 3, 224, 64, 7, 2, 3),
@@ -252,34 +253,26 @@ pub(super) fn conv_layers(gpu: &Gpu, report: &mut Report) -> Result<()> {
         let [oh, ow] = dims.out_size()?;
         let (m, n, kk) = (oh * ow, o, c * k * k);
         let flops = 2.0 * (m * n * kk) as f64;
-        let runs: [(&str, &dyn Fn() -> Result<()>); 3] = [
-            ("forward", &|| {
-                Ok(conv2d::forward(
-                    gpu,
-                    &dims,
-                    y.whole(),
-                    x.whole(),
-                    w.whole(),
-                    None,
-                )?)
+        let (xs, ys, ws, dxs, dws) = (x.whole(), y.whole(), w.whole(), dx.whole(), dw.whole());
+        let path = conv2d::path(gpu, &dims);
+        let runs: [(String, &dyn Fn() -> Result<()>); 6] = [
+            (format!("forward [{path:?}]"), &|| {
+                Ok(conv2d::forward(gpu, &dims, ys, xs, ws, None)?)
             }),
-            ("input gradient", &|| {
-                Ok(conv2d::backward_input(
-                    gpu,
-                    &dims,
-                    dx.whole(),
-                    y.whole(),
-                    w.whole(),
-                )?)
+            (format!("input gradient [{path:?}]"), &|| {
+                Ok(conv2d::backward_input(gpu, &dims, dxs, ys, ws)?)
             }),
-            ("weight gradient", &|| {
-                Ok(conv2d::backward_weight(
-                    gpu,
-                    &dims,
-                    dw.whole(),
-                    x.whole(),
-                    y.whole(),
-                )?)
+            (format!("weight gradient [{path:?}]"), &|| {
+                Ok(conv2d::backward_weight(gpu, &dims, dws, xs, ys)?)
+            }),
+            ("forward [Direct]".into(), &|| {
+                Ok(conv2d::forward_direct(gpu, &dims, ys, xs, ws, None)?)
+            }),
+            ("input gradient [Direct]".into(), &|| {
+                Ok(conv2d::backward_input_direct(gpu, &dims, dxs, ys, ws)?)
+            }),
+            ("weight gradient [Direct]".into(), &|| {
+                Ok(conv2d::backward_weight_direct(gpu, &dims, dws, xs, ys)?)
             }),
         ];
         for (what, run) in runs {

@@ -144,3 +144,92 @@ fn backward_bias(@builtin(global_invocation_id) gid: vec3<u32>,
     }
     dbias[params.b_offset + o] = acc;
 }
+
+// ---- The convolution as a matmul (groups = 1): columns of the input's taps, K = C KH KW rows
+// by the output positions P = OH OW, for `nb` images from n_first; `image_major` lays them out
+// [nb, K, P] (a batched product per image lands in y's NCHW order), else [K, nb, P] (one
+// product over every image's positions: the weight's gradient). `c_offset`: the columns' (or,
+// in `channels_first`, the permuted gradient's) offset.
+
+@compute @workgroup_size(256)
+fn im2col(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let khw = params.k_h * params.k_w;
+    let rows = params.in_c * khw;
+    let plane = params.out_h * params.out_w;
+    let p = i % plane;
+    var k = i / (plane * params.nb);
+    var n = (i / plane) % params.nb;
+    if (params.image_major != 0u) {
+        k = (i / plane) % rows;
+        n = i / (plane * rows);
+    }
+    let tap = k % khw;
+    let at = window_input(p / params.out_w, p % params.out_w, tap / params.k_w, tap % params.k_w);
+    var v = 0.0;
+    if (at.z != 0) {
+        v = x[params.x_offset + x_index(params.n_first + n, k / khw, u32(at.x), u32(at.y))];
+    }
+    cols[params.c_offset + i] = v;
+}
+
+// dx of `nb` images from image-major columns' gradients: each input pixel sums the column
+// entries of the taps that read it.
+@compute @workgroup_size(256)
+fn col2im(@builtin(global_invocation_id) gid: vec3<u32>,
+          @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let iw = i % params.in_w;
+    let ih = (i / params.in_w) % params.in_h;
+    let c = (i / (params.in_w * params.in_h)) % params.in_c;
+    let n = i / (params.in_w * params.in_h * params.in_c);
+    let khw = params.k_h * params.k_w;
+    let plane = params.out_h * params.out_w;
+    var acc = 0.0;
+    for (var k = 0u; k < khw; k = k + 1u) {
+        let at = window_output(ih, iw, k);
+        if (at.z != 0u) {
+            let row = (n * params.in_c + c) * khw + k;
+            acc += dcols[params.c_offset + row * plane + at.x * params.out_w + at.y];
+        }
+    }
+    let image = params.in_c * params.in_h * params.in_w;
+    xgrad[params.x_offset + params.n_first * image + i] = acc;
+}
+
+// gy of `nb` images from n_first, [nb, O, P], permuted to [O, nb, P].
+@compute @workgroup_size(256)
+fn channels_first(@builtin(global_invocation_id) gid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let plane = params.out_h * params.out_w;
+    let n = (i / plane) % params.nb;
+    let o = i / (plane * params.nb);
+    gyt[params.c_offset + i] = gy[params.y_offset + y_index(params.n_first + n, o, 0u, 0u) + i % plane];
+}
+
+// y += bias, each output channel's over its positions.
+@compute @workgroup_size(256)
+fn bias_add(@builtin(global_invocation_id) gid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = flat_index(gid, nwg);
+    if (t >= params.count) {
+        return;
+    }
+    let i = params.first + t;
+    let channel = (i / (params.out_h * params.out_w)) % params.out_c;
+    out_y[params.y_offset + i] += out_bias[params.b_offset + channel];
+}

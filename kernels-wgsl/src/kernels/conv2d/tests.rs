@@ -2,7 +2,7 @@
 //! inside guarded buffers; the reference's gradients against finite differences of its forward;
 //! the weight and bias sums in ranges of images; refused shapes.
 
-use super::{Conv2dDims, reference};
+use super::{Conv2dDims, ConvPath, reference};
 use crate::testing::{Guarded, Rng, gpu_and_rng, numeric_gradient, scratch};
 use crate::{Error, Result};
 
@@ -57,8 +57,9 @@ fn inputs(rng: &mut Rng, dims: &Conv2dDims) -> [Vec<f32>; 4] {
     ]
 }
 
-/// Each entry point against the reference, with and without a bias, every tensor at an odd
-/// offset of a guarded buffer (so an ignored offset or a write outside the range fails).
+/// Each entry point against the reference, with and without a bias, on both paths (the matmul
+/// path for one group), every tensor at an odd offset of a guarded buffer (so an ignored offset
+/// or a write outside the range fails).
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
     let (gpu, mut rng) = gpu_and_rng(61);
@@ -68,31 +69,54 @@ pub(crate) fn matches_reference() -> Result<()> {
         let w_gpu = Guarded::upload(&gpu, &mut rng, &w, 5, "weight")?;
         let b_gpu = Guarded::upload(&gpu, &mut rng, &b, 7, "bias")?;
         let gy_gpu = Guarded::upload(&gpu, &mut rng, &gy, 2, "gy")?;
-        for bias in [true, false] {
-            let y = Guarded::random(&gpu, &mut rng, dims.output_len() as usize, 9, "y")?;
-            let b_slice = bias.then(|| b_gpu.slice()).transpose()?;
-            super::forward(&gpu, &dims, y.slice()?, x_gpu.slice()?, w_gpu.slice()?, b_slice)?;
-            let want = reference::forward(&dims, &x, &w, bias.then_some(&b[..]));
-            y.check(&gpu, &format!("{name} forward, bias {bias}"), &want, 1e-5, 1e-5)?;
+        let paths: &[ConvPath] = match dims.groups {
+            1 => &[ConvPath::Direct, ConvPath::Matmul],
+            _ => &[ConvPath::Direct],
+        };
+        for &path in paths {
+            let name = format!("{name} [{path:?}]");
+            for bias in [true, false] {
+                let y = Guarded::random(&gpu, &mut rng, dims.output_len() as usize, 9, "y")?;
+                let b_slice = bias.then(|| b_gpu.slice()).transpose()?;
+                let (ys, xs, ws) = (y.slice()?, x_gpu.slice()?, w_gpu.slice()?);
+                match path {
+                    ConvPath::Direct => super::forward_direct(&gpu, &dims, ys, xs, ws, b_slice)?,
+                    ConvPath::Matmul => super::forward_matmul(&gpu, &dims, ys, xs, ws, b_slice, None)?,
+                }
+                let want = reference::forward(&dims, &x, &w, bias.then_some(&b[..]));
+                y.check(&gpu, &format!("{name} forward, bias {bias}"), &want, 1e-5, 1e-5)?;
+            }
+            let dx = Guarded::random(&gpu, &mut rng, dims.input_len() as usize, 4, "dx")?;
+            let (dxs, gys, ws) = (dx.slice()?, gy_gpu.slice()?, w_gpu.slice()?);
+            match path {
+                ConvPath::Direct => super::backward_input_direct(&gpu, &dims, dxs, gys, ws)?,
+                ConvPath::Matmul => super::backward_input_matmul(&gpu, &dims, dxs, gys, ws, None)?,
+            }
+            let want = reference::backward_input(&dims, &gy, &w);
+            dx.check(&gpu, &format!("{name} dx"), &want, 1e-5, 1e-5)?;
+            let dw = Guarded::random(&gpu, &mut rng, dims.weight_len() as usize, 6, "dweight")?;
+            let (dws, xs, gys) = (dw.slice()?, x_gpu.slice()?, gy_gpu.slice()?);
+            match path {
+                ConvPath::Direct => super::backward_weight_direct(&gpu, &dims, dws, xs, gys)?,
+                ConvPath::Matmul => super::backward_weight_matmul(&gpu, &dims, dws, xs, gys, None)?,
+            }
+            let want = reference::backward_weight(&dims, &x, &gy);
+            dw.check(&gpu, &format!("{name} dweight"), &want, 1e-5, 1e-5)?;
         }
-        let dx = Guarded::random(&gpu, &mut rng, dims.input_len() as usize, 4, "dx")?;
-        super::backward_input(&gpu, &dims, dx.slice()?, gy_gpu.slice()?, w_gpu.slice()?)?;
-        let want = reference::backward_input(&dims, &gy, &w);
-        dx.check(&gpu, &format!("{name} dx"), &want, 1e-5, 1e-5)?;
-        let dw = Guarded::random(&gpu, &mut rng, dims.weight_len() as usize, 6, "dweight")?;
-        super::backward_weight(&gpu, &dims, dw.slice()?, x_gpu.slice()?, gy_gpu.slice()?)?;
-        let want = reference::backward_weight(&dims, &x, &gy);
-        dw.check(&gpu, &format!("{name} dweight"), &want, 1e-5, 1e-5)?;
         let db = Guarded::random(&gpu, &mut rng, dims.out_channels as usize, 1, "dbias")?;
         super::backward_bias(&gpu, &dims, db.slice()?, gy_gpu.slice()?)?;
         let want = reference::backward_bias(&dims, &gy);
         db.check(&gpu, &format!("{name} dbias"), &want, 1e-5, 1e-5)?;
+        // The launchers take the matmul path for one group, the direct one for more.
+        let want_path = if dims.groups == 1 { ConvPath::Matmul } else { ConvPath::Direct };
+        assert_eq!(super::path(&gpu, &dims), want_path, "{name}");
     }
     Ok(())
 }
 
-/// The weight and bias gradients summed one image a dispatch (each range added to the last,
-/// as on lavapipe for a large batch) are the sums of the whole batch.
+/// The matmul path over chunks of images, and the direct weight and bias gradients summed one
+/// image a dispatch (each range added to the last, as on lavapipe for a large batch), give the
+/// results of the whole batch at once.
 #[test]
 fn sums_in_ranges_of_images_match_the_whole_batch() -> Result<()> {
     let (gpu, mut rng) = gpu_and_rng(62);
@@ -100,6 +124,26 @@ fn sums_in_ranges_of_images_match_the_whole_batch() -> Result<()> {
     let [x, _, _, gy] = inputs(&mut rng, &dims);
     let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 1, "x")?;
     let gy_gpu = Guarded::upload(&gpu, &mut rng, &gy, 2, "gy")?;
+    // The matmul path in chunks of 1, 2 and all 5 images: the same three results.
+    let w = rng.vec_f32(dims.weight_len() as usize, -1.0, 1.0);
+    let w_gpu = Guarded::upload(&gpu, &mut rng, &w, 4, "weight")?;
+    for images in [1, 2, 5] {
+        let chunk = Some(images);
+        let y = Guarded::random(&gpu, &mut rng, dims.output_len() as usize, 2, "y")?;
+        let (ys, xs, ws) = (y.slice()?, x_gpu.slice()?, w_gpu.slice()?);
+        super::forward_matmul(&gpu, &dims, ys, xs, ws, None, chunk)?;
+        let want = reference::forward(&dims, &x, &w, None);
+        y.check(&gpu, &format!("matmul y, {images} images a chunk"), &want, 1e-5, 1e-5)?;
+        let dx = Guarded::random(&gpu, &mut rng, dims.input_len() as usize, 1, "dx")?;
+        let (dxs, gys) = (dx.slice()?, gy_gpu.slice()?);
+        super::backward_input_matmul(&gpu, &dims, dxs, gys, ws, chunk)?;
+        let want = reference::backward_input(&dims, &gy, &w);
+        dx.check(&gpu, &format!("matmul dx, {images} images a chunk"), &want, 1e-5, 1e-5)?;
+        let dw = Guarded::random(&gpu, &mut rng, dims.weight_len() as usize, 3, "dweight")?;
+        super::backward_weight_matmul(&gpu, &dims, dw.slice()?, xs, gys, chunk)?;
+        let want = reference::backward_weight(&dims, &x, &gy);
+        dw.check(&gpu, &format!("matmul dweight, {images} images a chunk"), &want, 1e-5, 1e-5)?;
+    }
     for images in [1, 2, 5] {
         let dw = Guarded::random(&gpu, &mut rng, dims.weight_len() as usize, 3, "dweight")?;
         let (dws, xs, gys) = (dw.slice()?, x_gpu.slice()?, gy_gpu.slice()?);
