@@ -1,5 +1,5 @@
 //! [`Conv2d`]: PyTorch's `nn.Conv2d` over NCHW images (stride, zero padding, dilation, groups),
-//! weights `[out, in / groups, kh, kw]` as PyTorch lays them out, as one fused op ([`conv2d`]:
+//! weights `[out, in / groups, kh, kw]` as PyTorch lays them out, as one fused op ([`conv2d()`]:
 //! the `conv2d` kernels forward, and their input, weight and bias gradients backward).
 
 use plimsoll_autograd::{Category, DType, Derivative, Gpu, Grads, Tensor, TensorOptions};

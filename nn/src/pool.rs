@@ -1,5 +1,5 @@
 //! Pooling over NCHW images — [`MaxPool2d`], [`AvgPool2d`], [`AdaptiveAvgPool2d`] — as one
-//! fused op each ([`pool2d`]: the `pool2d` kernels forward and backward), and [`Flatten`] and
+//! fused op each ([`pool2d()`]: the `pool2d` kernels forward and backward), and [`Flatten`] and
 //! [`Unflatten`].
 
 use plimsoll_autograd::{Category, DType, Derivative, Grads, Tensor};
