@@ -40,6 +40,12 @@ pub trait Module: Send + Sync {
     fn forward_relu(&self, _x: &Tensor) -> Option<Result<Tensor>> {
         None
     }
+
+    /// State that is not trained but belongs to the model (PyTorch's buffers: BatchNorm's
+    /// running statistics), with dotted names as [`Module::parameters`]. None by default.
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
 }
 
 /// `params` with every name prefixed by `prefix` and a dot.

@@ -234,6 +234,15 @@ impl Module for BatchNorm2d {
         ]
     }
 
+    /// `running_mean` and `running_var` (PyTorch's names; its `num_batches_tracked` is
+    /// [`BatchNorm2d::batches_tracked`]).
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("running_mean".to_string(), self.running_mean.clone()),
+            ("running_var".to_string(), self.running_var.clone()),
+        ]
+    }
+
     fn set_training(&mut self, training: bool) {
         self.training = training;
     }

@@ -229,6 +229,14 @@ impl Module for Sequential {
             .collect()
     }
 
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        self.children
+            .iter()
+            .enumerate()
+            .flat_map(|(i, child)| prefixed(&i.to_string(), read(child).buffers()))
+            .collect()
+    }
+
     fn set_training(&mut self, training: bool) {
         self.training = training;
         for child in &self.children {
