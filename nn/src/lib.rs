@@ -9,7 +9,7 @@
 //! precision, out-of-memory recovery): that is `plimsoll-trainer`. Every fallible function
 //! returns this crate's [`Error`].
 //!
-//! Map: [`module`], [`linear`], [`conv`], [`pool`], [`norm2d`], [`activation`], [`norm`], [`embedding`], [`attention`],
+//! Map: [`module`], [`linear`], [`conv`], [`pool`], [`norm2d`], [`resnet`], [`activation`], [`norm`], [`embedding`], [`attention`],
 //! [`blocks`], [`sequential`], [`loss`], [`optim`], [`state`], [`error`].
 
 pub mod activation;
@@ -27,6 +27,7 @@ pub mod norm;
 pub mod norm2d;
 pub mod optim;
 pub mod pool;
+pub mod resnet;
 pub mod rotary;
 pub mod sequential;
 pub mod state;
@@ -47,6 +48,7 @@ pub use optim::{
     AdamW, AdamWConfig, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm, grad_norm, zero_grad,
 };
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Unflatten, pool2d};
+pub use resnet::{BlockKind, ResNet, ResNetConfig};
 pub use rotary::rotary_embedding;
 pub use sequential::{Sequential, mlp};
 pub use state::{HostTensor, LoadedState};

@@ -11,4 +11,5 @@ mod llama;
 mod losses;
 mod modules;
 mod optimizers;
+mod resnet;
 mod state_files;

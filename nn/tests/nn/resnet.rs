@@ -1,0 +1,113 @@
+//! torchvision's ResNets: their parameter counts (torchvision's published figures), names and
+//! shapes, and a forward and backward at a small image size.
+
+use plimsoll_kernels_wgsl::testing::{Rng, gpu};
+use plimsoll_nn::{Module, ResNet, ResNetConfig, parameter_count};
+
+use crate::common::input;
+
+/// torchvision's parameter counts (`sum(p.numel() for p in resnetN().parameters())`, 1000
+/// classes), built on a planning device (no values drawn).
+#[test]
+fn resnets_have_torchvisions_parameter_counts() {
+    let planning = gpu().planning_twin(1 << 40);
+    for (depth, want) in [
+        (18, 11_689_512),
+        (34, 21_797_672),
+        (50, 25_557_032),
+        (101, 44_549_160),
+    ] {
+        let config = ResNetConfig::depth(depth, 1000).unwrap();
+        let net = ResNet::new(&planning, config, 0).unwrap();
+        assert_eq!(parameter_count(&net), want, "resnet{depth}");
+    }
+    assert!(ResNetConfig::depth(20, 10).is_err());
+}
+
+/// ResNet-18's names and layouts as torchvision's `state_dict()` has them (but
+/// `num_batches_tracked`): the stem, a block with and one without a shortcut, the classifier,
+/// and BatchNorm's running statistics as buffers.
+#[test]
+fn resnet18_names_and_shapes_are_torchvisions() {
+    let planning = gpu().planning_twin(1 << 40);
+    let net = ResNet::new(&planning, ResNetConfig::depth(18, 1000).unwrap(), 0).unwrap();
+    let params: Vec<(String, Vec<usize>)> = net
+        .parameters()
+        .iter()
+        .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+        .collect();
+    assert_eq!(params.len(), 62);
+    let shape = |name: &str| {
+        params
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+            .1
+            .clone()
+    };
+    assert_eq!(params[0].0, "conv1.weight");
+    assert_eq!(shape("conv1.weight"), [64, 3, 7, 7]);
+    assert_eq!(shape("bn1.weight"), [64]);
+    assert_eq!(shape("layer1.0.conv1.weight"), [64, 64, 3, 3]);
+    assert_eq!(shape("layer1.1.bn2.bias"), [64]);
+    assert_eq!(shape("layer2.0.conv1.weight"), [128, 64, 3, 3]);
+    assert_eq!(shape("layer2.0.downsample.0.weight"), [128, 64, 1, 1]);
+    assert_eq!(shape("layer2.0.downsample.1.weight"), [128]);
+    assert_eq!(shape("layer4.1.conv2.weight"), [512, 512, 3, 3]);
+    assert_eq!(shape("fc.weight"), [1000, 512]);
+    assert_eq!(shape("fc.bias"), [1000]);
+    assert!(
+        !params
+            .iter()
+            .any(|(n, _)| n == "layer1.0.downsample.0.weight")
+    );
+    let buffers: Vec<String> = net.buffers().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        buffers.len(),
+        2 * 20,
+        "running mean and variance of 20 BatchNorms"
+    );
+    assert_eq!(buffers[..2], ["bn1.running_mean", "bn1.running_var"]);
+    assert!(buffers.contains(&"layer3.0.downsample.1.running_var".to_string()));
+}
+
+/// A ResNet-18 over two 32x32 images into 10 classes: logits `[2, 10]`; backward reaches the
+/// stem's weight and the classifier; a training forward moves BatchNorm's statistics and an
+/// evaluation forward does not.
+#[test]
+fn resnet18_runs_forward_and_backward() {
+    let gpu = gpu();
+    let net = ResNet::new(&gpu, ResNetConfig::depth(18, 10).unwrap(), 3).unwrap();
+    let x = input(
+        &gpu,
+        &Rng::new(4).vec_f32(2 * 3 * 32 * 32, -1.0, 1.0),
+        &[2, 3, 32, 32],
+    );
+    let logits = net.forward(&x).unwrap();
+    assert_eq!(logits.shape(), [2, 10]);
+    assert!(logits.to_vec().unwrap().iter().all(|v| v.is_finite()));
+    logits.sum_all().unwrap().backward().unwrap();
+    for (name, t) in net.parameters() {
+        if name == "conv1.weight" || name == "fc.weight" {
+            let g = t.grad().unwrap_or_else(|| panic!("{name} has no gradient"));
+            assert!(
+                g.to_vec().unwrap().iter().any(|v| *v != 0.0),
+                "{name}: zero gradient"
+            );
+        }
+    }
+    let mean = |net: &ResNet| net.buffers()[0].1.to_vec().unwrap();
+    let after_training = mean(&net);
+    assert!(
+        after_training.iter().any(|v| *v != 0.0),
+        "training moved the running mean"
+    );
+    let mut eval = net.clone();
+    eval.set_training(false);
+    let _ = eval.forward(&x).unwrap();
+    assert_eq!(
+        mean(&eval),
+        after_training,
+        "evaluation leaves the statistics alone"
+    );
+}
