@@ -183,15 +183,22 @@ fn replay_step(
 }
 
 /// A dry run's error that is a buffer larger than one binding marks `p` (`Ok(false)`: it does
-/// not fit); any other error is returned.
+/// not fit), as does a kernel loop past the adapter's limit above micro-batch 1 (a smaller
+/// micro-batch has shorter loops); any other error is returned.
 fn too_large(e: Error, p: &mut Probe) -> Result<bool> {
-    match e.too_large_for_binding() {
-        Some((label, bytes, max)) => {
-            p.too_large = Some((label.to_string(), bytes, max));
-            Ok(false)
-        }
-        None => Err(e),
+    if let Some((label, bytes, max)) = e.too_large_for_binding() {
+        p.too_large = Some((label.to_string(), bytes, max));
+        return Ok(false);
     }
+    let loop_limit = matches!(
+        e.kernel_error(),
+        Some(plimsoll_kernels_wgsl::Error::LoopLimit { .. })
+    );
+    if loop_limit && p.micro_batch > 1 {
+        p.past_loop_limit = Some(e.to_string());
+        return Ok(false);
+    }
+    Err(e)
 }
 
 /// Replays one evaluation chunk of `samples` samples (forward without a graph, evaluation

@@ -61,6 +61,9 @@ pub struct Probe {
     /// A buffer of the step or the evaluation larger than a kernel can bind (its label, bytes
     /// and the limit): then it does not fit, whatever the budget.
     pub too_large: Option<(String, u64, u64)>,
+    /// A kernel loop past the adapter's limit (lavapipe's 65,535 passes) at this micro-batch,
+    /// above 1: then it does not fit here, and a smaller micro-batch may.
+    pub past_loop_limit: Option<String>,
     /// Steps and evaluation chunks the dry run replayed before the allocator's state repeated
     /// (the rest of the run's events repeat one of these).
     pub events_replayed: usize,
@@ -98,6 +101,7 @@ impl Probe {
             eval_peak_reserved_bytes: None,
             eval_out_of_memory: false,
             too_large: None,
+            past_loop_limit: None,
             events_replayed: 0,
             converged: true,
             variant: false,
@@ -106,7 +110,10 @@ impl Probe {
 
     /// Whether it ran without running out of memory.
     pub fn fits(&self) -> bool {
-        !self.out_of_memory && !self.eval_out_of_memory && self.too_large.is_none()
+        !self.out_of_memory
+            && !self.eval_out_of_memory
+            && self.too_large.is_none()
+            && self.past_loop_limit.is_none()
     }
 }
 
@@ -187,6 +194,8 @@ impl fmt::Display for MemoryPlan {
                     "yes"
                 } else if p.too_large.is_some() {
                     "past one binding"
+                } else if p.past_loop_limit.is_some() {
+                    "past the loop limit"
                 } else {
                     "out of memory"
                 },
@@ -410,6 +419,15 @@ pub fn rehearse(
         segment_len,
         micro_batch,
     )?;
+    if let Some(message) = &p.past_loop_limit {
+        return Err(Error::invalid(
+            "--micro-batch",
+            format!(
+                "{micro_batch}: {message}; leave --micro-batch out and the plan picks one whose \
+                 loops fit"
+            ),
+        ));
+    }
     match too_large_error(&p, config.micro_batch.is_some()) {
         Some(e) => Err(e),
         None => Ok(Some(p)),
@@ -560,6 +578,7 @@ fn plan_explained(
     // past the limit at micro-batch m is past it at every larger one, checkpointed or not
     // (checkpointing changes what is kept, not how big each tensor is made).
     let mut cap = effective;
+    let mut cap_by_loops = false;
     // Whether the fixed state alone passes the budget, once asked.
     let mut fixed_checked: Option<bool> = None;
     for &segment_len in &candidates {
@@ -582,14 +601,19 @@ fn plan_explained(
                 return Ok(p.clone());
             }
             if micro > cap {
-                // Not run: a smaller micro-batch already made a tensor past one binding.
+                // Not run: a smaller micro-batch already made a tensor past one binding, or a
+                // kernel loop past the adapter's limit.
                 let mut p = Probe::unrun(segment_len, micro);
-                p.too_large = Some(("(a smaller micro-batch's)".into(), 0, 0));
+                match cap_by_loops {
+                    true => p.past_loop_limit = Some("(a smaller micro-batch's)".into()),
+                    false => p.too_large = Some(("(a smaller micro-batch's)".into(), 0, 0)),
+                }
                 return Ok(p);
             }
             let p = probe(&twin, (spec, data, test, config), segment_len, micro)?;
-            if p.too_large.is_some() {
-                cap = cap.min(micro.saturating_sub(1));
+            if (p.too_large.is_some() || p.past_loop_limit.is_some()) && micro <= cap {
+                cap = micro.saturating_sub(1);
+                cap_by_loops = p.too_large.is_none();
             }
             probes.push(p.clone());
             Ok(p)
