@@ -13,6 +13,7 @@ use crate::linear::{Init, Linear, derive_seed};
 use crate::module::{Module, prefixed};
 use crate::norm2d::BatchNorm2d;
 use crate::pool::{AdaptiveAvgPool2d, MaxPool2d};
+use crate::sequential::run_blocks;
 
 /// Which residual block a ResNet stacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,35 @@ impl ResNetConfig {
             layers,
             classes,
         })
+    }
+}
+
+impl ResNetConfig {
+    /// Parameter elements of the network (without building it): convolutions, BatchNorm scales
+    /// and shifts, the classifier.
+    pub fn parameter_count(&self) -> usize {
+        let conv_bn = |cin: usize, cout: usize, k: usize| cin * cout * k * k + 2 * cout;
+        let expansion = self.block.expansion();
+        let mut n = conv_bn(3, 64, 7);
+        let mut cin = 64;
+        for (i, &blocks) in self.layers.iter().enumerate() {
+            let width = 64 << i;
+            let out = width * expansion;
+            for b in 0..blocks {
+                let stride = if i > 0 && b == 0 { 2 } else { 1 };
+                n += match self.block {
+                    BlockKind::Basic => conv_bn(cin, width, 3) + conv_bn(width, width, 3),
+                    BlockKind::Bottleneck => {
+                        conv_bn(cin, width, 1) + conv_bn(width, width, 3) + conv_bn(width, out, 1)
+                    }
+                };
+                if stride != 1 || cin != out {
+                    n += conv_bn(cin, out, 1);
+                }
+                cin = out;
+            }
+        }
+        n + cin * self.classes + self.classes
     }
 }
 
@@ -182,6 +212,28 @@ impl Block {
     }
 }
 
+impl Module for Block {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Block::forward(self, x)
+    }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.named(false)
+    }
+
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        self.named(true)
+    }
+
+    fn set_training(&mut self, training: bool) {
+        Block::set_training(self, training);
+    }
+
+    fn is_training(&self) -> bool {
+        self.convs.first().is_some_and(|cb| cb.bn.is_training())
+    }
+}
+
 /// torchvision's ResNet: images `[N, 3, H, W]` in, logits `[N, classes]` out.
 #[derive(Debug, Clone)]
 pub struct ResNet {
@@ -250,8 +302,10 @@ impl ResNet {
     }
 }
 
-impl Module for ResNet {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+impl ResNet {
+    /// Logits of `x`, each run of `segment_len` residual blocks through autograd's checkpoint
+    /// (0: none; BatchNorm's statistics move once however often a block runs).
+    pub fn forward_checkpointed(&self, x: &Tensor, segment_len: usize) -> Result<Tensor> {
         let s = x.shape();
         if s.len() != 4 || s[1] != 3 {
             return Err(Error::InputShape {
@@ -262,13 +316,19 @@ impl Module for ResNet {
         }
         let mut h = self.stem.forward(x)?.relu()?;
         h = MaxPool2d::new(3, 2, 1).forward(&h)?;
-        for block in self.stages.iter().flatten() {
-            h = block.forward(&h)?;
-        }
+        let blocks: Vec<Block> = self.stages.iter().flatten().cloned().collect();
+        h = run_blocks(&blocks, h, segment_len, "ResNet::forward_checkpointed")?;
         let pooled = AdaptiveAvgPool2d { out_size: [1, 1] }.forward(&h)?;
         let n = pooled.shape()[0];
         self.fc
             .forward(&pooled.reshape(&[n, pooled.numel() / n.max(1)])?)
+    }
+}
+
+impl Module for ResNet {
+    /// Logits without checkpointing ([`ResNet::forward_checkpointed`]).
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_checkpointed(x, 0)
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

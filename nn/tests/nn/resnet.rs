@@ -20,6 +20,11 @@ fn resnets_have_torchvisions_parameter_counts() {
         let config = ResNetConfig::depth(depth, 1000).unwrap();
         let net = ResNet::new(&planning, config, 0).unwrap();
         assert_eq!(parameter_count(&net), want, "resnet{depth}");
+        assert_eq!(
+            config.parameter_count(),
+            want,
+            "resnet{depth}, counted without building"
+        );
     }
     assert!(ResNetConfig::depth(20, 10).is_err());
 }
