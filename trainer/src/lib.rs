@@ -38,7 +38,9 @@ mod workload;
 pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
 pub use runs::{checkpoint_io, run_dir};
 pub use training::{collective, loader, plan, recovery, scaler, step, trainer};
-pub use workload::{data, host, model, prepare, sample, task, text, token_files, tokenizer};
+pub use workload::{
+    data, host, images, model, prepare, sample, task, text, token_files, tokenizer,
+};
 
 pub use config::{
     AllocatorMode, CheckpointPolicy, DEFAULT_SNAPSHOT_INTERVAL, LeakPolicy, Precision, RunLength,
@@ -46,6 +48,7 @@ pub use config::{
 };
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
+pub use images::{ResNetSpec, SyntheticImages};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
 pub use model::{
     Arch, Attention, CnnSpec, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,

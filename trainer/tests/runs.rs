@@ -396,3 +396,55 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
     assert!(!dir.join("h").exists());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A ResNet at scale plans shapes-only (no image made, no kernel run): ResNet-50 at 224x224 and
+/// batch 256 under 24 GiB prints a choice. A small ResNet-18 that must checkpoint to fit its
+/// budget steps at the plan's predicted peak, allocated and reserved, to the byte: BatchNorm,
+/// the convolutions' columns and the recomputed blocks included.
+#[test]
+fn resnets_plan_at_scale_and_step_at_the_prediction() {
+    let dir = folder("resnet");
+    let o = run(
+        &dir,
+        &words("plan resnet50 --image 224 --batch 256 --memory-budget 24GiB"),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("choice: effective batch 256"),
+        "{}",
+        text(&o)
+    );
+    let o = run(
+        &dir,
+        &words(
+            "train resnet18 --image 32 --batch 4 --steps 2 --classes 10 --memory-budget 175MiB \
+             --run-dir r",
+        ),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let plan = json(&dir.join("r/plan.json"));
+    assert!(
+        plan["segment_len"].as_u64().unwrap_or(0) > 0,
+        "checkpointing chosen: {plan}"
+    );
+    let metrics = std::fs::read_to_string(dir.join("r/metrics.jsonl")).unwrap();
+    let peak = |key: &str| {
+        metrics
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v[key].as_u64())
+            .max()
+            .unwrap()
+    };
+    assert_eq!(
+        peak("peak_allocated_bytes"),
+        plan["predicted_peak_bytes"],
+        "{plan}"
+    );
+    assert_eq!(
+        peak("peak_reserved_bytes"),
+        plan["predicted_peak_reserved_bytes"],
+        "{plan}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -284,7 +284,7 @@ pub struct Classifier {
 }
 
 /// Sums of one chunk's per-row cross-entropy and arg-max hits, from `[rows, classes]` logits.
-fn classifier_sums(logits: &[f32], targets: &[u32], classes: usize) -> EvalSums {
+pub(crate) fn classifier_sums(logits: &[f32], targets: &[u32], classes: usize) -> EvalSums {
     let mut sums = EvalSums {
         correct: Some(0),
         ..EvalSums::default()

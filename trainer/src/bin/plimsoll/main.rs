@@ -81,6 +81,16 @@ pub(crate) enum Workload {
     Digits(DigitsArgs),
     /// The peer benchmark: MLP 784-1024-1024-1024-10, ReLU, Adam, batch 128, synthetic data.
     MlpBench(BenchArgs),
+    /// torchvision's ResNet-18 on synthetic images (--image, --classes): a plan at scale.
+    Resnet18(ResNetArgs),
+    /// torchvision's ResNet-34 on synthetic images.
+    Resnet34(ResNetArgs),
+    /// torchvision's ResNet-50 on synthetic images.
+    Resnet50(ResNetArgs),
+    /// torchvision's ResNet-101 on synthetic images.
+    Resnet101(ResNetArgs),
+    /// torchvision's ResNet-152 on synthetic images.
+    Resnet152(ResNetArgs),
     /// A character-level GPT (nanoGPT's CPU configuration) on the bundled Shakespeare plays
     /// (--tokenizer gpt2: over GPT-2's tokens).
     Shakespeare(ShakespeareArgs),
@@ -600,6 +610,25 @@ enum AttentionArg {
     Fused,
     /// The reference path.
     Reference,
+}
+
+/// A ResNet on synthetic images (`train resnet50`, `plan resnet50`).
+#[derive(Args, Clone)]
+pub(crate) struct ResNetArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Optimizer steps.
+    #[arg(long, default_value_t = 100, value_parser = flags::count_u64)]
+    steps: u64,
+    /// Effective batch (images per optimizer step).
+    #[arg(long, default_value_t = 256, value_parser = flags::count)]
+    batch: usize,
+    /// Height and width of the (square, RGB) images.
+    #[arg(long, default_value_t = 224, value_parser = flags::count)]
+    image: usize,
+    /// Classes of the classifier.
+    #[arg(long, default_value_t = 1000, value_parser = flags::count)]
+    classes: usize,
 }
 
 #[derive(Args, Clone)]

@@ -42,6 +42,11 @@ impl Workload {
             Workload::MlpBench(_) => "mlp-bench",
             Workload::Shakespeare(_) => "shakespeare",
             Workload::Gpt(_) => "gpt",
+            Workload::Resnet18(_) => "resnet18",
+            Workload::Resnet34(_) => "resnet34",
+            Workload::Resnet50(_) => "resnet50",
+            Workload::Resnet101(_) => "resnet101",
+            Workload::Resnet152(_) => "resnet152",
         }
     }
 
@@ -51,6 +56,11 @@ impl Workload {
             Workload::Digits(a) => &a.common,
             Workload::MlpBench(a) => &a.common,
             Workload::Shakespeare(a) | Workload::Gpt(a) => &a.common,
+            Workload::Resnet18(a)
+            | Workload::Resnet34(a)
+            | Workload::Resnet50(a)
+            | Workload::Resnet101(a)
+            | Workload::Resnet152(a) => &a.common,
         }
     }
 }

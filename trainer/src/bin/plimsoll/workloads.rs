@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use plimsoll_nn::{Activation, AdamWConfig, LrSchedule};
+use plimsoll_nn::{Activation, AdamWConfig, LrSchedule, ResNetConfig};
 use plimsoll_trainer::config::describe_schedule;
 use plimsoll_trainer::data::DIGITS_CSV_GZ;
 use plimsoll_trainer::data::Tokens;
@@ -12,13 +12,13 @@ use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::{SHAKESPEARE_GZ, read_text};
 use plimsoll_trainer::{
     Arch, Attention, CharCorpus, CheckpointPolicy, CnnSpec, Data, Dataset, Error, ExportLayout,
-    GptSpec, LlamaShape, ModelSpec, OptimizerSpec, Recipe, Result, RunLength, TokenData,
-    TokenFolder, Tokenizer, TrainConfig,
+    GptSpec, LlamaShape, ModelSpec, OptimizerSpec, Recipe, ResNetSpec, Result, RunLength,
+    SyntheticImages, TokenData, TokenFolder, Tokenizer, TrainConfig,
 };
 
 use crate::{
-    ArchArg, AttentionArg, CommonArgs, DigitsModel, ExportArg, GptShape, Preset, ShakespeareArgs,
-    TokenizerArg, Workload,
+    ArchArg, AttentionArg, CommonArgs, DigitsModel, ExportArg, GptShape, Preset, ResNetArgs,
+    ShakespeareArgs, TokenizerArg, Workload,
 };
 
 /// Everything a workload decides: the model, the data, the configuration.
@@ -473,9 +473,70 @@ pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
             };
             (job, a.common)
         }
+        Workload::Resnet18(a) => resnet_job("resnet18", 18, a)?,
+        Workload::Resnet34(a) => resnet_job("resnet34", 34, a)?,
+        Workload::Resnet50(a) => resnet_job("resnet50", 50, a)?,
+        Workload::Resnet101(a) => resnet_job("resnet101", 101, a)?,
+        Workload::Resnet152(a) => resnet_job("resnet152", 152, a)?,
         Workload::Shakespeare(a) => gpt_job("shakespeare", a)?,
         Workload::Gpt(a) => gpt_job("gpt", a)?,
     })
+}
+
+/// torchvision's ResNet of `depth` on synthetic `--image` squares (made on demand: a plan
+/// makes none), AdamW 1e-3, for `--steps` steps of `--batch` images.
+fn resnet_job(name: &'static str, depth: usize, a: ResNetArgs) -> Result<(Job, CommonArgs)> {
+    let config = ResNetConfig::depth(depth, a.classes)?;
+    let image = [3, a.image, a.image];
+    // The stem's 7x7 convolution of stride 2 and the 3x3 pooling of stride 2 need 7 pixels.
+    if a.image < 7 {
+        return Err(Error::invalid(
+            "--image",
+            format!("{}: a ResNet's stem needs images of at least 7x7", a.image),
+        ));
+    }
+    let samples = a
+        .batch
+        .checked_mul(4)
+        .ok_or_else(|| Error::invalid("--batch", format!("{} is too large to count", a.batch)))?;
+    let train = SyntheticImages {
+        len: samples,
+        image,
+        classes: a.classes,
+        seed: a.common.seed,
+    };
+    let defaults = mlp_defaults(1e-3);
+    let mut notes = Vec::new();
+    let mut config_run = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
+    config_run.length = RunLength::Steps(a.steps);
+    let optimizer = adamw(&a.common, &defaults, 0.999)?;
+    let spec = ResNetSpec {
+        config,
+        depth,
+        image,
+        seed: a.common.seed,
+        optimizer,
+    };
+    let job = Job {
+        name,
+        spec: Box::new(spec),
+        train: Box::new(train),
+        test: None,
+        config: config_run,
+        gpt_shape: None,
+        lm: None,
+        data: DataSource {
+            source: format!(
+                "synthetic: {samples} images of 3x{0}x{0}, {1} classes, seed {2}",
+                a.image, a.classes, a.common.seed
+            ),
+            sha256: String::new(),
+        },
+        optimizer,
+        notes,
+        tokenizer: None,
+    };
+    Ok((job, a.common))
 }
 
 /// A GPT's tokens: the training and validation sequences, the tokenizer, where they came from.
