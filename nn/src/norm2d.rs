@@ -179,22 +179,29 @@ impl BatchNorm2d {
         self.batches.load(Ordering::Relaxed)
     }
 
-    /// Moves the running statistics towards those of `xc` (`[channels, count]`), recording
-    /// nothing.
-    fn track(&self, xc: &Tensor) -> Result<()> {
+    /// Moves the running statistics towards those of `x` (`[N, C, H, W]`), recording nothing.
+    /// Each statistic is a mean over the width, then the height, then the batch: no reduced
+    /// axis is longer than one of the image's (a reduction refuses axes past
+    /// `reduce::MAX_AXIS_LEN`).
+    fn track(&self, x: &Tensor) -> Result<()> {
         let _no_grad = no_grad();
-        let count = xc.shape()[1];
-        let mean = xc.mean(&[1], true)?;
-        let centred = xc.sub(&mean)?;
-        let var = centred.mul(&centred)?.mean(&[1], false)?;
+        let s = x.shape();
+        let count = s[0] * s[2] * s[3];
+        let per_channel = |t: &Tensor| -> Result<Tensor> {
+            Ok(t.mean(&[3], true)?.mean(&[2], true)?.mean(&[0], true)?)
+        };
+        let mean = per_channel(x)?;
+        let centred = x.sub(&mean)?;
+        let var = per_channel(&centred.mul(&centred)?)?;
         let unbiased = var.mul_scalar(count as f32 / (count.max(2) - 1) as f32)?;
         let m = self.momentum;
         let moved = |running: &Tensor, batch: &Tensor| -> Result<()> {
+            let batch = batch.reshape(&[batch.numel()])?;
             let next = running.mul_scalar(1.0 - m)?.add(&batch.mul_scalar(m)?)?;
             copy::copy(running.gpu(), running.elements()?, next.elements()?)?;
             Ok(())
         };
-        moved(&self.running_mean, &mean.reshape(&[mean.numel()])?)?;
+        moved(&self.running_mean, &mean)?;
         moved(&self.running_var, &unbiased)?;
         self.batches.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -217,10 +224,10 @@ impl Module for BatchNorm2d {
         }
         // Each channel a row: [C, N·H·W].
         let count = s[0] * s[2] * s[3];
-        let xc = x.permute(&[1, 0, 2, 3])?.reshape(&[channels, count])?;
         if !is_recomputing() {
-            self.track(&xc)?;
+            self.track(x)?;
         }
+        let xc = x.permute(&[1, 0, 2, 3])?.reshape(&[channels, count])?;
         let normed = normalise_rows(&xc, count, self.eps)?
             .reshape(&[channels, s[0], s[2], s[3]])?
             .permute(&[1, 0, 2, 3])?;
