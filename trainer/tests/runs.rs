@@ -400,7 +400,8 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
 /// A ResNet at scale plans shapes-only (no image made, no kernel run): ResNet-50 at 224x224 and
 /// batch 256 under 24 GiB prints a choice. A small ResNet-18 that must checkpoint to fit its
 /// budget steps at the plan's predicted peak, allocated and reserved, to the byte: BatchNorm,
-/// the convolutions' columns and the recomputed blocks included.
+/// the convolutions' columns and the recomputed blocks included. Its BatchNorm statistics are
+/// saved with the run, and a resume goes on from them.
 #[test]
 fn resnets_plan_at_scale_and_step_at_the_prediction() {
     let dir = folder("resnet");
@@ -446,5 +447,41 @@ fn resnets_plan_at_scale_and_step_at_the_prediction() {
         plan["predicted_peak_reserved_bytes"],
         "{plan}"
     );
+    // BatchNorm's running statistics are saved with the run and put back by a resume.
+    let saved = plimsoll_nn::state::load(&dir.join("r/latest.safetensors")).unwrap();
+    let mean = &saved.tensors["param.bn1.running_mean"];
+    assert_eq!(mean.shape, [64]);
+    assert!(
+        mean.data.iter().any(|v| *v != 0.0),
+        "the running mean moved"
+    );
+    assert!(saved.tensors.contains_key("param.layer4.1.bn2.running_var"));
+    assert!(
+        !saved
+            .tensors
+            .keys()
+            .any(|k| k.contains("running") && k.starts_with("optim."))
+    );
+    let o = run(&dir, &words("train resnet18 --resume r --steps 3"));
+    assert!(o.status.success(), "{}", text(&o));
+    // Two steps and a resumed third hold what three steps in one run do: the statistics
+    // were restored, not restarted.
+    let o = run(
+        &dir,
+        &words(
+            "train resnet18 --image 32 --batch 4 --steps 3 --classes 10 --memory-budget 175MiB \
+             --run-dir s",
+        ),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let resumed = plimsoll_nn::state::load(&dir.join("r/latest.safetensors")).unwrap();
+    let straight = plimsoll_nn::state::load(&dir.join("s/latest.safetensors")).unwrap();
+    for name in ["param.bn1.running_mean", "param.layer3.0.bn1.running_var"] {
+        assert_eq!(
+            resumed.tensors[name].data, straight.tensors[name].data,
+            "{name}"
+        );
+    }
+    assert_ne!(resumed.tensors["param.bn1.running_mean"].data, mean.data);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -77,9 +77,10 @@ pub fn save(
     save_host(dir, file, &state, position.step)
 }
 
-/// What a checkpoint holds, read back into host memory: every parameter (`param.<name>`), every
-/// optimizer-state tensor (`optim.<name>`) and `position` as metadata. [`save_host`] writes it;
-/// [`restore`] puts it back.
+/// What a checkpoint holds, read back into host memory: every parameter (`param.<name>`; the
+/// model's buffers, which require no gradient, among them: [`crate::task::Model::buffers`]),
+/// every optimizer-state tensor (`optim.<name>`) and `position` as metadata. [`save_host`]
+/// writes it; [`restore`] puts it back.
 pub fn host_state(
     params: &[(String, Tensor)],
     optimizer: &dyn Optimizer,
@@ -286,6 +287,9 @@ pub fn load(
     let mut wanted: Vec<(String, Vec<usize>)> = Vec::new();
     for (name, t) in params {
         wanted.push((format!("{PARAM_PREFIX}{name}"), t.shape().to_vec()));
+        if !t.requires_grad() {
+            continue; // a buffer: no optimizer state
+        }
         for kind in optimizer.state_kinds() {
             wanted.push((format!("{OPTIM_PREFIX}{kind}.{name}"), t.shape().to_vec()));
         }
@@ -385,7 +389,8 @@ pub fn restore(
     }
     let kinds = optimizer.state_kinds();
     if !checks.reset_optimizer && optimizer_steps > 0 {
-        for (name, _) in params {
+        // Buffers (tensors that do not require a gradient) have no optimizer state.
+        for (name, _) in params.iter().filter(|(_, t)| t.requires_grad()) {
             for kind in &kinds {
                 let key = format!("{OPTIM_PREFIX}{kind}.{name}");
                 if !loaded.tensors.contains_key(&key) {

@@ -32,7 +32,7 @@ impl Trainer {
         let mut position = checkpoint_io::load(
             &self.gpu,
             path,
-            &self.params,
+            &self.saved_tensors(),
             self.optimizer.as_mut(),
             checks,
         )?;
@@ -69,8 +69,11 @@ impl Trainer {
         let Some(dir) = self.config.checkpoint_dir.clone() else {
             return Ok(None);
         };
-        let state =
-            checkpoint_io::host_state(&self.params, self.optimizer.as_ref(), &self.position)?;
+        let state = checkpoint_io::host_state(
+            &self.saved_tensors(),
+            self.optimizer.as_ref(),
+            &self.position,
+        )?;
         let path =
             checkpoint_io::save_host(&dir, checkpoint_io::LATEST, &state, self.position.step)?;
         // The same bytes are the state a lost device goes on from.
@@ -248,7 +251,7 @@ impl Trainer {
         let saved = checkpoint_io::save(
             &dir,
             checkpoint_io::BEST,
-            &self.params,
+            &self.saved_tensors(),
             self.optimizer.as_ref(),
             &self.position,
         );

@@ -108,7 +108,11 @@ impl Trainer {
             .sum();
         let taken =
             crate::host::check("a snapshot of the training state", elements, 4).and_then(|_| {
-                checkpoint_io::host_state(&self.params, self.optimizer.as_ref(), &self.position)
+                checkpoint_io::host_state(
+                    &self.saved_tensors(),
+                    self.optimizer.as_ref(),
+                    &self.position,
+                )
             });
         match taken {
             Ok(state) => self.keep_snapshot(state),
@@ -243,7 +247,9 @@ impl Trainer {
         let planned = self.config.allocator == AllocatorMode::Planned;
         gpu.with_allocator(|a| a.set_step_planning(planned));
         let (model, mut optimizer) = crate::task::build_within_budget(self.recipe.as_ref(), &gpu)?;
-        let params = model.parameters();
+        // The parameters and the buffers, as a checkpoint holds them.
+        let mut params = model.parameters();
+        params.extend(model.buffers());
         let checks = LoadChecks {
             expected_seed: Some(self.config.seed),
             reset_optimizer: false,

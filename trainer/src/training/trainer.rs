@@ -147,6 +147,14 @@ const DROPOUT_STREAM: u64 = 0xD50D_7A1C_E5EE_D001;
 pub const LOSS_WINDOW: usize = 20;
 
 impl Trainer {
+    /// What a checkpoint saves of the model: its parameters, then its buffers (state that is
+    /// not trained, such as BatchNorm's running statistics).
+    pub(crate) fn saved_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut tensors = self.params.clone();
+        tensors.extend(self.model.buffers());
+        tensors
+    }
+
     /// Prepares a run of the model `recipe` builds on `train` (evaluated on `test`): applies the
     /// budget and deadline to `gpu`, plans memory when something is left to choose (no
     /// micro-batch given, or automatic checkpointing), builds the model.

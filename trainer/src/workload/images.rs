@@ -196,4 +196,8 @@ impl Model for ImageClassifier {
     fn set_training(&mut self, training: bool) {
         self.net.set_training(training);
     }
+
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        self.net.buffers()
+    }
 }

@@ -339,6 +339,10 @@ impl Model for Classifier {
     fn set_training(&mut self, training: bool) {
         self.net.set_training(training);
     }
+
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        self.net.buffers()
+    }
 }
 
 /// A decoder-only language model and its optimizer: nanoGPT's GPT ([`plimsoll_nn::Gpt`]) or,

@@ -277,6 +277,13 @@ pub trait Model: Send {
     /// Switches training (`true`) or evaluation mode.
     fn set_training(&mut self, training: bool);
 
+    /// State that belongs to the model but is not trained (BatchNorm's running statistics),
+    /// with dotted names: saved and restored with the parameters (checkpoints, the snapshot a
+    /// lost device goes on from), never given to the optimizer. None by default.
+    fn buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
     /// What the exported `model.safetensors` holds: the names and layouts of the matching
     /// PyTorch model's `state_dict()`, so that `load_state_dict(..., strict=True)` takes it.
     /// By default the parameters; a model with tied weights lists each name of the shared tensor.
