@@ -162,8 +162,9 @@ pub enum Error {
     /// The memory budget cannot hold even the model's fixed state plus one sample's step
     /// (`predicted_bytes`: the least budget, within 1%, in which a dry run of that step fits).
     #[error(
-        "memory budget {} cannot hold one step: the smallest step (micro-batch 1, or the one \
-         given) needs a budget of at least {} (fixed state {}).\nhint: {}raise --memory-budget \
+        "memory budget {} cannot hold one step: the leanest step (micro-batch 1 or the whole \
+         batch, or the micro-batch given) needs a budget of at least {} (fixed state {}).\nhint: \
+         {}raise --memory-budget \
          to at least that, use a smaller model, or (if you turned it off) let --checkpointing \
          auto try checkpointing",
         format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes),
@@ -172,7 +173,7 @@ pub enum Error {
     BudgetTooSmall {
         /// The budget.
         budget_bytes: u64,
-        /// The predicted peak of the smallest step.
+        /// The least budget the leanest step fits in.
         predicted_bytes: u64,
         /// Bytes that do not depend on the micro-batch.
         fixed_bytes: u64,

@@ -485,3 +485,58 @@ fn resnets_plan_at_scale_and_step_at_the_prediction() {
     assert_ne!(resumed.tensors["param.bn1.running_mean"].data, mean.data);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A plan that splits a BatchNorm model's batch says that its micro-batches normalise by their
+/// own statistics; `--micro-batch-invariant` keeps the whole batch a forward (checkpointing
+/// instead) and refuses a smaller `--micro-batch`. A budget too small for any step names the
+/// least one that fits (a whole batch that accumulates no gradients can be leaner than
+/// micro-batch 1), and that budget then plans.
+#[test]
+fn a_batchnorm_model_is_not_split_silently() {
+    let dir = folder("bn-split");
+    let base = "plan resnet18 --image 32 --batch 16 --classes 10";
+    let o = run(&dir, &words(&format!("{base} --memory-budget 183MiB")));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("note: the model's BatchNorm normalises each micro-batch of"),
+        "{}",
+        text(&o)
+    );
+    let o = run(
+        &dir,
+        &words(&format!(
+            "{base} --memory-budget 183MiB --micro-batch-invariant"
+        )),
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("1 micro-batch(es) of 16"), "{}", text(&o));
+    assert!(
+        !text(&o).contains("note: the model's BatchNorm"),
+        "{}",
+        text(&o)
+    );
+    let o = run(
+        &dir,
+        &words(&format!("{base} --micro-batch 4 --micro-batch-invariant")),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("4 splits the batch of 16"),
+        "{}",
+        text(&o)
+    );
+    // A batch of 4 whose leanest step is the whole batch (no gradient accumulation).
+    let small = "plan resnet18 --image 32 --batch 4 --classes 10";
+    let o = run(&dir, &words(&format!("{small} --memory-budget 174MiB")));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = text(&o);
+    let at = said.find("at least ").expect("a least budget") + "at least ".len();
+    let need: f64 = said[at..].split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        need < 176.0,
+        "the least budget named is {need} MiB:\n{said}"
+    );
+    let o = run(&dir, &words(&format!("{small} --memory-budget {need}MiB")));
+    assert!(o.status.success(), "{need} MiB, as advised:\n{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -141,6 +141,11 @@ impl Recipe for ResNetSpec {
         Ok(())
     }
 
+    /// False: BatchNorm normalises each micro-batch by its own statistics.
+    fn micro_batch_invariant(&self) -> bool {
+        false
+    }
+
     fn describe(&self) -> String {
         let [c, h, w] = self.image;
         format!(

@@ -351,6 +351,14 @@ pub trait Recipe: RecipeClone + Send + Sync {
         None
     }
 
+    /// Whether a step computes the same whatever the micro-batches it is split into (up to
+    /// rounding): false for a model with BatchNorm, whose statistics are each micro-batch's.
+    /// The plan says so when it splits such a model's batch, and `--micro-batch-invariant`
+    /// refuses the split. True by default.
+    fn micro_batch_invariant(&self) -> bool {
+        true
+    }
+
     /// Rows per chunk of a chunked loss at `micro_batch` samples of `input_width` (a GPT's
     /// context), on bindings of `max_binding_bytes`; `None` when the loss is not chunked.
     fn loss_chunk_rows(

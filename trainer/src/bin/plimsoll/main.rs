@@ -159,6 +159,10 @@ pub(crate) struct CommonArgs {
     /// Samples per forward/backward (default: the largest the memory plan allows).
     #[arg(long, value_parser = flags::count)]
     micro_batch: Option<usize>,
+    /// Never split a batch of a model whose step depends on its micro-batches (BatchNorm's
+    /// statistics): a forward takes the whole batch, or the run is refused.
+    #[arg(long)]
+    micro_batch_invariant: bool,
     /// Activation checkpointing: `none`, `auto`, or N (checkpoint every N modules).
     #[arg(long, default_value = "auto", value_parser = flags::checkpointing)]
     checkpointing: CheckpointPolicy,
@@ -652,8 +656,14 @@ fn plan_only(workload: Workload) -> Result<()> {
         out::say(note);
     }
     let gpu = common.device.open()?;
+    // The plan searches micro-batches unless given one (mlp-bench's run fixes its own, which
+    // a plan leaves open), or --micro-batch-invariant keeps the whole batch.
+    let micro_batch = match common.micro_batch_invariant {
+        true => job.config.micro_batch,
+        false => common.micro_batch,
+    };
     let config = TrainConfig {
-        micro_batch: common.micro_batch,
+        micro_batch,
         ..job.config
     };
     let plan = plimsoll_trainer::plan::plan(

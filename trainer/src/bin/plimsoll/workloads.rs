@@ -377,8 +377,30 @@ fn check_text(
     Ok(())
 }
 
-/// The job of `workload`, and its shared options.
+/// The job of `workload`, and its shared options; with `--micro-batch-invariant`, a model that
+/// is not micro-batch invariant takes its whole batch a forward (a smaller `--micro-batch` is
+/// refused).
 pub fn job(workload: Workload) -> Result<(Job, CommonArgs)> {
+    let (mut job, common) = job_of(workload)?;
+    if common.micro_batch_invariant && !job.spec.micro_batch_invariant() {
+        let whole = job.config.effective_batch;
+        if let Some(m) = common.micro_batch.filter(|&m| m < whole) {
+            return Err(Error::invalid(
+                "--micro-batch",
+                format!(
+                    "{m} splits the batch of {whole}, and --micro-batch-invariant refuses that \
+                     for this model (its BatchNorm normalises each micro-batch by its own \
+                     statistics); leave one of the two out"
+                ),
+            ));
+        }
+        job.config.micro_batch = Some(whole);
+    }
+    Ok((job, common))
+}
+
+/// [`job`] before `--micro-batch-invariant`.
+fn job_of(workload: Workload) -> Result<(Job, CommonArgs)> {
     Ok(match workload {
         Workload::Digits(a) => {
             let source = DataSource::of(a.data.as_deref(), "data/digits.csv.gz", DIGITS_CSV_GZ)?;

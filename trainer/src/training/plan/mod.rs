@@ -148,6 +148,9 @@ pub struct MemoryPlan {
     /// Host bytes those batches take (not device memory: each micro-batch is uploaded when the
     /// step reaches it, as the dry runs did).
     pub loader_host_bytes: u64,
+    /// Said when the choice splits the batch of a model that is not micro-batch invariant
+    /// ([`crate::Recipe::micro_batch_invariant`]: BatchNorm).
+    pub micro_batch_note: Option<String>,
     /// Every dry run, in the order made.
     pub probes: Vec<Probe>,
     /// Wall time of the plan, ms.
@@ -250,6 +253,9 @@ impl fmt::Display for MemoryPlan {
         if let Some(variant) = &self.variant {
             write!(f, "; {variant}")?;
         }
+        if let Some(note) = &self.micro_batch_note {
+            write!(f, "\n  note: {note}")?;
+        }
         if self.loader_host_bytes > 0 {
             write!(
                 f,
@@ -334,8 +340,8 @@ fn fixed_bytes(p: &Probe) -> u64 {
     .sum()
 }
 
-/// The least budget (within 1%) in which the smallest step (the configured micro-batch, else 1)
-/// fits with some checkpointing choice, and its fixed state. One unbudgeted dry run of the
+/// The least budget (within 1%) in which the leanest step (the configured micro-batch, else 1
+/// or the whole batch) fits with some checkpointing choice, and its fixed state. One unbudgeted dry run of the
 /// choice that keeps the least (every block checkpointed, where that is a choice) bounds it
 /// from above (without a budget the allocator sizes segments more freely) and gives the fixed
 /// state, below which nothing fits; then bisection on twins, each budget tried with every
@@ -348,7 +354,15 @@ fn least_budget(
     candidates: &[usize],
     refused: u64,
 ) -> Result<(u64, u64)> {
-    let micro = inputs.3.micro_batch.unwrap_or(1);
+    // Micro-batch 1 keeps the fewest activations, but the whole batch in one micro-batch
+    // accumulates no gradients: either may be the leaner (a small batch of a model whose
+    // gradients are large), so both are tried unless a micro-batch is given.
+    let whole = inputs.3.effective_batch.min(inputs.1.len()).max(1);
+    let micros: Vec<usize> = match inputs.3.micro_batch {
+        Some(m) => vec![m],
+        None if whole > 1 => vec![1, whole],
+        None => vec![1],
+    };
     let unbounded = gpu.planning_twin(u64::MAX);
     let leanest = candidates
         .iter()
@@ -356,11 +370,16 @@ fn least_budget(
         .find(|&c| c == 1)
         .or_else(|| candidates.iter().copied().filter(|&c| c > 0).min())
         .unwrap_or(0);
-    let p = probe(&unbounded, inputs, leanest, micro)?;
-    let mut fits = p
-        .peak_reserved_bytes
-        .max(p.eval_peak_reserved_bytes.unwrap_or(0));
-    let fixed = fixed_bytes(&p);
+    let mut fits = u64::MAX;
+    let mut fixed = 0;
+    for &micro in &micros {
+        let p = probe(&unbounded, inputs, leanest, micro)?;
+        fits = fits.min(
+            p.peak_reserved_bytes
+                .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
+        );
+        fixed = fixed.max(fixed_bytes(&p));
+    }
     // Every step holds the fixed state (parameters, gradients, optimizer state) at once: no
     // smaller budget can fit, so the search starts there.
     let mut fails = refused.max(fixed).min(fits);
@@ -371,10 +390,12 @@ fn least_budget(
         let mid = fails + (fits - fails) / 2;
         let twin = gpu.planning_twin(mid);
         let mut ok = false;
-        for &segment_len in &order {
-            if probe(&twin, inputs, segment_len, micro)?.fits() {
-                ok = true;
-                break;
+        'search: for &micro in &micros {
+            for &segment_len in &order {
+                if probe(&twin, inputs, segment_len, micro)?.fits() {
+                    ok = true;
+                    break 'search;
+                }
             }
         }
         if ok {
@@ -757,6 +778,16 @@ fn plan_explained(
         variant: None,
         prefetch: config.prefetch,
         loader_host_bytes: loader_host_bytes(data, config)?,
+        micro_batch_note: (choice.micro_batch < config.effective_batch
+            && !spec.micro_batch_invariant())
+        .then(|| {
+            format!(
+                "the model's BatchNorm normalises each micro-batch of {} by its own statistics, \
+                 not the batch of {}'s (GroupNorm does not depend on the batch; \
+                 --micro-batch-invariant refuses the split)",
+                choice.micro_batch, config.effective_batch
+            )
+        }),
         probes,
         plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })
