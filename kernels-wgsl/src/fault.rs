@@ -6,11 +6,11 @@
 //! feature is off unless a crate asks for it (xtask does), and release builds leave the hooks
 //! out whatever the features. Without them the hooks compile to nothing and `Gpu::arm_fault`
 //! and its siblings do not exist. What each failure looks like is what the real one looks like:
-//! - an allocation: [`Error::OutOfMemory`] from the allocator, as when the budget is full;
+//! - an allocation: [`crate::Error::OutOfMemory`] from the allocator, as when the budget is full;
 //! - a segment creation: wgpu itself refuses the buffer (its error scope reports it) and the
 //!   allocator handles that as it handles a device out of memory;
-//! - a submission: [`Error::Timeout`] waiting for room, with the batch left unsubmitted;
-//! - a read-back: [`Error::Timeout`] after the batch was submitted, as a stalled GPU gives.
+//! - a submission: [`crate::Error::Timeout`] waiting for room, with the batch left unsubmitted;
+//! - a read-back: [`crate::Error::Timeout`] after the batch was submitted, as a stalled GPU gives.
 //!
 //! [`FaultAction::LoseDevice`] marks the device lost at that event instead (at a segment
 //! creation the buffer is refused too, as a driver that loses the device over an allocation
@@ -33,7 +33,7 @@ pub enum FaultPoint {
 }
 
 impl FaultPoint {
-    /// Every point, in the order of [`crate::Gpu::fault_counts`].
+    /// Every point, in the order of `Gpu::fault_counts`.
     pub const ALL: [FaultPoint; 4] = [
         FaultPoint::Allocation,
         FaultPoint::Segment,

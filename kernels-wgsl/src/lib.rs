@@ -11,7 +11,7 @@
 //!
 //! Map: [`device`] (adapter choice, `Gpu`), [`memory`] (segments, budget), [`buffer`]
 //! (`DeviceBuffer`, upload, read-back), [`fence`] (fences, the one poll function), [`recorder`]
-//! (batches, params arena), [`pipeline`] (cache, binding convention), [`slice`]
+//! (batches, params arena), [`pipeline`] (cache, binding convention), [`slice`](mod@slice)
 //! ([`DeviceSlice`], what every launcher takes), [`kernels`] (launchers and how to add one),
 //! each family's CPU oracle (`kernels::<stem>::reference`), [`random`] (SplitMix64, the workspace's one
 //! host generator), [`testing`] (what every crate's tests share).

@@ -17,7 +17,7 @@
 //! finished, its GPU time is the span from its submit (or the previous submission's end, when
 //! later) to then, and the ratio of measured to estimated time of a submission of at least
 //! [`CALIBRATION_MIN`] moves a correction factor of each kernel in it, kept per kernel and
-//! arithmetic intensity ([`work_class`]: kernels differ, and so do a matmul's shapes). An
+//! arithmetic intensity (`work_class`: kernels differ, and so do a matmul's shapes). An
 //! estimate found short is corrected at once, one found long a quarter of the way, so the
 //! estimates err long: batches smaller, never larger. A late callback (nobody polled) only
 //! lengthens the measured span, which errs the same way.

@@ -6,7 +6,7 @@
 //! function of the seed and the position; dropout's masks of the random state in the position),
 //! so the finished run equals an undisturbed one bit for bit.
 //!
-//! The last good state is a [`HostSnapshot`]: the parameters, the optimizer state and the
+//! The last good state is a `HostSnapshot`: the parameters, the optimizer state and the
 //! position read back into host memory before a step when [`TrainConfig::snapshot_every`] says
 //! (by default when two minutes have passed since the last), and after every checkpoint saved
 //! (the same bytes, read once). With snapshots off, the last checkpoint this trainer saved or

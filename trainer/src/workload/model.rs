@@ -728,7 +728,7 @@ impl Model for GptModel {
     }
 
     /// [`Model::state_dict`] on the host with tables joined; with [`ExportLayout::HuggingFace`]
-    /// a GPT's block weights of [`CONV1D`] transposed to `[in, out]`.
+    /// a GPT's block weights of `CONV1D` transposed to `[in, out]`.
     fn export_entries(&self) -> Result<Vec<(String, HostTensor)>> {
         let mut entries = crate::task::host_state(self.lm.state_dict())?;
         if self.spec.arch == Arch::Gpt && self.spec.export == ExportLayout::HuggingFace {

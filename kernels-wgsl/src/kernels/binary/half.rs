@@ -56,10 +56,10 @@ kernels! {
     SCALAR_F16_NATIVE = "scalar_f16" [a_h: "array<f16>", y_h: "array<f16>"];
 }
 
-/// [`broadcast`] on 16-bit operands and output: `out[i] = half(a[ia] op b[ib])`, on the
+/// [`super::broadcast`] on 16-bit operands and output: `out[i] = half(a[ia] op b[ib])`, on the
 /// device's path ([`Gpu::f16_path`]): native `f16` arithmetic for add, sub, mul and div where
 /// the device has `SHADER_F16`, else f32 arithmetic rounded once to f16 (the same bits for add,
-/// sub and mul, and for max and min; division within WGSL's 2.5 ULP on either path). Errors: those of [`broadcast`], and
+/// sub and mul, and for max and min; division within WGSL's 2.5 ULP on either path). Errors: those of [`super::broadcast`], and
 /// [`Error::InvalidArgument`] on the packed path when `out` starts in the high half of a word.
 pub fn broadcast_f16(
     gpu: &Gpu,

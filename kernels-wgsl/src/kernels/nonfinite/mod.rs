@@ -1,5 +1,5 @@
 //! `nonfinite`: whether a range holds a NaN or an infinity, and the first such index, into two
-//! `u32` flag words `[any, first_index]` (a [`DeviceBuffer`] of `u32` elements like any other).
+//! `u32` flag words `[any, first_index]` (a [`crate::DeviceBuffer`] of `u32` elements like any other).
 //! In one place: the shader (`nonfinite.wgsl`, beside this file), the launchers, the CPU
 //! [`reference`](mod@reference) and the tests.
 //!
