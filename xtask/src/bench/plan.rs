@@ -16,8 +16,8 @@ use anyhow::Result;
 use plimsoll_kernels_wgsl::Gpu;
 use plimsoll_nn::{Activation, AdamWConfig};
 use plimsoll_trainer::{
-    AllocatorMode, CharCorpus, CheckpointPolicy, Data, Dataset, ModelSpec, OptimizerSpec,
-    Precision, Recipe, TokenData, TrainConfig, Trainer,
+    AllocatorMode, CharCorpus, CheckpointPolicy, CnnSpec, Data, Dataset, ModelSpec, OptimizerSpec,
+    Precision, Recipe, ResNetSpec, SyntheticImages, TokenData, TrainConfig, Trainer,
 };
 
 use super::Report;
@@ -229,9 +229,10 @@ pub(super) fn predicted_against_run(
 
 /// The parts `cargo xtask bench plan [PART...]` runs (all of them when none is named):
 /// `measured` (the predictions against real runs, above), `presets` (the GPT-2 presets
-/// under three budgets, [`super::plan_presets`]) and `scale` (real steps of GPT-2 small's
-/// shape against the plan, [`super::plan_presets::run_scale`]).
-pub const PARTS: [&str; 3] = ["measured", "presets", "scale"];
+/// under three budgets, [`super::plan_presets`]), `scale` (real steps of GPT-2 small's
+/// shape against the plan, [`super::plan_presets::run_scale`]) and `images` (the digits CNN and
+/// a ResNet-18 under budgets that make the plan split the batch and checkpoint, [`images`]).
+pub const PARTS: [&str; 4] = ["measured", "presets", "scale", "images"];
 
 /// Runs the suite, or the parts named.
 pub fn run(parts: &[String]) -> Result<Report> {
@@ -248,6 +249,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("scale") {
         super::plan_presets::run_scale(&mut report)?;
+    }
+    if wanted("images") {
+        images(&mut report)?;
     }
     Ok(report)
 }
@@ -297,4 +301,62 @@ fn measured(report: &mut Report) -> Result<()> {
         case(report, name, &spec(vocab), &data, BATCH, settings)?;
     }
     Ok(())
+}
+
+/// The `images` part: the digits CNN (32 and 64 channels, batch 64) under 1 MiB and a
+/// ResNet-18 (10 classes, 64x64 synthetic images, batch 8) under 185 MiB, budgets under which
+/// the plan splits the batch and checkpoints: its prediction against a few real steps.
+fn images(report: &mut Report) -> Result<()> {
+    let optimizer = OptimizerSpec::AdamW(AdamWConfig {
+        weight_decay: 0.0,
+        ..AdamWConfig::default()
+    });
+    let under = |batch: usize, budget: u64, steps: u64| TrainConfig {
+        memory_budget_bytes: Some(budget),
+        eval_interval_steps: Some(steps),
+        ..config(batch, None, steps, CheckpointPolicy::Automatic)
+    };
+    let budgeted = |budget: u64| -> Result<Gpu> {
+        let gpu = Gpu::new()?;
+        gpu.set_memory_budget(budget);
+        Ok(gpu)
+    };
+    let cnn = CnnSpec {
+        image: [1, 8, 8],
+        widths: vec![32, 64],
+        classes: 10,
+        seed: 1,
+        optimizer,
+    };
+    let digits: (Box<dyn Data>, Box<dyn Data>) = (
+        Box::new(Dataset::synthetic(1437, 64, 10, 5)?),
+        Box::new(Dataset::synthetic(359, 64, 10, 6)?),
+    );
+    let budget = 1 << 20;
+    let cfg = under(64, budget, 20);
+    predicted_against_run(report, "digits_cnn", &cnn, digits, cfg, &budgeted(budget)?)?;
+    let resnet = ResNetSpec {
+        config: plimsoll_nn::ResNetConfig::depth(18, 10)?,
+        depth: 18,
+        image: [3, 64, 64],
+        seed: 1,
+        optimizer,
+    };
+    let images = |len, seed| SyntheticImages {
+        len,
+        image: [3, 64, 64],
+        classes: 10,
+        seed,
+    };
+    let data: (Box<dyn Data>, Box<dyn Data>) = (Box::new(images(32, 5)), Box::new(images(8, 6)));
+    let budget = 185 << 20;
+    let cfg = under(8, budget, 4);
+    predicted_against_run(
+        report,
+        "resnet18_64px",
+        &resnet,
+        data,
+        cfg,
+        &budgeted(budget)?,
+    )
 }
