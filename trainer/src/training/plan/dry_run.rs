@@ -178,14 +178,14 @@ fn replay_step(
             p.out_of_memory = true;
             Ok(false)
         }
-        Err(e) => too_large(e, p),
+        Err(e) => beyond_a_limit(e, p),
     }
 }
 
 /// A dry run's error that is a buffer larger than one binding marks `p` (`Ok(false)`: it does
 /// not fit), as does a kernel loop past the adapter's limit above micro-batch 1 (a smaller
 /// micro-batch has shorter loops); any other error is returned.
-fn too_large(e: Error, p: &mut Probe) -> Result<bool> {
+fn beyond_a_limit(e: Error, p: &mut Probe) -> Result<bool> {
     if let Some((label, bytes, max)) = e.too_large_for_binding() {
         p.too_large = Some((label.to_string(), bytes, max));
         return Ok(false);
@@ -239,6 +239,6 @@ fn replay_eval_chunk(
             p.eval_out_of_memory = true;
             Ok(false)
         }
-        Err(e) => too_large(e, p),
+        Err(e) => beyond_a_limit(e, p),
     }
 }
