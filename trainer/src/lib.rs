@@ -48,10 +48,10 @@ pub use config::{
 };
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
-pub use images::{ResNetSpec, SyntheticImages};
+pub use images::{CnnSpec, ResNetSpec, SyntheticImages};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
 pub use model::{
-    Arch, Attention, CnnSpec, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,
+    Arch, Attention, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,
 };
 pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, SamplePlan, Sampled, sample};

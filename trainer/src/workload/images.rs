@@ -1,13 +1,13 @@
-//! Image classification at scale: [`ResNetSpec`], torchvision's ResNet as a recipe, and
-//! [`SyntheticImages`], random images made on demand (a plan of ResNet-50 at 224x224 and batch
-//! 256 makes none: on a planning device a batch is its allocation alone).
+//! Image classification: [`CnnSpec`], the digits CNN; [`ResNetSpec`], torchvision's ResNet as
+//! a recipe; and [`SyntheticImages`], random images made on demand (a plan of ResNet-50 at
+//! 224x224 and batch 256 makes none: on a planning device a batch is its allocation alone).
 
 use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::random::mix;
-use plimsoll_nn::{Module, Optimizer, ResNet, ResNetConfig, loss};
+use plimsoll_nn::{Module, Optimizer, ResNet, ResNetConfig, Sequential, loss};
 
 use crate::error::{Error, Result};
-use crate::model::{OptimizerSpec, classifier_sums};
+use crate::model::{Classifier, OptimizerSpec, logits_sums};
 use crate::task::{Batch, Data, EvalSums, Model, Recipe};
 
 /// `len` random images of `image` (`[channels, height, width]`, values uniform in `[-1, 1)`)
@@ -85,6 +85,109 @@ impl Data for SyntheticImages {
         format!(
             "{} synthetic {c}x{h}x{w} images, {} classes",
             self.len, self.classes
+        )
+    }
+}
+
+/// A small CNN classifier of images given as flat pixels ([`plimsoll_nn::cnn`]: 3x3
+/// convolutions of `widths` channels, ReLU and 2x2 max pooling, a linear head) and its optimizer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CnnSpec {
+    /// The image: channels, height, width (their product is the data's feature count).
+    pub image: [usize; 3],
+    /// Each convolution's output channels.
+    pub widths: Vec<usize>,
+    /// Classes.
+    pub classes: usize,
+    /// Initialisation seed.
+    pub seed: u64,
+    /// The optimizer.
+    pub optimizer: OptimizerSpec,
+}
+
+impl CnnSpec {
+    /// Builds the network alone.
+    pub fn network(&self, gpu: &Gpu) -> Result<Sequential> {
+        Ok(plimsoll_nn::cnn(
+            gpu,
+            self.image,
+            &self.widths,
+            self.classes,
+            self.seed,
+        )?)
+    }
+
+    /// The image's side after the convolutions' poolings, as [`plimsoll_nn::cnn`] halves it.
+    fn pooled(&self) -> [usize; 2] {
+        let [_, mut h, mut w] = self.image;
+        for _ in &self.widths {
+            if h >= 2 && w >= 2 {
+                (h, w) = (h / 2, w / 2);
+            }
+        }
+        [h, w]
+    }
+}
+
+impl Recipe for CnnSpec {
+    fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+        let model = Classifier {
+            net: self.network(gpu)?,
+        };
+        Ok((Box::new(model), self.optimizer.build()))
+    }
+
+    fn blocks(&self) -> usize {
+        // Unflatten, conv and ReLU (and pooling) per width, Flatten, the head.
+        let [_, mut h, mut w] = self.image;
+        let mut children = 1;
+        for _ in &self.widths {
+            children += 2;
+            if h >= 2 && w >= 2 {
+                children += 1;
+                (h, w) = (h / 2, w / 2);
+            }
+        }
+        children + 2
+    }
+
+    fn parameter_count(&self) -> usize {
+        let mut channels = self.image[0];
+        let mut n = 0usize;
+        for &width in &self.widths {
+            n = n.saturating_add(width.saturating_mul(channels * 9 + 1));
+            channels = width;
+        }
+        let [h, w] = self.pooled();
+        let features = channels.saturating_mul(h * w);
+        n.saturating_add(self.classes.saturating_mul(features + 1))
+    }
+
+    fn check(&self, data: &dyn Data) -> Result<()> {
+        let (features, classes) = (data.input_width(), data.classes());
+        let pixels: usize = self.image.iter().product();
+        if pixels != features || self.classes < classes {
+            return Err(Error::invalid(
+                "model",
+                format!(
+                    "a CNN of {:?} images into {} classes does not fit data with {features}                      features and {classes} classes",
+                    self.image, self.classes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let widths: Vec<String> = self.widths.iter().map(usize::to_string).collect();
+        let [c, h, w] = self.image;
+        format!(
+            "CNN {c}x{h}x{w}, 3x3 convolutions {} with ReLU and 2x2 max pooling, {} classes, \
+             seed {}; {}",
+            widths.join("-"),
+            self.classes,
+            self.seed,
+            self.optimizer
         )
     }
 }
@@ -187,15 +290,7 @@ impl Model for ImageClassifier {
     }
 
     fn evaluate(&self, batch: &Batch) -> Result<EvalSums> {
-        let logits = self.net.forward(&self.images(batch)?)?;
-        let classes = *logits.shape().last().unwrap_or(&1);
-        let values = logits.to_vec()?;
-        drop(logits);
-        Ok(classifier_sums(
-            &values,
-            &batch.targets.to_vec_u32()?,
-            classes,
-        ))
+        logits_sums(self.net.forward(&self.images(batch)?)?, &batch.targets)
     }
 
     fn set_training(&mut self, training: bool) {

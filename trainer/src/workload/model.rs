@@ -175,116 +175,22 @@ impl Recipe for ModelSpec {
     }
 }
 
-/// A small CNN classifier of images given as flat pixels ([`plimsoll_nn::cnn`]: 3x3
-/// convolutions of `widths` channels, ReLU and 2x2 max pooling, a linear head) and its optimizer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CnnSpec {
-    /// The image: channels, height, width (their product is the data's feature count).
-    pub image: [usize; 3],
-    /// Each convolution's output channels.
-    pub widths: Vec<usize>,
-    /// Classes.
-    pub classes: usize,
-    /// Initialisation seed.
-    pub seed: u64,
-    /// The optimizer.
-    pub optimizer: OptimizerSpec,
-}
-
-impl CnnSpec {
-    /// Builds the network alone.
-    pub fn network(&self, gpu: &Gpu) -> Result<Sequential> {
-        Ok(plimsoll_nn::cnn(
-            gpu,
-            self.image,
-            &self.widths,
-            self.classes,
-            self.seed,
-        )?)
-    }
-
-    /// The image's side after the convolutions' poolings, as [`plimsoll_nn::cnn`] halves it.
-    fn pooled(&self) -> [usize; 2] {
-        let [_, mut h, mut w] = self.image;
-        for _ in &self.widths {
-            if h >= 2 && w >= 2 {
-                (h, w) = (h / 2, w / 2);
-            }
-        }
-        [h, w]
-    }
-}
-
-impl Recipe for CnnSpec {
-    fn build(&self, gpu: &Gpu) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
-        let model = Classifier {
-            net: self.network(gpu)?,
-        };
-        Ok((Box::new(model), self.optimizer.build()))
-    }
-
-    fn blocks(&self) -> usize {
-        // Unflatten, conv and ReLU (and pooling) per width, Flatten, the head.
-        let [_, mut h, mut w] = self.image;
-        let mut children = 1;
-        for _ in &self.widths {
-            children += 2;
-            if h >= 2 && w >= 2 {
-                children += 1;
-                (h, w) = (h / 2, w / 2);
-            }
-        }
-        children + 2
-    }
-
-    fn parameter_count(&self) -> usize {
-        let mut channels = self.image[0];
-        let mut n = 0usize;
-        for &width in &self.widths {
-            n = n.saturating_add(width.saturating_mul(channels * 9 + 1));
-            channels = width;
-        }
-        let [h, w] = self.pooled();
-        let features = channels.saturating_mul(h * w);
-        n.saturating_add(self.classes.saturating_mul(features + 1))
-    }
-
-    fn check(&self, data: &dyn Data) -> Result<()> {
-        let (features, classes) = (data.input_width(), data.classes());
-        let pixels: usize = self.image.iter().product();
-        if pixels != features || self.classes < classes {
-            return Err(Error::invalid(
-                "model",
-                format!(
-                    "a CNN of {:?} images into {} classes does not fit data with {features}                      features and {classes} classes",
-                    self.image, self.classes
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    fn describe(&self) -> String {
-        let widths: Vec<String> = self.widths.iter().map(usize::to_string).collect();
-        let [c, h, w] = self.image;
-        format!(
-            "CNN {c}x{h}x{w}, 3x3 convolutions {} with ReLU and 2x2 max pooling, {} classes, \
-             seed {}; {}",
-            widths.join("-"),
-            self.classes,
-            self.seed,
-            self.optimizer
-        )
-    }
-}
-
 /// A built classifier (an MLP, or a CNN over flat pixels): cross-entropy of its logits.
 pub struct Classifier {
-    net: Sequential,
+    pub(crate) net: Sequential,
+}
+
+/// [`classifier_sums`] of `logits` (`[rows, classes]`, read back and dropped) against the u32
+/// `targets`: what a classifier's [`Model::evaluate`] returns.
+pub(crate) fn logits_sums(logits: Tensor, targets: &Tensor) -> Result<EvalSums> {
+    let classes = *logits.shape().last().unwrap_or(&1);
+    let values = logits.to_vec()?;
+    drop(logits);
+    Ok(classifier_sums(&values, &targets.to_vec_u32()?, classes))
 }
 
 /// Sums of one chunk's per-row cross-entropy and arg-max hits, from `[rows, classes]` logits.
-pub(crate) fn classifier_sums(logits: &[f32], targets: &[u32], classes: usize) -> EvalSums {
+fn classifier_sums(logits: &[f32], targets: &[u32], classes: usize) -> EvalSums {
     let mut sums = EvalSums {
         correct: Some(0),
         ..EvalSums::default()
@@ -325,15 +231,7 @@ impl Model for Classifier {
     }
 
     fn evaluate(&self, batch: &Batch) -> Result<EvalSums> {
-        let logits = self.net.forward(&batch.inputs)?;
-        let classes = *logits.shape().last().unwrap_or(&1);
-        let values = logits.to_vec()?;
-        drop(logits);
-        Ok(classifier_sums(
-            &values,
-            &batch.targets.to_vec_u32()?,
-            classes,
-        ))
+        logits_sums(self.net.forward(&batch.inputs)?, &batch.targets)
     }
 
     fn set_training(&mut self, training: bool) {
