@@ -51,4 +51,4 @@ pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Unflatten, pool
 pub use resnet::{BlockKind, ResNet, ResNetConfig};
 pub use rotary::rotary_embedding;
 pub use sequential::{Sequential, mlp};
-pub use state::{HostTensor, LoadedState};
+pub use state::{HostTensor, LoadedState, Stored};

@@ -32,6 +32,31 @@ pub struct HostTensor {
     pub shape: Vec<usize>,
     /// Row-major values (`shape.iter().product()` of them).
     pub data: Vec<f32>,
+    /// How the file stores the values.
+    pub stored: Stored,
+}
+
+impl HostTensor {
+    /// `data` of `shape`, stored as F32.
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> HostTensor {
+        HostTensor {
+            shape,
+            data,
+            stored: Stored::F32,
+        }
+    }
+}
+
+/// How a [`HostTensor`]'s values are stored in a file. Every value is an f32 in memory; a
+/// count that PyTorch keeps as an integer (BatchNorm's `num_batches_tracked`, a 0-d `int64`)
+/// is written as I64 so that `load_state_dict(..., strict=True)` takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stored {
+    /// 32-bit floats.
+    #[default]
+    F32,
+    /// 64-bit signed integers (each value rounded to the nearest; exact up to 2^24).
+    I64,
 }
 
 /// The contents of a state file.
@@ -133,13 +158,7 @@ pub fn serialize(
             });
         }
         let shape = t.shape().to_vec();
-        host.push((
-            name.clone(),
-            HostTensor {
-                shape,
-                data: t.to_vec()?,
-            },
-        ));
+        host.push((name.clone(), HostTensor::new(shape, t.to_vec()?)));
     }
     serialize_host(path, host.iter().map(|(n, t)| (n, t)), metadata)
 }
@@ -152,7 +171,7 @@ pub fn serialize_host<'a>(
     metadata: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>> {
     let mut seen = std::collections::BTreeSet::new();
-    let mut host: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut host: Vec<(String, Vec<usize>, Dtype, Vec<u8>)> = Vec::new();
     for (name, t) in tensors {
         if !seen.insert(name.as_str()) {
             return Err(Error::InvalidConfig {
@@ -160,13 +179,25 @@ pub fn serialize_host<'a>(
                 message: format!("the name {name:?} appears twice; names must be unique"),
             });
         }
-        let bytes: Vec<u8> = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        host.push((name.clone(), t.shape.clone(), bytes));
+        let (dtype, bytes): (Dtype, Vec<u8>) = match t.stored {
+            Stored::F32 => (
+                Dtype::F32,
+                t.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            ),
+            Stored::I64 => (
+                Dtype::I64,
+                t.data
+                    .iter()
+                    .flat_map(|v| (v.round() as i64).to_le_bytes())
+                    .collect(),
+            ),
+        };
+        host.push((name.clone(), t.shape.clone(), dtype, bytes));
     }
     let views = host
         .iter()
-        .map(|(name, shape, bytes)| {
-            TensorView::new(Dtype::F32, shape.clone(), bytes)
+        .map(|(name, shape, dtype, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
                 .map(|view| (name.as_str(), view))
                 .map_err(|e| Error::Corrupt {
                     path: path.to_path_buf(),
@@ -180,7 +211,7 @@ pub fn serialize_host<'a>(
         .collect();
     let digest = tensor_digest(
         host.iter()
-            .map(|(n, s, b)| (n.as_str(), s.as_slice(), b.as_slice())),
+            .map(|(n, s, _, b)| (n.as_str(), s.as_slice(), b.as_slice())),
     );
     info.insert(DIGEST_KEY.to_string(), digest);
     let info = Some(info);
@@ -311,7 +342,7 @@ pub fn metadata(path: &Path) -> Result<BTreeMap<String, String>> {
 /// Loads a state file. Errors: [`Error::Io`], [`Error::Truncated`] (shorter than its header
 /// says), [`Error::HeaderTooLarge`] (header length over [`MAX_HEADER_BYTES`]),
 /// [`Error::Corrupt`] (bad JSON, offsets past the end or overlapping, byte counts that do not
-/// match the shapes), [`Error::DType`] (an entry that is not F32). Never panics, and allocates
+/// match the shapes), [`Error::DType`] (an entry neither F32 nor I64). Never panics, and allocates
 /// no more than the file's actual length.
 pub fn load(path: &Path) -> Result<LoadedState> {
     let (mut file, file_bytes, length) = open_checked(path)?;
@@ -327,17 +358,32 @@ pub fn load(path: &Path) -> Result<LoadedState> {
     let parsed = SafeTensors::deserialize(&bytes).map_err(corrupt)?;
     let mut tensors = BTreeMap::new();
     for (name, view) in parsed.iter() {
-        if view.dtype() != Dtype::F32 {
-            return Err(Error::DType {
-                name: name.to_string(),
-                found: format!("{:?}", view.dtype()),
-            });
-        }
-        let data: Vec<f32> = view
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let (stored, data): (Stored, Vec<f32>) = match view.dtype() {
+            Dtype::F32 => (
+                Stored::F32,
+                view.data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            ),
+            Dtype::I64 => (
+                Stored::I64,
+                view.data()
+                    .chunks_exact(8)
+                    .map(|c| {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(c);
+                        i64::from_le_bytes(b) as f32
+                    })
+                    .collect(),
+            ),
+            other => {
+                return Err(Error::DType {
+                    name: name.to_string(),
+                    found: format!("{other:?} (F32 or I64 are read)"),
+                });
+            }
+        };
         let shape = view.shape().to_vec();
         if data.len() != shape.iter().product::<usize>() {
             return Err(Error::Corrupt {
@@ -345,7 +391,14 @@ pub fn load(path: &Path) -> Result<LoadedState> {
                 reason: format!("{name:?}: {} values for shape {shape:?}", data.len()),
             });
         }
-        tensors.insert(name.to_string(), HostTensor { shape, data });
+        tensors.insert(
+            name.to_string(),
+            HostTensor {
+                shape,
+                data,
+                stored,
+            },
+        );
     }
     let mut metadata: BTreeMap<String, String> = header
         .metadata()

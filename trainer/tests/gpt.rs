@@ -925,7 +925,7 @@ fn weights_past_one_binding_train_in_parts_as_they_do_whole() {
             .zip(whole.parameters())
             .map(|((n, data), (_, t))| {
                 let shape = t.shape().to_vec();
-                (n, plimsoll_nn::HostTensor { shape, data })
+                (n, plimsoll_nn::HostTensor::new(shape, data))
             })
             .collect(),
         metadata: Default::default(),

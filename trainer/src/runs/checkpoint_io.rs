@@ -120,10 +120,7 @@ pub fn host_state(
         metadata,
     };
     for (name, t) in tensors {
-        let host = HostTensor {
-            shape: t.shape().to_vec(),
-            data: t.to_vec()?,
-        };
+        let host = HostTensor::new(t.shape().to_vec(), t.to_vec()?);
         if state.tensors.insert(name.clone(), host).is_some() {
             return Err(Error::invalid(
                 "checkpoint",

@@ -300,10 +300,8 @@ fn transpose(t: &mut HostTensor) {
             data[k * rows + r] = t.data[r * cols + k];
         }
     }
-    *t = HostTensor {
-        shape: vec![cols, rows],
-        data,
-    };
+    t.shape = vec![cols, rows];
+    t.data = data;
 }
 
 /// Whether `name` is a block weight that [`CONV1D`] lists.

@@ -390,10 +390,10 @@ pub fn host_state(entries: Vec<(String, Tensor)>) -> Result<Vec<(String, HostTen
                         whole.shape[0] += shape[0];
                         whole.data.extend_from_slice(&data);
                     }
-                    _ => out.push((base.to_string(), HostTensor { shape, data })),
+                    _ => out.push((base.to_string(), HostTensor::new(shape, data))),
                 }
             }
-            _ => out.push((name, HostTensor { shape, data })),
+            _ => out.push((name, HostTensor::new(shape, data))),
         }
     }
     Ok(out)
@@ -434,10 +434,10 @@ pub fn regroup_tables(mut loaded: LoadedState, wanted: &[(String, Vec<usize>)]) 
         }
         let mut shape = vec![pieces.iter().map(|t| t.shape[0]).sum::<usize>()];
         shape.extend_from_slice(trailing.unwrap_or(&[]));
-        let joined = HostTensor {
+        let joined = HostTensor::new(
             shape,
-            data: pieces.iter().flat_map(|t| t.data.iter().copied()).collect(),
-        };
+            pieces.iter().flat_map(|t| t.data.iter().copied()).collect(),
+        );
         for n in &names {
             loaded.tensors.remove(n);
         }
@@ -475,13 +475,7 @@ pub fn regroup_tables(mut loaded: LoadedState, wanted: &[(String, Vec<usize>)]) 
             let n = shape.first().copied().unwrap_or(0) * width;
             let data = whole.data[first..first + n].to_vec();
             first += n;
-            cut.push((
-                name.to_string(),
-                HostTensor {
-                    shape: shape.to_vec(),
-                    data,
-                },
-            ));
+            cut.push((name.to_string(), HostTensor::new(shape.to_vec(), data)));
         }
         loaded.tensors.remove(base);
         loaded.tensors.extend(cut);
