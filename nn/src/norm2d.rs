@@ -3,9 +3,6 @@
 //! the `layer_norm` kernels over a view of the image in which the statistics' sets are rows,
 //! then a per-channel scale and shift.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions, is_recomputing, no_grad};
 use plimsoll_kernels_wgsl::kernels::copy;
 
@@ -134,8 +131,10 @@ pub struct BatchNorm2d {
     bias: Tensor,
     running_mean: Tensor,
     running_var: Tensor,
-    /// Forwards that updated the running statistics (PyTorch's `num_batches_tracked`).
-    batches: Arc<AtomicU64>,
+    /// Forwards that updated the running statistics (PyTorch's `num_batches_tracked`), one
+    /// f32 on the device (exact to 2^24), so it is saved, restored and undone with the
+    /// statistics it counts.
+    batches: Tensor,
     eps: f32,
     momentum: f32,
     training: bool,
@@ -162,7 +161,7 @@ impl BatchNorm2d {
             bias,
             running_mean: Tensor::zeros(gpu, &[channels], stats)?,
             running_var: Tensor::ones(gpu, &[channels], stats)?,
-            batches: Arc::new(AtomicU64::new(0)),
+            batches: Tensor::zeros(gpu, &[1], stats)?,
             eps: 1e-5,
             momentum: 0.1,
             training: true,
@@ -174,9 +173,10 @@ impl BatchNorm2d {
         (&self.running_mean, &self.running_var)
     }
 
-    /// Forwards in training that updated the running statistics.
-    pub fn batches_tracked(&self) -> u64 {
-        self.batches.load(Ordering::Relaxed)
+    /// Forwards in training that updated the running statistics (read back from the device).
+    pub fn batches_tracked(&self) -> Result<u64> {
+        let counted = self.batches.to_vec()?;
+        Ok(counted.first().copied().unwrap_or(0.0) as u64)
     }
 
     /// Moves the running statistics towards those of `x` (`[N, C, H, W]`), recording nothing.
@@ -203,7 +203,12 @@ impl BatchNorm2d {
         };
         moved(&self.running_mean, &mean)?;
         moved(&self.running_var, &unbiased)?;
-        self.batches.fetch_add(1, Ordering::Relaxed);
+        let counted = self.batches.add_scalar(1.0)?;
+        copy::copy(
+            self.batches.gpu(),
+            self.batches.elements()?,
+            counted.elements()?,
+        )?;
         Ok(())
     }
 }
@@ -241,12 +246,13 @@ impl Module for BatchNorm2d {
         ]
     }
 
-    /// `running_mean` and `running_var` (PyTorch's names; its `num_batches_tracked` is
-    /// [`BatchNorm2d::batches_tracked`]).
+    /// `running_mean`, `running_var` and `num_batches_tracked` (PyTorch's names; the count is
+    /// `[1]` f32 here, a 0-d i64 in PyTorch: an export converts it).
     fn buffers(&self) -> Vec<(String, Tensor)> {
         vec![
             ("running_mean".to_string(), self.running_mean.clone()),
             ("running_var".to_string(), self.running_var.clone()),
+            ("num_batches_tracked".to_string(), self.batches.clone()),
         ]
     }
 

@@ -319,7 +319,7 @@ fn batch_norm_matches_reference_and_tracks_once() {
             (&p["weight"], &p["bias"]),
         )
     });
-    assert_eq!(layer.batches_tracked(), 1);
+    assert_eq!(layer.batches_tracked().unwrap(), 1);
     let m = n * hw;
     let channel = |ch: usize| -> Vec<f64> {
         (0..data.len())
@@ -362,7 +362,11 @@ fn batch_norm_matches_reference_and_tracks_once() {
         .collect();
     let got = eval.forward(&x).unwrap().to_vec().unwrap();
     assert_close("evaluation", &got, &want, 1e-4, 1e-4);
-    assert_eq!(eval.batches_tracked(), 1, "evaluation tracks nothing");
+    assert_eq!(
+        eval.batches_tracked().unwrap(),
+        1,
+        "evaluation tracks nothing"
+    );
 
     // Checkpointed: the forward tracks, the recomputation in backward does not.
     let fresh = BatchNorm2d::new(&gpu, c).unwrap();
@@ -370,7 +374,7 @@ fn batch_norm_matches_reference_and_tracks_once() {
     let y = net.forward_checkpointed(&x, 1).unwrap();
     y.sum_all().unwrap().backward().unwrap();
     assert_eq!(
-        fresh.batches_tracked(),
+        fresh.batches_tracked().unwrap(),
         1,
         "tracked once for one checkpointed step"
     );

@@ -29,8 +29,7 @@ fn resnets_have_torchvisions_parameter_counts() {
     assert!(ResNetConfig::depth(20, 10).is_err());
 }
 
-/// ResNet-18's names and layouts as torchvision's `state_dict()` has them (but
-/// `num_batches_tracked`): the stem, a block with and one without a shortcut, the classifier,
+/// ResNet-18's names and layouts as torchvision's `state_dict()` has them: the stem, a block with and one without a shortcut, the classifier,
 /// and BatchNorm's running statistics as buffers.
 #[test]
 fn resnet18_names_and_shapes_are_torchvisions() {
@@ -69,10 +68,17 @@ fn resnet18_names_and_shapes_are_torchvisions() {
     let buffers: Vec<String> = net.buffers().into_iter().map(|(n, _)| n).collect();
     assert_eq!(
         buffers.len(),
-        2 * 20,
-        "running mean and variance of 20 BatchNorms"
+        3 * 20,
+        "running mean and variance and count of 20 BatchNorms"
     );
-    assert_eq!(buffers[..2], ["bn1.running_mean", "bn1.running_var"]);
+    assert_eq!(
+        buffers[..3],
+        [
+            "bn1.running_mean",
+            "bn1.running_var",
+            "bn1.num_batches_tracked"
+        ]
+    );
     assert!(buffers.contains(&"layer3.0.downsample.1.running_var".to_string()));
 }
 
