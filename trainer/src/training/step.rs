@@ -35,8 +35,8 @@
 use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
-use plimsoll_autograd::{Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
-use plimsoll_kernels_wgsl::kernels::nonfinite;
+use plimsoll_autograd::{Category, Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
+use plimsoll_kernels_wgsl::kernels::{copy, nonfinite};
 use plimsoll_nn::{Optimizer, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
@@ -302,8 +302,54 @@ fn run_step_inner(
     inputs: &StepInputs<'_>,
     optimizer: &mut dyn Optimizer,
     indices: &[usize],
+    micro_batch: usize,
+    lr: f32,
+) -> Result<StepResult> {
+    let kept = KeptBuffers::take(inputs.model)?;
+    let stepped = step_with_buffers(inputs, optimizer, indices, micro_batch, lr, &kept);
+    if stepped.is_err() {
+        // The step failed: its forwards' moves of the running statistics go too. A device that
+        // cannot take the copy back is lost, and recovery restores the state from its snapshot.
+        let _ = kept.put_back();
+    }
+    stepped
+}
+
+/// Device copies of the model's buffers (BatchNorm's running statistics and counts) taken
+/// before a step. Forward moves them, so a step that runs its micro-batches again after an
+/// out-of-memory puts them back first (they move once per micro-batch, as in one attempt),
+/// and a step that fails puts them back before its error: the model as it was. Nothing for a
+/// model without buffers.
+struct KeptBuffers(Vec<(Tensor, Tensor)>);
+
+impl KeptBuffers {
+    fn take(model: &dyn Model) -> Result<KeptBuffers> {
+        let mut kept = Vec::new();
+        for (_, buffer) in model.buffers() {
+            let gpu = buffer.gpu();
+            let copy = Tensor::empty(gpu, buffer.shape(), Category::Temporary, "kept buffer")?;
+            copy::copy(gpu, copy.elements()?, buffer.elements()?)?;
+            kept.push((buffer, copy));
+        }
+        Ok(KeptBuffers(kept))
+    }
+
+    fn put_back(&self) -> Result<()> {
+        for (buffer, copy) in &self.0 {
+            copy::copy(buffer.gpu(), buffer.elements()?, copy.elements()?)?;
+        }
+        Ok(())
+    }
+}
+
+/// [`run_step_inner`] once the buffers are kept.
+fn step_with_buffers(
+    inputs: &StepInputs<'_>,
+    optimizer: &mut dyn Optimizer,
+    indices: &[usize],
     mut micro_batch: usize,
     lr: f32,
+    kept: &KeptBuffers,
 ) -> Result<StepResult> {
     let rng = rng_state();
     let mut recoveries = Vec::new();
@@ -322,6 +368,7 @@ fn run_step_inner(
                 // The failed attempt's blocks are already free; submit what it recorded so the
                 // retry starts from an empty batch.
                 inputs.gpu.flush("out-of-memory recovery")?;
+                kept.put_back()?;
                 set_rng_state(rng);
                 let smaller = micro_batch.div_ceil(2);
                 let line = format!(

@@ -424,6 +424,12 @@ impl Trainer {
         &self.params
     }
 
+    /// The model's buffers (handles): state that is not trained, such as BatchNorm's running
+    /// statistics ([`crate::task::Model::buffers`]).
+    pub fn buffers(&self) -> Vec<(String, Tensor)> {
+        self.model.buffers()
+    }
+
     /// The optimizer.
     pub fn optimizer(&self) -> &dyn Optimizer {
         self.optimizer.as_ref()
