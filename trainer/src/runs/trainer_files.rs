@@ -224,14 +224,16 @@ impl Trainer {
             loaded = loaded.strip_prefix(prefix);
         }
         let loaded = self.model.import_state(loaded)?;
-        let wanted: Vec<(String, Vec<usize>)> = (self.params.iter())
+        // The parameters and the buffers (BatchNorm's running statistics), as an export holds them.
+        let tensors = self.saved_tensors();
+        let wanted: Vec<(String, Vec<usize>)> = (tensors.iter())
             .map(|(n, t)| (n.clone(), t.shape().to_vec()))
             .collect();
         let loaded = crate::task::regroup_tables(loaded, &wanted);
-        plimsoll_nn::state::load_into(&self.params, &loaded)?;
+        plimsoll_nn::state::load_into(&tensors, &loaded)?;
         self.note(format!(
             "initialised the model's {} tensors from {}",
-            self.params.len(),
+            tensors.len(),
             path.display()
         ));
         Ok(())

@@ -4,11 +4,13 @@
 
 use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::random::mix;
-use plimsoll_nn::{Module, Optimizer, ResNet, ResNetConfig, Sequential, loss};
+use plimsoll_nn::{
+    HostTensor, LoadedState, Module, Optimizer, ResNet, ResNetConfig, Sequential, Stored, loss,
+};
 
 use crate::error::{Error, Result};
 use crate::model::{Classifier, OptimizerSpec, logits_sums};
-use crate::task::{Batch, Data, EvalSums, Model, Recipe};
+use crate::task::{Batch, Data, EvalSums, Model, Recipe, host_state};
 
 /// `len` random images of `image` (`[channels, height, width]`, values uniform in `[-1, 1)`)
 /// with random labels below `classes`, each a pure function of `(seed, sample)`: nothing is held,
@@ -26,6 +28,10 @@ pub struct SyntheticImages {
 }
 
 impl SyntheticImages {
+    /// What a held-out set's seed is the run's seed XOR-ed with (`plimsoll train resnet18`'s
+    /// evaluation images).
+    pub const HELD_OUT: u64 = 0x7E57;
+
     /// Value `j` of sample `i`.
     fn value(&self, i: usize, j: usize) -> f32 {
         let bits = mix(self.seed ^ mix((i as u64) << 32 ^ j as u64));
@@ -170,7 +176,8 @@ impl Recipe for CnnSpec {
             return Err(Error::invalid(
                 "model",
                 format!(
-                    "a CNN of {:?} images into {} classes does not fit data with {features}                      features and {classes} classes",
+                    "a CNN of {:?} images into {} classes does not fit data with {features} \
+                     features and {classes} classes",
                     self.image, self.classes
                 ),
             ));
@@ -300,4 +307,41 @@ impl Model for ImageClassifier {
     fn buffers(&self) -> Vec<(String, Tensor)> {
         self.net.buffers()
     }
+
+    /// torchvision's `state_dict()`: the parameters, then BatchNorm's running statistics and
+    /// counts.
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut entries = self.net.parameters();
+        entries.extend(self.net.buffers());
+        entries
+    }
+
+    /// [`Model::state_dict`] on the host, each `num_batches_tracked` a 0-d I64 as PyTorch keeps
+    /// it (`[1]` f32 on the device), so `load_state_dict(..., strict=True)` takes the file.
+    fn export_entries(&self) -> Result<Vec<(String, HostTensor)>> {
+        let mut entries = host_state(self.state_dict())?;
+        for (name, t) in &mut entries {
+            if is_count(name) {
+                t.shape = Vec::new();
+                t.stored = Stored::I64;
+            }
+        }
+        Ok(entries)
+    }
+
+    /// An export's (or torchvision's) counts back to the `[1]` f32 the device keeps.
+    fn import_state(&self, mut loaded: LoadedState) -> Result<LoadedState> {
+        for (name, t) in &mut loaded.tensors {
+            if is_count(name) && t.data.len() == 1 {
+                t.shape = vec![1];
+                t.stored = Stored::F32;
+            }
+        }
+        Ok(loaded)
+    }
+}
+
+/// Whether `name` is a BatchNorm's count of the batches it tracked.
+fn is_count(name: &str) -> bool {
+    name.ends_with("num_batches_tracked")
 }

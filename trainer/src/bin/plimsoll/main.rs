@@ -633,6 +633,10 @@ pub(crate) struct ResNetArgs {
     /// Classes of the classifier.
     #[arg(long, default_value_t = 1000, value_parser = flags::count)]
     classes: usize,
+    /// Synthetic images of a held-out set (another seed) evaluated at each epoch's end and at
+    /// the run's end, in evaluation mode (BatchNorm's running statistics); 0 evaluates nothing.
+    #[arg(long, default_value_t = 16)]
+    eval_images: usize,
 }
 
 #[derive(Args, Clone)]

@@ -527,6 +527,14 @@ fn resnet_job(name: &'static str, depth: usize, a: ResNetArgs) -> Result<(Job, C
         classes: a.classes,
         seed: a.common.seed,
     };
+    // The held-out images: the same recipe under another seed (docs/torchvision_check.py
+    // makes them again to check an export's evaluation loss).
+    let test = (a.eval_images > 0).then(|| SyntheticImages {
+        len: a.eval_images,
+        image,
+        classes: a.classes,
+        seed: a.common.seed ^ SyntheticImages::HELD_OUT,
+    });
     let defaults = mlp_defaults(1e-3);
     let mut notes = Vec::new();
     let mut config_run = base_config(&a.common, a.batch, a.steps, &defaults, &mut notes)?;
@@ -543,7 +551,7 @@ fn resnet_job(name: &'static str, depth: usize, a: ResNetArgs) -> Result<(Job, C
         name,
         spec: Box::new(spec),
         train: Box::new(train),
-        test: None,
+        test: test.map(|t| Box::new(t) as Box<dyn Data>),
         config: config_run,
         gpt_shape: None,
         lm: None,
