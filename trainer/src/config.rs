@@ -108,6 +108,12 @@ pub struct TrainConfig {
     /// Device losses in a row (with no new step finished between them) that the run recovers
     /// from on a new device; the next one ends it. 0: a lost device ends the run.
     pub max_device_losses: u32,
+    /// Whether the run starts from optimizer state loaded before its first step, as a resume
+    /// loads a checkpoint's ([`Trainer::resume`](crate::Trainer::resume) plans again with
+    /// this set): the plan's dry runs then load state of the same sizes, in the same order,
+    /// before their first step, so that the allocator's layout, and the peak, are the run's.
+    /// False for a new run.
+    pub optimizer_state_at_start: bool,
 }
 
 /// How often [`TrainConfig::snapshot_every`] keeps the training state in host memory. Each
@@ -186,6 +192,7 @@ impl Default for TrainConfig {
             prefetch: 2,
             snapshot_every: SnapshotEvery::Interval(DEFAULT_SNAPSHOT_INTERVAL),
             max_device_losses: 3,
+            optimizer_state_at_start: false,
         }
     }
 }

@@ -400,8 +400,9 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
 /// A ResNet at scale plans shapes-only (no image made, no kernel run): ResNet-50 at 224x224 and
 /// batch 256 under 24 GiB prints a choice. A small ResNet-18 that must checkpoint to fit its
 /// budget steps at the plan's predicted peak, allocated and reserved, to the byte: BatchNorm,
-/// the convolutions' columns and the recomputed blocks included. Its BatchNorm statistics are
-/// saved with the run, and a resume goes on from them.
+/// the convolutions' columns and the recomputed blocks included; its export is torchvision's
+/// `state_dict()`, and its resume under the same budget fits. BatchNorm's statistics are saved
+/// with the run, and a resume goes on from them.
 #[test]
 fn resnets_plan_at_scale_and_step_at_the_prediction() {
     let dir = folder("resnet");
@@ -418,7 +419,8 @@ fn resnets_plan_at_scale_and_step_at_the_prediction() {
     let o = run(
         &dir,
         &words(
-            "train resnet18 --image 32 --batch 4 --steps 2 --classes 10 --memory-budget 175MiB \
+            "train resnet18 --image 32 --batch 16 --steps 2 --classes 10 --eval-images 0 \
+             --memory-budget 182MiB \
              --run-dir r",
         ),
     );
@@ -447,8 +449,48 @@ fn resnets_plan_at_scale_and_step_at_the_prediction() {
         plan["predicted_peak_reserved_bytes"],
         "{plan}"
     );
-    // BatchNorm's running statistics are saved with the run and put back by a resume.
-    let saved = plimsoll_nn::state::load(&dir.join("r/latest.safetensors")).unwrap();
+    // The export is torchvision's `state_dict()`: 62 parameters, and per BatchNorm its
+    // running statistics and a 0-d I64 count of the forwards that moved them (one per
+    // micro-batch; the checkpointed recomputations count none).
+    let export = plimsoll_nn::state::load(&dir.join("r/model.safetensors")).unwrap();
+    assert_eq!(export.tensors.len(), 62 + 3 * 20);
+    let count = &export.tensors["layer2.0.downsample.1.num_batches_tracked"];
+    let forwards = 2 * 16 / plan["micro_batch"].as_u64().unwrap() as usize;
+    assert_eq!(
+        (count.shape.as_slice(), count.stored, count.data.as_slice()),
+        (&[][..], plimsoll_nn::Stored::I64, &[forwards as f32][..])
+    );
+    // A resume under the same budget plans again with the checkpoint's optimizer state
+    // loaded before step 1 (where the new run made it in step 1): it fits, and stays within
+    // what that plan predicts. (Planned as a new run, this resume ran out of memory.)
+    let o = run(&dir, &words("train resnet18 --resume r --steps 3"));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("planned again for the resumed optimizer state"),
+        "{}",
+        text(&o)
+    );
+    let plan = json(&dir.join("r/plan.json"));
+    let metrics = std::fs::read_to_string(dir.join("r/metrics.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(metrics.lines().last().unwrap()).unwrap();
+    assert_eq!(last["step"], 3);
+    for (measured, predicted) in [
+        ("peak_allocated_bytes", "predicted_peak_bytes"),
+        ("peak_reserved_bytes", "predicted_peak_reserved_bytes"),
+    ] {
+        assert!(
+            last[measured].as_u64().unwrap() <= plan[predicted].as_u64().unwrap(),
+            "{last} {plan}"
+        );
+    }
+
+    // BatchNorm's running statistics are saved with the run, and a resume goes on from them:
+    // two steps and a resumed third hold what three steps in one run do (with room for the
+    // same choice of micro-batch in both: BatchNorm's statistics depend on it).
+    let base = "train resnet18 --image 32 --batch 4 --classes 10 --eval-images 0";
+    let o = run(&dir, &words(&format!("{base} --steps 2 --run-dir u")));
+    assert!(o.status.success(), "{}", text(&o));
+    let saved = plimsoll_nn::state::load(&dir.join("u/latest.safetensors")).unwrap();
     let mean = &saved.tensors["param.bn1.running_mean"];
     assert_eq!(mean.shape, [64]);
     assert!(
@@ -462,21 +504,17 @@ fn resnets_plan_at_scale_and_step_at_the_prediction() {
             .keys()
             .any(|k| k.contains("running") && k.starts_with("optim."))
     );
-    let o = run(&dir, &words("train resnet18 --resume r --steps 3"));
+    let o = run(&dir, &words("train resnet18 --resume u --steps 3"));
     assert!(o.status.success(), "{}", text(&o));
-    // Two steps and a resumed third hold what three steps in one run do: the statistics
-    // were restored, not restarted.
-    let o = run(
-        &dir,
-        &words(
-            "train resnet18 --image 32 --batch 4 --steps 3 --classes 10 --memory-budget 175MiB \
-             --run-dir s",
-        ),
-    );
+    let o = run(&dir, &words(&format!("{base} --steps 3 --run-dir s")));
     assert!(o.status.success(), "{}", text(&o));
-    let resumed = plimsoll_nn::state::load(&dir.join("r/latest.safetensors")).unwrap();
+    let resumed = plimsoll_nn::state::load(&dir.join("u/latest.safetensors")).unwrap();
     let straight = plimsoll_nn::state::load(&dir.join("s/latest.safetensors")).unwrap();
-    for name in ["param.bn1.running_mean", "param.layer3.0.bn1.running_var"] {
+    for name in [
+        "param.bn1.running_mean",
+        "param.layer3.0.bn1.running_var",
+        "param.layer3.0.bn1.num_batches_tracked",
+    ] {
         assert_eq!(
             resumed.tensors[name].data, straight.tensors[name].data,
             "{name}"

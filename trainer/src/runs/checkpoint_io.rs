@@ -295,6 +295,59 @@ pub fn load(
     restore(gpu, &loaded, path, params, optimizer, checks)
 }
 
+/// Uploads optimizer state entries (`<kind>.<parameter>` with shape and values, in the order
+/// given: a checkpoint's, by name) as `Category::OptimizerState` and hands them to `optimizer`
+/// with the step count `steps`: what a resume allocates before its first step. On a planning
+/// device the values are not read (each entry is its allocation alone).
+pub(crate) fn upload_optimizer_state<'a>(
+    gpu: &Gpu,
+    entries: impl IntoIterator<Item = (&'a str, &'a [usize], &'a [f32])>,
+    optimizer: &mut dyn Optimizer,
+    steps: u64,
+) -> Result<()> {
+    let mut state = Vec::new();
+    for (name, shape, values) in entries {
+        let options = TensorOptions {
+            category: Category::OptimizerState,
+            label: name,
+            requires_grad: false,
+        };
+        let t = match gpu.is_planning() {
+            true => Tensor::unwritten(gpu, shape, options)?,
+            false => Tensor::from_slice_with(gpu, values, shape, options)?,
+        };
+        state.push((name.to_string(), t));
+    }
+    optimizer.load_state(state, steps)?;
+    Ok(())
+}
+
+/// The plan's dry run of a resumed run ([`crate::TrainConfig::optimizer_state_at_start`]):
+/// on the planning device `gpu`, the optimizer state a checkpoint of `params` holds after a
+/// step (each parameter that trains, each kind of `optimizer`'s state), allocated in the
+/// checkpoint's name order as [`restore`] allocates it.
+pub(crate) fn planned_resume(
+    gpu: &Gpu,
+    params: &[(String, Tensor)],
+    optimizer: &mut dyn Optimizer,
+) -> Result<()> {
+    let kinds = optimizer.state_kinds();
+    let mut entries: Vec<(String, Vec<usize>)> = params
+        .iter()
+        .filter(|(_, t)| t.requires_grad())
+        .flat_map(|(name, t)| {
+            kinds
+                .iter()
+                .map(move |kind| (format!("{kind}.{name}"), t.shape().to_vec()))
+        })
+        .collect();
+    entries.sort();
+    let entries = entries
+        .iter()
+        .map(|(name, shape)| (name.as_str(), shape.as_slice(), &[][..]));
+    upload_optimizer_state(gpu, entries, optimizer, 1)
+}
+
 /// [`load`] of a state already in host memory (a checkpoint read, or [`host_state`]'s),
 /// `origin` naming it in errors; the same checks, and the same all-or-nothing writes.
 pub fn restore(
@@ -413,13 +466,7 @@ pub fn restore(
                      Nothing was loaded; pass --reset-optimizer to resume with a fresh optimizer"
                 )));
             }
-            let options = TensorOptions {
-                category: Category::OptimizerState,
-                label: name,
-                requires_grad: false,
-            };
-            let t = Tensor::from_slice_with(gpu, &saved.data, &saved.shape, options)?;
-            optimizer_state.push((name.to_string(), t));
+            optimizer_state.push((name, saved.shape.as_slice(), saved.data.as_slice()));
         }
     }
     let steps = if checks.reset_optimizer {
@@ -427,7 +474,7 @@ pub fn restore(
     } else {
         optimizer_steps
     };
-    optimizer.load_state(optimizer_state, steps)?;
+    upload_optimizer_state(gpu, optimizer_state, optimizer, steps)?;
     for (param, data) in writes {
         param.write_from_slice(data)?;
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint_io;
-use crate::config::Precision;
+use crate::config::{CheckpointPolicy, Precision, TrainConfig};
 use plimsoll_kernels_wgsl::Error as KernelError;
 
 use crate::error::{Error, Result};
@@ -47,6 +47,7 @@ impl Trainer {
         };
         self.position = position;
         self.last_saved = Some((position.step, path.to_path_buf()));
+        self.plan_resumed()?;
         let scale = match position.loss_scaler {
             Some(s) => format!(", loss scale {}", s.scale),
             None => String::new(),
@@ -61,6 +62,82 @@ impl Trainer {
                 ""
             }
         ));
+        Ok(())
+    }
+
+    /// After a resume loaded optimizer state, plans again where the run plans: a new run's plan
+    /// creates that state in step 1's update, while a resume allocated it before step 1 (each
+    /// entry uploaded, then copied), which leaves the allocator another layout, and so other
+    /// peaks. The dry runs now load it as the resume did
+    /// ([`crate::TrainConfig::optimizer_state_at_start`]): the run's micro-batch and
+    /// checkpointing first (a model that is not micro-batch invariant goes on as it trained),
+    /// then, when they no longer fit, the whole search. When nothing fits, the run keeps its
+    /// choice and says so (out-of-memory recovery halves the micro-batch where a step needs it).
+    fn plan_resumed(&mut self) -> Result<()> {
+        let Some(was) = &self.plan else {
+            return Ok(());
+        };
+        if !self.config.needs_plan() || self.optimizer.step_count() == 0 {
+            return Ok(());
+        }
+        let was_peak = was.predicted_peak_reserved_bytes;
+        let mut per_rank = self.config.clone();
+        per_rank.effective_batch =
+            crate::collective::largest_shard(self.config.effective_batch, self.collective.ranks());
+        per_rank.optimizer_state_at_start = true;
+        let replan = |config: &TrainConfig| {
+            crate::plan::replan(
+                &self.gpu,
+                self.recipe.as_ref(),
+                self.train.as_ref(),
+                self.test.as_deref(),
+                config,
+            )
+        };
+        let same = TrainConfig {
+            micro_batch: Some(self.micro_batch),
+            checkpointing: match self.segment_len {
+                0 => CheckpointPolicy::None,
+                k => CheckpointPolicy::EveryBlocks(k),
+            },
+            ..per_rank.clone()
+        };
+        let replanned = match replan(&same) {
+            Ok(kept) => Ok(kept),
+            Err(Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. }) => replan(&per_rank),
+            Err(e) => Err(e),
+        };
+        match replanned {
+            Ok(new) => {
+                let fmt = plimsoll_allocator::format_bytes;
+                let line = match new.micro_batch == self.micro_batch
+                    && new.segment_len == self.segment_len
+                {
+                    true => format!(
+                        "planned again for the resumed optimizer state (loaded before step 1): \
+                         the run's choice still fits, predicted peak {} reserved (was {})",
+                        fmt(new.predicted_peak_reserved_bytes),
+                        fmt(was_peak)
+                    ),
+                    false => format!(
+                        "planned again for the resumed optimizer state (loaded before step 1): \
+                         the run's choice no longer fits\n{new}"
+                    ),
+                };
+                self.note(line);
+                self.micro_batch = new.micro_batch;
+                self.segment_len = new.segment_len;
+                self.position.micro_batch = new.micro_batch;
+                self.plan = Some(new);
+            }
+            Err(Error::BudgetTooSmall { .. } | Error::TensorTooLarge { .. }) => self.note(
+                "planned again for the resumed optimizer state (loaded before step 1): nothing \
+                 fits the budget now; the run keeps its choice (out-of-memory recovery halves \
+                 the micro-batch where a step needs it)"
+                    .to_string(),
+            ),
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 

@@ -52,6 +52,20 @@ pub(super) fn probe(
     // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
     let (mut model, mut optimizer) = crate::task::build_within_budget(spec, twin)?;
     let params = model.parameters();
+    if config.optimizer_state_at_start {
+        // A resume loads the state before step 1 (each entry uploaded, then copied into the
+        // optimizer's own buffer): its peak is the run's too.
+        let loaded = crate::checkpoint_io::planned_resume(twin, &params, optimizer.as_mut());
+        fold_peaks(twin, &mut p);
+        match loaded {
+            Ok(()) => {}
+            Err(e) if e.is_out_of_memory() => {
+                p.out_of_memory = true;
+                return Ok(p);
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let eval_len = test.map_or(0, |t| t.len());
     let events = RunEvents::new(config, data.len(), eval_len, micro_batch);
     // Every layout seen, numbered; and per (layout, the last step's kind, event) replayed, the
@@ -161,13 +175,7 @@ fn replay_step(
     // In chunks of `micro_batch`, as the trainer's step: an epoch's partial batch of 128 at
     // micro-batch 37 runs 37, 37, 37 and 17 (not four of 32, which would predict too little).
     let result = run_step(&inputs, optimizer, &indices, micro_batch, lr);
-    let stats = twin.with_allocator(|a| a.stats().clone());
-    p.peak_allocated_bytes = p.peak_allocated_bytes.max(stats.peak_allocated_bytes);
-    p.peak_reserved_bytes = p.peak_reserved_bytes.max(stats.peak_reserved_bytes);
-    for c in Category::ALL {
-        let peak = &mut p.category_peaks[c.index()];
-        *peak = (*peak).max(stats.category(c).peak_allocated_bytes);
-    }
+    fold_peaks(twin, p);
     match result {
         Ok(r) if r.recoveries.is_empty() => Ok(true),
         Ok(_) => {
@@ -179,6 +187,17 @@ fn replay_step(
             Ok(false)
         }
         Err(e) => beyond_a_limit(e, p),
+    }
+}
+
+/// The twin's peaks since they were last reset, folded into `p`'s.
+fn fold_peaks(twin: &Gpu, p: &mut Probe) {
+    let stats = twin.with_allocator(|a| a.stats().clone());
+    p.peak_allocated_bytes = p.peak_allocated_bytes.max(stats.peak_allocated_bytes);
+    p.peak_reserved_bytes = p.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+    for c in Category::ALL {
+        let peak = &mut p.category_peaks[c.index()];
+        *peak = (*peak).max(stats.category(c).peak_allocated_bytes);
     }
 }
 
