@@ -65,15 +65,15 @@ impl Trainer {
         Ok(())
     }
 
-    /// After a resume loaded optimizer state, plans again where the run plans: a new run's plan
-    /// creates that state in step 1's update, while a resume allocated it before step 1 (each
-    /// entry uploaded, then copied), which leaves the allocator another layout, and so other
-    /// peaks. The dry runs now load it as the resume did
+    /// After a resume (or a lost device's restore) loaded optimizer state, plans again where the
+    /// run plans: a new run's plan creates that state in step 1's update, while a resume
+    /// allocated it before step 1 (each entry uploaded, then copied), which leaves the allocator
+    /// another layout, and so other peaks. The dry runs now load it as the resume did
     /// ([`crate::TrainConfig::optimizer_state_at_start`]): the run's micro-batch and
     /// checkpointing first (a model that is not micro-batch invariant goes on as it trained),
     /// then, when they no longer fit, the whole search. When nothing fits, the run keeps its
     /// choice and says so (out-of-memory recovery halves the micro-batch where a step needs it).
-    fn plan_resumed(&mut self) -> Result<()> {
+    pub(crate) fn plan_resumed(&mut self) -> Result<()> {
         let Some(was) = &self.plan else {
             return Ok(());
         };

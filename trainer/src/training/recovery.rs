@@ -293,6 +293,8 @@ impl Trainer {
             // A checkpoint has no running losses: the mean starts again, as a resumed run's.
             None => self.recent_losses.clear(),
         }
+        // The optimizer state came before the first step again, as in a resume.
+        self.plan_resumed()?;
         Ok((position.step, source))
     }
 
