@@ -141,6 +141,7 @@ macro_rules! families {
 
 families! {
     attention,
+    augment,
     binary,
     conv2d,
     convert,
