@@ -48,7 +48,7 @@ pub use config::{
 };
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};
-pub use images::{CnnSpec, ResNetSpec, SyntheticImages};
+pub use images::{CnnSpec, ImageSet, ImageTransform, ResNetSpec, SyntheticImages};
 pub use metrics::{EvalRecord, JsonLines, Observer, Silent, StepReport};
 pub use model::{
     Arch, Attention, ExportLayout, GptSpec, LlamaShape, LossHead, ModelSpec, OptimizerSpec,

@@ -332,17 +332,26 @@ fn a_run_records_its_matmul_arithmetic() {
 
 /// `train digits --model cnn` trains the small CNN (its accuracy rises past chance within two
 /// epochs), records the model so that a resume and `eval` rebuild the CNN, exports its
-/// parameters under `nn.Sequential`'s names; `--channels` with the MLP and `--hidden` with the
-/// CNN are refused before anything is written.
+/// parameters under `nn.Sequential`'s names; its training images are u8, cropped at random on
+/// the device (`--crop-padding`), its test images plain. `--channels` or `--crop-padding` with
+/// the MLP and `--hidden` with the CNN are refused before anything is written.
 #[test]
 fn the_digits_cnn_trains_resumes_and_evaluates() {
     let dir = folder("cnn");
     let o = run(
         &dir,
-        &words("train digits --model cnn --channels 8,16 --lr 0.01 --epochs 2 --run-dir c"),
+        &words(
+            "train digits --model cnn --channels 8,16 --lr 0.01 --epochs 2 --crop-padding 1 \
+             --run-dir c",
+        ),
     );
     assert!(o.status.success(), "{}", text(&o));
     let record = json(&dir.join("c/run.json"));
+    assert_eq!(
+        record["train_data"],
+        "1438 1x8x8 u8 images, 10 classes, random crops padded by 1"
+    );
+    assert_eq!(record["eval_data"], "359 1x8x8 u8 images, 10 classes");
     let model = record["model"].as_str().unwrap_or_default().to_string();
     assert!(
         model.starts_with("CNN 1x8x8, 3x3 convolutions 8-16"),
@@ -353,7 +362,11 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
         out[at..].split('%').next().unwrap().parse().unwrap()
     };
     let first = accuracy(&text(&o));
-    assert!(first > 50.0, "after two epochs: {first}%\n{}", text(&o));
+    assert!(
+        first > 30.0,
+        "after two epochs (chance: 10%): {first}%\n{}",
+        text(&o)
+    );
     let resumed = run(&dir, &words("train digits --resume c --epochs 3"));
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert_eq!(json(&dir.join("c/summary.json"))["steps"], 3 * 23);
@@ -394,6 +407,10 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
         text(&o)
     );
     assert!(!dir.join("h").exists());
+    let o = run(&dir, &words("train digits --crop-padding 1 --run-dir p"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--model cnn"), "{}", text(&o));
+    assert!(!dir.join("p").exists());
     let _ = std::fs::remove_dir_all(dir);
 }
 

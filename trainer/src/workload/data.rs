@@ -317,6 +317,11 @@ impl Dataset {
         &self.labels
     }
 
+    /// The features, row-major `(N, D)`.
+    pub fn features(&self) -> &[f32] {
+        &self.features
+    }
+
     /// The features, row-major `(N, D)` (mutable, e.g. to inject a NaN in a test).
     pub fn features_mut(&mut self) -> &mut [f32] {
         &mut self.features

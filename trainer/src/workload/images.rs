@@ -1,8 +1,14 @@
 //! Image classification: [`CnnSpec`], the digits CNN; [`ResNetSpec`], torchvision's ResNet as
-//! a recipe; and [`SyntheticImages`], random images made on demand (a plan of ResNet-50 at
-//! 224x224 and batch 256 makes none: on a planning device a batch is its allocation alone).
+//! a recipe; [`ImageSet`], u8 images kept and batched as bytes and made normalised f32 on the
+//! device with random crops and flips ([`ImageTransform`]); and [`SyntheticImages`], random
+//! images made on demand (a plan of ResNet-50 at 224x224 and batch 256 makes none: on a planning
+//! device a batch is its allocation alone).
 
-use plimsoll_autograd::{Category, Gpu, Tensor, TensorOptions};
+use std::sync::Arc;
+
+use plimsoll_autograd::grad_mode::next_seed;
+use plimsoll_autograd::{Category, DType, Gpu, Tensor, TensorOptions};
+use plimsoll_kernels_wgsl::kernels::augment::{self, AugmentDims, MAX_CHANNELS};
 use plimsoll_kernels_wgsl::random::mix;
 use plimsoll_nn::{
     HostTensor, LoadedState, Module, Optimizer, ResNet, ResNetConfig, Sequential, Stored, loss,
@@ -10,7 +16,7 @@ use plimsoll_nn::{
 
 use crate::error::{Error, Result};
 use crate::model::{Classifier, OptimizerSpec, logits_sums};
-use crate::task::{Batch, Data, EvalSums, Model, Recipe, host_state};
+use crate::task::{Batch, Data, EvalSums, HostBatch, HostInputs, Model, Recipe, host_state};
 
 /// `len` random images of `image` (`[channels, height, width]`, values uniform in `[-1, 1)`)
 /// with random labels below `classes`, each a pure function of `(seed, sample)`: nothing is held,
@@ -91,6 +97,262 @@ impl Data for SyntheticImages {
         format!(
             "{} synthetic {c}x{h}x{w} images, {} classes",
             self.len, self.classes
+        )
+    }
+}
+
+/// How a batch of u8 images becomes the model's f32 input, on the device
+/// ([`augment::augment`]): each channel normalised as `(v / 255 - mean) / std`, after
+/// torchvision's `RandomCrop(size, padding=crop_padding)` and, with `flips`,
+/// `RandomHorizontalFlip()`. The crops and flips are drawn from the step thread's random state
+/// (dropout's, [`next_seed`]), which a checkpoint saves and a retried step restores, so a
+/// resumed or retried step sees the same crops.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ImageTransform {
+    /// Channels (at most 4), height, width.
+    pub image: [usize; 3],
+    /// Per channel, subtracted from `v / 255` (the first `channels` are read).
+    pub mean: [f32; MAX_CHANNELS],
+    /// Per channel, what `v / 255 - mean` is divided by.
+    pub std: [f32; MAX_CHANNELS],
+    /// Zeros around each side before the random crop back to the image's size (0: no crop).
+    pub crop_padding: usize,
+    /// Whether half of the images, at random, are flipped left to right.
+    pub flips: bool,
+}
+
+impl ImageTransform {
+    /// `v / 255` for every pixel, no crop, no flip: an evaluation set's.
+    pub fn plain(image: [usize; 3]) -> ImageTransform {
+        ImageTransform {
+            image,
+            mean: [0.0; MAX_CHANNELS],
+            std: [1.0; MAX_CHANNELS],
+            crop_padding: 0,
+            flips: false,
+        }
+    }
+
+    /// Whether a batch draws anything (a crop or a flip).
+    pub fn is_random(&self) -> bool {
+        self.crop_padding > 0 || self.flips
+    }
+
+    /// The `n` images `pixels` (`[n, c, h, w]` bytes) uploaded four to a u32 word and made
+    /// `[n, c·h·w]` f32 features on the device (`Category::Input`). A planning device gets the
+    /// two allocations alone.
+    pub fn upload(&self, gpu: &Gpu, pixels: &[u8], n: usize) -> Result<Tensor> {
+        let dims = AugmentDims {
+            images: n,
+            image: self.image,
+            pad: self.crop_padding,
+            flips: self.flips,
+            mean: self.mean,
+            std: self.std,
+        };
+        let width: usize = self.image.iter().product();
+        if pixels.len() != n * width {
+            return Err(Error::invalid(
+                "batch",
+                format!(
+                    "{} bytes for {n} images of {:?} ({} needed)",
+                    pixels.len(),
+                    self.image,
+                    n * width
+                ),
+            ));
+        }
+        let words = dims.words() as usize;
+        let packed = if gpu.is_planning() {
+            Tensor::empty_typed(gpu, &[words], DType::U32, Category::Input, "batch pixels")?
+        } else {
+            let words: Vec<u32> = pixels
+                .chunks(4)
+                .map(|b| {
+                    let mut word = [0u8; 4];
+                    word[..b.len()].copy_from_slice(b);
+                    u32::from_le_bytes(word)
+                })
+                .collect();
+            Tensor::from_indices(gpu, &words, &[words.len()])?
+        };
+        let out = Tensor::empty(gpu, &[n, width], Category::Input, "batch features")?;
+        let seed = if self.is_random() { next_seed() } else { 0 };
+        augment::augment(gpu, &dims, seed, out.elements()?, packed.elements()?)?;
+        Ok(out)
+    }
+}
+
+/// Labelled u8 images (`[c, h, w]` bytes each) in host memory, a quarter of their f32 bytes,
+/// batched as bytes (on the loader thread, [`Data::gather`]) and made the model's f32 input on
+/// the device by [`ImageTransform`]: a training set's with random crops and flips, an
+/// evaluation set's plain. Clones share the bytes.
+#[derive(Debug, Clone)]
+pub struct ImageSet {
+    pixels: Arc<[u8]>,
+    labels: Arc<[u32]>,
+    classes: usize,
+    transform: ImageTransform,
+}
+
+impl ImageSet {
+    /// `labels.len()` images of `transform.image` in `pixels`, labels below `classes`. Errors:
+    /// a byte count that is not the images', a label out of range, more than 4 channels.
+    pub fn new(
+        pixels: Vec<u8>,
+        labels: Vec<u32>,
+        classes: usize,
+        transform: ImageTransform,
+    ) -> Result<ImageSet> {
+        let width: usize = transform.image.iter().product();
+        let [c, h, w] = transform.image;
+        if c == 0 || c > MAX_CHANNELS || h == 0 || w == 0 {
+            return Err(Error::invalid(
+                "images",
+                format!(
+                    "{:?}: need 1 to {MAX_CHANNELS} channels and a height and width of at least 1",
+                    transform.image
+                ),
+            ));
+        }
+        if pixels.len() != labels.len().saturating_mul(width) {
+            return Err(Error::invalid(
+                "images",
+                format!(
+                    "{} bytes for {} images of {:?} ({} needed)",
+                    pixels.len(),
+                    labels.len(),
+                    transform.image,
+                    labels.len().saturating_mul(width)
+                ),
+            ));
+        }
+        if let Some(bad) = labels.iter().find(|&&l| l as usize >= classes) {
+            return Err(Error::invalid(
+                "images",
+                format!("label {bad} of {classes} classes"),
+            ));
+        }
+        Ok(ImageSet {
+            pixels: pixels.into(),
+            labels: labels.into(),
+            classes,
+            transform,
+        })
+    }
+
+    /// The images of a table whose features are pixels in `[0, 1]` (each rounded to the nearest
+    /// of 256 levels), shaped `image`, made plain.
+    pub fn from_features(
+        features: &[f32],
+        labels: &[u32],
+        classes: usize,
+        image: [usize; 3],
+    ) -> Result<ImageSet> {
+        let pixels = features
+            .iter()
+            .map(|v| (v.clamp(0.0, 1.0) * 255.0).round() as u8)
+            .collect();
+        ImageSet::new(
+            pixels,
+            labels.to_vec(),
+            classes,
+            ImageTransform::plain(image),
+        )
+    }
+
+    /// The same images made the model's input by `transform` (the same shape).
+    pub fn with_transform(mut self, transform: ImageTransform) -> Result<ImageSet> {
+        if transform.image != self.transform.image {
+            return Err(Error::invalid(
+                "images",
+                format!(
+                    "a transform of {:?} images for images of {:?}",
+                    transform.image, self.transform.image
+                ),
+            ));
+        }
+        self.transform = transform;
+        Ok(self)
+    }
+
+    /// How a batch becomes the model's input.
+    pub fn transform(&self) -> &ImageTransform {
+        &self.transform
+    }
+
+    fn width(&self) -> usize {
+        self.transform.image.iter().product()
+    }
+
+    /// The bytes and labels of `indices`, or an error naming one past the set.
+    fn bytes_of(&self, indices: &[usize]) -> Result<(Vec<u8>, Vec<u32>)> {
+        if let Some(&bad) = indices.iter().find(|&&i| i >= self.labels.len()) {
+            return Err(Error::invalid(
+                "batch",
+                format!("sample {bad} of {} images", self.labels.len()),
+            ));
+        }
+        let w = self.width();
+        let mut bytes = Vec::with_capacity(indices.len() * w);
+        for &i in indices {
+            bytes.extend_from_slice(&self.pixels[i * w..(i + 1) * w]);
+        }
+        Ok((bytes, indices.iter().map(|&i| self.labels[i]).collect()))
+    }
+}
+
+impl Data for ImageSet {
+    fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    fn upload(&self, gpu: &Gpu, indices: &[usize]) -> Result<Batch> {
+        let (bytes, labels) = self.bytes_of(indices)?;
+        Ok(Batch {
+            inputs: self.transform.upload(gpu, &bytes, indices.len())?,
+            targets: Tensor::from_indices(gpu, &labels, &[indices.len()])?,
+        })
+    }
+
+    /// The batch's bytes and labels on the host (a quarter of its f32 features).
+    fn gather(&self, indices: &[usize]) -> Result<Option<HostBatch>> {
+        let (bytes, targets) = self.bytes_of(indices)?;
+        Ok(Some(HostBatch {
+            rows: indices.len(),
+            input_width: self.width(),
+            inputs: HostInputs::Pixels(bytes, self.transform),
+            targets,
+            targets_per_row: None,
+        }))
+    }
+
+    fn input_width(&self) -> usize {
+        self.width()
+    }
+
+    fn classes(&self) -> usize {
+        self.classes
+    }
+
+    fn describe(&self) -> String {
+        let [c, h, w] = self.transform.image;
+        let t = &self.transform;
+        let mut augmented = Vec::new();
+        if t.crop_padding > 0 {
+            augmented.push(format!("random crops padded by {}", t.crop_padding));
+        }
+        if t.flips {
+            augmented.push("random horizontal flips".to_string());
+        }
+        let augmented = match augmented.is_empty() {
+            true => String::new(),
+            false => format!(", {}", augmented.join(" and ")),
+        };
+        format!(
+            "{} {c}x{h}x{w} u8 images, {} classes{augmented}",
+            self.labels.len(),
+            self.classes
         )
     }
 }

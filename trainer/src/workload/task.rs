@@ -48,6 +48,9 @@ pub enum HostInputs {
     Features(Vec<f32>),
     /// Token ids, uploaded as u32.
     Tokens(Vec<u32>),
+    /// u8 images (`[rows, c, h, w]` bytes), uploaded four to a word and made normalised f32
+    /// features on the device, with random crops and flips ([`crate::images::ImageTransform`]).
+    Pixels(Vec<u8>, crate::images::ImageTransform),
 }
 
 impl HostBatch {
@@ -56,6 +59,7 @@ impl HostBatch {
         let inputs = match &self.inputs {
             HostInputs::Features(v) => v.len() * 4,
             HostInputs::Tokens(v) => v.len() * 4,
+            HostInputs::Pixels(v, _) => v.len(),
         };
         (inputs + self.targets.len() * 4) as u64
     }
@@ -98,6 +102,10 @@ impl HostBatch {
             HostInputs::Tokens(v) => {
                 let ids = v.get(rows.start * w..rows.end * w).ok_or_else(bad)?;
                 Tensor::from_indices(gpu, ids, &[n, w])?
+            }
+            HostInputs::Pixels(v, transform) => {
+                let pixels = v.get(rows.start * w..rows.end * w).ok_or_else(bad)?;
+                transform.upload(gpu, pixels, n)?
             }
         };
         Ok(Batch {

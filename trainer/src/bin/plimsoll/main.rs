@@ -281,6 +281,15 @@ struct DigitsArgs {
     /// Output channels of the CNN's convolutions, comma-separated [default: 32,64].
     #[arg(long, value_delimiter = ',', value_parser = flags::count)]
     channels: Option<Vec<usize>>,
+    /// The CNN's training images are cropped back to 8x8 at a random place after this many
+    /// zero pixels are added around them (torchvision's RandomCrop padding); 0 crops nothing.
+    /// The images stay u8 in host memory and are cropped on the device.
+    #[arg(long, default_value_t = 0)]
+    crop_padding: usize,
+    /// The CNN's training images are flipped left to right at random, half of them (a digit
+    /// is not symmetric: this is for data whose classes are).
+    #[arg(long)]
+    flip: bool,
     /// The data (gzip CSV: 64 pixels then the label per line).
     #[arg(long)]
     data: Option<PathBuf>,

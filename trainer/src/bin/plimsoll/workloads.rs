@@ -12,8 +12,8 @@ use plimsoll_trainer::model::plain_number;
 use plimsoll_trainer::text::{SHAKESPEARE_GZ, read_text};
 use plimsoll_trainer::{
     Arch, Attention, CharCorpus, CheckpointPolicy, CnnSpec, Data, Dataset, Error, ExportLayout,
-    GptSpec, LlamaShape, ModelSpec, OptimizerSpec, Recipe, ResNetSpec, Result, RunLength,
-    SyntheticImages, TokenData, TokenFolder, Tokenizer, TrainConfig,
+    GptSpec, ImageSet, ImageTransform, LlamaShape, ModelSpec, OptimizerSpec, Recipe, ResNetSpec,
+    Result, RunLength, SyntheticImages, TokenData, TokenFolder, Tokenizer, TrainConfig,
 };
 
 use crate::{
@@ -443,21 +443,41 @@ fn job_of(workload: Workload) -> Result<(Job, CommonArgs)> {
                     ));
                 }
                 (DigitsModel::Cnn, channels) => {
+                    let image = square_image(train.feature_dim())?;
                     let spec = CnnSpec {
-                        image: square_image(train.feature_dim())?,
+                        image,
                         widths: channels.unwrap_or_else(|| vec![32, 64]),
                         classes: train.num_classes(),
                         seed: a.common.seed,
                         optimizer,
                     };
+                    // The images as u8 (the pixels' 17 levels kept apart), made f32 on the
+                    // device: the training set's with the random crops and flips asked for.
+                    let images = |d: &Dataset| {
+                        ImageSet::from_features(d.features(), d.labels(), d.num_classes(), image)
+                    };
+                    let augmented = ImageTransform {
+                        crop_padding: a.crop_padding,
+                        flips: a.flip,
+                        ..ImageTransform::plain(image)
+                    };
+                    let train_images = images(&train)?.with_transform(augmented)?;
                     Job {
                         spec: Box::new(spec),
+                        train: Box::new(train_images),
+                        test: Some(Box::new(images(&test)?)),
                         ..mlp_job("digits", widths, a.common.seed, optimizer, config, train)
                     }
                 }
             };
+            if a.model != DigitsModel::Cnn && (a.crop_padding > 0 || a.flip) {
+                return Err(Error::invalid(
+                    "--crop-padding and --flip",
+                    "augment the CNN's images (--model cnn); the MLP reads its rows as they are",
+                ));
+            }
             let job = Job {
-                test: Some(Box::new(test)),
+                test: job.test.or(Some(Box::new(test))),
                 data: source,
                 notes,
                 ..job
