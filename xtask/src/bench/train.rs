@@ -6,7 +6,8 @@
 //! GPT (spawned with an empty Mesa shader cache: adapter, device, every kernel's JIT, to the end
 //! of step 1, plus the process's own exit); and a 12-layer,
 //! 1024-wide MLP with and without activation checkpointing (peak activation bytes, step time);
-//! and the Shakespeare GPT (see `train_gpt.rs`).
+//! the Shakespeare GPT (see `train_gpt.rs`); and the digits CNN and a ResNet-18 (see
+//! `train_images.rs`).
 //!
 //! Analytic minimum: parameters + gradients + two Adam moments (16 bytes per parameter) plus the
 //! activations that must be live at the start of backward: the input batch, one `(B, 1024)`
@@ -42,7 +43,7 @@ const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
 /// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 8] = [
+pub const PARTS: [&str; 9] = [
     "peer",
     "host",
     "cold",
@@ -51,6 +52,7 @@ pub const PARTS: [&str; 8] = [
     "precision",
     "attention",
     "data",
+    "images",
 ];
 
 pub fn run(parts: &[String]) -> Result<Report> {
@@ -82,6 +84,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("data") {
         super::train_gpt::run_data(&mut report)?;
+    }
+    if wanted("images") {
+        super::train_images::run(&mut report)?;
     }
     Ok(report)
 }
