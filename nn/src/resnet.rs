@@ -5,7 +5,7 @@
 //! 3x3 max pooling of stride 2), four stages of residual blocks, global average pooling and a
 //! linear classifier. Convolutions have no bias (BatchNorm follows each), as torchvision's.
 
-use plimsoll_autograd::{Gpu, Tensor};
+use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 
 use crate::conv::{Conv2d, Conv2dOptions};
 use crate::error::{Error, Result};
@@ -115,8 +115,19 @@ impl ConvBn {
         seed: u64,
     ) -> Result<Self> {
         let options = Conv2dOptions::default().stride(stride).padding(k / 2);
+        // torchvision's initialisation: kaiming_normal_(mode="fan_out", nonlinearity="relu"),
+        // N(0, 2 / (out · kh · kw)); BatchNorm's weight 1 and bias 0.
+        let std = (2.0 / (cout * k * k) as f32).sqrt();
+        let weight = Tensor::normal(
+            gpu,
+            &[cout, cin, k, k],
+            0.0,
+            std,
+            seed,
+            TensorOptions::parameter("conv2d.weight"),
+        )?;
         Ok(ConvBn {
-            conv: Conv2d::new(gpu, cin, cout, [k, k], options, false, seed)?,
+            conv: Conv2d::from_parts(weight, None, options)?,
             bn: BatchNorm2d::new(gpu, cout)?,
         })
     }
