@@ -411,6 +411,13 @@ fn the_digits_cnn_trains_resumes_and_evaluates() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--model cnn"), "{}", text(&o));
     assert!(!dir.join("p").exists());
+    let o = run(
+        &dir,
+        &words("train digits --model cnn --crop-padding 9 --run-dir q"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("give at most 8"), "{}", text(&o));
+    assert!(!dir.join("q").exists());
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -143,7 +143,12 @@ fn resnet_weights_start_as_torchvisions() {
         let v = values(name);
         let n = v.len() as f64;
         let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
-        let std = (v.iter().map(|&x| (f64::from(x) - mean).powi(2)).sum::<f64>() / n).sqrt();
+        let std = (v
+            .iter()
+            .map(|&x| (f64::from(x) - mean).powi(2))
+            .sum::<f64>()
+            / n)
+            .sqrt();
         let want = (2.0 / fan_out as f64).sqrt();
         assert!(mean.abs() < 4.0 * want / n.sqrt(), "{name}: mean {mean}");
         let tolerance = if n > 1e6 { 0.01 } else { 0.03 };
@@ -153,5 +158,9 @@ fn resnet_weights_start_as_torchvisions() {
         );
     }
     assert!(values("layer2.0.bn1.weight").iter().all(|&w| w == 1.0));
-    assert!(values("layer2.0.downsample.1.bias").iter().all(|&b| b == 0.0));
+    assert!(
+        values("layer2.0.downsample.1.bias")
+            .iter()
+            .all(|&b| b == 0.0)
+    );
 }

@@ -444,6 +444,16 @@ fn job_of(workload: Workload) -> Result<(Job, CommonArgs)> {
                 }
                 (DigitsModel::Cnn, channels) => {
                     let image = square_image(train.feature_dim())?;
+                    if a.crop_padding > image[1] {
+                        return Err(Error::invalid(
+                            "--crop-padding",
+                            format!(
+                                "{}: more than the {}x{} image, so a crop could hold no pixel; \
+                                 give at most {} (0 crops nothing)",
+                                a.crop_padding, image[1], image[2], image[1]
+                            ),
+                        ));
+                    }
                     let spec = CnnSpec {
                         image,
                         widths: channels.unwrap_or_else(|| vec![32, 64]),
