@@ -559,7 +559,7 @@ fn resnet_job(name: &'static str, depth: usize, a: ResNetArgs) -> Result<(Job, C
     };
     // The held-out images: the same recipe under another seed (docs/torchvision_check.py
     // makes them again to check an export's evaluation loss).
-    let test = (a.eval_images > 0).then(|| SyntheticImages {
+    let test = (a.eval_images > 0).then_some(SyntheticImages {
         len: a.eval_images,
         image,
         classes: a.classes,
