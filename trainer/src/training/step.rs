@@ -278,7 +278,8 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
 
 /// One optimizer step over the samples `indices` with learning rate `lr`, starting from
 /// `micro_batch` samples per forward (halved on out-of-memory; the value it ends with is what
-/// [`StepResult::micro_batch`] says). Gradients are cleared afterwards, also on error.
+/// [`StepResult::micro_batch`] says). Gradients are cleared afterwards, also on error, and the
+/// model's buffers are as they were before it on error ([`KeptBuffers`]).
 pub fn run_step(
     inputs: &StepInputs<'_>,
     optimizer: &mut dyn Optimizer,
@@ -287,7 +288,16 @@ pub fn run_step(
     lr: f32,
 ) -> Result<StepResult> {
     let (result, outcome) = as_planned_step(inputs.gpu, || {
-        let result = run_step_inner(inputs, optimizer, indices, micro_batch, lr);
+        let result = KeptBuffers::take(inputs.model).and_then(|kept| {
+            let stepped = run_step_inner(inputs, optimizer, indices, micro_batch, lr, &kept);
+            if stepped.is_err() {
+                // The step failed: its forwards' moves of the running statistics go too. A
+                // device that cannot take the copy back is lost, and recovery restores the
+                // state from its snapshot.
+                let _ = kept.put_back();
+            }
+            stepped
+        });
         zero_grad(inputs.params);
         result
     });
@@ -296,23 +306,6 @@ pub fn run_step(
         allocation: outcome,
         ..result
     })
-}
-
-fn run_step_inner(
-    inputs: &StepInputs<'_>,
-    optimizer: &mut dyn Optimizer,
-    indices: &[usize],
-    micro_batch: usize,
-    lr: f32,
-) -> Result<StepResult> {
-    let kept = KeptBuffers::take(inputs.model)?;
-    let stepped = step_with_buffers(inputs, optimizer, indices, micro_batch, lr, &kept);
-    if stepped.is_err() {
-        // The step failed: its forwards' moves of the running statistics go too. A device that
-        // cannot take the copy back is lost, and recovery restores the state from its snapshot.
-        let _ = kept.put_back();
-    }
-    stepped
 }
 
 /// Device copies of the model's buffers (BatchNorm's running statistics and counts) taken
@@ -342,8 +335,8 @@ impl KeptBuffers {
     }
 }
 
-/// [`run_step_inner`] once the buffers are kept.
-fn step_with_buffers(
+/// [`run_step`] once the buffers are kept in `kept`.
+fn run_step_inner(
     inputs: &StepInputs<'_>,
     optimizer: &mut dyn Optimizer,
     indices: &[usize],
