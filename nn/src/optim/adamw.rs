@@ -219,4 +219,9 @@ impl Optimizer for AdamW {
     fn set_grad_scale(&mut self, scale: f32) {
         self.grad_scale = scale;
     }
+
+    /// [`super::HostAdamW`] of this configuration (with the current learning rate), no state.
+    fn offloaded(&self) -> Option<Box<dyn Optimizer>> {
+        Some(Box::new(super::HostAdamW::new(self.config)))
+    }
 }

@@ -13,11 +13,13 @@
 
 mod adamw;
 mod clip;
+mod host_adamw;
 mod schedule;
 mod sgd;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm, grad_norm};
+pub use host_adamw::HostAdamW;
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 
@@ -69,6 +71,32 @@ pub trait Optimizer {
     /// Multiplies every gradient by `scale` inside the fused update (the mixed-precision
     /// unscale, `1 / loss_scale`); 1 by default.
     fn set_grad_scale(&mut self, scale: f32);
+
+    /// The state as host copies (names as [`Optimizer::state`] gives them), for an optimizer
+    /// that keeps it in host memory ([`HostAdamW`]); `None` (the default) for one whose state
+    /// is [`Optimizer::state`] on the device.
+    fn host_state(&self) -> Option<Vec<(String, crate::state::HostTensor)>> {
+        None
+    }
+
+    /// Replaces the state with host copies and the step count, for an optimizer that keeps its
+    /// state in host memory; `Ok(false)` (the default) for one that keeps it on the device and
+    /// takes it through [`Optimizer::load_state`].
+    fn load_host_state(
+        &mut self,
+        state: Vec<(String, crate::state::HostTensor)>,
+        step_count: u64,
+    ) -> Result<bool> {
+        let _ = (state, step_count);
+        Ok(false)
+    }
+
+    /// A new optimizer of the same configuration that keeps its state in host memory and
+    /// updates on the host (AdamW's is [`HostAdamW`]); `None` (the default) when this one has
+    /// no such form.
+    fn offloaded(&self) -> Option<Box<dyn Optimizer>> {
+        None
+    }
 }
 
 /// Frees every parameter's gradient (sets it to none), so nothing accumulates into the next

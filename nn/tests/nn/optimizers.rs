@@ -487,3 +487,98 @@ fn an_optimizer_step_refreshes_f16_weight_copies() {
         assert_close(opt_name, &got, &want, 1e-3, 1e-3);
     }
 }
+
+/// HostAdamW keeps AdamW's moments in host memory and updates on the host: over five steps of
+/// random gradients (a matrix that decays, a vector that does not, a gradient scale, a learning
+/// rate that changes) its parameters follow the device's AdamW within f32 rounding, the device
+/// holds none of its state, and its host state (AdamW's names and shapes) loaded into a device
+/// AdamW carries on as that optimizer would.
+#[test]
+fn host_adamw_follows_the_device_adamw() {
+    use plimsoll_kernels_wgsl::testing::Rng;
+    use plimsoll_nn::HostAdamW;
+    let gpu = gpu();
+    let mut rng = Rng::new(17);
+    let shapes: [&[usize]; 2] = [&[3, 5], &[5]];
+    let start: Vec<Vec<f32>> = shapes
+        .iter()
+        .map(|s| rng.vec_f32(s.iter().product(), -1.0, 1.0))
+        .collect();
+    let make = |tag: &str| -> Vec<(String, Tensor)> {
+        shapes
+            .iter()
+            .zip(&start)
+            .enumerate()
+            .map(|(i, (s, v))| (format!("p{i}"), param(&gpu, v, s, tag)))
+            .collect()
+    };
+    let (device_params, host_params) = (make("device"), make("host"));
+    // A large eps, so that the gradient's scale shows in the update (Adam's m / sqrt(v) alone
+    // would cancel it).
+    let config = AdamWConfig {
+        lr: 0.05,
+        weight_decay: 0.1,
+        decay_matrices_only: true,
+        eps: 0.1,
+        ..AdamWConfig::default()
+    };
+    let mut device = AdamW::new(config);
+    let mut host = device.offloaded().expect("AdamW has a host form");
+    for step in 0..5 {
+        for ((_, d), (_, h)) in device_params.iter().zip(&host_params) {
+            let g = rng.vec_f32(d.numel(), -2.0, 2.0);
+            set_grad(&gpu, d, &g);
+            set_grad(&gpu, h, &g);
+        }
+        let lr = 0.05 / (step + 1) as f32;
+        for opt in [&mut device as &mut dyn Optimizer, host.as_mut()] {
+            opt.set_lr(lr);
+            opt.set_grad_scale(0.5);
+        }
+        device.step(&device_params).unwrap();
+        host.step(&host_params).unwrap();
+    }
+    for ((name, d), (_, h)) in device_params.iter().zip(&host_params) {
+        let want: Vec<f64> = d.to_vec().unwrap().iter().map(|&v| f64::from(v)).collect();
+        assert_close(name, &h.to_vec().unwrap(), &want, 1e-6, 1e-5);
+    }
+    assert!(host.state().is_empty(), "nothing on the device");
+    assert_eq!(host.step_count(), 5);
+    let saved = host.host_state().expect("host state");
+    let names: Vec<&str> = saved.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["exp_avg.p0", "exp_avg.p1", "exp_avg_sq.p0", "exp_avg_sq.p1"]
+    );
+    assert_eq!(saved[0].1.shape, [3, 5]);
+    // The host state on the device: a device AdamW goes on from it as the host one does.
+    let uploaded: Vec<(String, Tensor)> = saved
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.clone(),
+                Tensor::from_slice(&gpu, &t.data, &t.shape).unwrap(),
+            )
+        })
+        .collect();
+    let mut resumed = AdamW::new(config);
+    resumed.load_state(uploaded, 5).unwrap();
+    let again = HostAdamW::new(config);
+    assert_eq!(again.host_bytes(), 0);
+    for ((_, d), (_, h)) in device_params.iter().zip(&host_params) {
+        let g = rng.vec_f32(d.numel(), -2.0, 2.0);
+        d.write_from_slice(&h.to_vec().unwrap()).unwrap();
+        set_grad(&gpu, d, &g);
+        set_grad(&gpu, h, &g);
+    }
+    for opt in [&mut resumed as &mut dyn Optimizer, host.as_mut()] {
+        opt.set_lr(0.01);
+        opt.set_grad_scale(1.0);
+    }
+    resumed.step(&device_params).unwrap();
+    host.step(&host_params).unwrap();
+    for ((name, d), (_, h)) in device_params.iter().zip(&host_params) {
+        let want: Vec<f64> = d.to_vec().unwrap().iter().map(|&v| f64::from(v)).collect();
+        assert_close(name, &h.to_vec().unwrap(), &want, 1e-6, 1e-5);
+    }
+}

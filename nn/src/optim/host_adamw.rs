@@ -1,0 +1,258 @@
+//! [`HostAdamW`]: AdamW whose moments live in host memory and whose update runs on the host
+//! (ZeRO-Offload's optimizer side): the device holds no optimizer state, 8 bytes per parameter
+//! less, at the price of each trained parameter's gradient and value read back and its new value
+//! written, 12 bytes per parameter per step.
+
+use std::collections::BTreeMap;
+
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, reference};
+
+use super::Optimizer;
+use super::adamw::AdamWConfig;
+use crate::error::{Error, Result};
+use crate::state::HostTensor;
+
+/// Both moments of one parameter, in host memory.
+#[derive(Debug, Clone, Default)]
+struct HostMoments {
+    /// The parameter's shape (the state's, in a checkpoint).
+    shape: Vec<usize>,
+    exp_avg: Vec<f32>,
+    exp_avg_sq: Vec<f32>,
+}
+
+/// AdamW with its state in host memory. Each step reads every gradient back first (nothing has
+/// changed if one cannot be read), then per parameter reads it back, updates it and its moments
+/// on the host with the same f32 arithmetic as the device's kernel
+/// (`kernels::optimizer::reference::adamw_step`, which the kernel test holds the shader to), and
+/// writes it. State names, the step count and the bias correction are [`super::AdamW`]'s, so a
+/// checkpoint of either resumes the other. On a planning device a step changes nothing and keeps
+/// nothing: the plan sees a device without optimizer state.
+///
+/// The writes go to the device's queue as they are made: a device lost among them leaves some
+/// parameters updated, and the trainer's recovery restores the last good state, as for any
+/// device loss. [`Optimizer::undo_step`] takes back the step count and the moments the step
+/// created, not the parameters it wrote.
+#[derive(Debug)]
+pub struct HostAdamW {
+    config: AdamWConfig,
+    moments: BTreeMap<String, HostMoments>,
+    steps: u64,
+    grad_scale: f32,
+    undo: Option<(u64, Vec<String>)>,
+}
+
+impl HostAdamW {
+    /// An optimizer with `config`.
+    pub fn new(config: AdamWConfig) -> HostAdamW {
+        HostAdamW {
+            config,
+            moments: BTreeMap::new(),
+            steps: 0,
+            grad_scale: 1.0,
+            undo: None,
+        }
+    }
+
+    /// Host bytes the moments hold.
+    pub fn host_bytes(&self) -> u64 {
+        let values: usize = self
+            .moments
+            .values()
+            .map(|m| m.exp_avg.len() + m.exp_avg_sq.len())
+            .sum();
+        4 * values as u64
+    }
+}
+
+/// `len` zeros, or an error when the host cannot give them (never an abort).
+fn host_zeros(name: &str, len: usize) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len)
+        .map_err(|_| Error::OptimizerState {
+            name: name.to_string(),
+            message: format!(
+                "host memory refused {} bytes of optimizer state; free host memory or keep the \
+             optimizer on the device",
+                4 * len as u64
+            ),
+        })?;
+    v.resize(len, 0.0);
+    Ok(v)
+}
+
+impl Optimizer for HostAdamW {
+    fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        plimsoll_autograd::forget_weight_copies();
+        let step = self.steps + 1;
+        self.undo = None;
+        let trained: Vec<(&String, &Tensor, Tensor)> = params
+            .iter()
+            .filter_map(|(name, p)| p.grad().map(|g| (name, p, g)))
+            .collect();
+        let planning = trained
+            .first()
+            .is_some_and(|(_, p, _)| p.gpu().is_planning());
+        if planning {
+            self.undo = Some((self.steps, Vec::new()));
+            self.steps = step;
+            return Ok(());
+        }
+        // Every gradient first: a read that fails leaves everything as it was.
+        let mut grads = Vec::with_capacity(trained.len());
+        for (_, _, g) in &trained {
+            grads.push(g.to_vec()?);
+        }
+        let mut created = Vec::new();
+        for (name, param, _) in &trained {
+            if !self.moments.contains_key(*name) {
+                let len = param.numel();
+                let moments = HostMoments {
+                    shape: param.shape().to_vec(),
+                    exp_avg: host_zeros(&format!("exp_avg.{name}"), len)?,
+                    exp_avg_sq: host_zeros(&format!("exp_avg_sq.{name}"), len)?,
+                };
+                self.moments.insert((*name).clone(), moments);
+                created.push((*name).clone());
+            } else if self.moments[*name].exp_avg.len() != param.numel() {
+                let found = self.moments[*name].exp_avg.len();
+                for name in &created {
+                    self.moments.remove(name);
+                }
+                return Err(Error::OptimizerState {
+                    name: format!("exp_avg.{name}"),
+                    message: format!("{found} values for a parameter of {}", param.numel()),
+                });
+            }
+        }
+        let config = self.config.to_reference();
+        for ((name, param, _), grad) in trained.iter().zip(&grads) {
+            let Some(m) = self.moments.get_mut(*name) else {
+                continue;
+            };
+            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
+            let config = kernel::AdamWConfig {
+                weight_decay: if decays { config.weight_decay } else { 0.0 },
+                ..config
+            };
+            let mut values = param.to_vec()?;
+            reference::adamw_step(
+                &mut values,
+                grad,
+                &mut m.exp_avg,
+                &mut m.exp_avg_sq,
+                &config,
+                step,
+                self.grad_scale,
+            );
+            param.write_from_slice(&values)?;
+        }
+        self.undo = Some((self.steps, created));
+        self.steps = step;
+        Ok(())
+    }
+
+    fn lr(&self) -> f32 {
+        self.config.lr
+    }
+
+    fn set_lr(&mut self, lr: f32) {
+        self.config.lr = lr;
+    }
+
+    fn step_count(&self) -> u64 {
+        self.steps
+    }
+
+    /// Nothing on the device: the state is [`Optimizer::host_state`].
+    fn state(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    fn state_kinds(&self) -> Vec<&'static str> {
+        vec!["exp_avg", "exp_avg_sq"]
+    }
+
+    /// The moments uploaded: for a caller that wants them on the device after all.
+    fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
+        let mut host = Vec::with_capacity(state.len());
+        for (name, t) in state {
+            host.push((name, HostTensor::new(t.shape().to_vec(), t.to_vec()?)));
+        }
+        self.load_host_state(host, step_count).map(|_| ())
+    }
+
+    fn host_state(&self) -> Option<Vec<(String, HostTensor)>> {
+        let mut out = Vec::with_capacity(2 * self.moments.len());
+        for (name, m) in &self.moments {
+            let shape = m.shape.clone();
+            out.push((
+                format!("exp_avg.{name}"),
+                HostTensor::new(shape.clone(), m.exp_avg.clone()),
+            ));
+            out.push((
+                format!("exp_avg_sq.{name}"),
+                HostTensor::new(shape, m.exp_avg_sq.clone()),
+            ));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(out)
+    }
+
+    fn load_host_state(
+        &mut self,
+        state: Vec<(String, HostTensor)>,
+        step_count: u64,
+    ) -> Result<bool> {
+        let mut moments: BTreeMap<String, HostMoments> = BTreeMap::new();
+        for (full, t) in state {
+            let Some((kind, name)) = full.split_once('.') else {
+                return Err(Error::OptimizerState {
+                    name: full,
+                    message: "not <kind>.<parameter>".to_string(),
+                });
+            };
+            let entry = moments.entry(name.to_string()).or_default();
+            entry.shape = t.shape;
+            match kind {
+                "exp_avg" => entry.exp_avg = t.data,
+                "exp_avg_sq" => entry.exp_avg_sq = t.data,
+                _ => {
+                    return Err(Error::OptimizerState {
+                        name: full.clone(),
+                        message: "not a state entry of AdamW (exp_avg, exp_avg_sq)".to_string(),
+                    });
+                }
+            }
+        }
+        if let Some((name, _)) = moments
+            .iter()
+            .find(|(_, m)| m.exp_avg.len() != m.exp_avg_sq.len())
+        {
+            return Err(Error::OptimizerState {
+                name: name.clone(),
+                message: "exp_avg and exp_avg_sq differ in length (or one is missing); AdamW \
+                          needs both moments"
+                    .to_string(),
+            });
+        }
+        self.moments = moments;
+        self.steps = step_count;
+        self.undo = None;
+        Ok(true)
+    }
+
+    fn undo_step(&mut self) {
+        if let Some((steps, created)) = self.undo.take() {
+            self.steps = steps;
+            for name in created {
+                self.moments.remove(&name);
+            }
+        }
+    }
+
+    fn set_grad_scale(&mut self, scale: f32) {
+        self.grad_scale = scale;
+    }
+}
