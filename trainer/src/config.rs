@@ -114,6 +114,31 @@ pub struct TrainConfig {
     /// before their first step, so that the allocator's layout, and the peak, are the run's.
     /// False for a new run.
     pub optimizer_state_at_start: bool,
+    /// Where the optimizer keeps its state and updates: on the device, or in host memory
+    /// ([`Offload::OptimizerState`]).
+    pub offload: Offload,
+}
+
+/// What a run keeps in host memory instead of on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Offload {
+    /// Everything on the device.
+    #[default]
+    None,
+    /// The optimizer's state (AdamW's moments) in host memory, its update on the host
+    /// ([`plimsoll_nn::HostAdamW`]): 8 bytes per parameter less on the device, 12 per
+    /// parameter moved each step (the gradient and the value read back, the value written).
+    OptimizerState,
+}
+
+impl std::fmt::Display for Offload {
+    /// As `--offload` takes it: `none`, `optimizer`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Offload::None => "none",
+            Offload::OptimizerState => "optimizer",
+        })
+    }
 }
 
 /// How often [`TrainConfig::snapshot_every`] keeps the training state in host memory. Each
@@ -193,6 +218,7 @@ impl Default for TrainConfig {
             snapshot_every: SnapshotEvery::Interval(DEFAULT_SNAPSHOT_INTERVAL),
             max_device_losses: 3,
             optimizer_state_at_start: false,
+            offload: Offload::None,
         }
     }
 }
@@ -288,6 +314,7 @@ impl TrainConfig {
             "allocator": self.allocator.to_string(),
             "precision": self.precision.to_string(),
             "prefetch": self.prefetch,
+            "offload": self.offload.to_string(),
         })
     }
 

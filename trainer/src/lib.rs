@@ -43,8 +43,8 @@ pub use workload::{
 };
 
 pub use config::{
-    AllocatorMode, CheckpointPolicy, DEFAULT_SNAPSHOT_INTERVAL, LeakPolicy, Precision, RunLength,
-    SnapshotEvery, TrainConfig,
+    AllocatorMode, CheckpointPolicy, DEFAULT_SNAPSHOT_INTERVAL, LeakPolicy, Offload, Precision,
+    RunLength, SnapshotEvery, TrainConfig,
 };
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};

@@ -183,6 +183,10 @@ impl Optimizer for HostAdamW {
         self.load_host_state(host, step_count).map(|_| ())
     }
 
+    fn state_on_host(&self) -> bool {
+        true
+    }
+
     fn host_state(&self) -> Option<Vec<(String, HostTensor)>> {
         let mut out = Vec::with_capacity(2 * self.moments.len());
         for (name, m) in &self.moments {

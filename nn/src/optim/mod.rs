@@ -72,6 +72,12 @@ pub trait Optimizer {
     /// unscale, `1 / loss_scale`); 1 by default.
     fn set_grad_scale(&mut self, scale: f32);
 
+    /// Whether the state lives in host memory ([`Optimizer::host_state`]), not on the device;
+    /// false by default.
+    fn state_on_host(&self) -> bool {
+        false
+    }
+
     /// The state as host copies (names as [`Optimizer::state`] gives them), for an optimizer
     /// that keeps it in host memory ([`HostAdamW`]); `None` (the default) for one whose state
     /// is [`Optimizer::state`] on the device.

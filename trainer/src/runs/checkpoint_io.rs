@@ -119,8 +119,17 @@ pub fn host_state(
         tensors: BTreeMap::new(),
         metadata,
     };
+    let mut entries = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
-        let host = HostTensor::new(t.shape().to_vec(), t.to_vec()?);
+        entries.push((name, HostTensor::new(t.shape().to_vec(), t.to_vec()?)));
+    }
+    // An optimizer that keeps its state in host memory gives copies of it.
+    let host = optimizer.host_state().unwrap_or_default();
+    entries.extend(
+        host.into_iter()
+            .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
+    );
+    for (name, host) in entries {
         if state.tensors.insert(name.clone(), host).is_some() {
             return Err(Error::invalid(
                 "checkpoint",
@@ -305,6 +314,19 @@ pub(crate) fn upload_optimizer_state<'a>(
     optimizer: &mut dyn Optimizer,
     steps: u64,
 ) -> Result<()> {
+    // An optimizer that keeps its state in host memory takes it there: nothing on the device
+    // (and on a planning device, nothing at all).
+    if optimizer.state_on_host() {
+        if gpu.is_planning() {
+            return Ok(());
+        }
+        let host: Vec<(String, HostTensor)> = entries
+            .into_iter()
+            .map(|(n, s, v)| (n.to_string(), HostTensor::new(s.to_vec(), v.to_vec())))
+            .collect();
+        optimizer.load_host_state(host, steps)?;
+        return Ok(());
+    }
     let mut state = Vec::new();
     for (name, shape, values) in entries {
         let options = TensorOptions {

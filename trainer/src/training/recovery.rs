@@ -246,7 +246,8 @@ impl Trainer {
         gpu.set_default_deadline(self.config.fence_deadline);
         let planned = self.config.allocator == AllocatorMode::Planned;
         gpu.with_allocator(|a| a.set_step_planning(planned));
-        let (model, mut optimizer) = crate::task::build_within_budget(self.recipe.as_ref(), &gpu)?;
+        let (model, mut optimizer) =
+            crate::task::build_for_run(self.recipe.as_ref(), &gpu, &self.config)?;
         // The parameters and the buffers, as a checkpoint holds them.
         let mut params = model.parameters();
         params.extend(model.buffers());

@@ -243,7 +243,7 @@ impl Trainer {
             None => None,
         };
         let recipe = variant.as_deref().unwrap_or(recipe);
-        let (model, optimizer) = crate::task::build_within_budget(recipe, gpu)?;
+        let (model, optimizer) = crate::task::build_for_run(recipe, gpu, &config)?;
         let params = model.parameters();
         let position = RunPosition {
             step: 0,
@@ -260,6 +260,28 @@ impl Trainer {
         };
         if let Some(p) = &plan {
             log.push(p.to_string());
+        }
+        if config.offload == crate::config::Offload::OptimizerState {
+            // The moments are made in host memory at step 1: refuse now what the host lacks.
+            let trained: u64 = params
+                .iter()
+                .filter(|(_, t)| t.requires_grad())
+                .map(|(_, t)| t.numel() as u64)
+                .sum();
+            let bytes = crate::host::check(
+                "the optimizer's state in host memory (--offload optimizer)",
+                trained.saturating_mul(2),
+                4,
+            )?;
+            let fmt = plimsoll_allocator::format_bytes;
+            log.push(format!(
+                "the optimizer keeps its state in host memory (--offload optimizer): {} there, \
+                 none on the device; each step reads {} of gradients and parameters back and \
+                 writes {} of parameters",
+                fmt(bytes),
+                fmt(trained.saturating_mul(8)),
+                fmt(trained.saturating_mul(4))
+            ));
         }
         let train: Arc<dyn Data> = Arc::new(train);
         let loader = Loader::new(

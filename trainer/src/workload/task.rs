@@ -227,6 +227,32 @@ impl From<EvalSums> for Evaluation {
     }
 }
 
+/// [`build_within_budget`] for a run of `config`: with [`Offload::OptimizerState`] the
+/// optimizer is the recipe's in its host form ([`Optimizer::offloaded`]). Errors: an optimizer
+/// that has no host form.
+///
+/// [`Offload::OptimizerState`]: crate::config::Offload::OptimizerState
+pub fn build_for_run(
+    recipe: &dyn Recipe,
+    gpu: &Gpu,
+    config: &crate::config::TrainConfig,
+) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+    let (model, optimizer) = build_within_budget(recipe, gpu)?;
+    match config.offload {
+        crate::config::Offload::None => Ok((model, optimizer)),
+        crate::config::Offload::OptimizerState => {
+            let host = optimizer.offloaded().ok_or_else(|| {
+                Error::invalid(
+                    "--offload optimizer",
+                    "this run's optimizer keeps its state on the device only (AdamW has a \
+                     host form; SGD has not): leave --offload out",
+                )
+            })?;
+            Ok((model, host))
+        }
+    }
+}
+
 /// `recipe.build(gpu)`, with parameters that cannot fit the budget (counted first, or an
 /// out-of-memory while building) reported as [`Error::ModelTooLarge`], whose advice fits that
 /// case, and parameters the host cannot initialise as [`Error::HostMemory`].

@@ -1,7 +1,7 @@
 //! Flag parsers: every value is checked when it is parsed, so a bad one is a usage error
 //! (exit code 2, clap's message naming the flag) before anything runs.
 
-use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, LeakPolicy, Precision, StepSpan};
+use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, LeakPolicy, Offload, Precision, StepSpan};
 
 type Parsed<T> = std::result::Result<T, String>;
 
@@ -77,6 +77,15 @@ pub fn precision(s: &str) -> Parsed<Precision> {
         "f32" => Ok(Precision::F32),
         "f16" => Ok(Precision::F16),
         _ => Err(format!("{s:?}: use f32 or f16")),
+    }
+}
+
+/// `--offload`: `none` or `optimizer`.
+pub fn offload(s: &str) -> Parsed<Offload> {
+    match s {
+        "none" => Ok(Offload::None),
+        "optimizer" => Ok(Offload::OptimizerState),
+        _ => Err(format!("{s:?}: use none or optimizer")),
     }
 }
 

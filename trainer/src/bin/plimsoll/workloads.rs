@@ -255,6 +255,7 @@ fn base_config(
         profile_steps: common.profile_steps.0,
         allocator: common.allocator,
         precision: common.precision,
+        offload: common.offload,
         prefetch: common.prefetch,
         snapshot_every: common.snapshot_every,
         max_device_losses: common.max_device_losses,

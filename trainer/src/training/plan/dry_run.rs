@@ -50,7 +50,7 @@ pub(super) fn probe(
         p.eval_peak_reserved_bytes = Some(0);
     }
     // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
-    let (mut model, mut optimizer) = crate::task::build_within_budget(spec, twin)?;
+    let (mut model, mut optimizer) = crate::task::build_for_run(spec, twin, config)?;
     let params = model.parameters();
     if config.optimizer_state_at_start {
         // A resume loads the state before step 1 (each entry uploaded, then copied into the

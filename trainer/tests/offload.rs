@@ -1,0 +1,135 @@
+//! `--offload optimizer`: AdamW's moments in host memory and the update on the host. On a tiny
+//! GPT the update is the device's within f32 rounding, a resumed run is bit-identical, and the
+//! plan sees a device without optimizer state (so a budget too small for the state on the
+//! device fits), stepping at its prediction.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
+use plimsoll_trainer::checkpoint_io::latest_path;
+use plimsoll_trainer::{
+    CheckpointPolicy, Error, Offload, RunLength, Silent, TokenData, TrainConfig, Trainer,
+};
+
+fn windows() -> TokenData {
+    let (_, tokens) = tiny_gpt(600);
+    TokenData::windows(tokens, 8, 13).unwrap()
+}
+
+fn offloaded(mut config: TrainConfig) -> TrainConfig {
+    config.offload = Offload::OptimizerState;
+    config
+}
+
+/// Trains the tiny GPT under `config` on a device of its own; the parameters after.
+fn train(config: TrainConfig) -> Values {
+    let (spec, _) = tiny_gpt(1);
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(&gpu, config, &spec, windows(), None).unwrap();
+    t.run(&mut Silent).unwrap();
+    values(t.parameters())
+}
+
+/// Five steps with the state in host memory end where five on the device do, within f32
+/// rounding (the host runs the kernel's arithmetic; the device's square root may round
+/// differently).
+#[test]
+fn offloaded_optimizer_keeps_the_update() {
+    let on_device = train(config(16, 8, 5, 1e-2));
+    let on_host = train(offloaded(config(16, 8, 5, 1e-2)));
+    assert_params_close(&on_host, &on_device, 1e-5);
+}
+
+/// A run with the state in host memory saved after three steps and resumed to six equals the
+/// straight six-step run bit for bit: the checkpoint holds the host state under AdamW's names.
+#[test]
+fn an_offloaded_run_resumes_bit_identically() {
+    let (spec, _) = tiny_gpt(1);
+    let straight = train(offloaded(config(16, 8, 6, 1e-2)));
+    let dir = temp_dir("offload-resume");
+    let gpu = fresh_gpu();
+    let mut first = offloaded(config(16, 8, 3, 1e-2));
+    first.checkpoint_dir = Some(dir.clone());
+    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(), None).unwrap();
+    t.run(&mut Silent).unwrap();
+    let tensors = t.parameters().len();
+    drop(t);
+    let saved = plimsoll_nn::state::load(&latest_path(&dir)).unwrap();
+    let moments = saved
+        .tensors
+        .keys()
+        .filter(|k| k.starts_with("optim.exp_avg"))
+        .count();
+    assert_eq!(moments, 2 * tensors, "both moments of every parameter");
+    let mut second = first;
+    second.length = RunLength::Steps(6);
+    let mut t = Trainer::new(&gpu, second, &spec, windows(), None).unwrap();
+    t.resume(&latest_path(&dir)).unwrap();
+    t.run(&mut Silent).unwrap();
+    assert_eq!(values(t.parameters()), straight);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The plan of an offloaded run holds no optimizer state on the device: for an MLP of 4.7
+/// million parameters, a budget between the two predictions refuses the run on the device and
+/// fits it offloaded, which then steps at its prediction, allocated and reserved. SGD has no
+/// host form: asking for one is an error.
+#[test]
+fn an_offloaded_plan_fits_a_smaller_budget() {
+    let spec = adam_spec(&[256, 2048, 2048, 10]);
+    let mut planned = config(16, 16, 2, 1e-3);
+    planned.checkpointing = CheckpointPolicy::Automatic;
+    planned.micro_batch = None;
+    let run = |config: TrainConfig| -> Result<[u64; 4], Error> {
+        let gpu = fresh_gpu();
+        let mut t = Trainer::new(&gpu, config, &spec, data(64, 256, 10), None)?;
+        t.run(&mut Silent)?;
+        let p = t.plan().expect("planned");
+        let stats = gpu.with_allocator(|a| a.stats().clone());
+        Ok([
+            p.predicted_peak_bytes,
+            p.predicted_peak_reserved_bytes,
+            stats.peak_allocated_bytes,
+            stats.peak_reserved_bytes,
+        ])
+    };
+    let device = run(planned.clone()).unwrap();
+    let host = run(offloaded(planned.clone())).unwrap();
+    let moments = 8 * 4_743_178u64; // 256·2048 + 2048 + 2048·2048 + 2048 + 2048·10 + 10 parameters
+    assert!(
+        device[0] - host[0] >= moments,
+        "{host:?} vs {device:?}: the moments' {moments} bytes are off the device"
+    );
+    assert_eq!(
+        [host[2], host[3]],
+        [host[0], host[1]],
+        "steps at the prediction"
+    );
+    let budget = (host[1] + device[1]) / 2;
+    let mut tight = planned;
+    tight.memory_budget_bytes = Some(budget);
+    match run(tight.clone()) {
+        Err(Error::BudgetTooSmall { .. }) => {}
+        Err(e) => panic!("expected BudgetTooSmall, got {e}"),
+        Ok(p) => panic!("the state on the device fitted {budget} bytes: {p:?}"),
+    }
+    let fitted = run(offloaded(tight)).unwrap();
+    assert!(fitted[3] <= budget, "{fitted:?} within {budget}");
+    let sgd = plimsoll_trainer::ModelSpec {
+        optimizer: sgd_spec(&[4, 3]).optimizer,
+        ..adam_spec(&[4, 8, 3])
+    };
+    let err = Trainer::new(
+        &fresh_gpu(),
+        offloaded(config(4, 4, 1, 0.1)),
+        &sgd,
+        data(8, 4, 3),
+        None,
+    )
+    .err()
+    .expect("SGD has no host form");
+    assert!(err.to_string().contains("--offload"), "{err}");
+}
