@@ -73,8 +73,8 @@ fn an_offloaded_run_resumes_bit_identically() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The plan of an offloaded run holds no optimizer state on the device: for an MLP of 4.7
-/// million parameters, a budget between the two predictions refuses the run on the device and
+/// The plan of an offloaded run holds no optimizer state on the device (only a read-back
+/// bucket of at most 4 MiB): for an MLP of 4.7 million parameters, a budget between the two predictions refuses the run on the device and
 /// fits it offloaded, which then steps at its prediction, allocated and reserved. SGD has no
 /// host form: asking for one is an error.
 #[test]
@@ -99,8 +99,11 @@ fn an_offloaded_plan_fits_a_smaller_budget() {
     let device = run(planned.clone()).unwrap();
     let host = run(offloaded(planned.clone())).unwrap();
     let moments = 8 * 4_743_178u64; // 256·2048 + 2048 + 2048·2048 + 2048 + 2048·10 + 10 parameters
+    // Off the device: the moments, less the 4 MiB at most that a bucket of small gradients or
+    // parameters takes gathered for its read-back.
+    let bucket = 4u64 << 20;
     assert!(
-        device[0] - host[0] >= moments,
+        device[0] - host[0] >= moments - bucket,
         "{host:?} vs {device:?}: the moments' {moments} bytes are off the device"
     );
     assert_eq!(

@@ -22,9 +22,10 @@ struct HostMoments {
     exp_avg_sq: Vec<f32>,
 }
 
-/// AdamW with its state in host memory. Each step reads every gradient back first (nothing has
-/// changed if one cannot be read), then per parameter reads it back, updates it and its moments
-/// on the host with the same f32 arithmetic as the device's kernel
+/// AdamW with its state in host memory. Each step reads every gradient back first, gathered on
+/// the device into buckets of up to 4 MiB with one read-back each (nothing has changed if one
+/// cannot be read), then the parameters bucket by bucket, updating each and its moments on the
+/// host with the same f32 arithmetic as the device's kernel
 /// (`kernels::optimizer::reference::adamw_step`, which the kernel test holds the shader to), and
 /// writes it. State names, the step count and the bias correction are [`super::AdamW`]'s, so a
 /// checkpoint of either resumes the other. On a planning device a step changes nothing and keeps
@@ -66,6 +67,52 @@ impl HostAdamW {
     }
 }
 
+/// Values a bucket of read-backs gathers at most (4 MiB of f32, the device memory its gathered
+/// copy takes; a larger tensor is a bucket of its own, read without a copy).
+const BUCKET_ELEMENTS: usize = 1 << 20;
+
+/// Consecutive runs of `sizes` of at most [`BUCKET_ELEMENTS`] in all (a larger one alone).
+fn buckets(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut filled) = (0, 0);
+    for (i, &n) in sizes.iter().enumerate() {
+        if filled > 0 && filled + n > BUCKET_ELEMENTS {
+            out.push(start..i);
+            (start, filled) = (i, 0);
+        }
+        filled += n;
+    }
+    if start < sizes.len() {
+        out.push(start..sizes.len());
+    }
+    out
+}
+
+/// `tensors` flattened and joined on the device (recording nothing): one read-back for all. One
+/// tensor is itself (no copy).
+fn gathered<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Tensor> {
+    let _no_grad = plimsoll_autograd::no_grad();
+    let tensors: Vec<&Tensor> = tensors.collect();
+    if let [one] = tensors.as_slice() {
+        return Ok((*one).clone());
+    }
+    let flat = tensors
+        .into_iter()
+        .map(|t| t.reshape(&[t.numel()]))
+        .collect::<plimsoll_autograd::Result<Vec<Tensor>>>()?;
+    let refs: Vec<&Tensor> = flat.iter().collect();
+    Ok(Tensor::concat(&refs, 0)?)
+}
+
+/// `values` cut into consecutive pieces of `sizes`, appended to `out`.
+fn split_into(values: &[f32], sizes: &[usize], out: &mut Vec<Vec<f32>>) {
+    let mut at = 0;
+    for &n in sizes {
+        out.push(values.get(at..at + n).unwrap_or(&[]).to_vec());
+        at += n;
+    }
+}
+
 /// `len` zeros, or an error when the host cannot give them (never an abort).
 fn host_zeros(name: &str, len: usize) -> Result<Vec<f32>> {
     let mut v = Vec::new();
@@ -91,18 +138,27 @@ impl Optimizer for HostAdamW {
             .iter()
             .filter_map(|(name, p)| p.grad().map(|g| (name, p, g)))
             .collect();
+        let sizes: Vec<usize> = trained.iter().map(|(_, p, _)| p.numel()).collect();
+        let groups = buckets(&sizes);
         let planning = trained
             .first()
             .is_some_and(|(_, p, _)| p.gpu().is_planning());
         if planning {
+            // The device's side alone: each bucket's gathered gradients and parameters.
+            for range in &groups {
+                let _ = gathered(trained[range.clone()].iter().map(|(_, _, g)| g))?;
+                let _ = gathered(trained[range.clone()].iter().map(|(_, p, _)| *p))?;
+            }
             self.undo = Some((self.steps, Vec::new()));
             self.steps = step;
             return Ok(());
         }
-        // Every gradient first: a read that fails leaves everything as it was.
-        let mut grads = Vec::with_capacity(trained.len());
-        for (_, _, g) in &trained {
-            grads.push(g.to_vec()?);
+        // Every gradient first, a bucket per read-back: a read that fails leaves everything as
+        // it was.
+        let mut grads: Vec<Vec<f32>> = Vec::with_capacity(trained.len());
+        for range in &groups {
+            let values = gathered(trained[range.clone()].iter().map(|(_, _, g)| g))?.to_vec()?;
+            split_into(&values, &sizes[range.clone()], &mut grads);
         }
         let mut created = Vec::new();
         for (name, param, _) in &trained {
@@ -127,26 +183,31 @@ impl Optimizer for HostAdamW {
             }
         }
         let config = self.config.to_reference();
-        for ((name, param, _), grad) in trained.iter().zip(&grads) {
-            let Some(m) = self.moments.get_mut(*name) else {
-                continue;
-            };
-            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
-            let config = kernel::AdamWConfig {
-                weight_decay: if decays { config.weight_decay } else { 0.0 },
-                ..config
-            };
-            let mut values = param.to_vec()?;
-            reference::adamw_step(
-                &mut values,
-                grad,
-                &mut m.exp_avg,
-                &mut m.exp_avg_sq,
-                &config,
-                step,
-                self.grad_scale,
-            );
-            param.write_from_slice(&values)?;
+        for range in &groups {
+            let read = gathered(trained[range.clone()].iter().map(|(_, p, _)| *p))?.to_vec()?;
+            let mut values = Vec::with_capacity(range.len());
+            split_into(&read, &sizes[range.clone()], &mut values);
+            for (i, mut values) in range.clone().zip(values) {
+                let (name, param, _) = &trained[i];
+                let Some(m) = self.moments.get_mut(*name) else {
+                    continue;
+                };
+                let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
+                let config = kernel::AdamWConfig {
+                    weight_decay: if decays { config.weight_decay } else { 0.0 },
+                    ..config
+                };
+                reference::adamw_step(
+                    &mut values,
+                    &grads[i],
+                    &mut m.exp_avg,
+                    &mut m.exp_avg_sq,
+                    &config,
+                    step,
+                    self.grad_scale,
+                );
+                param.write_from_slice(&values)?;
+            }
         }
         self.undo = Some((self.steps, created));
         self.steps = step;
