@@ -125,6 +125,10 @@ pub enum Offload {
     /// Everything on the device.
     #[default]
     None,
+    /// The plan decides: everything on the device when a choice fits there, else the
+    /// optimizer's state in host memory when that fits (the run then goes on as
+    /// [`Offload::OptimizerState`]).
+    Auto,
     /// The optimizer's state (AdamW's moments) in host memory, its update on the host
     /// ([`plimsoll_nn::HostAdamW`]): 8 bytes per parameter less on the device, 12 per
     /// parameter moved each step (the gradient and the value read back, the value written).
@@ -136,6 +140,7 @@ impl std::fmt::Display for Offload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Offload::None => "none",
+            Offload::Auto => "auto",
             Offload::OptimizerState => "optimizer",
         })
     }

@@ -112,15 +112,27 @@ fn an_offloaded_plan_fits_a_smaller_budget() {
         "steps at the prediction"
     );
     let budget = (host[1] + device[1]) / 2;
-    let mut tight = planned;
+    let mut tight = planned.clone();
     tight.memory_budget_bytes = Some(budget);
     match run(tight.clone()) {
         Err(Error::BudgetTooSmall { .. }) => {}
         Err(e) => panic!("expected BudgetTooSmall, got {e}"),
         Ok(p) => panic!("the state on the device fitted {budget} bytes: {p:?}"),
     }
-    let fitted = run(offloaded(tight)).unwrap();
+    let fitted = run(offloaded(tight.clone())).unwrap();
     assert!(fitted[3] <= budget, "{fitted:?} within {budget}");
+    // `Offload::Auto` offloads under that budget, and keeps everything on the device where
+    // it fits.
+    let decided = |config: TrainConfig| {
+        let t = Trainer::new(&fresh_gpu(), config, &spec, data(64, 256, 10), None).unwrap();
+        t.plan().unwrap().offload.clone()
+    };
+    let auto = |config: TrainConfig| TrainConfig {
+        offload: Offload::Auto,
+        ..config
+    };
+    assert_eq!(decided(auto(tight)), "optimizer");
+    assert_eq!(decided(auto(planned.clone())), "none");
     let sgd = plimsoll_trainer::ModelSpec {
         optimizer: sgd_spec(&[4, 3]).optimizer,
         ..adam_spec(&[4, 8, 3])

@@ -587,8 +587,9 @@ fn a_batchnorm_model_is_not_split_silently() {
         "{}",
         text(&o)
     );
-    // A batch of 4 whose leanest step is the whole batch (no gradient accumulation).
-    let small = "plan resnet18 --image 32 --batch 4 --classes 10";
+    // A batch of 4 whose leanest step is the whole batch (no gradient accumulation), with
+    // everything on the device.
+    let small = "plan resnet18 --image 32 --batch 4 --classes 10 --offload none";
     let o = run(&dir, &words(&format!("{small} --memory-budget 174MiB")));
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let said = text(&o);
@@ -600,5 +601,15 @@ fn a_batchnorm_model_is_not_split_silently() {
     );
     let o = run(&dir, &words(&format!("{small} --memory-budget {need}MiB")));
     assert!(o.status.success(), "{need} MiB, as advised:\n{}", text(&o));
+    // By default (`--offload auto`) the plan keeps the optimizer's state in host memory when
+    // nothing fits with it on the device.
+    let auto = "plan resnet18 --image 32 --batch 4 --classes 10 --memory-budget 174MiB";
+    let o = run(&dir, &words(auto));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("offload: the optimizer's state in host memory"),
+        "{}",
+        text(&o)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -17,7 +17,7 @@ use plimsoll_nn::Optimizer;
 
 use crate::checkpoint_io::RunPosition;
 use crate::collective::{Collective, SingleProcess, shard};
-use crate::config::{CheckpointPolicy, RunLength, TrainConfig};
+use crate::config::{CheckpointPolicy, Offload, RunLength, TrainConfig};
 use crate::data::EpochOrder;
 use crate::error::{Error, Result};
 use crate::loader::Loader;
@@ -222,6 +222,15 @@ impl Trainer {
         } else {
             None
         };
+        // `--offload auto` is the plan's choice (on the device without a plan).
+        let mut config = config;
+        config.offload = match (&plan, config.offload) {
+            (Some(p), _) if p.offload == Offload::OptimizerState.to_string() => {
+                Offload::OptimizerState
+            }
+            (Some(_), _) | (None, Offload::Auto) => Offload::None,
+            (None, offload) => offload,
+        };
         let (micro_batch, segment_len) = match &plan {
             Some(p) => (p.micro_batch, p.segment_len),
             None => (
@@ -261,7 +270,7 @@ impl Trainer {
         if let Some(p) = &plan {
             log.push(p.to_string());
         }
-        if config.offload == crate::config::Offload::OptimizerState {
+        if config.offload == Offload::OptimizerState {
             // The moments are made in host memory at step 1: refuse now what the host lacks.
             let trained: u64 = params
                 .iter()

@@ -239,7 +239,7 @@ pub fn build_for_run(
 ) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
     let (model, optimizer) = build_within_budget(recipe, gpu)?;
     match config.offload {
-        crate::config::Offload::None => Ok((model, optimizer)),
+        crate::config::Offload::None | crate::config::Offload::Auto => Ok((model, optimizer)),
         crate::config::Offload::OptimizerState => {
             let host = optimizer.offloaded().ok_or_else(|| {
                 Error::invalid(

@@ -80,12 +80,13 @@ pub fn precision(s: &str) -> Parsed<Precision> {
     }
 }
 
-/// `--offload`: `none` or `optimizer`.
+/// `--offload`: `auto`, `none` or `optimizer`.
 pub fn offload(s: &str) -> Parsed<Offload> {
     match s {
         "none" => Ok(Offload::None),
+        "auto" => Ok(Offload::Auto),
         "optimizer" => Ok(Offload::OptimizerState),
-        _ => Err(format!("{s:?}: use none or optimizer")),
+        _ => Err(format!("{s:?}: use auto, none or optimizer")),
     }
 }
 

@@ -215,11 +215,12 @@ pub(crate) struct CommonArgs {
     /// conversions around layer norm, softmax and the loss).
     #[arg(long, default_value = "f32", value_parser = flags::precision)]
     precision: Precision,
-    /// What lives in host memory instead of on the device: `none`, or `optimizer`: AdamW's
-    /// moments in host memory and its update on the host (ZeRO-Offload's optimizer side), 8
-    /// bytes per parameter less on the device for 12 per parameter moved each step (the
-    /// gradient and the value read back, the value written). The update is the device's.
-    #[arg(long, default_value = "none", value_parser = flags::offload)]
+    /// What lives in host memory instead of on the device: `optimizer`: AdamW's moments in
+    /// host memory and its update on the host (ZeRO-Offload's optimizer side), 8 bytes per
+    /// parameter less on the device for 12 per parameter moved each step (the gradient and the
+    /// value read back, the value written; the update is the device's); `none`; or `auto`:
+    /// the plan offloads only when no choice fits with everything on the device.
+    #[arg(long, default_value = "auto", value_parser = flags::offload)]
     offload: Offload,
     /// What the after-step leak check does: `off`, `warn` or `error`.
     #[arg(long, default_value = "warn", value_parser = flags::leak)]

@@ -27,7 +27,7 @@ use plimsoll_allocator::format_bytes;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::Category;
 
-use crate::config::{CheckpointPolicy, Precision, TrainConfig};
+use crate::config::{CheckpointPolicy, Offload, Precision, TrainConfig};
 use crate::error::{Error, Result};
 use crate::task::{Data, Recipe};
 
@@ -151,6 +151,13 @@ pub struct MemoryPlan {
     /// Said when the choice splits the batch of a model that is not micro-batch invariant
     /// ([`crate::Recipe::micro_batch_invariant`]: BatchNorm).
     pub micro_batch_note: Option<String>,
+    /// Where the optimizer's state lives (`none`: on the device; `optimizer`: in host memory,
+    /// [`crate::config::Offload`]); with `--offload auto` the plan's choice.
+    pub offload: String,
+    /// Host bytes the offloaded state takes (0 on the device).
+    pub offload_host_bytes: u64,
+    /// Bytes the offloaded update moves between host and device each step (0 on the device).
+    pub offload_transfer_bytes: u64,
     /// Every dry run, in the order made.
     pub probes: Vec<Probe>,
     /// Wall time of the plan, ms.
@@ -255,6 +262,16 @@ impl fmt::Display for MemoryPlan {
         }
         if let Some(note) = &self.micro_batch_note {
             write!(f, "\n  note: {note}")?;
+        }
+        if self.offload_host_bytes > 0 {
+            write!(
+                f,
+                "\n  offload: the optimizer's state in host memory ({}; --offload {}), its update \
+                 on the host; each step moves {} between host and device",
+                format_bytes(self.offload_host_bytes),
+                self.offload,
+                format_bytes(self.offload_transfer_bytes)
+            )?;
         }
         if self.loader_host_bytes > 0 {
             write!(
@@ -478,12 +495,56 @@ fn too_large_error(p: &Probe, given: bool) -> Option<Error> {
 }
 
 /// Plans the run of `spec` on `data` under `config` and the budget of `gpu` (dry runs on a
-/// planning twin of `gpu`; `gpu` itself allocates nothing).
+/// planning twin of `gpu`; `gpu` itself allocates nothing). With [`Offload::Auto`], the
+/// optimizer's state goes to host memory when no choice fits with it on the device and one
+/// fits without (the plan's `offload` says which).
 ///
 /// # Errors
-/// [`Error::BudgetTooSmall`] when no choice fits; errors of the dry runs other than
-/// out-of-memory.
+/// [`Error::BudgetTooSmall`] when no choice fits (with `Auto`, the device's refusal); errors of
+/// the dry runs other than out-of-memory.
 pub fn plan(
+    gpu: &Gpu,
+    spec: &dyn Recipe,
+    data: &dyn Data,
+    test: Option<&dyn Data>,
+    config: &TrainConfig,
+) -> Result<MemoryPlan> {
+    with_offload(config, |c| plan_on_device_or_not(gpu, spec, data, test, c))
+}
+
+/// `plan(config)` with [`Offload::Auto`] resolved: on the device first, then (when nothing fits
+/// there) with the optimizer's state in host memory; when neither fits, the offloaded refusal
+/// (the device's when the optimizer has no host form).
+fn with_offload(
+    config: &TrainConfig,
+    plan: impl Fn(&TrainConfig) -> Result<MemoryPlan>,
+) -> Result<MemoryPlan> {
+    if config.offload != Offload::Auto {
+        return plan(config);
+    }
+    let on_device = TrainConfig {
+        offload: Offload::None,
+        ..config.clone()
+    };
+    match plan(&on_device) {
+        Err(refused @ Error::BudgetTooSmall { .. }) => {
+            let offloaded = TrainConfig {
+                offload: Offload::OptimizerState,
+                ..config.clone()
+            };
+            // Neither fits: the offloaded refusal names the smaller budget that would (what
+            // `auto` then does); an optimizer without a host form keeps the device's.
+            plan(&offloaded).map_err(|e| match e {
+                e @ Error::BudgetTooSmall { .. } => e,
+                _ => refused,
+            })
+        }
+        other => other,
+    }
+}
+
+/// [`plan`] for a `config` whose offload is decided.
+fn plan_on_device_or_not(
     gpu: &Gpu,
     spec: &dyn Recipe,
     data: &dyn Data,
@@ -560,7 +621,9 @@ pub fn replan(
     test: Option<&dyn Data>,
     config: &TrainConfig,
 ) -> Result<MemoryPlan> {
-    plan_explained(gpu, (recipe, data, test, config), false)
+    with_offload(config, |c| {
+        plan_explained(gpu, (recipe, data, test, c), false)
+    })
 }
 
 /// Host bytes of the batches the loader thread keeps ready ([`crate::loader`]): `prefetch`
@@ -776,6 +839,15 @@ fn plan_explained(
             gpu.max_buffer_bytes(),
         ),
         variant: None,
+        offload: config.offload.to_string(),
+        offload_host_bytes: match config.offload {
+            Offload::OptimizerState => crate::host::product(spec.parameter_count(), 8),
+            Offload::None | Offload::Auto => 0,
+        },
+        offload_transfer_bytes: match config.offload {
+            Offload::OptimizerState => crate::host::product(spec.parameter_count(), 12),
+            Offload::None | Offload::Auto => 0,
+        },
         prefetch: config.prefetch,
         loader_host_bytes: loader_host_bytes(data, config)?,
         micro_batch_note: (choice.micro_batch < config.effective_batch
