@@ -71,23 +71,6 @@ impl HostAdamW {
 /// copy takes; a larger tensor is a bucket of its own, read without a copy).
 const BUCKET_ELEMENTS: usize = 1 << 20;
 
-/// Consecutive runs of `sizes` of at most [`BUCKET_ELEMENTS`] in all (a larger one alone).
-fn buckets(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let (mut start, mut filled) = (0, 0);
-    for (i, &n) in sizes.iter().enumerate() {
-        if filled > 0 && filled + n > BUCKET_ELEMENTS {
-            out.push(start..i);
-            (start, filled) = (i, 0);
-        }
-        filled += n;
-    }
-    if start < sizes.len() {
-        out.push(start..sizes.len());
-    }
-    out
-}
-
 /// `tensors` flattened and joined on the device (recording nothing): one read-back for all. One
 /// tensor is itself (no copy).
 fn gathered<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Tensor> {
@@ -139,7 +122,7 @@ impl Optimizer for HostAdamW {
             .filter_map(|(name, p)| p.grad().map(|g| (name, p, g)))
             .collect();
         let sizes: Vec<usize> = trained.iter().map(|(_, p, _)| p.numel()).collect();
-        let groups = buckets(&sizes);
+        let groups = super::buckets(&sizes, BUCKET_ELEMENTS);
         let planning = trained
             .first()
             .is_some_and(|(_, p, _)| p.gpu().is_planning());

@@ -105,6 +105,25 @@ pub trait Optimizer {
     }
 }
 
+/// Splits element counts `sizes` (in order) into buckets of at most `bucket` elements each,
+/// as `start..end` ranges of `sizes`; one larger than a bucket gets one of its own: how the
+/// tensors a read-back gathers are grouped ([`HostAdamW`], the trainer's all-reduce).
+pub fn buckets(sizes: &[usize], bucket: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut filled) = (0, 0);
+    for (i, &n) in sizes.iter().enumerate() {
+        if filled > 0 && filled + n > bucket {
+            out.push(start..i);
+            (start, filled) = (i, 0);
+        }
+        filled += n;
+    }
+    if start < sizes.len() {
+        out.push(start..sizes.len());
+    }
+    out
+}
+
 /// Frees every parameter's gradient (sets it to none), so nothing accumulates into the next
 /// backward and the memory goes back to the allocator.
 pub fn zero_grad(params: &[(String, Tensor)]) {

@@ -106,23 +106,7 @@ pub fn largest_shard(batch: usize, ranks: usize) -> usize {
     batch.div_ceil(ranks.max(1))
 }
 
-/// Splits element counts `sizes` (in order) into buckets of at most `bucket` elements each,
-/// as `start..end` ranges of `sizes`; one larger than a bucket gets one of its own.
-pub fn buckets(sizes: &[usize], bucket: usize) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let (mut start, mut filled) = (0, 0);
-    for (i, &n) in sizes.iter().enumerate() {
-        if filled > 0 && filled + n > bucket {
-            out.push(start..i);
-            (start, filled) = (i, 0);
-        }
-        filled += n;
-    }
-    if start < sizes.len() {
-        out.push(start..sizes.len());
-    }
-    out
-}
+pub use plimsoll_nn::optim::buckets;
 
 #[cfg(test)]
 mod tests {
