@@ -22,10 +22,10 @@ struct HostMoments {
     exp_avg_sq: Vec<f32>,
 }
 
-/// AdamW with its state in host memory. Each step reads every gradient back first, gathered on
-/// the device into buckets of up to 4 MiB with one read-back each (nothing has changed if one
-/// cannot be read), then the parameters bucket by bucket, updating each and its moments on the
-/// host with the same f32 arithmetic as the device's kernel
+/// AdamW with its state in host memory. Each step reads every gradient and then every
+/// parameter back, gathered on the device into buckets of up to 4 MiB with one read-back each
+/// (nothing has changed if one cannot be read), then updates each parameter and its moments on
+/// the host with the same f32 arithmetic as the device's kernel
 /// (`kernels::optimizer::reference::adamw_step`, which the kernel test holds the shader to), and
 /// writes it. State names, the step count and the bias correction are [`super::AdamW`]'s, so a
 /// checkpoint of either resumes the other. On a planning device a step changes nothing and keeps
@@ -112,6 +112,43 @@ fn host_zeros(name: &str, len: usize) -> Result<Vec<f32>> {
     Ok(v)
 }
 
+impl HostAdamW {
+    /// Zero moments for each trained parameter that has none, checking the others' lengths:
+    /// the names created, or an error with none of them kept.
+    fn create_moments(&mut self, trained: &[(&String, &Tensor, Tensor)]) -> Result<Vec<String>> {
+        let mut created = Vec::new();
+        let result = trained.iter().try_for_each(|(name, param, _)| {
+            let len = param.numel();
+            match self.moments.get(*name) {
+                Some(m) if m.exp_avg.len() != len => Err(Error::OptimizerState {
+                    name: format!("exp_avg.{name}"),
+                    message: format!("{} values for a parameter of {len}", m.exp_avg.len()),
+                }),
+                Some(_) => Ok(()),
+                None => {
+                    let moments = HostMoments {
+                        shape: param.shape().to_vec(),
+                        exp_avg: host_zeros(&format!("exp_avg.{name}"), len)?,
+                        exp_avg_sq: host_zeros(&format!("exp_avg_sq.{name}"), len)?,
+                    };
+                    self.moments.insert((*name).clone(), moments);
+                    created.push((*name).clone());
+                    Ok(())
+                }
+            }
+        });
+        match result {
+            Ok(()) => Ok(created),
+            Err(e) => {
+                for name in &created {
+                    self.moments.remove(name);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
 impl Optimizer for HostAdamW {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         plimsoll_autograd::forget_weight_copies();
@@ -127,9 +164,12 @@ impl Optimizer for HostAdamW {
             .first()
             .is_some_and(|(_, p, _)| p.gpu().is_planning());
         if planning {
-            // The device's side alone: each bucket's gathered gradients and parameters.
+            // The device's side alone, in the same order: each bucket's gathered gradients,
+            // then each bucket's gathered parameters.
             for range in &groups {
                 let _ = gathered(trained[range.clone()].iter().map(|(_, _, g)| g))?;
+            }
+            for range in &groups {
                 let _ = gathered(trained[range.clone()].iter().map(|(_, p, _)| *p))?;
             }
             self.undo = Some((self.steps, Vec::new()));
@@ -143,54 +183,34 @@ impl Optimizer for HostAdamW {
             let values = gathered(trained[range.clone()].iter().map(|(_, _, g)| g))?.to_vec()?;
             split_into(&values, &sizes[range.clone()], &mut grads);
         }
-        let mut created = Vec::new();
-        for (name, param, _) in &trained {
-            if !self.moments.contains_key(*name) {
-                let len = param.numel();
-                let moments = HostMoments {
-                    shape: param.shape().to_vec(),
-                    exp_avg: host_zeros(&format!("exp_avg.{name}"), len)?,
-                    exp_avg_sq: host_zeros(&format!("exp_avg_sq.{name}"), len)?,
-                };
-                self.moments.insert((*name).clone(), moments);
-                created.push((*name).clone());
-            } else if self.moments[*name].exp_avg.len() != param.numel() {
-                let found = self.moments[*name].exp_avg.len();
-                for name in &created {
-                    self.moments.remove(name);
-                }
-                return Err(Error::OptimizerState {
-                    name: format!("exp_avg.{name}"),
-                    message: format!("{found} values for a parameter of {}", param.numel()),
-                });
-            }
-        }
-        let config = self.config.to_reference();
+        // Then every parameter, before anything is written or created: a read that fails
+        // leaves everything as it was.
+        let mut values: Vec<Vec<f32>> = Vec::with_capacity(trained.len());
         for range in &groups {
             let read = gathered(trained[range.clone()].iter().map(|(_, p, _)| *p))?.to_vec()?;
-            let mut values = Vec::with_capacity(range.len());
             split_into(&read, &sizes[range.clone()], &mut values);
-            for (i, mut values) in range.clone().zip(values) {
-                let (name, param, _) = &trained[i];
-                let Some(m) = self.moments.get_mut(*name) else {
-                    continue;
-                };
-                let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
-                let config = kernel::AdamWConfig {
-                    weight_decay: if decays { config.weight_decay } else { 0.0 },
-                    ..config
-                };
-                reference::adamw_step(
-                    &mut values,
-                    &grads[i],
-                    &mut m.exp_avg,
-                    &mut m.exp_avg_sq,
-                    &config,
-                    step,
-                    self.grad_scale,
-                );
-                param.write_from_slice(&values)?;
-            }
+        }
+        let created = self.create_moments(&trained)?;
+        let config = self.config.to_reference();
+        for (((name, param, _), mut values), grad) in trained.iter().zip(values).zip(&grads) {
+            let Some(m) = self.moments.get_mut(*name) else {
+                continue;
+            };
+            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
+            let config = kernel::AdamWConfig {
+                weight_decay: if decays { config.weight_decay } else { 0.0 },
+                ..config
+            };
+            reference::adamw_step(
+                &mut values,
+                grad,
+                &mut m.exp_avg,
+                &mut m.exp_avg_sq,
+                &config,
+                step,
+                self.grad_scale,
+            );
+            param.write_from_slice(&values)?;
         }
         self.undo = Some((self.steps, created));
         self.steps = step;
