@@ -24,7 +24,9 @@
 //!
 //! A third workload is the MLP under `--allocator planned`, faulted in its fourth step: the
 //! first that replays the plan built from steps 2 and 3 (checked on the clean run). A fourth is
-//! the MLP with `--precision f16` (activations stored in f16, the loss scaled).
+//! the MLP with `--precision f16` (activations stored in f16, the loss scaled), and a fifth the
+//! MLP with `--offload optimizer` (AdamW's state in host memory: its read-backs and writes are
+//! failure points, and the host state must be intact after a typed error).
 //!
 //! A workload whose clean steps reach no event of some kind of [`FaultPoint`] fails the task:
 //! a smaller model must not lose a kind of point unnoticed.
@@ -48,8 +50,8 @@ use plimsoll_kernels_wgsl::{Gpu, GpuOptions};
 use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
 use plimsoll_trainer::checkpoint_io::latest_path;
 use plimsoll_trainer::{
-    AllocatorMode, CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, OptimizerSpec,
-    Precision, Recipe, RunLength, TokenData, TrainConfig, Trainer,
+    AllocatorMode, CheckpointPolicy, Data, Dataset, GptSpec, LeakPolicy, ModelSpec, Offload,
+    OptimizerSpec, Precision, Recipe, RunLength, TokenData, TrainConfig, Trainer,
 };
 
 /// Values of every parameter and optimizer-state tensor, by name.
@@ -71,6 +73,8 @@ struct Workload {
     precision: Precision,
     /// Kinds of point its faulted steps need not reach (every other kind must be reached).
     may_miss: &'static [FaultPoint],
+    /// Where the optimizer's state lives.
+    offload: Offload,
 }
 
 fn adamw() -> OptimizerSpec {
@@ -98,6 +102,7 @@ fn workloads() -> Result<Vec<Workload>> {
     };
     let planned_table = table.clone();
     let f16_table = table.clone();
+    let offloaded_table = table.clone();
     let mlp = Workload {
         name: "mlp 16-256-10",
         recipe: Box::new(mlp_recipe()),
@@ -109,6 +114,22 @@ fn workloads() -> Result<Vec<Workload>> {
         small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F32,
         may_miss: &[],
+        offload: Offload::None,
+    };
+    // The optimizer's state in host memory: the update's read-backs and writes fail too, and a
+    // failed one must leave the model and the host state as they were.
+    let mlp_offloaded = Workload {
+        name: "mlp 16-256-10 offloaded",
+        recipe: Box::new(mlp_recipe()),
+        data: Box::new(move || -> Box<dyn Data> { Box::new(offloaded_table.clone()) }),
+        batch: 128,
+        micro: 64,
+        allocator: AllocatorMode::Caching,
+        phases: &Phase::ALL,
+        small_segment_bytes: MLP_SMALL_SEGMENT,
+        precision: Precision::F32,
+        may_miss: &[],
+        offload: Offload::OptimizerState,
     };
     // The same in f16: the conversions allocate too, and a skipped or failed step must leave
     // the model and the loss scale as they were.
@@ -123,6 +144,7 @@ fn workloads() -> Result<Vec<Workload>> {
         small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F16,
         may_miss: &[],
+        offload: Offload::None,
     };
     let planned = Workload {
         name: "mlp 16-256-10 planned",
@@ -139,6 +161,7 @@ fn workloads() -> Result<Vec<Workload>> {
         may_miss: &[FaultPoint::Segment],
         small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F32,
+        offload: Offload::None,
     };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
@@ -166,8 +189,9 @@ fn workloads() -> Result<Vec<Workload>> {
         small_segment_bytes: 32 << 10,
         precision: Precision::F32,
         may_miss: &[],
+        offload: Offload::None,
     };
-    Ok(vec![mlp, gpt, planned, mlp_f16])
+    Ok(vec![mlp, gpt, planned, mlp_f16, mlp_offloaded])
 }
 
 fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
@@ -184,6 +208,7 @@ fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
         checkpoint_dir: Some(dir.to_path_buf()),
         allocator: w.allocator,
         precision: w.precision,
+        offload: w.offload,
         ..TrainConfig::default()
     }
 }
@@ -232,6 +257,9 @@ fn snapshot(trainer: &Trainer) -> Result<Snapshot> {
     for (name, t) in trainer.parameters().iter().cloned().chain(state) {
         out.push((name, t.to_vec().context("reading the model back")?));
     }
+    // An offloaded optimizer's state is in host memory.
+    let host = trainer.optimizer().host_state().unwrap_or_default();
+    out.extend(host.into_iter().map(|(name, t)| (name, t.data)));
     Ok(out)
 }
 
