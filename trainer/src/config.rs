@@ -117,6 +117,12 @@ pub struct TrainConfig {
     /// Where the optimizer keeps its state and updates: on the device, or in host memory
     /// ([`Offload::OptimizerState`]).
     pub offload: Offload,
+    /// Host bytes the run may hold for what it keeps there on purpose: the loader's batches,
+    /// an offloaded optimizer's state, the snapshot of the training state. `None`:
+    /// [`crate::host::HOST_SHARE`] of what the host has available when the run starts. A run
+    /// that needs more is refused before step 1 ([`crate::Error::HostBudgetTooSmall`]), and
+    /// `Offload::Auto` does not offload past it.
+    pub host_memory_budget: Option<u64>,
 }
 
 /// What a run keeps in host memory instead of on the device.
@@ -224,6 +230,7 @@ impl Default for TrainConfig {
             max_device_losses: 3,
             optimizer_state_at_start: false,
             offload: Offload::None,
+            host_memory_budget: None,
         }
     }
 }
@@ -320,6 +327,7 @@ impl TrainConfig {
             "precision": self.precision.to_string(),
             "prefetch": self.prefetch,
             "offload": self.offload.to_string(),
+            "host_memory_budget": self.host_memory_budget,
         })
     }
 

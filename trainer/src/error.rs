@@ -200,6 +200,27 @@ pub enum Error {
         /// The last out-of-memory error.
         source: Box<Error>,
     },
+    /// What a run keeps in host memory on purpose passes its host budget
+    /// ([`crate::TrainConfig::host_memory_budget`]). Refused before step 1.
+    #[error(
+        "the run would keep {} in host memory ({parts}), past its host budget of {}{}.\nhint: \
+         raise --host-memory-budget if the machine has the memory, or keep less there: \
+         --prefetch 0, --snapshot-every off, --offload none (with a --memory-budget that holds \
+         the optimizer's state)",
+        format_bytes(*.needed_bytes),
+        format_bytes(*.budget_bytes),
+        if *.default_budget { " (80% of what the host has available; --host-memory-budget)" } else { "" }
+    )]
+    HostBudgetTooSmall {
+        /// Bytes the run would keep in host memory.
+        needed_bytes: u64,
+        /// The host budget.
+        budget_bytes: u64,
+        /// Whether the budget is the default share of what is available.
+        default_budget: bool,
+        /// What the bytes are, each with its size.
+        parts: String,
+    },
     /// A request larger than the host's available memory (or than 2^64 bytes).
     #[error(
         "{what} needs {} of host memory, and this machine has {} available.\nhint: ask for \

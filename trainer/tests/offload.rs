@@ -131,8 +131,27 @@ fn an_offloaded_plan_fits_a_smaller_budget() {
         offload: Offload::Auto,
         ..config
     };
-    assert_eq!(decided(auto(tight)), "optimizer");
+    assert_eq!(decided(auto(tight.clone())), "optimizer");
     assert_eq!(decided(auto(planned.clone())), "none");
+    // A host budget too small for the moments: `Auto` does not offload (the device's refusal
+    // stands), and an explicit offload is refused before step 1 with the parts named.
+    let small_host = TrainConfig {
+        host_memory_budget: Some(1 << 20),
+        ..tight
+    };
+    match run(auto(small_host.clone())) {
+        Err(Error::BudgetTooSmall { .. }) => {}
+        other => panic!("expected the device's refusal, got {other:?}"),
+    }
+    match run(offloaded(small_host)) {
+        Err(e @ Error::HostBudgetTooSmall { .. }) => {
+            assert!(
+                e.to_string().contains("the optimizer's state 36.2 MiB"),
+                "{e}"
+            )
+        }
+        other => panic!("expected HostBudgetTooSmall, got {other:?}"),
+    }
     let sgd = plimsoll_trainer::ModelSpec {
         optimizer: sgd_spec(&[4, 3]).optimizer,
         ..adam_spec(&[4, 8, 3])

@@ -29,6 +29,17 @@ pub fn check(what: &str, count: u64, element_bytes: u64) -> Result<u64> {
     }
 }
 
+/// The share of the host's available memory a run may hold by default
+/// ([`crate::TrainConfig::host_memory_budget`]): the rest stays for everything else, so the
+/// machine never swaps itself to a standstill.
+pub const HOST_SHARE: f64 = 0.8;
+
+/// The run's host budget: `asked`, else [`HOST_SHARE`] of what is available now (`None` where
+/// that is unknown: nothing is refused up front).
+pub fn budget(asked: Option<u64>) -> Option<u64> {
+    asked.or_else(|| available_bytes().map(|a| (a as f64 * HOST_SHARE) as u64))
+}
+
 /// `a * b` as `u64`, saturating (a size that overflows is then refused by [`check`]).
 pub fn product(a: usize, b: usize) -> u64 {
     (a as u64).saturating_mul(b as u64)

@@ -222,6 +222,12 @@ pub(crate) struct CommonArgs {
     /// the plan offloads only when no choice fits with everything on the device.
     #[arg(long, default_value = "auto", value_parser = flags::offload)]
     offload: Offload,
+    /// Host memory the run may keep on purpose (the loader's batches, an offloaded optimizer's
+    /// state, the snapshot of the training state), e.g. `8GiB` (default: 80% of what the host
+    /// has available when the run starts). A run that needs more is refused before step 1,
+    /// and `--offload auto` does not offload past it.
+    #[arg(long, value_parser = flags::bytes)]
+    host_memory_budget: Option<u64>,
     /// What the after-step leak check does: `off`, `warn` or `error`.
     #[arg(long, default_value = "warn", value_parser = flags::leak)]
     leak_check: LeakPolicy,

@@ -712,10 +712,17 @@ fn run_training(
         return Err(e);
     }
     let loader = trainer.loader();
-    let host = format!(
+    let mut host = format!(
         "host memory: the data loader's batches took at most {} ({} built ahead; --prefetch)",
         plimsoll_allocator::format_bytes(loader.host_bytes()),
         loader.depth()
     );
+    if let Some(p) = trainer.plan().filter(|p| p.offload_host_bytes > 0) {
+        host.push_str(&format!(
+            "; the optimizer's state {} (--offload {})",
+            plimsoll_allocator::format_bytes(p.offload_host_bytes),
+            p.offload
+        ));
+    }
     Ok((summary, seconds, code, host, memory))
 }

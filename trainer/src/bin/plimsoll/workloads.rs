@@ -256,6 +256,7 @@ fn base_config(
         allocator: common.allocator,
         precision: common.precision,
         offload: common.offload,
+        host_memory_budget: common.host_memory_budget,
         prefetch: common.prefetch,
         snapshot_every: common.snapshot_every,
         max_device_losses: common.max_device_losses,

@@ -533,11 +533,19 @@ fn with_offload(
                 ..config.clone()
             };
             // Neither fits: the offloaded refusal names the smaller budget that would (what
-            // `auto` then does); an optimizer without a host form keeps the device's.
-            plan(&offloaded).map_err(|e| match e {
-                e @ Error::BudgetTooSmall { .. } => e,
-                _ => refused,
-            })
+            // `auto` then does); an optimizer without a host form keeps the device's. Nor does
+            // `auto` offload past the host budget.
+            match plan(&offloaded) {
+                Ok(p) => {
+                    let host = p.offload_host_bytes.saturating_add(p.loader_host_bytes);
+                    match crate::host::budget(config.host_memory_budget) {
+                        Some(budget) if host > budget => Err(refused),
+                        _ => Ok(p),
+                    }
+                }
+                Err(e @ Error::BudgetTooSmall { .. }) => Err(e),
+                Err(_) => Err(refused),
+            }
         }
         other => other,
     }
@@ -629,7 +637,7 @@ pub fn replan(
 /// Host bytes of the batches the loader thread keeps ready ([`crate::loader`]): `prefetch`
 /// batches (one without prefetching) of `effective_batch` samples, each as large as sample 0
 /// built in host memory (0 for data that builds its batches only on the device).
-fn loader_host_bytes(data: &dyn Data, config: &TrainConfig) -> Result<u64> {
+pub(crate) fn loader_host_bytes(data: &dyn Data, config: &TrainConfig) -> Result<u64> {
     let per_sample = match data.is_empty() {
         true => None,
         false => data.gather(&[0])?,
