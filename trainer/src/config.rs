@@ -108,12 +108,12 @@ pub struct TrainConfig {
     /// Device losses in a row (with no new step finished between them) that the run recovers
     /// from on a new device; the next one ends it. 0: a lost device ends the run.
     pub max_device_losses: u32,
-    /// Whether the run starts from optimizer state loaded before its first step, as a resume
-    /// loads a checkpoint's ([`Trainer::resume`](crate::Trainer::resume) plans again with
-    /// this set): the plan's dry runs then load state of the same sizes, in the same order,
-    /// before their first step, so that the allocator's layout, and the peak, are the run's.
-    /// False for a new run.
-    pub optimizer_state_at_start: bool,
+    /// Where a resumed run goes on from, with optimizer state loaded before its first step
+    /// ([`Trainer::resume`](crate::Trainer::resume) plans again with this set): the plan's dry
+    /// runs then load state of the same sizes, in the same order, and replay the run's events
+    /// from there, so that the allocator's layout, and the peak, are the run's. `None` for a
+    /// new run.
+    pub resumed_at: Option<ResumePoint>,
     /// Where the optimizer keeps its state and updates: on the device, or in host memory
     /// ([`Offload::OptimizerState`]).
     pub offload: Offload,
@@ -123,6 +123,17 @@ pub struct TrainConfig {
     /// that needs more is refused before step 1 ([`crate::Error::HostBudgetTooSmall`]), and
     /// `Offload::Auto` does not offload past it.
     pub host_memory_budget: Option<u64>,
+}
+
+/// Where a resumed run goes on from ([`TrainConfig::resumed_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// Optimizer steps done.
+    pub step: u64,
+    /// Epochs done.
+    pub epoch: u64,
+    /// Samples of the current epoch done.
+    pub sample_in_epoch: usize,
 }
 
 /// What a run keeps in host memory instead of on the device.
@@ -228,7 +239,7 @@ impl Default for TrainConfig {
             prefetch: 2,
             snapshot_every: SnapshotEvery::Interval(DEFAULT_SNAPSHOT_INTERVAL),
             max_device_losses: 3,
-            optimizer_state_at_start: false,
+            resumed_at: None,
             offload: Offload::None,
             host_memory_budget: None,
         }

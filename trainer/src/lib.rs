@@ -44,7 +44,7 @@ pub use workload::{
 
 pub use config::{
     AllocatorMode, CheckpointPolicy, DEFAULT_SNAPSHOT_INTERVAL, LeakPolicy, Offload, Precision,
-    RunLength, SnapshotEvery, TrainConfig,
+    ResumePoint, RunLength, SnapshotEvery, TrainConfig,
 };
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};

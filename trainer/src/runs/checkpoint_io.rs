@@ -344,7 +344,7 @@ pub(crate) fn upload_optimizer_state<'a>(
     Ok(())
 }
 
-/// The plan's dry run of a resumed run ([`crate::TrainConfig::optimizer_state_at_start`]):
+/// The plan's dry run of a resumed run ([`crate::TrainConfig::resumed_at`]):
 /// on the planning device `gpu`, the optimizer state a checkpoint of `params` holds after a
 /// step (each parameter that trains, each kind of `optimizer`'s state), allocated in the
 /// checkpoint's name order as [`restore`] allocates it.

@@ -69,7 +69,7 @@ impl Trainer {
     /// run plans: a new run's plan creates that state in step 1's update, while a resume
     /// allocated it before step 1 (each entry uploaded, then copied), which leaves the allocator
     /// another layout, and so other peaks. The dry runs now load it as the resume did
-    /// ([`crate::TrainConfig::optimizer_state_at_start`]): the run's micro-batch and
+    /// from where the run goes on ([`crate::TrainConfig::resumed_at`]): the run's micro-batch and
     /// checkpointing first (a model that is not micro-batch invariant goes on as it trained),
     /// then, when they no longer fit, the whole search. When nothing fits, the run keeps its
     /// choice and says so (out-of-memory recovery halves the micro-batch where a step needs it).
@@ -84,7 +84,11 @@ impl Trainer {
         let mut per_rank = self.config.clone();
         per_rank.effective_batch =
             crate::collective::largest_shard(self.config.effective_batch, self.collective.ranks());
-        per_rank.optimizer_state_at_start = true;
+        per_rank.resumed_at = Some(crate::config::ResumePoint {
+            step: self.position.step,
+            epoch: self.position.epoch,
+            sample_in_epoch: self.position.sample_in_epoch,
+        });
         let replan = |config: &TrainConfig| {
             crate::plan::replan(
                 &self.gpu,

@@ -71,6 +71,14 @@ impl RunEvents {
         }
     }
 
+    /// The events from `at` on, as a resumed run goes on.
+    pub(crate) fn start_at(&mut self, at: crate::config::ResumePoint) {
+        self.step = at.step;
+        self.epoch = at.epoch;
+        self.sample_in_epoch = at.sample_in_epoch;
+        self.eval_left = 0;
+    }
+
     /// Every distinct event the run can produce (the step sizes and the chunk sizes).
     pub(crate) fn kinds(&self) -> Vec<Event> {
         let mut kinds = vec![Event::Step(self.effective_batch.min(self.train_len))];

@@ -52,7 +52,7 @@ pub(super) fn probe(
     // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
     let (mut model, mut optimizer) = crate::task::build_for_run(spec, twin, config)?;
     let params = model.parameters();
-    if config.optimizer_state_at_start {
+    if config.resumed_at.is_some() {
         // A resume loads the state before step 1 (each entry uploaded, then copied into the
         // optimizer's own buffer): its peak is the run's too.
         let loaded = crate::checkpoint_io::planned_resume(twin, &params, optimizer.as_mut());
@@ -67,7 +67,10 @@ pub(super) fn probe(
         }
     }
     let eval_len = test.map_or(0, |t| t.len());
-    let events = RunEvents::new(config, data.len(), eval_len, micro_batch);
+    let mut events = RunEvents::new(config, data.len(), eval_len, micro_batch);
+    if let Some(at) = config.resumed_at {
+        events.start_at(at);
+    }
     // Every layout seen, numbered; and per (layout, the last step's kind, event) replayed, the
     // layout it left. The allocator is deterministic: the same event from the same layout (the
     // last step's kind too, which a planned allocator's recording holds) does the same again,
