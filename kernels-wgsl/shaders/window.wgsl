@@ -2,6 +2,18 @@
 // module's `params`: in_h, in_w, out_h, out_w, k_w, stride_h, stride_w, pad_h, pad_w, dil_h,
 // dil_w (each module that appends this file declares them in its Params).
 
+// Element i of an output laid out [planes, out_h, out_w]: (plane, oh, ow).
+fn output_position(i: u32) -> vec3<u32> {
+    return vec3<u32>(i / (params.out_w * params.out_h), (i / params.out_w) % params.out_h,
+                     i % params.out_w);
+}
+
+// Element i of an input laid out [planes, in_h, in_w]: (plane, ih, iw).
+fn input_position(i: u32) -> vec3<u32> {
+    return vec3<u32>(i / (params.in_w * params.in_h), (i / params.in_w) % params.in_h,
+                     i % params.in_w);
+}
+
 // The input pixel tap (ky, kx) of output position (oh, ow) reads: (row, column, 1), or
 // (row, column, 0) when it falls in the padding.
 fn window_input(oh: u32, ow: u32, ky: u32, kx: u32) -> vec3<i32> {

@@ -38,10 +38,11 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let i = params.first + t;
-    let ow = i % params.out_w;
-    let oh = (i / params.out_w) % params.out_h;
-    let o = (i / (params.out_w * params.out_h)) % params.out_c;
-    let n = i / (params.out_w * params.out_h * params.out_c);
+    let pos = output_position(i);
+    let oh = pos.y;
+    let ow = pos.z;
+    let o = pos.x % params.out_c;
+    let n = pos.x / params.out_c;
     let cg = params.in_c / params.groups;
     let c0 = (o / (params.out_c / params.groups)) * cg;
     let khw = params.k_h * params.k_w;
@@ -69,10 +70,11 @@ fn backward_input(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let i = params.first + t;
-    let iw = i % params.in_w;
-    let ih = (i / params.in_w) % params.in_h;
-    let c = (i / (params.in_w * params.in_h)) % params.in_c;
-    let n = i / (params.in_w * params.in_h * params.in_c);
+    let pos = input_position(i);
+    let ih = pos.y;
+    let iw = pos.z;
+    let c = pos.x % params.in_c;
+    let n = pos.x / params.in_c;
     let cg = params.in_c / params.groups;
     let og = params.out_c / params.groups;
     let o0 = (c / cg) * og;
@@ -188,10 +190,11 @@ fn col2im(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let i = params.first + t;
-    let iw = i % params.in_w;
-    let ih = (i / params.in_w) % params.in_h;
-    let c = (i / (params.in_w * params.in_h)) % params.in_c;
-    let n = i / (params.in_w * params.in_h * params.in_c);
+    let pos = input_position(i);
+    let ih = pos.y;
+    let iw = pos.z;
+    let c = pos.x % params.in_c;
+    let n = pos.x / params.in_c;
     let khw = params.k_h * params.k_w;
     let plane = params.out_h * params.out_w;
     var acc = 0.0;

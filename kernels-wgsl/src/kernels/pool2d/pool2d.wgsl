@@ -51,9 +51,10 @@ fn max_forward(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let i = params.first + t;
-    let ow = i % params.out_w;
-    let oh = (i / params.out_w) % params.out_h;
-    let plane = i / (params.out_w * params.out_h);
+    let out_at = output_position(i);
+    let plane = out_at.x;
+    let oh = out_at.y;
+    let ow = out_at.z;
     let base = params.x_offset + plane * params.in_h * params.in_w;
     var best = 0.0;
     var at = 0xFFFFFFFFu;
@@ -105,9 +106,10 @@ fn avg_forward(@builtin(global_invocation_id) gid: vec3<u32>,
         return;
     }
     let i = params.first + t;
-    let ow = i % params.out_w;
-    let oh = (i / params.out_w) % params.out_h;
-    let plane = i / (params.out_w * params.out_h);
+    let out_at = output_position(i);
+    let plane = out_at.x;
+    let oh = out_at.y;
+    let ow = out_at.z;
     let base = params.x_offset + plane * params.in_h * params.in_w;
     var acc = 0.0;
     if (params.mode == 2u) {
