@@ -89,23 +89,20 @@ fn adamw() -> OptimizerSpec {
 /// The MLP workloads' small-segment size: below their hidden activations' 64 KiB.
 const MLP_SMALL_SEGMENT: u64 = 32 << 10;
 
-fn workloads() -> Result<Vec<Workload>> {
-    // Batch 128 in micro-batches of 64 and 32 KiB small segments: the hidden activations
-    // (64 x 256 floats, 64 KiB) take segments of their own, so a step creates segments and each
-    // can fail. (The MLP is as small as that allows: its steps are most of the task's time.)
-    let table = Dataset::synthetic(256, 16, 10, 42).context("synthetic data")?;
-    let mlp_recipe = || ModelSpec {
-        widths: vec![16, 256, 10],
-        activation: Activation::Relu,
-        seed: 1,
-        optimizer: adamw(),
-    };
-    let planned_table = table.clone();
-    let f16_table = table.clone();
-    let offloaded_table = table.clone();
-    let mlp = Workload {
-        name: "mlp 16-256-10",
-        recipe: Box::new(mlp_recipe()),
+/// The 16-256-10 MLP on `table`, batch 128 in micro-batches of 64 with 32 KiB small segments:
+/// the hidden activations (64 x 256 floats, 64 KiB) take segments of their own, so a step
+/// creates segments and each can fail. (The MLP is as small as that allows: its steps are most
+/// of the task's time.) f32, the caching allocator, every phase, the state on the device.
+fn mlp_workload(name: &'static str, table: &Dataset) -> Workload {
+    let table = table.clone();
+    Workload {
+        name,
+        recipe: Box::new(ModelSpec {
+            widths: vec![16, 256, 10],
+            activation: Activation::Relu,
+            seed: 1,
+            optimizer: adamw(),
+        }),
         data: Box::new(move || -> Box<dyn Data> { Box::new(table.clone()) }),
         batch: 128,
         micro: 64,
@@ -115,43 +112,19 @@ fn workloads() -> Result<Vec<Workload>> {
         precision: Precision::F32,
         may_miss: &[],
         offload: Offload::None,
-    };
-    // The optimizer's state in host memory: the update's read-backs and writes fail too, and a
-    // failed one must leave the model and the host state as they were.
-    let mlp_offloaded = Workload {
-        name: "mlp 16-256-10 offloaded",
-        recipe: Box::new(mlp_recipe()),
-        data: Box::new(move || -> Box<dyn Data> { Box::new(offloaded_table.clone()) }),
-        batch: 128,
-        micro: 64,
-        allocator: AllocatorMode::Caching,
-        phases: &Phase::ALL,
-        small_segment_bytes: MLP_SMALL_SEGMENT,
-        precision: Precision::F32,
-        may_miss: &[],
-        offload: Offload::OptimizerState,
-    };
+    }
+}
+
+fn workloads() -> Result<Vec<Workload>> {
+    let table = Dataset::synthetic(256, 16, 10, 42).context("synthetic data")?;
+    let mlp = mlp_workload("mlp 16-256-10", &table);
     // The same in f16: the conversions allocate too, and a skipped or failed step must leave
     // the model and the loss scale as they were.
     let mlp_f16 = Workload {
-        name: "mlp 16-256-10 f16",
-        recipe: Box::new(mlp_recipe()),
-        data: Box::new(move || -> Box<dyn Data> { Box::new(f16_table.clone()) }),
-        batch: 128,
-        micro: 64,
-        allocator: AllocatorMode::Caching,
-        phases: &Phase::ALL,
-        small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F16,
-        may_miss: &[],
-        offload: Offload::None,
+        ..mlp_workload("mlp 16-256-10 f16", &table)
     };
     let planned = Workload {
-        name: "mlp 16-256-10 planned",
-        recipe: Box::new(mlp_recipe()),
-        data: Box::new(move || -> Box<dyn Data> { Box::new(planned_table.clone()) }),
-        batch: 128,
-        micro: 64,
         allocator: AllocatorMode::Planned,
         phases: &[Phase {
             before: 3,
@@ -159,9 +132,13 @@ fn workloads() -> Result<Vec<Workload>> {
         }],
         // A replayed plan creates no segment (the other workloads fault segment creation).
         may_miss: &[FaultPoint::Segment],
-        small_segment_bytes: MLP_SMALL_SEGMENT,
-        precision: Precision::F32,
-        offload: Offload::None,
+        ..mlp_workload("mlp 16-256-10 planned", &table)
+    };
+    // The optimizer's state in host memory: the update's read-backs and writes fail too, and a
+    // failed one must leave the model and the host state as they were.
+    let mlp_offloaded = Workload {
+        offload: Offload::OptimizerState,
+        ..mlp_workload("mlp 16-256-10 offloaded", &table)
     };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
