@@ -611,3 +611,28 @@ fn a_batchnorm_model_is_not_split_silently() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A refusal's least budget is one that fits: never below the fixed state (parameters,
+/// gradients, optimizer state). GPT-2 XL's shapes under 8 GiB with everything on the device
+/// (its leanest dry runs stop at a tensor past one binding on some choices, which once made
+/// the refusal name 5.61 GiB under a 22 GiB fixed state), then planned at the budget named.
+#[test]
+fn a_refusal_names_a_budget_that_fits() {
+    let dir = folder("least-budget");
+    let base = "plan gpt --model gpt2-xl --batch 8 --offload none";
+    let o = run(&dir, &words(&format!("{base} --memory-budget 8GiB")));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = text(&o);
+    let number_after = |key: &str| -> f64 {
+        let at = said.find(key).expect(key) + key.len();
+        said[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    let (need, fixed) = (number_after("at least "), number_after("fixed state "));
+    assert!(
+        need >= fixed,
+        "{need} GiB named under a fixed state of {fixed} GiB:\n{said}"
+    );
+    let o = run(&dir, &words(&format!("{base} --memory-budget {need}GiB")));
+    assert!(o.status.success(), "{need} GiB, as advised:\n{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -387,22 +387,35 @@ fn least_budget(
         .find(|&c| c == 1)
         .or_else(|| candidates.iter().copied().filter(|&c| c > 0).min())
         .unwrap_or(0);
+    // The leanest choice first: it is the likeliest to fit.
+    let mut order: Vec<usize> = vec![leanest];
+    order.extend(candidates.iter().copied().filter(|&c| c != leanest));
     let mut fits = u64::MAX;
     let mut fixed = 0;
+    let mut largest_unfit = 0;
     for &micro in &micros {
-        let p = probe(&unbounded, inputs, leanest, micro)?;
-        fits = fits.min(
-            p.peak_reserved_bytes
-                .max(p.eval_peak_reserved_bytes.unwrap_or(0)),
-        );
-        fixed = fixed.max(fixed_bytes(&p));
+        // Only a dry run that fits bounds the need from above: one stopped by a tensor past
+        // one binding or the loop limit peaked early, below what the step needs.
+        for &segment_len in &order {
+            let p = probe(&unbounded, inputs, segment_len, micro)?;
+            fixed = fixed.max(fixed_bytes(&p));
+            let peak = p
+                .peak_reserved_bytes
+                .max(p.eval_peak_reserved_bytes.unwrap_or(0));
+            if p.fits() {
+                fits = fits.min(peak);
+                break;
+            }
+            largest_unfit = largest_unfit.max(peak);
+        }
+    }
+    if fits == u64::MAX {
+        // Nothing fits at any budget (a limit no budget lifts): at least what was seen.
+        fits = largest_unfit.max(fixed);
     }
     // Every step holds the fixed state (parameters, gradients, optimizer state) at once: no
     // smaller budget can fit, so the search starts there.
     let mut fails = refused.max(fixed).min(fits);
-    // The leanest choice first: it is the likeliest to fit.
-    let mut order: Vec<usize> = vec![leanest];
-    order.extend(candidates.iter().copied().filter(|&c| c != leanest));
     while fits - fails > (fits / 100).max(1) {
         let mid = fails + (fits - fails) / 2;
         let twin = gpu.planning_twin(mid);
