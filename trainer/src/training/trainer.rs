@@ -146,61 +146,6 @@ const DROPOUT_STREAM: u64 = 0xD50D_7A1C_E5EE_D001;
 /// Steps in the running mean of the training loss ([`StepReport::loss_mean`]).
 pub const LOSS_WINDOW: usize = 20;
 
-/// Refuses (before step 1) a run whose host memory on purpose passes its host budget
-/// ([`TrainConfig::host_memory_budget`]): the loader's batches, an offloaded optimizer's state,
-/// and the snapshot of the training state kept for device-loss recovery.
-fn check_host_budget(
-    config: &TrainConfig,
-    train: &dyn Data,
-    params: &[(String, Tensor)],
-    model: &dyn crate::task::Model,
-    optimizer: &dyn plimsoll_nn::Optimizer,
-    collective: &dyn Collective,
-) -> Result<()> {
-    let Some(budget) = crate::host::budget(config.host_memory_budget) else {
-        return Ok(());
-    };
-    let numel = |ts: &[(String, Tensor)]| ts.iter().map(|(_, t)| t.numel() as u64).sum::<u64>();
-    let trained: u64 = params
-        .iter()
-        .filter(|(_, t)| t.requires_grad())
-        .map(|(_, t)| t.numel() as u64)
-        .sum();
-    let loader = crate::plan::loader_host_bytes(train, config)?;
-    let offloaded = match config.offload {
-        Offload::OptimizerState => trained.saturating_mul(8),
-        Offload::None | Offload::Auto => 0,
-    };
-    // The snapshot holds the parameters, the buffers and every kind of optimizer state per
-    // trained parameter (made at step 1 when the run starts afresh).
-    let kinds = optimizer.state_kinds().len() as u64;
-    let state = numel(params)
-        .saturating_add(numel(&model.buffers()))
-        .saturating_add(trained.saturating_mul(kinds))
-        .saturating_mul(4);
-    let snapshots = config.max_device_losses > 0
-        && collective.ranks() == 1
-        && config.snapshot_every != crate::config::SnapshotEvery::Off;
-    let snapshot = if snapshots { state } else { 0 };
-    let needed = loader.saturating_add(offloaded).saturating_add(snapshot);
-    if needed <= budget {
-        return Ok(());
-    }
-    let fmt = plimsoll_allocator::format_bytes;
-    Err(Error::HostBudgetTooSmall {
-        needed_bytes: needed,
-        budget_bytes: budget,
-        default_budget: config.host_memory_budget.is_none(),
-        parts: format!(
-            "the loader's batches {}, the optimizer's state {}, the snapshot of the training \
-             state {}",
-            fmt(loader),
-            fmt(offloaded),
-            fmt(snapshot)
-        ),
-    })
-}
-
 impl Trainer {
     /// What a checkpoint saves of the model: its parameters, then its buffers (state that is
     /// not trained, such as BatchNorm's running statistics).
@@ -347,13 +292,13 @@ impl Trainer {
                 fmt(trained.saturating_mul(4))
             ));
         }
-        check_host_budget(
+        crate::host::check_run_budget(
             &config,
             &train,
             &params,
             model.as_ref(),
             optimizer.as_ref(),
-            &*collective,
+            collective.ranks(),
         )?;
         let train: Arc<dyn Data> = Arc::new(train);
         let loader = Loader::new(

@@ -44,3 +44,60 @@ pub fn budget(asked: Option<u64>) -> Option<u64> {
 pub fn product(a: usize, b: usize) -> u64 {
     (a as u64).saturating_mul(b as u64)
 }
+
+/// Refuses (before step 1) a run whose host memory on purpose passes its host budget
+/// ([`crate::TrainConfig::host_memory_budget`]): the loader's batches, an offloaded optimizer's state,
+/// and the snapshot of the training state kept for device-loss recovery.
+pub(crate) fn check_run_budget(
+    config: &crate::config::TrainConfig,
+    train: &dyn crate::task::Data,
+    params: &[(String, plimsoll_autograd::Tensor)],
+    model: &dyn crate::task::Model,
+    optimizer: &dyn plimsoll_nn::Optimizer,
+    ranks: usize,
+) -> Result<()> {
+    let Some(budget) = budget(config.host_memory_budget) else {
+        return Ok(());
+    };
+    let numel = |ts: &[(String, plimsoll_autograd::Tensor)]| {
+        ts.iter().map(|(_, t)| t.numel() as u64).sum::<u64>()
+    };
+    let trained: u64 = params
+        .iter()
+        .filter(|(_, t)| t.requires_grad())
+        .map(|(_, t)| t.numel() as u64)
+        .sum();
+    let loader = crate::plan::loader_host_bytes(train, config)?;
+    let offloaded = match config.offload {
+        crate::config::Offload::OptimizerState => trained.saturating_mul(8),
+        crate::config::Offload::None | crate::config::Offload::Auto => 0,
+    };
+    // The snapshot holds the parameters, the buffers and every kind of optimizer state per
+    // trained parameter (made at step 1 when the run starts afresh).
+    let kinds = optimizer.state_kinds().len() as u64;
+    let state = numel(params)
+        .saturating_add(numel(&model.buffers()))
+        .saturating_add(trained.saturating_mul(kinds))
+        .saturating_mul(4);
+    let snapshots = config.max_device_losses > 0
+        && ranks == 1
+        && config.snapshot_every != crate::config::SnapshotEvery::Off;
+    let snapshot = if snapshots { state } else { 0 };
+    let needed = loader.saturating_add(offloaded).saturating_add(snapshot);
+    if needed <= budget {
+        return Ok(());
+    }
+    let fmt = plimsoll_allocator::format_bytes;
+    Err(Error::HostBudgetTooSmall {
+        needed_bytes: needed,
+        budget_bytes: budget,
+        default_budget: config.host_memory_budget.is_none(),
+        parts: format!(
+            "the loader's batches {}, the optimizer's state {}, the snapshot of the training \
+             state {}",
+            fmt(loader),
+            fmt(offloaded),
+            fmt(snapshot)
+        ),
+    })
+}
