@@ -45,8 +45,8 @@ pub use module::{CausalLm, Module, parameter_count};
 pub use norm::{LayerNorm, RmsNorm, rms_norm};
 pub use norm2d::{BatchNorm2d, GroupNorm};
 pub use optim::{
-    AdamW, AdamWConfig, HostAdamW, LrSchedule, Optimizer, Sgd, SgdConfig, clip_grad_norm,
-    grad_norm, zero_grad,
+    AdamW, AdamWConfig, HostAdamW, LrSchedule, Optimizer, RowShard, Sgd, SgdConfig, ShardedAdamW,
+    clip_grad_norm, grad_norm, row_view, zero_grad,
 };
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Unflatten, pool2d};
 pub use resnet::{BlockKind, ResNet, ResNetConfig};

@@ -224,4 +224,13 @@ impl Optimizer for AdamW {
     fn offloaded(&self) -> Option<Box<dyn Optimizer>> {
         Some(Box::new(super::HostAdamW::new(self.config)))
     }
+
+    /// [`super::ShardedAdamW`] of this configuration over `shard`'s rows, no state.
+    fn sharded(
+        &self,
+        gpu: &plimsoll_kernels_wgsl::Gpu,
+        shard: super::RowShard,
+    ) -> Option<Box<dyn Optimizer>> {
+        Some(Box::new(super::ShardedAdamW::new(gpu, self.config, shard)))
+    }
 }

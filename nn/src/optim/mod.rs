@@ -16,12 +16,14 @@ mod clip;
 mod host_adamw;
 mod schedule;
 mod sgd;
+mod sharded;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm, grad_norm};
 pub use host_adamw::HostAdamW;
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
+pub use sharded::{RowShard, ShardedAdamW, row_view};
 
 use std::collections::BTreeMap;
 
@@ -102,6 +104,45 @@ pub trait Optimizer {
     /// no such form.
     fn offloaded(&self) -> Option<Box<dyn Optimizer>> {
         None
+    }
+
+    /// Whether loading a checkpoint's state goes through [`Optimizer::load_host_state`] (host
+    /// copies of whole tensors) rather than device tensors: true for an optimizer that keeps
+    /// its state on the host or keeps only some rows of it; by default
+    /// [`Optimizer::state_on_host`].
+    fn loads_from_host(&self) -> bool {
+        self.state_on_host()
+    }
+
+    /// A new optimizer of the same configuration that keeps the state of, and updates, only the
+    /// rows of `shard` (ZeRO; AdamW's is [`ShardedAdamW`]), with its state on `gpu`; `None`
+    /// (the default) when this one has no such form.
+    fn sharded(
+        &self,
+        gpu: &plimsoll_kernels_wgsl::Gpu,
+        shard: RowShard,
+    ) -> Option<Box<dyn Optimizer>> {
+        let _ = (gpu, shard);
+        None
+    }
+
+    /// The rows this optimizer keeps state for and updates, when it keeps only one rank's
+    /// ([`ShardedAdamW`]): its [`Optimizer::state`] is then those rows, not whole tensors.
+    /// `None` (the default): whole tensors.
+    fn row_shard(&self) -> Option<&RowShard> {
+        None
+    }
+
+    /// The gradients of this optimizer's rows (per parameter name, shaped like the rows) for
+    /// the next step, instead of the parameters' own (ZeRO stage 2, where a rank keeps only
+    /// its rows' summed gradients). Errors for an optimizer that keeps whole tensors (the
+    /// default).
+    fn set_row_gradients(&mut self, grads: BTreeMap<String, Tensor>) -> Result<()> {
+        drop(grads);
+        Err(Error::OptimizerState {
+            name: "(row gradients)".to_string(),
+            message: "this optimizer updates whole tensors from their own gradients".to_string(),
+        })
     }
 }
 
