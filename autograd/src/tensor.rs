@@ -500,6 +500,15 @@ impl Tensor {
         Ok(())
     }
 
+    /// Tells a leaf that its gradient was (or, on a planning device, would have been) changed
+    /// outside autograd: squares computed for it before ([`Tensor::want_grad_squares`]) are
+    /// stale, as after [`Tensor::set_grad_from_slice`]. No effect on other tensors.
+    pub fn grad_changed(&self) {
+        if let Autograd::Leaf(slot) = &self.autograd {
+            slot.touched();
+        }
+    }
+
     /// Sets a leaf's gradient to none, freeing its memory (once no `grad()` handle is alive).
     pub fn clear_grad(&self) {
         if let Autograd::Leaf(slot) = &self.autograd {

@@ -123,6 +123,13 @@ pub struct TrainConfig {
     /// that needs more is refused before step 1 ([`crate::Error::HostBudgetTooSmall`]), and
     /// `Offload::Auto` does not offload past it.
     pub host_memory_budget: Option<u64>,
+    /// What the ranks of a data-parallel run divide between them (ZeRO stages 1 and 2);
+    /// nothing with one process.
+    pub shard: Shard,
+    /// This process's rank and how many ranks train the model (`(0, 1)` for one process): the
+    /// rows a sharded optimizer keeps ([`Shard`]), in the run and in its plan's dry runs. The
+    /// trainer sets it from its collective.
+    pub rank: (usize, usize),
 }
 
 /// Where a resumed run goes on from ([`TrainConfig::resumed_at`]).
@@ -159,6 +166,35 @@ impl std::fmt::Display for Offload {
             Offload::None => "none",
             Offload::Auto => "auto",
             Offload::OptimizerState => "optimizer",
+        })
+    }
+}
+
+/// What the ranks of a data-parallel run divide between them, ZeRO's stages 1 and 2
+/// (`--shard`). Each rank keeps the optimizer state of about 1/N of the parameters' rows
+/// ([`plimsoll_nn::ShardedAdamW`]) and updates only those; the updated rows are then gathered
+/// by every rank. The update equals one process's on the whole batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Shard {
+    /// Every rank keeps all of the optimizer state and updates every parameter.
+    #[default]
+    None,
+    /// Stage 1: the optimizer state is divided; the gradients are summed on every rank
+    /// (all-reduce) as without sharding.
+    OptimizerState,
+    /// Stage 2: the optimizer state and the summed gradients are divided: a reduce-scatter
+    /// leaves each rank only its rows' gradients, and the whole gradients are freed before the
+    /// update.
+    Gradients,
+}
+
+impl std::fmt::Display for Shard {
+    /// As `--shard` takes it: `none`, `optimizer`, `gradients`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Shard::None => "none",
+            Shard::OptimizerState => "optimizer",
+            Shard::Gradients => "gradients",
         })
     }
 }
@@ -242,6 +278,8 @@ impl Default for TrainConfig {
             resumed_at: None,
             offload: Offload::None,
             host_memory_budget: None,
+            shard: Shard::None,
+            rank: (0, 1),
         }
     }
 }
@@ -339,6 +377,7 @@ impl TrainConfig {
             "prefetch": self.prefetch,
             "offload": self.offload.to_string(),
             "host_memory_budget": self.host_memory_budget,
+            "shard": self.shard.to_string(),
         })
     }
 

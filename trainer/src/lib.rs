@@ -37,14 +37,14 @@ mod workload;
 // Each part's modules, at the crate root where their paths have always been.
 pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
 pub use runs::{checkpoint_io, run_dir};
-pub use training::{collective, loader, plan, recovery, scaler, step, trainer};
+pub use training::{collective, loader, plan, recovery, scaler, step, trainer, zero};
 pub use workload::{
     data, host, images, model, prepare, sample, task, text, token_files, tokenizer,
 };
 
 pub use config::{
     AllocatorMode, CheckpointPolicy, DEFAULT_SNAPSHOT_INTERVAL, LeakPolicy, Offload, Precision,
-    ResumePoint, RunLength, SnapshotEvery, TrainConfig,
+    ResumePoint, RunLength, Shard, SnapshotEvery, TrainConfig,
 };
 pub use data::{Dataset, TokenData};
 pub use error::{Error, Result};

@@ -365,3 +365,111 @@ fn a_run_resumes_with_the_same_ranks_and_says_so_when_they_differ() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Each rank's optimizer state (the memory summary's `optimizer_state`, current), in rank
+/// order, from a run directory's gathered `memory_summary.txt`.
+fn optimizer_bytes_per_rank(run: &Path) -> Vec<f64> {
+    let text = std::fs::read_to_string(run.join("memory_summary.txt")).unwrap();
+    text.lines()
+        .filter(|l| {
+            l.trim_start_matches('|')
+                .trim_start()
+                .starts_with("optimizer_state ")
+        })
+        .map(|l| {
+            let current = l.split('|').nth(2).unwrap().trim();
+            let (number, unit) = current.split_once(' ').unwrap();
+            let scale = match unit {
+                "B" => 1.0,
+                "KiB" => 1024.0,
+                "MiB" => 1024.0 * 1024.0,
+                other => panic!("unit {other}"),
+            };
+            number.parse::<f64>().unwrap() * scale
+        })
+        .collect()
+}
+
+/// ZeRO stages 1 and 2 (`--shard optimizer|gradients`) on 2 ranks train the tiny GPT as one
+/// process does (the same bounds as without sharding), and each rank keeps about half of the
+/// optimizer state (as allocated): together one process's, each at most 53% of it (the cut is
+/// at a row; the allocator's blocks may hold a few bytes more than asked).
+#[test]
+fn sharded_state_on_two_ranks_trains_a_tiny_gpt_as_one_process_with_half_the_state_each() {
+    for (shard, batch) in [("optimizer", "64"), ("gradients", "63")] {
+        let mut args = gpt(batch);
+        args.extend(["--shard", shard]);
+        let dir = folder(&format!("shard-{shard}"));
+        let (one, many) = one_and_many(&dir, 2, &args);
+        assert_same_training(&one, &many, 2);
+        let whole = optimizer_bytes_per_rank(&one)[0];
+        let each = optimizer_bytes_per_rank(&many);
+        assert_eq!(each.len(), 2, "{each:?}");
+        let total: f64 = each.iter().sum();
+        eprintln!("--shard {shard}: one process {whole} B; per rank {each:?} B allocated");
+        // Allocated blocks may hold a few bytes more than asked (a remainder too small to
+        // split off stays with its block, which depends on the layout): within 3%.
+        assert!(
+            (total - whole).abs() <= 0.03 * whole,
+            "--shard {shard}: the ranks keep {total} B of {whole} B"
+        );
+        for (r, bytes) in each.iter().enumerate() {
+            assert!(
+                *bytes <= 0.53 * whole,
+                "--shard {shard}: rank {r} keeps {bytes} B of {whole} B"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A sharded run's checkpoint holds the whole optimizer state: 3 steps on 2 ranks with
+/// `--shard gradients`, one more on 2 ranks sharded, the last on one process, equal 5 steps
+/// of one process in one go.
+#[test]
+fn a_sharded_run_checkpoints_the_whole_state_and_resumes_on_other_ranks() {
+    let dir = folder("shard-resume");
+    // A constant learning rate: the schedule does not depend on the run's length.
+    let mut args = vec!["shakespeare", "--batch", "64", "--context", "16"];
+    args.extend(["--warmup-steps", "0", "--lr", "1e-3", "--min-lr", "1e-3"]);
+    args.extend(ONE_BLOCK_GPT_ARGS);
+    let run = dir.join("run");
+    let output = mpirun(2)
+        .arg(BIN)
+        .arg("train")
+        .args(&args)
+        .args(["--steps", "3", "--shard", "gradients", "--run-dir"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    check(&output, "first");
+    let resume = |ranks: usize, steps: &str, shard: &[&str]| {
+        let mut c = match ranks {
+            1 => Command::new(BIN),
+            n => {
+                let mut c = mpirun(n);
+                c.arg(BIN);
+                c
+            }
+        };
+        let output = c
+            .args(["train", "shakespeare", "--resume"])
+            .arg(&run)
+            .args(["--steps", steps])
+            .args(shard)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        check(&output, "resume");
+    };
+    resume(2, "4", &["--shard", "gradients"]);
+    resume(1, "5", &["--shard", "none"]);
+    args.extend(["--steps", "5"]);
+    let one = one_process(&dir, &args);
+    let (all, worst, name) = relative_differences(&one, &run);
+    assert!(
+        all <= 1e-5 && worst <= 1e-4,
+        "{name}: {worst:e}, all {all:e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,7 +1,8 @@
 //! `--offload optimizer`: AdamW's moments in host memory and the update on the host. On a tiny
 //! GPT the update is the device's within f32 rounding, a resumed run is bit-identical, and the
 //! plan sees a device without optimizer state (so a budget too small for the state on the
-//! device fits), stepping at its prediction.
+//! device fits), stepping at its prediction. One rank of a sharded run (`--shard`) steps at its
+//! plan with half the state.
 
 #![allow(clippy::unwrap_used)]
 
@@ -166,4 +167,60 @@ fn an_offloaded_plan_fits_a_smaller_budget() {
     .err()
     .expect("SGD has no host form");
     assert!(err.to_string().contains("--offload"), "{err}");
+}
+
+/// One rank of a sharded run, in one process: rank 0 of 2 with the [`Planning`] collective
+/// (every call answers with values of the real call's length: zeros), so that the real step's
+/// allocations run on a real device beside its plan's dry runs. Unsharded and for both stages
+/// the steps peak at the prediction, allocated and reserved (the dry run makes the run's
+/// collective calls, and weights the rank's loss by its share of the whole batch, as the run
+/// does: without, the run's scaling of the loss took 256 bytes the plan had not counted), and
+/// the optimizer state is half the unsharded run's (within the rows at the cut and the
+/// allocator's block rounding).
+///
+/// [`Planning`]: plimsoll_trainer::collective::Planning
+#[test]
+fn a_sharded_rank_steps_at_its_plan_with_half_the_state() {
+    use plimsoll_kernels_wgsl::Category;
+    use plimsoll_trainer::Shard;
+    use plimsoll_trainer::collective::Planning;
+    let (spec, _) = tiny_gpt(1);
+    let run = |shard: Shard, ranks: usize| {
+        let mut planned = config(16, 8, 4, 1e-2);
+        planned.micro_batch = None;
+        planned.shard = shard;
+        let gpu = fresh_gpu();
+        let collective = Box::new(Planning { rank: 0, ranks });
+        let mut t =
+            Trainer::new_distributed(&gpu, planned, &spec, windows(), None, collective).unwrap();
+        // Steps alone: the end of a run gathers the other ranks' state, which they lack here.
+        for _ in 0..4 {
+            t.step().unwrap();
+        }
+        let p = t.plan().expect("planned").clone();
+        let stats = gpu.with_allocator(|a| a.stats().clone());
+        let state = stats.category(Category::OptimizerState).allocated_bytes;
+        (
+            [p.predicted_peak_bytes, p.predicted_peak_reserved_bytes],
+            [stats.peak_allocated_bytes, stats.peak_reserved_bytes],
+            state,
+        )
+    };
+    let (_, _, whole) = run(Shard::None, 1);
+    let (predicted, measured, _) = run(Shard::None, 2);
+    assert_eq!(
+        measured, predicted,
+        "unsharded on 2 ranks: steps at the prediction"
+    );
+    for shard in [Shard::OptimizerState, Shard::Gradients] {
+        let (predicted, measured, state) = run(shard, 2);
+        assert_eq!(
+            measured, predicted,
+            "--shard {shard}: steps at the prediction"
+        );
+        assert!(
+            state as f64 <= 0.55 * whole as f64,
+            "--shard {shard}: {state} of {whole} bytes of optimizer state"
+        );
+    }
 }

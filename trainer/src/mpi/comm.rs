@@ -54,6 +54,24 @@ pub(super) fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job
                 let summed = all_reduce(&world, &values, stamp, &watch, || poll(&watch));
                 let _ = reply.send(summed);
             }
+            Job::ReduceScatterF32 {
+                values,
+                stamp,
+                reply,
+            } => {
+                let kind = Kind::ReduceScatter;
+                let part = collective(&world, kind, &values, stamp, &watch, || poll(&watch));
+                let _ = reply.send(part);
+            }
+            Job::AllGatherF32 {
+                values,
+                stamp,
+                reply,
+            } => {
+                let kind = Kind::AllGather;
+                let all = collective(&world, kind, &values, stamp, &watch, || poll(&watch));
+                let _ = reply.send(all);
+            }
             Job::AllReduceU64 {
                 values,
                 stamp,
@@ -90,11 +108,35 @@ pub(super) fn communicate(ready: mpsc::Sender<Started>, jobs: mpsc::Receiver<Job
     std::mem::forget(universe);
 }
 
-/// The element-wise sum of `values` over every rank, polled until done. Each rank also sends
-/// the others its `stamp` (what arrives is recorded in `watch`), answers their pings while it
-/// waits, and pings them itself once a caller past its deadline asks ([`Watch::probe`]).
+/// Which collective operation [`collective`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Every rank gets the element-wise sum.
+    AllReduce,
+    /// The element-wise sum cut into as many equal blocks as ranks: each rank gets its block.
+    ReduceScatter,
+    /// Every rank's values joined in rank order, on every rank.
+    AllGather,
+}
+
+/// The element-wise sum of `values` over every rank ([`collective`]).
 fn all_reduce<T: Equivalence + Default + Copy>(
     world: &mpi::topology::SimpleCommunicator,
+    values: &[T],
+    stamp: Stamp,
+    watch: &Watch,
+    poll: impl FnMut(),
+) -> Vec<T> {
+    collective(world, Kind::AllReduce, values, stamp, watch, poll)
+}
+
+/// The collective `kind` of `values` over every rank, polled until done (a reduce-scatter's
+/// length is a multiple of the ranks: the caller checks). Each rank also sends the others its
+/// `stamp` (what arrives is recorded in `watch`), answers their pings while it waits, and pings
+/// them itself once a caller past its deadline asks ([`Watch::probe`]).
+fn collective<T: Equivalence + Default + Copy>(
+    world: &mpi::topology::SimpleCommunicator,
+    kind: Kind,
     values: &[T],
     stamp: Stamp,
     watch: &Watch,
@@ -102,7 +144,12 @@ fn all_reduce<T: Equivalence + Default + Copy>(
 ) -> Vec<T> {
     let rank = world.rank() as usize;
     let ranks = watch.arrived.len();
-    let mut out = vec![T::default(); values.len()];
+    let len = match kind {
+        Kind::AllReduce => values.len(),
+        Kind::ReduceScatter => values.len() / ranks.max(1),
+        Kind::AllGather => values.len() * ranks,
+    };
+    let mut out = vec![T::default(); len];
     let mut stamps = vec![[NEVER; 2]; ranks];
     let mut ping_slots = vec![[0u64; 1]; PING_SLOTS];
     let mut pong_slots = vec![[0u64; 1]; ranks];
@@ -119,12 +166,18 @@ fn all_reduce<T: Equivalence + Default + Copy>(
             let recv = process.immediate_receive_into_with_tag(scope, &mut slot[..], ARRIVAL_TAG);
             recvs.push((peer, recv));
         }
-        let mut reduce = Some(world.immediate_all_reduce_into(
-            scope,
-            values,
-            &mut out[..],
-            SystemOperation::sum(),
-        ));
+        let mut reduce = Some(match kind {
+            Kind::AllReduce => {
+                world.immediate_all_reduce_into(scope, values, &mut out[..], SystemOperation::sum())
+            }
+            Kind::ReduceScatter => world.immediate_reduce_scatter_block_into(
+                scope,
+                values,
+                &mut out[..],
+                SystemOperation::sum(),
+            ),
+            Kind::AllGather => world.immediate_all_gather_into(scope, values, &mut out[..]),
+        });
         // Pings from anyone, answered with a pong; a slot per ping.
         let mut ping_slots = ping_slots.iter_mut();
         let mut post_ping = || {

@@ -51,6 +51,18 @@ pub(crate) enum Job {
         stamp: Stamp,
         reply: mpsc::Sender<Vec<f32>>,
     },
+    /// `values` holds one equal block per rank; each rank gets the sum of its block.
+    ReduceScatterF32 {
+        values: Vec<f32>,
+        stamp: Stamp,
+        reply: mpsc::Sender<Vec<f32>>,
+    },
+    /// Every rank's `values` (the same length on each), joined in rank order.
+    AllGatherF32 {
+        values: Vec<f32>,
+        stamp: Stamp,
+        reply: mpsc::Sender<Vec<f32>>,
+    },
     AllReduceU64 {
         values: Vec<u64>,
         stamp: Stamp,
@@ -289,6 +301,38 @@ impl Collective for MpiCollective {
             Some(step),
             deadline,
             |reply, stamp| Job::AllReduceF32 {
+                values,
+                stamp,
+                reply,
+            },
+        )
+    }
+
+    fn reduce_scatter_sum(
+        &self,
+        values: Vec<f32>,
+        step: u64,
+        deadline: Duration,
+    ) -> Result<Vec<f32>> {
+        crate::collective::check_blocks(values.len(), self.inner.ranks)?;
+        self.submit(
+            "the reduce-scatter of gradients",
+            Some(step),
+            deadline,
+            |reply, stamp| Job::ReduceScatterF32 {
+                values,
+                stamp,
+                reply,
+            },
+        )
+    }
+
+    fn all_gather(&self, values: Vec<f32>, step: u64, deadline: Duration) -> Result<Vec<f32>> {
+        self.submit(
+            "the all-gather of updated parameters",
+            Some(step),
+            deadline,
+            |reply, stamp| Job::AllGatherF32 {
                 values,
                 stamp,
                 reply,

@@ -86,16 +86,39 @@ pub fn host_state(
     optimizer: &dyn Optimizer,
     position: &RunPosition,
 ) -> Result<LoadedState> {
+    if optimizer.row_shard().is_some() {
+        return Err(Error::invalid(
+            "checkpoint",
+            "a sharded optimizer holds one rank's rows: gather every rank's first \
+             (host_state_with)",
+        ));
+    }
+    let host = optimizer.host_state().unwrap_or_default();
+    host_state_with(params, optimizer, host, position)
+}
+
+/// [`host_state`] with the optimizer's state given in host memory (`host`: an offloaded
+/// optimizer's, or a sharded run's gathered from every rank), besides what
+/// [`Optimizer::state`] holds on the device (nothing, for a sharded optimizer: its rows are in
+/// `host`).
+pub fn host_state_with(
+    params: &[(String, Tensor)],
+    optimizer: &dyn Optimizer,
+    host: Vec<(String, HostTensor)>,
+    position: &RunPosition,
+) -> Result<LoadedState> {
     let mut tensors: Vec<(String, Tensor)> = params
         .iter()
         .map(|(n, t)| (format!("{PARAM_PREFIX}{n}"), t.clone()))
         .collect();
-    tensors.extend(
-        optimizer
-            .state()
-            .into_iter()
-            .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
-    );
+    if optimizer.row_shard().is_none() {
+        tensors.extend(
+            optimizer
+                .state()
+                .into_iter()
+                .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
+        );
+    }
     let mut metadata = BTreeMap::new();
     let mut put = |k: &str, v: String| metadata.insert(k.to_string(), v);
     put("format", FORMAT.to_string());
@@ -123,8 +146,6 @@ pub fn host_state(
     for (name, t) in tensors {
         entries.push((name, HostTensor::new(t.shape().to_vec(), t.to_vec()?)));
     }
-    // An optimizer that keeps its state in host memory gives copies of it.
-    let host = optimizer.host_state().unwrap_or_default();
     entries.extend(
         host.into_iter()
             .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
@@ -315,9 +336,10 @@ pub(crate) fn upload_optimizer_state<'a>(
     steps: u64,
 ) -> Result<()> {
     // An optimizer that keeps its state in host memory takes it there: nothing on the device
-    // (and on a planning device, nothing at all).
-    if optimizer.state_on_host() {
-        if gpu.is_planning() {
+    // (and on a planning device, nothing at all). A sharded one takes its rows of the host
+    // copies (on a planning device, of none: each row block is its allocation alone).
+    if optimizer.loads_from_host() {
+        if gpu.is_planning() && optimizer.state_on_host() {
             return Ok(());
         }
         let host: Vec<(String, HostTensor)> = entries

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::checkpoint_io;
 use crate::config::{CheckpointPolicy, Precision, TrainConfig};
 use plimsoll_kernels_wgsl::Error as KernelError;
+use plimsoll_nn::state::LoadedState;
 
 use crate::error::{Error, Result};
 use crate::task::Evaluation;
@@ -145,16 +146,50 @@ impl Trainer {
         Ok(())
     }
 
-    /// Saves a checkpoint of the current state if a checkpoint directory is configured.
+    /// Whether the optimizer keeps one rank's rows of the state (`--shard` on several ranks):
+    /// a checkpoint then gathers every rank's ([`crate::zero::gathered_state`]).
+    fn sharded(&self) -> bool {
+        self.optimizer.row_shard().is_some() && self.collective.ranks() > 1
+    }
+
+    /// The state a checkpoint holds. A sharded run gathers every rank's rows of the optimizer
+    /// state first (every rank calls this at the same point of the run); rank 0 gets the
+    /// state, the others `None`.
+    fn checkpoint_state(&self) -> Result<Option<LoadedState>> {
+        let params = self.saved_tensors();
+        if !self.sharded() {
+            let state =
+                checkpoint_io::host_state(&params, self.optimizer.as_ref(), &self.position)?;
+            return Ok(Some(state));
+        }
+        let deadline = self.config.save_deadline.max(self.config.fence_deadline);
+        let gathered = crate::zero::gathered_state(
+            self.optimizer.as_ref(),
+            self.collective.as_ref(),
+            deadline,
+        )?;
+        gathered
+            .map(|host| {
+                checkpoint_io::host_state_with(
+                    &params,
+                    self.optimizer.as_ref(),
+                    host,
+                    &self.position,
+                )
+            })
+            .transpose()
+    }
+
+    /// Saves a checkpoint of the current state if a checkpoint directory is configured (a
+    /// sharded run's other ranks send their rows of the optimizer state to rank 0, which saves).
     pub fn save_checkpoint(&mut self) -> Result<Option<PathBuf>> {
-        let Some(dir) = self.config.checkpoint_dir.clone() else {
+        if self.config.checkpoint_dir.is_none() && !self.sharded() {
+            return Ok(None);
+        }
+        let state = self.checkpoint_state()?;
+        let (Some(dir), Some(state)) = (self.config.checkpoint_dir.clone(), state) else {
             return Ok(None);
         };
-        let state = checkpoint_io::host_state(
-            &self.saved_tensors(),
-            self.optimizer.as_ref(),
-            &self.position,
-        )?;
         let path =
             checkpoint_io::save_host(&dir, checkpoint_io::LATEST, &state, self.position.step)?;
         // The same bytes are the state a lost device goes on from.
@@ -195,6 +230,17 @@ impl Trainer {
             // The GPU is stalled: dropping the device waits for it at most one deadline more.
             let drop = self.gpu.drop_deadline().min(self.config.fence_deadline);
             self.gpu.set_drop_deadline(drop);
+        }
+        if self.sharded() {
+            // The other ranks hold the rest of the optimizer state, and one of them (or this
+            // one) failed: the last checkpoint they saved together is the last good state.
+            let line = format!(
+                "the optimizer state is divided among the ranks (--shard), so this rank alone \
+                 cannot save it; {}",
+                self.on_disk()
+            );
+            self.note(line);
+            return None;
         }
         if good_step == 0 && self.last_saved.is_none() {
             self.note(
@@ -328,18 +374,21 @@ impl Trainer {
             return Ok(());
         }
         let previous = self.position.best_eval_loss.replace(loss);
-        let Some(dir) = self.config.checkpoint_dir.clone() else {
+        if self.config.checkpoint_dir.is_none() && !self.sharded() {
             return Ok(());
-        };
-        let saved = checkpoint_io::save(
-            &dir,
-            checkpoint_io::BEST,
-            &self.saved_tensors(),
-            self.optimizer.as_ref(),
-            &self.position,
-        );
+        }
+        let saved = self.checkpoint_state().and_then(|state| {
+            match (self.config.checkpoint_dir.as_ref(), state) {
+                (Some(dir), Some(state)) => {
+                    let step = self.position.step;
+                    checkpoint_io::save_host(dir, checkpoint_io::BEST, &state, step).map(Some)
+                }
+                _ => Ok(None),
+            }
+        });
         match saved {
-            Ok(path) => {
+            Ok(None) => Ok(()),
+            Ok(Some(path)) => {
                 self.note(format!(
                     "evaluation loss {loss:.4} is the lowest so far; saved {}",
                     path.display()

@@ -33,6 +33,21 @@ pub trait Collective: Send {
     /// [`crate::Error::RanksUnresponsive`] naming the ranks that never reached this call.
     fn all_reduce_sum(&self, values: Vec<f32>, step: u64, deadline: Duration) -> Result<Vec<f32>>;
 
+    /// The element-wise sum of `values` over every rank, cut into [`Collective::ranks`] equal
+    /// blocks: this rank gets block [`Collective::rank`] (`values.len() / ranks()` values). Every
+    /// rank passes the same length, a multiple of the ranks. Deadline and errors as
+    /// [`Collective::all_reduce_sum`].
+    fn reduce_scatter_sum(
+        &self,
+        values: Vec<f32>,
+        step: u64,
+        deadline: Duration,
+    ) -> Result<Vec<f32>>;
+
+    /// Every rank's `values` (the same length on each) joined in rank order, on every rank.
+    /// Deadline and errors as [`Collective::all_reduce_sum`].
+    fn all_gather(&self, values: Vec<f32>, step: u64, deadline: Duration) -> Result<Vec<f32>>;
+
     /// [`Collective::all_reduce_sum`] in f64 (an evaluation's sums), outside any step.
     fn all_reduce_sum_f64(&self, values: Vec<f64>, deadline: Duration) -> Result<Vec<f64>>;
 
@@ -62,6 +77,14 @@ impl Collective for SingleProcess {
         Ok(values)
     }
 
+    fn reduce_scatter_sum(&self, values: Vec<f32>, _: u64, _: Duration) -> Result<Vec<f32>> {
+        Ok(values)
+    }
+
+    fn all_gather(&self, values: Vec<f32>, _: u64, _: Duration) -> Result<Vec<f32>> {
+        Ok(values)
+    }
+
     fn all_reduce_sum_f64(&self, values: Vec<f64>, _: Duration) -> Result<Vec<f64>> {
         Ok(values)
     }
@@ -73,6 +96,68 @@ impl Collective for SingleProcess {
     fn gather(&self, bytes: Vec<u8>, _: Duration) -> Result<Vec<Vec<u8>>> {
         Ok(vec![bytes])
     }
+}
+
+/// Rank `rank` of `ranks` on a planning device: every call answers at once with values of the
+/// length the real call gives (sums and gathers of zeros), so a plan's dry run of a sharded
+/// step allocates exactly as the run's step does, and sends nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct Planning {
+    /// The rank planned for.
+    pub rank: usize,
+    /// How many ranks the run has.
+    pub ranks: usize,
+}
+
+impl Collective for Planning {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    fn all_reduce_sum(&self, values: Vec<f32>, _: u64, _: Duration) -> Result<Vec<f32>> {
+        Ok(values)
+    }
+
+    fn reduce_scatter_sum(&self, values: Vec<f32>, _: u64, _: Duration) -> Result<Vec<f32>> {
+        check_blocks(values.len(), self.ranks)?;
+        Ok(vec![0.0; values.len() / self.ranks.max(1)])
+    }
+
+    fn all_gather(&self, values: Vec<f32>, _: u64, _: Duration) -> Result<Vec<f32>> {
+        Ok(vec![0.0; values.len() * self.ranks])
+    }
+
+    fn all_reduce_sum_f64(&self, values: Vec<f64>, _: Duration) -> Result<Vec<f64>> {
+        Ok(values)
+    }
+
+    fn wait_for_all(&self, _: &str, _: Duration) -> Result<()> {
+        Ok(())
+    }
+
+    /// The other ranks' bytes are not known: an error.
+    fn gather(&self, bytes: Vec<u8>, _: Duration) -> Result<Vec<Vec<u8>>> {
+        drop(bytes);
+        Err(crate::error::Error::invalid(
+            "gather",
+            "a plan's stand-in for the other ranks has nothing of theirs to gather",
+        ))
+    }
+}
+
+/// Errors unless `len` values cut into `ranks` equal blocks (a reduce-scatter's input).
+pub fn check_blocks(len: usize, ranks: usize) -> Result<()> {
+    if ranks == 0 || !len.is_multiple_of(ranks) {
+        return Err(crate::error::Error::invalid(
+            "reduce-scatter",
+            format!("{len} values do not cut into {ranks} equal blocks"),
+        ));
+    }
+    Ok(())
 }
 
 /// The number of processes an MPI launcher (`mpirun`, `srun`) started, from the environment

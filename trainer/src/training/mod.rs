@@ -2,7 +2,7 @@
 //! out-of-memory recovery, the update as a transaction), the memory plan ([`plan`]) and the
 //! budget that follows the device (`budget`), when to evaluate (`schedule`) and how
 //! (`evaluate`), the f16 loss scaler ([`scaler`]), how the ranks of a data-parallel
-//! run agree ([`collective`]) and the thread that builds batches ahead of the step ([`loader`]).
+//! run agree ([`collective`]) and divide the optimizer state ([`zero`]), and the thread that builds batches ahead of the step ([`loader`]).
 
 mod budget;
 pub mod collective;
@@ -14,3 +14,4 @@ pub mod scaler;
 pub(crate) mod schedule;
 pub mod step;
 pub mod trainer;
+pub mod zero;

@@ -40,9 +40,10 @@ use plimsoll_kernels_wgsl::kernels::{copy, nonfinite};
 use plimsoll_nn::{Optimizer, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
-use crate::config::Precision;
+use crate::config::{Precision, Shard};
 use crate::error::{Error, Result};
 use crate::task::{Data, HostBatch, Model};
+use crate::zero;
 
 /// What one step needs besides the optimizer.
 pub struct StepInputs<'a> {
@@ -79,6 +80,9 @@ pub struct StepInputs<'a> {
     pub precision: Precision,
     /// The loss scale ([`crate::scaler::LossScaler::scale`]; 1 in f32).
     pub loss_scale: f32,
+    /// What the ranks divide ([`crate::zero`]): with [`Shard::Gradients`] the gradients are
+    /// reduce-scattered rather than summed on every rank.
+    pub shard: Shard,
 }
 
 /// Runs `f` as one step of the allocator's planned steps (a no-op bracket when planning is off):
@@ -299,6 +303,10 @@ pub fn run_step(
             stepped
         });
         zero_grad(inputs.params);
+        if optimizer.row_shard().is_some() {
+            // Rows' gradients a failed step gave the optimizer go with the others.
+            let _ = optimizer.set_row_gradients(Default::default());
+        }
         result
     });
     set_phase(inputs.gpu, inputs.step, Phase::Other);
@@ -390,11 +398,31 @@ fn run_step_inner(
         bytes: 0,
         ms: 0.0,
     };
-    let loss_sum = match inputs.collective {
-        Some(c) if c.ranks() > 1 => all_reduce_gradients(inputs, c, loss_sum, &mut shared)?,
-        _ => loss_sum.ok_or_else(|| Error::invalid("step", "an empty batch"))?,
+    let ranks = inputs.collective.filter(|c| c.ranks() > 1);
+    let (loss_sum, read) = match ranks {
+        Some(c) if inputs.shard == Shard::Gradients => {
+            let mut traffic = zero::Traffic {
+                bytes: &mut shared.bytes,
+                ms: &mut shared.ms,
+            };
+            let (loss, stop, read) =
+                zero::reduce_scatter_gradients(inputs, c, loss_sum, optimizer, &mut traffic)?;
+            shared.stop = stop;
+            (loss, Some(read))
+        }
+        Some(c) => (
+            all_reduce_gradients(inputs, c, loss_sum, &mut shared)?,
+            None,
+        ),
+        None => (
+            loss_sum.ok_or_else(|| Error::invalid("step", "an empty batch"))?,
+            None,
+        ),
     };
-    let read = read_loss_and_check(&loss_sum, inputs.params)?;
+    let read = match read {
+        Some(read) => read,
+        None => read_loss_and_check(&loss_sum, inputs.params)?,
+    };
     drop(loss_sum);
     // Unscaled (by the loss scale) before anything reads them.
     let loss = read.loss / inputs.loss_scale;
@@ -445,6 +473,14 @@ fn run_step_inner(
     });
     optimizer.set_grad_scale(1.0);
     stepped?;
+    if let (Some(c), Some(shard)) = (ranks, optimizer.row_shard().cloned()) {
+        // Each rank updated its rows: every rank gets the others'.
+        let mut traffic = zero::Traffic {
+            bytes: &mut result.allreduce_bytes,
+            ms: &mut result.allreduce_ms,
+        };
+        zero::all_gather_parameters(inputs, c, &shard, &mut traffic)?;
+    }
     Ok(result)
 }
 
@@ -483,6 +519,7 @@ fn all_reduce_gradients(
     let grads: Vec<Option<Tensor>> = inputs.params.iter().map(|(_, p)| p.grad()).collect();
     let sizes: Vec<usize> = inputs.params.iter().map(|(_, p)| p.numel()).collect();
     let header_len = 2 + grads.len();
+    let planning = inputs.gpu.is_planning();
     let mut ranges = buckets(&sizes, BUCKET_BYTES / 4);
     if ranges.is_empty() {
         ranges.push(0..0);
@@ -506,11 +543,25 @@ fn all_reduce_gradients(
             0 => Vec::new(),
             _ => {
                 let refs: Vec<&Tensor> = present.iter().collect();
-                Tensor::concat(&refs, 0)?.to_vec()?
+                let gathered = Tensor::concat(&refs, 0)?;
+                match planning {
+                    // A plan's dry run: the gathered copy's allocation is all that counts (its
+                    // values would be zeros, and a large model's would cost the host gigabytes).
+                    true => Vec::new(),
+                    false => gathered.to_vec()?,
+                }
             }
         }
         .into_iter();
         drop(present);
+        if planning {
+            // The run writes the sums into every gradient: what their matmuls computed of
+            // their squares is stale, and the read-back sums them again.
+            for (_, p) in inputs.params.get(range).unwrap_or(&[]) {
+                p.grad_changed();
+            }
+            continue;
+        }
         let mut values =
             Vec::with_capacity(header_len + sizes[range.clone()].iter().sum::<usize>());
         if b == 0 {

@@ -205,6 +205,8 @@ impl Trainer {
         let effective = config.effective_batch;
         let needs_plan = config.needs_plan();
         // Each rank runs its shard of every batch: that is what its memory must fit.
+        let mut config = config;
+        config.rank = (collective.rank(), collective.ranks());
         let mut per_rank = config.clone();
         per_rank.effective_batch = crate::collective::largest_shard(effective, collective.ranks());
         let plan = if needs_plan {
@@ -223,7 +225,6 @@ impl Trainer {
             None
         };
         // `--offload auto` is the plan's choice (on the device without a plan).
-        let mut config = config;
         config.offload = match (&plan, config.offload) {
             (Some(p), _) if p.offload == Offload::OptimizerState.to_string() => {
                 Offload::OptimizerState
@@ -624,6 +625,7 @@ impl Trainer {
             stop: self.stop.load(Ordering::SeqCst),
             precision: self.config.precision,
             loss_scale: self.position.loss_scaler.map_or(1.0, |s| s.scale),
+            shard: self.config.shard,
         };
         let result = run_step(&inputs, self.optimizer.as_mut(), mine, self.micro_batch, lr);
         let result = match result {

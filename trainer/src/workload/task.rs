@@ -228,16 +228,43 @@ impl From<EvalSums> for Evaluation {
 }
 
 /// [`build_within_budget`] for a run of `config`: with [`Offload::OptimizerState`] the
-/// optimizer is the recipe's in its host form ([`Optimizer::offloaded`]). Errors: an optimizer
-/// that has no host form.
+/// optimizer is the recipe's in its host form ([`Optimizer::offloaded`]); on several ranks with
+/// a [`Shard`] other than none, its form that keeps this rank's rows ([`Optimizer::sharded`],
+/// [`crate::TrainConfig::rank`]). Errors: an optimizer that has no such form, or both asked.
 ///
 /// [`Offload::OptimizerState`]: crate::config::Offload::OptimizerState
+/// [`Shard`]: crate::config::Shard
 pub fn build_for_run(
     recipe: &dyn Recipe,
     gpu: &Gpu,
     config: &crate::config::TrainConfig,
 ) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
     let (model, optimizer) = build_within_budget(recipe, gpu)?;
+    let (rank, ranks) = config.rank;
+    if config.shard != crate::config::Shard::None && ranks > 1 {
+        if config.offload == crate::config::Offload::OptimizerState {
+            return Err(Error::invalid(
+                "--shard",
+                "the optimizer's state is either in host memory (--offload optimizer) or \
+                 divided among the ranks (--shard), not both: leave one out",
+            ));
+        }
+        let shapes: Vec<(String, Vec<usize>)> = model
+            .parameters()
+            .iter()
+            .filter(|(_, t)| t.requires_grad())
+            .map(|(n, t)| (n.clone(), t.shape().to_vec()))
+            .collect();
+        let shard = plimsoll_nn::RowShard::new(&shapes, rank, ranks);
+        let sharded = optimizer.sharded(gpu, shard).ok_or_else(|| {
+            Error::invalid(
+                "--shard",
+                "this run's optimizer has no sharded form (AdamW has; SGD has not): leave \
+                 --shard out",
+            )
+        })?;
+        return Ok((model, sharded));
+    }
     match config.offload {
         crate::config::Offload::None | crate::config::Offload::Auto => Ok((model, optimizer)),
         crate::config::Offload::OptimizerState => {

@@ -1,7 +1,9 @@
 //! Flag parsers: every value is checked when it is parsed, so a bad one is a usage error
 //! (exit code 2, clap's message naming the flag) before anything runs.
 
-use plimsoll_trainer::{AllocatorMode, CheckpointPolicy, LeakPolicy, Offload, Precision, StepSpan};
+use plimsoll_trainer::{
+    AllocatorMode, CheckpointPolicy, LeakPolicy, Offload, Precision, Shard, StepSpan,
+};
 
 type Parsed<T> = std::result::Result<T, String>;
 
@@ -87,6 +89,16 @@ pub fn offload(s: &str) -> Parsed<Offload> {
         "auto" => Ok(Offload::Auto),
         "optimizer" => Ok(Offload::OptimizerState),
         _ => Err(format!("{s:?}: use auto, none or optimizer")),
+    }
+}
+
+/// `--shard`: `none`, `optimizer` or `gradients`.
+pub fn shard(s: &str) -> Parsed<Shard> {
+    match s {
+        "none" => Ok(Shard::None),
+        "optimizer" => Ok(Shard::OptimizerState),
+        "gradients" => Ok(Shard::Gradients),
+        _ => Err(format!("{s:?}: use none, optimizer or gradients")),
     }
 }
 

@@ -28,7 +28,8 @@ use clap::{Args, Parser, Subcommand};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
 use plimsoll_trainer::{
-    AllocatorMode, CheckpointPolicy, Error, LeakPolicy, Offload, Precision, Result, TrainConfig,
+    AllocatorMode, CheckpointPolicy, Error, LeakPolicy, Offload, Precision, Result, Shard,
+    TrainConfig,
 };
 
 use workloads::job;
@@ -58,6 +59,11 @@ pub(crate) enum Command {
     },
     /// Print the memory plan (dry run of one micro-batch) without training.
     Plan {
+        /// Plan one rank of a data-parallel run of this many ranks (`mpirun -np N`): its shard
+        /// of every batch and, with `--shard`, its part of the optimizer state (rank 0's, the
+        /// largest).
+        #[arg(long, global = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        ranks: u32,
         #[command(subcommand)]
         workload: Workload,
     },
@@ -228,6 +234,14 @@ pub(crate) struct CommonArgs {
     /// and `--offload auto` does not offload past it.
     #[arg(long, value_parser = flags::bytes)]
     host_memory_budget: Option<u64>,
+    /// Under mpirun, what the ranks divide between them (ZeRO): `optimizer` (stage 1): each
+    /// rank keeps AdamW's moments for about 1/N of the parameters and updates those, then
+    /// every rank gets the others' updated parameters; `gradients` (stage 2): also the summed
+    /// gradients (a reduce-scatter instead of the all-reduce; the whole gradients are freed
+    /// before the update); `none`. The update is the same as without; checkpoints hold the
+    /// whole state. Nothing to divide with one process.
+    #[arg(long, default_value = "none", value_parser = flags::shard)]
+    shard: Shard,
     /// What the after-step leak check does: `off`, `warn` or `error`.
     #[arg(long, default_value = "warn", value_parser = flags::leak)]
     leak_check: LeakPolicy,
@@ -676,7 +690,8 @@ struct BenchArgs {
     layers: usize,
 }
 
-fn plan_only(workload: Workload) -> Result<()> {
+/// `plimsoll plan`: the plan of one rank of `ranks`.
+fn plan_only(workload: Workload, ranks: usize) -> Result<()> {
     let (job, common) = job(workload)?;
     for note in &job.notes {
         out::say(note);
@@ -688,10 +703,24 @@ fn plan_only(workload: Workload) -> Result<()> {
         true => job.config.micro_batch,
         false => common.micro_batch,
     };
+    let effective_batch =
+        plimsoll_trainer::collective::largest_shard(job.config.effective_batch, ranks);
     let config = TrainConfig {
         micro_batch,
+        effective_batch,
+        rank: (0, ranks),
         ..job.config
     };
+    if ranks > 1 {
+        out::say(format_args!(
+            "rank 0 of {ranks}: its shard of every batch ({effective_batch} of {} samples){}",
+            job.config.effective_batch,
+            match config.shard {
+                plimsoll_trainer::Shard::None => String::new(),
+                shard => format!(" and its part of the optimizer state (--shard {shard})"),
+            }
+        ));
+    }
     let plan = plimsoll_trainer::plan::plan(
         &gpu,
         job.spec.as_ref(),
@@ -712,7 +741,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(&argv);
     let result = match cli.command {
         Command::Train { workload } => train::train(workload, &argv, started),
-        Command::Plan { workload } => plan_only(workload).map(|()| ExitCode::SUCCESS),
+        Command::Plan { workload, ranks } => {
+            plan_only(workload, ranks as usize).map(|()| ExitCode::SUCCESS)
+        }
         Command::Sample(args) => sampling::run(&args),
         Command::Prepare(args) => prepare::run(&args),
         Command::Eval(args) => inspect::eval(&args).map(|()| ExitCode::SUCCESS),

@@ -257,6 +257,7 @@ fn base_config(
         precision: common.precision,
         offload: common.offload,
         host_memory_budget: common.host_memory_budget,
+        shard: common.shard,
         prefetch: common.prefetch,
         snapshot_every: common.snapshot_every,
         max_device_losses: common.max_device_losses,

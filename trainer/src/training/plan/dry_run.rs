@@ -157,6 +157,10 @@ fn replay_step(
         a.reset_peaks();
     });
     let indices: Vec<usize> = (0..samples).collect();
+    // With several ranks, the collective calls as the run makes them (nothing is sent), and
+    // this rank's loss weighted by its share of the whole batch, as in the run.
+    let (rank, ranks) = config.rank;
+    let planning = crate::collective::Planning { rank, ranks };
     let inputs = StepInputs {
         gpu: twin,
         model: &*model,
@@ -167,13 +171,14 @@ fn replay_step(
         label_smoothing: config.label_smoothing,
         clip_grad_norm: config.clip_grad_norm,
         step: 0,
-        batch_len: samples,
-        collective: None,
+        batch_len: samples * ranks.max(1),
+        collective: (ranks > 1).then_some(&planning as &dyn crate::collective::Collective),
         stop: false,
         precision: config.precision,
         // The first step's scale: the same arguments as the run's first step (the warm-up
         // compiles what the dry run launched).
         loss_scale: crate::scaler::first_scale(config.precision),
+        shard: config.shard,
     };
     // In chunks of `micro_batch`, as the trainer's step: an epoch's partial batch of 128 at
     // micro-batch 37 runs 37, 37, 37 and 17 (not four of 32, which would predict too little).
