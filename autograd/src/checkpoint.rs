@@ -6,6 +6,7 @@
 //! Parameters the function captures (rather than takes as inputs) receive their gradients
 //! directly during the recomputation's backward, as in PyTorch's `torch.utils.checkpoint`.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use plimsoll_kernels_wgsl::Category;
@@ -18,6 +19,140 @@ use crate::half::{f16_activations, saves_f16_activations};
 use crate::op::{Op, Replay};
 use crate::tape::{attach, backward_from};
 use crate::tensor::{Autograd, Tensor};
+use smallvec::SmallVec;
+
+thread_local! {
+    /// Whether [`checkpoint`] keeps its inputs in host memory ([`offload_inputs`]).
+    static OFFLOAD: Cell<bool> = const { Cell::new(false) };
+    /// Host bytes held now by the segment inputs this thread offloaded, and the most held
+    /// since [`reset_offloaded_peak`] (a step's forward and backward run on one thread).
+    static HOST_BYTES: Cell<u64> = const { Cell::new(0) };
+    static HOST_PEAK: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Until the guard drops, [`checkpoint`] on this thread keeps its segments' activation inputs
+/// in host memory (PyTorch's `save_on_cpu` for what checkpointing keeps): each is read back
+/// once the segment's forward is recorded, its device memory freed, and written back when its
+/// backward starts. Parameters (leaves that require a gradient) stay where they are. The read
+/// waits for the GPU (on a planning device nothing is read: only the allocations count).
+pub fn offload_inputs() -> OffloadGuard {
+    OffloadGuard {
+        previous: OFFLOAD.with(|o| o.replace(true)),
+    }
+}
+
+/// Whether [`offload_inputs`] is in force on this thread.
+pub fn offloads_inputs() -> bool {
+    OFFLOAD.with(Cell::get)
+}
+
+/// Restores the previous [`offload_inputs`] setting when dropped.
+#[must_use = "offloading stops when the guard drops"]
+pub struct OffloadGuard {
+    previous: bool,
+}
+
+impl Drop for OffloadGuard {
+    fn drop(&mut self) {
+        OFFLOAD.with(|o| o.set(self.previous));
+    }
+}
+
+/// Host bytes that the segment inputs this thread offloaded hold now, and at most since
+/// [`reset_offloaded_peak`] (a planning device's count their sizes, unread).
+pub fn offloaded_host_bytes() -> (u64, u64) {
+    (HOST_BYTES.with(Cell::get), HOST_PEAK.with(Cell::get))
+}
+
+/// Starts [`offloaded_host_bytes`]'s peak on this thread again from what is held now.
+pub fn reset_offloaded_peak() {
+    HOST_PEAK.with(|p| p.set(HOST_BYTES.with(Cell::get)));
+}
+
+/// A segment input kept for its backward: the tensor, or its values in host memory.
+#[derive(Debug, Clone)]
+pub enum Kept {
+    /// On the device.
+    Device(Tensor),
+    /// Read back ([`offload_inputs`]): written back to the device for the backward.
+    Host(Arc<HostKept>),
+}
+
+impl Kept {
+    /// The tensor, when it is on the device.
+    pub fn on_device(&mut self) -> Option<&mut Tensor> {
+        match self {
+            Kept::Device(t) => Some(t),
+            Kept::Host(_) => None,
+        }
+    }
+
+    /// The tensor on the device: itself, or its values written to a new `Activation` tensor.
+    fn to_device(&self) -> Result<Tensor> {
+        match self {
+            Kept::Device(t) => Ok(t.detach()),
+            Kept::Host(h) => h.upload(),
+        }
+    }
+}
+
+/// An f32 segment input's values in host memory (none read on a planning device).
+pub struct HostKept {
+    gpu: plimsoll_kernels_wgsl::Gpu,
+    shape: crate::tensor::Shape,
+    values: Vec<f32>,
+    bytes: u64,
+}
+
+impl std::fmt::Debug for HostKept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKept")
+            .field("shape", &self.shape)
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl HostKept {
+    /// `t`'s values read back (waiting for the GPU within its default deadline).
+    fn read(t: &Tensor) -> Result<HostKept> {
+        let values = match t.gpu().is_planning() {
+            true => Vec::new(),
+            false => t.to_vec()?,
+        };
+        let bytes = 4 * t.numel() as u64;
+        let now = HOST_BYTES.with(|b| {
+            b.set(b.get() + bytes);
+            b.get()
+        });
+        HOST_PEAK.with(|p| p.set(p.get().max(now)));
+        Ok(HostKept {
+            gpu: t.gpu().clone(),
+            shape: t.shape.clone(),
+            values,
+            bytes,
+        })
+    }
+
+    fn upload(&self) -> Result<Tensor> {
+        let options = crate::tensor::TensorOptions {
+            category: Category::Activation,
+            label: "offloaded checkpoint input",
+            requires_grad: false,
+        };
+        match self.gpu.is_planning() {
+            true => Tensor::unwritten(&self.gpu, &self.shape, options),
+            false => Tensor::from_slice_with(&self.gpu, &self.values, &self.shape, options),
+        }
+    }
+}
+
+impl Drop for HostKept {
+    fn drop(&mut self) {
+        // Dropped on another thread than the one that read it, the count there is left as is.
+        let _ = HOST_BYTES.try_with(|b| b.set(b.get().saturating_sub(self.bytes)));
+    }
+}
 
 /// A recomputable segment: a pure function of its inputs (and of captured tensors that do not
 /// change between forward and backward). Implemented for every suitable closure.
@@ -63,8 +198,24 @@ where
         "checkpoint",
     )?;
     copy::copy(&out.gpu, kept.elements()?, out.elements()?)?;
+    // Under `offload_inputs`, activations (not parameters) go to host memory: read back once
+    // the segment is recorded, their device blocks freed with the last handle.
+    let offload = offloads_inputs();
+    if offload {
+        drop(out);
+    }
+    let mut saved: SmallVec<[Kept; 4]> = SmallVec::new();
+    for (value, input) in values.into_iter().zip(inputs) {
+        let parameter = input.is_leaf() && input.requires_grad();
+        saved.push(
+            match offload && !parameter && value.dtype == crate::DType::F32 {
+                true => Kept::Host(Arc::new(HostKept::read(&value)?)),
+                false => Kept::Device(value),
+            },
+        );
+    }
     let op = Op::Checkpoint {
-        inputs: values.into_iter().collect(),
+        inputs: saved,
         replay: Replay {
             function: Arc::new(f),
             rng,
@@ -77,7 +228,7 @@ where
 /// Backward of a checkpoint node: recompute with a tape from fresh leaves, back-propagate `g`,
 /// and return the leaves' gradients.
 pub(crate) fn backward(
-    inputs: &[Tensor],
+    inputs: &[Kept],
     replay: &Replay,
     g: &Tensor,
     needs: &[bool],
@@ -85,15 +236,14 @@ pub(crate) fn backward(
     let leaves: Vec<Tensor> = inputs
         .iter()
         .zip(needs.iter().chain(std::iter::repeat(&false)))
-        .map(|(t, &need)| {
-            let t = t.detach();
-            if need {
-                t.into_leaf(Category::Temporary)
-            } else {
-                t
-            }
+        .map(|(kept, &need)| {
+            let t = kept.to_device()?;
+            Ok(match need {
+                true => t.into_leaf(Category::Temporary),
+                false => t,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let outer_rng = rng_state();
     set_rng_state(replay.rng);
     let out = {

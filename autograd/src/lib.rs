@@ -26,7 +26,9 @@ pub mod tape;
 pub mod tensor;
 
 pub use backward::Grads;
-pub use checkpoint::{Segment, checkpoint};
+pub use checkpoint::{
+    Segment, checkpoint, offload_inputs, offloaded_host_bytes, reset_offloaded_peak,
+};
 pub use error::{Error, Result};
 pub use grad_mode::{
     NoGradGuard, enable_grad, is_grad_enabled, is_recomputing, manual_seed, no_grad,

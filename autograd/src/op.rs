@@ -212,8 +212,9 @@ pub enum Op {
     Custom(Box<dyn Derivative>),
     /// A checkpointed segment; backward runs its function again with a tape.
     Checkpoint {
-        /// The segment's inputs.
-        inputs: SmallVec<[Tensor; 4]>,
+        /// The segment's inputs, on the device or (under
+        /// [`crate::checkpoint::offload_inputs`]) in host memory.
+        inputs: SmallVec<[crate::checkpoint::Kept; 4]>,
         /// Its function and the random state at its forward.
         replay: Replay,
     },
@@ -307,7 +308,11 @@ impl Op {
             Op::Softmax { y, .. } => saved.push(y),
             Op::CrossEntropy { logits, .. } => saved.push(logits),
             Op::LayerNorm { x, .. } => saved.push(x),
-            Op::Checkpoint { inputs, .. } => saved.extend(inputs.iter_mut()),
+            Op::Checkpoint { inputs, .. } => saved.extend(
+                inputs
+                    .iter_mut()
+                    .filter_map(crate::checkpoint::Kept::on_device),
+            ),
             Op::Custom(derivative) => saved.extend(derivative.saved_activations()),
             Op::LogSoftmax { .. }
             | Op::Add { .. }

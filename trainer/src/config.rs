@@ -157,15 +157,33 @@ pub enum Offload {
     /// ([`plimsoll_nn::HostAdamW`]): 8 bytes per parameter less on the device, 12 per
     /// parameter moved each step (the gradient and the value read back, the value written).
     OptimizerState,
+    /// [`Offload::OptimizerState`], and the activations that checkpointed segments keep for
+    /// their backward (their inputs: with checkpointing, the hidden state at each segment's
+    /// start) in host memory too ([`plimsoll_autograd::offload_inputs`]): each read back after
+    /// its segment's forward, written back when its backward starts.
+    Activations,
+}
+
+impl Offload {
+    /// Whether the optimizer keeps its state in host memory.
+    pub fn optimizer_on_host(self) -> bool {
+        matches!(self, Offload::OptimizerState | Offload::Activations)
+    }
+
+    /// Whether checkpointed segments keep their inputs in host memory.
+    pub fn activations_on_host(self) -> bool {
+        self == Offload::Activations
+    }
 }
 
 impl std::fmt::Display for Offload {
-    /// As `--offload` takes it: `none`, `optimizer`.
+    /// As `--offload` takes it: `none`, `auto`, `optimizer`, `activations`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Offload::None => "none",
             Offload::Auto => "auto",
             Offload::OptimizerState => "optimizer",
+            Offload::Activations => "activations",
         })
     }
 }

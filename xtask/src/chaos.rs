@@ -26,7 +26,9 @@
 //! first that replays the plan built from steps 2 and 3 (checked on the clean run). A fourth is
 //! the MLP with `--precision f16` (activations stored in f16, the loss scaled), and a fifth the
 //! MLP with `--offload optimizer` (AdamW's state in host memory: its read-backs and writes are
-//! failure points, and the host state must be intact after a typed error).
+//! failure points, and the host state must be intact after a typed error). A sixth is the GPT
+//! with `--offload activations`, checkpointed block by block: the segments' inputs go to host
+//! memory after forward and come back for backward, more read-backs and uploads that fail.
 //!
 //! A workload whose clean steps reach no event of some kind of [`FaultPoint`] fails the task:
 //! a smaller model must not lose a kind of point unnoticed.
@@ -115,6 +117,36 @@ fn mlp_workload(name: &'static str, table: &Dataset) -> Workload {
     }
 }
 
+/// The one-block GPT (width 32) on `windows`, with `offload`.
+fn gpt_workload(name: &'static str, windows: &TokenData, offload: Offload) -> Workload {
+    let windows = windows.clone();
+    Workload {
+        name,
+        recipe: Box::new(GptSpec::new(
+            GptConfig {
+                vocab_size: 13,
+                block_size: 8,
+                n_layer: 1,
+                n_head: 2,
+                n_embd: 32,
+            },
+            3,
+            adamw(),
+        )),
+        data: Box::new(move || -> Box<dyn Data> { Box::new(windows.clone()) }),
+        batch: 8,
+        micro: 4,
+        allocator: AllocatorMode::Caching,
+        phases: &Phase::ALL,
+        // Its tensors are a few KiB: in 32 KiB small segments its activations need segments
+        // of their own, so segment creation fails in its steps too.
+        small_segment_bytes: 32 << 10,
+        precision: Precision::F32,
+        may_miss: &[],
+        offload,
+    }
+}
+
 fn workloads() -> Result<Vec<Workload>> {
     let table = Dataset::synthetic(256, 16, 10, 42).context("synthetic data")?;
     let mlp = mlp_workload("mlp 16-256-10", &table);
@@ -143,32 +175,15 @@ fn workloads() -> Result<Vec<Workload>> {
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
     let windows = TokenData::windows(tokens, 8, 13).context("GPT windows")?;
-    let gpt = Workload {
-        name: "gpt 1x32",
-        recipe: Box::new(GptSpec::new(
-            GptConfig {
-                vocab_size: 13,
-                block_size: 8,
-                n_layer: 1,
-                n_head: 2,
-                n_embd: 32,
-            },
-            3,
-            adamw(),
-        )),
-        data: Box::new(move || -> Box<dyn Data> { Box::new(windows.clone()) }),
-        batch: 8,
-        micro: 4,
-        allocator: AllocatorMode::Caching,
-        phases: &Phase::ALL,
-        // Its tensors are a few KiB: in 32 KiB small segments its activations need segments
-        // of their own, so segment creation fails in its steps too.
-        small_segment_bytes: 32 << 10,
-        precision: Precision::F32,
-        may_miss: &[],
-        offload: Offload::None,
-    };
-    Ok(vec![mlp, gpt, planned, mlp_f16, mlp_offloaded])
+    let gpt = gpt_workload("gpt 1x32", &windows, Offload::None);
+    // The GPT checkpointed block by block with its segments' inputs in host memory too: their
+    // read-backs after forward and uploads before backward fail as well.
+    let gpt_offloaded = gpt_workload(
+        "gpt 1x32 offloaded activations",
+        &windows,
+        Offload::Activations,
+    );
+    Ok(vec![mlp, gpt, planned, mlp_f16, mlp_offloaded, gpt_offloaded])
 }
 
 fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
@@ -178,7 +193,11 @@ fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
         length: RunLength::Steps(2),
         schedule: LrSchedule::Constant { lr: 1e-3 },
         seed: 3,
-        checkpointing: CheckpointPolicy::None,
+        // Offloaded activations are what checkpointed segments keep: one block per segment.
+        checkpointing: match w.offload.activations_on_host() {
+            true => CheckpointPolicy::EveryBlocks(1),
+            false => CheckpointPolicy::None,
+        },
         fence_deadline: Duration::from_secs(20),
         leak_policy: LeakPolicy::Error,
         clip_grad_norm: Some(1.0),

@@ -16,6 +16,12 @@ fn layer(h: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// Runs forward and backward; returns every parameter gradient and the activation peak.
 fn run(gpu: &Gpu, checkpointed: bool) -> (Vec<Vec<f32>>, u64) {
+    run_with(gpu, checkpointed, false).0
+}
+
+/// [`run`], with the segments' inputs in host memory when `offloaded`; also the activation
+/// memory held once forward is done (before the loss), and the offloaded host bytes' peak.
+fn run_with(gpu: &Gpu, checkpointed: bool, offloaded: bool) -> ((Vec<Vec<f32>>, u64), u64, u64) {
     let params: Vec<(Tensor, Tensor)> = (0..LAYERS as u64)
         .map(|i| {
             let w = param(
@@ -37,6 +43,8 @@ fn run(gpu: &Gpu, checkpointed: bool) -> (Vec<Vec<f32>>, u64) {
     let targets = Tensor::from_indices(gpu, &targets, &[BATCH]).unwrap();
     manual_seed(1234);
     reset_peaks(gpu);
+    plimsoll_autograd::reset_offloaded_peak();
+    let offload = offloaded.then(plimsoll_autograd::offload_inputs);
     let mut h = x;
     for (w, b) in &params {
         h = if checkpointed {
@@ -46,11 +54,14 @@ fn run(gpu: &Gpu, checkpointed: bool) -> (Vec<Vec<f32>>, u64) {
             layer(&h, w, b).unwrap()
         };
     }
+    drop(offload);
+    let held = gpu.with_allocator(|a| a.stats().category(Category::Activation).allocated_bytes);
     let loss = h.cross_entropy(&targets, 0.0).unwrap();
     drop(h);
     loss.backward().unwrap();
     drop(loss);
     let activation_peak = peak(gpu, Category::Activation);
+    let host_peak = plimsoll_autograd::offloaded_host_bytes().1;
     let grads = params
         .iter()
         .flat_map(|(w, b)| {
@@ -60,7 +71,7 @@ fn run(gpu: &Gpu, checkpointed: bool) -> (Vec<Vec<f32>>, u64) {
             ]
         })
         .collect();
-    (grads, activation_peak)
+    ((grads, activation_peak), held, host_peak)
 }
 
 #[test]
@@ -143,4 +154,32 @@ fn a_segment_knows_when_backward_runs_it_again() {
     assert_eq!(*seen.lock().unwrap(), [false, true]);
     assert!(!plimsoll_autograd::is_recomputing());
     assert_eq!(x.grad().unwrap().to_vec().unwrap(), [3.0, 3.0]);
+}
+
+/// The segments' inputs in host memory (`offload_inputs`): the same gradients bit for bit,
+/// and after forward the device holds only the last segment's output, where it held every
+/// segment's input: the host holds those (the input and the 15 hidden states, 16 of
+/// [9, 24] f32).
+#[test]
+fn offloaded_segment_inputs_keep_the_gradients_and_leave_the_device() {
+    let gpu = fresh_gpu();
+    let ((kept, _), held_on_device, none_on_host) = run_with(&gpu, true, false);
+    let ((offloaded, _), held_offloaded, host_peak) = run_with(&gpu, true, true);
+    assert_eq!(kept, offloaded, "the same gradients");
+    assert_eq!(none_on_host, 0);
+    let hidden = (4 * BATCH * WIDTH) as u64;
+    assert_eq!(
+        host_peak,
+        LAYERS as u64 * hidden,
+        "every segment's input on the host"
+    );
+    assert!(
+        held_on_device >= held_offloaded + (LAYERS as u64 - 1) * hidden,
+        "after forward: {held_on_device} bytes of activations kept, {held_offloaded} offloaded"
+    );
+    assert_eq!(
+        plimsoll_autograd::offloaded_host_bytes().0,
+        0,
+        "freed after backward"
+    );
 }

@@ -83,6 +83,9 @@ pub struct StepInputs<'a> {
     /// What the ranks divide ([`crate::zero`]): with [`Shard::Gradients`] the gradients are
     /// reduce-scattered rather than summed on every rank.
     pub shard: Shard,
+    /// Whether checkpointed segments keep their inputs in host memory
+    /// ([`crate::Offload::Activations`], [`plimsoll_autograd::offload_inputs`]).
+    pub offload_activations: bool,
 }
 
 /// Runs `f` as one step of the allocator's planned steps (a no-op bracket when planning is off):
@@ -150,6 +153,9 @@ pub fn accumulate_gradients(
         };
         let mean = {
             let _half = (inputs.precision == Precision::F16).then(f16_activations);
+            let _offload = inputs
+                .offload_activations
+                .then(plimsoll_autograd::offload_inputs);
             inputs
                 .model
                 .loss(&batch, inputs.segment_len, inputs.label_smoothing)?

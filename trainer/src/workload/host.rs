@@ -47,9 +47,11 @@ pub fn product(a: usize, b: usize) -> u64 {
 
 /// Refuses (before step 1) a run whose host memory on purpose passes its host budget
 /// ([`crate::TrainConfig::host_memory_budget`]): the loader's batches, an offloaded optimizer's state,
-/// and the snapshot of the training state kept for device-loss recovery.
+/// offloaded activations (`activations`: at most in a step, as the plan found them), and the
+/// snapshot of the training state kept for device-loss recovery.
 pub(crate) fn check_run_budget(
     config: &crate::config::TrainConfig,
+    activations: u64,
     train: &dyn crate::task::Data,
     params: &[(String, plimsoll_autograd::Tensor)],
     model: &dyn crate::task::Model,
@@ -69,7 +71,9 @@ pub(crate) fn check_run_budget(
         .sum();
     let loader = crate::plan::loader_host_bytes(train, config)?;
     let offloaded = match config.offload {
-        crate::config::Offload::OptimizerState => trained.saturating_mul(8),
+        crate::config::Offload::OptimizerState | crate::config::Offload::Activations => {
+            trained.saturating_mul(8)
+        }
         crate::config::Offload::None | crate::config::Offload::Auto => 0,
     };
     // The snapshot holds the parameters, the buffers and every kind of optimizer state per
@@ -83,7 +87,10 @@ pub(crate) fn check_run_budget(
         && ranks == 1
         && config.snapshot_every != crate::config::SnapshotEvery::Off;
     let snapshot = if snapshots { state } else { 0 };
-    let needed = loader.saturating_add(offloaded).saturating_add(snapshot);
+    let needed = loader
+        .saturating_add(offloaded)
+        .saturating_add(activations)
+        .saturating_add(snapshot);
     if needed <= budget {
         return Ok(());
     }
@@ -93,10 +100,11 @@ pub(crate) fn check_run_budget(
         budget_bytes: budget,
         default_budget: config.host_memory_budget.is_none(),
         parts: format!(
-            "the loader's batches {}, the optimizer's state {}, the snapshot of the training \
-             state {}",
+            "the loader's batches {}, the optimizer's state {}, offloaded activations {}, the \
+             snapshot of the training state {}",
             fmt(loader),
             fmt(offloaded),
+            fmt(activations),
             fmt(snapshot)
         ),
     })

@@ -242,7 +242,7 @@ pub fn build_for_run(
     let (model, optimizer) = build_within_budget(recipe, gpu)?;
     let (rank, ranks) = config.rank;
     if config.shard != crate::config::Shard::None && ranks > 1 {
-        if config.offload == crate::config::Offload::OptimizerState {
+        if config.offload.optimizer_on_host() {
             return Err(Error::invalid(
                 "--shard",
                 "the optimizer's state is either in host memory (--offload optimizer) or \
@@ -267,7 +267,7 @@ pub fn build_for_run(
     }
     match config.offload {
         crate::config::Offload::None | crate::config::Offload::Auto => Ok((model, optimizer)),
-        crate::config::Offload::OptimizerState => {
+        crate::config::Offload::OptimizerState | crate::config::Offload::Activations => {
             let host = optimizer.offloaded().ok_or_else(|| {
                 Error::invalid(
                     "--offload optimizer",

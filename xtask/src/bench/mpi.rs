@@ -1,8 +1,9 @@
-//! The mpi suite: data-parallel training under `mpirun` with 1 and 2 ranks on this machine, for
-//! the shakespeare GPT (default shape, batch 12) and mlp-bench (batch 128): the median step
-//! time, the bytes each rank passes to the all-reduce per step, and the median time a step
-//! spends in the all-reduce (reading gradients back, waiting for the other rank, writing the
-//! sums). It builds `plimsoll` in release with the `mpi` feature and runs the command as a user
+//! The mpi suite: data-parallel training under `mpirun` with 1 and 2 ranks on this machine, and
+//! 2 ranks with each ZeRO stage (`--shard optimizer|gradients`), for the shakespeare GPT
+//! (default shape, batch 12) and mlp-bench (batch 128): the median step time, the bytes each
+//! rank passes to the collective calls per step, the median time a step spends in them
+//! (reading gradients back, waiting for the other rank, writing the sums or the gathered
+//! parameters) and rank 0's optimizer state. It builds `plimsoll` in release with the `mpi` feature and runs the command as a user
 //! would, reading each run's `metrics.jsonl`.
 //!
 //! On one machine the ranks share its cores, so this shows the all-reduce's cost and overhead,
@@ -45,11 +46,25 @@ pub fn run() -> Result<Report> {
         ),
         ("mlp-bench", vec!["mlp-bench", "--steps", &steps]),
     ];
+    // One process, two ranks, and two ranks with each ZeRO stage (`--shard`).
+    let variants = [(1, "none"), (2, "none"), (2, "optimizer"), (2, "gradients")];
     for (name, args) in &workloads {
-        for ranks in [1, 2] {
-            let run = work.join(format!("{name}-{ranks}"));
-            let lines = mpirun(&bin, ranks, args, &run)?;
-            let prefix = format!("{name}/{ranks}_rank{}", if ranks > 1 { "s" } else { "" });
+        for (ranks, shard) in variants {
+            let run = work.join(format!("{name}-{ranks}-{shard}"));
+            let mut args = args.clone();
+            args.extend(["--shard", shard]);
+            let lines = mpirun(&bin, ranks, &args, &run)?;
+            let sharded = match shard {
+                "none" => String::new(),
+                s => format!("_shard_{s}"),
+            };
+            let plural = if ranks > 1 { "s" } else { "" };
+            let prefix = format!("{name}/{ranks}_rank{plural}{sharded}");
+            report.push(
+                format!("{prefix}/optimizer_state_rank0"),
+                optimizer_state_bytes(&run)?,
+                "bytes",
+            );
             let field = |key: &str| -> Vec<f64> {
                 lines
                     .iter()
@@ -116,6 +131,30 @@ fn mpirun(
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v.get("step_ms").is_some())
         .collect())
+}
+
+/// Rank 0's optimizer state at the end of a run (its memory summary's `optimizer_state`,
+/// current), in bytes.
+fn optimizer_state_bytes(run: &Path) -> Result<f64> {
+    let path = run.join("memory_summary.txt");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}", path.display()))?;
+    let line = text
+        .lines()
+        .find(|l| {
+            l.trim_start_matches('|')
+                .trim_start()
+                .starts_with("optimizer_state ")
+        })
+        .with_context(|| format!("no optimizer_state line in {}", path.display()))?;
+    let current = line.split('|').nth(2).unwrap_or_default().trim();
+    let (number, unit) = current.split_once(' ').unwrap_or((current, "B"));
+    let scale = match unit {
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        _ => 1.0,
+    };
+    Ok(number.parse::<f64>().unwrap_or(f64::NAN) * scale)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

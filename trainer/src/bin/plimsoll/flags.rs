@@ -82,13 +82,14 @@ pub fn precision(s: &str) -> Parsed<Precision> {
     }
 }
 
-/// `--offload`: `auto`, `none` or `optimizer`.
+/// `--offload`: `auto`, `none`, `optimizer` or `activations`.
 pub fn offload(s: &str) -> Parsed<Offload> {
     match s {
         "none" => Ok(Offload::None),
         "auto" => Ok(Offload::Auto),
         "optimizer" => Ok(Offload::OptimizerState),
-        _ => Err(format!("{s:?}: use auto, none or optimizer")),
+        "activations" => Ok(Offload::Activations),
+        _ => Err(format!("{s:?}: use auto, none, optimizer or activations")),
     }
 }
 

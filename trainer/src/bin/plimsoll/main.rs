@@ -224,8 +224,10 @@ pub(crate) struct CommonArgs {
     /// What lives in host memory instead of on the device: `optimizer`: AdamW's moments in
     /// host memory and its update on the host (ZeRO-Offload's optimizer side), 8 bytes per
     /// parameter less on the device for 12 per parameter moved each step (the gradient and the
-    /// value read back, the value written; the update is the device's); `none`; or `auto`:
-    /// the plan offloads only when no choice fits with everything on the device.
+    /// value read back, the value written; the update is the device's); `activations`: that,
+    /// and the inputs checkpointed segments keep (read back after their forward, written back
+    /// for their backward); `none`; or `auto`: the plan offloads only when no choice fits
+    /// with everything on the device, the optimizer first, then the activations.
     #[arg(long, default_value = "auto", value_parser = flags::offload)]
     offload: Offload,
     /// Host memory the run may keep on purpose (the loader's batches, an offloaded optimizer's

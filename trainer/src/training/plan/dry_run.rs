@@ -179,11 +179,15 @@ fn replay_step(
         // compiles what the dry run launched).
         loss_scale: crate::scaler::first_scale(config.precision),
         shard: config.shard,
+        offload_activations: config.offload.activations_on_host(),
     };
     // In chunks of `micro_batch`, as the trainer's step: an epoch's partial batch of 128 at
     // micro-batch 37 runs 37, 37, 37 and 17 (not four of 32, which would predict too little).
+    plimsoll_autograd::reset_offloaded_peak();
     let result = run_step(&inputs, optimizer, &indices, micro_batch, lr);
     fold_peaks(twin, p);
+    let host = plimsoll_autograd::offloaded_host_bytes().1;
+    p.host_activation_bytes = p.host_activation_bytes.max(host);
     match result {
         Ok(r) if r.recoveries.is_empty() => Ok(true),
         Ok(_) => {

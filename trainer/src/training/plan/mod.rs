@@ -73,6 +73,8 @@ pub struct Probe {
     /// Whether the dry run was of the recipe's memory-efficient variant
     /// ([`crate::Recipe::memory_efficient_variant`]).
     pub variant: bool,
+    /// Host bytes the step's offloaded activations took at most ([`Offload::Activations`]).
+    pub host_activation_bytes: u64,
 }
 
 /// The checkpoint segment lengths worth a dry run for a model of `blocks` blocks: none (0), and
@@ -105,6 +107,7 @@ impl Probe {
             events_replayed: 0,
             converged: true,
             variant: false,
+            host_activation_bytes: 0,
         }
     }
 
@@ -118,7 +121,7 @@ impl Probe {
 }
 
 /// The plan: what the trainer will use, and why.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 pub struct MemoryPlan {
     /// The budget planned against.
     pub budget_bytes: u64,
@@ -156,6 +159,9 @@ pub struct MemoryPlan {
     pub offload: String,
     /// Host bytes the offloaded state takes (0 on the device).
     pub offload_host_bytes: u64,
+    /// Host bytes the offloaded activations take at most in a step ([`Offload::Activations`];
+    /// 0 otherwise).
+    pub offload_activation_bytes: u64,
     /// Bytes the offloaded update moves between host and device each step (0 on the device).
     pub offload_transfer_bytes: u64,
     /// Every dry run, in the order made.
@@ -264,10 +270,17 @@ impl fmt::Display for MemoryPlan {
             write!(f, "\n  note: {note}")?;
         }
         if self.offload_host_bytes > 0 {
+            let activations = match self.offload_activation_bytes {
+                0 => String::new(),
+                n => format!(
+                    ", and the inputs checkpointed segments keep ({} at most)",
+                    format_bytes(n)
+                ),
+            };
             write!(
                 f,
                 "\n  offload: the optimizer's state in host memory ({}; --offload {}), its update \
-                 on the host; each step moves {} between host and device",
+                 on the host{activations}; each step moves {} between host and device",
                 format_bytes(self.offload_host_bytes),
                 self.offload,
                 format_bytes(self.offload_transfer_bytes)
@@ -525,9 +538,11 @@ pub fn plan(
     with_offload(config, |c| plan_on_device_or_not(gpu, spec, data, test, c))
 }
 
-/// `plan(config)` with [`Offload::Auto`] resolved: on the device first, then (when nothing fits
-/// there) with the optimizer's state in host memory; when neither fits, the offloaded refusal
-/// (the device's when the optimizer has no host form).
+/// `plan(config)` with [`Offload::Auto`] resolved, each level only when nothing fits at the one
+/// before: on the device; the optimizer's state in host memory; that and the activations
+/// checkpointed segments keep. When none fits, the last level's refusal (it names the smallest
+/// budget that would do), or the one before's when a level cannot be planned (an optimizer
+/// without a host form) or passes the host budget (nor does `auto` offload past it).
 fn with_offload(
     config: &TrainConfig,
     plan: impl Fn(&TrainConfig) -> Result<MemoryPlan>,
@@ -535,33 +550,31 @@ fn with_offload(
     if config.offload != Offload::Auto {
         return plan(config);
     }
-    let on_device = TrainConfig {
-        offload: Offload::None,
+    let at = |offload: Offload| TrainConfig {
+        offload,
         ..config.clone()
     };
-    match plan(&on_device) {
-        Err(refused @ Error::BudgetTooSmall { .. }) => {
-            let offloaded = TrainConfig {
-                offload: Offload::OptimizerState,
-                ..config.clone()
-            };
-            // Neither fits: the offloaded refusal names the smaller budget that would (what
-            // `auto` then does); an optimizer without a host form keeps the device's. Nor does
-            // `auto` offload past the host budget.
-            match plan(&offloaded) {
-                Ok(p) => {
-                    let host = p.offload_host_bytes.saturating_add(p.loader_host_bytes);
-                    match crate::host::budget(config.host_memory_budget) {
-                        Some(budget) if host > budget => Err(refused),
-                        _ => Ok(p),
-                    }
-                }
-                Err(e @ Error::BudgetTooSmall { .. }) => Err(e),
-                Err(_) => Err(refused),
+    let mut refused = match plan(&at(Offload::None)) {
+        Err(refused @ Error::BudgetTooSmall { .. }) => refused,
+        other => return other,
+    };
+    for level in [Offload::OptimizerState, Offload::Activations] {
+        match plan(&at(level)) {
+            Ok(p) => {
+                let host = p
+                    .offload_host_bytes
+                    .saturating_add(p.offload_activation_bytes)
+                    .saturating_add(p.loader_host_bytes);
+                return match crate::host::budget(config.host_memory_budget) {
+                    Some(budget) if host > budget => Err(refused),
+                    _ => Ok(p),
+                };
             }
+            Err(e @ Error::BudgetTooSmall { .. }) => refused = e,
+            Err(_) => return Err(refused),
         }
-        other => other,
     }
+    Err(refused)
 }
 
 /// [`plan`] for a `config` whose offload is decided.
@@ -861,14 +874,18 @@ fn plan_explained(
         ),
         variant: None,
         offload: config.offload.to_string(),
-        offload_host_bytes: match config.offload {
-            Offload::OptimizerState => crate::host::product(spec.parameter_count(), 8),
-            Offload::None | Offload::Auto => 0,
+        offload_host_bytes: match config.offload.optimizer_on_host() {
+            true => crate::host::product(spec.parameter_count(), 8),
+            false => 0,
         },
-        offload_transfer_bytes: match config.offload {
-            Offload::OptimizerState => crate::host::product(spec.parameter_count(), 12),
-            Offload::None | Offload::Auto => 0,
-        },
+        offload_activation_bytes: choice.host_activation_bytes,
+        // The state's update: each gradient and value read back, each value written. The
+        // activations: each read back once and written back once.
+        offload_transfer_bytes: match config.offload.optimizer_on_host() {
+            true => crate::host::product(spec.parameter_count(), 12),
+            false => 0,
+        }
+        .saturating_add(choice.host_activation_bytes.saturating_mul(2)),
         prefetch: config.prefetch,
         loader_host_bytes: loader_host_bytes(data, config)?,
         micro_batch_note: (choice.micro_batch < config.effective_batch
@@ -895,4 +912,75 @@ pub const DRIVER_SHARE: f64 = 0.9;
 /// `run_budget`, or [`DRIVER_SHARE`] of the driver's figure when that is less.
 pub fn driver_budget(run_budget: u64, driver_bytes: u64) -> u64 {
     run_budget.min((driver_bytes as f64 * DRIVER_SHARE) as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal naming `need` bytes.
+    fn refused(need: u64) -> Error {
+        Error::BudgetTooSmall {
+            budget_bytes: 100,
+            predicted_bytes: need,
+            fixed_bytes: 10,
+            f16_fits: None,
+        }
+    }
+
+    /// `auto` goes down the levels only as far as needed, and within the host budget: each
+    /// level's plan is a stand-in that fits from `fits_from` on, holding `host` bytes there.
+    #[test]
+    fn auto_offloads_the_least_that_fits_within_the_host_budget() {
+        let levels = [Offload::None, Offload::OptimizerState, Offload::Activations];
+        let run = |fits_from: usize, host: u64, host_budget: u64| {
+            let config = TrainConfig {
+                offload: Offload::Auto,
+                host_memory_budget: Some(host_budget),
+                ..TrainConfig::default()
+            };
+            with_offload(&config, |c| {
+                let level = levels.iter().position(|&l| l == c.offload).unwrap_or(9);
+                match level >= fits_from {
+                    true => Ok(MemoryPlan {
+                        offload: c.offload.to_string(),
+                        offload_activation_bytes: host,
+                        ..MemoryPlan::default()
+                    }),
+                    // Each level's refusal names a smaller need.
+                    false => Err(refused(1000 - level as u64)),
+                }
+            })
+        };
+        for (fits_from, want) in [(0, "none"), (1, "optimizer"), (2, "activations")] {
+            let plan = run(fits_from, 5, 1 << 20).unwrap();
+            assert_eq!(plan.offload, want);
+        }
+        // Nothing fits: the last level's refusal (the smallest need).
+        match run(3, 5, 1 << 20) {
+            Err(Error::BudgetTooSmall {
+                predicted_bytes, ..
+            }) => assert_eq!(predicted_bytes, 998),
+            other => panic!("{other:?}"),
+        }
+        // The fitting level passes the host budget: the refusal before it stands.
+        match run(2, 1 << 30, 1 << 20) {
+            Err(Error::BudgetTooSmall {
+                predicted_bytes, ..
+            }) => assert_eq!(predicted_bytes, 999),
+            other => panic!("{other:?}"),
+        }
+        // An explicit level is planned as it is.
+        let config = TrainConfig {
+            offload: Offload::Activations,
+            ..TrainConfig::default()
+        };
+        let plan = with_offload(&config, |c| {
+            Ok(MemoryPlan {
+                offload: c.offload.to_string(),
+                ..MemoryPlan::default()
+            })
+        });
+        assert_eq!(plan.unwrap().offload, "activations");
+    }
 }
