@@ -183,7 +183,14 @@ fn workloads() -> Result<Vec<Workload>> {
         &windows,
         Offload::Activations,
     );
-    Ok(vec![mlp, gpt, planned, mlp_f16, mlp_offloaded, gpt_offloaded])
+    Ok(vec![
+        mlp,
+        gpt,
+        planned,
+        mlp_f16,
+        mlp_offloaded,
+        gpt_offloaded,
+    ])
 }
 
 fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {

@@ -14,6 +14,7 @@ mod plan_presets;
 mod train;
 pub(crate) mod train_gpt;
 mod train_images;
+mod train_offload;
 
 /// One measured figure.
 #[derive(Debug, Clone, Serialize)]
@@ -65,7 +66,7 @@ impl Report {
 }
 
 /// The parts of the train suite, which `bench train PART...` runs alone.
-pub(crate) const TRAIN_PARTS: [&str; 9] = train::PARTS;
+pub(crate) const TRAIN_PARTS: [&str; 10] = train::PARTS;
 
 /// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).
 pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "plan", "train", "mpi"];

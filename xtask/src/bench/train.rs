@@ -7,7 +7,7 @@
 //! of step 1, plus the process's own exit); and a 12-layer,
 //! 1024-wide MLP with and without activation checkpointing (peak activation bytes, step time);
 //! the Shakespeare GPT (see `train_gpt.rs`); and the digits CNN and a ResNet-18 (see
-//! `train_images.rs`).
+//! `train_images.rs`); and what each `--offload` level buys a GPT (see `train_offload.rs`).
 //!
 //! Analytic minimum: parameters + gradients + two Adam moments (16 bytes per parameter) plus the
 //! activations that must be live at the start of backward: the input batch, one `(B, 1024)`
@@ -43,7 +43,7 @@ const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
 /// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 9] = [
+pub const PARTS: [&str; 10] = [
     "peer",
     "host",
     "cold",
@@ -53,6 +53,7 @@ pub const PARTS: [&str; 9] = [
     "attention",
     "data",
     "images",
+    "offload",
 ];
 
 pub fn run(parts: &[String]) -> Result<Report> {
@@ -87,6 +88,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("images") {
         super::train_images::run(&mut report)?;
+    }
+    if wanted("offload") {
+        super::train_offload::run(&mut report)?;
     }
     Ok(report)
 }

@@ -723,6 +723,12 @@ fn run_training(
             plimsoll_allocator::format_bytes(p.offload_host_bytes),
             p.offload
         ));
+        if p.offload_activation_bytes > 0 {
+            host.push_str(&format!(
+                "; checkpointed segments' inputs {} at most (planned)",
+                plimsoll_allocator::format_bytes(p.offload_activation_bytes)
+            ));
+        }
     }
     Ok((summary, seconds, code, host, memory))
 }
