@@ -43,6 +43,12 @@ impl Default for AdamWConfig {
 }
 
 impl AdamWConfig {
+    /// Whether a tensor of `rank` dimensions is decayed (see
+    /// [`AdamWConfig::decay_matrices_only`]).
+    pub fn decays(&self, rank: usize) -> bool {
+        rank >= 2 || !self.decay_matrices_only
+    }
+
     /// The kernel's (f64) configuration.
     pub fn to_reference(&self) -> kernel::AdamWConfig {
         kernel::AdamWConfig {
@@ -55,13 +61,56 @@ impl AdamWConfig {
     }
 }
 
-/// Both moments of one parameter.
+/// Both moments of one parameter (or of one rank's rows of it: [`super::ShardedAdamW`]).
 #[derive(Debug, Clone)]
-struct Moments {
+pub(super) struct Moments {
     /// `m`, shaped like the parameter.
-    exp_avg: Tensor,
+    pub(super) exp_avg: Tensor,
     /// `v`, shaped like the parameter.
-    exp_avg_sq: Tensor,
+    pub(super) exp_avg_sq: Tensor,
+}
+
+impl Moments {
+    /// Records AdamW's step number `step` of `param` (in place) from `grad` with these
+    /// moments, times `grad_scale`; decoupled weight decay when `decays`.
+    pub(super) fn update(
+        &self,
+        config: &AdamWConfig,
+        (step, grad_scale, decays): (u64, f32, bool),
+        param: &Tensor,
+        grad: &Tensor,
+    ) -> Result<()> {
+        let reference = config.to_reference();
+        let launch = AdamWStep {
+            config: kernel::AdamWConfig {
+                weight_decay: if decays { reference.weight_decay } else { 0.0 },
+                ..reference
+            },
+            step,
+            grad_scale,
+        };
+        adamw_step(
+            param.gpu(),
+            &launch,
+            param.elements()?,
+            grad.elements()?,
+            self.exp_avg.elements()?,
+            self.exp_avg_sq.elements()?,
+        )?;
+        Ok(())
+    }
+}
+
+/// `moments` as [`Optimizer::state`] lists them: `exp_avg.<name>` and `exp_avg_sq.<name>`,
+/// sorted by name.
+pub(super) fn moments_state(moments: &BTreeMap<String, Moments>) -> Vec<(String, Tensor)> {
+    let mut out: Vec<(String, Tensor)> = Vec::with_capacity(2 * moments.len());
+    for (name, m) in moments {
+        out.push((format!("exp_avg.{name}"), m.exp_avg.clone()));
+        out.push((format!("exp_avg_sq.{name}"), m.exp_avg_sq.clone()));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// AdamW. State: `exp_avg.<name>` and `exp_avg_sq.<name>` per parameter. The bias correction
@@ -101,7 +150,6 @@ impl Optimizer for AdamW {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         // The weights change: f16 copies made of them are stale.
         plimsoll_autograd::forget_weight_copies();
-        let config = self.config.to_reference();
         let step = self.steps + 1;
         self.undo = None;
         let created = prepare_state(
@@ -123,24 +171,8 @@ impl Optimizer for AdamW {
             let Some(moments) = self.moments.get(name) else {
                 continue;
             };
-            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
-            let config = kernel::AdamWConfig {
-                weight_decay: if decays { config.weight_decay } else { 0.0 },
-                ..config
-            };
-            let launch = AdamWStep {
-                config,
-                step,
-                grad_scale: self.grad_scale,
-            };
-            adamw_step(
-                param.gpu(),
-                &launch,
-                param.elements()?,
-                grad.elements()?,
-                moments.exp_avg.elements()?,
-                moments.exp_avg_sq.elements()?,
-            )?;
+            let decays = self.config.decays(param.rank());
+            moments.update(&self.config, (step, self.grad_scale, decays), param, &grad)?;
         }
         self.undo = Some((self.steps, created));
         self.steps = step;
@@ -160,13 +192,7 @@ impl Optimizer for AdamW {
     }
 
     fn state(&self) -> Vec<(String, Tensor)> {
-        let mut out: Vec<(String, Tensor)> = Vec::with_capacity(2 * self.moments.len());
-        for (name, m) in &self.moments {
-            out.push((format!("exp_avg.{name}"), m.exp_avg.clone()));
-            out.push((format!("exp_avg_sq.{name}"), m.exp_avg_sq.clone()));
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        moments_state(&self.moments)
     }
 
     fn state_kinds(&self) -> Vec<&'static str> {

@@ -196,7 +196,7 @@ impl Optimizer for HostAdamW {
             let Some(m) = self.moments.get_mut(*name) else {
                 continue;
             };
-            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
+            let decays = self.config.decays(param.rank());
             let config = kernel::AdamWConfig {
                 weight_decay: if decays { config.weight_decay } else { 0.0 },
                 ..config

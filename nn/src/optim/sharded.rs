@@ -15,10 +15,9 @@ use std::ops::Range;
 
 use plimsoll_autograd::{Category, Tensor, TensorOptions};
 use plimsoll_kernels_wgsl::Gpu;
-use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, AdamWStep, adamw_step};
 
 use super::Optimizer;
-use super::adamw::AdamWConfig;
+use super::adamw::{AdamWConfig, Moments, moments_state};
 use crate::error::{Error, Result};
 use crate::state::HostTensor;
 
@@ -144,13 +143,6 @@ pub fn row_view(t: &Tensor, rows: &Range<usize>) -> Result<Tensor> {
     Ok(t.slice(0, rows.start, rows.len())?)
 }
 
-/// Both moments of one rank's rows of a parameter.
-#[derive(Debug, Clone)]
-struct RowMoments {
-    exp_avg: Tensor,
-    exp_avg_sq: Tensor,
-}
-
 /// AdamW over one rank's rows ([`RowShard`]): each row's update is [`super::AdamW`]'s, with
 /// the same kernel and scalars, so the ranks together make exactly its step. State names are
 /// AdamW's (`exp_avg.<parameter>`), shaped like the rows kept ([`Optimizer::row_shard`] says
@@ -161,7 +153,7 @@ pub struct ShardedAdamW {
     gpu: Gpu,
     config: AdamWConfig,
     shard: RowShard,
-    moments: BTreeMap<String, RowMoments>,
+    moments: BTreeMap<String, Moments>,
     /// Gradients of this rank's rows given by [`Optimizer::set_row_gradients`] (stage 2), used
     /// by the next step instead of the parameters' own.
     row_grads: BTreeMap<String, Tensor>,
@@ -208,7 +200,6 @@ impl ShardedAdamW {
 impl Optimizer for ShardedAdamW {
     fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
         plimsoll_autograd::forget_weight_copies();
-        let config = self.config.to_reference();
         let step = self.steps + 1;
         self.undo = None;
         // Every update's tensors first (creating the state it lacks): nothing is recorded if
@@ -233,14 +224,14 @@ impl Optimizer for ShardedAdamW {
                 });
             }
             if !self.moments.contains_key(name) {
-                let moments = RowMoments {
+                let moments = Moments {
                     exp_avg: self.state_tensor(&shape, &format!("exp_avg.{name}"))?,
                     exp_avg_sq: self.state_tensor(&shape, &format!("exp_avg_sq.{name}"))?,
                 };
                 self.moments.insert(name.clone(), moments);
                 created.push(name.clone());
             }
-            let decays = param.rank() >= 2 || !self.config.decay_matrices_only;
+            let decays = self.config.decays(param.rank());
             updates.push((name.clone(), row_view(param, &rows)?, grad, decays));
             Ok(())
         });
@@ -254,22 +245,7 @@ impl Optimizer for ShardedAdamW {
             let Some(m) = self.moments.get(name) else {
                 continue;
             };
-            let launch = AdamWStep {
-                config: kernel::AdamWConfig {
-                    weight_decay: if *decays { config.weight_decay } else { 0.0 },
-                    ..config
-                },
-                step,
-                grad_scale: self.grad_scale,
-            };
-            adamw_step(
-                rows.gpu(),
-                &launch,
-                rows.elements()?,
-                grad.elements()?,
-                m.exp_avg.elements()?,
-                m.exp_avg_sq.elements()?,
-            )?;
+            m.update(&self.config, (step, self.grad_scale, *decays), rows, grad)?;
         }
         self.row_grads.clear();
         self.undo = Some((self.steps, created));
@@ -291,13 +267,7 @@ impl Optimizer for ShardedAdamW {
 
     /// This rank's rows of the state (see [`Optimizer::row_shard`]).
     fn state(&self) -> Vec<(String, Tensor)> {
-        let mut out: Vec<(String, Tensor)> = Vec::with_capacity(2 * self.moments.len());
-        for (name, m) in &self.moments {
-            out.push((format!("exp_avg.{name}"), m.exp_avg.clone()));
-            out.push((format!("exp_avg_sq.{name}"), m.exp_avg_sq.clone()));
-        }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
+        moments_state(&self.moments)
     }
 
     fn state_kinds(&self) -> Vec<&'static str> {
@@ -388,7 +358,7 @@ impl Optimizer for ShardedAdamW {
             };
             kept.insert(
                 name,
-                RowMoments {
+                Moments {
                     exp_avg,
                     exp_avg_sq,
                 },
