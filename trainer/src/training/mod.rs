@@ -8,6 +8,7 @@ mod budget;
 pub mod collective;
 mod evaluate;
 pub mod loader;
+mod placement;
 pub mod plan;
 pub mod recovery;
 pub mod scaler;

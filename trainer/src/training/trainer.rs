@@ -272,78 +272,13 @@ impl Trainer {
         if let Some(p) = &plan {
             log.push(p.to_string());
         }
-        match (config.shard, optimizer.row_shard()) {
-            (crate::config::Shard::None, _) => {}
-            (shard, None) => log.push(format!(
-                "--shard {shard}: one process, nothing to divide; every parameter's state is here"
-            )),
-            (shard, Some(rows)) => {
-                let trained: usize = params
-                    .iter()
-                    .filter(|(_, t)| t.requires_grad())
-                    .map(|(_, t)| t.numel())
-                    .sum();
-                let fmt = plimsoll_allocator::format_bytes;
-                let gradients = match shard {
-                    crate::config::Shard::Gradients => {
-                        "; the gradients are reduce-scattered: only this rank's are kept for the \
-                         update"
-                    }
-                    _ => "",
-                };
-                log.push(format!(
-                    "--shard {shard}: rank {} of {} keeps the optimizer state of {} of {trained} \
-                     parameters ({} on the device) and updates them, then gathers the others' \
-                     updated parameters{gradients}",
-                    rows.rank(),
-                    rows.ranks(),
-                    rows.flat().len(),
-                    fmt(8 * rows.flat().len() as u64),
-                ));
-            }
-        }
-        if config.offload.optimizer_on_host() {
-            // The moments are made in host memory at step 1: refuse now what the host lacks.
-            let trained: u64 = params
-                .iter()
-                .filter(|(_, t)| t.requires_grad())
-                .map(|(_, t)| t.numel() as u64)
-                .sum();
-            let offload = config.offload;
-            let bytes = crate::host::check(
-                &format!("the optimizer's state in host memory (--offload {offload})"),
-                trained.saturating_mul(2),
-                4,
-            )?;
-            let fmt = plimsoll_allocator::format_bytes;
-            log.push(format!(
-                "the optimizer keeps its state in host memory (--offload {offload}): {} there, \
-                 none on the device; each step reads {} of gradients and parameters back and \
-                 writes {} of parameters",
-                fmt(bytes),
-                fmt(trained.saturating_mul(8)),
-                fmt(trained.saturating_mul(4))
-            ));
-        }
-        if config.offload.activations_on_host() {
-            let fmt = plimsoll_allocator::format_bytes;
-            log.push(match plan.as_ref().map(|p| p.offload_activation_bytes) {
-                Some(0) | None if segment_len == 0 => format!(
-                    "--offload {}: no checkpointed segment, so no activation goes to host memory \
-                     (--checkpointing makes segments)",
-                    config.offload
-                ),
-                Some(n) => format!(
-                    "the inputs checkpointed segments keep go to host memory after their \
-                     forward and come back for their backward: {} at most, read back and \
-                     written each step",
-                    fmt(n)
-                ),
-                None => "the inputs checkpointed segments keep go to host memory after their \
-                         forward and come back for their backward"
-                    .to_string(),
-            });
-        }
+        log.extend(crate::training::placement::notes(
+            &config,
+            plan.as_ref(),
+            &params,
+            optimizer.as_ref(),
+            segment_len,
+        )?);
         crate::host::check_run_budget(
             &config,
             plan.as_ref().map_or(0, |p| p.offload_activation_bytes),

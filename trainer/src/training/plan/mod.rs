@@ -20,10 +20,8 @@
 //! it replays the run's allocation sequence itself. A run resumed from a checkpoint starts its
 //! allocator afresh at another point of the same sequence, which out-of-memory recovery covers.
 
-use std::fmt;
 use std::time::Instant;
 
-use plimsoll_allocator::format_bytes;
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::Category;
 
@@ -32,7 +30,9 @@ use crate::error::{Error, Result};
 use crate::task::{Data, Recipe};
 
 mod dry_run;
-use dry_run::{MAX_REPLAYED_EVENTS, probe};
+mod memory_plan;
+use dry_run::probe;
+pub use memory_plan::MemoryPlan;
 
 /// One dry run on the planning twin.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -117,184 +117,6 @@ impl Probe {
             && !self.eval_out_of_memory
             && self.too_large.is_none()
             && self.past_loop_limit.is_none()
-    }
-}
-
-/// The plan: what the trainer will use, and why.
-#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
-pub struct MemoryPlan {
-    /// The budget planned against.
-    pub budget_bytes: u64,
-    /// Bytes kept free for what the dry run cannot see (see the module docs).
-    pub margin_bytes: u64,
-    /// The effective batch.
-    pub effective_batch: usize,
-    /// The chosen micro-batch.
-    pub micro_batch: usize,
-    /// The chosen checkpoint segment length (0: none).
-    pub segment_len: usize,
-    /// What activations are stored in (`f32` or `f16`: the run's `--precision`).
-    pub precision: String,
-    /// Predicted peak allocated bytes of a step with the choice.
-    pub predicted_peak_bytes: u64,
-    /// Predicted peak reserved bytes of the run (steps and evaluation).
-    pub predicted_peak_reserved_bytes: u64,
-    /// Predicted peak allocated bytes of evaluating in chunks of the chosen micro-batch.
-    pub predicted_eval_peak_bytes: Option<u64>,
-    /// Rows per chunk of the loss at the chosen micro-batch (`None`: not chunked).
-    pub loss_chunk_rows: Option<usize>,
-    /// The recipe's memory-efficient variant, when the plan chose it
-    /// ([`crate::Recipe::memory_efficient_variant`]): what it changes and why.
-    pub variant: Option<String>,
-    /// Training batches the loader thread keeps ready in host memory (`TrainConfig::prefetch`).
-    pub prefetch: usize,
-    /// Host bytes those batches take (not device memory: each micro-batch is uploaded when the
-    /// step reaches it, as the dry runs did).
-    pub loader_host_bytes: u64,
-    /// Said when the choice splits the batch of a model that is not micro-batch invariant
-    /// ([`crate::Recipe::micro_batch_invariant`]: BatchNorm).
-    pub micro_batch_note: Option<String>,
-    /// Where the optimizer's state lives (`none`: on the device; `optimizer`: in host memory,
-    /// [`crate::config::Offload`]); with `--offload auto` the plan's choice.
-    pub offload: String,
-    /// Host bytes the offloaded state takes (0 on the device).
-    pub offload_host_bytes: u64,
-    /// Host bytes the offloaded activations take at most in a step ([`Offload::Activations`];
-    /// 0 otherwise).
-    pub offload_activation_bytes: u64,
-    /// Bytes the offloaded update moves between host and device each step (0 on the device).
-    pub offload_transfer_bytes: u64,
-    /// Every dry run, in the order made.
-    pub probes: Vec<Probe>,
-    /// Wall time of the plan, ms.
-    pub plan_ms: f64,
-}
-
-impl fmt::Display for MemoryPlan {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "memory plan (budget {}; {} dry runs on a planning device, no kernel run, in {:.0} ms)",
-            format_bytes(self.budget_bytes),
-            self.probes.len(),
-            self.plan_ms
-        )?;
-        writeln!(
-            f,
-            "  {:<14} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
-            "checkpointing",
-            "micro",
-            "peak",
-            "reserved",
-            "parameter",
-            "optimizer",
-            "activation",
-            "eval peak",
-            "fits"
-        )?;
-        for p in &self.probes {
-            let c = |cat: Category| format_bytes(p.category_peaks[cat.index()]);
-            writeln!(
-                f,
-                "  {:<14} {:>6} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
-                segment_name(p.segment_len) + if p.variant { " *" } else { "" },
-                p.micro_batch,
-                format_bytes(p.peak_allocated_bytes),
-                format_bytes(p.peak_reserved_bytes),
-                c(Category::Parameter),
-                c(Category::OptimizerState),
-                c(Category::Activation),
-                p.eval_peak_allocated_bytes
-                    .map_or("-".to_string(), format_bytes),
-                if p.fits() {
-                    "yes"
-                } else if p.too_large.is_some() {
-                    "past one binding"
-                } else if p.past_loop_limit.is_some() {
-                    "past the loop limit"
-                } else {
-                    "out of memory"
-                },
-            )?;
-        }
-        if self.probes.iter().any(|p| p.variant) {
-            writeln!(
-                f,
-                "  *: a dry run of the model's memory-efficient variant (a language model's fused attention or chunked loss)"
-            )?;
-        }
-        let replayed = self.probes.iter().map(|p| p.events_replayed).max();
-        writeln!(
-            f,
-            "  margin: {} (each dry run replays the run's steps, partial batches and evaluations \
-             until the allocator's state repeats: at most {} of them here)",
-            format_bytes(self.margin_bytes),
-            replayed.unwrap_or(0)
-        )?;
-        if self.probes.iter().any(|p| !p.converged) {
-            writeln!(
-                f,
-                "  note: in some dry runs the allocator's state did not repeat within {} steps \
-                 and evaluation chunks; later steps may reserve more than predicted \
-                 (out-of-memory recovery covers them)",
-                MAX_REPLAYED_EVENTS
-            )?;
-        }
-        write!(
-            f,
-            "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}, {}; \
-             predicted peak {} allocated, {} reserved ({:.0}% of the budget); evaluation in \
-             chunks of {}: {}",
-            self.effective_batch,
-            self.effective_batch.div_ceil(self.micro_batch),
-            self.micro_batch,
-            segment_name(self.segment_len),
-            self.precision,
-            format_bytes(self.predicted_peak_bytes),
-            format_bytes(self.predicted_peak_reserved_bytes),
-            100.0 * self.predicted_peak_reserved_bytes as f64 / self.budget_bytes.max(1) as f64,
-            self.micro_batch,
-            match self.predicted_eval_peak_bytes {
-                None => "out of memory (it will split its chunks)".to_string(),
-                Some(0) => "none (no evaluation set)".to_string(),
-                Some(b) => format!("peak {}", format_bytes(b)),
-            }
-        )?;
-        if let Some(rows) = self.loss_chunk_rows {
-            write!(f, "; loss in chunks of {rows} rows")?;
-        }
-        if let Some(variant) = &self.variant {
-            write!(f, "; {variant}")?;
-        }
-        if let Some(note) = &self.micro_batch_note {
-            write!(f, "\n  note: {note}")?;
-        }
-        if self.offload_host_bytes > 0 {
-            let activations = match self.offload_activation_bytes {
-                0 => String::new(),
-                n => format!(
-                    ", and the inputs checkpointed segments keep ({} at most)",
-                    format_bytes(n)
-                ),
-            };
-            write!(
-                f,
-                "\n  offload: the optimizer's state in host memory ({}; --offload {}), its update \
-                 on the host{activations}; each step moves {} between host and device",
-                format_bytes(self.offload_host_bytes),
-                self.offload,
-                format_bytes(self.offload_transfer_bytes)
-            )?;
-        }
-        if self.loader_host_bytes > 0 {
-            write!(
-                f,
-                "\n  host: {} for the batches the loader builds ({} ahead; --prefetch)",
-                format_bytes(self.loader_host_bytes),
-                self.prefetch
-            )?;
-        }
-        Ok(())
     }
 }
 
@@ -915,72 +737,4 @@ pub fn driver_budget(run_budget: u64, driver_bytes: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A refusal naming `need` bytes.
-    fn refused(need: u64) -> Error {
-        Error::BudgetTooSmall {
-            budget_bytes: 100,
-            predicted_bytes: need,
-            fixed_bytes: 10,
-            f16_fits: None,
-        }
-    }
-
-    /// `auto` goes down the levels only as far as needed, and within the host budget: each
-    /// level's plan is a stand-in that fits from `fits_from` on, holding `host` bytes there.
-    #[test]
-    fn auto_offloads_the_least_that_fits_within_the_host_budget() {
-        let levels = [Offload::None, Offload::OptimizerState, Offload::Activations];
-        let run = |fits_from: usize, host: u64, host_budget: u64| {
-            let config = TrainConfig {
-                offload: Offload::Auto,
-                host_memory_budget: Some(host_budget),
-                ..TrainConfig::default()
-            };
-            with_offload(&config, |c| {
-                let level = levels.iter().position(|&l| l == c.offload).unwrap_or(9);
-                match level >= fits_from {
-                    true => Ok(MemoryPlan {
-                        offload: c.offload.to_string(),
-                        offload_activation_bytes: host,
-                        ..MemoryPlan::default()
-                    }),
-                    // Each level's refusal names a smaller need.
-                    false => Err(refused(1000 - level as u64)),
-                }
-            })
-        };
-        for (fits_from, want) in [(0, "none"), (1, "optimizer"), (2, "activations")] {
-            let plan = run(fits_from, 5, 1 << 20).unwrap();
-            assert_eq!(plan.offload, want);
-        }
-        // Nothing fits: the last level's refusal (the smallest need).
-        match run(3, 5, 1 << 20) {
-            Err(Error::BudgetTooSmall {
-                predicted_bytes, ..
-            }) => assert_eq!(predicted_bytes, 998),
-            other => panic!("{other:?}"),
-        }
-        // The fitting level passes the host budget: the refusal before it stands.
-        match run(2, 1 << 30, 1 << 20) {
-            Err(Error::BudgetTooSmall {
-                predicted_bytes, ..
-            }) => assert_eq!(predicted_bytes, 999),
-            other => panic!("{other:?}"),
-        }
-        // An explicit level is planned as it is.
-        let config = TrainConfig {
-            offload: Offload::Activations,
-            ..TrainConfig::default()
-        };
-        let plan = with_offload(&config, |c| {
-            Ok(MemoryPlan {
-                offload: c.offload.to_string(),
-                ..MemoryPlan::default()
-            })
-        });
-        assert_eq!(plan.unwrap().offload, "activations");
-    }
-}
+mod tests;
