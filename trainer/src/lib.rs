@@ -57,7 +57,7 @@ pub use plan::MemoryPlan;
 pub use sample::{SampleOptions, SamplePlan, Sampled, sample};
 pub use task::{Batch, Data, EvalSums, Evaluation, Model, Recipe};
 pub use text::{CharCorpus, TokenWindows};
-pub use timeline::{StepSpan, Timeline};
+pub use timeline::{HostBytes, StepSpan, Timeline};
 pub use token_files::{TokenFile, TokenFolder};
 pub use tokenizer::Tokenizer;
 pub use trainer::{LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};

@@ -229,7 +229,8 @@ fn a_sharded_rank_steps_at_its_plan_with_half_the_state() {
 /// tiny GPT, checkpointed block by block, five steps equal the state-only offload's bit for bit
 /// (the values make a round trip). At the same micro-batch its plan predicts less device
 /// memory (the segments' inputs are off the device, and counted as host bytes), and the run
-/// steps at that prediction. (`auto`'s order of levels: `plan`'s unit tests.)
+/// steps at that prediction; its memory timeline names those host bytes. (`auto`'s order of
+/// levels: `plan`'s unit tests.)
 #[test]
 fn offloaded_activations_keep_the_update_and_need_less_device_memory() {
     let activations = |config: TrainConfig| TrainConfig {
@@ -246,11 +247,17 @@ fn offloaded_activations_keep_the_update_and_need_less_device_memory() {
     let mut planned = offloaded(config(16, 16, 3, 1e-2));
     planned.checkpointing = CheckpointPolicy::EveryBlocks(1);
     planned.micro_batch = None;
-    let run = |config: TrainConfig| -> Result<([u64; 4], u64), Error> {
+    let run = |mut config: TrainConfig| -> Result<([u64; 4], u64), Error> {
+        config.memory_timeline = Some(plimsoll_trainer::StepSpan { first: 2, last: 3 });
         let gpu = fresh_gpu();
         let mut t = Trainer::new(&gpu, config, &spec, windows(), None)?;
         t.run(&mut Silent)?;
         let p = t.plan().expect("planned");
+        // The memory timeline names the host bytes beside the device's.
+        let host = t.timeline().expect("a timeline").host;
+        assert_eq!(host.optimizer_state, p.offload_host_bytes);
+        assert_eq!(host.activations, p.offload_activation_bytes);
+        assert!(host.optimizer_state > 0 && host.loader > 0, "{host:?}");
         let stats = gpu.with_allocator(|a| a.stats().clone());
         let peaks = [
             p.predicted_peak_bytes,

@@ -16,6 +16,8 @@ use crate::timeline::Recording;
 pub(crate) struct HookContext<'a> {
     pub(crate) gpu: &'a Gpu,
     pub(crate) config: &'a TrainConfig,
+    /// What the run keeps in host memory on purpose, as planned.
+    pub(crate) host: crate::timeline::HostBytes,
     /// Steps finished so far (the run's position; a step that failed is not counted).
     pub(crate) steps_done: u64,
     log: &'a mut Vec<String>,
@@ -25,12 +27,14 @@ impl<'a> HookContext<'a> {
     pub(crate) fn new(
         gpu: &'a Gpu,
         config: &'a TrainConfig,
+        host: crate::timeline::HostBytes,
         steps_done: u64,
         log: &'a mut Vec<String>,
     ) -> HookContext<'a> {
         HookContext {
             gpu,
             config,
+            host,
             steps_done,
             log,
         }

@@ -75,6 +75,17 @@ impl StepSpan {
     }
 }
 
+/// Host bytes a run keeps on purpose, beside the device memory a timeline records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostBytes {
+    /// The loader's batches built ahead, at most so far.
+    pub loader: u64,
+    /// An offloaded optimizer's state ([`crate::Offload::OptimizerState`]).
+    pub optimizer_state: u64,
+    /// Offloaded segment inputs, at most in a step, as planned ([`crate::Offload::Activations`]).
+    pub activations: u64,
+}
+
 /// A recorded timeline: the allocator before, its events, and the allocator after.
 #[derive(Debug, Clone)]
 pub struct Timeline {
@@ -90,6 +101,8 @@ pub struct Timeline {
     pub trace: Trace,
     /// The allocator when recording ended.
     pub end: Snapshot,
+    /// What the run kept in host memory.
+    pub host: HostBytes,
 }
 
 /// Interns labels for the compact form.
@@ -136,8 +149,21 @@ impl Timeline {
             0 => String::new(),
             n => format!(" (the first {n} dropped: the trace keeps {MAX_EVENTS})"),
         };
+        let h = &self.host;
+        let mut host = vec![format!("the loader's batches {}", format_bytes(h.loader))];
+        if h.optimizer_state > 0 {
+            host.push(format!(
+                "the optimizer's state {}",
+                format_bytes(h.optimizer_state)
+            ));
+        }
+        if h.activations > 0 {
+            let at_most = format_bytes(h.activations);
+            host.push(format!("checkpointed segments' inputs {at_most} at most"));
+        }
         format!(
-            "{}: steps {}-{}, {} events{dropped}; peak allocated {}, peak reserved {}{}",
+            "{}: steps {}-{}, {} events{dropped}; peak allocated {}, peak reserved {}{}; host \
+             memory: {}",
             self.title,
             self.span.first,
             self.span.last,
@@ -146,7 +172,8 @@ impl Timeline {
             format_bytes(self.end.stats.peak_reserved_bytes),
             self.budget_bytes
                 .map(|b| format!(", budget {}", format_bytes(b)))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            host.join(", ")
         )
     }
 
@@ -196,6 +223,7 @@ impl Timeline {
             "phases": Phase::ALL.iter().map(|p| p.name()).collect::<Vec<_>>(),
             "labels": labels.names,
             "initial": { "live": live, "reserved": self.start.stats.reserved_bytes },
+            "host": self.host,
             "events": events,
         })
     }
@@ -344,6 +372,7 @@ impl Recording {
             start,
             trace,
             end,
+            host: cx.host,
         };
         if let Some(dir) = cx.config.checkpoint_dir.as_deref() {
             match timeline.write(dir) {

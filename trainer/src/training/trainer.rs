@@ -360,7 +360,18 @@ impl Trainer {
 
     /// The hooks, and the context they are called with.
     fn hooks_and_context(&mut self) -> (&mut Hooks, HookContext<'_>) {
-        let cx = HookContext::new(&self.gpu, &self.config, self.position.step, &mut self.log);
+        let host = crate::timeline::HostBytes {
+            loader: self.loader.host_bytes(),
+            optimizer_state: self.plan.as_ref().map_or(0, |p| p.offload_host_bytes),
+            activations: self.plan.as_ref().map_or(0, |p| p.offload_activation_bytes),
+        };
+        let cx = HookContext::new(
+            &self.gpu,
+            &self.config,
+            host,
+            self.position.step,
+            &mut self.log,
+        );
         (&mut self.hooks, cx)
     }
 

@@ -245,7 +245,7 @@ pub fn build_for_run(
         if config.offload.optimizer_on_host() {
             return Err(Error::invalid(
                 "--shard",
-                "the optimizer's state is either in host memory (--offload optimizer) or \
+                "the optimizer's state is either in host memory (--offload optimizer or activations) or \
                  divided among the ranks (--shard), not both: leave one out",
             ));
         }
