@@ -116,11 +116,15 @@ impl std::fmt::Debug for HostKept {
 impl HostKept {
     /// `t`'s values read back (waiting for the GPU within its default deadline).
     fn read(t: &Tensor) -> Result<HostKept> {
+        let bytes = 4 * t.numel() as u64;
         let values = match t.gpu().is_planning() {
             true => Vec::new(),
-            false => t.to_vec()?,
+            false => {
+                let what = "a checkpointed segment's input (--offload activations)";
+                t.gpu().host_allocation(what, bytes)?;
+                t.to_vec()?
+            }
         };
-        let bytes = 4 * t.numel() as u64;
         let now = HOST_BYTES.with(|b| {
             b.set(b.get() + bytes);
             b.get()

@@ -262,6 +262,25 @@ impl Gpu {
         })
     }
 
+    /// Asks for `bytes` of host memory that the run keeps on purpose for this device (`what`:
+    /// an offloaded optimizer's state, an offloaded activation), before the caller allocates
+    /// it (fallibly). Nothing is allocated here; it is a failure point of fault injection
+    /// ([`crate::fault::FaultPoint::HostAllocation`]), where the memory is refused as the host
+    /// refuses it: [`Error::HostMemory`]. Fails on a lost device.
+    pub fn host_allocation(&self, what: &str, bytes: u64) -> Result<()> {
+        let shared = &*self.shared;
+        shared.health.check()?;
+        #[cfg(all(feature = "fault-injection", debug_assertions))]
+        if crate::fault::fires(shared, crate::fault::FaultPoint::HostAllocation)? {
+            return Err(Error::HostMemory {
+                what: what.to_string(),
+                bytes,
+            });
+        }
+        let _ = (what, bytes);
+        Ok(())
+    }
+
     /// Reads `len` elements from element `offset`, after everything recorded so far: submits the
     /// open batch with a copy to a staging buffer, waits on its fence, then for the staging
     /// buffer's map callback (which may run on another thread, see [`crate::fence`]). `deadline`

@@ -166,6 +166,18 @@ pub enum Error {
         /// wgpu's message.
         message: String,
     },
+    /// Host memory a run keeps on purpose for the device (an offloaded optimizer's state,
+    /// offloaded activations) was refused ([`crate::Gpu::host_allocation`]).
+    #[error(
+        "host memory refused {bytes} bytes for {what}; free host memory, or keep less on the \
+         host (--offload)"
+    )]
+    HostMemory {
+        /// What the memory was for.
+        what: String,
+        /// Bytes asked for.
+        bytes: u64,
+    },
     /// Mapping a read-back buffer failed.
     #[error("reading back {label:?} failed: {message}")]
     Map {

@@ -10,7 +10,8 @@
 //! - a segment creation: wgpu itself refuses the buffer (its error scope reports it) and the
 //!   allocator handles that as it handles a device out of memory;
 //! - a submission: [`crate::Error::Timeout`] waiting for room, with the batch left unsubmitted;
-//! - a read-back: [`crate::Error::Timeout`] after the batch was submitted, as a stalled GPU gives.
+//! - a read-back: [`crate::Error::Timeout`] after the batch was submitted, as a stalled GPU gives;
+//! - a host allocation: [`crate::Error::HostMemory`], as when the host refuses the memory.
 //!
 //! [`FaultAction::LoseDevice`] marks the device lost at that event instead (at a segment
 //! creation the buffer is refused too, as a driver that loses the device over an allocation
@@ -30,15 +31,19 @@ pub enum FaultPoint {
     Submission,
     /// [`crate::Gpu::read_bytes`] and the reads built on it.
     ReadBack,
+    /// [`crate::Gpu::host_allocation`]: host memory a run keeps on purpose for the device (an
+    /// offloaded optimizer's state, offloaded activations).
+    HostAllocation,
 }
 
 impl FaultPoint {
     /// Every point, in the order of `Gpu::fault_counts`.
-    pub const ALL: [FaultPoint; 4] = [
+    pub const ALL: [FaultPoint; 5] = [
         FaultPoint::Allocation,
         FaultPoint::Segment,
         FaultPoint::Submission,
         FaultPoint::ReadBack,
+        FaultPoint::HostAllocation,
     ];
 
     /// Position in [`FaultPoint::ALL`].
@@ -46,13 +51,14 @@ impl FaultPoint {
         self as usize
     }
 
-    /// Lower-case name (`allocation`, `segment`, `submission`, `read-back`).
+    /// Lower-case name (`allocation`, `segment`, `submission`, `read-back`, `host allocation`).
     pub fn name(self) -> &'static str {
         match self {
             FaultPoint::Allocation => "allocation",
             FaultPoint::Segment => "segment",
             FaultPoint::Submission => "submission",
             FaultPoint::ReadBack => "read-back",
+            FaultPoint::HostAllocation => "host allocation",
         }
     }
 }
@@ -70,7 +76,7 @@ pub enum FaultAction {
 /// Event counters and the armed fault of one device.
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
-    counts: [AtomicU64; 4],
+    counts: [AtomicU64; FaultPoint::ALL.len()],
     armed: Mutex<Option<(FaultPoint, u64, FaultAction)>>,
     /// The device's health, for the points that have no other way to it (segment creation).
     health: std::sync::OnceLock<std::sync::Arc<crate::device::Health>>,
@@ -146,7 +152,7 @@ impl Faults {
         not(all(feature = "fault-injection", debug_assertions)),
         allow(dead_code)
     )]
-    pub(crate) fn counts(&self) -> [u64; 4] {
+    pub(crate) fn counts(&self) -> [u64; FaultPoint::ALL.len()] {
         std::array::from_fn(|i| self.counts[i].load(Ordering::SeqCst))
     }
 
@@ -209,7 +215,7 @@ impl crate::Gpu {
     }
 
     /// Events at each point since the last reset, in [`FaultPoint::ALL`] order.
-    pub fn fault_counts(&self) -> [u64; 4] {
+    pub fn fault_counts(&self) -> [u64; FaultPoint::ALL.len()] {
         self.shared.faults.counts()
     }
 

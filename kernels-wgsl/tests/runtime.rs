@@ -425,8 +425,9 @@ fn compiled_kernels_cover_what_the_launchers_ask_for() {
 }
 
 /// Fault injection fails the armed event the way the real failure looks, once, and counts
-/// events: the second allocation is a budget out-of-memory, a read-back a timeout, a
-/// submission with `LoseDevice` a lost device from then on.
+/// events: the second allocation is a budget out-of-memory, a read-back a timeout, the second
+/// host allocation a refusal of host memory, a submission with `LoseDevice` a lost device from
+/// then on.
 #[cfg(all(feature = "fault-injection", debug_assertions))]
 #[test]
 fn injected_faults_fire_once_at_the_armed_event() {
@@ -452,6 +453,17 @@ fn injected_faults_fire_once_at_the_armed_event() {
     let err = gpu.read_all::<f32>(&first, DEADLINE).unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert_eq!(gpu.read_all::<f32>(&third, DEADLINE).unwrap(), vec![3.0; 4]);
+
+    gpu.reset_fault_counts();
+    gpu.arm_fault(FaultPoint::HostAllocation, 1, FaultAction::Fail);
+    gpu.host_allocation("one", 8).unwrap();
+    let err = gpu.host_allocation("two", 16).unwrap_err();
+    assert!(
+        matches!(&err, Error::HostMemory { what, bytes: 16 } if what == "two"),
+        "{err}"
+    );
+    gpu.host_allocation("three", 8).unwrap();
+    assert_eq!(gpu.fault_counts()[FaultPoint::HostAllocation.index()], 3);
 
     gpu.reset_fault_counts();
     gpu.arm_fault(FaultPoint::Submission, 0, FaultAction::LoseDevice);

@@ -26,7 +26,8 @@
 //! first that replays the plan built from steps 2 and 3 (checked on the clean run). A fourth is
 //! the MLP with `--precision f16` (activations stored in f16, the loss scaled), and a fifth the
 //! MLP with `--offload optimizer` (AdamW's state in host memory: its read-backs and writes are
-//! failure points, and the host state must be intact after a typed error). A sixth is the GPT
+//! failure points, as is the host memory it asks for, and the host state must be intact after
+//! a typed error). A sixth is the GPT
 //! with `--offload activations`, checkpointed block by block: the segments' inputs go to host
 //! memory after forward and come back for backward, more read-backs and uploads that fail.
 //!
@@ -112,7 +113,8 @@ fn mlp_workload(name: &'static str, table: &Dataset) -> Workload {
         phases: &Phase::ALL,
         small_segment_bytes: MLP_SMALL_SEGMENT,
         precision: Precision::F32,
-        may_miss: &[],
+        // Nothing of it lives in host memory on purpose.
+        may_miss: &[FaultPoint::HostAllocation],
         offload: Offload::None,
     }
 }
@@ -142,7 +144,10 @@ fn gpt_workload(name: &'static str, windows: &TokenData, offload: Offload) -> Wo
         // of their own, so segment creation fails in its steps too.
         small_segment_bytes: 32 << 10,
         precision: Precision::F32,
-        may_miss: &[],
+        may_miss: match offload {
+            Offload::None => &[FaultPoint::HostAllocation],
+            _ => &[],
+        },
         offload,
     }
 }
@@ -163,13 +168,14 @@ fn workloads() -> Result<Vec<Workload>> {
             empty_cache: false,
         }],
         // A replayed plan creates no segment (the other workloads fault segment creation).
-        may_miss: &[FaultPoint::Segment],
+        may_miss: &[FaultPoint::Segment, FaultPoint::HostAllocation],
         ..mlp_workload("mlp 16-256-10 planned", &table)
     };
     // The optimizer's state in host memory: the update's read-backs and writes fail too, and a
     // failed one must leave the model and the host state as they were.
     let mlp_offloaded = Workload {
         offload: Offload::OptimizerState,
+        may_miss: &[],
         ..mlp_workload("mlp 16-256-10 offloaded", &table)
     };
     let mut rng = SplitMix64::new(5);

@@ -176,6 +176,22 @@ impl Optimizer for HostAdamW {
             self.steps = step;
             return Ok(());
         }
+        // The host memory this step reads into (the gradients and the values), then the moments
+        // it creates: asked for first (a refusal leaves everything as it was).
+        if let Some((_, p, _)) = trained.first() {
+            let read: u64 = sizes.iter().map(|&n| 8 * n as u64).sum();
+            p.gpu()
+                .host_allocation("the gradients and parameters read back", read)?;
+            let new: u64 = trained
+                .iter()
+                .filter(|(name, _, _)| !self.moments.contains_key(*name))
+                .map(|(_, p, _)| 8 * p.numel() as u64)
+                .sum();
+            if new > 0 {
+                let what = "the optimizer's state in host memory (--offload)";
+                p.gpu().host_allocation(what, new)?;
+            }
+        }
         // Every gradient first, a bucket per read-back: a read that fails leaves everything as
         // it was.
         let mut grads: Vec<Vec<f32>> = Vec::with_capacity(trained.len());
