@@ -227,7 +227,7 @@ fn a_sharded_rank_steps_at_its_plan_with_half_the_state() {
 
 /// `--offload activations`: the inputs checkpointed segments keep go to host memory too. On the
 /// tiny GPT, checkpointed block by block, five steps equal the state-only offload's bit for bit
-/// (the values make a round trip). At the same micro-batch its plan predicts less device
+/// (the values make a round trip), in f32 and in f16. At the same micro-batch its plan predicts less device
 /// memory (the segments' inputs are off the device, and counted as host bytes), and the run
 /// steps at that prediction; its memory timeline names those host bytes. (`auto`'s order of
 /// levels: `plan`'s unit tests.)
@@ -240,7 +240,13 @@ fn offloaded_activations_keep_the_update_and_need_less_device_memory() {
     let mut every_block = offloaded(config(16, 8, 5, 1e-2));
     every_block.checkpointing = CheckpointPolicy::EveryBlocks(1);
     let state_only = train(every_block.clone());
-    assert_eq!(train(activations(every_block)), state_only);
+    assert_eq!(train(activations(every_block.clone())), state_only);
+    // In f16 too: an input kept in f16 on the device comes back from the host as those values.
+    let f16 = TrainConfig {
+        precision: plimsoll_trainer::Precision::F16,
+        ..every_block
+    };
+    assert_eq!(train(activations(f16.clone())), train(f16));
 
     let (spec, _) = tiny_gpt(1);
     // Checkpointed block by block, the micro-batch planned (16 fits either way).
