@@ -205,8 +205,8 @@ pub enum Error {
     #[error(
         "the run would keep {} in host memory ({parts}), past its host budget of {}{}.\nhint: \
          raise --host-memory-budget if the machine has the memory, or keep less there: \
-         --prefetch 0, --snapshot-every off, --offload none (with a --memory-budget that holds \
-         the optimizer's state)",
+         --prefetch 0, --snapshot-every off, --offload optimizer (activations on the device) \
+         or --offload none (with a --memory-budget that holds the optimizer's state)",
         format_bytes(*.needed_bytes),
         format_bytes(*.budget_bytes),
         if *.default_budget { " (80% of what the host has available; --host-memory-budget)" } else { "" }
