@@ -36,12 +36,14 @@ pub fn say(text: impl Display) {
 
 /// Writes `text` and a newline to standard error; a failure is ignored.
 pub fn warn(text: impl Display) {
+    // One write per line: standard error is unbuffered, and under mpirun the ranks' lines
+    // would otherwise interleave in pieces.
+    let line = match RANK.load(Ordering::SeqCst) {
+        0 => format!("{text}\n"),
+        rank => format!("rank {rank}: {text}\n"),
+    };
     let mut err = std::io::stderr().lock();
-    let _ = match RANK.load(Ordering::SeqCst) {
-        0 => writeln!(err, "{text}"),
-        rank => writeln!(err, "rank {rank}: {text}"),
-    }
-    .and_then(|()| err.flush());
+    let _ = err.write_all(line.as_bytes()).and_then(|()| err.flush());
 }
 
 static ERROR_SHOWN: AtomicBool = AtomicBool::new(false);
