@@ -47,6 +47,18 @@ fn check(output: &Output, what: &str) {
     );
 }
 
+/// [`check`], and that the run in `run` ended well: with `--enable-recovery`, `mpirun` exits 0
+/// even when a rank fails, but the run's `summary.json` says `failed`.
+fn check_run(output: &Output, what: &str, run: &Path) {
+    check(output, what);
+    let summary = std::fs::read_to_string(run.join("summary.json")).unwrap_or_default();
+    assert!(
+        !summary.contains("\"failed\""),
+        "{what}: {summary}\nstderr:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// `plimsoll train <args> --run-dir <dir>/one` on one process; returns the run directory.
 fn one_process(dir: &Path, args: &[&str]) -> PathBuf {
     let one = dir.join("one");
@@ -75,7 +87,7 @@ fn one_and_many(dir: &Path, ranks: usize, args: &[&str]) -> (PathBuf, PathBuf) {
         .arg(&many)
         .output()
         .unwrap();
-    check(&output, "mpirun");
+    check_run(&output, "mpirun", &many);
     (one, many)
 }
 
@@ -423,9 +435,10 @@ fn sharded_state_on_two_ranks_trains_a_tiny_gpt_as_one_process_with_half_the_sta
     }
 }
 
-/// A sharded run's checkpoint holds the whole optimizer state: 3 steps on 2 ranks with
-/// `--shard gradients`, one more on 2 ranks sharded, the last on one process, equal 5 steps
-/// of one process in one go.
+/// A sharded run's checkpoint holds the whole optimizer state: 2 steps on one process (its
+/// micro-batch, 64, is more than a rank's 32 samples), then on 2 ranks with `--shard
+/// gradients` to 3 and again to 4, the last on one process, equal 5 steps of one process in one
+/// go. (Resuming on more ranks had refused the saved micro-batch.)
 #[test]
 fn a_sharded_run_checkpoints_the_whole_state_and_resumes_on_other_ranks() {
     let dir = folder("shard-resume");
@@ -434,12 +447,12 @@ fn a_sharded_run_checkpoints_the_whole_state_and_resumes_on_other_ranks() {
     args.extend(["--warmup-steps", "0", "--lr", "1e-3", "--min-lr", "1e-3"]);
     args.extend(ONE_BLOCK_GPT_ARGS);
     let run = dir.join("run");
-    let output = mpirun(2)
-        .arg(BIN)
+    let output = Command::new(BIN)
         .arg("train")
         .args(&args)
-        .args(["--steps", "3", "--shard", "gradients", "--run-dir"])
+        .args(["--steps", "2", "--run-dir"])
         .arg(&run)
+        .stdin(Stdio::null())
         .output()
         .unwrap();
     check(&output, "first");
@@ -460,8 +473,18 @@ fn a_sharded_run_checkpoints_the_whole_state_and_resumes_on_other_ranks() {
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        check(&output, "resume");
+        check_run(&output, "resume", &run);
+        // A resume refused before it recorded anything leaves the last summary as it was:
+        // the checkpoint's step says whether this one trained.
+        let saved = plimsoll_trainer::nn::state::metadata(&run.join("latest.safetensors"));
+        assert_eq!(
+            saved.unwrap()["step"],
+            steps,
+            "resume on {ranks} rank(s) to step {steps}:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     };
+    resume(2, "3", &["--shard", "gradients"]);
     resume(2, "4", &["--shard", "gradients"]);
     resume(1, "5", &["--shard", "none"]);
     args.extend(["--steps", "5"]);

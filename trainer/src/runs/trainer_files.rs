@@ -38,7 +38,11 @@ impl Trainer {
             checks,
         )?;
         let micro_batch = self.config.micro_batch.unwrap_or(position.micro_batch);
-        self.micro_batch = micro_batch.clamp(1, self.config.effective_batch);
+        // This rank's largest shard of a batch: a run saved on fewer ranks may have used a
+        // larger micro-batch than a rank now has samples.
+        let largest =
+            crate::collective::largest_shard(self.config.effective_batch, self.collective.ranks());
+        self.micro_batch = micro_batch.clamp(1, largest);
         position.micro_batch = self.micro_batch;
         // An f16 run goes on with the saved loss scale (a checkpoint of an f32 run has none:
         // the scaler starts afresh); an f32 run scales nothing.
