@@ -50,22 +50,31 @@ impl RowShard {
             .iter()
             .map(|(_, s)| s.iter().product::<usize>())
             .sum();
-        // The rank that keeps the row starting at flat element `at`: the one whose share
-        // (`r * total / ranks ..`) holds it.
-        let owner = |at: usize| -> usize {
-            ((at as u128 * ranks as u128) / (total.max(1) as u128)) as usize
+        // Rank r keeps the rows that start in its share: at flat elements from
+        // ceil(r * total / ranks) on (the last rank keeps every row after its start).
+        let cut = |r: usize| -> u128 { (r as u128 * total as u128).div_ceil(ranks as u128) };
+        // Rows of a tensor at `at` with `rows` rows of `row_len` that start before `cut`.
+        let before = |cut: u128, at: usize, rows: usize, row_len: usize| -> usize {
+            let at = at as u128;
+            match (cut > at, row_len) {
+                (false, _) => 0,
+                (true, 0) => rows,
+                (true, len) => ((cut - at).div_ceil(len as u128)).min(rows as u128) as usize,
+            }
         };
         let mut parts = Vec::with_capacity(shapes.len());
         let (mut at, mut flat_start, mut flat_end) = (0usize, None, 0usize);
         for (name, shape) in shapes {
             let (rows, row_len) = rows_of(shape);
-            // Rows are in rank order: the first row at or past this rank's share.
-            let first = (0..rows)
-                .position(|j| owner(at + j * row_len) >= rank)
-                .unwrap_or(rows);
-            let end = (first..rows)
-                .position(|j| owner(at + j * row_len) > rank)
-                .map_or(rows, |k| first + k);
+            let first = match rank {
+                0 => 0,
+                r => before(cut(r), at, rows, row_len),
+            };
+            let end = match rank + 1 >= ranks {
+                true => rows,
+                false => before(cut(rank + 1), at, rows, row_len),
+            }
+            .max(first);
             if end > first {
                 flat_start.get_or_insert(at + first * row_len);
                 flat_end = at + end * row_len;
