@@ -234,12 +234,7 @@ impl Optimizer for AdamW {
     }
 
     fn undo_step(&mut self) {
-        if let Some((steps, created)) = self.undo.take() {
-            self.steps = steps;
-            for name in created {
-                self.moments.remove(&name);
-            }
-        }
+        super::undo_last(&mut self.undo, &mut self.steps, &mut self.moments);
     }
 
     fn set_grad_scale(&mut self, scale: f32) {

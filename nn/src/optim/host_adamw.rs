@@ -256,11 +256,8 @@ impl Optimizer for HostAdamW {
 
     /// The moments uploaded: for a caller that wants them on the device after all.
     fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
-        let mut host = Vec::with_capacity(state.len());
-        for (name, t) in state {
-            host.push((name, HostTensor::new(t.shape().to_vec(), t.to_vec()?)));
-        }
-        self.load_host_state(host, step_count).map(|_| ())
+        self.load_host_state(super::host_copies(state)?, step_count)
+            .map(|_| ())
     }
 
     fn state_on_host(&self) -> bool {
@@ -328,12 +325,7 @@ impl Optimizer for HostAdamW {
     }
 
     fn undo_step(&mut self) {
-        if let Some((steps, created)) = self.undo.take() {
-            self.steps = steps;
-            for name in created {
-                self.moments.remove(&name);
-            }
-        }
+        super::undo_last(&mut self.undo, &mut self.steps, &mut self.moments);
     }
 
     fn set_grad_scale(&mut self, scale: f32) {

@@ -173,6 +173,38 @@ pub fn zero_grad(params: &[(String, Tensor)]) {
     }
 }
 
+/// [`Optimizer::undo_step`] for an optimizer that keeps, in `undo`, its step count before its
+/// last step and the names of the state entries that step created in `state`: both taken back
+/// (once).
+fn undo_last<S>(
+    undo: &mut Option<(u64, Vec<String>)>,
+    steps: &mut u64,
+    state: &mut BTreeMap<String, S>,
+) {
+    if let Some((before, created)) = undo.take() {
+        *steps = before;
+        for name in created {
+            state.remove(&name);
+        }
+    }
+}
+
+/// State tensors read back into host copies (a planning device's: shapes, no values).
+fn host_copies(state: Vec<(String, Tensor)>) -> Result<Vec<(String, crate::state::HostTensor)>> {
+    let mut host = Vec::with_capacity(state.len());
+    for (name, t) in state {
+        let values = match t.gpu().is_planning() {
+            true => Vec::new(),
+            false => t.to_vec()?,
+        };
+        host.push((
+            name,
+            crate::state::HostTensor::new(t.shape().to_vec(), values),
+        ));
+    }
+    Ok(host)
+}
+
 /// A zero-filled state tensor shaped like `param`, as `Category::OptimizerState`.
 fn zeros_state(param: &Tensor, label: &str) -> Result<Tensor> {
     let options = TensorOptions {

@@ -159,12 +159,7 @@ impl Optimizer for Sgd {
     }
 
     fn undo_step(&mut self) {
-        if let Some((steps, created)) = self.undo.take() {
-            self.steps = steps;
-            for name in created {
-                self.momentum.remove(&name);
-            }
-        }
+        super::undo_last(&mut self.undo, &mut self.steps, &mut self.momentum);
     }
 
     fn set_grad_scale(&mut self, scale: f32) {

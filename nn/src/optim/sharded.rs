@@ -285,15 +285,8 @@ impl Optimizer for ShardedAdamW {
 
     /// Whole tensors (AdamW's): read back, and this rank's rows kept.
     fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
-        let mut host = Vec::with_capacity(state.len());
-        for (name, t) in state {
-            let values = match t.gpu().is_planning() {
-                true => Vec::new(),
-                false => t.to_vec()?,
-            };
-            host.push((name, HostTensor::new(t.shape().to_vec(), values)));
-        }
-        self.load_host_state(host, step_count).map(|_| ())
+        self.load_host_state(super::host_copies(state)?, step_count)
+            .map(|_| ())
     }
 
     fn loads_from_host(&self) -> bool {
@@ -381,12 +374,7 @@ impl Optimizer for ShardedAdamW {
     }
 
     fn undo_step(&mut self) {
-        if let Some((steps, created)) = self.undo.take() {
-            self.steps = steps;
-            for name in created {
-                self.moments.remove(&name);
-            }
-        }
+        super::undo_last(&mut self.undo, &mut self.steps, &mut self.moments);
     }
 
     fn set_grad_scale(&mut self, scale: f32) {

@@ -37,7 +37,7 @@ fn auto_offloads_the_least_that_fits_within_the_host_budget() {
         })
     };
     for (fits_from, want) in [(0, "none"), (1, "optimizer"), (2, "activations")] {
-        let plan = run(fits_from, 5, 1 << 20).unwrap();
+        let plan = run(fits_from, 5, 1 << 20).expect("a level fits");
         assert_eq!(plan.offload, want);
     }
     // Nothing fits: the last level's refusal (the smallest need).
@@ -65,5 +65,5 @@ fn auto_offloads_the_least_that_fits_within_the_host_budget() {
             ..MemoryPlan::default()
         })
     });
-    assert_eq!(plan.unwrap().offload, "activations");
+    assert_eq!(plan.expect("planned as asked").offload, "activations");
 }
