@@ -18,7 +18,7 @@ const POLL_SLICE: Duration = Duration::from_millis(50);
 
 impl Gpu {
     /// Builds every pipeline the crate's launchers can ask for ([`crate::kernels::variants`]),
-    /// skipping the 16-bit ones on a device without `SHADER_F16`, on parallel threads
+    /// skipping those the device cannot build ([`crate::Kernel::runs_with`]), on parallel threads
     /// ([`Gpu::compile_pipelines`]), and returns how many it built.
     pub fn compile_kernels(&self) -> Result<usize> {
         Ok(self
@@ -58,12 +58,12 @@ impl Gpu {
 
     /// Builds `pipelines` (those not built yet), split over up to
     /// `std::thread::available_parallelism()` threads (each with its own wgpu error scopes,
-    /// which are per thread), skipping the 16-bit ones on a device without `SHADER_F16`.
+    /// which are per thread), skipping those the device cannot build ([`crate::Kernel::runs_with`]).
     pub fn compile_pipelines(&self, pipelines: &[WantedPipeline]) -> Result<Compiled> {
-        let f16 = self.features().contains(wgpu::Features::SHADER_F16);
+        let features = self.features();
         let todo: Vec<&WantedPipeline> = pipelines
             .iter()
-            .filter(|w| f16 || !w.kernel.source().contains("enable f16"))
+            .filter(|w| w.kernel.runs_with(features))
             .collect();
         // Shader modules first, one per stem (cheap: parsing and validation), so the threads
         // below share them instead of each building its own.
@@ -117,10 +117,10 @@ impl Gpu {
     /// tensor can be written whatever offsets the `Params` hold), in one submission, and waits
     /// for it within `deadline`.
     fn warm_up(&self, pipelines: &[WantedPipeline], deadline: Duration) -> Result<()> {
-        let f16 = self.features().contains(wgpu::Features::SHADER_F16);
+        let features = self.features();
         let runs: Vec<(&WantedPipeline, &Vec<u8>)> = pipelines
             .iter()
-            .filter(|w| f16 || !w.kernel.source().contains("enable f16"))
+            .filter(|w| w.kernel.runs_with(features))
             // Only modules with wgpu's runtime checks: the Params are the twin's, so indices
             // may point past the scratch buffers, and only the checks keep them inside.
             .filter(|w| w.kernel.runtime_checks.is_on())
@@ -233,8 +233,7 @@ fn every_variant(features: wgpu::Features, cooperative: bool) -> Vec<WantedPipel
     crate::kernels::variants()
         .into_iter()
         .filter(|(kernel, _)| {
-            (!kernel.needs_shader_f16() || features.contains(wgpu::Features::SHADER_F16))
-                && (!crate::kernels::matmul::is_coop(kernel) || cooperative)
+            kernel.runs_with(features) && (!crate::kernels::matmul::is_coop(kernel) || cooperative)
         })
         .map(|(kernel, overrides)| WantedPipeline::new(*kernel, &overrides))
         .collect()

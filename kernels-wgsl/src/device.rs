@@ -122,6 +122,11 @@ pub struct AdapterSummary {
     /// offers 16×16×16 f16 × f16 → f32 in subgroup scope, and its subgroups are 32 lanes (what
     /// `matmul_coop.wgsl` is written for). See `kernels::matmul` and [`Gpu::matmul_path`].
     pub cooperative_matmul: bool,
+    /// The smallest and largest subgroup sizes (lanes) where the device has wgpu's `SUBGROUP`
+    /// feature, which the row kernels' subgroup-per-row layout needs
+    /// ([`crate::kernels::RowLayout::SubgroupPerRow`]); `None` without it. Lavapipe: 8 and 8
+    /// on a host with 256-bit vectors; NVIDIA: 32 and 32.
+    pub subgroup_sizes: Option<(u32, u32)>,
 }
 
 impl std::fmt::Display for AdapterSummary {
@@ -431,6 +436,9 @@ impl Gpu {
                 .trim()
                 .to_string(),
             cooperative_matmul: cooperative_matmul(&adapter, features),
+            subgroup_sizes: features
+                .contains(wgpu::Features::SUBGROUP)
+                .then_some((info.subgroup_min_size, info.subgroup_max_size)),
         };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("plimsoll"),

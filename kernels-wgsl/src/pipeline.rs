@@ -150,6 +150,20 @@ impl Kernel {
     pub fn needs_shader_f16(&self) -> bool {
         self.wgsl.starts_with("enable f16;")
     }
+
+    /// Whether the shader reads a subgroup builtin (`@builtin(subgroup_id)`: the row kernels'
+    /// subgroup-per-row modules, the cooperative matmul): it needs the device feature
+    /// `SUBGROUP`.
+    pub fn needs_subgroups(&self) -> bool {
+        self.wgsl.contains("@builtin(subgroup_id)")
+    }
+
+    /// Whether a device with `features` can build this kernel's module (`SHADER_F16` and
+    /// `SUBGROUP` where it needs them).
+    pub fn runs_with(&self, features: wgpu::Features) -> bool {
+        (!self.needs_shader_f16() || features.contains(wgpu::Features::SHADER_F16))
+            && (!self.needs_subgroups() || features.contains(wgpu::Features::SUBGROUP))
+    }
 }
 
 /// The WGSL type of a `Params` field: its Rust type's name (`u32`, `f32`, `i32`, which WGSL

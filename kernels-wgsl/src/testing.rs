@@ -151,6 +151,10 @@ pub fn with_loop_limit(
     body(&gpu, limit, &tiny)
 }
 
+/// A launch's loop passes as a function of the size it loops over (for tests that compare
+/// layouts at their own limits).
+pub type Passes = Box<dyn Fn(u64) -> u64>;
+
 /// The largest argument `passes` takes within `gpu`'s loop limit, or within lavapipe's 65,535
 /// on an adapter without one (the same sizes then run unrestricted): what the
 /// `*_at_the_loop_limit_*` tests launch.

@@ -92,7 +92,7 @@ fn a_bounded_softmax_goes_out_in_blocks_of_rows_with_the_same_values() -> Result
     let n = (rows * cols) as u64;
     let (xs, dys) = (x.slice(5, n)?, dy.slice(3, n)?);
     let (r, c) = (rows as u64, cols as u64);
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         for kind in [SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax] {
             same_under_a_bound(&gpu, &format!("{layout:?} {kind:?}"), r - 1, || {
                 let (y, dx) = (output(&gpu, rows * cols)?, output(&gpu, rows * cols)?);
@@ -122,7 +122,7 @@ fn a_bounded_layer_norm_goes_out_in_blocks_of_rows_with_the_same_values() -> Res
     let beta = random_at(&gpu, &mut rng, (cols, -0.5, 0.5), 0)?;
     let (xs, dys) = (x.slice(1, n as u64)?, dy.slice(2, n as u64)?);
     let (g, b) = (gamma.slice(3, cols as u64)?, beta.slice(0, cols as u64)?);
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         for rms in [false, true] {
             let dims = LayerNormDims {
                 rows: rows as u64,
@@ -181,7 +181,7 @@ fn a_bounded_cross_entropy_goes_out_in_blocks_of_rows_with_the_same_values() -> 
         cols: cols as u64,
         smoothing: 0.1,
     };
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         // dloss one per row (its offset advances with the block) and one for all.
         for dloss in [per_row.slice(1, rows as u64)?, per_row.slice(4, 1)?] {
             let name = format!("{layout:?} dloss of {}", dloss.len());
@@ -527,6 +527,12 @@ fn bounded_axis_reductions_and_sums_of_squares_go_out_in_ranges_with_the_same_va
         let squares = output(&gpu, chunks)?;
         reduce::sum_squares_chunks(&gpu, squares.whole(), long.slice(0, 1500)?)?;
         outs.push(squares);
+        if super::subgroup_rows(&gpu).is_some() {
+            let squares = output(&gpu, chunks)?;
+            let sg = RowLayout::SubgroupPerRow;
+            reduce::sum_squares_chunks_in(&gpu, sg, squares.whole(), long.slice(0, 1500)?)?;
+            outs.push(squares);
+        }
         read(&gpu, &outs.iter().collect::<Vec<_>>())
     })
 }

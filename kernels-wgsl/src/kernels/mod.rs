@@ -444,9 +444,60 @@ pub enum RowLayout {
     /// there are enough rows to fill the device.
     InvocationPerRow,
     /// One workgroup of [`ROW_WORKGROUP`] invocations per row, each taking every 64th column,
-    /// the row's statistic combined by a tree in workgroup memory (`kernels/softmax/softmax_rows.wgsl`):
-    /// few long rows then still use the whole of a GPU.
+    /// the row's statistic combined by a tree in workgroup memory (`kernels/softmax/softmax_rows.wgsl`
+    /// placed by `shaders/row_workgroup.wgsl`): few long rows then still use the whole of a GPU.
     WorkgroupPerRow,
+    /// One subgroup per row (the same `*_rows.wgsl` bodies placed by
+    /// `shaders/row_subgroup.wgsl`): each lane takes every `lanes`-th column, so a subgroup
+    /// reads its row in contiguous runs, and the row's statistic is combined by subgroup
+    /// operations (`subgroupAdd`, `subgroupMax`), without workgroup memory or barriers. Needs
+    /// wgpu's `SUBGROUP` feature and subgroups of at most [`ROW_WORKGROUP`] lanes
+    /// ([`subgroup_rows`]); elsewhere a launch in it is [`Error::InvalidArgument`].
+    SubgroupPerRow,
+}
+
+impl RowLayout {
+    /// The layouts `gpu` can run: [`RowLayout::SubgroupPerRow`] only where [`subgroup_rows`]
+    /// says so (tests and benchmarks compare them).
+    pub fn available(gpu: &Gpu) -> Vec<RowLayout> {
+        let mut out = vec![RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow];
+        if subgroup_rows(gpu).is_some() {
+            out.push(RowLayout::SubgroupPerRow);
+        }
+        out
+    }
+}
+
+/// Where `gpu` can run [`RowLayout::SubgroupPerRow`]: the fewest and the most lanes a
+/// subgroup has (the adapter's subgroup sizes, the largest at most [`ROW_WORKGROUP`]); `None`
+/// without wgpu's `SUBGROUP` feature.
+pub fn subgroup_rows(gpu: &Gpu) -> Option<(u32, u32)> {
+    gpu.adapter()
+        .subgroup_sizes
+        .filter(|&(least, most)| least >= 1 && most <= ROW_WORKGROUP && least <= most)
+}
+
+/// The fewest lanes that take one row's columns in `layout` on `gpu` (each then loops over
+/// `ceil(cols / lanes)` of them): 1, [`ROW_WORKGROUP`], or the adapter's smallest subgroup;
+/// [`Error::InvalidArgument`] naming `op` for a subgroup layout the device cannot run.
+pub(crate) fn row_lanes(gpu: &Gpu, op: &'static str, layout: RowLayout) -> Result<u64> {
+    match layout {
+        RowLayout::InvocationPerRow => Ok(1),
+        RowLayout::WorkgroupPerRow => Ok(u64::from(ROW_WORKGROUP)),
+        RowLayout::SubgroupPerRow => match subgroup_rows(gpu) {
+            Some((least, _)) => Ok(u64::from(least)),
+            None => Err(Error::InvalidArgument {
+                op,
+                message: format!(
+                    "adapter {:?} cannot run a subgroup per row (no SUBGROUP feature, or \
+                     subgroups of more than {ROW_WORKGROUP} lanes: {:?}); use \
+                     kernels::row_layout's choice",
+                    gpu.adapter().name,
+                    gpu.adapter().subgroup_sizes
+                ),
+            }),
+        },
+    }
 }
 
 /// On a GPU adapter, the fewest rows for which [`row_layout`] keeps an invocation per row:
@@ -456,19 +507,41 @@ pub enum RowLayout {
 /// xtask bench kernels` prints both layouts (`rows/softmax ...`) to set it on a real device.
 pub const GPU_INVOCATION_PER_ROW_MIN_ROWS: u64 = 4096;
 
+/// On a CPU adapter with subgroups, the fewest columns for which [`row_layout`] gives each row a
+/// subgroup. Measured on lavapipe (`cargo xtask bench kernels rows`, softmax, three runs, 8-lane
+/// subgroups): a subgroup per row against an invocation per row ran at 2.2x at 32 rows of
+/// 131,072 columns, 1.0-1.1x from 256 to 16,384 columns, 0.86x at 64 columns and 0.59x at 16.
+pub const CPU_SUBGROUP_MIN_COLS: u64 = 256;
+
 /// The layout the launchers use for `rows` rows of `cols` columns on `gpu`'s adapter:
-/// - on a CPU adapter (lavapipe), always an invocation per row: measured there (`cargo xtask
-///   bench kernels`, softmax, medians of 3 runs), a workgroup per row is as fast at 32 rows of
-///   131,072 columns (1.26 against 1.19 GB/s) and slower from 256 rows on (1.40 against 2.18
-///   GB/s at 256 x 16,384; 0.48 against 2.94 at 16,384 x 256): its barriers cost more than
-///   the idle lanes save;
+/// - on a CPU adapter (lavapipe), a subgroup per row for rows of at least
+///   [`CPU_SUBGROUP_MIN_COLS`] columns where it has subgroups, an invocation per row
+///   otherwise. Never a workgroup per row: measured there (`cargo xtask bench kernels`,
+///   softmax, medians of 3 runs), it is as fast at 32 rows of 131,072 columns (1.26 against
+///   1.19 GB/s) and slower from 256 rows on (1.40 against 2.18 GB/s at 256 x 16,384; 0.48
+///   against 2.94 at 16,384 x 256): its barriers cost more than the idle lanes save;
 /// - on a GPU, a workgroup per row below [`GPU_INVOCATION_PER_ROW_MIN_ROWS`] rows of at least
-///   [`ROW_WORKGROUP`] columns.
+///   [`ROW_WORKGROUP`] columns;
+/// - on a GPU with subgroups ([`subgroup_rows`]), a subgroup per row otherwise, for rows at
+///   least as long as the largest subgroup: an invocation per row reads its row alone, so a
+///   subgroup's loads land `cols` elements apart, where a subgroup per row reads each row in
+///   contiguous runs (not measured on a GPU yet: `cargo xtask bench kernels rows` prints
+///   every layout);
+/// - an invocation per row otherwise.
 pub fn row_layout(gpu: &Gpu, rows: u64, cols: u64) -> RowLayout {
-    if !gpu.is_cpu() && rows < GPU_INVOCATION_PER_ROW_MIN_ROWS && cols >= u64::from(ROW_WORKGROUP) {
-        RowLayout::WorkgroupPerRow
-    } else {
-        RowLayout::InvocationPerRow
+    let subgroups = subgroup_rows(gpu);
+    if gpu.is_cpu() {
+        return match subgroups {
+            Some(_) if cols >= CPU_SUBGROUP_MIN_COLS => RowLayout::SubgroupPerRow,
+            _ => RowLayout::InvocationPerRow,
+        };
+    }
+    if rows < GPU_INVOCATION_PER_ROW_MIN_ROWS && cols >= u64::from(ROW_WORKGROUP) {
+        return RowLayout::WorkgroupPerRow;
+    }
+    match subgroups {
+        Some((_, most)) if cols >= u64::from(most) => RowLayout::SubgroupPerRow,
+        _ => RowLayout::InvocationPerRow,
     }
 }
 
@@ -487,10 +560,19 @@ pub(crate) fn launch_rows<P: bytemuck::Pod>(
     [rows, period]: [u64; 2],
     params: impl Fn(u32, u32) -> P,
 ) -> Result<()> {
-    // A workgroup per row: a whole workgroup's invocations per row.
+    // A workgroup per row: a whole workgroup's invocations per row. A subgroup per row: the
+    // largest subgroup's lanes per row, so the grid has a subgroup for every row whatever size
+    // the subgroups take (row_subgroup.wgsl).
     let per_row = match layout {
         RowLayout::InvocationPerRow => 1,
         RowLayout::WorkgroupPerRow => u64::from(kernel.workgroup_size),
+        RowLayout::SubgroupPerRow => match subgroup_rows(gpu) {
+            Some((_, most)) => u64::from(most),
+            None => {
+                row_lanes(gpu, kernel.entry, layout)?;
+                u64::from(kernel.workgroup_size)
+            }
+        },
     };
     launch_blocks(gpu, kernel, &[], buffers, [rows, period], |s, e| {
         (params(s as u32, (e - s) as u32), (e - s) * per_row)

@@ -1,5 +1,6 @@
 //! Kernel families beyond matmul and the elementwise ops, for `cargo xtask bench kernels`: the
-//! row kernels (softmax in both layouts, layer norm, cross-entropy), the embedding, AdamW and
+//! row kernels (softmax and layer norm in each layout the device has, cross-entropy, the sums
+//! of squares by chunks), the embedding, AdamW and
 //! the f16 conversions, each as GB/s of what it reads and writes once; and ResNet-18's first
 //! convolutions, as GFLOP/s beside the matmul of the same product.
 
@@ -11,13 +12,14 @@ use plimsoll_kernels_wgsl::kernels::embedding;
 use plimsoll_kernels_wgsl::kernels::layer_norm::{self, LayerNormDims};
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 use plimsoll_kernels_wgsl::kernels::optimizer::{self, AdamWConfig, AdamWStep};
+use plimsoll_kernels_wgsl::kernels::reduce;
 use plimsoll_kernels_wgsl::kernels::softmax::{self, RowLayout, SoftmaxKind};
 use plimsoll_kernels_wgsl::{Category, DeviceBuffer, Gpu};
 
 use super::Report;
 use super::kernels::{filled, median_seconds};
 
-/// The row kernels (softmax in both layouts; layer norm; cross-entropy) at few long rows and
+/// The row kernels (softmax and layer norm in each layout the device has; cross-entropy) at few long rows and
 /// many short ones, GB/s of the rows read and written.
 pub(super) fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let x = filled(gpu, 1 << 22, 0.25, "bench rows x")?;
@@ -27,9 +29,11 @@ pub(super) fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
         (256, 16384),
         (1024, 4096),
         (16384, 256),
+        (65536, 64),
+        (262144, 16),
     ] {
         let len = rows * cols;
-        for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        for layout in RowLayout::available(gpu) {
             let seconds = median_seconds(gpu, 5, || {
                 Ok(softmax::forward_in(
                     gpu,
@@ -53,6 +57,32 @@ pub(super) fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
             );
         }
     }
+    // The gradient norm's sums of squares by chunks of 256, over 4 Mi elements.
+    let len = 1u64 << 22;
+    let chunks = reduce::squares_chunks(len);
+    for layout in [RowLayout::InvocationPerRow, RowLayout::SubgroupPerRow] {
+        if layout == RowLayout::SubgroupPerRow && !RowLayout::available(gpu).contains(&layout) {
+            continue;
+        }
+        let seconds = median_seconds(gpu, 5, || {
+            Ok(reduce::sum_squares_chunks_in(
+                gpu,
+                layout,
+                y.slice(0, chunks)?,
+                x.slice(0, len)?,
+            )?)
+        })?;
+        let chosen = if reduce::squares_layout(gpu) == layout {
+            ", chosen"
+        } else {
+            ""
+        };
+        report.push(
+            format!("rows/sum_squares_chunks ({len}) [{layout:?}{chosen}]"),
+            4.0 * len as f64 / seconds / 1e9,
+            "GB/s",
+        );
+    }
     other_families(gpu, report, (&x, &y))
 }
 
@@ -73,26 +103,31 @@ fn other_families(
         eps: 1e-5,
         rms: false,
     };
-    let seconds = median_seconds(gpu, 5, || {
-        let outputs = [
-            y.slice(0, len)?,
-            stats.slice(0, rows)?,
-            stats.slice(rows, rows)?,
-        ];
-        let inputs = [
-            x.slice(0, len)?,
-            params.slice(0, cols)?,
-            params.slice(cols, cols)?,
-        ];
-        Ok(layer_norm::forward(
-            gpu, &dims, outputs, inputs[0], inputs[1], inputs[2],
-        )?)
-    })?;
-    report.push(
-        format!("rows/layer_norm forward ({rows}, {cols})"),
-        8.0 * len as f64 / seconds / 1e9,
-        "GB/s",
-    );
+    for layout in RowLayout::available(gpu) {
+        let seconds = median_seconds(gpu, 5, || {
+            let outputs = [
+                y.slice(0, len)?,
+                stats.slice(0, rows)?,
+                stats.slice(rows, rows)?,
+            ];
+            let inputs = [
+                x.slice(0, len)?,
+                params.slice(0, cols)?,
+                params.slice(cols, cols)?,
+            ];
+            Ok(layer_norm::forward_in(gpu, layout, &dims, outputs, inputs)?)
+        })?;
+        let chosen = if softmax::row_layout(gpu, rows, cols) == layout {
+            ", chosen"
+        } else {
+            ""
+        };
+        report.push(
+            format!("rows/layer_norm forward ({rows}, {cols}) [{layout:?}{chosen}]"),
+            8.0 * len as f64 / seconds / 1e9,
+            "GB/s",
+        );
+    }
     let targets = gpu.upload(
         &vec![3u32; rows as usize],
         Category::Temporary,

@@ -10,7 +10,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_layout};
+use crate::kernels::{RowLayout, check_loop_limit, launch_rows, row_lanes, row_layout};
 use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -34,6 +34,12 @@ const WGSL_ROWS: &str = concatcp!(
     crate::kernels::softmax::ROWS_HELPERS
 );
 
+/// The subgroup-per-row module: `cross_entropy_rows.wgsl` placed a subgroup per row.
+const WGSL_SUBGROUP: &str = concatcp!(
+    include_str!("cross_entropy_rows.wgsl"),
+    crate::kernels::softmax::SUBGROUP_HELPERS
+);
+
 kernels! {
     "cross_entropy", source: WGSL, workgroup: ROW_WORKGROUP;
     /// The `forward` entry point.
@@ -50,12 +56,23 @@ kernels! {
     BACKWARD_ROWS = "backward_rows" [logits, targets: "array<u32>", dloss, dlogits];
 }
 
+kernels! {
+    "cross_entropy_subgroup", source: WGSL_SUBGROUP, workgroup: ROW_WORKGROUP;
+    /// `forward` with a subgroup per row (`cross_entropy_rows.wgsl` placed by
+    /// `row_subgroup.wgsl`).
+    FORWARD_SUBGROUP = "forward_rows" [logits, targets: "array<u32>", losses];
+    /// `backward` with a subgroup per row.
+    BACKWARD_SUBGROUP = "backward_rows" [logits, targets: "array<u32>", dloss, dlogits];
+}
+
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
 pub const KERNELS: &[Kernel] = &[
     FORWARD,
     BACKWARD,
     FORWARD_ROWS,
     BACKWARD_ROWS,
+    FORWARD_SUBGROUP,
+    BACKWARD_SUBGROUP,
 ];
 
 /// Loop passes one invocation of a workgroup-per-row entry point runs: two column loops of
@@ -129,10 +146,14 @@ fn check_common(
     let len = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
+    let lanes = row_lanes(gpu, op, layout)?;
     if rows > 0 {
-        let passes = match layout {
-            RowLayout::InvocationPerRow => loop_iterations,
-            RowLayout::WorkgroupPerRow => loop_iterations_rows,
+        let passes: &dyn Fn(u64) -> u64 = match layout {
+            RowLayout::InvocationPerRow => &loop_iterations,
+            RowLayout::WorkgroupPerRow => &loop_iterations_rows,
+            RowLayout::SubgroupPerRow => {
+                &|c| crate::kernels::softmax::loop_iterations_subgroup(c, lanes)
+            }
         };
         check_loop_limit(gpu, op, "cols", cols, passes)?;
     }
@@ -180,6 +201,7 @@ pub fn forward_in(
     let kernel = match layout {
         RowLayout::InvocationPerRow => &FORWARD,
         RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
+        RowLayout::SubgroupPerRow => &FORWARD_SUBGROUP,
     };
     launch_rows(gpu, layout, kernel, &buffers, [dims.rows.min(len), 1], params)
 }
@@ -245,6 +267,7 @@ pub fn backward_in(
     let kernel = match layout {
         RowLayout::InvocationPerRow => &BACKWARD,
         RowLayout::WorkgroupPerRow => &BACKWARD_ROWS,
+        RowLayout::SubgroupPerRow => &BACKWARD_SUBGROUP,
     };
     launch_rows(gpu, layout, kernel, &buffers, [dims.rows.min(len), 1], params)
 }

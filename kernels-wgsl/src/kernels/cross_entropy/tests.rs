@@ -94,9 +94,9 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, case: &Case) -> Result<()> {
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
     let (gpu, mut rng) = gpu_and_rng(51);
-    let layouts = [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow];
+    let layouts = RowLayout::available(&gpu);
     let gradients = [(0.0, LossGradient::Broadcast), (0.1, LossGradient::PerRow)];
-    for layout in layouts {
+    for &layout in &layouts {
         for rows in [1usize, 3, 37, 129] {
             for cols in [1usize, 10, 33, 257, 1000] {
                 for (smoothing, dloss) in gradients {
@@ -186,26 +186,57 @@ fn cross_entropy_rejects_bad_arguments() -> Result<()> {
 #[test]
 fn cross_entropy_refuses_rows_over_the_loop_limit() -> Result<()> {
     with_loop_limit("cross_entropy_refuses_rows_over_the_loop_limit", |gpu, limit, tiny| {
-        let largest = largest_within(limit, super::loop_iterations);
         let t = tiny.whole();
-        let over = largest + 1;
+        let mut layouts: Vec<(RowLayout, crate::testing::Passes)> =
+            vec![(RowLayout::InvocationPerRow, Box::new(super::loop_iterations))];
+        // A subgroup per row runs a subgroup's share of the columns per lane (the launchers'
+        // choice for long rows where the adapter has subgroups).
+        if let Some((lanes, _)) = crate::kernels::subgroup_rows(gpu) {
+            let lanes = u64::from(lanes);
+            layouts.push((
+                RowLayout::SubgroupPerRow,
+                Box::new(move |c| crate::kernels::softmax::loop_iterations_subgroup(c, lanes)),
+            ));
+        }
+        for (layout, passes) in layouts {
+            let largest = largest_within(limit, passes);
+            let over = largest + 1;
+            let dims = CrossEntropyDims {
+                rows: 1,
+                cols: over,
+                smoothing: 0.0,
+            };
+            assert_loop_limit(
+                super::forward_in(gpu, layout, &dims, t, [t, t]),
+                "cols",
+                largest,
+            );
+            let dims = CrossEntropyDims {
+                rows: 2,
+                cols: over,
+                smoothing: 0.1,
+            };
+            let result = super::backward_in(gpu, layout, &dims, t, [t, t, t], 1.0);
+            assert_loop_limit(result, "cols", largest);
+        }
+        // The launchers' choice at the longest rows the invocation-per-row layout takes
+        // refuses only past its own layout's limit.
+        let cols = largest_within(limit, super::loop_iterations);
         let dims = CrossEntropyDims {
             rows: 1,
-            cols: over,
+            cols: cols + 1,
             smoothing: 0.0,
         };
-        assert_loop_limit(
-            super::forward(gpu, &dims, t, t, t),
-            "cols",
-            largest,
-        );
-        let dims = CrossEntropyDims {
-            rows: 2,
-            cols: over,
-            smoothing: 0.1,
-        };
-        let result = super::backward(gpu, &dims, t, t, t, t, 1.0);
-        assert_loop_limit(result, "cols", largest);
+        let chosen = crate::kernels::row_layout(gpu, 1, cols + 1);
+        let result = super::forward(gpu, &dims, t, t, t);
+        match chosen {
+            RowLayout::InvocationPerRow => assert_loop_limit(result, "cols", cols),
+            // Past the loop check the one-element slices are refused.
+            _ => assert!(
+                matches!(result, Err(Error::InvalidArgument { .. })),
+                "{result:?}"
+            ),
+        }
         Ok(())
     })
 }

@@ -12,7 +12,7 @@
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    RowLayout, check_loop_limit, launch_rows, launch_units, loop_passes, row_layout,
+    RowLayout, check_loop_limit, launch_rows, launch_units, loop_passes, row_lanes, row_layout,
 };
 use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
@@ -32,7 +32,13 @@ const WGSL: &str = concatcp!(include_str!("layer_norm.wgsl"), shader_source!("in
 /// The workgroup-per-row module: `layer_norm_rows.wgsl` and the helpers it calls.
 const WGSL_ROWS: &str = concatcp!(
     include_str!("layer_norm_rows.wgsl"),
-    shader_source!("workgroup_reduce", "indexing")
+    crate::kernels::softmax::ROWS_HELPERS
+);
+
+/// The subgroup-per-row module: `layer_norm_rows.wgsl` placed a subgroup per row.
+const WGSL_SUBGROUP: &str = concatcp!(
+    include_str!("layer_norm_rows.wgsl"),
+    crate::kernels::softmax::SUBGROUP_HELPERS
 );
 
 kernels! {
@@ -53,6 +59,15 @@ kernels! {
     BACKWARD_INPUT_ROWS = "backward_input_rows" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
 }
 
+kernels! {
+    "layer_norm_subgroup", source: WGSL_SUBGROUP, workgroup: WORKGROUP;
+    /// `forward` with a subgroup per row (`layer_norm_rows.wgsl` placed by
+    /// `row_subgroup.wgsl`).
+    FORWARD_SUBGROUP = "forward_rows" [x, gamma, beta, y, mean_out, rstd_out];
+    /// `backward_input` with a subgroup per row.
+    BACKWARD_INPUT_SUBGROUP = "backward_input_rows" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
+}
+
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
 pub const KERNELS: &[Kernel] = &[
     FORWARD,
@@ -60,6 +75,8 @@ pub const KERNELS: &[Kernel] = &[
     BACKWARD_PARAMS,
     FORWARD_ROWS,
     BACKWARD_INPUT_ROWS,
+    FORWARD_SUBGROUP,
+    BACKWARD_INPUT_SUBGROUP,
 ];
 
 /// Loop passes one invocation of `forward` or `backward_input` (one row each) runs at most for
@@ -120,6 +137,12 @@ pub const fn row_loop_iterations_rows(cols: u64) -> u64 {
     3 * (cols.div_ceil(WORKGROUP as u64) + 1) + 2 * 7
 }
 
+/// Loop passes one lane of a subgroup-per-row entry point runs, its subgroup `lanes` wide:
+/// three column loops of `ceil(cols / lanes)` passes.
+pub const fn row_loop_iterations_subgroup(cols: u64, lanes: u64) -> u64 {
+    3 * (cols.div_ceil(lanes) + 1)
+}
+
 /// Checks the dimensions and the loop limits; returns `rows * cols`.
 fn matrix_len(
     gpu: &Gpu,
@@ -137,10 +160,12 @@ fn matrix_len(
     let len = rows
         .checked_mul(cols)
         .ok_or_else(|| invalid(format!("[{rows}, {cols}] has more than u64::MAX elements")))?;
+    let lanes = row_lanes(gpu, op, layout)?;
     if rows > 0 {
-        let passes = match layout {
-            RowLayout::InvocationPerRow => row_loop_iterations,
-            RowLayout::WorkgroupPerRow => row_loop_iterations_rows,
+        let passes: &dyn Fn(u64) -> u64 = match layout {
+            RowLayout::InvocationPerRow => &row_loop_iterations,
+            RowLayout::WorkgroupPerRow => &row_loop_iterations_rows,
+            RowLayout::SubgroupPerRow => &|c| row_loop_iterations_subgroup(c, lanes),
         };
         check_loop_limit(gpu, op, "cols", cols, passes)?;
     }
@@ -217,6 +242,7 @@ pub fn forward_in(
     let kernel = match layout {
         RowLayout::InvocationPerRow => &FORWARD,
         RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
+        RowLayout::SubgroupPerRow => &FORWARD_SUBGROUP,
     };
     launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)
 }
@@ -280,6 +306,7 @@ pub fn backward_in(
     let kernel = match layout {
         RowLayout::InvocationPerRow => &BACKWARD_INPUT,
         RowLayout::WorkgroupPerRow => &BACKWARD_INPUT_ROWS,
+        RowLayout::SubgroupPerRow => &BACKWARD_INPUT_SUBGROUP,
     };
     launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)?;
     // With rows == 0 this writes dgamma = dbeta = 0 (empty sums), as the reference does. Column

@@ -109,7 +109,7 @@ fn check_case(gpu: &Gpu, rng: &mut Rng, layout: RowLayout, rows: usize, cols: us
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
     let (gpu, mut rng) = gpu_and_rng(61);
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         for rows in [1usize, 3, 37, 129] {
             for cols in [1usize, 10, 33, 257, 1000] {
                 check_case(&gpu, &mut rng, layout, rows, cols)?;
@@ -187,17 +187,35 @@ fn layer_norm_refuses_rows_and_columns_over_the_loop_limit() -> Result<()> {
     with_loop_limit("layer_norm_refuses_rows_and_columns_over_the_loop_limit", |gpu, limit, tiny| {
         // Every slice on one tiny buffer: the loop limit is checked before the slice lengths.
         let t = tiny.whole();
+        let ir = RowLayout::InvocationPerRow;
         let cols = largest_within(limit, super::row_loop_iterations);
         assert_loop_limit(
-            super::forward(gpu, &dims(1, cols + 1), [t; 3], t, t, t),
+            super::forward_in(gpu, ir, &dims(1, cols + 1), [t; 3], [t; 3]),
             "cols",
             cols,
         );
         assert_loop_limit(
-            super::backward(gpu, &dims(1, cols + 1), [t; 3], [t; 4], t),
+            super::backward_in(gpu, ir, &dims(1, cols + 1), [t; 3], [t; 4], t),
             "cols",
             cols,
         );
+        // A subgroup per row runs a subgroup's share of the columns per lane (the launchers'
+        // choice for long rows where the adapter has subgroups).
+        if let Some((lanes, _)) = crate::kernels::subgroup_rows(gpu) {
+            let sg = RowLayout::SubgroupPerRow;
+            let lanes = u64::from(lanes);
+            let cols = largest_within(limit, |c| super::row_loop_iterations_subgroup(c, lanes));
+            assert_loop_limit(
+                super::forward(gpu, &dims(1, cols + 1), [t; 3], t, t, t),
+                "cols",
+                cols,
+            );
+            assert_loop_limit(
+                super::backward_in(gpu, sg, &dims(1, cols + 1), [t; 3], [t; 4], t),
+                "cols",
+                cols,
+            );
+        }
         // A workgroup per row runs a 64th of the columns per invocation.
         let wg = RowLayout::WorkgroupPerRow;
         let cols = largest_within(limit, super::row_loop_iterations_rows);
@@ -309,7 +327,7 @@ fn layer_norm_backward_matches_finite_differences() {
 fn rms_norm_matches_its_reference() -> Result<()> {
     use crate::kernels::{narrow, widen};
     let (gpu, mut rng) = gpu_and_rng(67);
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         for (rows, cols) in [(1usize, 1usize), (3, 10), (37, 257), (5, 1000)] {
             let name = |what: &str| format!("rms_norm {what} {layout:?} [{rows}, {cols}]");
             let n = rows * cols;

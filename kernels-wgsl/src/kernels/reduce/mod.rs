@@ -14,7 +14,7 @@ use crate::buffer::DeviceBuffer;
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::{
-    ELEMENTWISE_WORKGROUP, blocks_within_bound, check_loop_limit, copy, launch_units,
+    ELEMENTWISE_WORKGROUP, RowLayout, blocks_within_bound, check_loop_limit, copy, launch_units,
 };
 use crate::pipeline::{Kernel, kernel, kernels, shader_params, shader_source};
 use const_format::concatcp;
@@ -126,6 +126,19 @@ kernels! {
     MAX_ALL = "max_all" [src, dst, idx_out: "array<u32>"];
 }
 
+/// The subgroup-per-chunk module: `sum_squares_subgroup.wgsl`, placed by `row_subgroup.wgsl`.
+const WGSL_SUBGROUP: &str = concatcp!(
+    include_str!("sum_squares_subgroup.wgsl"),
+    crate::kernels::softmax::SUBGROUP_HELPERS
+);
+
+kernels! {
+    "reduce_subgroup", source: WGSL_SUBGROUP, workgroup: crate::kernels::ROW_WORKGROUP;
+    /// `sum_squares_chunks` with a subgroup per chunk (the device needs `SUBGROUP`): bindings
+    /// `src`, `dst`.
+    SUM_SQUARES_CHUNKS_SUBGROUP = "sum_squares_chunks_subgroup" [src, dst];
+}
+
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
 pub const KERNELS: &[Kernel] = &[
     SUM_AXIS,
@@ -137,6 +150,7 @@ pub const KERNELS: &[Kernel] = &[
     SUM_SQUARES_CHUNKS_V4,
     MEAN_ALL,
     MAX_ALL,
+    SUM_SQUARES_CHUNKS_SUBGROUP,
 ];
 
 shader_params! {
@@ -405,11 +419,57 @@ pub const fn squares_chunks(len: u64) -> u64 {
 /// not stored: a gradient norm's terms in one pass over `x`, spread over the device. The chunks
 /// depend on the length alone, so the result is deterministic. Reads `x` as `vec4`s when it
 /// starts on a multiple of 4 elements.
+/// On a GPU with subgroups, a subgroup per chunk ([`sum_squares_chunks_in`]).
 pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -> Result<()> {
+    sum_squares_chunks_in(gpu, squares_layout(gpu), out, x)
+}
+
+/// The layout [`sum_squares_chunks`] uses on `gpu`: [`RowLayout::SubgroupPerRow`] (a subgroup
+/// per chunk, reading it in contiguous runs) on a GPU with subgroups
+/// ([`crate::kernels::subgroup_rows`]; not measured on a GPU yet, `cargo xtask bench kernels
+/// rows` prints both), else [`RowLayout::InvocationPerRow`]: on lavapipe the invocation per
+/// chunk's vec4 loads were faster (the same bench over 4 Mi elements, three runs: 7.2-8.7 GB/s
+/// against 5.6-6.2 with 8-lane subgroups).
+pub fn squares_layout(gpu: &Gpu) -> RowLayout {
+    match crate::kernels::subgroup_rows(gpu) {
+        Some(_) if !gpu.is_cpu() => RowLayout::SubgroupPerRow,
+        _ => RowLayout::InvocationPerRow,
+    }
+}
+
+/// [`sum_squares_chunks`] in `layout`: an invocation per chunk, or a subgroup per chunk
+/// ([`RowLayout::SubgroupPerRow`], where [`crate::kernels::subgroup_rows`] says the device can);
+/// the same chunks either way, their sums in another order of additions (rounding only).
+/// [`RowLayout::WorkgroupPerRow`] is [`Error::InvalidArgument`].
+pub fn sum_squares_chunks_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    out: DeviceSlice<'_>,
+    x: DeviceSlice<'_>,
+) -> Result<()> {
     let op = "sum_squares_chunks";
     let chunks = squares_chunks(x.len());
     out.expect_len(op, "out", chunks)?;
-    let workgroups = chunks.div_ceil(ALL_WORKGROUP);
+    // Chunks per workgroup: one per invocation, or one per subgroup of the largest size.
+    let per_group = match layout {
+        RowLayout::InvocationPerRow => ALL_WORKGROUP,
+        RowLayout::SubgroupPerRow => match crate::kernels::subgroup_rows(gpu) {
+            Some((_, most)) => u64::from(crate::kernels::ROW_WORKGROUP / most).max(1),
+            None => {
+                crate::kernels::row_lanes(gpu, op, layout)?;
+                1
+            }
+        },
+        RowLayout::WorkgroupPerRow => {
+            return Err(Error::InvalidArgument {
+                op,
+                message: "a chunk of 256 squares takes an invocation or a subgroup, not a \
+                          workgroup: use RowLayout::InvocationPerRow or SubgroupPerRow"
+                    .to_string(),
+            });
+        }
+    };
+    let workgroups = chunks.div_ceil(per_group);
     let max = u64::from(gpu.limits().max_compute_workgroups_per_dimension);
     if x.len() > u64::from(u32::MAX) || workgroups > max {
         return Err(Error::InvalidArgument {
@@ -421,7 +481,9 @@ pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -
             ),
         });
     }
-    let kernel = if x.index().is_multiple_of(4) {
+    let kernel = if layout == RowLayout::SubgroupPerRow {
+        &SUM_SQUARES_CHUNKS_SUBGROUP
+    } else if x.index().is_multiple_of(4) {
         &SUM_SQUARES_CHUNKS_V4
     } else {
         &SUM_SQUARES_CHUNKS
@@ -443,7 +505,7 @@ pub fn sum_squares_chunks(gpu: &Gpu, out: DeviceSlice<'_>, x: DeviceSlice<'_>) -
             overrides: &[],
             params: bytemuck::bytes_of(&params),
             buffers: &buffers,
-            workgroups: [count.div_ceil(ALL_WORKGROUP) as u32, 1, 1],
+            workgroups: [count.div_ceil(per_group) as u32, 1, 1],
             work,
         })?;
     }

@@ -5,7 +5,7 @@
 use super::AxisView;
 use super::reference as cpu;
 use crate::buffer::DeviceBuffer;
-use crate::kernels::{check_loop_limit, largest_within};
+use crate::kernels::{RowLayout, check_loop_limit, largest_within};
 use crate::testing::{DEADLINE, assert_close, assert_exact, assert_loop_limit, gpu_and_rng, gpu_and_temporaries, with_loop_limit, Rng, scratch, sum_atol};
 use crate::{Category, Error, Gpu, Result};
 
@@ -113,8 +113,9 @@ pub(crate) fn matches_reference() -> Result<()> {
 }
 
 /// `sum_squares_chunks`: one sum per `SQUARES_CHUNK`-element chunk, each against the f64 sum of its
-/// chunk's squares, at a 4-aligned offset (vec4 loads) and at an odd one; a guard element on
-/// each side of `out` stays untouched.
+/// chunk's squares, at a 4-aligned offset (vec4 loads) and at an odd one, an invocation and (where
+/// the device has subgroups) a subgroup per chunk; a guard element on each side of `out` stays
+/// untouched.
 #[test]
 fn sum_squares_chunks_match_reference_per_chunk() -> Result<()> {
     let (gpu, mut rng) = gpu_and_rng(71);
@@ -131,20 +132,35 @@ fn sum_squares_chunks_match_reference_per_chunk() -> Result<()> {
                     .sum::<f64>() as f32
             })
             .collect();
-        for offset in [4usize, 3] {
+        let mut layouts = vec![RowLayout::InvocationPerRow];
+        if crate::kernels::subgroup_rows(&gpu).is_some() {
+            layouts.push(RowLayout::SubgroupPerRow);
+        }
+        for (offset, layout) in [4usize, 3].into_iter().flat_map(|o| layouts.iter().map(move |&l| (o, l))) {
             let x_gpu = upload_at(&gpu, &mut rng, &x, offset)?;
             let out_gpu = gpu
                 .upload(&vec![-7.0f32; chunks + 2], Category::Activation, "out")?;
             let x_s = x_gpu.slice(offset as u64, len as u64)?;
             let out_s = out_gpu.slice(1, chunks as u64)?;
-            super::sum_squares_chunks(&gpu, out_s, x_s)?;
+            super::sum_squares_chunks_in(&gpu, layout, out_s, x_s)?;
             let got: Vec<f32> = gpu.read_all(&out_gpu, DEADLINE)?;
             let mut framed = vec![-7.0f32];
             framed.extend(&want);
             framed.push(-7.0);
-            let name = format!("sum_squares_chunks len {len} offset {offset}");
+            let name = format!("sum_squares_chunks len {len} offset {offset} {layout:?}");
             assert_close(&name, &got, &framed, sum_atol(chunk, 4.0), 1e-5);
         }
+        // A workgroup per chunk is not offered.
+        let x_gpu = upload_at(&gpu, &mut rng, &x, 0)?;
+        let out_gpu = gpu.alloc_elements(chunks as u64, Category::Activation, "out")?;
+        let err = super::sum_squares_chunks_in(
+            &gpu,
+            RowLayout::WorkgroupPerRow,
+            out_gpu.whole(),
+            x_gpu.slice(0, len as u64)?,
+        )
+        .expect_err("must be refused");
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
     }
     Ok(())
 }

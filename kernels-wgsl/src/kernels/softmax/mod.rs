@@ -9,7 +9,7 @@
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
-use crate::kernels::{check_loop_limit, launch_rows, loop_passes, same_len};
+use crate::kernels::{check_loop_limit, launch_rows, loop_passes, row_lanes, same_len};
 use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -35,14 +35,30 @@ const WGSL_ROWS: &str = concatcp!(
     ROWS_HELPERS
 );
 
-/// The shared helpers a workgroup-per-row softmax calls (this family's and `cross_entropy`'s):
-/// the online-softmax statistics, combined over the workgroup's tree.
+/// The subgroup-per-row module: `softmax_rows.wgsl` placed a subgroup per row, the causal
+/// mask and the helpers it calls.
+const WGSL_SUBGROUP: &str = concatcp!(
+    include_str!("softmax_rows.wgsl"),
+    include_str!("softmax_mask.wgsl"),
+    SUBGROUP_HELPERS
+);
+
+/// The shared helpers a workgroup-per-row kernel calls (this family's, `cross_entropy`'s and
+/// `layer_norm`'s): its placement, the sums and online-softmax statistics combined over the
+/// workgroup's tree.
 pub(crate) const ROWS_HELPERS: &str = shader_source!(
     "online_softmax",
     "workgroup_reduce",
     "workgroup_softmax",
+    "row_workgroup",
     "indexing"
 );
+
+/// The shared helpers a subgroup-per-row kernel calls (this family's, `cross_entropy`'s and
+/// `layer_norm`'s): its placement, the sums and online-softmax statistics combined by subgroup
+/// operations.
+pub(crate) const SUBGROUP_HELPERS: &str =
+    shader_source!("online_softmax", "row_subgroup", "indexing");
 
 kernels! {
     "softmax", source: WGSL, workgroup: ROW_WORKGROUP;
@@ -68,6 +84,19 @@ kernels! {
     LOG_SOFTMAX_BACKWARD_ROWS = "log_softmax_backward_rows" [y_saved, dy, dx];
 }
 
+kernels! {
+    "softmax_subgroup", source: WGSL_SUBGROUP, workgroup: ROW_WORKGROUP;
+    /// The subgroup-per-row entry points (`softmax_rows.wgsl` placed by
+    /// `row_subgroup.wgsl`, same bindings).
+    SOFTMAX_FORWARD_SUBGROUP = "softmax_forward_rows" [x, y];
+    /// Log-softmax forward, a subgroup per row.
+    LOG_SOFTMAX_FORWARD_SUBGROUP = "log_softmax_forward_rows" [x, y];
+    /// Softmax backward, a subgroup per row.
+    SOFTMAX_BACKWARD_SUBGROUP = "softmax_backward_rows" [y_saved, dy, dx];
+    /// Log-softmax backward, a subgroup per row.
+    LOG_SOFTMAX_BACKWARD_SUBGROUP = "log_softmax_backward_rows" [y_saved, dy, dx];
+}
+
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
 pub const KERNELS: &[Kernel] = &[
     SOFTMAX_FORWARD,
@@ -78,6 +107,10 @@ pub const KERNELS: &[Kernel] = &[
     LOG_SOFTMAX_FORWARD_ROWS,
     SOFTMAX_BACKWARD_ROWS,
     LOG_SOFTMAX_BACKWARD_ROWS,
+    SOFTMAX_FORWARD_SUBGROUP,
+    LOG_SOFTMAX_FORWARD_SUBGROUP,
+    SOFTMAX_BACKWARD_SUBGROUP,
+    LOG_SOFTMAX_BACKWARD_SUBGROUP,
 ];
 
 pub use crate::kernels::{GPU_INVOCATION_PER_ROW_MIN_ROWS, RowLayout, row_layout};
@@ -94,6 +127,12 @@ pub const fn loop_iterations(cols: u64) -> u64 {
 /// `ceil(cols / 64)` passes and two trees of 6.
 pub const fn loop_iterations_rows(cols: u64) -> u64 {
     2 * (cols.div_ceil(ROW_WORKGROUP as u64) + 1) + 2 * 7
+}
+
+/// Loop passes one lane of a subgroup-per-row entry point runs, its subgroup `lanes` wide: two
+/// column loops of `ceil(cols / lanes)` passes.
+pub const fn loop_iterations_subgroup(cols: u64, lanes: u64) -> u64 {
+    2 * (cols.div_ceil(lanes) + 1)
 }
 
 shader_params! {
@@ -196,6 +235,8 @@ fn launch_forward(
         (RowLayout::InvocationPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_FORWARD,
         (RowLayout::WorkgroupPerRow, SoftmaxKind::Softmax) => &SOFTMAX_FORWARD_ROWS,
         (RowLayout::WorkgroupPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_FORWARD_ROWS,
+        (RowLayout::SubgroupPerRow, SoftmaxKind::Softmax) => &SOFTMAX_FORWARD_SUBGROUP,
+        (RowLayout::SubgroupPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_FORWARD_SUBGROUP,
     };
     let op = kernel.entry;
     let len = checked_len(gpu, op, layout, rows, cols)?;
@@ -249,6 +290,8 @@ pub fn backward_in(
         (RowLayout::InvocationPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_BACKWARD,
         (RowLayout::WorkgroupPerRow, SoftmaxKind::Softmax) => &SOFTMAX_BACKWARD_ROWS,
         (RowLayout::WorkgroupPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_BACKWARD_ROWS,
+        (RowLayout::SubgroupPerRow, SoftmaxKind::Softmax) => &SOFTMAX_BACKWARD_SUBGROUP,
+        (RowLayout::SubgroupPerRow, SoftmaxKind::LogSoftmax) => &LOG_SOFTMAX_BACKWARD_SUBGROUP,
     };
     let op = kernel.entry;
     let len = checked_len(gpu, op, layout, rows, cols)?;
@@ -279,10 +322,12 @@ fn checked_len(
             op,
             message: format!("[{rows}, {cols}] has more than u64::MAX elements"),
         })?;
+    let lanes = row_lanes(gpu, op, layout)?;
     if rows > 0 {
-        let passes = match layout {
-            RowLayout::InvocationPerRow => loop_iterations,
-            RowLayout::WorkgroupPerRow => loop_iterations_rows,
+        let passes: &dyn Fn(u64) -> u64 = match layout {
+            RowLayout::InvocationPerRow => &loop_iterations,
+            RowLayout::WorkgroupPerRow => &loop_iterations_rows,
+            RowLayout::SubgroupPerRow => &|c| loop_iterations_subgroup(c, lanes),
         };
         check_loop_limit(gpu, op, "cols", cols, passes)?;
     }

@@ -88,7 +88,7 @@ fn check_case(
 #[test]
 pub(crate) fn matches_reference() -> Result<()> {
     let (gpu, mut rng) = gpu_and_rng(41);
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         for rows in [1usize, 3, 37, 129] {
             for cols in [1usize, 10, 33, 257, 1000] {
                 check_case(&gpu, &mut rng, layout, (rows, cols), (-4.0, 4.0), 1.0)?;
@@ -97,19 +97,31 @@ pub(crate) fn matches_reference() -> Result<()> {
         // Stability: exp(90) overflows f32 unless the row max is subtracted first.
         check_case(&gpu, &mut rng, layout, (3, 257), (50.0, 90.0), 1.0)?;
     }
-    // The launchers' choice: an invocation per row on a CPU adapter (measured faster there);
-    // on a GPU few long rows get a workgroup each.
+    // The launchers' choice (measured on lavapipe): on a CPU adapter a subgroup per row for
+    // rows of 256 columns or more where it has subgroups, else an invocation per row; on a GPU
+    // few long rows get a workgroup each, and many rows a subgroup each where the device has
+    // subgroups.
     let cpu = gpu.adapter().device_type == wgpu::DeviceType::Cpu;
-    let few_long = super::row_layout(&gpu, 8, 4096);
-    assert_eq!(few_long == RowLayout::WorkgroupPerRow, !cpu);
+    let subgroups = crate::kernels::subgroup_rows(&gpu).is_some();
+    let sub_or = |other| if subgroups { RowLayout::SubgroupPerRow } else { other };
+    let few_long = match cpu {
+        true => sub_or(RowLayout::InvocationPerRow),
+        false => RowLayout::WorkgroupPerRow,
+    };
+    assert_eq!(super::row_layout(&gpu, 8, 4096), few_long);
     assert_eq!(
         super::row_layout(&gpu, 8, 10),
         RowLayout::InvocationPerRow
     );
     assert_eq!(
         super::row_layout(&gpu, 4096, 4096),
-        RowLayout::InvocationPerRow
+        sub_or(RowLayout::InvocationPerRow)
     );
+    let short = match cpu {
+        true => RowLayout::InvocationPerRow,
+        false => sub_or(RowLayout::InvocationPerRow),
+    };
+    assert_eq!(super::row_layout(&gpu, 4096, 64), short);
     Ok(())
 }
 
@@ -179,13 +191,19 @@ fn softmax_rejects_bad_ranges() -> Result<()> {
 fn softmax_refuses_rows_over_the_loop_limit() -> Result<()> {
     with_loop_limit("softmax_refuses_rows_over_the_loop_limit", |gpu, limit, tiny| {
         let t = tiny.whole();
-        for (layout, passes) in [
-            (
-                RowLayout::InvocationPerRow,
-                super::loop_iterations as fn(u64) -> u64,
-            ),
-            (RowLayout::WorkgroupPerRow, super::loop_iterations_rows),
-        ] {
+        let mut layouts: Vec<(RowLayout, crate::testing::Passes)> = vec![
+            (RowLayout::InvocationPerRow, Box::new(super::loop_iterations)),
+            (RowLayout::WorkgroupPerRow, Box::new(super::loop_iterations_rows)),
+        ];
+        // A subgroup per row loops over a subgroup's share of the columns.
+        if let Some((lanes, _)) = crate::kernels::subgroup_rows(gpu) {
+            let lanes = u64::from(lanes);
+            layouts.push((
+                RowLayout::SubgroupPerRow,
+                Box::new(move |c| super::loop_iterations_subgroup(c, lanes)),
+            ));
+        }
+        for (layout, passes) in layouts {
             let largest = largest_within(limit, passes);
             let over = largest + 1;
             for kind in [SoftmaxKind::Softmax, SoftmaxKind::LogSoftmax] {
@@ -220,11 +238,19 @@ fn softmax_at_the_loop_limit_matches_reference() -> Result<()> {
         (-4.0, 4.0),
         cols as f64 / 1000.0,
     )?;
+    // A subgroup per row at its own limit (each lane loops over a subgroup's share of the row).
+    if let Some((lanes, _)) = crate::kernels::subgroup_rows(&gpu) {
+        let lanes = u64::from(lanes);
+        let cols =
+            largest_at_the_loop_limit(&gpu, |c| super::loop_iterations_subgroup(c, lanes)) as usize;
+        let layout = RowLayout::SubgroupPerRow;
+        check_case(&gpu, &mut rng, layout, (2, cols), (-4.0, 4.0), cols as f64 / 1000.0)?;
+    }
     // A masked row (leading -inf, as a causal mask gives) through the online max/sum recurrence.
     let mut x = rng.vec_f32(21, -4.0, 4.0);
     x[..10].fill(f32::NEG_INFINITY);
     let x_gpu = Guarded::upload(&gpu, &mut rng, &x, 2, "x")?;
-    for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+    for layout in RowLayout::available(&gpu) {
         let y_gpu = Guarded::random(&gpu, &mut rng, x.len(), 3, "y")?;
         let (y_s, x_s) = (y_gpu.slice()?, x_gpu.slice()?);
         super::forward_in(&gpu, layout, SoftmaxKind::Softmax, y_s, x_s, 1, 21)?;
@@ -266,7 +292,7 @@ fn causal_softmax_equals_mask_then_softmax() -> Result<()> {
             b_shape: &[t, t],
         };
         binary::broadcast(&gpu, &add, masked.whole(), x_gpu.whole(), mask_gpu.whole())?;
-        for layout in [RowLayout::InvocationPerRow, RowLayout::WorkgroupPerRow] {
+        for layout in RowLayout::available(&gpu) {
             let (r, c) = (rows as u64, t as u64);
             let fused = gpu
                 .alloc_elements(r * c, Category::Activation, "y")?;
