@@ -242,6 +242,17 @@ impl Gpu {
         if bytes.is_empty() || shared.planning {
             return Ok(());
         }
+        #[cfg(all(feature = "fault-injection", debug_assertions))]
+        if crate::fault::fires(shared, crate::fault::FaultPoint::Upload)? {
+            return Err(Error::Validation {
+                context: "write".to_string(),
+                message: format!(
+                    "{}: the upload of {} bytes was refused",
+                    crate::device::INJECTED,
+                    bytes.len()
+                ),
+            });
+        }
         // Hold the batch lock so nothing is recorded between the flush and the write.
         let uses = |batch: &Batch| {
             batch.is_open() && buffer.last_used_batch.load(Ordering::SeqCst) >= batch.serial

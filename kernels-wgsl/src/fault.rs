@@ -1,5 +1,5 @@
 //! Fault injection, for `cargo xtask chaos`: make the k-th allocation, segment creation,
-//! submission or read-back of a device fail (or lose the device there), to check that every
+//! submission, read-back, host allocation or upload of a device fail (or lose the device there), to check that every
 //! failure point of a training step ends in a recovery or a typed error with the model intact.
 //!
 //! The hooks count events only with the `fault-injection` cargo feature in a debug build: the
@@ -11,7 +11,9 @@
 //!   allocator handles that as it handles a device out of memory;
 //! - a submission: [`crate::Error::Timeout`] waiting for room, with the batch left unsubmitted;
 //! - a read-back: [`crate::Error::Timeout`] after the batch was submitted, as a stalled GPU gives;
-//! - a host allocation: [`crate::Error::HostMemory`], as when the host refuses the memory.
+//! - a host allocation: [`crate::Error::HostMemory`], as when the host refuses the memory;
+//! - an upload ([`crate::Gpu::write`]): [`crate::Error::Validation`] from the write's error
+//!   scope, as when wgpu refuses the write (its staging memory refused), nothing written.
 //!
 //! [`FaultAction::LoseDevice`] marks the device lost at that event instead (at a segment
 //! creation the buffer is refused too, as a driver that loses the device over an allocation
@@ -34,16 +36,20 @@ pub enum FaultPoint {
     /// [`crate::Gpu::host_allocation`]: host memory a run keeps on purpose for the device (an
     /// offloaded optimizer's state, offloaded activations).
     HostAllocation,
+    /// [`crate::Gpu::write`] and the uploads built on it (a batch's inputs, a parameter an
+    /// offloaded optimizer updated, an offloaded activation coming back).
+    Upload,
 }
 
 impl FaultPoint {
     /// Every point, in the order of `Gpu::fault_counts`.
-    pub const ALL: [FaultPoint; 5] = [
+    pub const ALL: [FaultPoint; 6] = [
         FaultPoint::Allocation,
         FaultPoint::Segment,
         FaultPoint::Submission,
         FaultPoint::ReadBack,
         FaultPoint::HostAllocation,
+        FaultPoint::Upload,
     ];
 
     /// Position in [`FaultPoint::ALL`].
@@ -51,7 +57,8 @@ impl FaultPoint {
         self as usize
     }
 
-    /// Lower-case name (`allocation`, `segment`, `submission`, `read-back`, `host allocation`).
+    /// Lower-case name (`allocation`, `segment`, `submission`, `read-back`, `host allocation`,
+    /// `upload`).
     pub fn name(self) -> &'static str {
         match self {
             FaultPoint::Allocation => "allocation",
@@ -59,6 +66,7 @@ impl FaultPoint {
             FaultPoint::Submission => "submission",
             FaultPoint::ReadBack => "read-back",
             FaultPoint::HostAllocation => "host allocation",
+            FaultPoint::Upload => "upload",
         }
     }
 }

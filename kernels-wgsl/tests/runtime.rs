@@ -426,8 +426,8 @@ fn compiled_kernels_cover_what_the_launchers_ask_for() {
 
 /// Fault injection fails the armed event the way the real failure looks, once, and counts
 /// events: the second allocation is a budget out-of-memory, a read-back a timeout, the second
-/// host allocation a refusal of host memory, a submission with `LoseDevice` a lost device from
-/// then on.
+/// host allocation a refusal of host memory, the second upload a refused write that writes
+/// nothing, a submission with `LoseDevice` a lost device from then on.
 #[cfg(all(feature = "fault-injection", debug_assertions))]
 #[test]
 fn injected_faults_fire_once_at_the_armed_event() {
@@ -464,6 +464,19 @@ fn injected_faults_fire_once_at_the_armed_event() {
     );
     gpu.host_allocation("three", 8).unwrap();
     assert_eq!(gpu.fault_counts()[FaultPoint::HostAllocation.index()], 3);
+
+    // The second upload is refused and writes nothing; the third goes through.
+    gpu.reset_fault_counts();
+    gpu.arm_fault(FaultPoint::Upload, 1, FaultAction::Fail);
+    gpu.write(&first, 0, &[6.0f32; 2]).unwrap();
+    let err = gpu.write(&first, 2, &[7.0f32; 2]).unwrap_err();
+    assert!(matches!(err, Error::Validation { .. }), "{err}");
+    assert_eq!(
+        gpu.read_all::<f32>(&first, DEADLINE).unwrap(),
+        vec![6.0, 6.0, 1.0, 1.0]
+    );
+    gpu.write(&first, 0, &[1.0f32; 4]).unwrap();
+    assert_eq!(gpu.fault_counts()[FaultPoint::Upload.index()], 3);
 
     gpu.reset_fault_counts();
     gpu.arm_fault(FaultPoint::Submission, 0, FaultAction::LoseDevice);

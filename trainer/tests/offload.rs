@@ -289,3 +289,46 @@ fn offloaded_activations_keep_the_update_and_need_less_device_memory() {
         "steps at the prediction"
     );
 }
+
+/// An upload refused in the middle of the host update (a parameter's new values refused after
+/// others went up) ends the step in a typed error with the parameters and the host state as
+/// they were, and the run steps on from there.
+#[cfg(debug_assertions)]
+#[test]
+fn a_refused_upload_in_the_host_update_leaves_the_model_as_it_was() {
+    use plimsoll_kernels_wgsl::fault::{FaultAction, FaultPoint};
+    let (spec, _) = tiny_gpt(1);
+    let config = offloaded(config(16, 8, 4, 1e-2));
+    let gpu = fresh_gpu();
+    let mut t = Trainer::new(&gpu, config, &spec, windows(), None).unwrap();
+    t.step().unwrap();
+    // A clean step's uploads: the host update's are its last, one per trained parameter.
+    gpu.reset_fault_counts();
+    t.step().unwrap();
+    let uploads = gpu.fault_counts()[FaultPoint::Upload.index()];
+    let trained = t.parameters().len() as u64;
+    assert!(
+        uploads > trained && trained >= 3,
+        "{uploads} uploads, {trained} parameters"
+    );
+    let before = values(t.parameters());
+    let state = t
+        .optimizer()
+        .host_state()
+        .expect("the state is on the host");
+    // The next step's last parameter but one is refused: all the others but the last went up.
+    gpu.reset_fault_counts();
+    gpu.arm_fault(FaultPoint::Upload, uploads - 2, FaultAction::Fail);
+    let err = t.step().expect_err("the refused upload fails the step");
+    assert!(err.to_string().contains("upload"), "{err}");
+    assert!(!gpu.disarm_fault(), "the fault fired");
+    assert!(
+        values(t.parameters()) == before,
+        "the parameters as they were"
+    );
+    let after = t.optimizer().host_state().expect("host state");
+    assert!(after == state, "the host state as it was");
+    assert_eq!(t.optimizer().step_count(), 2);
+    t.step().unwrap();
+    assert!(values(t.parameters()) != before, "the run steps on");
+}

@@ -4,7 +4,8 @@
 //! one-layer GPT, the smallest that reach every kind of point, both with AdamW and two
 //! micro-batches per step) and for its first step (which creates the optimizer state and most
 //! segments) and its second (the steady state), one clean run counts the step's events at each
-//! [`FaultPoint`]: every allocation, segment creation, submission and read-back. Then, for every
+//! [`FaultPoint`]: every allocation, segment creation, submission, read-back, host allocation and
+//! upload. Then, for every
 //! one of those events and for both [`FaultAction`]s, a device runs the steps before cleanly
 //! (saving a checkpoint before the first and after each), arms the fault and runs the step. The
 //! device is the previous injection's, its cache emptied so the same events happen, and its

@@ -179,7 +179,10 @@ impl Optimizer for HostAdamW {
         // The host memory this step reads into (the gradients and the values), then the moments
         // it creates: asked for first (a refusal leaves everything as it was).
         if let Some((_, p, _)) = trained.first() {
-            let read: u64 = sizes.iter().map(|&n| 8 * n as u64).sum();
+            // The gradients and values, and one tensor's new values and moments while its
+            // update is uploaded.
+            let largest = sizes.iter().copied().max().unwrap_or(0) as u64;
+            let read: u64 = sizes.iter().map(|&n| 8 * n as u64).sum::<u64>() + 12 * largest;
             p.gpu()
                 .host_allocation("the gradients and parameters read back", read)?;
             let new: u64 = trained
@@ -207,26 +210,61 @@ impl Optimizer for HostAdamW {
             split_into(&read, &sizes[range.clone()], &mut values);
         }
         let created = self.create_moments(&trained)?;
-        let config = self.config.to_reference();
+        let reference_config = self.config.to_reference();
+        let config = |param: &Tensor| kernel::AdamWConfig {
+            weight_decay: match self.config.decays(param.rank()) {
+                true => reference_config.weight_decay,
+                false => 0.0,
+            },
+            ..reference_config
+        };
+        // Every parameter's new values go up before any moment changes: each update runs on
+        // copies of its moments, and an upload that fails puts back the values written before
+        // it, so the step leaves the model and the state as they were.
+        let mut written = 0;
+        for (((name, param, _), old), grad) in trained.iter().zip(&values).zip(&grads) {
+            let Some(m) = self.moments.get(*name) else {
+                continue;
+            };
+            let (mut new, mut exp_avg, mut exp_avg_sq) =
+                (old.clone(), m.exp_avg.clone(), m.exp_avg_sq.clone());
+            reference::adamw_step(
+                &mut new,
+                grad,
+                &mut exp_avg,
+                &mut exp_avg_sq,
+                &config(param),
+                step,
+                self.grad_scale,
+            );
+            if let Err(e) = param.write_from_slice(&new) {
+                // A device that cannot take the old values back is lost, and recovery
+                // restores the state from its snapshot.
+                for ((_, param, _), old) in trained.iter().zip(&values).take(written) {
+                    let _ = param.write_from_slice(old);
+                }
+                for name in &created {
+                    self.moments.remove(name);
+                }
+                return Err(e.into());
+            }
+            written += 1;
+        }
+        // Every upload went through: the moments take the same update (the same inputs, so the
+        // same bits as the values written).
         for (((name, param, _), mut values), grad) in trained.iter().zip(values).zip(&grads) {
             let Some(m) = self.moments.get_mut(*name) else {
                 continue;
-            };
-            let decays = self.config.decays(param.rank());
-            let config = kernel::AdamWConfig {
-                weight_decay: if decays { config.weight_decay } else { 0.0 },
-                ..config
             };
             reference::adamw_step(
                 &mut values,
                 grad,
                 &mut m.exp_avg,
                 &mut m.exp_avg_sq,
-                &config,
+                &config(param),
                 step,
                 self.grad_scale,
             );
-            param.write_from_slice(&values)?;
         }
         self.undo = Some((self.steps, created));
         self.steps = step;
