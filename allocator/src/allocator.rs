@@ -66,6 +66,9 @@ pub struct BufferAllocator<S: SegmentSource> {
     pub(crate) next_segment: u32,
     /// Planned steps (`step_plan.rs`), when on.
     pub(crate) planner: Option<Box<crate::step_plan::StepPlanner>>,
+    /// The most bytes ever reserved (never reset): empty segments stay cached while the
+    /// reserved bytes, with a new segment, stay within it (`segment_policy.rs`).
+    pub(crate) high_water_bytes: u64,
 }
 
 impl<S: SegmentSource> BufferAllocator<S> {
@@ -86,6 +89,7 @@ impl<S: SegmentSource> BufferAllocator<S> {
             next_sequence: 0,
             next_segment: 0,
             planner: None,
+            high_water_bytes: 0,
         }
     }
 
@@ -346,9 +350,21 @@ impl<S: SegmentSource> BufferAllocator<S> {
         self.config.budget_bytes
     }
 
-    /// Releases every segment with no live block; returns the bytes released.
+    /// Releases every segment with no live block, and lowers the high-water mark within which
+    /// empty segments stay cached to what stays reserved (`segment_policy.rs`: from here the
+    /// allocator caches as a fresh one holding these segments would); returns the bytes
+    /// released.
     pub fn empty_cache(&mut self) -> u64 {
-        self.release_empty_segments(false)
+        let released = self.release_empty_segments(false);
+        self.high_water_bytes = self.stats.reserved_bytes;
+        released
+    }
+
+    /// The high-water mark: the most bytes reserved since the allocator was made or its cache
+    /// last emptied ([`BufferAllocator::empty_cache`]). Empty segments stay cached while a new
+    /// segment would keep reserved bytes within it.
+    pub fn high_water_bytes(&self) -> u64 {
+        self.high_water_bytes
     }
 
     /// The statistics: counters kept by every operation, and the free-memory figures derived now

@@ -95,7 +95,8 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
 /// The allocator's state as far as it decides where future requests go: the budget, every
 /// segment (in id order, named by rank, since ids only grow and order is all best fit uses),
 /// its size, kind and pin, and its blocks in address order (offset, size, and for a used block
-/// its category and label), plus the installed step plan. Two allocators with equal layouts
+/// its category and label), plus the installed step plan, the high-water mark and the order in
+/// which empty segments would be released. Two allocators with equal layouts
 /// answer the same sequence of requests and frees identically, so a training step that starts
 /// and ends at the same layout is a fixed point: every later step like it repeats it, peaks
 /// included. The memory plan uses this to replay a run until its allocator stops changing.
@@ -110,11 +111,18 @@ impl<S: crate::SegmentSource> crate::BufferAllocator<S> {
         let plan = self.step_plan_stats();
         let mut words = vec![
             self.config.budget_bytes,
+            self.high_water_bytes,
             plan.plans_built,
             plan.arena_bytes,
             plan.planned_requests,
             entries.len() as u64,
         ];
+        // The empty segments in the order they would be released (by position in `entries`).
+        for id in self.segments.empty_ids() {
+            let position = entries.binary_search_by_key(&id, |entry| entry.id);
+            words.push(position.map_or(u64::MAX - 1, |p| p as u64));
+        }
+        words.push(u64::MAX);
         for entry in entries {
             words.push(entry.size_bytes);
             words.push(u64::from(entry.shared) | (u64::from(entry.pinned) << 1));

@@ -254,6 +254,9 @@ impl Trainer {
             None => None,
         };
         let recipe = variant.as_deref().unwrap_or(recipe);
+        // As the plan's dry runs start: segments cached from before are released and the
+        // allocator caches from what stays reserved, so its steps are the ones planned.
+        gpu.empty_cache();
         let (model, optimizer) = crate::task::build_for_run(recipe, gpu, &config)?;
         let params = model.parameters();
         let position = RunPosition {
