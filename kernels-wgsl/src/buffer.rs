@@ -333,21 +333,44 @@ impl Gpu {
         deadline: Duration,
     ) -> Result<Vec<u8>> {
         let start = Instant::now();
+        let pending = self.start_read_bytes(buffer, offset_bytes, len_bytes, deadline)?;
+        pending.finish(start, deadline)
+    }
+
+    /// Starts reading `len_bytes` bytes from `offset_bytes` (both multiples of 4), after
+    /// everything recorded so far, and returns without waiting: the copy to a staging buffer
+    /// is submitted with the open batch (`deadline` covers waiting for room to submit), and
+    /// [`PendingRead::wait`] waits for it. Work recorded afterwards runs after the copy, so the
+    /// buffer may be freed and its bytes reused at once; the device keeps working while the
+    /// host goes on recording.
+    pub fn start_read_bytes(
+        &self,
+        buffer: &DeviceBuffer,
+        offset_bytes: u64,
+        len_bytes: u64,
+        deadline: Duration,
+    ) -> Result<PendingRead> {
         let shared = &*self.shared;
         shared.health.check()?;
         buffer.check_range("read", offset_bytes, len_bytes)?;
+        let label = buffer.label.clone();
         #[cfg(all(feature = "fault-injection", debug_assertions))]
         if crate::fault::fires(shared, crate::fault::FaultPoint::ReadBack)? {
             // What a stalled GPU gives: the batch went out, the wait ran past its deadline.
             let fence = self.flush_within("read-back", deadline)?;
             return Err(crate::fault::timeout(shared, &fence, deadline));
         }
+        let done = |data: Vec<u8>| PendingRead {
+            gpu: self.clone(),
+            label: label.clone(),
+            state: PendingState::Done(data),
+        };
         if len_bytes == 0 {
-            return Ok(Vec::new());
+            return Ok(done(Vec::new()));
         }
         if shared.planning {
             // A planning device holds no data (see `crate::planning`).
-            return Ok(vec![0; len_bytes as usize]);
+            return Ok(done(vec![0; len_bytes as usize]));
         }
         let staging = scoped(&shared.device, "read-back staging buffer", || {
             shared.device.create_buffer(&wgpu::BufferDescriptor {
@@ -375,16 +398,82 @@ impl Gpu {
             encoder.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., move |r| {
                 slot.set(r.map_err(|e| e.to_string()));
             });
-            let label = format!("read {}", buffer.label);
-            submit_locked(shared, &mut batch, Some(&label), deadline)?
+            let submitted = format!("read {}", buffer.label);
+            submit_locked(shared, &mut batch, Some(&submitted), deadline)?
         };
+        Ok(PendingRead {
+            gpu: self.clone(),
+            label,
+            state: PendingState::Submitted {
+                staging,
+                mapped,
+                fence,
+            },
+        })
+    }
+}
+
+/// A read-back on its way ([`Gpu::start_read_bytes`]): the copy is submitted, the bytes come
+/// with [`PendingRead::wait`]. Dropped unwaited, its staging buffer goes with it.
+pub struct PendingRead {
+    gpu: Gpu,
+    label: String,
+    state: PendingState,
+}
+
+enum PendingState {
+    /// Nothing to wait for (an empty read, a planning device's).
+    Done(Vec<u8>),
+    Submitted {
+        staging: wgpu::Buffer,
+        mapped: Arc<CallbackSlot<std::result::Result<(), String>>>,
+        fence: crate::fence::Fence,
+    },
+}
+
+impl std::fmt::Debug for PendingRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            PendingState::Done(_) => "done",
+            PendingState::Submitted { .. } => "submitted",
+        };
+        f.debug_struct("PendingRead")
+            .field("label", &self.label)
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl PendingRead {
+    /// The bytes, waiting at most `deadline` for the copy's fence and the staging buffer's map
+    /// callback; past it, [`Error::Timeout`] naming the read.
+    pub fn wait(self, deadline: Duration) -> Result<Vec<u8>> {
+        self.finish(Instant::now(), deadline)
+    }
+
+    /// [`PendingRead::wait`], the bytes as `T`s (4-byte elements).
+    pub fn wait_as<T: bytemuck::Pod>(self, deadline: Duration) -> Result<Vec<T>> {
+        Ok(bytemuck::pod_collect_to_vec(&self.wait(deadline)?))
+    }
+
+    /// [`PendingRead::wait`], its deadline counted from `start`.
+    fn finish(self, start: Instant, deadline: Duration) -> Result<Vec<u8>> {
+        let (staging, mapped, fence) = match self.state {
+            PendingState::Done(data) => return Ok(data),
+            PendingState::Submitted {
+                staging,
+                mapped,
+                fence,
+            } => (staging, mapped, fence),
+        };
+        let shared = &*self.gpu.shared;
         let waited = Instant::now();
         wait_fence(shared, &fence, start, deadline)?;
         crate::profile::cpu_span(shared, "wait", fence.label(), waited);
         // The fence completing does not mean the map callback has run: another thread's poll may
         // have retired our submission and not yet run its callbacks (see `crate::fence`).
         let map_error = |message: String| Error::Map {
-            label: buffer.label.clone(),
+            label: self.label.clone(),
             message,
         };
         wait_callback(shared, &fence, &mapped, start, deadline)?.map_err(map_error)?;
@@ -394,7 +483,7 @@ impl Gpu {
             .map_err(|e| map_error(e.to_string()))?
             .to_vec();
         staging.unmap();
-        crate::profile::cpu_span(shared, "read-back", &buffer.label, start);
+        crate::profile::cpu_span(shared, "read-back", &self.label, start);
         Ok(data)
     }
 }

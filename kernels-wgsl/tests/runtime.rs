@@ -585,3 +585,35 @@ fn compile_wanted_builds_what_the_twins_launches_asked_for() {
     assert_eq!(all.built, gpu.compiled_pipelines());
     assert!(all.built > built);
 }
+
+/// A read started (`Gpu::start_read_bytes`) before later work returns the values from before
+/// it: the copy is submitted at once, so a kernel recorded afterwards and an upload into the
+/// same buffer (and a block freed and taken again) cannot overtake it. An empty read and a
+/// read dropped unwaited cost nothing more.
+#[test]
+fn a_started_read_returns_the_values_from_before_later_work() {
+    let gpu = fresh_gpu();
+    let first = gpu
+        .upload(&[1.0f32; 256], Category::Temporary, "first")
+        .unwrap();
+    let pending = gpu.start_read_bytes(&first, 16, 64, DEADLINE).unwrap();
+    kernels::fill::fill(&gpu, first.slice(0, 256).unwrap(), 5.0).unwrap();
+    gpu.write(&first, 4, &[7.0f32; 4]).unwrap();
+    // Freed and taken again at once (the same bytes), then written.
+    drop(first);
+    let again = gpu
+        .upload(&[9.0f32; 256], Category::Temporary, "again")
+        .unwrap();
+    assert_eq!(pending.wait_as::<f32>(DEADLINE).unwrap(), vec![1.0; 16]);
+    assert_eq!(
+        gpu.read_all::<f32>(&again, DEADLINE).unwrap(),
+        vec![9.0; 256]
+    );
+    let empty = gpu.start_read_bytes(&again, 0, 0, DEADLINE).unwrap();
+    assert!(empty.wait(DEADLINE).unwrap().is_empty());
+    drop(gpu.start_read_bytes(&again, 0, 1024, DEADLINE).unwrap());
+    assert_eq!(
+        gpu.read_all::<f32>(&again, DEADLINE).unwrap(),
+        vec![9.0; 256]
+    );
+}
