@@ -96,12 +96,22 @@ impl Kept {
     }
 }
 
-/// An f32 segment input's values in host memory (none read on a planning device).
+/// An f32 segment input's values in host memory (none read on a planning device). The read
+/// is started when the segment's forward is recorded and waited for when its backward needs
+/// the values, so the device runs the segments after it meanwhile.
 pub struct HostKept {
     gpu: plimsoll_kernels_wgsl::Gpu,
     shape: crate::tensor::Shape,
-    values: Vec<f32>,
+    values: std::sync::Mutex<HostValues>,
     bytes: u64,
+}
+
+/// A [`HostKept`]'s values: on their way, or read.
+enum HostValues {
+    Reading(plimsoll_kernels_wgsl::PendingRead),
+    Read(Vec<f32>),
+    /// The read failed (its error went to the caller that waited).
+    Lost,
 }
 
 impl std::fmt::Debug for HostKept {
@@ -114,15 +124,22 @@ impl std::fmt::Debug for HostKept {
 }
 
 impl HostKept {
-    /// `t`'s values read back (waiting for the GPU within its default deadline).
+    /// Starts reading `t`'s values back (submitting within the GPU's default deadline, not
+    /// waiting for the copy).
     fn read(t: &Tensor) -> Result<HostKept> {
         let bytes = 4 * t.numel() as u64;
         let values = match t.gpu().is_planning() {
-            true => Vec::new(),
+            true => HostValues::Read(Vec::new()),
             false => {
                 let what = "a checkpointed segment's input (--offload activations)";
                 t.gpu().host_allocation(what, bytes)?;
-                t.to_vec()?
+                t.expect_dtype("offload", crate::DType::F32)?;
+                let deadline = t.gpu().default_deadline();
+                let from = 4 * t.offset;
+                HostValues::Reading(
+                    t.gpu()
+                        .start_read_bytes(&t.storage, from, bytes, deadline)?,
+                )
             }
         };
         let now = HOST_BYTES.with(|b| {
@@ -133,20 +150,38 @@ impl HostKept {
         Ok(HostKept {
             gpu: t.gpu().clone(),
             shape: t.shape.clone(),
-            values,
+            values: std::sync::Mutex::new(values),
             bytes,
         })
     }
 
+    /// Writes the values to a new `Activation` tensor, first waiting for the read (within the
+    /// GPU's default deadline) if it has not been waited for yet.
     fn upload(&self) -> Result<Tensor> {
         let options = crate::tensor::TensorOptions {
             category: Category::Activation,
             label: "offloaded checkpoint input",
             requires_grad: false,
         };
-        match self.gpu.is_planning() {
-            true => Tensor::unwritten(&self.gpu, &self.shape, options),
-            false => Tensor::from_slice_with(&self.gpu, &self.values, &self.shape, options),
+        if self.gpu.is_planning() {
+            return Tensor::unwritten(&self.gpu, &self.shape, options);
+        }
+        let mut values = self.values.lock().unwrap_or_else(|p| p.into_inner());
+        // Lost until the wait succeeds: a failed wait's error goes to this caller.
+        *values = match std::mem::replace(&mut *values, HostValues::Lost) {
+            HostValues::Reading(pending) => {
+                HostValues::Read(pending.wait_as(self.gpu.default_deadline())?)
+            }
+            other => other,
+        };
+        match &*values {
+            HostValues::Read(v) => Tensor::from_slice_with(&self.gpu, v, &self.shape, options),
+            _ => Err(crate::error::Error::InvalidArgument {
+                op: "checkpoint backward",
+                message: "an offloaded segment input whose read-back failed earlier: run the \
+                          step again"
+                    .to_string(),
+            }),
         }
     }
 }
