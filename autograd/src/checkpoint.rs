@@ -31,10 +31,11 @@ thread_local! {
 }
 
 /// Until the guard drops, [`checkpoint`] on this thread keeps its segments' activation inputs
-/// in host memory (PyTorch's `save_on_cpu` for what checkpointing keeps): each is read back
-/// once the segment's forward is recorded, its device memory freed, and written back when its
-/// backward starts. Parameters (leaves that require a gradient) stay where they are. The read
-/// waits for the GPU (on a planning device nothing is read: only the allocations count).
+/// in host memory (PyTorch's `save_on_cpu` for what checkpointing keeps): each one's read-back
+/// is started once the segment's forward is recorded (the copy submitted, not waited for), its
+/// device memory freed, and it is written back when its backward starts, which waits for the
+/// read if it has not arrived. Parameters (leaves that require a gradient) stay where they are.
+/// On a planning device nothing is read: only the allocations count.
 pub fn offload_inputs() -> OffloadGuard {
     OffloadGuard {
         previous: OFFLOAD.with(|o| o.replace(true)),
