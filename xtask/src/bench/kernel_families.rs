@@ -45,11 +45,7 @@ pub(super) fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
                     cols,
                 )?)
             })?;
-            let chosen = if softmax::row_layout(gpu, rows, cols) == layout {
-                ", chosen"
-            } else {
-                ""
-            };
+            let chosen = chosen_mark(softmax::row_layout(gpu, rows, cols) == layout);
             report.push(
                 format!("rows/softmax ({rows}, {cols}) [{layout:?}{chosen}]"),
                 8.0 * len as f64 / seconds / 1e9,
@@ -72,11 +68,7 @@ pub(super) fn row_kernels(gpu: &Gpu, report: &mut Report) -> Result<()> {
                 x.slice(0, len)?,
             )?)
         })?;
-        let chosen = if reduce::squares_layout(gpu) == layout {
-            ", chosen"
-        } else {
-            ""
-        };
+        let chosen = chosen_mark(reduce::squares_layout(gpu) == layout);
         report.push(
             format!("rows/sum_squares_chunks ({len}) [{layout:?}{chosen}]"),
             4.0 * len as f64 / seconds / 1e9,
@@ -117,11 +109,7 @@ fn other_families(
             ];
             Ok(layer_norm::forward_in(gpu, layout, &dims, outputs, inputs)?)
         })?;
-        let chosen = if softmax::row_layout(gpu, rows, cols) == layout {
-            ", chosen"
-        } else {
-            ""
-        };
+        let chosen = chosen_mark(softmax::row_layout(gpu, rows, cols) == layout);
         report.push(
             format!("rows/layer_norm forward ({rows}, {cols}) [{layout:?}{chosen}]"),
             8.0 * len as f64 / seconds / 1e9,
@@ -340,4 +328,9 @@ pub(super) fn conv_layers(gpu: &Gpu, report: &mut Report) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What a layout's row says when it is the launchers' choice.
+fn chosen_mark(chosen: bool) -> &'static str {
+    if chosen { ", chosen" } else { "" }
 }
