@@ -202,32 +202,28 @@ impl<S: SegmentSource> BufferAllocator<S> {
     /// pass the high-water mark or the budget. Returns the bytes released.
     pub(crate) fn release_empty_over(&mut self, new_bytes: u64, dedicated_only: bool) -> u64 {
         let cap = self.high_water_bytes.min(self.config.budget_bytes);
-        let mut released = 0;
-        for shared in [false, true] {
-            if shared && dedicated_only {
-                break;
-            }
-            while self.stats.reserved_bytes.saturating_add(new_bytes) > cap {
-                let Some(id) = self.segments.first_empty(shared) else {
-                    break;
-                };
-                let Some(bytes) = self.release_segment(id) else {
-                    break;
-                };
-                released += bytes;
-            }
-        }
-        released
+        self.release_empty_while(dedicated_only, |reserved| {
+            reserved.saturating_add(new_bytes) > cap
+        })
     }
 
     /// Releases every empty segment, or only the empty dedicated ones; returns the bytes released.
     pub(crate) fn release_empty_segments(&mut self, dedicated_only: bool) -> u64 {
+        self.release_empty_while(dedicated_only, |_| true)
+    }
+
+    /// Releases empty segments (dedicated first, then shared unless `dedicated_only`; each list
+    /// longest empty first) while `more(reserved bytes)` holds; returns the bytes released.
+    fn release_empty_while(&mut self, dedicated_only: bool, more: impl Fn(u64) -> bool) -> u64 {
         let mut released = 0;
         for shared in [false, true] {
             if shared && dedicated_only {
                 break;
             }
-            while let Some(id) = self.segments.first_empty(shared) {
+            while more(self.stats.reserved_bytes) {
+                let Some(id) = self.segments.first_empty(shared) else {
+                    break;
+                };
                 // A listed segment is live, so this always releases it; the `else` only guards
                 // the loop against an inconsistent table.
                 let Some(bytes) = self.release_segment(id) else {

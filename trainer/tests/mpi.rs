@@ -37,6 +37,18 @@ fn mpirun(ranks: usize) -> Command {
     c
 }
 
+/// The binary on one process, or under `mpirun` on `ranks` of them.
+fn plimsoll_on(ranks: usize) -> Command {
+    match ranks {
+        1 => Command::new(BIN),
+        n => {
+            let mut c = mpirun(n);
+            c.arg(BIN);
+            c
+        }
+    }
+}
+
 fn check(output: &Output, what: &str) {
     assert!(
         output.status.success(),
@@ -325,15 +337,7 @@ fn a_run_resumes_with_the_same_ranks_and_says_so_when_they_differ() {
     let args: Vec<&str> = MLP.iter().copied().chain(["--batch", "64"]).collect();
     let run = dir.join("run");
     let resume = |ranks: usize, steps: &str| {
-        let mut c = match ranks {
-            1 => Command::new(BIN),
-            n => {
-                let mut c = mpirun(n);
-                c.arg(BIN);
-                c
-            }
-        };
-        let output = c
+        let output = plimsoll_on(ranks)
             .args(["train", "mlp-bench", "--resume"])
             .arg(&run)
             .args(["--steps", steps])
@@ -457,15 +461,7 @@ fn a_sharded_run_checkpoints_the_whole_state_and_resumes_on_other_ranks() {
         .unwrap();
     check(&output, "first");
     let resume = |ranks: usize, steps: &str, shard: &[&str]| {
-        let mut c = match ranks {
-            1 => Command::new(BIN),
-            n => {
-                let mut c = mpirun(n);
-                c.arg(BIN);
-                c
-            }
-        };
-        let output = c
+        let output = plimsoll_on(ranks)
             .args(["train", "shakespeare", "--resume"])
             .arg(&run)
             .args(["--steps", steps])

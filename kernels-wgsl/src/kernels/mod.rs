@@ -484,20 +484,22 @@ pub(crate) fn row_lanes(gpu: &Gpu, op: &'static str, layout: RowLayout) -> Resul
     match layout {
         RowLayout::InvocationPerRow => Ok(1),
         RowLayout::WorkgroupPerRow => Ok(u64::from(ROW_WORKGROUP)),
-        RowLayout::SubgroupPerRow => match subgroup_rows(gpu) {
-            Some((least, _)) => Ok(u64::from(least)),
-            None => Err(Error::InvalidArgument {
-                op,
-                message: format!(
-                    "adapter {:?} cannot run a subgroup per row (no SUBGROUP feature, or \
-                     subgroups of more than {ROW_WORKGROUP} lanes: {:?}); use \
-                     kernels::row_layout's choice",
-                    gpu.adapter().name,
-                    gpu.adapter().subgroup_sizes
-                ),
-            }),
-        },
+        RowLayout::SubgroupPerRow => Ok(u64::from(subgroup_rows_for(gpu, op)?.0)),
     }
+}
+
+/// [`subgroup_rows`], or [`Error::InvalidArgument`] naming `op` where the device cannot run a
+/// subgroup per row.
+pub(crate) fn subgroup_rows_for(gpu: &Gpu, op: &'static str) -> Result<(u32, u32)> {
+    subgroup_rows(gpu).ok_or_else(|| Error::InvalidArgument {
+        op,
+        message: format!(
+            "adapter {:?} cannot run a subgroup per row (no SUBGROUP feature, or subgroups of \
+             more than {ROW_WORKGROUP} lanes: {:?}); use kernels::row_layout's choice",
+            gpu.adapter().name,
+            gpu.adapter().subgroup_sizes
+        ),
+    })
 }
 
 /// On a GPU adapter, the fewest rows for which [`row_layout`] keeps an invocation per row:
@@ -566,13 +568,7 @@ pub(crate) fn launch_rows<P: bytemuck::Pod>(
     let per_row = match layout {
         RowLayout::InvocationPerRow => 1,
         RowLayout::WorkgroupPerRow => u64::from(kernel.workgroup_size),
-        RowLayout::SubgroupPerRow => match subgroup_rows(gpu) {
-            Some((_, most)) => u64::from(most),
-            None => {
-                row_lanes(gpu, kernel.entry, layout)?;
-                u64::from(kernel.workgroup_size)
-            }
-        },
+        RowLayout::SubgroupPerRow => u64::from(subgroup_rows_for(gpu, kernel.entry)?.1),
     };
     launch_blocks(gpu, kernel, &[], buffers, [rows, period], |s, e| {
         (params(s as u32, (e - s) as u32), (e - s) * per_row)

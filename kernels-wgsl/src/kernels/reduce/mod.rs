@@ -453,13 +453,10 @@ pub fn sum_squares_chunks_in(
     // Chunks per workgroup: one per invocation, or one per subgroup of the largest size.
     let per_group = match layout {
         RowLayout::InvocationPerRow => ALL_WORKGROUP,
-        RowLayout::SubgroupPerRow => match crate::kernels::subgroup_rows(gpu) {
-            Some((_, most)) => u64::from(crate::kernels::ROW_WORKGROUP / most).max(1),
-            None => {
-                crate::kernels::row_lanes(gpu, op, layout)?;
-                1
-            }
-        },
+        RowLayout::SubgroupPerRow => {
+            let (_, most) = crate::kernels::subgroup_rows_for(gpu, op)?;
+            u64::from(crate::kernels::ROW_WORKGROUP / most).max(1)
+        }
         RowLayout::WorkgroupPerRow => {
             return Err(Error::InvalidArgument {
                 op,
