@@ -74,6 +74,10 @@ pub struct Dispatch<'a> {
     /// Slices for `@binding(1..=N)`, in order; each binds its buffer's whole segment (the
     /// shader adds [`DeviceSlice::index`], which the launcher puts in `params`).
     pub buffers: &'a [DeviceSlice<'a>],
+    /// Other slices in the bound segments that the shader reaches (a multi-tensor launch binds
+    /// each segment once for all its tensors): marked as used by the batch like `buffers`, so
+    /// that an upload into one, or into its bytes after it is freed, cannot overtake the launch.
+    pub also_uses: &'a [DeviceSlice<'a>],
     /// Workgroup counts (see [`crate::kernels::grid_1d`]).
     pub workgroups: [u32; 3],
     /// What the launch computes and moves, for the profiler's GFLOP/s and GB/s (zeros: unknown).
@@ -376,7 +380,7 @@ impl Gpu {
             batch.end_pass();
         }
         let serial = batch.serial;
-        for b in d.buffers {
+        for b in d.buffers.iter().chain(d.also_uses) {
             b.buffer().last_used_batch.store(serial, Ordering::SeqCst);
         }
         batch.dispatches += 1;

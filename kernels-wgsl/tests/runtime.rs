@@ -164,6 +164,7 @@ fn bad_shader_is_a_validation_error_not_a_panic() {
             overrides: &[],
             params: &[],
             buffers: &[],
+            also_uses: &[],
             workgroups: [1, 1, 1],
             work: Default::default(),
         })

@@ -71,6 +71,7 @@ fn spin(gpu: &Gpu, out: &DeviceBuffer, size: Spin) {
         overrides: &[],
         params: bytemuck::cast_slice(&params),
         buffers: &[out],
+        also_uses: &[],
         workgroups: [size.workgroups, 1, 1],
         work: Default::default(),
     })

@@ -206,13 +206,21 @@ fn sums_of_squares(
     if let Some(head) = head {
         copy::copy(&gpu, slots.slice(0, start as u64)?, head.elements()?)?;
     }
-    for (t, range) in tensors.iter().zip(&ranges) {
-        let at = slots.slice(range.start as u64, range.len() as u64)?;
-        match t {
-            SquaresOf::Tensor(t) => reduce::sum_squares_chunks(&gpu, at, t.elements()?)?,
-            SquaresOf::Partials(p) => copy::copy(&gpu, at, p.elements()?)?,
-        }
-    }
+    // Every tensor's sums (or copied partial sums) in a few dispatches.
+    let sources = tensors
+        .iter()
+        .map(|t| {
+            Ok(match t {
+                SquaresOf::Tensor(t) => reduce::SquaresSource::Tensor(t.elements()?),
+                SquaresOf::Partials(p) => reduce::SquaresSource::Partials(p.elements()?),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    reduce::sum_squares_many(
+        &gpu,
+        slots.slice(start as u64, (end - start) as u64)?,
+        &sources,
+    )?;
     if flags {
         let words = slots.slice(end as u64, nonfinite::FLAG_WORDS)?;
         nonfinite::check(&gpu, words, slots.slice(0, end as u64)?)?;

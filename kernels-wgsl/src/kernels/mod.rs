@@ -163,6 +163,9 @@ families! {
 
 #[cfg(test)]
 mod bounded_tests;
+pub(crate) mod slots;
+
+pub use slots::{MULTI_SLOTS, TensorLaunches};
 
 /// The number of kernels in all of `parts`.
 const fn total_len(parts: &[&[Kernel]]) -> usize {
@@ -289,6 +292,7 @@ pub fn launch_1d<P: bytemuck::Pod>(
         overrides,
         params: bytemuck::bytes_of(params),
         buffers,
+        also_uses: &[],
         workgroups: grid_1d(gpu, len, kernel.workgroup_size)?,
         work: crate::recorder::Work::of_slices(buffers),
     })
@@ -347,6 +351,7 @@ pub(crate) fn launch_blocks<P: bytemuck::Pod>(
             overrides,
             params: bytemuck::bytes_of(&params),
             buffers,
+            also_uses: &[],
             workgroups: grid_1d(gpu, invocations, kernel.workgroup_size)?,
             work,
         })?;
@@ -424,6 +429,7 @@ pub(crate) fn launch_split<P: bytemuck::Pod>(
                 overrides,
                 params: bytemuck::bytes_of(&params(part)),
                 buffers,
+                also_uses: &[],
                 workgroups: grid_1d(gpu, invocations, kernel.workgroup_size)?,
                 work: work(invocations, vec4),
             })?;

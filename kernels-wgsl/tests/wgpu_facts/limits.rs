@@ -90,6 +90,7 @@ fn loop_iteration_limit_matches_what_the_adapter_does() {
             overrides: &[],
             params: bytemuck::cast_slice(&params),
             buffers: &[out.whole()],
+            also_uses: &[],
             workgroups: [1, 1, 1],
             work: Default::default(),
         })

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use plimsoll_autograd::Tensor;
-use plimsoll_kernels_wgsl::kernels::optimizer::{self as kernel, AdamWStep, adamw_step};
+use plimsoll_kernels_wgsl::kernels::optimizer::{
+    self as kernel, AdamWStep, AdamWTensor, adamw_step, adamw_steps,
+};
 
 use super::{Optimizer, check_state_shape, prepare_state, split_state, zeros_state};
 use crate::error::{Error, Result};
@@ -166,13 +168,35 @@ impl Optimizer for AdamW {
                 check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)
             },
         )?;
+        // Every parameter in a few dispatches (`adamw_steps`), each as `Moments::update`
+        // would update it alone.
+        let mut updated: Vec<(&Tensor, Tensor, &Moments, bool)> = Vec::with_capacity(params.len());
         for (name, param) in params {
             let Some(grad) = param.grad() else { continue };
             let Some(moments) = self.moments.get(name) else {
                 continue;
             };
-            let decays = self.config.decays(param.rank());
-            moments.update(&self.config, (step, self.grad_scale, decays), param, &grad)?;
+            updated.push((param, grad, moments, self.config.decays(param.rank())));
+        }
+        let tensors = updated
+            .iter()
+            .map(|(param, grad, moments, decays)| {
+                Ok(AdamWTensor {
+                    param: param.elements()?,
+                    grad: grad.elements()?,
+                    exp_avg: moments.exp_avg.elements()?,
+                    exp_avg_sq: moments.exp_avg_sq.elements()?,
+                    decays: *decays,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if let Some((param, ..)) = updated.first() {
+            let launch = AdamWStep {
+                config: self.config.to_reference(),
+                step,
+                grad_scale: self.grad_scale,
+            };
+            adamw_steps(param.gpu(), &launch, &tensors)?;
         }
         self.undo = Some((self.steps, created));
         self.steps = step;

@@ -345,6 +345,7 @@ fn launch(
             overrides: &[],
             params: bytemuck::bytes_of(&block),
             buffers,
+            also_uses: &[],
             workgroups: [workgroups[0], count as u32, 1],
             work,
         })?;

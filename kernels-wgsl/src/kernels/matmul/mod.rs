@@ -685,6 +685,7 @@ fn launch_one(
         overrides,
         params: bytemuck::bytes_of(&params),
         buffers: &[lhs.words(), rhs.words(), out.words(), bias],
+        also_uses: &[],
         workgroups: workgroups.map(|w| w as u32),
         // This dispatch's block of C (all of it unless split).
         work: crate::recorder::Work {

@@ -13,12 +13,18 @@ use crate::pipeline::{Kernel, kernels, shader_params, shader_source};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
 
+mod multi;
 pub mod reference;
+
+pub use multi::{AdamWTensor, adamw_steps, adamw_steps_in};
 #[cfg(test)]
 pub(crate) mod tests;
 
 /// The module: `optimizer.wgsl` and the helpers it calls.
-const WGSL: &str = concatcp!(include_str!("optimizer.wgsl"), shader_source!("indexing"));
+const WGSL: &str = concatcp!(
+    include_str!("optimizer.wgsl"),
+    shader_source!("indexing", "slots")
+);
 
 kernels! {
     "optimizer", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
@@ -33,6 +39,27 @@ kernels! {
         exp_avg_v4: "array<vec4<f32>>",
         exp_avg_sq_v4: "array<vec4<f32>>",
     ];
+    /// The `adamw_multi` entry point (many tensors: their segments at 16 slots and a chunk
+    /// table; see [`adamw_steps`]).
+    ADAMW_MULTI = "adamw_multi" adamw_params: AdamWParams, [
+        slot_0: "array<vec4<f32>>",
+        slot_1: "array<vec4<f32>>",
+        slot_2: "array<vec4<f32>>",
+        slot_3: "array<vec4<f32>>",
+        slot_4: "array<vec4<f32>>",
+        slot_5: "array<vec4<f32>>",
+        slot_6: "array<vec4<f32>>",
+        slot_7: "array<vec4<f32>>",
+        slot_8: "array<vec4<f32>>",
+        slot_9: "array<vec4<f32>>",
+        slot_10: "array<vec4<f32>>",
+        slot_11: "array<vec4<f32>>",
+        slot_12: "array<vec4<f32>>",
+        slot_13: "array<vec4<f32>>",
+        slot_14: "array<vec4<f32>>",
+        slot_15: "array<vec4<f32>>",
+        chunks: "array<u32>",
+    ];
 }
 
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
@@ -40,6 +67,7 @@ pub const KERNELS: &[Kernel] = &[
     SGD,
     ADAMW,
     ADAMW_V4,
+    ADAMW_MULTI,
 ];
 
 shader_params! {
@@ -74,7 +102,7 @@ shader_params! {
         grad_offset: u32,
         exp_avg_offset: u32,
         exp_avg_sq_offset: u32,
-        _pad0: u32,
+        first_chunk: u32,
         _pad1: u32,
         _pad2: u32,
     }

@@ -13,7 +13,8 @@
 //          v = v*b2 + (1 - b2) g^2; p += -step_size * m / (sqrt(v)/sqrt(bc2) + eps),
 //          step_size = lr / bc1, bc1 = 1 - b1^t, bc2 = 1 - b2^t (t = 1 on the first step).
 //
-// Entry points (both @workgroup_size(256), one invocation per parameter element): sgd, adamw.
+// Entry points (all @workgroup_size(256)): sgd, adamw (one invocation per parameter element),
+// adamw_v4 (four elements per invocation), adamw_multi (a workgroup per chunk of many tensors).
 //
 // Params: SgdParams (sgd) and AdamWParams (adamw), declared in mod.rs
 //   (`shader_params!`), prepended with the bindings. nesterov and first_step are 0 or 1;
@@ -71,9 +72,9 @@ struct AdamWState {
 }
 
 fn adamw_update(param_in: vec4<f32>, grad_in: vec4<f32>, m_in: vec4<f32>,
-                v_in: vec4<f32>) -> AdamWState {
+                v_in: vec4<f32>, decay_factor: f32) -> AdamWState {
     let g = grad_in * adamw_params.grad_scale;
-    let p = param_in * adamw_params.decay_factor;                   // decoupled weight decay
+    let p = param_in * decay_factor;                                // decoupled weight decay
     let m = m_in + adamw_params.one_minus_beta1 * (g - m_in);      // m = b1 m + (1 - b1) g
     let v = v_in * adamw_params.beta2 + adamw_params.one_minus_beta2 * g * g;
     let denom = sqrt(v) / adamw_params.bias_correction2_sqrt + adamw_params.eps;
@@ -91,7 +92,8 @@ fn adamw(@builtin(global_invocation_id) gid: vec3<u32>,
     let mi = adamw_params.exp_avg_offset + i;
     let vi = adamw_params.exp_avg_sq_offset + i;
     let s = adamw_update(vec4<f32>(param[pi]), vec4<f32>(grad[adamw_params.grad_offset + i]),
-                         vec4<f32>(exp_avg[mi]), vec4<f32>(exp_avg_sq[vi]));
+                         vec4<f32>(exp_avg[mi]), vec4<f32>(exp_avg_sq[vi]),
+                         adamw_params.decay_factor);
     exp_avg[mi] = s.m.x;
     exp_avg_sq[vi] = s.v.x;
     param[pi] = s.p.x;
@@ -113,8 +115,51 @@ fn adamw_v4(@builtin(global_invocation_id) gid: vec3<u32>,
     let mi = adamw_params.exp_avg_offset + i;
     let vi = adamw_params.exp_avg_sq_offset + i;
     let s = adamw_update(param_v4[pi], grad_v4[adamw_params.grad_offset + i], exp_avg_v4[mi],
-                         exp_avg_sq_v4[vi]);
+                         exp_avg_sq_v4[vi], adamw_params.decay_factor);
     exp_avg_v4[mi] = s.m;
     exp_avg_sq_v4[vi] = s.v;
     param_v4[pi] = s.p;
+}
+
+// adamw_multi: `adamw_v4` over many tensors in one dispatch (PyTorch's multi-tensor `foreach`
+// path, in one launch instead of one per parameter). The tensors' segments are bound once each
+// at slot_0 .. slot_15 (shaders/slots.wgsl), and `chunks` (array<u32>) lists 8 words per chunk
+// of at most CHUNK_VEC4S vec4s of one tensor:
+//   0: the slots of param, grad, exp_avg and exp_avg_sq, a byte each from the low byte;
+//   1-4: their vec4 offsets in those slots; 5: the chunk's vec4 count;
+//   6: its decay factor's bits (1 - lr*wd, or 1.0 for a tensor that is not decayed); 7: 0.
+// The table starts at element adamw_params.param_offset of its binding. One workgroup per
+// chunk: chunk adamw_params.first_chunk + the workgroup's index, below adamw_params.n (the
+// dispatch's chunk count), so an operand's slot is the same for the whole workgroup. Same
+// operations in the same order as `adamw`.
+const CHUNK_VEC4S: u32 = 2048u;   // multi.rs's CHUNK_VEC4S
+
+@compute @workgroup_size(256)
+fn adamw_multi(@builtin(workgroup_id) wg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = row_of(wg, nwg);
+    if (w >= adamw_params.n) {
+        return;
+    }
+    let c = adamw_params.param_offset + (adamw_params.first_chunk + w) * 8u;
+    let slots = chunks[c];
+    let ps = slots & 0xffu;
+    let gs = (slots >> 8u) & 0xffu;
+    let ms = (slots >> 16u) & 0xffu;
+    let vs = slots >> 24u;
+    // At most a chunk's worth whatever the table says (a warm-up's zeroed table, a bad one):
+    // the loop always ends.
+    let count = min(chunks[c + 5u], CHUNK_VEC4S);
+    let decay_factor = bitcast<f32>(chunks[c + 6u]);
+    for (var j = lid; j < count; j += WG) {
+        let pi = chunks[c + 1u] + j;
+        let mi = chunks[c + 3u] + j;
+        let vi = chunks[c + 4u] + j;
+        let s = adamw_update(slot_load(ps, pi), slot_load(gs, chunks[c + 2u] + j),
+                             slot_load(ms, mi), slot_load(vs, vi), decay_factor);
+        slot_store(ms, mi, s.m);
+        slot_store(vs, vi, s.v);
+        slot_store(ps, pi, s.p);
+    }
 }

@@ -5,7 +5,8 @@
 use super::reference;
 use super::{AdamWConfig, AdamWStep, SgdConfig, SgdStep};
 use crate::testing::{assert_close, gpu_and_rng, gpu_and_temporaries, Guarded, Rng};
-use crate::{Error, Gpu, Result};
+use crate::testing::DEADLINE;
+use crate::{Category, Error, Gpu, Result};
 
 const LENS: [usize; 4] = [1, 255, 1000, 10_007];
 const STEPS: u64 = 4;
@@ -359,4 +360,202 @@ fn sgd_steps_by_hand() {
     let (mut p, mut buf) = (vec![1.0f32], vec![42.0f32]);
     reference::sgd_step(&mut p, &[2.0], &mut buf, &config, true, 0.5);
     assert_eq!((p[0], buf[0]), (0.9, 42.0));
+}
+
+/// One tensor of the multi-tensor test: its length, its operands' offsets (see `adamw_case`),
+/// and whether it is decayed.
+const MULTI_TENSORS: [(usize, [usize; 4], bool); 12] = [
+    (1, [0, 4, 8, 0], true),
+    (3, [4, 0, 0, 4], false),
+    (4, [8, 4, 4, 8], true),
+    (255, [0, 0, 0, 0], true),
+    (1000, [4, 8, 12, 0], false),
+    (8192, [0, 4, 0, 4], true),
+    // Two chunks and a tail of 3 elements.
+    (8192 + 3, [4, 4, 8, 8], true),
+    // Unaligned operands: the whole tensor through `adamw_step`.
+    (10_007, [1, 4, 6, 3], true),
+    (64, [0, 0, 4, 4], false),
+    (7, [12, 0, 4, 8], true),
+    (4 * 2048 * 3 + 4, [0, 8, 4, 0], true),
+    (33, [4, 4, 4, 4], false),
+];
+
+/// `adamw_steps` over tensors in many segments (more than one dispatch binds) gives what one
+/// `adamw_step` per tensor gives, and the reference's values: tails, unaligned tensors, chunks
+/// and undecayed tensors included, no guard touched.
+#[test]
+fn adamw_steps_match_one_launch_per_tensor() -> Result<()> {
+    // Small segments: every tensor but the smallest gets one of its own, so the 48 operands
+    // span more segments than one dispatch binds.
+    let gpu = crate::testing::gpu_with(crate::GpuOptions {
+        small_segment_bytes: Some(4096),
+        ..crate::GpuOptions::from_env()
+    });
+    let mut rng = Rng::new(83);
+    let config = AdamWConfig {
+        lr: 1e-2,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    };
+    let grad_scale = 0.5;
+    struct Side {
+        param: Guarded,
+        grad: Guarded,
+        m: Guarded,
+        v: Guarded,
+    }
+    let mut host = Vec::new();
+    let mut sides: [Vec<Side>; 2] = [Vec::new(), Vec::new()];
+    for (len, [op, og, om, ov], _) in MULTI_TENSORS {
+        let param = rng.vec_f32(len, -1.0, 1.0);
+        let zeros = vec![0.0; len];
+        for side in &mut sides {
+            side.push(Side {
+                param: Guarded::upload(&gpu, &mut rng, &param, op, "param")?,
+                grad: Guarded::random(&gpu, &mut rng, len, og, "grad")?,
+                m: Guarded::upload(&gpu, &mut rng, &zeros, om, "exp_avg")?,
+                v: Guarded::upload(&gpu, &mut rng, &zeros, ov, "exp_avg_sq")?,
+            });
+        }
+        host.push((param, zeros.clone(), zeros));
+    }
+    let segments: std::collections::BTreeSet<_> = sides[0]
+        .iter()
+        .flat_map(|s| [&s.param, &s.grad, &s.m, &s.v])
+        .map(|g| g.buffer.placement().0)
+        .collect();
+    assert!(
+        segments.len() > crate::kernels::MULTI_SLOTS,
+        "{} segments: the test needs more than one dispatch",
+        segments.len()
+    );
+    for step in 1..=STEPS {
+        let launch = AdamWStep {
+            config,
+            step,
+            grad_scale,
+        };
+        for (i, &(len, _, decays)) in MULTI_TENSORS.iter().enumerate() {
+            let grad = rng.vec_f32(len, -2.0, 2.0);
+            for side in &sides {
+                gpu.write(&side[i].grad.buffer, side[i].grad.at(), &grad)?;
+            }
+            let (p, m, v) = &mut host[i];
+            let mut one = config;
+            if !decays {
+                one.weight_decay = 0.0;
+            }
+            reference::adamw_step(p, &grad, m, v, &one, step, grad_scale);
+        }
+        let mut tensors = Vec::new();
+        for (s, &(_, _, decays)) in sides[0].iter().zip(&MULTI_TENSORS) {
+            tensors.push(super::AdamWTensor {
+                param: s.param.slice()?,
+                grad: s.grad.slice()?,
+                exp_avg: s.m.slice()?,
+                exp_avg_sq: s.v.slice()?,
+                decays,
+            });
+        }
+        super::adamw_steps_in(&gpu, crate::kernels::TensorLaunches::Multi, &launch, &tensors)?;
+        for (s, &(_, _, decays)) in sides[1].iter().zip(&MULTI_TENSORS) {
+            let mut one = launch;
+            if !decays {
+                one.config.weight_decay = 0.0;
+            }
+            let slices = (s.param.slice()?, s.grad.slice()?, s.m.slice()?, s.v.slice()?);
+            super::adamw_step(&gpu, &one, slices.0, slices.1, slices.2, slices.3)?;
+        }
+        for (i, (len, _, _)) in MULTI_TENSORS.iter().enumerate() {
+            let name = |what: &str| format!("adamw_steps tensor {i} (len {len}) {what} step {step}");
+            let (p, m, v) = &host[i];
+            let [many, one] = [&sides[0][i], &sides[1][i]];
+            let (atol, rtol) = PARAM_TOL;
+            let got = many.param.check(&gpu, &name("param"), p, atol, rtol)?;
+            one.param.check(&gpu, &name("param, one launch per tensor"), &got, 0.0, 1e-6)?;
+            let (atol, rtol) = MOMENT_TOL;
+            let got = many.m.check(&gpu, &name("exp_avg"), m, atol, rtol)?;
+            one.m.check(&gpu, &name("exp_avg, one launch per tensor"), &got, 0.0, 1e-6)?;
+            let (atol, rtol) = SECOND_MOMENT_TOL;
+            let got = many.v.check(&gpu, &name("exp_avg_sq"), v, atol, rtol)?;
+            one.v.check(&gpu, &name("exp_avg_sq, one launch per tensor"), &got, 0.0, 1e-6)?;
+        }
+    }
+    Ok(())
+}
+
+/// A gradient that `adamw_steps` reads through another tensor's binding of its segment counts
+/// as used by the open batch: freed right after the call, its bytes given to a new buffer and
+/// overwritten, the update still reads the gradient as it was (the upload submits the batch
+/// first instead of overtaking it).
+#[test]
+fn adamw_steps_mark_every_operand_as_used() -> Result<()> {
+    let gpu = crate::testing::fresh_gpu();
+    let mut rng = Rng::new(84);
+    let config = AdamWConfig {
+        lr: 0.1,
+        beta1: 0.9,
+        beta2: 0.999,
+        eps: 1e-8,
+        weight_decay: 0.0,
+    };
+    let len = 256;
+    // Small tensors share one segment: the dispatch binds it once, through the first one's
+    // parameter.
+    let upload = |values: &[f32], label: &str| gpu.upload(values, Category::Temporary, label);
+    let (p0, p1) = (rng.vec_f32(len, -1.0, 1.0), rng.vec_f32(len, -1.0, 1.0));
+    let zeros = vec![0.0f32; len];
+    let g = rng.vec_f32(len, -1.0, 1.0);
+    // First, so that live buffers, not the chunk table freed after the call, lie next to it.
+    let grad1 = upload(&g, "g1")?;
+    let param = [upload(&p0, "p0")?, upload(&p1, "p1")?];
+    let moments = [
+        upload(&zeros, "m0")?,
+        upload(&zeros, "v0")?,
+        upload(&zeros, "m1")?,
+        upload(&zeros, "v1")?,
+    ];
+    let grad0 = upload(&g, "g0")?;
+    assert_eq!(grad1.placement().0, param[0].placement().0, "one segment");
+    let step = AdamWStep {
+        config,
+        step: 1,
+        grad_scale: 1.0,
+    };
+    fn tensor<'a>(
+        [param, grad, exp_avg, exp_avg_sq]: [crate::DeviceSlice<'a>; 4],
+    ) -> super::AdamWTensor<'a> {
+        super::AdamWTensor {
+            param,
+            grad,
+            exp_avg,
+            exp_avg_sq,
+            decays: false,
+        }
+    }
+    let m = |i: usize| moments[i].whole();
+    super::adamw_steps_in(
+        &gpu,
+        crate::kernels::TensorLaunches::Multi,
+        &step,
+        &[
+            tensor([param[0].whole(), grad0.whole(), m(0), m(1)]),
+            tensor([param[1].whole(), grad1.whole(), m(2), m(3)]),
+        ],
+    )?;
+    let placement = grad1.placement();
+    drop(grad1);
+    let reused = gpu.alloc_elements(len as u64, Category::Temporary, "reused")?;
+    assert_eq!(reused.placement(), placement, "the freed gradient's bytes");
+    gpu.write(&reused, 0, &vec![1e6f32; len])?;
+    let mut want = p1.clone();
+    let (mut m1, mut v1) = (zeros.clone(), zeros.clone());
+    reference::adamw_step(&mut want, &g, &mut m1, &mut v1, &config, 1, 1.0);
+    let got: Vec<f32> = gpu.read_all(&param[1], DEADLINE)?;
+    let (atol, rtol) = PARAM_TOL;
+    assert_close("p1 after the update", &got, &want, atol, rtol);
+    Ok(())
 }

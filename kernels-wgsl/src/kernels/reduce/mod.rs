@@ -21,9 +21,12 @@ use const_format::concatcp;
 use crate::recorder::Dispatch;
 use crate::slice::DeviceSlice;
 
+mod multi;
 pub mod reference;
 #[cfg(test)]
 pub(crate) mod tests;
+
+pub use multi::{SQUARES_MULTI, SquaresSource, sum_squares_many, sum_squares_many_in};
 
 /// A tensor seen as `[outer, axis_len, inner]`, row-major; the reduced axis is the middle one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +154,7 @@ pub const KERNELS: &[Kernel] = &[
     MEAN_ALL,
     MAX_ALL,
     SUM_SQUARES_CHUNKS_SUBGROUP,
+    SQUARES_MULTI,
 ];
 
 shader_params! {
@@ -392,6 +396,7 @@ fn all_reduction(
         overrides: &[],
         params: bytemuck::bytes_of(&params),
         buffers: &buffers,
+        also_uses: &[],
         // Exactly one workgroup: a fixed-order tree, so the result is deterministic.
         workgroups: [1, 1, 1],
         work: crate::recorder::Work::of_slices(&buffers),
@@ -502,6 +507,7 @@ pub fn sum_squares_chunks_in(
             overrides: &[],
             params: bytemuck::bytes_of(&params),
             buffers: &buffers,
+            also_uses: &[],
             workgroups: [count.div_ceil(per_group) as u32, 1, 1],
             work,
         })?;

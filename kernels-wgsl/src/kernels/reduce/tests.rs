@@ -457,3 +457,75 @@ fn reduce_hand_worked() {
     assert_eq!(cpu::sum_to_shape(&m, &[2, 3], &[]), Some(vec![21.0]));
     assert_eq!(cpu::sum_to_shape(&m, &[2, 3], &[2]), None);
 }
+
+/// `sum_squares_many` over sources in more segments than one dispatch binds (tensors at
+/// aligned and unaligned offsets, empty, over several chunks; partial sums copied) writes what
+/// one launch per source writes (`sum_squares_chunks` with an invocation per chunk, `copy`),
+/// bit for bit, the reference's values, and nothing around `out`.
+#[test]
+fn sum_squares_many_matches_one_launch_per_source() -> Result<()> {
+    use super::SquaresSource;
+    // Small segments: each source of more than 1024 elements gets one of its own.
+    let gpu = crate::testing::gpu_with(crate::GpuOptions {
+        small_segment_bytes: Some(4096),
+        ..crate::GpuOptions::from_env()
+    });
+    let mut rng = Rng::new(72);
+    let chunk = super::SQUARES_CHUNK as usize;
+    // (length, offset, copied)
+    let mut shapes = vec![(0, 0, false), (5, 3, false), (7, 0, true), (chunk + 1, 4, false)];
+    for i in 0..20 {
+        shapes.push((1025 + 97 * i, [0, 4, 1, 2][i % 4], i % 5 == 4));
+    }
+    let mut uploads = Vec::new();
+    let mut want: Vec<f32> = Vec::new();
+    for &(len, offset, copied) in &shapes {
+        let x = rng.vec_f32(len, -2.0, 2.0);
+        uploads.push((upload_at(&gpu, &mut rng, &x, offset)?, offset, len, copied));
+        if copied {
+            want.extend(&x);
+        } else {
+            want.extend((0..super::squares_chunks(len as u64) as usize).map(|w| {
+                let part = &x[(w * chunk).min(len)..((w + 1) * chunk).min(len)];
+                part.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() as f32
+            }));
+        }
+    }
+    let mut sources = Vec::new();
+    for (buffer, offset, len, copied) in &uploads {
+        let s = buffer.slice(*offset as u64, *len as u64)?;
+        sources.push(if *copied { SquaresSource::Partials(s) } else { SquaresSource::Tensor(s) });
+    }
+    let segments: std::collections::BTreeSet<_> =
+        uploads.iter().map(|u| u.0.placement().0).collect();
+    assert!(segments.len() > crate::kernels::MULTI_SLOTS, "{} segments", segments.len());
+    let n = want.len();
+    let many = gpu.upload(&vec![-7.0f32; n + 2], Category::Activation, "many")?;
+    let multi = crate::kernels::TensorLaunches::Multi;
+    super::sum_squares_many_in(&gpu, multi, many.slice(1, n as u64)?, &sources)?;
+    let one = gpu.upload(&vec![-7.0f32; n + 2], Category::Activation, "one")?;
+    let mut at = 1;
+    for source in &sources {
+        let k = source.outputs();
+        let into = one.slice(at, k)?;
+        match source {
+            SquaresSource::Tensor(x) => {
+                super::sum_squares_chunks_in(&gpu, RowLayout::InvocationPerRow, into, *x)?
+            }
+            SquaresSource::Partials(p) => crate::kernels::copy::copy(&gpu, into, *p)?,
+        }
+        at += k;
+    }
+    let got: Vec<f32> = gpu.read_all(&many, DEADLINE)?;
+    let by_one: Vec<f32> = gpu.read_all(&one, DEADLINE)?;
+    assert_exact("sum_squares_many against one launch per source", &got, &by_one);
+    let mut framed = vec![-7.0f32];
+    framed.extend(&want);
+    framed.push(-7.0);
+    assert_close("sum_squares_many", &got, &framed, sum_atol(chunk, 4.0), 1e-5);
+    // `out` must be exactly as long as the outputs.
+    let err = super::sum_squares_many_in(&gpu, multi, many.slice(0, n as u64 + 1)?, &sources)
+        .expect_err("must be refused");
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err}");
+    Ok(())
+}
