@@ -5,6 +5,7 @@
 //! convolutions, as GFLOP/s beside the matmul of the same product.
 
 use anyhow::Result;
+use plimsoll_kernels_wgsl::kernels::TensorLaunches;
 use plimsoll_kernels_wgsl::kernels::conv2d::{self, Conv2dDims};
 use plimsoll_kernels_wgsl::kernels::convert::{self, F16Path, Halves};
 use plimsoll_kernels_wgsl::kernels::cross_entropy::{self, CrossEntropyDims};
@@ -333,4 +334,155 @@ pub(super) fn conv_layers(gpu: &Gpu, report: &mut Report) -> Result<()> {
 /// What a layout's row says when it is the launchers' choice.
 fn chosen_mark(chosen: bool) -> &'static str {
     if chosen { ", chosen" } else { "" }
+}
+
+/// The parameter shapes of a GPT of `layers` blocks of width `width` (context 256, vocabulary
+/// 65, tied head), in module order: what the update and the gradient norm go over.
+fn gpt_parameter_lens(layers: usize, width: usize) -> Vec<usize> {
+    let mut lens = vec![65 * width, 256 * width];
+    for _ in 0..layers {
+        lens.extend([
+            width,
+            width,
+            width * 3 * width,
+            3 * width,
+            width * width,
+            width,
+        ]);
+        lens.extend([
+            width,
+            width,
+            width * 4 * width,
+            4 * width,
+            4 * width * width,
+            width,
+        ]);
+    }
+    lens.extend([width, width]);
+    lens
+}
+
+/// AdamW and the gradient norm's sums of squares over every parameter of the 6-layer width-384
+/// GPT: one launch per tensor against the multi-tensor launchers (`adamw_steps`,
+/// `sum_squares_many`), milliseconds per call, and how many dispatches each records.
+pub(super) fn multi_tensor(gpu: &Gpu, report: &mut Report) -> Result<()> {
+    let lens = gpt_parameter_lens(6, 384);
+    let total: usize = lens.iter().sum();
+    let mut buffers = Vec::new();
+    for &len in &lens {
+        buffers.push([
+            filled(gpu, len, 0.5, "bench param")?,
+            filled(gpu, len, 0.01, "bench grad")?,
+            filled(gpu, len, 0.0, "bench exp_avg")?,
+            filled(gpu, len, 0.0, "bench exp_avg_sq")?,
+        ]);
+    }
+    let step = AdamWStep {
+        config: AdamWConfig {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+        },
+        step: 1,
+        grad_scale: 1.0,
+    };
+    let tensors: Vec<optimizer::AdamWTensor<'_>> = buffers
+        .iter()
+        .zip(&lens)
+        .map(|([p, g, m, v], len)| optimizer::AdamWTensor {
+            param: p.whole(),
+            grad: g.whole(),
+            exp_avg: m.whole(),
+            exp_avg_sq: v.whole(),
+            decays: *len > 4 * 384,
+        })
+        .collect();
+    let name = format!(
+        "{} tensors, {:.1}M parameters",
+        lens.len(),
+        total as f64 / 1e6
+    );
+    let one_by_one = median_seconds(gpu, 5, || {
+        for t in &tensors {
+            let mut one = step;
+            if !t.decays {
+                one.config.weight_decay = 0.0;
+            }
+            optimizer::adamw_step(gpu, &one, t.param, t.grad, t.exp_avg, t.exp_avg_sq)?;
+        }
+        Ok(())
+    })?;
+    let many = median_seconds(gpu, 5, || {
+        Ok(optimizer::adamw_steps_in(
+            gpu,
+            TensorLaunches::Multi,
+            &step,
+            &tensors,
+        )?)
+    })?;
+    let chosen = TensorLaunches::chosen(gpu, &optimizer::ADAMW_MULTI);
+    let mark = |launches| chosen_mark(chosen == launches);
+    let per_tensor = TensorLaunches::OnePerTensor;
+    report.push(
+        format!(
+            "multi/adamw one launch per tensor{}, {name}",
+            mark(per_tensor)
+        ),
+        one_by_one * 1e3,
+        "ms",
+    );
+    report.push(
+        format!(
+            "multi/adamw multi-tensor{}, {name}",
+            mark(TensorLaunches::Multi)
+        ),
+        many * 1e3,
+        "ms",
+    );
+    let sources: Vec<reduce::SquaresSource<'_>> = buffers
+        .iter()
+        .map(|[_, g, _, _]| reduce::SquaresSource::Tensor(g.whole()))
+        .collect();
+    let outputs: u64 = sources.iter().map(reduce::SquaresSource::outputs).sum();
+    let out = filled(gpu, outputs as usize, 0.0, "bench squares")?;
+    let one_by_one = median_seconds(gpu, 5, || {
+        let mut at = 0;
+        for s in &sources {
+            let n = s.outputs();
+            if let reduce::SquaresSource::Tensor(x) = s {
+                reduce::sum_squares_chunks(gpu, out.slice(at, n)?, *x)?;
+            }
+            at += n;
+        }
+        Ok(())
+    })?;
+    let many = median_seconds(gpu, 5, || {
+        Ok(reduce::sum_squares_many_in(
+            gpu,
+            TensorLaunches::Multi,
+            out.whole(),
+            &sources,
+        )?)
+    })?;
+    let chosen = TensorLaunches::chosen(gpu, &reduce::SQUARES_MULTI);
+    let mark = |launches| chosen_mark(chosen == launches);
+    report.push(
+        format!(
+            "multi/squares one launch per tensor{}, {name}",
+            mark(per_tensor)
+        ),
+        one_by_one * 1e3,
+        "ms",
+    );
+    report.push(
+        format!(
+            "multi/squares multi-tensor{}, {name}",
+            mark(TensorLaunches::Multi)
+        ),
+        many * 1e3,
+        "ms",
+    );
+    Ok(())
 }

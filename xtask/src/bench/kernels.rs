@@ -31,7 +31,7 @@ const MLP_WIDTHS: [usize; 5] = [784, 1024, 1024, 1024, 10];
 const MLP_BATCH: usize = 128;
 
 /// The parts `cargo xtask bench kernels [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 11] = [
+pub const PARTS: [&str; 12] = [
     "cold",
     "squares",
     "f16",
@@ -43,6 +43,7 @@ pub const PARTS: [&str; 11] = [
     "rows",
     "conv",
     "overhead",
+    "multi",
 ];
 
 /// Runs the kernels suite, or the named `parts` of it.
@@ -87,6 +88,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("overhead") {
         dispatch_overhead(&gpu, &mut report)?;
+    }
+    if wanted("multi") {
+        super::kernel_families::multi_tensor(&gpu, &mut report)?;
     }
     println!("kernels: load average at end {}", load_average());
     Ok(report)
