@@ -58,6 +58,10 @@ pub struct GpuOptions {
     /// adapter's. Simulates an adapter with a smaller limit: tests of what the plan does at a
     /// tensor past one binding use it on small models.
     pub max_binding_bytes: Option<u64>,
+    /// How launchers over many tensors (AdamW's update, the read-back's sums of squares) record
+    /// them. `None`: [`crate::kernels::TensorLaunches::chosen`]'s choice for the adapter. Tests
+    /// set it to run the multi-tensor path of a GPU on lavapipe.
+    pub tensor_launches: Option<crate::kernels::TensorLaunches>,
 }
 
 impl GpuOptions {

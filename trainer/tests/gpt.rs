@@ -949,3 +949,35 @@ fn weights_past_one_binding_train_in_parts_as_they_do_whole() {
     assert_params_close(&joined, &values(whole.parameters()), 1e-5);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The multi-tensor launches a GPU takes for AdamW's update and the read-back's sums of squares
+/// (forced here on lavapipe, which takes one launch per tensor) train the GPT as one launch per
+/// tensor does: the same loss-clipped AdamW steps, the same parameters after five of them.
+#[test]
+fn multi_tensor_launches_train_as_one_launch_per_tensor_does() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::kernels::TensorLaunches;
+    use plimsoll_kernels_wgsl::testing::gpu_with;
+    use plimsoll_nn::AdamWConfig;
+    let spec = spec(OptimizerSpec::AdamW(AdamWConfig {
+        lr: 1e-2,
+        weight_decay: 0.1,
+        decay_matrices_only: true,
+        ..AdamWConfig::default()
+    }));
+    let run = |launches| {
+        let gpu = gpu_with(GpuOptions {
+            tensor_launches: Some(launches),
+            ..GpuOptions::from_env()
+        });
+        let mut config = config(12, 6, 5, 1e-2);
+        // Clipped at a norm the gradients pass: the sums of squares steer the update.
+        config.clip_grad_norm = Some(0.5);
+        let mut trainer = Trainer::new(&gpu, config, &spec, windows(200), None).unwrap();
+        trainer.run(&mut Silent).unwrap();
+        values(trainer.parameters())
+    };
+    let one = run(TensorLaunches::OnePerTensor);
+    let multi = run(TensorLaunches::Multi);
+    assert_params_close(&multi, &one, 1e-6);
+}

@@ -103,4 +103,31 @@ fn a_planning_twin_allocates_exactly_as_the_device_does() {
         };
         assert_same(&format!("gpt {checkpointing:?}"), run(&real), run(&twin));
     }
+
+    // A GPU's multi-tensor launches (forced here) allocate their tables on both.
+    let multi = || {
+        plimsoll_kernels_wgsl::testing::gpu_with(plimsoll_kernels_wgsl::GpuOptions {
+            tensor_launches: Some(plimsoll_kernels_wgsl::kernels::TensorLaunches::Multi),
+            ..plimsoll_kernels_wgsl::GpuOptions::from_env()
+        })
+    };
+    let real = multi();
+    let twin = multi().planning_twin(real.memory_budget_bytes());
+    let run = |gpu: &Gpu| {
+        events(
+            gpu,
+            &gpt,
+            TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap(),
+            Box::new(TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap()),
+            CheckpointPolicy::None,
+        )
+    };
+    let (on_device, planned) = (run(&real), run(&twin));
+    let tables = on_device
+        .0
+        .iter()
+        .filter(|e| e.4.as_deref() == Some("adamw chunk table"))
+        .count();
+    assert!(tables > 0, "the multi-tensor update's table is allocated");
+    assert_same("gpt, multi-tensor launches", on_device, planned);
 }

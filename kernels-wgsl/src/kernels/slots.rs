@@ -20,7 +20,9 @@ pub enum TensorLaunches {
 }
 
 impl TensorLaunches {
-    /// What `gpu` uses for `kernel`, a multi-tensor kernel: [`TensorLaunches::Multi`] on a GPU
+    /// What `gpu` uses for `kernel`, a multi-tensor kernel: the device's
+    /// [`crate::GpuOptions::tensor_launches`] where set (multi-tensor only where it binds all
+    /// of `kernel`'s bindings), else [`TensorLaunches::Multi`] on a GPU
     /// that binds all its storage bindings in one stage, where it records a few dispatches
     /// instead of one or two per tensor (not measured on a GPU yet); one launch per tensor on
     /// the CPU, where the slots' switches cost more than the launches they save (lavapipe,
@@ -28,7 +30,9 @@ impl TensorLaunches {
     /// took 134 ms in 2 dispatches against 32 ms in 76 launches), and on a device with fewer
     /// bindings.
     pub fn chosen(gpu: &Gpu, kernel: &Kernel) -> TensorLaunches {
-        if binds_all(gpu, kernel) && !gpu.is_cpu() {
+        let wanted = gpu.shared.options.tensor_launches;
+        let multi = wanted.map_or(!gpu.is_cpu(), |w| w == TensorLaunches::Multi);
+        if multi && binds_all(gpu, kernel) {
             TensorLaunches::Multi
         } else {
             TensorLaunches::OnePerTensor
