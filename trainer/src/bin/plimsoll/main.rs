@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use plimsoll_autograd::Gpu;
 use plimsoll_kernels_wgsl::GpuOptions;
+use plimsoll_kernels_wgsl::kernels::TensorLaunches;
 use plimsoll_trainer::{
     AllocatorMode, CheckpointPolicy, Error, LeakPolicy, Offload, Precision, Result, Shard,
     TrainConfig,
@@ -125,6 +126,22 @@ pub(crate) struct DeviceArgs {
     /// and one long kernel is split to stay within it; the values computed are the same.
     #[arg(long, default_value = "auto", value_name = "MS", value_parser = flags::max_submission)]
     max_submission_ms: flags::MaxSubmission,
+    /// How AdamW's update and the gradient norm's sums of squares go out over many tensors:
+    /// `auto` (a few multi-tensor dispatches on a GPU, one launch per tensor on a CPU adapter),
+    /// `multi` or `one-per-tensor`. The values computed are the same.
+    #[arg(long, default_value = "auto", value_name = "HOW")]
+    tensor_launches: TensorLaunchesArg,
+}
+
+/// `--tensor-launches`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TensorLaunchesArg {
+    /// The device's choice.
+    Auto,
+    /// A few multi-tensor dispatches.
+    Multi,
+    /// One launch per tensor.
+    OnePerTensor,
 }
 
 impl DeviceArgs {
@@ -139,6 +156,11 @@ impl DeviceArgs {
                 .or(from_env.adapter),
             memory_budget_bytes: self.memory_budget,
             default_deadline: Some(self.deadline()),
+            tensor_launches: match self.tensor_launches {
+                TensorLaunchesArg::Auto => None,
+                TensorLaunchesArg::Multi => Some(TensorLaunches::Multi),
+                TensorLaunchesArg::OnePerTensor => Some(TensorLaunches::OnePerTensor),
+            },
             ..GpuOptions::default()
         };
         let gpu = Gpu::with_options(options)?;
