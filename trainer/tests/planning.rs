@@ -89,19 +89,23 @@ fn a_planning_twin_allocates_exactly_as_the_device_does() {
     assert_same("mlp", run(&real), run(&twin));
 
     let (gpt, tokens) = tiny_gpt(400);
+    let gpt_events = |gpu: &Gpu, checkpointing| {
+        events(
+            gpu,
+            &gpt,
+            TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap(),
+            Box::new(TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap()),
+            checkpointing,
+        )
+    };
     for checkpointing in [CheckpointPolicy::None, CheckpointPolicy::EveryBlocks(1)] {
         let real = fresh_gpu();
         let twin = fresh_gpu().planning_twin(real.memory_budget_bytes());
-        let run = |gpu: &Gpu| {
-            events(
-                gpu,
-                &gpt,
-                TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap(),
-                Box::new(TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap()),
-                checkpointing,
-            )
-        };
-        assert_same(&format!("gpt {checkpointing:?}"), run(&real), run(&twin));
+        let (on_device, planned) = (
+            gpt_events(&real, checkpointing),
+            gpt_events(&twin, checkpointing),
+        );
+        assert_same(&format!("gpt {checkpointing:?}"), on_device, planned);
     }
 
     // A GPU's multi-tensor launches (forced here) allocate their tables on both.
@@ -113,16 +117,8 @@ fn a_planning_twin_allocates_exactly_as_the_device_does() {
     };
     let real = multi();
     let twin = multi().planning_twin(real.memory_budget_bytes());
-    let run = |gpu: &Gpu| {
-        events(
-            gpu,
-            &gpt,
-            TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap(),
-            Box::new(TokenData::windows(Arc::clone(&tokens), 8, 13).unwrap()),
-            CheckpointPolicy::None,
-        )
-    };
-    let (on_device, planned) = (run(&real), run(&twin));
+    let none = CheckpointPolicy::None;
+    let (on_device, planned) = (gpt_events(&real, none), gpt_events(&twin, none));
     let tables = on_device
         .0
         .iter()

@@ -182,17 +182,7 @@ fn other_families(
     );
     let n = 1u64 << 20;
     let moments = filled(gpu, 2 * n as usize, 0.0, "bench moments")?;
-    let step = AdamWStep {
-        config: AdamWConfig {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-        },
-        step: 1,
-        grad_scale: 1.0,
-    };
+    let step = first_adamw_step(0.0);
     let seconds = median_seconds(gpu, 5, || {
         Ok(optimizer::adamw_step(
             gpu,
@@ -336,6 +326,21 @@ fn chosen_mark(chosen: bool) -> &'static str {
     if chosen { ", chosen" } else { "" }
 }
 
+/// AdamW's first step at PyTorch's defaults with `weight_decay`.
+fn first_adamw_step(weight_decay: f64) -> AdamWStep {
+    AdamWStep {
+        config: AdamWConfig {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay,
+        },
+        step: 1,
+        grad_scale: 1.0,
+    }
+}
+
 /// The parameter shapes of a GPT of `layers` blocks of width `width` (context 256, vocabulary
 /// 65, tied head), in module order: what the update and the gradient norm go over.
 fn gpt_parameter_lens(layers: usize, width: usize) -> Vec<usize> {
@@ -377,17 +382,7 @@ pub(super) fn multi_tensor(gpu: &Gpu, report: &mut Report) -> Result<()> {
             filled(gpu, len, 0.0, "bench exp_avg_sq")?,
         ]);
     }
-    let step = AdamWStep {
-        config: AdamWConfig {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
-        },
-        step: 1,
-        grad_scale: 1.0,
-    };
+    let step = first_adamw_step(0.01);
     let tensors: Vec<optimizer::AdamWTensor<'_>> = buffers
         .iter()
         .zip(&lens)

@@ -108,6 +108,24 @@ shader_params! {
     }
 }
 
+impl AdamWParams {
+    /// `step`'s scalars (the gradient's scale included), every count and offset 0.
+    fn scalars_of(step: &AdamWStep) -> AdamWParams {
+        let s = step.config.scalars(step.step);
+        AdamWParams {
+            decay_factor: s.decay_factor,
+            one_minus_beta1: s.one_minus_beta1,
+            beta2: s.beta2,
+            one_minus_beta2: s.one_minus_beta2,
+            step_size: s.step_size,
+            bias_correction2_sqrt: s.bias_correction2_sqrt,
+            eps: s.eps,
+            grad_scale: step.grad_scale,
+            ..AdamWParams::default()
+        }
+    }
+}
+
 /// SGD hyper-parameters (PyTorch names).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SgdConfig {
@@ -312,22 +330,13 @@ pub fn adamw_step(
         ("exp_avg_sq", exp_avg_sq),
     ];
     let len = same_len(op, &slices)?;
-    let s = step.config.scalars(step.step);
     let params = AdamWParams {
         n: len as u32,
-        decay_factor: s.decay_factor,
-        one_minus_beta1: s.one_minus_beta1,
-        beta2: s.beta2,
-        one_minus_beta2: s.one_minus_beta2,
-        step_size: s.step_size,
-        bias_correction2_sqrt: s.bias_correction2_sqrt,
-        eps: s.eps,
-        grad_scale: step.grad_scale,
         param_offset: param.index(),
         grad_offset: grad.index(),
         exp_avg_offset: exp_avg.index(),
         exp_avg_sq_offset: exp_avg_sq.index(),
-        ..AdamWParams::default()
+        ..AdamWParams::scalars_of(step)
     };
     let buffers = [param, grad, exp_avg, exp_avg_sq];
     // Four elements per invocation over the longest prefix of whole vec4s when every slice

@@ -110,7 +110,8 @@ pub fn adamw_steps_in(
     let plan = Plan::of(step, tensors)?;
     if !plan.table.is_empty() {
         let table = gpu.upload(&plan.table, Category::Temporary, "adamw chunk table")?;
-        let scalars = launch_params(step);
+        // The decay factor comes from each chunk.
+        let scalars = AdamWParams::scalars_of(step);
         for group in &plan.groups {
             let mut buffers = group.slots.bindings();
             buffers.push(table.whole());
@@ -152,23 +153,6 @@ fn for_tensor(step: &AdamWStep, decays: bool) -> AdamWStep {
         one.config.weight_decay = 0.0;
     }
     one
-}
-
-/// The uniform of every `adamw_multi` dispatch of `step` (its chunks aside; the decay factor
-/// comes from each chunk).
-fn launch_params(step: &AdamWStep) -> AdamWParams {
-    let s = step.config.scalars(step.step);
-    AdamWParams {
-        decay_factor: s.decay_factor,
-        one_minus_beta1: s.one_minus_beta1,
-        beta2: s.beta2,
-        one_minus_beta2: s.one_minus_beta2,
-        step_size: s.step_size,
-        bias_correction2_sqrt: s.bias_correction2_sqrt,
-        eps: s.eps,
-        grad_scale: step.grad_scale,
-        ..AdamWParams::default()
-    }
 }
 
 /// Whether an operand of one tensor shares an element with an operand of another.
