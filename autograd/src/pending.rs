@@ -9,7 +9,9 @@
 //! gradient too, each piece added to its place). With no dense gradient, or one, the values are
 //! the same as before: a piece's elements get `g` (plus the dense gradient) either way. With
 //! several dense gradients they are summed first and the pieces added after, where arrival
-//! order interleaved them: the rounding of such elements may differ.
+//! order interleaved them: the rounding of such elements may differ. Pieces that already lie in
+//! order in one storage and tile the whole output (the fused attention's `dq`, `dk`, `dv`) are
+//! the gradient as they are: a view, no copy.
 
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::{copy, fill};
@@ -51,6 +53,11 @@ impl Pending {
             });
         }
         pieces.sort_by_key(|(offset, _)| *offset); // stable: equal offsets keep their order
+        if dense.is_none()
+            && let Some(whole) = adjacent_in_one_storage(&pieces, shape)
+        {
+            return Ok(whole);
+        }
         let gpu = pieces[0].1.gpu.clone();
         let fresh = || Tensor::empty(&gpu, shape, Category::Temporary, "slice grad");
         let out = match dense {
@@ -92,4 +99,30 @@ impl Pending {
         }
         Ok(out)
     }
+}
+
+/// The node's gradient without a copy when `pieces` (sorted by offset) tile all of `shape` and
+/// are, in that order, all of one f32 storage (a backward that writes the gradients of the
+/// slices of one tensor into one allocation, as the fused attention's does for q, k and v): a
+/// view of that storage. `None` otherwise.
+fn adjacent_in_one_storage(pieces: &[(usize, Tensor)], shape: &[usize]) -> Option<Tensor> {
+    let (_, first) = pieces.first()?;
+    let base = first.offset.checked_sub(pieces[0].0 as u64)?;
+    let mut end = 0usize;
+    for (offset, piece) in pieces {
+        let same = std::sync::Arc::ptr_eq(&piece.storage, &first.storage)
+            && piece.dtype == first.dtype
+            && *offset == end
+            && piece.offset == base + *offset as u64;
+        if !same {
+            return None;
+        }
+        end += piece.numel();
+    }
+    // The whole of an f32 storage of its own, as a gradient must be (`GradSlot`'s invariant).
+    let whole = end == shape.iter().product::<usize>()
+        && base == 0
+        && first.dtype == crate::tensor::DType::F32
+        && first.storage.len() == end as u64;
+    whole.then(|| first.view(shape, base))
 }

@@ -343,12 +343,22 @@ impl Derivative for FusedAttention {
             ],
         };
         let gpu = g.gpu();
-        let grad =
-            |shape: &[usize], label: &str| Tensor::empty(gpu, shape, Category::Temporary, label);
+        // dq, dk and dv in one allocation, in that order: where q, k and v are slices of one
+        // tensor in that order (a GPT's projection), its gradient is then this allocation as
+        // it is, with no copy into place (autograd's `Pending`).
+        let (q_len, kv_len) = (q.numel(), k.numel());
+        let all = Tensor::empty(
+            gpu,
+            &[q_len + 2 * kv_len],
+            Category::Temporary,
+            "attention dq dk dv",
+        )?;
+        let part =
+            |start: usize, len: usize, shape: &[usize]| all.slice(0, start, len)?.reshape(shape);
         let (dq, dk, dv) = (
-            grad(q.shape(), "attention dq")?,
-            grad(k.shape(), "attention dk")?,
-            grad(v.shape(), "attention dv")?,
+            part(0, q_len, q.shape())?,
+            part(q_len, kv_len, k.shape())?,
+            part(q_len + kv_len, kv_len, v.shape())?,
         );
         let delta = Tensor::empty(
             gpu,

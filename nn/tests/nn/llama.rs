@@ -325,3 +325,48 @@ fn f16_saved_attention_matches_the_f32_path_on_rounded_values() {
         assert_close(name, a, &to_f64(b), 2e-3, 2e-3);
     }
 }
+
+/// q, k and v sliced from one tensor (as a GPT's projection gives them) get their gradients in
+/// one allocation that is that tensor's gradient as it is: the same values as three separate
+/// leaves get, and no "slice grad" is assembled (no copy into place).
+#[test]
+fn attention_gradients_of_one_tensors_slices_need_no_copy() {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    gpu.with_allocator(|a| a.set_trace_capacity(1 << 16));
+    let (batch, heads, time, d) = (2usize, 3usize, 11usize, 8usize);
+    let n = batch * heads * time * d;
+    let mut rng = Rng::new(12);
+    let data = rng.vec_f32(3 * n, -1.5, 1.5);
+    let r = rng.vec_f32(n, -1.0, 1.0);
+    let scale = 1.0 / (d as f32).sqrt();
+    let shape = [batch, heads, time, d];
+    let loss = |q: &Tensor, k: &Tensor, v: &Tensor| {
+        let y = causal_attention(q, k, v, scale).unwrap();
+        let r_t = Tensor::from_slice(&gpu, &r, y.shape()).unwrap();
+        y.mul(&r_t).unwrap().sum_all().unwrap().backward().unwrap();
+    };
+    // A node (as a GPT's permuted projection is), not a leaf: its gradient is assembled from
+    // the slices' pieces.
+    let leaf = input(&gpu, &data, &[3, batch, heads, time, d]);
+    let qkv = leaf.mul_scalar(1.0).unwrap();
+    let part = |i: usize| qkv.slice(0, i, 1).unwrap().reshape(&shape).unwrap();
+    loss(&part(0), &part(1), &part(2));
+    let got = leaf.grad().unwrap().to_vec().unwrap();
+    let assembled = gpu.with_allocator(|a| {
+        a.trace()
+            .events
+            .iter()
+            .filter(|e| e.label.as_deref() == Some("slice grad"))
+            .count()
+    });
+    assert_eq!(assembled, 0, "the slices' gradients were copied into place");
+    let leaves: Vec<Tensor> = (0..3)
+        .map(|i| input(&gpu, &data[i * n..(i + 1) * n], &shape))
+        .collect();
+    loss(&leaves[0], &leaves[1], &leaves[2]);
+    let want: Vec<f32> = leaves
+        .iter()
+        .flat_map(|t| t.grad().unwrap().to_vec().unwrap())
+        .collect();
+    assert_eq!(got, want);
+}
