@@ -297,12 +297,15 @@ fn no_input_panics_or_aborts() {
 }
 
 /// `run.json` and the run's first line say which arithmetic the matmuls use: f32 SIMT in f32;
-/// in f16 what the device's 16-bit matmuls use (cooperative matrices where the adapter has them).
+/// in f16 what the device's 16-bit matmuls use (cooperative matrices where the adapter has them);
+/// and how the update and the gradient norm go out over the tensors.
 #[test]
 fn a_run_records_its_matmul_arithmetic() {
     let dir = folder("matmul-path");
     let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
     let f16 = gpu.matmul_path().describe();
+    use plimsoll_kernels_wgsl::kernels::{TensorLaunches, optimizer::ADAMW_MULTI};
+    let launches = TensorLaunches::chosen(&gpu, &ADAMW_MULTI).describe();
     drop(gpu);
     for (precision, want) in [("f32", "SIMT f32"), ("f16", f16)] {
         let out = run(
@@ -326,6 +329,9 @@ fn a_run_records_its_matmul_arithmetic() {
         )
         .unwrap();
         assert_eq!(record["matmul"], want, "{precision}");
+        // And how the update and the norm go out (one launch per tensor on a CPU adapter).
+        assert!(said.contains(&format!("updates: {launches};")), "{said}");
+        assert_eq!(record["tensor_launches"], launches);
     }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -40,6 +40,16 @@ impl TensorLaunches {
     }
 }
 
+impl TensorLaunches {
+    /// How a run's log and `run.json` say it: `one launch per tensor` or `multi-tensor`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TensorLaunches::OnePerTensor => "one launch per tensor",
+            TensorLaunches::Multi => "multi-tensor",
+        }
+    }
+}
+
 /// Whether `gpu` can bind every storage binding of `kernel` in one stage (a multi-tensor kernel
 /// binds [`MULTI_SLOTS`] and more).
 pub(crate) fn binds_all(gpu: &Gpu, kernel: &Kernel) -> bool {

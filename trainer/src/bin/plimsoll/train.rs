@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
+use plimsoll_kernels_wgsl::kernels::{TensorLaunches, optimizer::ADAMW_MULTI};
 use plimsoll_trainer::checkpoint_io::{latest_path, save_record};
 use plimsoll_trainer::run_dir::{self, METRICS_FILE, RUN_FILE, RunDir, SUMMARY_FILE};
 use plimsoll_trainer::{Error, JsonLines, Result, RunLength, RunSummary, Trainer};
@@ -440,8 +441,11 @@ fn train_in(
         plimsoll_trainer::Precision::F16 => gpu.matmul_path().describe(),
         plimsoll_trainer::Precision::F32 => "SIMT f32",
     };
+    // How AdamW's update and the gradient norm go out (--tensor-launches).
+    let launches = TensorLaunches::chosen(&gpu, &ADAMW_MULTI).describe();
     if let Some(record) = saved.as_object_mut() {
         record.insert("matmul".to_string(), serde_json::json!(matmul));
+        record.insert("tensor_launches".to_string(), serde_json::json!(launches));
     }
     if let Some(r) = resumed {
         let step = plimsoll_nn::state::metadata(&latest_path(&dir))
@@ -493,7 +497,8 @@ fn train_in(
         )
     });
     out::say(format_args!(
-        "training {} ({} parameters) on {}{device_memory}{}; matmuls: {matmul}; run directory {}",
+        "training {} ({} parameters) on {}{device_memory}{}; matmuls: {matmul}; updates: \
+         {launches}; run directory {}",
         job.name,
         job.spec.parameter_count(),
         gpu.adapter(),
