@@ -62,6 +62,11 @@ pub struct GpuOptions {
     /// them. `None`: [`crate::kernels::TensorLaunches::chosen`]'s choice for the adapter. Tests
     /// set it to run the multi-tensor path of a GPU on lavapipe.
     pub tensor_launches: Option<crate::kernels::TensorLaunches>,
+    /// Dispatches after which the open batch is submitted by itself (at least 1). `None`:
+    /// [`crate::recorder::AUTO_FLUSH_DISPATCHES`] on a CPU adapter, where one submission runs
+    /// at a time on the host's own cores; [`crate::recorder::GPU_SUBMIT_EVERY`] on a GPU, so
+    /// the device starts on a step's first kernels while the host records the rest.
+    pub submit_every: Option<u32>,
 }
 
 impl GpuOptions {

@@ -3,7 +3,7 @@
 //! Launchers call [`Gpu::dispatch`], which records into the device's one open batch: one command
 //! encoder, one compute pass per run of dispatches (a copy, e.g. for a read-back, ends the pass).
 //! [`Gpu::flush`] submits the batch and returns its [`Fence`]; a batch also goes out by itself
-//! once it holds [`AUTO_FLUSH_DISPATCHES`] dispatches or, under a bound on one submission's GPU
+//! once it holds [`Gpu::submit_every`] dispatches or, under a bound on one submission's GPU
 //! time, when the next dispatch would take its estimate past it ([`crate::pacing`]), both at the
 //! next dispatch and never inside [`Gpu::atomically`], and before a read-back.
 //!
@@ -57,8 +57,14 @@ use crate::pipeline::{Kernel, PARAMS_BYTES, scoped};
 use crate::profile::ProfileMode;
 use crate::slice::DeviceSlice;
 
-/// A batch is submitted by itself after this many dispatches (bounds the work behind one fence).
+/// On a CPU adapter a batch is submitted by itself after this many dispatches (bounds the work
+/// behind one fence; [`Gpu::submit_every`]).
 pub const AUTO_FLUSH_DISPATCHES: u32 = 1024;
+/// On a GPU a batch is submitted by itself after this many dispatches ([`Gpu::submit_every`]):
+/// the device runs a step's first kernels while the host records the next ones, instead of
+/// idling until the whole forward and backward are recorded (a step's one read-back submits
+/// them; not measured on a GPU yet).
+pub const GPU_SUBMIT_EVERY: u32 = 64;
 /// Size of one uniform chunk buffer.
 pub const CHUNK_BYTES: u64 = 64 * 1024;
 
@@ -203,6 +209,18 @@ impl Batch {
 }
 
 impl Gpu {
+    /// Dispatches after which the open batch is submitted by itself
+    /// ([`GpuOptions::submit_every`](crate::GpuOptions::submit_every), else
+    /// [`AUTO_FLUSH_DISPATCHES`] on a CPU adapter and [`GPU_SUBMIT_EVERY`] on a GPU).
+    pub fn submit_every(&self) -> u32 {
+        let shared = &*self.shared;
+        let default = match shared.summary.device_type {
+            wgpu::DeviceType::Cpu => AUTO_FLUSH_DISPATCHES,
+            _ => GPU_SUBMIT_EVERY,
+        };
+        shared.options.submit_every.unwrap_or(default).max(1)
+    }
+
     /// Records one dispatch into the open batch (see the module docs). Fails on a bad kernel
     /// (validation), a params struct over [`PARAMS_BYTES`], or a lost device; and with
     /// [`Error::Timeout`] (nothing recorded) when a full batch must go out first and the GPU does
@@ -236,8 +254,9 @@ impl Gpu {
         let bound = shared.pacing.target_ns();
         // Full: too many dispatches, or (with a bound) this one would take the batch's
         // estimated GPU time past it.
+        let every = self.submit_every();
         let full = |b: &Batch| {
-            b.dispatches >= AUTO_FLUSH_DISPATCHES
+            b.dispatches >= every
                 || bound.is_some_and(|bound| {
                     b.dispatches > 0 && b.estimated_ns.saturating_add(estimated) > bound
                 })
@@ -249,7 +268,7 @@ impl Gpu {
             batch = lock_for_submit(shared, deadline)?;
             // Another thread may have entered `atomically` while this one waited.
             if full(&batch) && !batch.hold {
-                if batch.dispatches < AUTO_FLUSH_DISPATCHES {
+                if batch.dispatches < every {
                     shared.pacing.note_early_submission();
                 }
                 submit_locked(shared, &mut batch, None, deadline)?;

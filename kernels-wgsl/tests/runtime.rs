@@ -618,3 +618,37 @@ fn a_started_read_returns_the_values_from_before_later_work() {
         vec![9.0; 256]
     );
 }
+
+/// A batch goes out by itself every `Gpu::submit_every` dispatches: 1024 on a CPU adapter (one
+/// submission runs at a time there), what `GpuOptions::submit_every` says where set. Ten fills
+/// with a submission every 4 dispatches go out as 4, 4 and 2, with the same values.
+#[test]
+fn a_batch_is_submitted_every_so_many_dispatches() {
+    use plimsoll_kernels_wgsl::GpuOptions;
+    use plimsoll_kernels_wgsl::recorder::{AUTO_FLUSH_DISPATCHES, GPU_SUBMIT_EVERY};
+    let default = fresh_gpu();
+    let want = match default.is_cpu() {
+        true => AUTO_FLUSH_DISPATCHES,
+        false => GPU_SUBMIT_EVERY,
+    };
+    assert_eq!(default.submit_every(), want);
+    drop(default);
+    let gpu = plimsoll_kernels_wgsl::testing::gpu_with(GpuOptions {
+        submit_every: Some(4),
+        ..GpuOptions::from_env()
+    });
+    assert_eq!(gpu.submit_every(), 4);
+    let buf = scratch(&gpu, 1000, "every four");
+    let before = gpu.recent_submissions().0.len();
+    for k in 0..10 {
+        kernels::fill::fill(&gpu, buf.slice(k * 100, 100).unwrap(), k as f32).unwrap();
+    }
+    let fence = gpu.flush("the last two").unwrap();
+    gpu.wait(&fence, DEADLINE).unwrap();
+    let recent = gpu.recent_submissions();
+    let counts: Vec<u32> = recent.0[before..].iter().map(|s| s.dispatches).collect();
+    assert_eq!(counts, [4, 4, 2], "{recent}");
+    let got: Vec<f32> = gpu.read_all(&buf, DEADLINE).unwrap();
+    let want: Vec<f32> = (0..1000).map(|i| (i / 100) as f32).collect();
+    assert_exact("fills in three submissions", &got, &want);
+}
