@@ -22,12 +22,12 @@ pub enum TensorLaunches {
 impl TensorLaunches {
     /// What `gpu` uses for `kernel`, a multi-tensor kernel: the device's
     /// [`crate::GpuOptions::tensor_launches`] where set (multi-tensor only where it binds all
-    /// of `kernel`'s bindings), else [`TensorLaunches::Multi`] on a GPU
-    /// that binds all its storage bindings in one stage, where it records a few dispatches
-    /// instead of one or two per tensor (not measured on a GPU yet); one launch per tensor on
-    /// the CPU, where the slots' switches cost more than the launches they save (lavapipe,
-    /// `cargo xtask bench kernels multi`: AdamW over the 6-layer width-384 GPT's 76 tensors
-    /// took 134 ms in 2 dispatches against 32 ms in 76 launches), and on a device with fewer
+    /// of `kernel`'s bindings), else [`TensorLaunches::Multi`] on a GPU that binds all its
+    /// storage bindings in one stage, where it records a few dispatches instead of one or two
+    /// per tensor (not measured on a GPU yet); one launch per tensor on the CPU, where the
+    /// slots' switches cost more than the launches they save (lavapipe, `cargo xtask bench
+    /// kernels multi`: AdamW over the 6-layer width-384 GPT's 76 tensors took 137-143 ms
+    /// multi-tensor against 32.6-44.1 ms with a launch per tensor), and on a device with fewer
     /// bindings.
     pub fn chosen(gpu: &Gpu, kernel: &Kernel) -> TensorLaunches {
         let wanted = gpu.shared.options.tensor_launches;
