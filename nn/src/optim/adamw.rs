@@ -146,30 +146,10 @@ impl AdamW {
     pub fn config(&self) -> &AdamWConfig {
         &self.config
     }
-}
 
-impl Optimizer for AdamW {
-    fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
-        // The weights change: f16 copies made of them are stale.
-        plimsoll_autograd::forget_weight_copies();
-        let step = self.steps + 1;
-        self.undo = None;
-        let created = prepare_state(
-            &mut self.moments,
-            params,
-            |name, param| {
-                Ok(Moments {
-                    exp_avg: zeros_state(param, &format!("exp_avg.{name}"))?,
-                    exp_avg_sq: zeros_state(param, &format!("exp_avg_sq.{name}"))?,
-                })
-            },
-            |name, moments, param| {
-                check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
-                check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)
-            },
-        )?;
-        // Every parameter in a few dispatches (`adamw_steps`), each as `Moments::update`
-        // would update it alone.
+    /// Records step `step` of every parameter with a gradient and moments, in a few
+    /// dispatches (`adamw_steps`), each as `Moments::update` would update it alone.
+    fn record_update(&self, params: &[(String, Tensor)], step: u64) -> Result<()> {
         let mut updated: Vec<(&Tensor, Tensor, &Moments, bool)> = Vec::with_capacity(params.len());
         for (name, param) in params {
             let Some(grad) = param.grad() else { continue };
@@ -198,7 +178,38 @@ impl Optimizer for AdamW {
             };
             adamw_steps(param.gpu(), &launch, &tensors)?;
         }
+        Ok(())
+    }
+}
+
+impl Optimizer for AdamW {
+    fn step(&mut self, params: &[(String, Tensor)]) -> Result<()> {
+        // The weights change: f16 copies made of them are stale.
+        plimsoll_autograd::forget_weight_copies();
+        let step = self.steps + 1;
+        self.undo = None;
+        let created = prepare_state(
+            &mut self.moments,
+            params,
+            |name, param| {
+                Ok(Moments {
+                    exp_avg: zeros_state(param, &format!("exp_avg.{name}"))?,
+                    exp_avg_sq: zeros_state(param, &format!("exp_avg_sq.{name}"))?,
+                })
+            },
+            |name, moments, param| {
+                check_state_shape(&format!("exp_avg.{name}"), &moments.exp_avg, param)?;
+                check_state_shape(&format!("exp_avg_sq.{name}"), &moments.exp_avg_sq, param)
+            },
+        )?;
+        // From here a failure (the multi-tensor launches' table refused, a launch refused)
+        // forgets the state this step created: the caller's atomic section discards what was
+        // recorded, so the optimizer is as it was.
         self.undo = Some((self.steps, created));
+        if let Err(e) = self.record_update(params, step) {
+            self.undo_step();
+            return Err(e);
+        }
         self.steps = step;
         Ok(())
     }
