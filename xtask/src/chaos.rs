@@ -30,7 +30,9 @@
 //! failure points, as is the host memory it asks for, and the host state must be intact after
 //! a typed error). A sixth is the GPT
 //! with `--offload activations`, checkpointed block by block: the segments' inputs go to host
-//! memory after forward and come back for backward, more read-backs and uploads that fail.
+//! memory after forward and come back for backward, more read-backs and uploads that fail. A
+//! seventh is the MLP with a GPU's multi-tensor update and norm forced (`--tensor-launches
+//! multi`): their tables are allocations and uploads that fail too.
 //!
 //! A workload whose clean steps reach no event of some kind of [`FaultPoint`] fails the task:
 //! a smaller model must not lose a kind of point unnoticed.
@@ -49,6 +51,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use plimsoll_kernels_wgsl::fault::{FaultAction, FaultPoint};
+use plimsoll_kernels_wgsl::kernels::TensorLaunches;
 use plimsoll_kernels_wgsl::random::SplitMix64;
 use plimsoll_kernels_wgsl::{Gpu, GpuOptions};
 use plimsoll_nn::{Activation, AdamWConfig, GptConfig, LrSchedule};
@@ -79,6 +82,9 @@ struct Workload {
     may_miss: &'static [FaultPoint],
     /// Where the optimizer's state lives.
     offload: Offload,
+    /// How the update and the gradient norm go out (`None`: the device's choice, one launch
+    /// per tensor on lavapipe).
+    tensor_launches: Option<TensorLaunches>,
 }
 
 fn adamw() -> OptimizerSpec {
@@ -117,6 +123,7 @@ fn mlp_workload(name: &'static str, table: &Dataset) -> Workload {
         // Nothing of it lives in host memory on purpose.
         may_miss: &[FaultPoint::HostAllocation],
         offload: Offload::None,
+        tensor_launches: None,
     }
 }
 
@@ -150,6 +157,7 @@ fn gpt_workload(name: &'static str, windows: &TokenData, offload: Offload) -> Wo
             _ => &[],
         },
         offload,
+        tensor_launches: None,
     }
 }
 
@@ -179,6 +187,12 @@ fn workloads() -> Result<Vec<Workload>> {
         may_miss: &[],
         ..mlp_workload("mlp 16-256-10 offloaded", &table)
     };
+    // A GPU's multi-tensor update and norm (forced here): their tables' allocations and uploads
+    // fail too, and a failed one must leave the model as it was.
+    let mlp_multi = Workload {
+        tensor_launches: Some(TensorLaunches::Multi),
+        ..mlp_workload("mlp 16-256-10 multi-tensor", &table)
+    };
     let mut rng = SplitMix64::new(5);
     let tokens: Arc<Vec<u32>> = Arc::new((0..600).map(|_| rng.below(13) as u32).collect());
     let windows = TokenData::windows(tokens, 8, 13).context("GPT windows")?;
@@ -197,6 +211,7 @@ fn workloads() -> Result<Vec<Workload>> {
         mlp_f16,
         mlp_offloaded,
         gpt_offloaded,
+        mlp_multi,
     ])
 }
 
@@ -226,6 +241,7 @@ fn config(w: &Workload, micro: usize, dir: &Path) -> TrainConfig {
 fn fresh_gpu(w: &Workload) -> Result<Gpu> {
     let options = GpuOptions {
         small_segment_bytes: Some(w.small_segment_bytes),
+        tensor_launches: w.tensor_launches,
         ..GpuOptions::from_env()
     };
     Gpu::with_options(options).context("opening a device")
