@@ -10,6 +10,28 @@ use crate::slice::DeviceSlice;
 /// Segments one multi-tensor dispatch binds (`slot_0` to `slot_15` in `shaders/slots.wgsl`).
 pub const MULTI_SLOTS: usize = 16;
 
+/// `kernel!` for a multi-tensor entry point of workgroup size 256: the [`MULTI_SLOTS`] slots of
+/// `shaders/slots.wgsl` at bindings 1 to 16, then the bindings `[..]` lists.
+macro_rules! multi_tensor_kernel {
+    (
+        $stem:literal,
+        $entry:literal,
+        source: $wgsl:expr,
+        $uniform:ident : $params:ident,
+        [$($rest:tt)*]
+    ) => {
+        $crate::pipeline::kernel!(
+            $stem,
+            $entry,
+            source: $wgsl,
+            $uniform: $params,
+            [slot_0: "array<vec4<f32>>", slot_1: "array<vec4<f32>>", slot_2: "array<vec4<f32>>", slot_3: "array<vec4<f32>>", slot_4: "array<vec4<f32>>", slot_5: "array<vec4<f32>>", slot_6: "array<vec4<f32>>", slot_7: "array<vec4<f32>>", slot_8: "array<vec4<f32>>", slot_9: "array<vec4<f32>>", slot_10: "array<vec4<f32>>", slot_11: "array<vec4<f32>>", slot_12: "array<vec4<f32>>", slot_13: "array<vec4<f32>>", slot_14: "array<vec4<f32>>", slot_15: "array<vec4<f32>>", $($rest)*],
+            256
+        )
+    };
+}
+pub(crate) use multi_tensor_kernel;
+
 /// How a launcher over many tensors records them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TensorLaunches {

@@ -39,28 +39,17 @@ kernels! {
         exp_avg_v4: "array<vec4<f32>>",
         exp_avg_sq_v4: "array<vec4<f32>>",
     ];
-    /// The `adamw_multi` entry point (many tensors: their segments at 16 slots and a chunk
-    /// table; see [`adamw_steps`]).
-    ADAMW_MULTI = "adamw_multi" adamw_params: AdamWParams, [
-        slot_0: "array<vec4<f32>>",
-        slot_1: "array<vec4<f32>>",
-        slot_2: "array<vec4<f32>>",
-        slot_3: "array<vec4<f32>>",
-        slot_4: "array<vec4<f32>>",
-        slot_5: "array<vec4<f32>>",
-        slot_6: "array<vec4<f32>>",
-        slot_7: "array<vec4<f32>>",
-        slot_8: "array<vec4<f32>>",
-        slot_9: "array<vec4<f32>>",
-        slot_10: "array<vec4<f32>>",
-        slot_11: "array<vec4<f32>>",
-        slot_12: "array<vec4<f32>>",
-        slot_13: "array<vec4<f32>>",
-        slot_14: "array<vec4<f32>>",
-        slot_15: "array<vec4<f32>>",
-        chunks: "array<u32>",
-    ];
 }
+
+/// The `adamw_multi` entry point (many tensors: their segments at the 16 slots, then the chunk
+/// table; see [`adamw_steps`]).
+pub const ADAMW_MULTI: Kernel = crate::kernels::slots::multi_tensor_kernel!(
+    "optimizer",
+    "adamw_multi",
+    source: WGSL,
+    adamw_params: AdamWParams,
+    [chunks: "array<u32>"]
+);
 
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
 pub const KERNELS: &[Kernel] = &[
@@ -106,6 +95,18 @@ shader_params! {
         _pad1: u32,
         _pad2: u32,
     }
+}
+
+/// Refuses step 0 for launcher `op`: AdamW's steps count from 1.
+fn check_step(op: &'static str, step: &AdamWStep) -> Result<()> {
+    if step.step == 0 {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "step is 1-based (the bias corrections divide by 1 - beta^step); got 0"
+                .to_string(),
+        });
+    }
+    Ok(())
 }
 
 impl AdamWParams {
@@ -316,13 +317,7 @@ pub fn adamw_step(
     exp_avg_sq: DeviceSlice<'_>,
 ) -> Result<()> {
     let op = "optimizer::adamw_step";
-    if step.step == 0 {
-        return Err(Error::InvalidArgument {
-            op,
-            message: "step is 1-based (the bias corrections divide by 1 - beta^step); got 0"
-                .to_string(),
-        });
-    }
+    check_step(op, step)?;
     let slices = [
         ("param", param),
         ("grad", grad),

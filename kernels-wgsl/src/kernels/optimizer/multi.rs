@@ -13,7 +13,7 @@
 //! ([`TensorLaunches::chosen`]).
 
 use crate::device::Gpu;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::kernels::slots::{MultiSlots, TensorLaunches, binds_all};
 use crate::kernels::{blocks_within_bound, grid_1d};
 use crate::recorder::{Dispatch, Work};
@@ -78,13 +78,7 @@ pub fn adamw_steps_in(
     tensors: &[AdamWTensor<'_>],
 ) -> Result<()> {
     let op = "optimizer::adamw_steps";
-    if step.step == 0 {
-        return Err(Error::InvalidArgument {
-            op,
-            message: "step is 1-based (the bias corrections divide by 1 - beta^step); got 0"
-                .to_string(),
-        });
-    }
+    super::check_step(op, step)?;
     for (i, t) in tensors.iter().enumerate() {
         let names = [
             (format!("tensor {i}: param"), t.param),

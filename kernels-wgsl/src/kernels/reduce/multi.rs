@@ -12,7 +12,7 @@ use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::kernels::slots::{MultiSlots, TensorLaunches, binds_all};
 use crate::kernels::{blocks_within_bound, copy, grid_1d};
-use crate::pipeline::{kernels, shader_params, shader_source};
+use crate::pipeline::{Kernel, shader_params, shader_source};
 use crate::recorder::{Dispatch, Work};
 use crate::slice::DeviceSlice;
 use const_format::concatcp;
@@ -25,30 +25,14 @@ const WGSL: &str = concatcp!(
     shader_source!("indexing", "slots")
 );
 
-kernels! {
-    "squares_multi", source: WGSL, workgroup: 256;
-    /// The `squares_multi` entry point: 16 slots, `dst`, `table`.
-    SQUARES_MULTI = "squares_multi" squares_params: SquaresParams, [
-        slot_0: "array<vec4<f32>>",
-        slot_1: "array<vec4<f32>>",
-        slot_2: "array<vec4<f32>>",
-        slot_3: "array<vec4<f32>>",
-        slot_4: "array<vec4<f32>>",
-        slot_5: "array<vec4<f32>>",
-        slot_6: "array<vec4<f32>>",
-        slot_7: "array<vec4<f32>>",
-        slot_8: "array<vec4<f32>>",
-        slot_9: "array<vec4<f32>>",
-        slot_10: "array<vec4<f32>>",
-        slot_11: "array<vec4<f32>>",
-        slot_12: "array<vec4<f32>>",
-        slot_13: "array<vec4<f32>>",
-        slot_14: "array<vec4<f32>>",
-        slot_15: "array<vec4<f32>>",
-        dst,
-        table: "array<u32>",
-    ];
-}
+/// The `squares_multi` entry point: the 16 slots, `dst`, `table`.
+pub const SQUARES_MULTI: Kernel = crate::kernels::slots::multi_tensor_kernel!(
+    "squares_multi",
+    "squares_multi",
+    source: WGSL,
+    squares_params: SquaresParams,
+    [dst, table: "array<u32>"]
+);
 
 shader_params! {
     /// The `Params` of `squares_multi.wgsl`.
