@@ -341,40 +341,42 @@ fn first_adamw_step(weight_decay: f64) -> AdamWStep {
     }
 }
 
-/// The parameter shapes of a GPT of `layers` blocks of width `width` (context 256, vocabulary
-/// 65, tied head), in module order: what the update and the gradient norm go over.
-fn gpt_parameter_lens(layers: usize, width: usize) -> Vec<usize> {
-    let mut lens = vec![65 * width, 256 * width];
-    for _ in 0..layers {
-        lens.extend([
-            width,
-            width,
-            width * 3 * width,
-            3 * width,
-            width * width,
-            width,
-        ]);
-        lens.extend([
-            width,
-            width,
-            width * 4 * width,
-            4 * width,
-            4 * width * width,
-            width,
-        ]);
-    }
-    lens.extend([width, width]);
-    lens
+/// The parameters of nanoGPT's GPU configuration (6 layers, 6 heads, width 384, context 256,
+/// vocabulary 65) as `plimsoll_nn::Gpt` holds them, in module order: each one's length and
+/// whether AdamW decays it (two or more dimensions, nanoGPT's groups).
+fn gpt_parameters(gpu: &Gpu) -> Result<Vec<(usize, bool)>> {
+    use plimsoll_nn::Module;
+    let config = plimsoll_nn::GptConfig {
+        vocab_size: 65,
+        block_size: 256,
+        n_layer: 6,
+        n_head: 6,
+        n_embd: 384,
+    };
+    let model = plimsoll_nn::Gpt::new(gpu, config, 1)?;
+    Ok(model
+        .parameters()
+        .iter()
+        .map(|(_, t)| (t.numel(), t.rank() >= 2))
+        .collect())
 }
 
-/// AdamW and the gradient norm's sums of squares over every parameter of the 6-layer width-384
-/// GPT: one launch per tensor against the multi-tensor launchers (`adamw_steps`,
-/// `sum_squares_many`), milliseconds per call, and how many dispatches each records.
+/// Dispatches in the device's latest submission (each timed call is one: it flushes once).
+fn last_submission_dispatches(gpu: &Gpu) -> f64 {
+    gpu.recent_submissions()
+        .0
+        .last()
+        .map_or(f64::NAN, |s| f64::from(s.dispatches))
+}
+
+/// AdamW and the gradient norm's sums of squares over every parameter of nanoGPT's GPU
+/// configuration: one launch per tensor against the multi-tensor launchers (`adamw_steps_in`,
+/// `sum_squares_many_in`), milliseconds per call, and how many dispatches each records.
 pub(super) fn multi_tensor(gpu: &Gpu, report: &mut Report) -> Result<()> {
-    let lens = gpt_parameter_lens(6, 384);
-    let total: usize = lens.iter().sum();
+    let parameters = gpt_parameters(gpu)?;
+    let total: usize = parameters.iter().map(|&(len, _)| len).sum();
     let mut buffers = Vec::new();
-    for &len in &lens {
+    for &(len, _) in &parameters {
         buffers.push([
             filled(gpu, len, 0.5, "bench param")?,
             filled(gpu, len, 0.01, "bench grad")?,
@@ -385,56 +387,19 @@ pub(super) fn multi_tensor(gpu: &Gpu, report: &mut Report) -> Result<()> {
     let step = first_adamw_step(0.01);
     let tensors: Vec<optimizer::AdamWTensor<'_>> = buffers
         .iter()
-        .zip(&lens)
-        .map(|([p, g, m, v], len)| optimizer::AdamWTensor {
+        .zip(&parameters)
+        .map(|([p, g, m, v], &(_, decays))| optimizer::AdamWTensor {
             param: p.whole(),
             grad: g.whole(),
             exp_avg: m.whole(),
             exp_avg_sq: v.whole(),
-            decays: *len > 4 * 384,
+            decays,
         })
         .collect();
     let name = format!(
         "{} tensors, {:.1}M parameters",
-        lens.len(),
+        parameters.len(),
         total as f64 / 1e6
-    );
-    let one_by_one = median_seconds(gpu, 5, || {
-        for t in &tensors {
-            let mut one = step;
-            if !t.decays {
-                one.config.weight_decay = 0.0;
-            }
-            optimizer::adamw_step(gpu, &one, t.param, t.grad, t.exp_avg, t.exp_avg_sq)?;
-        }
-        Ok(())
-    })?;
-    let many = median_seconds(gpu, 5, || {
-        Ok(optimizer::adamw_steps_in(
-            gpu,
-            TensorLaunches::Multi,
-            &step,
-            &tensors,
-        )?)
-    })?;
-    let chosen = TensorLaunches::chosen(gpu, &optimizer::ADAMW_MULTI);
-    let mark = |launches| chosen_mark(chosen == launches);
-    let per_tensor = TensorLaunches::OnePerTensor;
-    report.push(
-        format!(
-            "multi/adamw one launch per tensor{}, {name}",
-            mark(per_tensor)
-        ),
-        one_by_one * 1e3,
-        "ms",
-    );
-    report.push(
-        format!(
-            "multi/adamw multi-tensor{}, {name}",
-            mark(TensorLaunches::Multi)
-        ),
-        many * 1e3,
-        "ms",
     );
     let sources: Vec<reduce::SquaresSource<'_>> = buffers
         .iter()
@@ -442,42 +407,45 @@ pub(super) fn multi_tensor(gpu: &Gpu, report: &mut Report) -> Result<()> {
         .collect();
     let outputs: u64 = sources.iter().map(reduce::SquaresSource::outputs).sum();
     let out = filled(gpu, outputs as usize, 0.0, "bench squares")?;
-    let one_by_one = median_seconds(gpu, 5, || {
-        let mut at = 0;
-        for s in &sources {
-            let n = s.outputs();
-            if let reduce::SquaresSource::Tensor(x) = s {
-                reduce::sum_squares_chunks(gpu, out.slice(at, n)?, *x)?;
-            }
-            at += n;
-        }
-        Ok(())
-    })?;
-    let many = median_seconds(gpu, 5, || {
-        Ok(reduce::sum_squares_many_in(
-            gpu,
-            TensorLaunches::Multi,
-            out.whole(),
-            &sources,
-        )?)
-    })?;
-    let chosen = TensorLaunches::chosen(gpu, &reduce::SQUARES_MULTI);
-    let mark = |launches| chosen_mark(chosen == launches);
-    report.push(
-        format!(
-            "multi/squares one launch per tensor{}, {name}",
-            mark(per_tensor)
-        ),
-        one_by_one * 1e3,
-        "ms",
-    );
-    report.push(
-        format!(
-            "multi/squares multi-tensor{}, {name}",
-            mark(TensorLaunches::Multi)
-        ),
-        many * 1e3,
-        "ms",
-    );
+    let adamw_chosen = TensorLaunches::chosen(gpu, &optimizer::ADAMW_MULTI);
+    let squares_chosen = TensorLaunches::chosen(gpu, &reduce::SQUARES_MULTI);
+    for launches in [TensorLaunches::OnePerTensor, TensorLaunches::Multi] {
+        let how = launches.describe();
+        let seconds = median_seconds(gpu, 5, || {
+            Ok(optimizer::adamw_steps_in(gpu, launches, &step, &tensors)?)
+        })?;
+        let mark = chosen_mark(adamw_chosen == launches);
+        report.push(
+            format!("multi/adamw {how}{mark}, {name}"),
+            seconds * 1e3,
+            "ms",
+        );
+        let dispatches = last_submission_dispatches(gpu);
+        report.push(
+            format!("multi/adamw {how}, dispatches"),
+            dispatches,
+            "dispatches",
+        );
+        let seconds = median_seconds(gpu, 5, || {
+            Ok(reduce::sum_squares_many_in(
+                gpu,
+                launches,
+                out.whole(),
+                &sources,
+            )?)
+        })?;
+        let mark = chosen_mark(squares_chosen == launches);
+        report.push(
+            format!("multi/squares {how}{mark}, {name}"),
+            seconds * 1e3,
+            "ms",
+        );
+        let dispatches = last_submission_dispatches(gpu);
+        report.push(
+            format!("multi/squares {how}, dispatches"),
+            dispatches,
+            "dispatches",
+        );
+    }
     Ok(())
 }
