@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cli;
+pub mod gpt;
 
 use std::path::PathBuf;
 use std::time::Duration;
