@@ -2,12 +2,17 @@
 //! category and label; freed when dropped. Uploads and fenced read-backs.
 //!
 //! A new buffer's contents are undefined (reused memory is not cleared); fill it first.
+//!
+//! A buffer can leave the device and come back ([`Gpu::evict`], [`Gpu::restore`]): evicted,
+//! its block is freed and its values live in host memory, where [`Gpu::write`] and
+//! [`Gpu::read`] reach them; no kernel may use it until it is restored (recording a dispatch
+//! that does is [`Error::Evicted`]). Parameter streaming is built on this.
 //! Uploads use `queue.write_buffer`, which is safe here because of the ordering rules in
 //! [`crate::recorder`] (freed bytes keep the serial of the last batch that used them; an upload
 //! into bytes the open batch uses submits it first).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use plimsoll_allocator::{Allocation, Category, Request};
@@ -21,17 +26,28 @@ use crate::recorder::{Batch, lock_for_submit, submit_locked};
 /// Sizes and offsets of uploads, read-backs and buffers are multiples of this many bytes.
 pub const WORD_BYTES: u64 = 4;
 
-/// One block of device memory. Kernels see it as `array<f32>` or `array<u32>` (4-byte words).
-pub struct DeviceBuffer {
-    /// The segment's buffer (bound whole by kernels). Declared before `shared` so that it drops
-    /// first, while the allocator still holds the segment: a buffer that is the last `Gpu` owner
-    /// then never drops the last handle of a wgpu buffer itself (see [`crate::device`]).
+/// Where a resident buffer's block lies.
+pub(crate) struct Place {
+    /// The segment's buffer (bound whole by kernels).
     pub(crate) segment: wgpu::Buffer,
-    /// `None` only during drop.
-    allocation: Option<Allocation>,
+    allocation: Allocation,
     /// The segment's unique id (bind-group cache key).
     pub(crate) segment_uid: u64,
     offset_bytes: u64,
+}
+
+/// One block of device memory. Kernels see it as `array<f32>` or `array<u32>` (4-byte words).
+/// It may also be evicted to host memory and restored ([`Gpu::evict`]).
+pub struct DeviceBuffer {
+    /// The block, or `None` while evicted (and during drop). Declared before `shared` so that
+    /// the segment's handle drops first, while the allocator still holds the segment: a buffer
+    /// that is the last `Gpu` owner then never drops the last handle of a wgpu buffer itself
+    /// (see [`crate::device`]).
+    place: RwLock<Option<Place>>,
+    /// The values in host memory: always while evicted; after a restore, until anything
+    /// writes the buffer through [`Gpu::write`] (a kernel's writes are the caller's to
+    /// declare, see [`Evict::Unchanged`]).
+    host: Mutex<Option<Vec<u8>>>,
     size_bytes: u64,
     category: Category,
     label: String,
@@ -42,14 +58,27 @@ pub struct DeviceBuffer {
     shared: Arc<Shared>,
 }
 
+/// How [`Gpu::evict`] gets the values it keeps in host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evict {
+    /// Read them back from the device (fenced, within the default deadline).
+    ReadBack,
+    /// Keep the host copy made when the buffer was last evicted: the caller promises that no
+    /// kernel has written the buffer since it was restored (a parameter between its uses).
+    /// Without a host copy (the buffer was never evicted, or [`Gpu::write`] wrote it since),
+    /// this reads back as [`Evict::ReadBack`] does.
+    Unchanged,
+}
+
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeviceBuffer")
             .field("label", &self.label)
             .field("category", &self.category)
             .field("size_bytes", &self.size_bytes)
-            .field("segment_uid", &self.segment_uid)
-            .field("offset_bytes", &self.offset_bytes)
+            .field("segment_uid", &self.segment_uid())
+            .field("offset_bytes", &self.offset_bytes())
+            .field("resident", &self.is_resident())
             .finish()
     }
 }
@@ -70,14 +99,44 @@ impl DeviceBuffer {
         self.size_bytes == 0
     }
 
-    /// Offset of the block in its segment, in bytes.
+    /// Offset of the block in its segment, in bytes (0 while evicted).
     pub fn offset_bytes(&self) -> u64 {
-        self.offset_bytes
+        self.place().as_ref().map_or(0, |p| p.offset_bytes)
     }
 
     /// Offset of the block in its segment, in 4-byte elements: what kernels add to their indices.
     pub fn offset_elements(&self) -> u32 {
-        (self.offset_bytes / WORD_BYTES) as u32
+        (self.offset_bytes() / WORD_BYTES) as u32
+    }
+
+    /// Whether the buffer has its block on the device (not evicted, [`Gpu::evict`]).
+    pub fn is_resident(&self) -> bool {
+        self.place().is_some()
+    }
+
+    /// The block's placement (read-locked).
+    pub(crate) fn place(&self) -> RwLockReadGuard<'_, Option<Place>> {
+        self.place.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn host(&self) -> MutexGuard<'_, Option<Vec<u8>>> {
+        self.host.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The segment's unique id (`u64::MAX` while evicted; a dispatch then refuses the buffer).
+    pub(crate) fn segment_uid(&self) -> u64 {
+        self.place().as_ref().map_or(u64::MAX, |p| p.segment_uid)
+    }
+
+    /// The segment's buffer and the block's offset in it, or [`Error::Evicted`] naming `op`.
+    pub(crate) fn resident(&self, op: &str) -> Result<(wgpu::Buffer, u64)> {
+        match self.place().as_ref() {
+            Some(p) => Ok((p.segment.clone(), p.offset_bytes)),
+            None => Err(Error::Evicted {
+                label: self.label.clone(),
+                op: op.to_string(),
+            }),
+        }
     }
 
     /// What the memory holds.
@@ -92,10 +151,11 @@ impl DeviceBuffer {
 
     /// The allocator's segment id and offset (diagnostics, tests of reuse).
     pub fn placement(&self) -> (plimsoll_allocator::SegmentId, u64) {
-        let segment = self.allocation.as_ref().map(|a| a.segment());
+        let place = self.place();
+        let segment = place.as_ref().map(|p| p.allocation.segment());
         (
             segment.unwrap_or(plimsoll_allocator::SegmentId(u32::MAX)),
-            self.offset_bytes,
+            place.as_ref().map_or(0, |p| p.offset_bytes),
         )
     }
 
@@ -130,15 +190,27 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let Some(allocation) = self.allocation.take() else {
-            return;
-        };
-        // Freed at once, tagged with the last batch that used the bytes: the next holder inherits
-        // the tag, so an upload into it while that batch is open submits the batch first (see
-        // `crate::recorder`). Our own allocation: a refusal would be an allocator bug, and there
-        // is nothing to undo.
+        let place = self.place.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(place) = place {
+            self.free(place);
+        }
+    }
+}
+
+impl DeviceBuffer {
+    /// Frees the block at once, tagged with the last batch that used the bytes: the next
+    /// holder inherits the tag, so an upload into it while that batch is open submits the
+    /// batch first (see `crate::recorder`). Our own allocation: a refusal would be an allocator
+    /// bug, and there is nothing to undo. The segment's handle drops after the free.
+    fn free(&self, place: Place) {
+        let Place {
+            segment,
+            allocation,
+            ..
+        } = place;
         let tag = self.last_used_batch.load(Ordering::SeqCst);
         let _ = self.shared.memory().free_with_tag(allocation, tag);
+        drop(segment);
     }
 }
 
@@ -189,10 +261,13 @@ impl Gpu {
         let tag = allocation.tag();
         Ok(DeviceBuffer {
             shared: Arc::clone(shared),
-            offset_bytes: allocation.offset(),
-            allocation: Some(allocation),
-            segment: buffer,
-            segment_uid: uid,
+            place: RwLock::new(Some(Place {
+                offset_bytes: allocation.offset(),
+                allocation,
+                segment: buffer,
+                segment_uid: uid,
+            })),
+            host: Mutex::new(None),
             size_bytes,
             category,
             label: label.to_string(),
@@ -242,6 +317,18 @@ impl Gpu {
         if bytes.is_empty() || shared.planning {
             return Ok(());
         }
+        {
+            // Evicted: the host copy is the value. Resident: a host copy is stale from now.
+            let mut host = buffer.host();
+            if !buffer.is_resident() {
+                if let Some(values) = host.as_mut() {
+                    let at = offset_bytes as usize;
+                    values[at..at + bytes.len()].copy_from_slice(bytes);
+                }
+                return Ok(());
+            }
+            *host = None;
+        }
         #[cfg(all(feature = "fault-injection", debug_assertions))]
         if crate::fault::fires(shared, crate::fault::FaultPoint::Upload)? {
             return Err(Error::Validation {
@@ -266,10 +353,11 @@ impl Gpu {
                 submit_locked(shared, &mut batch, Some("flush before upload"), deadline)?;
             }
         }
+        let (segment, at) = buffer.resident("write")?;
         scoped(&shared.device, "write", || {
             shared
                 .queue
-                .write_buffer(&buffer.segment, buffer.offset_bytes + offset_bytes, bytes);
+                .write_buffer(&segment, at + offset_bytes, bytes);
         })
     }
 
@@ -354,17 +442,26 @@ impl Gpu {
         shared.health.check()?;
         buffer.check_range("read", offset_bytes, len_bytes)?;
         let label = buffer.label.clone();
+        let done = |data: Vec<u8>| PendingRead {
+            gpu: self.clone(),
+            label: label.clone(),
+            state: PendingState::Done(data),
+        };
+        if !buffer.is_resident() {
+            // Evicted: the values are in host memory (none on a planning device).
+            let host = buffer.host();
+            let at = offset_bytes as usize;
+            let values = host.as_ref().and_then(|v| v.get(at..at + len_bytes as usize));
+            return Ok(done(
+                values.map_or_else(|| vec![0; len_bytes as usize], <[u8]>::to_vec),
+            ));
+        }
         #[cfg(all(feature = "fault-injection", debug_assertions))]
         if crate::fault::fires(shared, crate::fault::FaultPoint::ReadBack)? {
             // What a stalled GPU gives: the batch went out, the wait ran past its deadline.
             let fence = self.flush_within("read-back", deadline)?;
             return Err(crate::fault::timeout(shared, &fence, deadline));
         }
-        let done = |data: Vec<u8>| PendingRead {
-            gpu: self.clone(),
-            label: label.clone(),
-            state: PendingState::Done(data),
-        };
         if len_bytes == 0 {
             return Ok(done(Vec::new()));
         }
@@ -372,6 +469,7 @@ impl Gpu {
             // A planning device holds no data (see `crate::planning`).
             return Ok(done(vec![0; len_bytes as usize]));
         }
+        let (segment, at) = buffer.resident("read")?;
         let staging = scoped(&shared.device, "read-back staging buffer", || {
             shared.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("plimsoll read-back"),
@@ -388,8 +486,8 @@ impl Gpu {
             batch.end_pass();
             let encoder = batch.encoder(&shared.device);
             encoder.copy_buffer_to_buffer(
-                &buffer.segment,
-                buffer.offset_bytes + offset_bytes,
+                &segment,
+                at + offset_bytes,
                 &staging,
                 0,
                 len_bytes,
@@ -410,6 +508,81 @@ impl Gpu {
                 fence,
             },
         })
+    }
+}
+
+impl DeviceBuffer {
+    /// Host bytes this buffer holds now (its values while evicted, or the copy kept after a
+    /// restore; none on a planning device).
+    pub fn host_bytes(&self) -> u64 {
+        self.host().as_ref().map_or(0, |v| v.len() as u64)
+    }
+}
+
+impl Gpu {
+    /// Moves `buffers` to host memory and frees their blocks (those already evicted are left
+    /// as they are). The values come as `how` says: read back (all reads started, then all
+    /// waited for within the default deadline), or the copy kept since the last restore. All
+    /// or nothing: if a read or the host memory for it fails, every buffer stays resident and
+    /// the error is returned. On a planning device nothing is read: only the frees count.
+    pub fn evict(&self, buffers: &[&DeviceBuffer], how: Evict) -> Result<()> {
+        let shared = &*self.shared;
+        shared.health.check()?;
+        let deadline = self.default_deadline();
+        let mut reads = Vec::new();
+        for (i, buffer) in buffers.iter().enumerate() {
+            let needs_read = buffer.is_resident()
+                && !shared.planning
+                && (how == Evict::ReadBack || buffer.host().is_none());
+            if needs_read {
+                self.host_allocation("an evicted buffer's values", buffer.size_bytes)?;
+                let pending = self.start_read_bytes(buffer, 0, buffer.size_bytes, deadline)?;
+                reads.push((i, pending));
+            }
+        }
+        let start = Instant::now();
+        let mut values = Vec::with_capacity(reads.len());
+        for (i, pending) in reads {
+            values.push((i, pending.finish(start, deadline)?));
+        }
+        for (i, bytes) in values {
+            *buffers[i].host() = Some(bytes);
+        }
+        for buffer in buffers {
+            let place = buffer
+                .place
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(place) = place {
+                buffer.free(place);
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings an evicted `buffer` back: a new block (which may fail as any allocation does,
+    /// leaving it evicted) written with its host values, which are kept (a later
+    /// [`Evict::Unchanged`] needs no read). Nothing to do for a resident buffer.
+    pub fn restore(&self, buffer: &DeviceBuffer) -> Result<()> {
+        if buffer.is_resident() {
+            return Ok(());
+        }
+        let fresh = self.alloc(buffer.size_bytes, buffer.category, &buffer.label)?;
+        if let Some(values) = buffer.host().as_deref() {
+            self.write(&fresh, 0, values)?;
+        }
+        let place = fresh
+            .place
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        buffer.last_used_batch.store(
+            fresh.last_used_batch.load(Ordering::SeqCst),
+            Ordering::SeqCst,
+        );
+        *buffer.place.write().unwrap_or_else(|p| p.into_inner()) = place;
+        Ok(())
     }
 }
 

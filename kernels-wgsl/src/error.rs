@@ -178,6 +178,17 @@ pub enum Error {
         /// Bytes asked for.
         bytes: u64,
     },
+    /// A kernel was given a buffer whose values are in host memory ([`crate::Gpu::evict`]).
+    #[error(
+        "{op} used {label:?} while it was evicted to host memory; restore it first \
+         (Gpu::restore)"
+    )]
+    Evicted {
+        /// Label of the buffer.
+        label: String,
+        /// What used it.
+        op: String,
+    },
     /// Mapping a read-back buffer failed.
     #[error("reading back {label:?} failed: {message}")]
     Map {

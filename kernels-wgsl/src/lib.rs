@@ -34,7 +34,7 @@ pub mod slice;
 pub mod teardown;
 pub mod testing;
 
-pub use buffer::{DeviceBuffer, PendingRead};
+pub use buffer::{DeviceBuffer, Evict, PendingRead};
 pub use device::{AdapterSummary, Gpu, GpuOptions};
 pub use error::{Error, RecentSubmissions, Result, SubmissionRecord};
 pub use fence::Fence;

@@ -242,6 +242,12 @@ impl Gpu {
                 ),
             });
         }
+        if let Some(evicted) = d.buffers.iter().find(|b| !b.buffer().is_resident()) {
+            return Err(Error::Evicted {
+                label: evicted.buffer().label().to_string(),
+                op: d.kernel.stem.to_string(),
+            });
+        }
         if shared.planning {
             // A planning device runs no kernel (see `crate::planning`); it notes the pipeline and
             // its Params, which the real device builds and warms up before the run's first step
@@ -294,7 +300,7 @@ impl Gpu {
         let key = BindKey {
             storage_bindings: d.kernel.storage_bindings,
             chunk,
-            segments: d.buffers.iter().map(|b| b.buffer().segment_uid).collect(),
+            segments: d.buffers.iter().map(|b| b.buffer().segment_uid()).collect(),
         };
         if !batch.bind_groups.contains_key(&key) {
             let mut entries = vec![wgpu::BindGroupEntry {
@@ -305,13 +311,18 @@ impl Gpu {
                     size: wgpu::BufferSize::new(PARAMS_BYTES),
                 }),
             }];
+            let segments = d
+                .buffers
+                .iter()
+                .map(|b| b.buffer().resident(d.kernel.stem).map(|(s, _)| s))
+                .collect::<Result<Vec<_>>>()?;
             entries.extend(
-                d.buffers
+                segments
                     .iter()
                     .zip(1u32..)
-                    .map(|(b, binding)| wgpu::BindGroupEntry {
+                    .map(|(segment, binding)| wgpu::BindGroupEntry {
                         binding,
-                        resource: b.buffer().segment.as_entire_binding(),
+                        resource: segment.as_entire_binding(),
                     }),
             );
             let group = scoped(&shared.device, "bind group", || {

@@ -140,7 +140,7 @@ impl<'a> DeviceSlice<'a> {
     /// Whether this slice and `other` share an element (same segment, overlapping ranges).
     pub fn overlaps(&self, other: &DeviceSlice<'_>) -> bool {
         let (a, b) = (u64::from(self.index()), u64::from(other.index()));
-        self.buffer.segment_uid == other.buffer.segment_uid
+        self.buffer.segment_uid() == other.buffer.segment_uid()
             && !self.is_empty()
             && !other.is_empty()
             && a < b + other.len

@@ -652,3 +652,75 @@ fn a_batch_is_submitted_every_so_many_dispatches() {
     let want: Vec<f32> = (0..1000).map(|i| (i / 100) as f32).collect();
     assert_exact("fills in three submissions", &got, &want);
 }
+
+/// `Gpu::evict` and `Gpu::restore`: an evicted buffer's block is freed and its values are
+/// in host memory, where reads and writes reach them; a kernel given it is `Error::Evicted`
+/// and records nothing; restored, it holds the values again (the written ones included).
+/// `Evict::Unchanged` keeps the restore's copy without reading, and freeing the block keeps
+/// the ordering rule: an upload into its bytes waits for the recorded work that read it.
+#[test]
+fn an_evicted_buffer_lives_in_host_memory_until_it_is_restored() {
+    use plimsoll_kernels_wgsl::Evict;
+    let gpu = fresh_gpu();
+    let p = gpu.alloc_elements(64, Category::Parameter, "p").unwrap();
+    let seen = scratch(&gpu, 64, "seen");
+    kernels::fill::fill(&gpu, p.whole(), 1.5).unwrap();
+    gpu.synchronize(DEADLINE).unwrap();
+    let allocated = || gpu.with_allocator(|m| m.stats().allocated_bytes);
+    let before = allocated();
+    gpu.evict(&[&p], Evict::ReadBack).unwrap();
+    assert!(!p.is_resident());
+    assert_eq!(allocated(), before - 256, "the block is freed");
+    assert_eq!(p.host_bytes(), 256);
+    assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), vec![1.5; 64]);
+    let err = kernels::copy::copy(&gpu, seen.whole(), p.whole()).unwrap_err();
+    assert!(matches!(&err, Error::Evicted { label, .. } if label == "p"), "{err}");
+    gpu.write(&p, 8, &[7.0f32; 4]).unwrap();
+
+    gpu.restore(&p).unwrap();
+    assert!(p.is_resident());
+    assert_eq!(allocated(), before);
+    kernels::copy::copy(&gpu, seen.whole(), p.whole()).unwrap();
+    let mut want = vec![1.5f32; 64];
+    want[8..12].copy_from_slice(&[7.0; 4]);
+    assert_exact("restored", &gpu.read_all::<f32>(&seen, DEADLINE).unwrap(), &want);
+
+    // The copy reading p is recorded, not submitted; p leaves without a read (its copy from
+    // the restore is kept) and another buffer takes its bytes at once.
+    kernels::fill::fill(&gpu, seen.whole(), 0.0).unwrap();
+    kernels::copy::copy(&gpu, seen.whole(), p.whole()).unwrap();
+    let place = p.placement();
+    gpu.evict(&[&p], Evict::Unchanged).unwrap();
+    let q = gpu.upload(&[-3.0f32; 64], Category::Temporary, "q").unwrap();
+    assert_eq!(q.placement(), place, "q takes p's bytes");
+    assert_exact("recorded read", &gpu.read_all::<f32>(&seen, DEADLINE).unwrap(), &want);
+    assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), want);
+    // Restored elsewhere (q holds its old bytes), with the same values.
+    gpu.restore(&p).unwrap();
+    assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), want);
+    // A write while resident makes the kept copy stale: Unchanged then reads back.
+    gpu.write(&p, 0, &[9.0f32; 2]).unwrap();
+    assert_eq!(p.host_bytes(), 0);
+    gpu.evict(&[&p], Evict::Unchanged).unwrap();
+    want[..2].copy_from_slice(&[9.0; 2]);
+    assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), want);
+}
+
+/// On a planning twin eviction and restoring move no data and keep no host memory, and the
+/// allocator counts them as the device's would.
+#[test]
+fn a_planning_twin_counts_evictions_without_data() {
+    use plimsoll_kernels_wgsl::Evict;
+    let gpu = fresh_gpu();
+    let twin = gpu.planning_twin(1 << 30);
+    let p = twin.alloc_elements(1 << 20, Category::Parameter, "p").unwrap();
+    let allocated = || twin.with_allocator(|m| m.stats().allocated_bytes);
+    let before = allocated();
+    twin.evict(&[&p], Evict::ReadBack).unwrap();
+    assert_eq!((allocated(), p.host_bytes()), (before - (4 << 20), 0));
+    let err = kernels::fill::fill(&twin, p.whole(), 1.0).unwrap_err();
+    assert!(matches!(err, Error::Evicted { .. }), "{err}");
+    twin.restore(&p).unwrap();
+    assert_eq!(allocated(), before);
+    kernels::fill::fill(&twin, p.whole(), 1.0).unwrap();
+}

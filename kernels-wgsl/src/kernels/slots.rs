@@ -87,17 +87,17 @@ pub(crate) struct MultiSlots<'a> {
 impl<'a> MultiSlots<'a> {
     /// The slot of `slice`'s segment, if bound.
     fn slot(&self, slice: &DeviceSlice<'_>) -> Option<usize> {
-        let uid = slice.buffer().segment_uid;
+        let uid = slice.buffer().segment_uid();
         self.slots
             .iter()
-            .position(|s| s.buffer().segment_uid == uid)
+            .position(|s| s.buffer().segment_uid() == uid)
     }
 
     /// Whether `operands`' segments fit beside those already bound.
     pub(crate) fn fits(&self, operands: &[DeviceSlice<'_>]) -> bool {
         let mut new: Vec<u64> = Vec::with_capacity(operands.len());
         for s in operands {
-            let uid = s.buffer().segment_uid;
+            let uid = s.buffer().segment_uid();
             if self.slot(s).is_none() && !new.contains(&uid) {
                 new.push(uid);
             }

@@ -157,7 +157,7 @@ fn overlapping(tensors: &[AdamWTensor<'_>]) -> bool {
         .flat_map(|(i, t)| {
             t.operands().map(|s| {
                 let start = u64::from(s.index());
-                (s.buffer().segment_uid, start, start + s.len(), i)
+                (s.buffer().segment_uid(), start, start + s.len(), i)
             })
         })
         .filter(|&(_, start, end, _)| end > start)
