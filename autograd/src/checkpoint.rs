@@ -220,16 +220,35 @@ pub fn checkpoint<F>(inputs: &[&Tensor], f: F) -> Result<Tensor>
 where
     F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
 {
+    checkpoint_with(inputs, &[], f)
+}
+
+/// [`checkpoint`] of a segment that captures `parameters`, some of which may be evicted to
+/// host memory ([`Tensor::evict`]: parameter streaming). Those come to the device for the
+/// forward and leave after it (no read: a forward does not change them); for the
+/// recomputation they come back with their gradients, and after its backward the parameters
+/// leave again and the gradients are read back into host memory, where the next
+/// recomputation's backward finds them to add to. The device then holds one segment's
+/// parameters and gradients at a time. Parameters on the device stay where they are.
+pub fn checkpoint_with<F>(inputs: &[&Tensor], parameters: &[Tensor], f: F) -> Result<Tensor>
+where
+    F: Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+{
+    let streamed: Vec<Tensor> = parameters
+        .iter()
+        .filter(|p| !p.is_resident())
+        .cloned()
+        .collect();
     let values: Vec<Tensor> = inputs.iter().map(|t| t.detach()).collect();
     if !is_grad_enabled() {
-        return f(&values);
+        return with_restored(&streamed, || f(&values));
     }
     let rng = rng_state();
-    let out = {
+    let out = with_restored(&streamed, || {
         let _no_grad = no_grad();
         // A segment that returns an input as it came may hand back an f16 tensor.
-        f(&values)?.widened()?
-    };
+        f(&values)?.widened()
+    })?;
     let kept = Tensor::empty_typed(
         &out.gpu,
         &out.shape,
@@ -260,6 +279,7 @@ where
             function: Arc::new(f),
             rng,
             f16: saves_f16_activations(),
+            streamed,
         },
     };
     attach(kept, op, inputs)
@@ -268,6 +288,53 @@ where
 /// Backward of a checkpoint node: recompute with a tape from fresh leaves, back-propagate `g`,
 /// and return the leaves' gradients.
 pub(crate) fn backward(
+    inputs: &[Kept],
+    replay: &Replay,
+    g: &Tensor,
+    needs: &[bool],
+) -> Result<Grads> {
+    if replay.streamed.is_empty() {
+        return recompute_backward(inputs, replay, g, needs);
+    }
+    // The streamed parameters and the gradients they have so far come back for the
+    // recomputation; afterwards the parameters leave as they were and the gradients are read
+    // back (all of them: the device then holds none of this segment's).
+    let grads = || -> Vec<Tensor> { replay.streamed.iter().filter_map(Tensor::grad).collect() };
+    let result = grads().iter().try_for_each(Tensor::restore).and_then(|()| {
+        with_restored(&replay.streamed, || {
+            recompute_backward(inputs, replay, g, needs)
+        })
+    });
+    let grads = grads();
+    let evicted = Tensor::evict(
+        &grads.iter().collect::<Vec<_>>(),
+        plimsoll_kernels_wgsl::Evict::ReadBack,
+    );
+    let grads = result?;
+    evicted?;
+    Ok(grads)
+}
+
+/// `run()` with each of `tensors` restored to the device first, and those evicted again after
+/// it (whatever it returned; no read: the caller's `run` does not write them). A failure to
+/// restore evicts those already restored and is the error.
+fn with_restored<T>(tensors: &[Tensor], run: impl FnOnce() -> Result<T>) -> Result<T> {
+    if tensors.is_empty() {
+        return run();
+    }
+    let restored = tensors.iter().try_for_each(Tensor::restore);
+    let result = restored.and_then(|()| run());
+    let evicted = Tensor::evict(
+        &tensors.iter().collect::<Vec<_>>(),
+        plimsoll_kernels_wgsl::Evict::Unchanged,
+    );
+    let value = result?;
+    evicted?;
+    Ok(value)
+}
+
+/// Backward of a checkpoint node with everything it uses on the device.
+fn recompute_backward(
     inputs: &[Kept],
     replay: &Replay,
     g: &Tensor,

@@ -27,7 +27,8 @@ pub mod tensor;
 
 pub use backward::Grads;
 pub use checkpoint::{
-    Segment, checkpoint, offload_inputs, offloaded_host_bytes, reset_offloaded_peak,
+    Segment, checkpoint, checkpoint_with, offload_inputs, offloaded_host_bytes,
+    reset_offloaded_peak,
 };
 pub use error::{Error, Result};
 pub use grad_mode::{

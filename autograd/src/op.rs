@@ -279,6 +279,10 @@ pub struct Replay {
     pub(crate) rng: u64,
     /// Whether the forward ran under [`crate::f16_activations`] (the recomputation does too).
     pub(crate) f16: bool,
+    /// The parameters the segment captures that were in host memory when its forward ran
+    /// ([`crate::checkpoint_with`]): restored with their gradients for the recomputation, and
+    /// evicted again after it, the gradients read back.
+    pub(crate) streamed: Vec<Tensor>,
 }
 
 impl std::fmt::Debug for Replay {

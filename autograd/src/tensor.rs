@@ -552,6 +552,34 @@ impl Tensor {
         Ok(self.storage.slice(self.offset, self.numel() as u64)?)
     }
 
+    /// Whether the storage is on the device (not evicted to host memory, [`Tensor::evict`]).
+    pub fn is_resident(&self) -> bool {
+        self.storage.is_resident()
+    }
+
+    /// Moves the storage of each of `tensors` to host memory and frees its device block
+    /// ([`plimsoll_kernels_wgsl::Gpu::evict`]: all or none; every view of a storage goes with
+    /// it). Reads and writes ([`Tensor::to_vec`], [`Tensor::write_from_slice`]) then reach the
+    /// host values; an op given it is an error until [`Tensor::restore`].
+    pub fn evict(tensors: &[&Tensor], how: plimsoll_kernels_wgsl::Evict) -> Result<()> {
+        let Some(first) = tensors.first() else {
+            return Ok(());
+        };
+        let buffers: Vec<&DeviceBuffer> = tensors.iter().map(|t| &*t.storage).collect();
+        Ok(first.gpu.evict(&buffers, how)?)
+    }
+
+    /// Brings an evicted storage back to the device ([`plimsoll_kernels_wgsl::Gpu::restore`]);
+    /// nothing for a resident one.
+    pub fn restore(&self) -> Result<()> {
+        Ok(self.gpu.restore(&self.storage)?)
+    }
+
+    /// Host bytes the storage holds ([`plimsoll_kernels_wgsl::DeviceBuffer::host_bytes`]).
+    pub fn host_bytes(&self) -> u64 {
+        self.storage.host_bytes()
+    }
+
     /// The allocator label of the storage (who holds the memory).
     pub fn label(&self) -> &str {
         self.storage.label()

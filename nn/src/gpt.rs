@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::linear::{Linear, derive_seed};
 use crate::module::{CausalLm, Module, prefixed};
 use crate::norm::LayerNorm;
-use crate::sequential::{run_blocks, token_time};
+use crate::sequential::{built, run_blocks, token_time};
 
 /// The layer-norm epsilon (PyTorch's default, as nanoGPT).
 const LAYER_NORM_EPS: f32 = 1e-5;
@@ -223,13 +223,13 @@ impl Gpt {
                     linear(gpu, c, c, residual_std, s(1))?,
                     config.n_head,
                 )?;
-                TransformerBlock::from_parts(
+                built(TransformerBlock::from_parts(
                     LayerNorm::new(gpu, c, LAYER_NORM_EPS)?,
                     attn,
                     LayerNorm::new(gpu, c, LAYER_NORM_EPS)?,
                     linear(gpu, c, 4 * c, INIT_STD, s(2))?,
                     linear(gpu, 4 * c, c, residual_std, s(3))?,
-                )
+                )?)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Gpt {
@@ -258,9 +258,7 @@ impl Module for Gpt {
     fn parameters(&self) -> Vec<(String, Tensor)> {
         let mut p = prefixed("transformer.wte", self.wte.parameters());
         p.extend(prefixed("transformer.wpe", self.wpe.parameters()));
-        for (i, block) in self.blocks.iter().enumerate() {
-            p.extend(prefixed(&format!("transformer.h.{i}"), block.parameters()));
-        }
+        p.extend(self.block_parameters());
         p.extend(prefixed("transformer.ln_f", self.ln_f.parameters()));
         p
     }
@@ -294,6 +292,14 @@ impl CausalLm for Gpt {
             "Gpt::forward_checkpointed",
         )?;
         self.ln_f.forward(&x)
+    }
+
+    fn block_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = Vec::new();
+        for (i, block) in self.blocks.iter().enumerate() {
+            p.extend(prefixed(&format!("transformer.h.{i}"), block.parameters()));
+        }
+        p
     }
 
     fn head_parts(&self) -> Vec<&Tensor> {

@@ -51,5 +51,5 @@ pub use optim::{
 pub use pool::{AdaptiveAvgPool2d, AvgPool2d, Flatten, MaxPool2d, Unflatten, pool2d};
 pub use resnet::{BlockKind, ResNet, ResNetConfig};
 pub use rotary::rotary_embedding;
-pub use sequential::{Sequential, mlp};
+pub use sequential::{EvictBlocksGuard, Sequential, evict_blocks_as_built, mlp};
 pub use state::{HostTensor, LoadedState, Stored};

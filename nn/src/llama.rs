@@ -21,7 +21,7 @@ use crate::linear::{Linear, derive_seed};
 use crate::module::{CausalLm, Module, prefixed};
 use crate::norm::RmsNorm;
 use crate::rotary::rotary_embedding;
-use crate::sequential::{run_blocks, token_time};
+use crate::sequential::{built, run_blocks, token_time};
 
 /// Hugging Face's `initializer_range`.
 const INIT_STD: f32 = 0.02;
@@ -410,6 +410,7 @@ impl Llama {
                     )?,
                     training: true,
                 })
+                .and_then(built)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Llama {
@@ -460,9 +461,7 @@ impl Module for Llama {
     /// Hugging Face's names (`lm_head.weight` only when the head is its own table).
     fn parameters(&self) -> Vec<(String, Tensor)> {
         let mut p = prefixed("model.embed_tokens", self.embed_tokens.parameters());
-        for (i, layer) in self.layers.iter().enumerate() {
-            p.extend(prefixed(&format!("model.layers.{i}"), layer.parameters()));
-        }
+        p.extend(self.block_parameters());
         p.extend(prefixed("model.norm", self.norm.parameters()));
         if let Some(head) = &self.lm_head {
             p.extend(prefixed("lm_head", head.parameters()));
@@ -494,6 +493,14 @@ impl CausalLm for Llama {
             "Llama::forward_checkpointed",
         )?;
         self.norm.forward(&x)
+    }
+
+    fn block_parameters(&self) -> Vec<(String, Tensor)> {
+        let mut p = Vec::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            p.extend(prefixed(&format!("model.layers.{i}"), layer.parameters()));
+        }
+        p
     }
 
     /// The output head's table parts (the token embedding's when tied).

@@ -70,6 +70,13 @@ pub trait CausalLm: Module {
     /// each run of `segment_len` blocks checkpointed (0: none).
     fn hidden_checkpointed(&self, ids: &Tensor, segment_len: usize) -> Result<Tensor>;
 
+    /// The parameters of the stack of blocks, named as in [`Module::parameters`]: what
+    /// parameter streaming keeps in host memory between their uses ([`Tensor::evict`]), since
+    /// the blocks run in checkpointed segments that bring them to the device
+    /// ([`plimsoll_autograd::checkpoint_with`]). The embeddings, the last norm and the head,
+    /// used outside the blocks, are not among them.
+    fn block_parameters(&self) -> Vec<(String, Tensor)>;
+
     /// The output head's `[vocab, width]` table, in parts where it is past one binding (a
     /// tied head: the token embedding's).
     fn head_parts(&self) -> Vec<&Tensor>;

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use plimsoll_autograd::{Gpu, Tensor, checkpoint};
+use plimsoll_autograd::{Gpu, Tensor, checkpoint, checkpoint_with};
 
 use crate::activation::Activation;
 use crate::error::{Error, Result};
@@ -98,23 +98,80 @@ impl Sequential {
     }
 }
 
+thread_local! {
+    /// Whether models built on this thread evict each block's parameters as it is made
+    /// ([`evict_blocks_as_built`]).
+    static EVICT_BLOCKS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Until the guard drops, [`crate::Gpt::new`] and [`crate::Llama::new`] on this thread send each
+/// block's parameters to host memory ([`Tensor::evict`]) as soon as the block is made, so that
+/// a model whose blocks do not fit the device together can still be built for parameter
+/// streaming ([`run_blocks`] brings them up for their segment).
+pub fn evict_blocks_as_built() -> EvictBlocksGuard {
+    EvictBlocksGuard {
+        previous: EVICT_BLOCKS.with(|e| e.replace(true)),
+    }
+}
+
+/// Restores the previous [`evict_blocks_as_built`] setting when dropped.
+#[must_use = "blocks stay on the device once the guard drops"]
+pub struct EvictBlocksGuard {
+    previous: bool,
+}
+
+impl Drop for EvictBlocksGuard {
+    fn drop(&mut self) {
+        EVICT_BLOCKS.with(|e| e.set(self.previous));
+    }
+}
+
+/// `block`, its parameters sent to host memory under [`evict_blocks_as_built`].
+pub(crate) fn built<B: Module>(block: B) -> Result<B> {
+    if EVICT_BLOCKS.with(std::cell::Cell::get) {
+        let params = block.parameters();
+        let refs: Vec<&Tensor> = params.iter().map(|(_, p)| p).collect();
+        Tensor::evict(&refs, plimsoll_kernels_wgsl::Evict::ReadBack)?;
+    }
+    Ok(block)
+}
+
 /// An nn error inside a checkpointed segment, which must return autograd's error type.
 /// `x` through `blocks` in order, each run of `segment_len` blocks through autograd's
 /// checkpoint (0: none, every block's activations kept): a decoder's stack of blocks. `op`
 /// names the caller in the error a segment called without its input would give.
+///
+/// Blocks whose parameters are in host memory (parameter streaming, [`Tensor::evict`]) have
+/// them brought to the device for their segment and sent back after it
+/// ([`plimsoll_autograd::checkpoint_with`]); with `segment_len == 0` each block is then a
+/// segment of its own, since a block kept for backward would need its parameters there.
 pub(crate) fn run_blocks<B: Module + Clone + 'static>(
     blocks: &[B],
     x: Tensor,
     segment_len: usize,
     op: &'static str,
 ) -> Result<Tensor> {
+    let streamed = || {
+        blocks
+            .iter()
+            .any(|b| b.parameters().iter().any(|(_, p)| !p.is_resident()))
+    };
+    let segment_len = match segment_len {
+        0 if streamed() => 1,
+        n => n,
+    };
     if segment_len == 0 {
         return blocks.iter().try_fold(x, |h, block| block.forward(&h));
     }
     let mut x = x;
     for run in blocks.chunks(segment_len) {
         let run: Vec<B> = run.to_vec();
-        x = checkpoint(&[&x], move |xs: &[Tensor]| {
+        let parameters: Vec<Tensor> = run
+            .iter()
+            .flat_map(|b| b.parameters())
+            .map(|(_, p)| p)
+            .collect();
+        x = checkpoint_with(&[&x], &parameters, move |xs: &[Tensor]| {
             let mut h =
                 xs.first()
                     .cloned()

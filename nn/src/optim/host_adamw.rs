@@ -87,13 +87,34 @@ fn gathered<'a>(tensors: impl Iterator<Item = &'a Tensor>) -> Result<Tensor> {
     Ok(Tensor::concat(&refs, 0)?)
 }
 
-/// `values` cut into consecutive pieces of `sizes`, appended to `out`.
-fn split_into(values: &[f32], sizes: &[usize], out: &mut Vec<Vec<f32>>) {
+/// Each of `bucket`'s values: gathered on the device into one read-back when every one is
+/// there, else each read as it is (an evicted tensor's values are already in host memory,
+/// [`Tensor::evict`]). On a planning device the values are empty and only the device's side
+/// (the gathered copy) happens.
+fn read_bucket(bucket: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
+    let planning = bucket.first().is_some_and(|t| t.gpu().is_planning());
+    if !bucket.iter().all(|t| t.is_resident()) {
+        return match planning {
+            true => Ok(vec![Vec::new(); bucket.len()]),
+            false => Ok(bucket
+                .iter()
+                .map(|t| t.to_vec())
+                .collect::<plimsoll_autograd::Result<_>>()?),
+        };
+    }
+    let joined = gathered(bucket.iter().copied())?;
+    if planning {
+        return Ok(vec![Vec::new(); bucket.len()]);
+    }
+    let values = joined.to_vec()?;
+    let mut out = Vec::with_capacity(bucket.len());
     let mut at = 0;
-    for &n in sizes {
+    for t in bucket {
+        let n = t.numel();
         out.push(values.get(at..at + n).unwrap_or(&[]).to_vec());
         at += n;
     }
+    Ok(out)
 }
 
 /// `len` zeros, or an error when the host cannot give them (never an abort).
@@ -166,11 +187,12 @@ impl Optimizer for HostAdamW {
         if planning {
             // The device's side alone, in the same order: each bucket's gathered gradients,
             // then each bucket's gathered parameters.
-            for range in &groups {
-                let _ = gathered(trained[range.clone()].iter().map(|(_, _, g)| g))?;
-            }
-            for range in &groups {
-                let _ = gathered(trained[range.clone()].iter().map(|(_, p, _)| *p))?;
+            let grads: Vec<&Tensor> = trained.iter().map(|(_, _, g)| g).collect();
+            let values: Vec<&Tensor> = trained.iter().map(|(_, p, _)| *p).collect();
+            for tensors in [grads, values] {
+                for range in &groups {
+                    let _ = read_bucket(&tensors[range.clone()])?;
+                }
             }
             self.undo = Some((self.steps, Vec::new()));
             self.steps = step;
@@ -197,17 +219,17 @@ impl Optimizer for HostAdamW {
         }
         // Every gradient first, a bucket per read-back: a read that fails leaves everything as
         // it was.
+        let tensors: Vec<&Tensor> = trained.iter().map(|(_, _, g)| g).collect();
         let mut grads: Vec<Vec<f32>> = Vec::with_capacity(trained.len());
         for range in &groups {
-            let values = gathered(trained[range.clone()].iter().map(|(_, _, g)| g))?.to_vec()?;
-            split_into(&values, &sizes[range.clone()], &mut grads);
+            grads.extend(read_bucket(&tensors[range.clone()])?);
         }
         // Then every parameter, before anything is written or created: a read that fails
         // leaves everything as it was.
+        let tensors: Vec<&Tensor> = trained.iter().map(|(_, p, _)| *p).collect();
         let mut values: Vec<Vec<f32>> = Vec::with_capacity(trained.len());
         for range in &groups {
-            let read = gathered(trained[range.clone()].iter().map(|(_, p, _)| *p))?.to_vec()?;
-            split_into(&read, &sizes[range.clone()], &mut values);
+            values.extend(read_bucket(&tensors[range.clone()])?);
         }
         let created = self.create_moments(&trained)?;
         let reference_config = self.config.to_reference();

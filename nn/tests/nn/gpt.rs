@@ -136,6 +136,86 @@ fn checkpointed_blocks_give_the_same_gradients() {
     }
 }
 
+/// A GPT built with its blocks' parameters in host memory ([`evict_blocks_as_built`]) gives
+/// the logits and gradients of the same GPT on the device, bit for bit: without checkpointing
+/// (each block then a segment of its own), block by block and two blocks a segment, over two
+/// backwards that add up; without grad too. The blocks' parameters and gradients end in host
+/// memory, and the device held one segment's parameters at a time.
+#[test]
+fn a_gpt_whose_blocks_are_in_host_memory_gives_the_same_logits_and_gradients() {
+    use plimsoll_nn::evict_blocks_as_built;
+    // A device of its own: its allocator counts this test's parameters alone.
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let x = Tensor::from_indices(&gpu, &ids(2, 6, 9).0, &[2, 6]).unwrap();
+    let cfg = GptConfig { n_layer: 3, ..TINY };
+    let run = |segment: usize, streamed: bool| {
+        let model = {
+            let _evict = streamed.then(evict_blocks_as_built);
+            Gpt::new(&gpu, cfg, 7).unwrap()
+        };
+        let blocks = model.block_parameters();
+        assert_eq!(blocks.iter().all(|(_, p)| !p.is_resident()), streamed);
+        let parameter_bytes = || {
+            gpu.with_allocator(|a| {
+                let s = a.stats();
+                let p = s.category(plimsoll_kernels_wgsl::Category::Parameter);
+                (p.allocated_bytes, p.peak_allocated_bytes)
+            })
+        };
+        gpu.with_allocator(|a| a.reset_peaks());
+        let built = parameter_bytes().0;
+        let mut logits = Vec::new();
+        for _ in 0..2 {
+            let out = model.forward_checkpointed(&x, segment).unwrap();
+            logits.push(out.to_vec().unwrap());
+            out.mul(&out)
+                .unwrap()
+                .mean_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+        }
+        let peak = (built, parameter_bytes().1);
+        let no_grad = {
+            let _no_grad = plimsoll_autograd::no_grad();
+            model.forward_checkpointed(&x, 0).unwrap().to_vec().unwrap()
+        };
+        assert_eq!(&no_grad, &logits[0]);
+        if streamed {
+            for (name, p) in &blocks {
+                let g = p.grad().unwrap();
+                assert!(
+                    !p.is_resident() && !g.is_resident(),
+                    "{name} left in host memory"
+                );
+            }
+        }
+        let grads: Vec<_> = model
+            .parameters()
+            .into_iter()
+            .map(|(n, t)| (n, t.grad().unwrap().to_vec().unwrap()))
+            .collect();
+        (logits, grads, peak)
+    };
+    for segment in [0, 1, 2] {
+        let (logits, grads, (all, all_peak)) = run(segment, false);
+        let (streamed_logits, streamed_grads, (rest, peak)) = run(segment, true);
+        assert_eq!(streamed_logits, logits, "segments of {segment}");
+        assert_eq!(streamed_grads, grads, "segments of {segment}");
+        // The device's parameter bytes: all of them, or the embeddings, the last norm and
+        // the blocks of one segment (less than one block more: a restored tensor may take a
+        // free block a little larger than itself).
+        let block = (all - rest) / 3;
+        let len = segment.max(1) as u64;
+        assert_eq!(all_peak, all);
+        let most = rest + len * block;
+        assert!(
+            (most..most + block).contains(&peak),
+            "segments of {segment}: peak {peak}, {rest} besides blocks of {block}"
+        );
+    }
+}
+
 /// A GPT whose token table is past one binding (a device that binds 4 KiB: the 300 x 8 table
 /// takes 9,600 B) keeps it in three parts, and trains as the same GPT with the table whole:
 /// three AdamW steps through the chunked loss give the same losses and parameters (the parts
