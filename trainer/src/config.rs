@@ -162,28 +162,44 @@ pub enum Offload {
     /// start) in host memory too ([`plimsoll_autograd::offload_inputs`]): each read back after
     /// its segment's forward, written back when its backward starts.
     Activations,
+    /// [`Offload::Activations`], and the parameters of the model's blocks streamed (the last
+    /// resort): they live in host memory, come to the device for their checkpointed segment's
+    /// forward and again for its recomputation, and leave after each; their gradients are read
+    /// back after each segment's backward and accumulated in host memory, where the optimizer
+    /// updates them ([`plimsoll_autograd::checkpoint_with`]). The device holds one segment's
+    /// parameters and gradients at a time, besides the embeddings and the head.
+    Parameters,
 }
 
 impl Offload {
     /// Whether the optimizer keeps its state in host memory.
     pub fn optimizer_on_host(self) -> bool {
-        matches!(self, Offload::OptimizerState | Offload::Activations)
+        matches!(
+            self,
+            Offload::OptimizerState | Offload::Activations | Offload::Parameters
+        )
     }
 
     /// Whether checkpointed segments keep their inputs in host memory.
     pub fn activations_on_host(self) -> bool {
-        self == Offload::Activations
+        matches!(self, Offload::Activations | Offload::Parameters)
+    }
+
+    /// Whether the blocks' parameters live in host memory between their uses.
+    pub fn parameters_on_host(self) -> bool {
+        self == Offload::Parameters
     }
 }
 
 impl std::fmt::Display for Offload {
-    /// As `--offload` takes it: `none`, `auto`, `optimizer`, `activations`.
+    /// As `--offload` takes it: `none`, `auto`, `optimizer`, `activations`, `parameters`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Offload::None => "none",
             Offload::Auto => "auto",
             Offload::OptimizerState => "optimizer",
             Offload::Activations => "activations",
+            Offload::Parameters => "parameters",
         })
     }
 }

@@ -332,3 +332,78 @@ fn a_refused_upload_in_the_host_update_leaves_the_model_as_it_was() {
     t.step().unwrap();
     assert!(values(t.parameters()) != before, "the run steps on");
 }
+
+/// `--offload parameters`: the blocks' parameters live in host memory and come up for their
+/// segments. Five steps of two micro-batches each end bit for bit as with only the optimizer and the
+/// activations offloaded; a run saved after three and resumed to six equals the straight six;
+/// the plan predicts less device memory (one block's parameters and gradients at a time), the
+/// run steps at that prediction, and the plan and the timeline count the streamed parameters.
+#[test]
+fn streamed_parameters_keep_the_update_and_need_less_device_memory() {
+    let at = |offload: Offload, config: TrainConfig| TrainConfig { offload, ..config };
+    let mut every_block = config(16, 8, 5, 1e-2);
+    every_block.checkpointing = CheckpointPolicy::EveryBlocks(1);
+    let activations = train(at(Offload::Activations, every_block.clone()));
+    let streamed = train(at(Offload::Parameters, every_block.clone()));
+    assert_eq!(streamed, activations);
+
+    // Saved after three steps (the parameters read from host memory) and resumed to six (the
+    // values written there).
+    let (spec, _) = tiny_gpt(1);
+    let straight = train(at(Offload::Parameters, config(16, 8, 6, 1e-2)));
+    let dir = temp_dir("stream-resume");
+    let gpu = fresh_gpu();
+    let mut first = at(Offload::Parameters, config(16, 8, 3, 1e-2));
+    first.checkpoint_dir = Some(dir.clone());
+    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(), None).unwrap();
+    t.run(&mut Silent).unwrap();
+    drop(t);
+    let mut second = first;
+    second.length = RunLength::Steps(6);
+    let mut t = Trainer::new(&gpu, second, &spec, windows(), None).unwrap();
+    t.resume(&latest_path(&dir)).unwrap();
+    t.run(&mut Silent).unwrap();
+    assert_eq!(values(t.parameters()), straight);
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let mut planned = config(16, 16, 3, 1e-2);
+    planned.checkpointing = CheckpointPolicy::EveryBlocks(1);
+    planned.micro_batch = None;
+    let run = |config: TrainConfig| -> ([u64; 5], u64) {
+        let config = TrainConfig {
+            memory_timeline: Some(plimsoll_trainer::StepSpan { first: 2, last: 3 }),
+            ..config
+        };
+        let gpu = fresh_gpu();
+        let mut t = Trainer::new(&gpu, config, &spec, windows(), None).unwrap();
+        t.run(&mut Silent).unwrap();
+        let p = t.plan().expect("planned").clone();
+        let host = t.timeline().expect("a timeline").host;
+        assert_eq!(host.parameters, 8 * p.offload_streamed_parameters);
+        let stats = gpu.with_allocator(|a| a.stats().clone());
+        let parameter_peak = stats
+            .category(plimsoll_kernels_wgsl::Category::Parameter)
+            .peak_allocated_bytes;
+        let peaks = [
+            p.predicted_peak_bytes,
+            p.predicted_peak_reserved_bytes,
+            stats.peak_allocated_bytes,
+            stats.peak_reserved_bytes,
+            parameter_peak,
+        ];
+        (peaks, p.offload_streamed_parameters)
+    };
+    let (kept, none) = run(at(Offload::Activations, planned.clone()));
+    let (moved, streamed) = run(at(Offload::Parameters, planned));
+    assert_eq!(none, 0);
+    // Two blocks of width 32: weights 12 c², biases 9 c, two layer norms 4 c.
+    let blocks = 2 * (12 * 32 * 32 + 9 * 32 + 4 * 32);
+    assert_eq!(streamed, blocks, "the blocks' parameters stream");
+    assert!(moved[0] < kept[0], "{moved:?} vs {kept:?}");
+    assert!(moved[4] < kept[4], "parameter peak {moved:?} vs {kept:?}");
+    assert_eq!(
+        [moved[2], moved[3]],
+        [moved[0], moved[1]],
+        "steps at the prediction"
+    );
+}

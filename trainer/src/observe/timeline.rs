@@ -84,6 +84,8 @@ pub struct HostBytes {
     pub optimizer_state: u64,
     /// Offloaded segment inputs, at most in a step, as planned ([`crate::Offload::Activations`]).
     pub activations: u64,
+    /// Streamed parameters and their gradients ([`crate::Offload::Parameters`]).
+    pub parameters: u64,
 }
 
 /// A recorded timeline: the allocator before, its events, and the allocator after.
@@ -160,6 +162,10 @@ impl Timeline {
         if h.activations > 0 {
             let at_most = format_bytes(h.activations);
             host.push(format!("checkpointed segments' inputs {at_most} at most"));
+        }
+        if h.parameters > 0 {
+            let streamed = format_bytes(h.parameters);
+            host.push(format!("streamed parameters and gradients {streamed}"));
         }
         format!(
             "{}: steps {}-{}, {} events{dropped}; peak allocated {}, peak reserved {}{}; host \

@@ -57,6 +57,12 @@ pub(crate) fn notes(
             .filter(|(_, t)| t.requires_grad())
             .map(|(_, t)| t.numel() as u64)
             .sum();
+        // Streamed parameters and their gradients are in host memory already.
+        let moved: u64 = params
+            .iter()
+            .filter(|(_, t)| t.requires_grad() && t.is_resident())
+            .map(|(_, t)| t.numel() as u64)
+            .sum();
         let offload = config.offload;
         let bytes = crate::host::check(
             &format!("the optimizer's state in host memory (--offload {offload})"),
@@ -69,9 +75,26 @@ pub(crate) fn notes(
              none on the device; each step reads {} of gradients and parameters back and \
              writes {} of parameters",
             fmt(bytes),
-            fmt(trained.saturating_mul(8)),
-            fmt(trained.saturating_mul(4))
+            fmt(moved.saturating_mul(8)),
+            fmt(moved.saturating_mul(4))
         ));
+    }
+    if config.offload.parameters_on_host() {
+        let fmt = plimsoll_allocator::format_bytes;
+        let streamed: Vec<&(String, plimsoll_autograd::Tensor)> =
+            params.iter().filter(|(_, t)| !t.is_resident()).collect();
+        let count: u64 = streamed.iter().map(|(_, t)| t.numel() as u64).sum();
+        notes.push(match count {
+            0 => "--offload parameters: this model has no blocks whose parameters can be \
+                  streamed; all of them stay on the device"
+                .to_string(),
+            n => format!(
+                "{n} parameters of the model's blocks ({}) live in host memory with their \
+                 gradients: each checkpointed segment's come to the device for its forward and \
+                 its recomputation, and its gradients are read back after its backward",
+                fmt(4 * n)
+            ),
+        });
     }
     if config.offload.activations_on_host() {
         let fmt = plimsoll_allocator::format_bytes;

@@ -229,13 +229,23 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
     // (tensor, true when it is the partial sums the weight-gradient matmul already computed)
     let mut parts: Vec<(Tensor, bool)> = Vec::new();
     let mut names = Vec::new();
+    // Gradients in host memory (parameter streaming) are summed here, in module order with the
+    // others: (position among the names, sum of squares).
+    let mut on_host: Vec<(usize, f64)> = Vec::new();
     for (name, p) in params {
         let squares = p.take_grad_squares();
         if let Some(g) = p.grad() {
-            parts.push(match squares {
-                Some(partials) => (partials, true),
-                None => (g, false),
-            });
+            match squares {
+                Some(partials) => parts.push((partials, true)),
+                None if !g.is_resident() => {
+                    let sum = match g.gpu().is_planning() {
+                        true => 0.0,
+                        false => g.to_vec()?.iter().map(|&x| f64::from(x).powi(2)).sum(),
+                    };
+                    on_host.push((names.len(), sum));
+                }
+                None => parts.push((g, false)),
+            }
             names.push(name.as_str());
         }
     }
@@ -265,7 +275,7 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
     let nonfinite = values.get(n).is_none_or(|flag| flag.to_bits() != 0);
     values.truncate(n);
     let loss = values.first().copied().unwrap_or(f32::NAN);
-    let squares: Vec<f64> = ranges
+    let mut squares: Vec<f64> = ranges
         .iter()
         .map(|r| {
             values
@@ -273,6 +283,10 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
                 .map_or(f64::NAN, |v| v.iter().map(|&x| f64::from(x)).sum())
         })
         .collect();
+    for &(at, sum) in &on_host {
+        squares.insert(at, sum);
+    }
+    let nonfinite = nonfinite || on_host.iter().any(|(_, sum)| !sum.is_finite());
     let first_nonfinite = squares
         .iter()
         .zip(names)

@@ -230,6 +230,7 @@ impl Trainer {
                 Offload::OptimizerState
             }
             (Some(p), _) if p.offload == Offload::Activations.to_string() => Offload::Activations,
+            (Some(p), _) if p.offload == Offload::Parameters.to_string() => Offload::Parameters,
             (Some(_), _) | (None, Offload::Auto) => Offload::None,
             (None, offload) => offload,
         };
@@ -237,9 +238,11 @@ impl Trainer {
             Some(p) => (p.micro_batch, p.segment_len),
             None => (
                 config.micro_batch.unwrap_or(effective),
-                match config.checkpointing {
-                    CheckpointPolicy::EveryBlocks(k) => k,
-                    _ => 0,
+                match (config.checkpointing, config.offload.parameters_on_host()) {
+                    (CheckpointPolicy::EveryBlocks(k), streamed) => k.max(usize::from(streamed)),
+                    // Streamed blocks run in segments of at least one block.
+                    (_, true) => 1,
+                    (_, false) => 0,
                 },
             ),
         };
@@ -367,6 +370,10 @@ impl Trainer {
             loader: self.loader.host_bytes(),
             optimizer_state: self.plan.as_ref().map_or(0, |p| p.offload_host_bytes),
             activations: self.plan.as_ref().map_or(0, |p| p.offload_activation_bytes),
+            parameters: self
+                .plan
+                .as_ref()
+                .map_or(0, |p| p.offload_streamed_parameters.saturating_mul(8)),
         };
         let cx = HookContext::new(
             &self.gpu,

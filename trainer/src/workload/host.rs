@@ -71,10 +71,15 @@ pub(crate) fn check_run_budget(
         .sum();
     let loader = crate::plan::loader_host_bytes(train, config)?;
     let offloaded = match config.offload {
-        crate::config::Offload::OptimizerState | crate::config::Offload::Activations => {
-            trained.saturating_mul(8)
-        }
+        crate::config::Offload::OptimizerState
+        | crate::config::Offload::Activations
+        | crate::config::Offload::Parameters => trained.saturating_mul(8),
         crate::config::Offload::None | crate::config::Offload::Auto => 0,
+    };
+    // Streamed parameters' values and gradients.
+    let streamed = match config.offload.parameters_on_host() {
+        true => numel(&model.streamed_parameters()).saturating_mul(8),
+        false => 0,
     };
     // The snapshot holds the parameters, the buffers and every kind of optimizer state per
     // trained parameter (made at step 1 when the run starts afresh).
@@ -89,6 +94,7 @@ pub(crate) fn check_run_budget(
     let snapshot = if snapshots { state } else { 0 };
     let needed = loader
         .saturating_add(offloaded)
+        .saturating_add(streamed)
         .saturating_add(activations)
         .saturating_add(snapshot);
     if needed <= budget {
@@ -100,10 +106,11 @@ pub(crate) fn check_run_budget(
         budget_bytes: budget,
         default_budget: config.host_memory_budget.is_none(),
         parts: format!(
-            "the loader's batches {}, the optimizer's state {}, offloaded activations {}, the \
-             snapshot of the training state {}",
+            "the loader's batches {}, the optimizer's state {}, streamed parameters and their \
+             gradients {}, offloaded activations {}, the snapshot of the training state {}",
             fmt(loader),
             fmt(offloaded),
+            fmt(streamed),
             fmt(activations),
             fmt(snapshot)
         ),

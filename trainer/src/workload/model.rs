@@ -592,6 +592,10 @@ impl Model for GptModel {
         self.lm.parameters()
     }
 
+    fn streamed_parameters(&self) -> Vec<(String, Tensor)> {
+        self.lm.block_parameters()
+    }
+
     fn loss(&self, batch: &Batch, segment_len: usize, label_smoothing: f32) -> Result<Tensor> {
         if let LossHead::Chunked(rows) = self.loss {
             let (ids, targets) = (&batch.inputs, &batch.targets);

@@ -239,8 +239,29 @@ pub fn build_for_run(
     gpu: &Gpu,
     config: &crate::config::TrainConfig,
 ) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
-    let (model, optimizer) = build_within_budget(recipe, gpu)?;
+    let (model, optimizer) = match config.offload.parameters_on_host() {
+        // The blocks' parameters go to host memory as each block is made: the model is built
+        // without ever holding them all on the device.
+        true => {
+            let _evict = plimsoll_nn::evict_blocks_as_built();
+            build_within(recipe, gpu, false)?
+        }
+        false => build_within_budget(recipe, gpu)?,
+    };
     let (rank, ranks) = config.rank;
+    if config.offload.parameters_on_host() {
+        if ranks > 1 {
+            return Err(Error::invalid(
+                "--offload parameters",
+                "streaming the parameters is for one process: with several, leave --offload                  parameters out (--shard divides the optimizer's state among the ranks)",
+            ));
+        }
+        // A model whose blocks were built on the device all the same (one that builds them
+        // otherwise): they leave now.
+        let streamed = model.streamed_parameters();
+        let refs: Vec<&Tensor> = streamed.iter().map(|(_, t)| t).collect();
+        Tensor::evict(&refs, plimsoll_kernels_wgsl::Evict::ReadBack)?;
+    }
     if config.shard != crate::config::Shard::None && ranks > 1 {
         if config.offload.optimizer_on_host() {
             return Err(Error::invalid(
@@ -267,7 +288,9 @@ pub fn build_for_run(
     }
     match config.offload {
         crate::config::Offload::None | crate::config::Offload::Auto => Ok((model, optimizer)),
-        crate::config::Offload::OptimizerState | crate::config::Offload::Activations => {
+        crate::config::Offload::OptimizerState
+        | crate::config::Offload::Activations
+        | crate::config::Offload::Parameters => {
             let host = optimizer.offloaded().ok_or_else(|| {
                 Error::invalid(
                     "--offload optimizer",
@@ -287,9 +310,20 @@ pub fn build_within_budget(
     recipe: &dyn Recipe,
     gpu: &Gpu,
 ) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
+    build_within(recipe, gpu, true)
+}
+
+/// [`build_within_budget`]; without `all_on_device` (parameter streaming) the parameters are
+/// not counted against the budget first, since the blocks' leave the device as they are made,
+/// and an out-of-memory while building is itself (a plan's dry run then does not fit).
+fn build_within(
+    recipe: &dyn Recipe,
+    gpu: &Gpu,
+    all_on_device: bool,
+) -> Result<(Box<dyn Model>, Box<dyn Optimizer>)> {
     let parameters = recipe.parameter_count();
     let budget_bytes = gpu.memory_budget_bytes();
-    if crate::host::product(parameters, 4) > budget_bytes {
+    if all_on_device && crate::host::product(parameters, 4) > budget_bytes {
         return Err(Error::ModelTooLarge {
             budget_bytes,
             parameters,
@@ -311,7 +345,7 @@ pub fn build_within_budget(
                        model (a smaller vocabulary or --width)"
                     .to_string(),
             }
-        } else if e.is_out_of_memory() {
+        } else if e.is_out_of_memory() && all_on_device {
             Error::ModelTooLarge {
                 budget_bytes: gpu.memory_budget_bytes(),
                 parameters: recipe.parameter_count(),
@@ -342,6 +376,14 @@ pub trait Model: Send {
     /// with dotted names: saved and restored with the parameters (checkpoints, the snapshot a
     /// lost device goes on from), never given to the optimizer. None by default.
     fn buffers(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+
+    /// The parameters that parameter streaming keeps in host memory between their uses
+    /// ([`crate::Offload::Parameters`]): those of blocks that run in checkpointed segments
+    /// ([`plimsoll_nn::CausalLm::block_parameters`]). None by default: a model without such
+    /// blocks keeps every parameter on the device.
+    fn streamed_parameters(&self) -> Vec<(String, Tensor)> {
         Vec::new()
     }
 

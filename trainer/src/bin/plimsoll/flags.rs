@@ -82,14 +82,17 @@ pub fn precision(s: &str) -> Parsed<Precision> {
     }
 }
 
-/// `--offload`: `auto`, `none`, `optimizer` or `activations`.
+/// `--offload`: `auto`, `none`, `optimizer`, `activations` or `parameters`.
 pub fn offload(s: &str) -> Parsed<Offload> {
     match s {
         "none" => Ok(Offload::None),
         "auto" => Ok(Offload::Auto),
         "optimizer" => Ok(Offload::OptimizerState),
         "activations" => Ok(Offload::Activations),
-        _ => Err(format!("{s:?}: use auto, none, optimizer or activations")),
+        "parameters" => Ok(Offload::Parameters),
+        _ => Err(format!(
+            "{s:?}: use auto, none, optimizer, activations or parameters"
+        )),
     }
 }
 

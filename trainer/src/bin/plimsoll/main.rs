@@ -248,8 +248,11 @@ pub(crate) struct CommonArgs {
     /// parameter less on the device for 12 per parameter moved each step (the gradient and the
     /// value read back, the value written; the update is the device's); `activations`: that,
     /// and the inputs checkpointed segments keep (read back after their forward, written back
-    /// for their backward); `none`; or `auto`: the plan offloads only when no choice fits
-    /// with everything on the device, the optimizer first, then the activations.
+    /// for their backward); `parameters`: that, and the parameters of the model's blocks
+    /// streamed (in host memory, brought up for their segment's forward and recomputation,
+    /// their gradients read back and accumulated on the host; checkpointing every block at
+    /// least); `none`; or `auto`: the plan offloads only when no choice fits with everything
+    /// on the device, the optimizer first, then the activations, then the parameters.
     #[arg(long, default_value = "auto", value_parser = flags::offload)]
     offload: Offload,
     /// Host memory the run may keep on purpose (the loader's batches, an offloaded optimizer's

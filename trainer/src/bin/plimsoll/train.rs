@@ -734,6 +734,12 @@ fn run_training(
                 plimsoll_allocator::format_bytes(p.offload_activation_bytes)
             ));
         }
+        if p.offload_streamed_parameters > 0 {
+            host.push_str(&format!(
+                "; streamed parameters and their gradients {}",
+                plimsoll_allocator::format_bytes(p.offload_streamed_parameters * 8)
+            ));
+        }
     }
     Ok((summary, seconds, code, host, memory))
 }

@@ -50,8 +50,22 @@ pub(super) fn probe(
         p.eval_peak_reserved_bytes = Some(0);
     }
     // A model that cannot be built within the budget is `ModelTooLarge`, whatever the batch.
-    let (mut model, mut optimizer) = crate::task::build_for_run(spec, twin, config)?;
+    let (mut model, mut optimizer) = match crate::task::build_for_run(spec, twin, config) {
+        // Streamed, the model's blocks leave the device as they are made: what is left may
+        // still not fit this budget, as a step may not.
+        Err(e) if e.is_out_of_memory() && config.offload.parameters_on_host() => {
+            fold_peaks(twin, &mut p);
+            p.out_of_memory = true;
+            return Ok(p);
+        }
+        built => built?,
+    };
     let params = model.parameters();
+    p.streamed_parameters = params
+        .iter()
+        .filter(|(_, t)| !t.is_resident())
+        .map(|(_, t)| t.numel() as u64)
+        .sum();
     if config.resumed_at.is_some() {
         // A resume loads the state before step 1 (each entry uploaded, then copied into the
         // optimizer's own buffer): its peak is the run's too.

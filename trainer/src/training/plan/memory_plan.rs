@@ -51,6 +51,9 @@ pub struct MemoryPlan {
     /// Host bytes the offloaded activations take at most in a step ([`Offload::Activations`];
     /// 0 otherwise).
     pub offload_activation_bytes: u64,
+    /// Parameters streamed: in host memory between their uses, with their gradients (8 bytes
+    /// each there; [`Offload::Parameters`]; 0 otherwise).
+    pub offload_streamed_parameters: u64,
     /// Bytes the offloaded update moves between host and device each step (0 on the device).
     pub offload_transfer_bytes: u64,
     /// Every dry run, in the order made.
@@ -166,10 +169,19 @@ impl fmt::Display for MemoryPlan {
                     format_bytes(n)
                 ),
             };
+            let streamed = match self.offload_streamed_parameters {
+                0 => String::new(),
+                n => format!(
+                    ", and {n} parameters of the blocks streamed ({} in host memory with their \
+                     gradients; each segment's brought up for its forward and its \
+                     recomputation, their gradients accumulated on the host)",
+                    format_bytes(n.saturating_mul(8))
+                ),
+            };
             write!(
                 f,
                 "\n  offload: the optimizer's state in host memory ({}; --offload {}), its update \
-                 on the host{activations}; each step moves {} between host and device",
+                 on the host{activations}{streamed}; each step moves {} between host and device",
                 format_bytes(self.offload_host_bytes),
                 self.offload,
                 format_bytes(self.offload_transfer_bytes)

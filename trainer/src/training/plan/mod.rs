@@ -73,6 +73,8 @@ pub struct Probe {
     /// Whether the dry run was of the recipe's memory-efficient variant
     /// ([`crate::Recipe::memory_efficient_variant`]).
     pub variant: bool,
+    /// Parameters kept in host memory between their uses ([`Offload::Parameters`]).
+    pub streamed_parameters: u64,
     /// Host bytes the step's offloaded activations took at most ([`Offload::Activations`]).
     pub host_activation_bytes: u64,
 }
@@ -108,6 +110,7 @@ impl Probe {
             converged: true,
             variant: false,
             host_activation_bytes: 0,
+            streamed_parameters: 0,
         }
     }
 
@@ -362,7 +365,7 @@ pub fn plan(
 
 /// `plan(config)` with [`Offload::Auto`] resolved, each level only when nothing fits at the one
 /// before: on the device; the optimizer's state in host memory; that and the activations
-/// checkpointed segments keep. When none fits, the last level's refusal (it names the smallest
+/// checkpointed segments keep; that and the blocks' parameters streamed. When none fits, the last level's refusal (it names the smallest
 /// budget that would do), or the one before's when a level cannot be planned (an optimizer
 /// without a host form) or passes the host budget (nor does `auto` offload past it).
 fn with_offload(
@@ -380,7 +383,11 @@ fn with_offload(
         Err(refused @ Error::BudgetTooSmall { .. }) => refused,
         other => return other,
     };
-    for level in [Offload::OptimizerState, Offload::Activations] {
+    for level in [
+        Offload::OptimizerState,
+        Offload::Activations,
+        Offload::Parameters,
+    ] {
         match plan(&at(level)) {
             Ok(p) => {
                 let host = p
@@ -512,6 +519,12 @@ fn plan_explained(
         CheckpointPolicy::EveryBlocks(k) => vec![k],
         CheckpointPolicy::Automatic => automatic_segments(spec.blocks()),
     };
+    // Streamed blocks run in segments of at least one block (`plimsoll_nn`'s `run_blocks`).
+    let mut candidates = candidates;
+    if config.offload.parameters_on_host() {
+        candidates.iter_mut().for_each(|k| *k = (*k).max(1));
+        candidates.dedup();
+    }
     let mut probes: Vec<Probe> = Vec::new();
     let mut best: Option<Probe> = None;
     // The largest micro-batch whose tensors each fit one binding, as far as known: a tensor
@@ -701,13 +714,8 @@ fn plan_explained(
             false => 0,
         },
         offload_activation_bytes: choice.host_activation_bytes,
-        // The state's update: each gradient and value read back, each value written. The
-        // activations: each read back once and written back once.
-        offload_transfer_bytes: match config.offload.optimizer_on_host() {
-            true => crate::host::product(spec.parameter_count(), 12),
-            false => 0,
-        }
-        .saturating_add(choice.host_activation_bytes.saturating_mul(2)),
+        offload_streamed_parameters: choice.streamed_parameters,
+        offload_transfer_bytes: transfer_bytes(spec, config, &choice),
         prefetch: config.prefetch,
         loader_host_bytes: loader_host_bytes(data, config)?,
         micro_batch_note: (choice.micro_batch < config.effective_batch
@@ -723,6 +731,32 @@ fn plan_explained(
         probes,
         plan_ms: started.elapsed().as_secs_f64() * 1e3,
     })
+}
+
+/// Bytes a step of `choice` moves between host and device for its offloading. The optimizer's
+/// update: each gradient and value on the device read back, each value written (a streamed
+/// parameter's are in host memory already). The activations: each read back once and written
+/// back once. Each streamed parameter: written for its segment's forward and for its
+/// recomputation, its gradient read back after each micro-batch's backward and written for
+/// every one after the first.
+fn transfer_bytes(spec: &dyn Recipe, config: &TrainConfig, choice: &Probe) -> u64 {
+    let streamed = choice.streamed_parameters;
+    let optimizer = match config.offload.optimizer_on_host() {
+        true => (spec.parameter_count() as u64).saturating_sub(streamed),
+        false => 0,
+    };
+    let micro_batches = config
+        .effective_batch
+        .div_ceil(choice.micro_batch.max(1))
+        .max(1) as u64;
+    optimizer
+        .saturating_mul(12)
+        .saturating_add(choice.host_activation_bytes.saturating_mul(2))
+        .saturating_add(
+            streamed
+                .saturating_mul(4)
+                .saturating_mul(4 * micro_batches - 1),
+        )
 }
 
 /// The share of what the driver lets the process use ([`plimsoll_autograd::Gpu::device_memory`])

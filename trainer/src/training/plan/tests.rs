@@ -16,7 +16,12 @@ fn refused(need: u64) -> Error {
 /// level's plan is a stand-in that fits from `fits_from` on, holding `host` bytes there.
 #[test]
 fn auto_offloads_the_least_that_fits_within_the_host_budget() {
-    let levels = [Offload::None, Offload::OptimizerState, Offload::Activations];
+    let levels = [
+        Offload::None,
+        Offload::OptimizerState,
+        Offload::Activations,
+        Offload::Parameters,
+    ];
     let run = |fits_from: usize, host: u64, host_budget: u64| {
         let config = TrainConfig {
             offload: Offload::Auto,
@@ -36,15 +41,20 @@ fn auto_offloads_the_least_that_fits_within_the_host_budget() {
             }
         })
     };
-    for (fits_from, want) in [(0, "none"), (1, "optimizer"), (2, "activations")] {
+    for (fits_from, want) in [
+        (0, "none"),
+        (1, "optimizer"),
+        (2, "activations"),
+        (3, "parameters"),
+    ] {
         let plan = run(fits_from, 5, 1 << 20).expect("a level fits");
         assert_eq!(plan.offload, want);
     }
     // Nothing fits: the last level's refusal (the smallest need).
-    match run(3, 5, 1 << 20) {
+    match run(4, 5, 1 << 20) {
         Err(Error::BudgetTooSmall {
             predicted_bytes, ..
-        }) => assert_eq!(predicted_bytes, 998),
+        }) => assert_eq!(predicted_bytes, 997),
         other => panic!("{other:?}"),
     }
     // The fitting level passes the host budget: the refusal before it stands.
