@@ -2,14 +2,14 @@
 //!
 //! The model is a larger relative of the default GPT (8 layers, 4 heads, width 256, context
 //! 256, batch 8: 6.4 million parameters), on the bundled plays. For each level (`none`,
-//! `optimizer`, `activations`) the plan's least budget: the one its refusal of a budget of 6
-//! bytes per parameter names, the smallest that fits at that level (micro-batch and
-//! checkpointing planned). Then, under the `activations` level's least budget, 6 steps; and 6
-//! steps of the same run with no budget and nothing offloaded. Reported: each least budget, the
-//! ratio of the on-device least budget to the smallest, both runs' median step (the last 5),
-//! the bytes the offloaded run moves between host and device per step (the plan's figure), its
-//! peak reserved bytes against the budget, and how far its parameters are from the
-//! unconstrained run's after the 6 steps (relative Euclidean difference over the model and the
+//! `optimizer`, `activations`, `parameters`) the plan's least budget: the one its refusal of a
+//! budget too small names (6 bytes per parameter; 1 MiB streaming the parameters), the smallest
+//! that fits at that level (micro-batch and checkpointing planned). Then 6 steps under the
+//! least budget of each of the last two levels, and 6 steps of the same run with no budget and
+//! nothing offloaded. Reported: each least budget, the ratio of the on-device least budget to
+//! each level's, each run's median step (the last 5), the bytes each offloaded run moves
+//! between host and device per step (the plan's figure), its peak reserved bytes against the
+//! budget, and how far its parameters are from the unconstrained run's after the 6 steps (relative Euclidean difference over the model and the
 //! largest per tensor, in parts per million; the runs sum their micro-batches in another
 //! order, and AdamW normalises the rounding noise of near-zero gradients into steps).
 
@@ -62,18 +62,23 @@ pub fn run(report: &mut Report) -> Result<()> {
     let spec = spec(vocab);
     let gpu = Gpu::new()?;
     let mut least = Vec::new();
-    // A budget that holds the parameters but not their gradients: every level refuses it,
-    // naming its least budget.
+    // A budget that holds the parameters but not their gradients: every level that keeps the
+    // parameters on the device refuses it, naming its least budget. Streaming them, 1 MiB
+    // (less than one block's parameters) is refused.
     let too_small = 6 * spec.parameter_count() as u64;
-    for offload in [Offload::None, Offload::OptimizerState, Offload::Activations] {
-        let config = planned(offload, Some(too_small));
+    for offload in LEVELS {
+        let budget = match offload {
+            Offload::Parameters => 1 << 20,
+            _ => too_small,
+        };
+        let config = planned(offload, Some(budget));
         let refused = Trainer::new(&gpu, config, &spec, data.clone(), None);
         let need = match refused {
             Err(Error::BudgetTooSmall {
                 predicted_bytes, ..
             }) => predicted_bytes,
             Err(e) => return Err(e.into()),
-            Ok(_) => bail!("{too_small} bytes fitted --offload {offload}"),
+            Ok(_) => bail!("{budget} bytes fitted --offload {offload}"),
         };
         report.push(
             format!("offload/{offload}/least_budget"),
@@ -82,12 +87,14 @@ pub fn run(report: &mut Report) -> Result<()> {
         );
         least.push(need);
     }
-    let (on_device, smallest) = (least[0], least[2]);
-    report.push(
-        "offload/on_device_over_smallest",
-        on_device as f64 / smallest.max(1) as f64,
-        "x",
-    );
+    let on_device = least[0];
+    for (offload, need) in LEVELS.iter().zip(&least).skip(1) {
+        report.push(
+            format!("offload/{offload}/on_device_over_least"),
+            on_device as f64 / (*need).max(1) as f64,
+            "x",
+        );
+    }
 
     let train = |config: TrainConfig| -> Result<(Vec<f64>, Trainer)> {
         let gpu = Gpu::new()?;
@@ -99,34 +106,51 @@ pub fn run(report: &mut Report) -> Result<()> {
         Ok((times.split_off(1), trainer))
     };
     let (free_times, free) = train(planned(Offload::None, None))?;
-    let (tight_times, tight) = train(planned(Offload::Activations, Some(smallest)))?;
-    let plan = tight.plan().cloned().unwrap_or_default();
     report.push(
         "offload/unconstrained/step_median",
         median(free_times),
         "ms",
     );
-    report.push("offload/activations/step_median", median(tight_times), "ms");
+    for (offload, &budget) in LEVELS.iter().zip(&least).skip(2) {
+        let (times, tight) = train(planned(*offload, Some(budget)))?;
+        tight_run(report, *offload, budget, times, &tight, &free)?;
+    }
+    Ok(())
+}
+
+/// The levels, from everything on the device to the parameters streamed.
+const LEVELS: [Offload; 4] = [
+    Offload::None,
+    Offload::OptimizerState,
+    Offload::Activations,
+    Offload::Parameters,
+];
+
+/// Reports a run at `offload` under its least `budget`: its median step, transfer bytes, plan,
+/// peak reserved bytes, and how far its parameters are from the unconstrained run's.
+fn tight_run(
+    report: &mut Report,
+    offload: Offload,
+    budget: u64,
+    times: Vec<f64>,
+    tight: &Trainer,
+    free: &Trainer,
+) -> Result<()> {
+    let plan = tight.plan().cloned().unwrap_or_default();
+    let key = |what: &str| format!("offload/{offload}/{what}");
+    report.push(key("step_median"), median(times), "ms");
     report.push(
-        "offload/activations/transfer_bytes_per_step",
+        key("transfer_bytes_per_step"),
         plan.offload_transfer_bytes as f64,
         "bytes",
     );
-    report.push(
-        "offload/activations/micro_batch",
-        plan.micro_batch as f64,
-        "samples",
-    );
-    report.push(
-        "offload/activations/segment_len",
-        plan.segment_len as f64,
-        "blocks",
-    );
+    report.push(key("micro_batch"), plan.micro_batch as f64, "samples");
+    report.push(key("segment_len"), plan.segment_len as f64, "blocks");
     let peak = tight
         .gpu()
         .with_allocator(|a| a.stats().peak_reserved_bytes);
-    report.push("offload/activations/peak_reserved", peak as f64, "bytes");
-    report.push("offload/activations/budget", smallest as f64, "bytes");
+    report.push(key("peak_reserved"), peak as f64, "bytes");
+    report.push(key("budget"), budget as f64, "bytes");
     let (mut worst, mut diff_all, mut norm_all) = (0.0f64, 0.0f64, 0.0f64);
     for ((_, a), (_, b)) in free.parameters().iter().zip(tight.parameters()) {
         let (a, b) = (a.to_vec()?, b.to_vec()?);
@@ -140,12 +164,12 @@ pub fn run(report: &mut Report) -> Result<()> {
         (diff_all, norm_all) = (diff_all + diff, norm_all + norm);
     }
     report.push(
-        "offload/activations/parameters_relative_difference",
+        key("parameters_relative_difference"),
         (diff_all / norm_all.max(1e-30)).sqrt() * 1e6,
         "ppm",
     );
     report.push(
-        "offload/activations/parameters_max_relative_difference",
+        key("parameters_max_relative_difference"),
         worst * 1e6,
         "ppm",
     );
