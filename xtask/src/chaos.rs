@@ -204,6 +204,13 @@ fn workloads() -> Result<Vec<Workload>> {
         &windows,
         Offload::Activations,
     );
+    // The GPT with its blocks' parameters streamed: each segment's restores (an allocation and
+    // an upload each), its evictions and its gradients' read-backs fail as well.
+    let gpt_streamed = gpt_workload(
+        "gpt 1x32 streamed parameters",
+        &windows,
+        Offload::Parameters,
+    );
     Ok(vec![
         mlp,
         gpt,
@@ -212,6 +219,7 @@ fn workloads() -> Result<Vec<Workload>> {
         mlp_offloaded,
         gpt_offloaded,
         mlp_multi,
+        gpt_streamed,
     ])
 }
 
