@@ -229,24 +229,31 @@ fn least_budget(
     let mut order: Vec<usize> = vec![leanest];
     order.extend(candidates.iter().copied().filter(|&c| c != leanest));
     let mut fits = u64::MAX;
-    let mut fixed = 0;
+    // The fixed state of the choices that fit, the least of them (streamed parameters' share
+    // grows with the segment), and the most any choice showed.
+    let (mut fixed_fitting, mut fixed_seen) = (u64::MAX, 0);
     let mut largest_unfit = 0;
     for &micro in &micros {
         // Only a dry run that fits bounds the need from above: one stopped by a tensor past
         // one binding or the loop limit peaked early, below what the step needs.
         for &segment_len in &order {
             let p = probe(&unbounded, inputs, segment_len, micro)?;
-            fixed = fixed.max(fixed_bytes(&p));
+            fixed_seen = fixed_seen.max(fixed_bytes(&p));
             let peak = p
                 .peak_reserved_bytes
                 .max(p.eval_peak_reserved_bytes.unwrap_or(0));
             if p.fits() {
+                fixed_fitting = fixed_fitting.min(fixed_bytes(&p));
                 fits = fits.min(peak);
                 break;
             }
             largest_unfit = largest_unfit.max(peak);
         }
     }
+    let fixed = match fixed_fitting {
+        u64::MAX => fixed_seen,
+        least => least,
+    };
     if fits == u64::MAX {
         // Nothing fits at any budget (a limit no budget lifts): at least what was seen.
         fits = largest_unfit.max(fixed);
@@ -379,8 +386,9 @@ fn with_offload(
         offload,
         ..config.clone()
     };
+    // Parameters that do not fit the device at all are a refusal too: streamed, they need not.
     let mut refused = match plan(&at(Offload::None)) {
-        Err(refused @ Error::BudgetTooSmall { .. }) => refused,
+        Err(refused @ (Error::BudgetTooSmall { .. } | Error::ModelTooLarge { .. })) => refused,
         other => return other,
     };
     for level in [
@@ -399,7 +407,7 @@ fn with_offload(
                     _ => Ok(p),
                 };
             }
-            Err(e @ Error::BudgetTooSmall { .. }) => refused = e,
+            Err(e @ (Error::BudgetTooSmall { .. } | Error::ModelTooLarge { .. })) => refused = e,
             Err(_) => return Err(refused),
         }
     }
