@@ -338,14 +338,16 @@ fn a_refused_upload_in_the_host_update_leaves_the_model_as_it_was() {
 /// activations offloaded; a run saved after three and resumed to six equals the straight six;
 /// the plan predicts less device memory (one block's parameters and gradients at a time), the
 /// run steps at that prediction, and the plan and the timeline count the streamed parameters.
+/// Under the streamed level's least budget the activations level is refused, and the streamed
+/// run trains within it as the activations level does without a budget.
 #[test]
 fn streamed_parameters_keep_the_update_and_need_less_device_memory() {
     let at = |offload: Offload, config: TrainConfig| TrainConfig { offload, ..config };
     let mut every_block = config(16, 8, 5, 1e-2);
     every_block.checkpointing = CheckpointPolicy::EveryBlocks(1);
     let activations = train(at(Offload::Activations, every_block.clone()));
-    let streamed = train(at(Offload::Parameters, every_block.clone()));
-    assert_eq!(streamed, activations);
+    let stepped = train(at(Offload::Parameters, every_block.clone()));
+    assert_eq!(stepped, activations);
 
     // Saved after three steps (the parameters read from host memory) and resumed to six (the
     // values written there).
@@ -406,4 +408,57 @@ fn streamed_parameters_keep_the_update_and_need_less_device_memory() {
         [moved[0], moved[1]],
         "steps at the prediction"
     );
+    // On a device of 32 KiB small segments (reserved bytes then follow the allocated ones),
+    // under the streamed run's least budget the activations level is refused and the streamed
+    // one trains as without the budget.
+    let small = || {
+        plimsoll_kernels_wgsl::testing::gpu_with(plimsoll_kernels_wgsl::GpuOptions {
+            small_segment_bytes: Some(32 << 10),
+            ..plimsoll_kernels_wgsl::GpuOptions::from_env()
+        })
+    };
+    // The micro-batch planned.
+    let tight = |offload, budget| TrainConfig {
+        memory_budget_bytes: Some(budget),
+        micro_batch: None,
+        ..at(offload, every_block.clone())
+    };
+    // Refused budgets: one that holds the parameters (the activations level's parameters
+    // must fit), one byte streaming them.
+    let refused = |offload| match offload {
+        Offload::Parameters => 1,
+        _ => 6 * plimsoll_trainer::Recipe::parameter_count(&spec) as u64,
+    };
+    let least = |offload| match Trainer::new(
+        &small(),
+        tight(offload, refused(offload)),
+        &spec,
+        windows(),
+        None,
+    ) {
+        Err(Error::BudgetTooSmall {
+            predicted_bytes, ..
+        }) => predicted_bytes,
+        other => panic!("{:?}", other.map(|_| "fitted")),
+    };
+    let (kept, streamed) = (least(Offload::Activations), least(Offload::Parameters));
+    assert!(streamed < kept, "{streamed} vs {kept}");
+    let gpu = small();
+    let mut t = Trainer::new(
+        &gpu,
+        tight(Offload::Parameters, streamed),
+        &spec,
+        windows(),
+        None,
+    )
+    .unwrap();
+    t.run(&mut Silent).unwrap();
+    // As the activations level without a budget at the micro-batch the plan chose.
+    let micro = t.plan().expect("planned").micro_batch;
+    let unbudgeted = TrainConfig {
+        micro_batch: Some(micro),
+        ..at(Offload::Activations, every_block.clone())
+    };
+    assert_eq!(values(t.parameters()), train(unbudgeted));
+    assert!(gpu.with_allocator(|a| a.stats().peak_reserved_bytes) <= streamed);
 }
