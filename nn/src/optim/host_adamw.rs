@@ -25,9 +25,10 @@ struct HostMoments {
 /// AdamW with its state in host memory. Each step reads every gradient and then every
 /// parameter back, gathered on the device into buckets of up to 4 MiB with one read-back each
 /// (nothing has changed if one cannot be read), then updates each parameter and its moments on
-/// the host with the same f32 arithmetic as the device's kernel
+/// the host's threads with the same f32 arithmetic as the device's kernel
 /// (`kernels::optimizer::reference::adamw_step`, which the kernel test holds the shader to), and
-/// writes it. State names, the step count and the bias correction are [`super::AdamW`]'s, so a
+/// writes it. A parameter or gradient in host memory (streamed, [`Tensor::evict`]) is read and
+/// written there, with no transfer. State names, the step count and the bias correction are [`super::AdamW`]'s, so a
 /// checkpoint of either resumes the other. On a planning device a step changes nothing and keeps
 /// nothing: the plan sees a device without optimizer state.
 ///
@@ -115,6 +116,55 @@ fn read_bucket(bucket: &[&Tensor]) -> Result<Vec<Vec<f32>>> {
         at += n;
     }
     Ok(out)
+}
+
+/// Elements below which an update runs on the calling thread alone.
+const THREAD_ELEMENTS: usize = 1 << 16;
+
+/// [`reference::adamw_step`] in pieces on the host's threads: each element's update depends
+/// on that element alone, so the values are the same as one call's. A thread the system
+/// refuses leaves its piece to the calling thread.
+fn adamw_on_threads(
+    param: &mut [f32],
+    grad: &[f32],
+    exp_avg: &mut [f32],
+    exp_avg_sq: &mut [f32],
+    config: &kernel::AdamWConfig,
+    step: u64,
+    grad_scale: f32,
+) {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let piece = param.len().div_ceil(threads).max(THREAD_ELEMENTS);
+    if piece >= param.len() {
+        reference::adamw_step(param, grad, exp_avg, exp_avg_sq, config, step, grad_scale);
+        return;
+    }
+    type Piece<'a> = (&'a mut [f32], &'a [f32], &'a mut [f32], &'a mut [f32]);
+    let pieces: Vec<std::sync::Mutex<Piece<'_>>> = param
+        .chunks_mut(piece)
+        .zip(grad.chunks(piece))
+        .zip(exp_avg.chunks_mut(piece))
+        .zip(exp_avg_sq.chunks_mut(piece))
+        .map(|(((p, g), m), v)| std::sync::Mutex::new((p, g, m, v)))
+        .collect();
+    let run = |piece: &std::sync::Mutex<Piece<'_>>| {
+        let mut piece = piece.lock().unwrap_or_else(|e| e.into_inner());
+        let (p, g, m, v) = &mut *piece;
+        reference::adamw_step(p, g, m, v, config, step, grad_scale);
+    };
+    std::thread::scope(|scope| {
+        let refused: Vec<_> = pieces
+            .iter()
+            .filter(|piece| {
+                std::thread::Builder::new()
+                    .spawn_scoped(scope, || run(piece))
+                    .is_err()
+            })
+            .collect();
+        for piece in refused {
+            run(piece);
+        }
+    });
 }
 
 /// `len` zeros, or an error when the host cannot give them (never an abort).
@@ -250,7 +300,7 @@ impl Optimizer for HostAdamW {
             };
             let (mut new, mut exp_avg, mut exp_avg_sq) =
                 (old.clone(), m.exp_avg.clone(), m.exp_avg_sq.clone());
-            reference::adamw_step(
+            adamw_on_threads(
                 &mut new,
                 grad,
                 &mut exp_avg,
@@ -278,7 +328,7 @@ impl Optimizer for HostAdamW {
             let Some(m) = self.moments.get_mut(*name) else {
                 continue;
             };
-            reference::adamw_step(
+            adamw_on_threads(
                 &mut values,
                 grad,
                 &mut m.exp_avg,
@@ -390,5 +440,30 @@ impl Optimizer for HostAdamW {
 
     fn set_grad_scale(&mut self, scale: f32) {
         self.grad_scale = scale;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over several threads' pieces (and a last piece shorter than the others), the update is
+    /// bit for bit the reference's in one call.
+    #[test]
+    fn the_update_on_threads_is_the_update_in_one_call() {
+        let n = 3 * THREAD_ELEMENTS + 1234;
+        let wave = |k: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * k).sin()).collect() };
+        let config = kernel::AdamWConfig {
+            weight_decay: 0.1,
+            ..AdamWConfig::default().to_reference()
+        };
+        let (mut p1, g, mut m1, mut v1) = (wave(0.37), wave(0.11), wave(0.05), wave(0.07));
+        let v1_abs: Vec<f32> = v1.iter().map(|x| x.abs()).collect();
+        v1 = v1_abs;
+        let (mut p2, mut m2, mut v2) = (p1.clone(), m1.clone(), v1.clone());
+        reference::adamw_step(&mut p1, &g, &mut m1, &mut v1, &config, 3, 0.5);
+        adamw_on_threads(&mut p2, &g, &mut m2, &mut v2, &config, 3, 0.5);
+        assert!(p1 == p2 && m1 == m2 && v1 == v2);
+        assert_ne!(p1, wave(0.37), "the update changed the values");
     }
 }
