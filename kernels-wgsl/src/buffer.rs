@@ -47,7 +47,7 @@ pub struct DeviceBuffer {
     /// The values in host memory: always while evicted; after a restore, until anything
     /// writes the buffer through [`Gpu::write`] (a kernel's writes are the caller's to
     /// declare, see [`Evict::Unchanged`]).
-    host: Mutex<Option<Vec<u8>>>,
+    host: Mutex<HostCopy>,
     size_bytes: u64,
     category: Category,
     label: String,
@@ -56,6 +56,24 @@ pub struct DeviceBuffer {
     pub(crate) last_used_batch: AtomicU64,
     /// Last field: may be the last owner of the device, whose drop tears it down.
     shared: Arc<Shared>,
+}
+
+/// A buffer's values in host memory ([`Gpu::evict`]).
+enum HostCopy {
+    /// None kept.
+    None,
+    /// On their way ([`Evict::ReadBackLater`]): waited for when first needed.
+    Reading(PendingRead),
+    /// The values.
+    Values(Vec<u8>),
+    /// Their read-back failed when it was waited for (the error went to that caller).
+    Lost,
+}
+
+impl HostCopy {
+    fn is_none(&self) -> bool {
+        matches!(self, HostCopy::None)
+    }
 }
 
 /// How [`Gpu::evict`] gets the values it keeps in host memory.
@@ -68,6 +86,11 @@ pub enum Evict {
     /// Without a host copy (the buffer was never evicted, or [`Gpu::write`] wrote it since),
     /// this reads back as [`Evict::ReadBack`] does.
     Unchanged,
+    /// Start the read-backs and free the blocks at once (work recorded later runs after the
+    /// copies); the values are waited for when first needed (a read, a write, a restore). A
+    /// failed wait then is that caller's error, and the values are gone: for what a failed
+    /// step discards anyway (gradients), so that reading them back does not stall recording.
+    ReadBackLater,
 }
 
 impl std::fmt::Debug for DeviceBuffer {
@@ -119,8 +142,30 @@ impl DeviceBuffer {
         self.place.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn host(&self) -> MutexGuard<'_, Option<Vec<u8>>> {
+    fn host(&self) -> MutexGuard<'_, HostCopy> {
         self.host.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The host copy with a read on its way waited for (within `deadline`): `Values` or
+    /// `None`, or the error of a read that failed now or before.
+    fn host_values(&self, deadline: Duration) -> Result<MutexGuard<'_, HostCopy>> {
+        let mut host = self.host();
+        if matches!(*host, HostCopy::Reading(_))
+            && let HostCopy::Reading(pending) = std::mem::replace(&mut *host, HostCopy::Lost)
+        {
+            *host = HostCopy::Values(pending.wait(deadline)?);
+        }
+        if matches!(*host, HostCopy::Lost) {
+            return Err(Error::InvalidArgument {
+                op: "evicted buffer",
+                message: format!(
+                    "{:?}: its read-back to host memory failed earlier, so its values are \
+                     gone; run the step again",
+                    self.label
+                ),
+            });
+        }
+        Ok(host)
     }
 
     /// The segment's unique id (`u64::MAX` while evicted; a dispatch then refuses the buffer).
@@ -190,7 +235,11 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let place = self.place.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        let place = self
+            .place
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         if let Some(place) = place {
             self.free(place);
         }
@@ -267,7 +316,7 @@ impl Gpu {
                 segment: buffer,
                 segment_uid: uid,
             })),
-            host: Mutex::new(None),
+            host: Mutex::new(HostCopy::None),
             size_bytes,
             category,
             label: label.to_string(),
@@ -317,18 +366,17 @@ impl Gpu {
         if bytes.is_empty() || shared.planning {
             return Ok(());
         }
-        {
-            // Evicted: the host copy is the value. Resident: a host copy is stale from now.
-            let mut host = buffer.host();
-            if !buffer.is_resident() {
-                if let Some(values) = host.as_mut() {
-                    let at = offset_bytes as usize;
-                    values[at..at + bytes.len()].copy_from_slice(bytes);
-                }
-                return Ok(());
+        if !buffer.is_resident() {
+            // Evicted: the host copy is the value.
+            let mut host = buffer.host_values(self.default_deadline())?;
+            if let HostCopy::Values(values) = &mut *host {
+                let at = offset_bytes as usize;
+                values[at..at + bytes.len()].copy_from_slice(bytes);
             }
-            *host = None;
+            return Ok(());
         }
+        // Resident: a host copy is stale from now.
+        *buffer.host() = HostCopy::None;
         #[cfg(all(feature = "fault-injection", debug_assertions))]
         if crate::fault::fires(shared, crate::fault::FaultPoint::Upload)? {
             return Err(Error::Validation {
@@ -449,9 +497,12 @@ impl Gpu {
         };
         if !buffer.is_resident() {
             // Evicted: the values are in host memory (none on a planning device).
-            let host = buffer.host();
+            let host = buffer.host_values(deadline)?;
             let at = offset_bytes as usize;
-            let values = host.as_ref().and_then(|v| v.get(at..at + len_bytes as usize));
+            let values = match &*host {
+                HostCopy::Values(v) => v.get(at..at + len_bytes as usize),
+                _ => None,
+            };
             return Ok(done(
                 values.map_or_else(|| vec![0; len_bytes as usize], <[u8]>::to_vec),
             ));
@@ -485,13 +536,7 @@ impl Gpu {
             let mut batch = lock_for_submit(shared, deadline)?;
             batch.end_pass();
             let encoder = batch.encoder(&shared.device);
-            encoder.copy_buffer_to_buffer(
-                &segment,
-                at + offset_bytes,
-                &staging,
-                0,
-                len_bytes,
-            );
+            encoder.copy_buffer_to_buffer(&segment, at + offset_bytes, &staging, 0, len_bytes);
             let slot = Arc::clone(&mapped);
             encoder.map_buffer_on_submit(&staging, wgpu::MapMode::Read, .., move |r| {
                 slot.set(r.map_err(|e| e.to_string()));
@@ -515,16 +560,21 @@ impl DeviceBuffer {
     /// Host bytes this buffer holds now (its values while evicted, or the copy kept after a
     /// restore; none on a planning device).
     pub fn host_bytes(&self) -> u64 {
-        self.host().as_ref().map_or(0, |v| v.len() as u64)
+        match &*self.host() {
+            HostCopy::Values(v) => v.len() as u64,
+            HostCopy::Reading(_) => self.size_bytes,
+            HostCopy::None | HostCopy::Lost => 0,
+        }
     }
 }
 
 impl Gpu {
     /// Moves `buffers` to host memory and frees their blocks (those already evicted are left
     /// as they are). The values come as `how` says: read back (all reads started, then all
-    /// waited for within the default deadline), or the copy kept since the last restore. All
-    /// or nothing: if a read or the host memory for it fails, every buffer stays resident and
-    /// the error is returned. On a planning device nothing is read: only the frees count.
+    /// waited for within the default deadline, or later), or the copy kept since the last
+    /// restore. All or nothing: if a read or the host memory for it fails, every buffer stays
+    /// resident and the error is returned. On a planning device nothing is read: only the
+    /// frees count.
     pub fn evict(&self, buffers: &[&DeviceBuffer], how: Evict) -> Result<()> {
         let shared = &*self.shared;
         shared.health.check()?;
@@ -533,7 +583,7 @@ impl Gpu {
         for (i, buffer) in buffers.iter().enumerate() {
             let needs_read = buffer.is_resident()
                 && !shared.planning
-                && (how == Evict::ReadBack || buffer.host().is_none());
+                && (how != Evict::Unchanged || buffer.host().is_none());
             if needs_read {
                 self.host_allocation("an evicted buffer's values", buffer.size_bytes)?;
                 let pending = self.start_read_bytes(buffer, 0, buffer.size_bytes, deadline)?;
@@ -543,10 +593,13 @@ impl Gpu {
         let start = Instant::now();
         let mut values = Vec::with_capacity(reads.len());
         for (i, pending) in reads {
-            values.push((i, pending.finish(start, deadline)?));
+            values.push(match how {
+                Evict::ReadBackLater => (i, HostCopy::Reading(pending)),
+                _ => (i, HostCopy::Values(pending.finish(start, deadline)?)),
+            });
         }
-        for (i, bytes) in values {
-            *buffers[i].host() = Some(bytes);
+        for (i, copy) in values {
+            *buffers[i].host() = copy;
         }
         for buffer in buffers {
             let place = buffer
@@ -569,7 +622,7 @@ impl Gpu {
             return Ok(());
         }
         let fresh = self.alloc(buffer.size_bytes, buffer.category, &buffer.label)?;
-        if let Some(values) = buffer.host().as_deref() {
+        if let HostCopy::Values(values) = &*buffer.host_values(self.default_deadline())? {
             self.write(&fresh, 0, values)?;
         }
         let place = fresh

@@ -316,15 +316,12 @@ impl Gpu {
                 .iter()
                 .map(|b| b.buffer().resident(d.kernel.stem).map(|(s, _)| s))
                 .collect::<Result<Vec<_>>>()?;
-            entries.extend(
-                segments
-                    .iter()
-                    .zip(1u32..)
-                    .map(|(segment, binding)| wgpu::BindGroupEntry {
-                        binding,
-                        resource: segment.as_entire_binding(),
-                    }),
-            );
+            entries.extend(segments.iter().zip(1u32..).map(|(segment, binding)| {
+                wgpu::BindGroupEntry {
+                    binding,
+                    resource: segment.as_entire_binding(),
+                }
+            }));
             let group = scoped(&shared.device, "bind group", || {
                 shared.device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some(d.kernel.stem),

@@ -674,7 +674,10 @@ fn an_evicted_buffer_lives_in_host_memory_until_it_is_restored() {
     assert_eq!(p.host_bytes(), 256);
     assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), vec![1.5; 64]);
     let err = kernels::copy::copy(&gpu, seen.whole(), p.whole()).unwrap_err();
-    assert!(matches!(&err, Error::Evicted { label, .. } if label == "p"), "{err}");
+    assert!(
+        matches!(&err, Error::Evicted { label, .. } if label == "p"),
+        "{err}"
+    );
     gpu.write(&p, 8, &[7.0f32; 4]).unwrap();
 
     gpu.restore(&p).unwrap();
@@ -683,7 +686,11 @@ fn an_evicted_buffer_lives_in_host_memory_until_it_is_restored() {
     kernels::copy::copy(&gpu, seen.whole(), p.whole()).unwrap();
     let mut want = vec![1.5f32; 64];
     want[8..12].copy_from_slice(&[7.0; 4]);
-    assert_exact("restored", &gpu.read_all::<f32>(&seen, DEADLINE).unwrap(), &want);
+    assert_exact(
+        "restored",
+        &gpu.read_all::<f32>(&seen, DEADLINE).unwrap(),
+        &want,
+    );
 
     // The copy reading p is recorded, not submitted; p leaves without a read (its copy from
     // the restore is kept) and another buffer takes its bytes at once.
@@ -691,9 +698,15 @@ fn an_evicted_buffer_lives_in_host_memory_until_it_is_restored() {
     kernels::copy::copy(&gpu, seen.whole(), p.whole()).unwrap();
     let place = p.placement();
     gpu.evict(&[&p], Evict::Unchanged).unwrap();
-    let q = gpu.upload(&[-3.0f32; 64], Category::Temporary, "q").unwrap();
+    let q = gpu
+        .upload(&[-3.0f32; 64], Category::Temporary, "q")
+        .unwrap();
     assert_eq!(q.placement(), place, "q takes p's bytes");
-    assert_exact("recorded read", &gpu.read_all::<f32>(&seen, DEADLINE).unwrap(), &want);
+    assert_exact(
+        "recorded read",
+        &gpu.read_all::<f32>(&seen, DEADLINE).unwrap(),
+        &want,
+    );
     assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), want);
     // Restored elsewhere (q holds its old bytes), with the same values.
     gpu.restore(&p).unwrap();
@@ -704,6 +717,20 @@ fn an_evicted_buffer_lives_in_host_memory_until_it_is_restored() {
     gpu.evict(&[&p], Evict::Unchanged).unwrap();
     want[..2].copy_from_slice(&[9.0; 2]);
     assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), want);
+
+    // Read back later: the block is free at once and work recorded into its bytes runs after
+    // the copy; the values are waited for when read.
+    gpu.restore(&p).unwrap();
+    kernels::fill::fill(&gpu, p.slice(0, 4).unwrap(), -1.0).unwrap();
+    want[..4].copy_from_slice(&[-1.0; 4]);
+    let place = p.placement();
+    gpu.evict(&[&p], Evict::ReadBackLater).unwrap();
+    assert_eq!(p.host_bytes(), 256);
+    let r = gpu.alloc_elements(64, Category::Temporary, "r").unwrap();
+    assert_eq!(r.placement(), place, "r takes p's bytes at once");
+    kernels::fill::fill(&gpu, r.whole(), 5.0).unwrap();
+    assert_eq!(gpu.read_all::<f32>(&p, DEADLINE).unwrap(), want);
+    assert_eq!(gpu.read_all::<f32>(&r, DEADLINE).unwrap(), vec![5.0; 64]);
 }
 
 /// On a planning twin eviction and restoring move no data and keep no host memory, and the
@@ -713,7 +740,9 @@ fn a_planning_twin_counts_evictions_without_data() {
     use plimsoll_kernels_wgsl::Evict;
     let gpu = fresh_gpu();
     let twin = gpu.planning_twin(1 << 30);
-    let p = twin.alloc_elements(1 << 20, Category::Parameter, "p").unwrap();
+    let p = twin
+        .alloc_elements(1 << 20, Category::Parameter, "p")
+        .unwrap();
     let allocated = || twin.with_allocator(|m| m.stats().allocated_bytes);
     let before = allocated();
     twin.evict(&[&p], Evict::ReadBack).unwrap();
