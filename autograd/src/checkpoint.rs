@@ -306,9 +306,11 @@ pub(crate) fn backward(
         })
     });
     let grads = grads();
+    // Read back without waiting: the device goes on with the next segment's backward, and the
+    // host records it, while the copies land.
     let evicted = Tensor::evict(
         &grads.iter().collect::<Vec<_>>(),
-        plimsoll_kernels_wgsl::Evict::ReadBack,
+        plimsoll_kernels_wgsl::Evict::ReadBackLater,
     );
     let grads = result?;
     evicted?;
