@@ -168,6 +168,11 @@ impl DeviceBuffer {
         Ok(host)
     }
 
+    /// Whether the buffer was allocated by the device `shared` is.
+    pub(crate) fn belongs_to(&self, shared: &Shared) -> bool {
+        std::ptr::eq(&*self.shared, shared)
+    }
+
     /// The segment's unique id (`u64::MAX` while evicted; a dispatch then refuses the buffer).
     pub(crate) fn segment_uid(&self) -> u64 {
         self.place().as_ref().map_or(u64::MAX, |p| p.segment_uid)

@@ -242,6 +242,17 @@ impl Gpu {
                 ),
             });
         }
+        if let Some(foreign) = d.buffers.iter().find(|b| !b.buffer().belongs_to(shared)) {
+            return Err(Error::InvalidArgument {
+                op: d.kernel.stem,
+                message: format!(
+                    "{:?} belongs to another device than the one recording the kernel: \
+                     tensors of two Gpus cannot meet in one op; make them on one Gpu (or read \
+                     one back and upload it to the other)",
+                    foreign.buffer().label()
+                ),
+            });
+        }
         if let Some(evicted) = d.buffers.iter().find(|b| !b.buffer().is_resident()) {
             return Err(Error::Evicted {
                 label: evicted.buffer().label().to_string(),

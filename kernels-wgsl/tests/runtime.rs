@@ -753,3 +753,18 @@ fn a_planning_twin_counts_evictions_without_data() {
     assert_eq!(allocated(), before);
     kernels::fill::fill(&twin, p.whole(), 1.0).unwrap();
 }
+
+/// A kernel given a buffer of another device is a typed error naming it, not a read of
+/// whatever the binding finds there.
+#[test]
+fn a_buffer_of_another_device_is_refused() {
+    let (a, b) = (fresh_gpu(), fresh_gpu());
+    let mine = scratch(&a, 16, "mine");
+    let theirs = scratch(&b, 16, "theirs");
+    let err = kernels::copy::copy(&a, mine.whole(), theirs.whole()).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { message, .. } if message.contains("\"theirs\"")),
+        "{err}"
+    );
+    kernels::copy::copy(&b, scratch(&b, 16, "also theirs").whole(), theirs.whole()).unwrap();
+}
