@@ -84,6 +84,13 @@ pub(crate) fn notes(
         let streamed: Vec<&(String, plimsoll_autograd::Tensor)> =
             params.iter().filter(|(_, t)| !t.is_resident()).collect();
         let count: u64 = streamed.iter().map(|(_, t)| t.numel() as u64).sum();
+        if count > 0 && config.checkpointing == crate::config::CheckpointPolicy::None {
+            notes.push(
+                "--checkpointing none: streamed blocks run as checkpointed segments all the \
+                 same, each block one (its parameters must come to the device for its backward)"
+                    .to_string(),
+            );
+        }
         notes.push(match count {
             0 => "--offload parameters: this model has no blocks whose parameters can be \
                   streamed; all of them stay on the device"
