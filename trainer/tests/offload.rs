@@ -48,30 +48,53 @@ fn offloaded_optimizer_keeps_the_update() {
 /// straight six-step run bit for bit: the checkpoint holds the host state under AdamW's names.
 #[test]
 fn an_offloaded_run_resumes_bit_identically() {
-    let (spec, _) = tiny_gpt(1);
     let straight = train(offloaded(config(16, 8, 6, 1e-2)));
+    let resumed = saved_and_resumed(offloaded(config(16, 8, 3, 1e-2)), 6, |checkpoint| {
+        let saved = plimsoll_nn::state::load(checkpoint).unwrap();
+        let count = |prefix: &str| {
+            saved
+                .tensors
+                .keys()
+                .filter(|k| k.starts_with(prefix))
+                .count()
+        };
+        let (moments, tensors) = (
+            count("optim.exp_avg"),
+            count(plimsoll_trainer::checkpoint_io::PARAM_PREFIX),
+        );
+        assert!(tensors >= 3, "{tensors} parameters saved");
+        assert_eq!(moments, 2 * tensors, "both moments of every parameter");
+    });
+    assert_eq!(resumed, straight);
+}
+
+/// Runs the tiny GPT under `first` (saving to a directory of its own), calls `between` with
+/// its latest checkpoint, then resumes it to `steps` on the same device; the parameters after.
+fn saved_and_resumed(
+    first: TrainConfig,
+    steps: u64,
+    between: impl FnOnce(&std::path::Path),
+) -> Values {
+    let (spec, _) = tiny_gpt(1);
     let dir = temp_dir("offload-resume");
     let gpu = fresh_gpu();
-    let mut first = offloaded(config(16, 8, 3, 1e-2));
-    first.checkpoint_dir = Some(dir.clone());
+    let first = TrainConfig {
+        checkpoint_dir: Some(dir.clone()),
+        ..first
+    };
     let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(), None).unwrap();
     t.run(&mut Silent).unwrap();
-    let tensors = t.parameters().len();
     drop(t);
-    let saved = plimsoll_nn::state::load(&latest_path(&dir)).unwrap();
-    let moments = saved
-        .tensors
-        .keys()
-        .filter(|k| k.starts_with("optim.exp_avg"))
-        .count();
-    assert_eq!(moments, 2 * tensors, "both moments of every parameter");
-    let mut second = first;
-    second.length = RunLength::Steps(6);
+    between(&latest_path(&dir));
+    let second = TrainConfig {
+        length: RunLength::Steps(steps),
+        ..first
+    };
     let mut t = Trainer::new(&gpu, second, &spec, windows(), None).unwrap();
     t.resume(&latest_path(&dir)).unwrap();
     t.run(&mut Silent).unwrap();
-    assert_eq!(values(t.parameters()), straight);
     let _ = std::fs::remove_dir_all(&dir);
+    values(t.parameters())
 }
 
 /// The plan of an offloaded run holds no optimizer state on the device (only a read-back
@@ -353,20 +376,8 @@ fn streamed_parameters_keep_the_update_and_need_less_device_memory() {
     // values written there).
     let (spec, _) = tiny_gpt(1);
     let straight = train(at(Offload::Parameters, config(16, 8, 6, 1e-2)));
-    let dir = temp_dir("stream-resume");
-    let gpu = fresh_gpu();
-    let mut first = at(Offload::Parameters, config(16, 8, 3, 1e-2));
-    first.checkpoint_dir = Some(dir.clone());
-    let mut t = Trainer::new(&gpu, first.clone(), &spec, windows(), None).unwrap();
-    t.run(&mut Silent).unwrap();
-    drop(t);
-    let mut second = first;
-    second.length = RunLength::Steps(6);
-    let mut t = Trainer::new(&gpu, second, &spec, windows(), None).unwrap();
-    t.resume(&latest_path(&dir)).unwrap();
-    t.run(&mut Silent).unwrap();
-    assert_eq!(values(t.parameters()), straight);
-    let _ = std::fs::remove_dir_all(&dir);
+    let first = at(Offload::Parameters, config(16, 8, 3, 1e-2));
+    assert_eq!(saved_and_resumed(first, 6, |_| {}), straight);
 
     let mut planned = config(16, 16, 3, 1e-2);
     planned.checkpointing = CheckpointPolicy::EveryBlocks(1);
