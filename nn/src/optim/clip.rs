@@ -9,18 +9,29 @@ use crate::error::{Error, Result};
 
 /// The global L2 norm `sqrt(sum over every gradient element of g^2)` of the gradients of
 /// `params` (parameters without a gradient count as zero). The squares are summed on the GPU by
-/// chunks of each tensor, read back in one wait and added up in f64 on the host. 0 when no
-/// parameter has a gradient.
+/// chunks of each tensor, read back in one wait and added up in f64 on the host; a gradient in
+/// host memory (parameter streaming, [`Tensor::evict`]) is summed there. 0 when no parameter
+/// has a gradient.
 pub fn grad_norm(params: &[(String, Tensor)]) -> Result<f32> {
     let _no_grad = no_grad();
-    let grads: Vec<Tensor> = params.iter().filter_map(|(_, p)| p.grad()).collect();
-    if grads.is_empty() {
-        return Ok(0.0);
+    let (grads, on_host): (Vec<Tensor>, Vec<Tensor>) = params
+        .iter()
+        .filter_map(|(_, p)| p.grad())
+        .partition(Tensor::is_resident);
+    let mut squares = 0.0f64;
+    for g in &on_host {
+        squares += g
+            .to_vec()?
+            .iter()
+            .map(|&v| f64::from(v).powi(2))
+            .sum::<f64>();
     }
-    let refs: Vec<SquaresOf<'_>> = grads.iter().map(SquaresOf::Tensor).collect();
-    let (sums, _) = Tensor::with_sums_of_squares(None, &refs)?;
-    drop(grads);
-    let squares: f64 = sums.to_vec()?.iter().map(|&v| f64::from(v)).sum();
+    if !grads.is_empty() {
+        let refs: Vec<SquaresOf<'_>> = grads.iter().map(SquaresOf::Tensor).collect();
+        let (sums, _) = Tensor::with_sums_of_squares(None, &refs)?;
+        drop(grads);
+        squares += sums.to_vec()?.iter().map(|&v| f64::from(v)).sum::<f64>();
+    }
     Ok(squares.sqrt() as f32)
 }
 
@@ -41,6 +52,12 @@ pub fn clip_grad_norm(params: &[(String, Tensor)], max_norm: f32) -> Result<f32>
         let coefficient = max_norm / (norm + 1e-6);
         for (_, p) in params {
             let Some(g) = p.grad() else { continue };
+            if !g.is_resident() {
+                // In host memory: scaled there (the device's kernel rounds alike, one multiply).
+                let scaled: Vec<f32> = g.to_vec()?.iter().map(|&v| v * coefficient).collect();
+                g.write_from_slice(&scaled)?;
+                continue;
+            }
             let elements = g.elements()?;
             scalar_rhs(g.gpu(), BinaryOp::Mul, elements, elements, coefficient)?;
         }

@@ -790,3 +790,40 @@ fn adamw_like(adamw: &AdamW, gpu: &Gpu, shard: plimsoll_nn::RowShard) -> Box<dyn
     opt.set_lr(adamw.lr());
     opt
 }
+
+/// A gradient in host memory (parameter streaming) counts in the norm and is clipped there,
+/// as the same gradient on the device is.
+#[test]
+fn clip_grad_norm_reaches_gradients_in_host_memory() {
+    let gpu = gpu();
+    let run = |evict: bool| {
+        let a = param(&gpu, &[0.0; 3], &[3], "a");
+        let b = param(&gpu, &[0.0; 4], &[2, 2], "b");
+        set_grad(&gpu, &a, &[3.0, -1.0, 2.0]);
+        set_grad(&gpu, &b, &[0.5, -4.0, 1.5, 2.5]);
+        let gb = b.grad().unwrap();
+        if evict {
+            Tensor::evict(&[&gb], plimsoll_kernels_wgsl::Evict::ReadBack).unwrap();
+        }
+        let params = vec![("a".to_string(), a.clone()), ("b".to_string(), b)];
+        let norm = clip_grad_norm(&params, 2.0).unwrap();
+        assert_eq!(gb.is_resident(), !evict);
+        let after = grad_norm(&params).unwrap();
+        (
+            norm,
+            after,
+            a.grad().unwrap().to_vec().unwrap(),
+            gb.to_vec().unwrap(),
+        )
+    };
+    let (on_device, on_host) = (run(false), run(true));
+    // The clipped values bit for bit; the norms as summed (the device's in f32 partial sums).
+    assert_eq!((&on_host.2, &on_host.3), (&on_device.2, &on_device.3));
+    for (host, device) in [(on_host.0, on_device.0), (on_host.1, on_device.1)] {
+        assert!(
+            (host - device).abs() <= 1e-6 * device,
+            "{on_host:?} vs {on_device:?}"
+        );
+    }
+    assert!((on_device.1 - 2.0).abs() < 1e-5, "{on_device:?}");
+}
