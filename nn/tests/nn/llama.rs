@@ -245,6 +245,41 @@ fn llama_gradients_reach_every_parameter_on_both_attention_paths() {
     assert_eq!(tied_count, tiny_config(true).parameter_count());
 }
 
+/// A Llama whose layers' parameters are in host memory ([`plimsoll_nn::evict_blocks_as_built`])
+/// gives the loss and gradients of the same Llama on the device, bit for bit, every layer a
+/// segment; the layers' parameters and gradients end in host memory.
+#[test]
+fn a_llama_whose_layers_are_in_host_memory_gives_the_same_loss_and_gradients() {
+    let gpu = gpu();
+    let config = tiny_config(true);
+    let (batch, time) = (2, 9);
+    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
+    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
+    let ids = Tensor::from_indices(&gpu, &ids, &[batch, time]).unwrap();
+    let targets = Tensor::from_indices(&gpu, &targets, &[batch, time]).unwrap();
+    let run = |streamed: bool| {
+        let model = {
+            let _evict = streamed.then(plimsoll_nn::evict_blocks_as_built);
+            Llama::new(&gpu, config, 21).unwrap()
+        };
+        let loss = model.loss_checkpointed(&ids, &targets, 1, 0.0, 0).unwrap();
+        loss.backward().unwrap();
+        for (name, p) in model.block_parameters() {
+            let on_host = !p.is_resident() && !p.grad().unwrap().is_resident();
+            assert_eq!(on_host, streamed, "{name}");
+        }
+        let mut values = vec![vec![loss.item().unwrap()]];
+        values.extend(
+            model
+                .parameters()
+                .into_iter()
+                .map(|(_, p)| p.grad().unwrap().to_vec().unwrap()),
+        );
+        values
+    };
+    assert_eq!(run(true), run(false));
+}
+
 /// Shapes the model cannot take are refused with the figures.
 #[test]
 fn llama_config_refuses_shapes_it_cannot_run() {
