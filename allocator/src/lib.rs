@@ -46,7 +46,7 @@ mod trace;
 
 pub use allocation::Allocation;
 pub use allocator::BufferAllocator;
-pub use bytes::format_bytes;
+pub use bytes::{format_bytes, format_bytes_at_least};
 pub use category::{AllocationId, Category, SegmentId};
 pub use config::{AllocatorConfig, Request};
 pub use error::{AllocError, OomCause, OutOfMemory, Result};

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use plimsoll_allocator::format_bytes;
+use plimsoll_allocator::{format_bytes, format_bytes_at_least};
 use plimsoll_kernels_wgsl::Error as KernelError;
 
 /// `Result` with this crate's [`Error`].
@@ -167,8 +167,8 @@ pub enum Error {
          {}raise --memory-budget \
          to at least that, use a smaller model, or (if you turned it off) let --checkpointing \
          auto try checkpointing",
-        format_bytes(*budget_bytes), format_bytes(*predicted_bytes), format_bytes(*fixed_bytes),
-        f16_hint(*f16_fits)
+        format_bytes(*budget_bytes), format_bytes_at_least(*predicted_bytes),
+        format_bytes(*fixed_bytes), f16_hint(*f16_fits)
     )]
     BudgetTooSmall {
         /// The budget.
@@ -207,7 +207,7 @@ pub enum Error {
          raise --host-memory-budget if the machine has the memory, or keep less there: \
          --prefetch 0, --snapshot-every off, --offload optimizer (activations on the device) \
          or --offload none (with a --memory-budget that holds the optimizer's state)",
-        format_bytes(*.needed_bytes),
+        format_bytes_at_least(*.needed_bytes),
         format_bytes(*.budget_bytes),
         if *.default_budget { " (80% of what the host has available; --host-memory-budget)" } else { "" }
     )]
