@@ -642,3 +642,47 @@ fn a_refusal_names_a_budget_that_fits() {
     assert!(o.status.success(), "{need} GiB, as advised:\n{}", text(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// GPT-2 XL's shapes (1.48 billion parameters, 5.5 GiB of them) under 4 GiB: `--offload auto`
+/// goes past the levels that keep the parameters on the device and streams the blocks'; under
+/// 100 MiB even that is refused, naming a budget (not below its fixed state) that then fits.
+#[test]
+fn a_model_larger_than_the_budget_is_planned_with_its_parameters_streamed() {
+    let dir = folder("streamed-plan");
+    let base = "plan gpt --model gpt2-xl --batch 8";
+    let o = run(&dir, &words(&format!("{base} --memory-budget 4GiB")));
+    let said = text(&o);
+    assert!(o.status.success(), "{said}");
+    assert!(said.contains("--offload parameters"), "{said}");
+    assert!(said.contains("parameters of the blocks streamed"), "{said}");
+    let o = run(&dir, &words(&format!("{base} --memory-budget 100MiB")));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let said = text(&o);
+    let after = |key: &str| -> (f64, String) {
+        let at = said.find(key).expect(key) + key.len();
+        let mut words = said[at..].split(' ');
+        let value = words.next().unwrap().parse().unwrap();
+        (
+            value,
+            words
+                .next()
+                .unwrap()
+                .trim_end_matches([')', '.'])
+                .to_string(),
+        )
+    };
+    let ((need, unit), (fixed, fixed_unit)) = (after("at least "), after("fixed state "));
+    let mib = |v: f64, unit: &str| if unit == "GiB" { v * 1024.0 } else { v };
+    assert!(mib(need, &unit) >= mib(fixed, &fixed_unit), "{said}");
+    let o = run(
+        &dir,
+        &words(&format!("{base} --memory-budget {need}{unit}")),
+    );
+    assert!(
+        o.status.success(),
+        "{need} {unit}, as advised:\n{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("--offload parameters"), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(dir);
+}
