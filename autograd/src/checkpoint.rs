@@ -326,6 +326,8 @@ fn with_restored<T>(tensors: &[Tensor], run: impl FnOnce() -> Result<T>) -> Resu
     }
     let restored = tensors.iter().try_for_each(Tensor::restore);
     let result = restored.and_then(|()| run());
+    // Their f16 copies (under `f16_weight_copies`) go too: made again when next needed.
+    crate::half::forget_weight_copies_of(tensors);
     let evicted = Tensor::evict(
         &tensors.iter().collect::<Vec<_>>(),
         plimsoll_kernels_wgsl::Evict::Unchanged,

@@ -108,6 +108,20 @@ pub fn forget_weight_copies() {
     });
 }
 
+/// Drops this thread's f16 copies of `params` (streamed parameters leaving the device: their
+/// copies would keep the device memory their eviction frees).
+pub(crate) fn forget_weight_copies_of(params: &[Tensor]) {
+    WEIGHT_COPIES.with(|w| {
+        if let Some(copies) = w.borrow_mut().as_mut() {
+            let storages: Vec<usize> = params
+                .iter()
+                .map(|p| Arc::as_ptr(&p.storage) as usize)
+                .collect();
+            copies.retain(|key, _| !storages.contains(&key.0));
+        }
+    });
+}
+
 /// `t` as a matmul reads it: under [`f16_activations`] and [`f16_weight_copies`], a parameter's
 /// f16 copy (in `t`'s place in the graph), else `t` itself.
 pub(crate) fn matmul_input(t: &Tensor) -> Result<Tensor> {
