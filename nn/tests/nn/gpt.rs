@@ -216,6 +216,56 @@ fn a_gpt_whose_blocks_are_in_host_memory_gives_the_same_logits_and_gradients() {
     }
 }
 
+/// In f16, with the weights read through f16 copies made once per update, a GPT whose blocks
+/// are in host memory gives the same logits and gradients, and keeps no copy of a streamed
+/// block's weights after its segment: with the copies' guard still alive after backward, the
+/// device holds fewer temporary bytes than the same GPT on the device does.
+#[test]
+fn streamed_blocks_keep_no_f16_weight_copies() {
+    use plimsoll_autograd::{f16_activations, f16_weight_copies};
+    use plimsoll_nn::evict_blocks_as_built;
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let x = Tensor::from_indices(&gpu, &ids(2, 6, 9).0, &[2, 6]).unwrap();
+    let cfg = GptConfig { n_layer: 3, ..TINY };
+    let run = |streamed: bool| {
+        let model = {
+            let _evict = streamed.then(evict_blocks_as_built);
+            Gpt::new(&gpu, cfg, 7).unwrap()
+        };
+        let _copies = f16_weight_copies();
+        let logits = {
+            let _half = f16_activations();
+            let out = model.forward_checkpointed(&x, 1).unwrap();
+            let logits = out.to_vec().unwrap();
+            out.mul(&out)
+                .unwrap()
+                .mean_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            logits
+        };
+        let temporary = gpu.with_allocator(|a| {
+            a.stats()
+                .category(plimsoll_kernels_wgsl::Category::Temporary)
+                .allocated_bytes
+        });
+        let grads: Vec<_> = model
+            .parameters()
+            .into_iter()
+            .map(|(_, t)| t.grad().unwrap().to_vec().unwrap())
+            .collect();
+        (logits, grads, temporary)
+    };
+    let (logits, grads, all_copies) = run(false);
+    let (streamed_logits, streamed_grads, some_copies) = run(true);
+    assert_eq!((streamed_logits, streamed_grads), (logits, grads));
+    assert!(
+        some_copies < all_copies,
+        "{some_copies} temporary bytes streamed, {all_copies} on the device"
+    );
+}
+
 /// A GPT whose token table is past one binding (a device that binds 4 KiB: the 300 x 8 table
 /// takes 9,600 B) keeps it in three parts, and trains as the same GPT with the table whole:
 /// three AdamW steps through the chunked loss give the same losses and parameters (the parts
