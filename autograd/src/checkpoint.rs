@@ -9,8 +9,8 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::copy;
+use plimsoll_kernels_wgsl::{Category, Evict};
 
 use crate::backward::Grads;
 use crate::error::Result;
@@ -308,10 +308,7 @@ pub(crate) fn backward(
     let grads = grads();
     // Read back without waiting: the device goes on with the next segment's backward, and the
     // host records it, while the copies land.
-    let evicted = Tensor::evict(
-        &grads.iter().collect::<Vec<_>>(),
-        plimsoll_kernels_wgsl::Evict::ReadBackLater,
-    );
+    let evicted = evict(&grads, Evict::ReadBackLater);
     let grads = result?;
     evicted?;
     Ok(grads)
@@ -328,13 +325,15 @@ fn with_restored<T>(tensors: &[Tensor], run: impl FnOnce() -> Result<T>) -> Resu
     let result = restored.and_then(|()| run());
     // Their f16 copies (under `f16_weight_copies`) go too: made again when next needed.
     crate::half::forget_weight_copies_of(tensors);
-    let evicted = Tensor::evict(
-        &tensors.iter().collect::<Vec<_>>(),
-        plimsoll_kernels_wgsl::Evict::Unchanged,
-    );
+    let evicted = evict(tensors, Evict::Unchanged);
     let value = result?;
     evicted?;
     Ok(value)
+}
+
+/// [`Tensor::evict`] of `tensors`.
+fn evict(tensors: &[Tensor], how: Evict) -> Result<()> {
+    Tensor::evict(&tensors.iter().collect::<Vec<_>>(), how)
 }
 
 /// Backward of a checkpoint node with everything it uses on the device.

@@ -12,7 +12,7 @@
 //! into bytes the open batch uses submits it first).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use plimsoll_allocator::{Allocation, Category, Request};
@@ -240,18 +240,24 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let place = self
-            .place
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(place) = place {
-            self.free(place);
-        }
+        self.release();
     }
 }
 
 impl DeviceBuffer {
+    /// The block's placement (write-locked).
+    fn place_mut(&self) -> RwLockWriteGuard<'_, Option<Place>> {
+        self.place.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees the block, if the buffer holds one (drop, eviction).
+    fn release(&self) {
+        let place = self.place_mut().take();
+        if let Some(place) = place {
+            self.free(place);
+        }
+    }
+
     /// Frees the block at once, tagged with the last batch that used the bytes: the next
     /// holder inherits the tag, so an upload into it while that batch is open submits the
     /// batch first (see `crate::recorder`). Our own allocation: a refusal would be an allocator
@@ -607,14 +613,7 @@ impl Gpu {
             *buffers[i].host() = copy;
         }
         for buffer in buffers {
-            let place = buffer
-                .place
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            if let Some(place) = place {
-                buffer.free(place);
-            }
+            buffer.release();
         }
         Ok(())
     }
@@ -630,16 +629,13 @@ impl Gpu {
         if let HostCopy::Values(values) = &*buffer.host_values(self.default_deadline())? {
             self.write(&fresh, 0, values)?;
         }
-        let place = fresh
-            .place
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        // The new block becomes the buffer's (and `fresh` drops with none to free).
+        let place = fresh.place_mut().take();
         buffer.last_used_batch.store(
             fresh.last_used_batch.load(Ordering::SeqCst),
             Ordering::SeqCst,
         );
-        *buffer.place.write().unwrap_or_else(|p| p.into_inner()) = place;
+        *buffer.place_mut() = place;
         Ok(())
     }
 }

@@ -136,6 +136,23 @@ fn checkpointed_blocks_give_the_same_gradients() {
     }
 }
 
+/// The GPT of `cfg` (seed 7) on `gpu`, its blocks built into host memory when `streamed`
+/// ([`plimsoll_nn::evict_blocks_as_built`]).
+fn streamed_or_not(gpu: &plimsoll_kernels_wgsl::Gpu, cfg: GptConfig, streamed: bool) -> Gpt {
+    let _evict = streamed.then(plimsoll_nn::evict_blocks_as_built);
+    Gpt::new(gpu, cfg, 7).unwrap()
+}
+
+/// Back-propagates the mean of `out`'s squares.
+fn mean_square_backward(out: &Tensor) {
+    out.mul(out)
+        .unwrap()
+        .mean_all()
+        .unwrap()
+        .backward()
+        .unwrap();
+}
+
 /// A GPT built with its blocks' parameters in host memory ([`evict_blocks_as_built`]) gives
 /// the logits and gradients of the same GPT on the device, bit for bit: without checkpointing
 /// (each block then a segment of its own), block by block and two blocks a segment, over two
@@ -143,16 +160,12 @@ fn checkpointed_blocks_give_the_same_gradients() {
 /// memory, and the device held one segment's parameters at a time.
 #[test]
 fn a_gpt_whose_blocks_are_in_host_memory_gives_the_same_logits_and_gradients() {
-    use plimsoll_nn::evict_blocks_as_built;
     // A device of its own: its allocator counts this test's parameters alone.
     let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
     let x = Tensor::from_indices(&gpu, &ids(2, 6, 9).0, &[2, 6]).unwrap();
     let cfg = GptConfig { n_layer: 3, ..TINY };
     let run = |segment: usize, streamed: bool| {
-        let model = {
-            let _evict = streamed.then(evict_blocks_as_built);
-            Gpt::new(&gpu, cfg, 7).unwrap()
-        };
+        let model = streamed_or_not(&gpu, cfg, streamed);
         let blocks = model.block_parameters();
         assert_eq!(blocks.iter().all(|(_, p)| !p.is_resident()), streamed);
         let parameter_bytes = || {
@@ -168,12 +181,7 @@ fn a_gpt_whose_blocks_are_in_host_memory_gives_the_same_logits_and_gradients() {
         for _ in 0..2 {
             let out = model.forward_checkpointed(&x, segment).unwrap();
             logits.push(out.to_vec().unwrap());
-            out.mul(&out)
-                .unwrap()
-                .mean_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            mean_square_backward(&out);
         }
         let peak = (built, parameter_bytes().1);
         let no_grad = {
@@ -223,26 +231,17 @@ fn a_gpt_whose_blocks_are_in_host_memory_gives_the_same_logits_and_gradients() {
 #[test]
 fn streamed_blocks_keep_no_f16_weight_copies() {
     use plimsoll_autograd::{f16_activations, f16_weight_copies};
-    use plimsoll_nn::evict_blocks_as_built;
     let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
     let x = Tensor::from_indices(&gpu, &ids(2, 6, 9).0, &[2, 6]).unwrap();
     let cfg = GptConfig { n_layer: 3, ..TINY };
     let run = |streamed: bool| {
-        let model = {
-            let _evict = streamed.then(evict_blocks_as_built);
-            Gpt::new(&gpu, cfg, 7).unwrap()
-        };
+        let model = streamed_or_not(&gpu, cfg, streamed);
         let _copies = f16_weight_copies();
         let logits = {
             let _half = f16_activations();
             let out = model.forward_checkpointed(&x, 1).unwrap();
             let logits = out.to_vec().unwrap();
-            out.mul(&out)
-                .unwrap()
-                .mean_all()
-                .unwrap()
-                .backward()
-                .unwrap();
+            mean_square_backward(&out);
             logits
         };
         let temporary = gpu.with_allocator(|a| {
