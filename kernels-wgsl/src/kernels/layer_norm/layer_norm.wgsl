@@ -9,7 +9,7 @@
 //   backward_params: dgamma[j] = sum_r dy[r, j] xhat[r, j], dbeta[j] = sum_r dy[r, j]
 //                    (one invocation per COLUMN, looping over rows in order: deterministic,
 //                    no atomics, no partial buffers)
-// Gradients are WRITTEN (=), not accumulated; accumulation into .grad is autograd's business.
+// Gradients are WRITTEN (=), not accumulated, except dx with params.add_dx (below).
 //
 // RMSNorm (`params.rms` = 1, as PyTorch's nn.RMSNorm and Hugging Face's LlamaRMSNorm): the same
 // formulas with the mean taken as 0 and no beta: y = x * rstd * gamma, rstd = 1/sqrt(mean(x^2)
@@ -28,9 +28,12 @@
 // segment buffer):
 //   forward:         0 params, 1 x [rows*cols], 2 gamma [cols], 3 beta [cols],
 //                    4 y [rows*cols], 5 mean [rows], 6 rstd [rows]
+//   forward_add:     forward's, then 7 add_a, 8 add_b [rows*cols] (x is then their sum, written)
 //   backward_input:  0 params, 1 x, 2 gamma, 3 mean, 4 rstd, 5 dy [rows*cols], 6 dx [rows*cols]
 //   backward_params: 0 params, 1 x, 2 mean, 3 rstd, 4 dy, 5 dgamma [cols], 6 dbeta [cols]
-// (6 storage buffers: within the default max_storage_buffers_per_shader_stage of 8.)
+// (6 storage buffers, 8 for forward_add: within the default max_storage_buffers_per_shader_stage
+// of 8.) params.add_dx: backward_input adds dx to what its binding holds (dx += ..., the
+// gradient of a tensor that also reached it another way) instead of writing it.
 //
 // Dispatch: groups = ceil(count / 64); (groups, 1, 1) if <= 65535 else
 // (65535, ceil(groups / 65535), 1); index = gid.x + gid.y * num_workgroups.x * 64;
@@ -91,6 +94,45 @@ fn forward(@builtin(global_invocation_id) gid: vec3<u32>,
     if (r >= params.rows) {
         return;
     }
+    forward_row(r);
+}
+
+// forward_add: row r of x = add_a + add_b written into x (binding 1, the sum) first, 8 columns
+// per loop pass, then forward over it; this invocation reads back only what it wrote.
+@compute @workgroup_size(64)
+fn forward_add(@builtin(global_invocation_id) gid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>) {
+    let r = flat_index(gid, nwg);
+    if (r >= params.rows) {
+        return;
+    }
+    let n = params.cols;
+    let xb = params.x_offset + r * n;
+    let ab = params.a_offset + r * n;
+    let bb = params.b_offset + r * n;
+    var j = 0u;
+    for (; j + 8u <= n; j += 8u) {
+        add_at(xb + j, ab + j, bb + j);
+        add_at(xb + j + 1u, ab + j + 1u, bb + j + 1u);
+        add_at(xb + j + 2u, ab + j + 2u, bb + j + 2u);
+        add_at(xb + j + 3u, ab + j + 3u, bb + j + 3u);
+        add_at(xb + j + 4u, ab + j + 4u, bb + j + 4u);
+        add_at(xb + j + 5u, ab + j + 5u, bb + j + 5u);
+        add_at(xb + j + 6u, ab + j + 6u, bb + j + 6u);
+        add_at(xb + j + 7u, ab + j + 7u, bb + j + 7u);
+    }
+    for (var i = 0u; i < 7u; i++) {
+        if (j + i < n) { add_at(xb + j + i, ab + j + i, bb + j + i); }
+    }
+    forward_row(r);
+}
+
+fn add_at(xi: u32, ai: u32, bi: u32) {
+    x[xi] = add_a[ai] + add_b[bi];
+}
+
+// forward's row r: mean, rstd and y from x.
+fn forward_row(r: u32) {
     let base = params.x_offset + r * params.cols;
     let yb = params.y_offset + r * params.cols;
     let inv_cols = 1.0 / f32(params.cols);
@@ -111,7 +153,12 @@ fn input_step(acc: vec2<f32>, write: bool, base: u32, gb: u32, xb: u32, j: u32, 
     let xhat = (x[base + j] - m) * s;
     let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
     if (write) {
-        dx[xb + j] = s * (g - means.x - xhat * means.y);
+        let v = s * (g - means.x - xhat * means.y);
+        if (params.add_dx != 0u) {
+            dx[xb + j] = dx[xb + j] + v;
+        } else {
+            dx[xb + j] = v;
+        }
         return acc;
     }
     return acc + vec2<f32>(g, g * xhat);

@@ -17,7 +17,28 @@ fn tree_sum(v: vec2<f32>) -> vec2<f32> {
 
 @compute @workgroup_size(64)
 fn forward_rows(inv: RowInvocation) {
+    forward_row(row_start(inv));
+}
+
+// forward_add_rows: row r of x = add_a + add_b written into x first (each lane its columns),
+// then forward_rows over it: each lane reads back only the columns it wrote.
+@compute @workgroup_size(64)
+fn forward_add_rows(inv: RowInvocation) {
     let r = row_start(inv);
+    if (r < params.rows) {
+        let n = params.cols;
+        let xb = params.x_offset + r * n;
+        let ab = params.a_offset + r * n;
+        let bb = params.b_offset + r * n;
+        for (var j = lane; j < n; j += lanes) {
+            x[xb + j] = add_a[ab + j] + add_b[bb + j];
+        }
+    }
+    forward_row(r);
+}
+
+// forward_rows' row r (every lane of the row calls it, as the row sums need).
+fn forward_row(r: u32) {
     if (r >= params.rows) {
         return;
     }
@@ -76,6 +97,11 @@ fn backward_input_rows(inv: RowInvocation) {
     for (var j = lane; j < params.cols; j += lanes) {
         let xhat = (x[base + j] - m) * s;
         let g = bi_dy[gb + j] * gamma[params.gamma_offset + j];
-        dx[xb + j] = s * (g - means.x - xhat * means.y);
+        let v = s * (g - means.x - xhat * means.y);
+        if (params.add_dx != 0u) {
+            dx[xb + j] = dx[xb + j] + v;
+        } else {
+            dx[xb + j] = v;
+        }
     }
 }

@@ -7,7 +7,8 @@
 //! [`forward`] also writes each row's mean and `rstd = 1/sqrt(var + eps)` for the backward.
 //! [`backward`] records two dispatches: `dx` (one invocation per row) and `dgamma`, `dbeta` (one
 //! per column, looping over the rows in order: deterministic, no atomics). All gradients are
-//! written (=), not accumulated.
+//! written (=), not accumulated, except `dx` by [`backward_adding`]. [`forward_add`] is a
+//! residual addition and [`forward`] of its sum in one dispatch.
 
 use crate::device::Gpu;
 use crate::error::{Error, Result};
@@ -45,6 +46,8 @@ kernels! {
     "layer_norm", source: WGSL, workgroup: WORKGROUP;
     /// The `forward` entry point.
     FORWARD = "forward" [x, gamma, beta, y, mean_out, rstd_out];
+    /// The `forward_add` entry point: `x = a + b` written, then `forward` over it.
+    FORWARD_ADD = "forward_add" [x, gamma, beta, y, mean_out, rstd_out, add_a, add_b];
     /// The `backward_input` entry point (`dx`).
     BACKWARD_INPUT = "backward_input" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
     /// The `backward_params` entry point (`dgamma`, `dbeta`).
@@ -55,6 +58,8 @@ kernels! {
     "layer_norm_rows", source: WGSL_ROWS, workgroup: WORKGROUP;
     /// `forward` with a workgroup per row (`layer_norm_rows.wgsl`).
     FORWARD_ROWS = "forward_rows" [x, gamma, beta, y, mean_out, rstd_out];
+    /// `forward_add` with a workgroup per row.
+    FORWARD_ADD_ROWS = "forward_add_rows" [x, gamma, beta, y, mean_out, rstd_out, add_a, add_b];
     /// `backward_input` with a workgroup per row.
     BACKWARD_INPUT_ROWS = "backward_input_rows" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
 }
@@ -64,6 +69,8 @@ kernels! {
     /// `forward` with a subgroup per row (`layer_norm_rows.wgsl` placed by
     /// `row_subgroup.wgsl`).
     FORWARD_SUBGROUP = "forward_rows" [x, gamma, beta, y, mean_out, rstd_out];
+    /// `forward_add` with a subgroup per row.
+    FORWARD_ADD_SUBGROUP = "forward_add_rows" [x, gamma, beta, y, mean_out, rstd_out, add_a, add_b];
     /// `backward_input` with a subgroup per row.
     BACKWARD_INPUT_SUBGROUP = "backward_input_rows" [x, gamma, bi_mean, bi_rstd, bi_dy, dx];
 }
@@ -71,11 +78,14 @@ kernels! {
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
 pub const KERNELS: &[Kernel] = &[
     FORWARD,
+    FORWARD_ADD,
     BACKWARD_INPUT,
     BACKWARD_PARAMS,
     FORWARD_ROWS,
+    FORWARD_ADD_ROWS,
     BACKWARD_INPUT_ROWS,
     FORWARD_SUBGROUP,
+    FORWARD_ADD_SUBGROUP,
     BACKWARD_INPUT_SUBGROUP,
 ];
 
@@ -124,10 +134,16 @@ shader_params! {
         dgamma_offset: u32,
         dbeta_offset: u32,
         rms: u32,
+        /// `forward_add`: where `a` and `b` start (their sum goes to `x_offset`).
+        a_offset: u32,
+        b_offset: u32,
+        /// `backward_input`: 1 adds `dx` to what its binding holds instead of writing it.
+        add_dx: u32,
         /// `backward_params`: the first column of the range this dispatch sums, and one past
         /// its last (a launch in ranges under a submission bound).
         start: u32,
         end: u32,
+        _pad0: u32,
     }
 }
 
@@ -143,13 +159,21 @@ pub const fn row_loop_iterations_subgroup(cols: u64, lanes: u64) -> u64 {
     3 * (cols.div_ceil(lanes) + 1)
 }
 
+/// Which launch [`matrix_len`] checks.
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    Forward,
+    ForwardAdd,
+    Backward,
+}
+
 /// Checks the dimensions and the loop limits; returns `rows * cols`.
 fn matrix_len(
     gpu: &Gpu,
     op: &'static str,
     layout: RowLayout,
     (rows, cols): (u64, u64),
-    backward: bool,
+    kind: Pass,
 ) -> Result<u64> {
     let invalid = |message: String| Error::InvalidArgument { op, message };
     if rows > 0 && cols == 0 {
@@ -167,9 +191,15 @@ fn matrix_len(
             RowLayout::WorkgroupPerRow => &row_loop_iterations_rows,
             RowLayout::SubgroupPerRow => &|c| row_loop_iterations_subgroup(c, lanes),
         };
-        check_loop_limit(gpu, op, "cols", cols, passes)?;
+        // forward_add's loop writing the sum comes first, one more column loop.
+        let add_passes = |c: u64| match layout {
+            RowLayout::InvocationPerRow => loop_passes(c),
+            _ => c.div_ceil(lanes.max(1)) + 1,
+        };
+        let total = |c: u64| passes(c) + if kind == Pass::ForwardAdd { add_passes(c) } else { 0 };
+        check_loop_limit(gpu, op, "cols", cols, total)?;
     }
-    if backward && cols > 0 {
+    if kind == Pass::Backward && cols > 0 {
         check_loop_limit(gpu, op, "rows", rows, column_loop_iterations)?;
     }
     Ok(len)
@@ -202,28 +232,90 @@ pub fn forward_in(
     gpu: &Gpu,
     layout: RowLayout,
     dims: &LayerNormDims,
-    [y, mean, rstd]: [DeviceSlice<'_>; 3],
+    outputs: [DeviceSlice<'_>; 3],
     [x, gamma, beta]: [DeviceSlice<'_>; 3],
 ) -> Result<()> {
-    let op = "layer_norm::forward";
+    record_forward(gpu, layout, dims, outputs, [x, gamma, beta], None)
+}
+
+/// A residual add and the layer norm of its result in one dispatch (the "add and norm" of a
+/// pre-norm transformer block): writes `sum = a + b` (elementwise, `[rows, cols]`), then
+/// [`forward`] of `sum`: `y`, `mean` and `rstd`. The same values as a separate addition and
+/// [`forward`], bit for bit; one pass less over the sum.
+pub fn forward_add(
+    gpu: &Gpu,
+    dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    [sum, a, b]: [DeviceSlice<'_>; 3],
+    gamma: DeviceSlice<'_>,
+    beta: DeviceSlice<'_>,
+) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    forward_add_in(gpu, layout, dims, outputs, [sum, a, b], [gamma, beta])
+}
+
+/// [`forward_add`] in the given layout (for tests and benchmarks).
+pub fn forward_add_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    [sum, a, b]: [DeviceSlice<'_>; 3],
+    [gamma, beta]: [DeviceSlice<'_>; 2],
+) -> Result<()> {
+    record_forward(gpu, layout, dims, outputs, [sum, gamma, beta], Some([a, b]))
+}
+
+/// [`forward_in`], or with `add` [`forward_add_in`] (`x` is then the sum it writes).
+fn record_forward(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
+    [y, mean, rstd]: [DeviceSlice<'_>; 3],
+    [x, gamma, beta]: [DeviceSlice<'_>; 3],
+    add: Option<[DeviceSlice<'_>; 2]>,
+) -> Result<()> {
+    let op = match add {
+        None => "layer_norm::forward",
+        Some(_) => "layer_norm::forward_add",
+    };
     let LayerNormDims {
         rows,
         cols,
         eps,
         rms,
     } = *dims;
-    let len = matrix_len(gpu, op, layout, (rows, cols), false)?;
-    expect_lens(
-        op,
-        &[
-            ("y", y, len),
-            ("mean", mean, rows),
-            ("rstd", rstd, rows),
-            ("x", x, len),
-            ("gamma", gamma, cols),
-            ("beta", beta, cols),
-        ],
-    )?;
+    let kind = match add {
+        None => Pass::Forward,
+        Some(_) => Pass::ForwardAdd,
+    };
+    let len = matrix_len(gpu, op, layout, (rows, cols), kind)?;
+    let (x_name, addends) = match add {
+        None => ("x", vec![]),
+        Some([a, b]) => ("sum", vec![("a", a, len), ("b", b, len)]),
+    };
+    let mut lens = vec![
+        ("y", y, len),
+        ("mean", mean, rows),
+        ("rstd", rstd, rows),
+        (x_name, x, len),
+        ("gamma", gamma, cols),
+        ("beta", beta, cols),
+    ];
+    lens.extend(addends);
+    expect_lens(op, &lens)?;
+    if let Some([a, b]) = add {
+        for (name, input) in [("a", a), ("b", b)] {
+            if x.overlaps(&input) {
+                return Err(Error::InvalidArgument {
+                    op,
+                    message: format!(
+                        "the sum {x:?} overlaps {name} {input:?}; write it to a separate buffer"
+                    ),
+                });
+            }
+        }
+    }
     let c = cols as u32;
     let params = |first: u32, count: u32| Params {
         rows: count,
@@ -236,15 +328,31 @@ pub fn forward_in(
         mean_offset: mean.index() + first,
         rstd_offset: rstd.index() + first,
         rms: u32::from(rms),
+        a_offset: add.map_or(0, |[a, _]| a.index() + first * c),
+        b_offset: add.map_or(0, |[_, b]| b.index() + first * c),
         ..Params::default()
     };
-    let buffers = [x, gamma, beta, y, mean, rstd];
-    let kernel = match layout {
-        RowLayout::InvocationPerRow => &FORWARD,
-        RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
-        RowLayout::SubgroupPerRow => &FORWARD_SUBGROUP,
-    };
-    launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)
+    let period = [rows.min(len), 1];
+    match add {
+        None => {
+            let kernel = match layout {
+                RowLayout::InvocationPerRow => &FORWARD,
+                RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
+                RowLayout::SubgroupPerRow => &FORWARD_SUBGROUP,
+            };
+            let buffers = [x, gamma, beta, y, mean, rstd];
+            launch_rows(gpu, layout, kernel, &buffers, period, params)
+        }
+        Some([a, b]) => {
+            let kernel = match layout {
+                RowLayout::InvocationPerRow => &FORWARD_ADD,
+                RowLayout::WorkgroupPerRow => &FORWARD_ADD_ROWS,
+                RowLayout::SubgroupPerRow => &FORWARD_ADD_SUBGROUP,
+            };
+            let buffers = [x, gamma, beta, y, mean, rstd, a, b];
+            launch_rows(gpu, layout, kernel, &buffers, period, params)
+        }
+    }
 }
 
 /// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
@@ -267,13 +375,53 @@ pub fn backward_in(
     gpu: &Gpu,
     layout: RowLayout,
     dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    saved: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
+    record_backward(gpu, layout, dims, outputs, saved, dy, false)
+}
+
+/// [`backward`] that adds `dx` to what `outputs[0]` holds (`dx += ..`: the gradient of a
+/// tensor that also reached it another way, a residual stream's) instead of writing it: the
+/// same values as [`backward`] into a new buffer and an addition, bit for bit, without the
+/// addition's dispatch and buffer. `dgamma` and `dbeta` are written as in [`backward`].
+pub fn backward_adding(
+    gpu: &Gpu,
+    dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    saved: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
+    let layout = row_layout(gpu, dims.rows, dims.cols);
+    backward_adding_in(gpu, layout, dims, outputs, saved, dy)
+}
+
+/// [`backward_adding`] in the given layout (for tests and benchmarks).
+pub fn backward_adding_in(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
+    outputs: [DeviceSlice<'_>; 3],
+    saved: [DeviceSlice<'_>; 4],
+    dy: DeviceSlice<'_>,
+) -> Result<()> {
+    record_backward(gpu, layout, dims, outputs, saved, dy, true)
+}
+
+/// [`backward_in`], or with `add_dx` [`backward_adding_in`].
+fn record_backward(
+    gpu: &Gpu,
+    layout: RowLayout,
+    dims: &LayerNormDims,
     [dx, dgamma, dbeta]: [DeviceSlice<'_>; 3],
     [x, gamma, mean, rstd]: [DeviceSlice<'_>; 4],
     dy: DeviceSlice<'_>,
+    add_dx: bool,
 ) -> Result<()> {
     let op = "layer_norm::backward";
     let LayerNormDims { rows, cols, rms, .. } = *dims;
-    let len = matrix_len(gpu, op, layout, (rows, cols), true)?;
+    let len = matrix_len(gpu, op, layout, (rows, cols), Pass::Backward)?;
     expect_lens(
         op,
         &[
@@ -300,6 +448,7 @@ pub fn backward_in(
         dgamma_offset: dgamma.index(),
         dbeta_offset: dbeta.index(),
         rms: u32::from(rms),
+        add_dx: u32::from(add_dx),
         ..Params::default()
     };
     let buffers = [x, gamma, mean, rstd, dy, dx];

@@ -423,3 +423,120 @@ fn rms_norm_reference_matches_finite_differences() {
         assert!((num - dgamma[k]).abs() < 1e-6 * (1.0 + num.abs()), "dgamma[{k}]");
     }
 }
+
+/// `forward_add` writes `a + b` and is `forward` of that sum, and `backward_adding` adds to
+/// `dx` what `backward` writes, both bit for bit (every layout, guards around each tensor).
+fn check_fused_case(
+    gpu: &Gpu,
+    rng: &mut Rng,
+    layout: RowLayout,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
+    let name = |what: &str| format!("layer_norm fused {what} {layout:?} [{rows}, {cols}]");
+    let n = rows * cols;
+    let (a, b) = (rng.vec_f32(n, -2.0, 2.0), rng.vec_f32(n, -2.0, 2.0));
+    let sum: Vec<f32> = a.iter().zip(&b).map(|(a, b)| a + b).collect();
+    let (g, bt) = (rng.vec_f32(cols, 0.5, 1.5), rng.vec_f32(cols, -1.0, 1.0));
+    let gamma = Guarded::upload(gpu, rng, &g, 1, "gamma")?;
+    let beta = Guarded::upload(gpu, rng, &bt, 2, "beta")?;
+    let dims = LayerNormDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        eps: EPS,
+        rms: false,
+    };
+    // Unfused: forward of the sum, uploaded.
+    let x_sum = Guarded::upload(gpu, rng, &sum, 3, "sum")?;
+    let outs = |rng: &mut Rng| -> Result<[Guarded; 3]> {
+        Ok([
+            Guarded::random(gpu, rng, n, 5, "y")?,
+            Guarded::random(gpu, rng, rows, 4, "mean")?,
+            Guarded::random(gpu, rng, rows, 6, "rstd")?,
+        ])
+    };
+    let plain = outs(rng)?;
+    super::forward_in(
+        gpu,
+        layout,
+        &dims,
+        [plain[0].slice()?, plain[1].slice()?, plain[2].slice()?],
+        [x_sum.slice()?, gamma.slice()?, beta.slice()?],
+    )?;
+    let fused = outs(rng)?;
+    let (a_gpu, b_gpu) = (
+        Guarded::upload(gpu, rng, &a, 7, "a")?,
+        Guarded::upload(gpu, rng, &b, 2, "b")?,
+    );
+    let sum_gpu = Guarded::random(gpu, rng, n, 9, "sum out")?;
+    super::forward_add_in(
+        gpu,
+        layout,
+        &dims,
+        [fused[0].slice()?, fused[1].slice()?, fused[2].slice()?],
+        [sum_gpu.slice()?, a_gpu.slice()?, b_gpu.slice()?],
+        [gamma.slice()?, beta.slice()?],
+    )?;
+    sum_gpu.check(gpu, &name("sum"), &sum, 0.0, 0.0)?;
+    let mut saved = Vec::new();
+    for (what, (p, f)) in ["y", "mean", "rstd"].iter().zip(plain.iter().zip(&fused)) {
+        let want = p.check(gpu, &name(what), &vec![0.0; p.slice()?.len() as usize], 1e9, 0.0)?;
+        f.check(gpu, &name(what), &want, 0.0, 0.0)?;
+        saved.push(want);
+    }
+    a_gpu.check(gpu, &name("a unchanged"), &a, 0.0, 0.0)?;
+
+    // Backward: into fresh dx, and added onto dx's earlier values.
+    let dy = rng.vec_f32(n, -1.0, 1.0);
+    let dy = Guarded::upload(gpu, rng, &dy, 1, "dy")?;
+    let before = rng.vec_f32(n, -3.0, 3.0);
+    let written = Guarded::random(gpu, rng, n, 8, "dx")?;
+    let added = Guarded::upload(gpu, rng, &before, 4, "dx added")?;
+    let params = |rng: &mut Rng| -> Result<[Guarded; 2]> {
+        Ok([
+            Guarded::random(gpu, rng, cols, 3, "dgamma")?,
+            Guarded::random(gpu, rng, cols, 9, "dbeta")?,
+        ])
+    };
+    let (pw, pa) = (params(rng)?, params(rng)?);
+    let saved_gpu = [&plain[1], &plain[2]];
+    for (dx, p, adding) in [(&written, &pw, false), (&added, &pa, true)] {
+        let launch = match adding {
+            false => super::backward_in,
+            true => super::backward_adding_in,
+        };
+        launch(
+            gpu,
+            layout,
+            &dims,
+            [dx.slice()?, p[0].slice()?, p[1].slice()?],
+            [
+                x_sum.slice()?,
+                gamma.slice()?,
+                saved_gpu[0].slice()?,
+                saved_gpu[1].slice()?,
+            ],
+            dy.slice()?,
+        )?;
+    }
+    let any = |len: usize| vec![0.0; len];
+    let dx = written.check(gpu, &name("dx"), &any(n), 1e9, 0.0)?;
+    let want: Vec<f32> = before.iter().zip(&dx).map(|(p, d)| p + d).collect();
+    added.check(gpu, &name("dx added"), &want, 0.0, 0.0)?;
+    for (w, a) in pw.iter().zip(&pa) {
+        let want = w.check(gpu, &name("dparam"), &any(cols), 1e9, 0.0)?;
+        a.check(gpu, &name("dparam beside dx added"), &want, 0.0, 0.0)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn the_fused_add_and_the_adding_backward_are_the_separate_ops_bit_for_bit() -> Result<()> {
+    let (gpu, mut rng) = gpu_and_rng(67);
+    for layout in RowLayout::available(&gpu) {
+        for (rows, cols) in [(1usize, 1usize), (3, 10), (37, 33), (5, 257), (2, 1000)] {
+            check_fused_case(&gpu, &mut rng, layout, rows, cols)?;
+        }
+    }
+    Ok(())
+}
