@@ -117,11 +117,16 @@ fn wanted(
 /// cheap to compute and dropped).
 /// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
 /// directly and return `None` for that input (matmul does, saving a temporary and a copy).
+/// `into[i]` is, where the walk has one that nothing else holds, the gradient input `i` (a
+/// node) has received so far: an op may take it, add its gradient into it in the same kernel
+/// and return it for that input (layer norm does: a residual stream's gradient, with no
+/// addition); one it leaves is added to as before.
 pub(crate) fn backward_op(
     op: &Op,
     g: &Tensor,
     needs: &[bool],
     leaves: &[Option<&GradSlot>],
+    into: &mut [Option<Tensor>],
 ) -> Result<Grads> {
     match op {
         // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
@@ -225,7 +230,11 @@ pub(crate) fn backward_op(
             // dγ and dβ straight into the parameters' slots when they are leaves
             let (dgamma, gamma_slot) = grad_target(&g.gpu, leaf(leaves, 1), &[*cols])?;
             let (dbeta, beta_slot) = grad_target(&g.gpu, leaf(leaves, 2), &[*cols])?;
-            let dx = layer_norm_grads(g, [x, gamma, mean, rstd], [&dgamma, &dbeta], *rows, *cols)?;
+            let sum = into
+                .get_mut(0)
+                .and_then(|t| t.take_if(|t| t.shape == x.shape));
+            let saved = [x, gamma, mean, rstd];
+            let dx = layer_norm_grads(g, saved, [&dgamma, &dbeta], *rows, *cols, sum)?;
             Ok(smallvec![
                 Some(dx),
                 landed(dgamma, gamma_slot)?,

@@ -37,6 +37,29 @@ impl Pending {
         Ok(())
     }
 
+    /// The dense gradient, taken out, when it is all there is and nothing else holds it: a whole
+    /// f32 storage of `shape`, which a backward may add into in place ([`Pending::put_back`]
+    /// returns one it did not use).
+    pub(crate) fn take_sole_dense(&mut self, shape: &[usize]) -> Option<Tensor> {
+        let d = self.dense.as_ref()?;
+        let sole = self.pieces.is_empty()
+            && std::sync::Arc::strong_count(&d.storage) == 1
+            && d.offset == 0
+            && d.dtype == crate::tensor::DType::F32
+            && d.shape[..] == shape[..]
+            && d.storage.len() == d.numel() as u64;
+        if sole { self.dense.take() } else { None }
+    }
+
+    /// Returns a gradient [`Pending::take_sole_dense`] took and nothing added into.
+    pub(crate) fn put_back(&mut self, g: Tensor) -> Result<()> {
+        match self.dense.take() {
+            Some(later) => self.dense = Some(add_raw(&g, &later)?),
+            None => self.dense = Some(g),
+        }
+        Ok(())
+    }
+
     /// Adds the gradient of a contiguous part of the node's output that starts at element
     /// `offset` (a slice along an axis with only extent-1 axes before it).
     pub(crate) fn add_piece(&mut self, offset: usize, g: Tensor) {

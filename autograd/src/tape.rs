@@ -244,7 +244,25 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
             pending.add_piece(start * inner, grad);
             continue;
         }
-        let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves)?;
+        // The gradients its node inputs have so far, where nothing else holds them: an op may
+        // add into one in place (layer norm's dx into a residual stream's gradient).
+        let mut into: SmallVec<[Option<Tensor>; 4]> = inputs
+            .iter()
+            .map(|e| match e {
+                Edge::Node(child) => incoming
+                    .get_mut(&child.sequence)
+                    .and_then(|p| p.take_sole_dense(&child.output_shape)),
+                _ => None,
+            })
+            .collect();
+        let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves, &mut into);
+        // Those not used go back before anything else is added (the same order of additions).
+        for (edge, left) in inputs.iter().zip(into) {
+            if let (Edge::Node(child), Some(g)) = (edge, left) {
+                incoming.entry(child.sequence).or_default().put_back(g)?;
+            }
+        }
+        let grads = grads?;
         // The op's saved tensors and the incoming gradient are released here, right after their
         // last use.
         drop(op);

@@ -139,45 +139,60 @@ impl Tensor {
             let (gamma, beta) = (gamma.widened()?, beta.widened()?);
             return self.widened()?.layer_norm(&gamma, &beta, eps);
         }
-        let (rows, cols) = rows_cols("layer_norm", self)?;
-        for p in [gamma, beta] {
-            p.expect_dtype("layer_norm", DType::F32)?;
-            if p.shape.as_slice() != [cols] {
-                return Err(mismatch(
-                    "layer_norm",
-                    &self.shape,
-                    &p.shape,
-                    "gamma and beta are [cols]",
-                ));
-            }
-        }
-        let recording = records(&[self, gamma, beta]);
-        let category = output_category(recording);
-        let out = Tensor::empty(&self.gpu, &self.shape, category, "layer_norm")?;
-        let mean = Tensor::empty(&self.gpu, &[rows], category, "layer_norm mean")?;
-        let rstd = Tensor::empty(&self.gpu, &[rows], category, "layer_norm rstd")?;
-        let dims = LayerNormDims {
-            rows: rows as u64,
-            cols: cols as u64,
-            eps,
-            rms: false,
-        };
+        let (rows, cols) = layer_norm_shape(self, gamma, beta)?;
+        let category = output_category(records(&[self, gamma, beta]));
+        let (out, mean, rstd) = layer_norm_outputs(self, rows, category)?;
         layer_norm::forward(
             &self.gpu,
-            &dims,
+            &layer_norm_dims(rows, cols, eps),
             [out.elements()?, mean.elements()?, rstd.elements()?],
             self.elements()?,
             gamma.elements()?,
             beta.elements()?,
         )?;
-        record(out, &[self, gamma, beta], || Op::LayerNorm {
-            rows,
-            cols,
-            x: self.detach(),
-            gamma: gamma.detach(),
-            mean,
-            rstd,
-        })
+        record_layer_norm(self, [out, mean, rstd], gamma, beta, (rows, cols))
+    }
+
+    /// `(self + other, layer_norm(self + other))`: a residual addition and the layer norm of its
+    /// sum (a pre-norm transformer block's "add and norm"), the same values and gradients as
+    /// [`Tensor::add`] then [`Tensor::layer_norm`], bit for bit, and recorded as those two ops.
+    /// Where both are f32 of one shape the two run as one kernel (`layer_norm::forward_add`),
+    /// which writes the sum and normalises it in one pass; otherwise as the two ops.
+    pub fn add_layer_norm(
+        &self,
+        other: &Tensor,
+        gamma: &Tensor,
+        beta: &Tensor,
+        eps: f32,
+    ) -> Result<(Tensor, Tensor)> {
+        let fused = self.shape == other.shape
+            && [self, other, gamma, beta]
+                .iter()
+                .all(|t| t.dtype == DType::F32);
+        if !fused {
+            let sum = self.add(other)?;
+            let y = sum.layer_norm(gamma, beta, eps)?;
+            return Ok((sum, y));
+        }
+        let (rows, cols) = layer_norm_shape(self, gamma, beta)?;
+        let adds = records(&[self, other]);
+        let sum = Tensor::empty(&self.gpu, &self.shape, output_category(adds), "add")?;
+        let category = output_category(adds || records(&[gamma, beta]));
+        let (out, mean, rstd) = layer_norm_outputs(self, rows, category)?;
+        layer_norm::forward_add(
+            &self.gpu,
+            &layer_norm_dims(rows, cols, eps),
+            [out.elements()?, mean.elements()?, rstd.elements()?],
+            [sum.elements()?, self.elements()?, other.elements()?],
+            gamma.elements()?,
+            beta.elements()?,
+        )?;
+        let sum = record(sum, &[self, other], || Op::Add {
+            lhs: self.shape.clone(),
+            rhs: other.shape.clone(),
+        })?;
+        let y = record_layer_norm(&sum, [out, mean, rstd], gamma, beta, (rows, cols))?;
+        Ok((sum, y))
     }
 
     /// Rows of this `[vocab, dim]` table picked by u32 `ids` (any shape): `[ids.., dim]`. An id
@@ -326,22 +341,25 @@ pub(crate) fn cross_entropy_grad(
 }
 
 /// The gradient `dx` of layer norm from what its forward saved, with `dgamma` and `dbeta`
-/// written into the two tensors given.
+/// written into the two tensors given. With `into` (x's gradient so far, of x's shape) `dx` is
+/// added to it in the same kernel, and it is returned.
 pub(crate) fn layer_norm_grads(
     g: &Tensor,
     [x, gamma, mean, rstd]: [&Tensor; 4],
     [dgamma, dbeta]: [&Tensor; 2],
     rows: usize,
     cols: usize,
+    into: Option<Tensor>,
 ) -> Result<Tensor> {
-    let dx = Tensor::empty(&g.gpu, &x.shape, Category::Temporary, "layer_norm grad")?;
-    let dims = LayerNormDims {
-        rows: rows as u64,
-        cols: cols as u64,
-        eps: 0.0,
-        rms: false,
+    let dims = layer_norm_dims(rows, cols, 0.0);
+    let (dx, launch): (_, fn(_, _, _, _, _) -> _) = match into {
+        Some(sum) => (sum, layer_norm::backward_adding),
+        None => (
+            Tensor::empty(&g.gpu, &x.shape, Category::Temporary, "layer_norm grad")?,
+            layer_norm::backward,
+        ),
     };
-    layer_norm::backward(
+    launch(
         &g.gpu,
         &dims,
         [dx.elements()?, dgamma.elements()?, dbeta.elements()?],
@@ -354,6 +372,63 @@ pub(crate) fn layer_norm_grads(
         g.elements()?,
     )?;
     Ok(dx)
+}
+
+/// `(rows, cols)` of a layer norm's input, checking `gamma` and `beta` are f32 `[cols]`.
+fn layer_norm_shape(x: &Tensor, gamma: &Tensor, beta: &Tensor) -> Result<(usize, usize)> {
+    let (rows, cols) = rows_cols("layer_norm", x)?;
+    for p in [gamma, beta] {
+        p.expect_dtype("layer_norm", DType::F32)?;
+        if p.shape.as_slice() != [cols] {
+            return Err(mismatch(
+                "layer_norm",
+                &x.shape,
+                &p.shape,
+                "gamma and beta are [cols]",
+            ));
+        }
+    }
+    Ok((rows, cols))
+}
+
+/// A layer norm's output (of `x`'s shape) and its `[rows]` mean and rstd, in that order.
+fn layer_norm_outputs(
+    x: &Tensor,
+    rows: usize,
+    category: Category,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    Ok((
+        Tensor::empty(&x.gpu, &x.shape, category, "layer_norm")?,
+        Tensor::empty(&x.gpu, &[rows], category, "layer_norm mean")?,
+        Tensor::empty(&x.gpu, &[rows], category, "layer_norm rstd")?,
+    ))
+}
+
+fn layer_norm_dims(rows: usize, cols: usize, eps: f32) -> LayerNormDims {
+    LayerNormDims {
+        rows: rows as u64,
+        cols: cols as u64,
+        eps,
+        rms: false,
+    }
+}
+
+/// Records a computed layer norm of `x` (`out` with its saved mean and rstd).
+fn record_layer_norm(
+    x: &Tensor,
+    [out, mean, rstd]: [Tensor; 3],
+    gamma: &Tensor,
+    beta: &Tensor,
+    (rows, cols): (usize, usize),
+) -> Result<Tensor> {
+    record(out, &[x, gamma, beta], || Op::LayerNorm {
+        rows,
+        cols,
+        x: x.detach(),
+        gamma: gamma.detach(),
+        mean,
+        rstd,
+    })
 }
 
 /// Writes the gradient of an embedding table into `dtable`: rows of `g` added up per id of `ids`.

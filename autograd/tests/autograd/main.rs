@@ -9,3 +9,4 @@ mod half;
 mod hand_worked;
 mod memory;
 mod pieces;
+mod residual;
