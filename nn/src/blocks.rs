@@ -184,8 +184,10 @@ impl TransformerBlock {
 
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.add(&self.dropped(self.attn.forward(&self.ln1.forward(x)?)?)?)?;
-        let h = self.fc1.forward(&self.ln2.forward(&x)?)?.gelu()?;
+        let attended = self.dropped(self.attn.forward(&self.ln1.forward(x)?)?)?;
+        // The residual addition and ln_2 of its sum in one kernel.
+        let (x, normed) = self.ln2.add_forward(x, &attended)?;
+        let h = self.fc1.forward(&normed)?.gelu()?;
         Ok(x.add(&self.dropped(self.fc2.forward(&h)?)?)?)
     }
 

@@ -50,10 +50,16 @@ impl LayerNorm {
     pub fn eps(&self) -> f32 {
         self.eps
     }
-}
 
-impl Module for LayerNorm {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `(x + branch, self.forward(x + branch))`: a residual stream's addition and this norm of
+    /// its sum, as one kernel where both are f32 of one shape ([`Tensor::add_layer_norm`]);
+    /// the same values and gradients as the two apart.
+    pub fn add_forward(&self, x: &Tensor, branch: &Tensor) -> Result<(Tensor, Tensor)> {
+        self.check_input(x)?;
+        Ok(x.add_layer_norm(branch, &self.weight, &self.bias, self.eps)?)
+    }
+
+    fn check_input(&self, x: &Tensor) -> Result<()> {
         let dim = self.weight.numel();
         if x.rank() == 0 || x.shape()[x.rank() - 1] != dim {
             return Err(Error::InputShape {
@@ -62,6 +68,13 @@ impl Module for LayerNorm {
                 found: x.shape().to_vec(),
             });
         }
+        Ok(())
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.check_input(x)?;
         Ok(x.layer_norm(&self.weight, &self.bias, self.eps)?)
     }
 
