@@ -115,18 +115,48 @@ fn wanted(
 /// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
 /// input `i` wants one (checkpoints, matmuls and additions use it to skip work; elsewhere it is
 /// cheap to compute and dropped).
+/// A buffer the backward walk lends an op for one input's gradient ([`backward_op`]).
+pub(crate) enum Lent {
+    /// The gradient the input (a node) has received so far, held by nothing else: the op may
+    /// add its gradient into it in its own kernel and return it.
+    Sum(Tensor),
+    /// The input's place in the buffer its parent's gradient will be (the input is a
+    /// leading-axis slice of the parent, or a reshape of one), not yet written: the op may write
+    /// its whole gradient there and return it, so the slices' gradients tile the parent's
+    /// without copies.
+    Blank(Tensor),
+}
+
+/// Takes `lent[i]` when it is a [`Lent::Sum`] of `shape`.
+fn lent_sum(lent: &mut [Option<Lent>], i: usize, shape: &[usize]) -> Option<Tensor> {
+    let slot = lent.get_mut(i)?;
+    match slot.take_if(|l| matches!(l, Lent::Sum(t) if t.shape[..] == shape[..]))? {
+        Lent::Sum(t) | Lent::Blank(t) => Some(t),
+    }
+}
+
+/// Whether `op`'s backward may take a [`Lent::Blank`] for input `i` (so the walk allocates a
+/// parent's buffer only for ops that write into it).
+pub(crate) fn writes_blank(op: &Op, i: usize) -> bool {
+    match op {
+        Op::Matmul { .. } | Op::MatmulTransposed { .. } => i < 2,
+        Op::Linear { .. } => i == 0,
+        _ => false,
+    }
+}
+
 /// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
 /// directly and return `None` for that input (matmul does, saving a temporary and a copy).
-/// `into[i]` is, where the walk has one that nothing else holds, the gradient input `i` (a
-/// node) has received so far: an op may take it, add its gradient into it in the same kernel
-/// and return it for that input (layer norm does: a residual stream's gradient, with no
-/// addition); one it leaves is added to as before.
+/// `lent[i]` is a buffer the walk lends for input `i`'s gradient ([`Lent`]): an op may take it
+/// and return it as that input's gradient, added into (layer norm's `dx` into a residual
+/// stream's gradient; a product's with its accumulate flag) or written (a product's into its
+/// place in the parent of a slice); one it leaves is given back.
 pub(crate) fn backward_op(
     op: &Op,
     g: &Tensor,
     needs: &[bool],
     leaves: &[Option<&GradSlot>],
-    into: &mut [Option<Tensor>],
+    lent: &mut [Option<Lent>],
 ) -> Result<Grads> {
     match op {
         // d(a+b)/da = 1, d(a+b)/db = 1, each summed over the axes it was broadcast along
@@ -165,12 +195,12 @@ pub(crate) fn backward_op(
         } => one(unary_grad(*op, *exponent, saved, g)?),
         // dA = G·Bᵀ, dB = Aᵀ·G (summed over the batch for a shared operand)
         Op::Matmul { a, b } => {
-            let (da, db) = matmul_grads(g, a, b, needs, leaves)?;
+            let (da, db) = matmul_grads(g, a, b, needs, leaves, lent)?;
             Ok(smallvec![da, db])
         }
         // C = alpha·A·Bᵀ: dA = alpha·G·B, dB = alpha·Gᵀ·A (the rows of A folded into one matrix)
         Op::MatmulTransposed { a, b, alpha } => {
-            let (da, db) = matmul_transposed_grads(g, [a, b], *alpha, needs, leaves)?;
+            let (da, db) = matmul_transposed_grads(g, [a, b], *alpha, needs, leaves, lent)?;
             Ok(smallvec![da, db])
         }
         // y = relu(z), z = x·Wᵀ + b: dz = g ⊙ [y > 0] (g without the ReLU); then db = Σ_rows dz
@@ -186,7 +216,7 @@ pub(crate) fn backward_op(
             };
             let n = weight.shape[0];
             let db = wanted_opt(needs, 2, || sum_to_grad(&dz, &[n], leaf(leaves, 2)))?;
-            let (dx, dw) = matmul_transposed_grads(&dz, [x, weight], 1.0, needs, leaves)?;
+            let (dx, dw) = matmul_transposed_grads(&dz, [x, weight], 1.0, needs, leaves, lent)?;
             Ok(smallvec![dx, dw, db])
         }
         // dx = permute(g, perm⁻¹)
@@ -230,9 +260,7 @@ pub(crate) fn backward_op(
             // dγ and dβ straight into the parameters' slots when they are leaves
             let (dgamma, gamma_slot) = grad_target(&g.gpu, leaf(leaves, 1), &[*cols])?;
             let (dbeta, beta_slot) = grad_target(&g.gpu, leaf(leaves, 2), &[*cols])?;
-            let sum = into
-                .get_mut(0)
-                .and_then(|t| t.take_if(|t| t.shape == x.shape));
+            let sum = lent_sum(lent, 0, &x.shape);
             let saved = [x, gamma, mean, rstd];
             let dx = layer_norm_grads(g, saved, [&dgamma, &dbeta], *rows, *cols, sum)?;
             Ok(smallvec![
@@ -254,7 +282,24 @@ pub(crate) fn backward_op(
         // dx = g placed in zeros at the slice's position
         Op::Slice { input, axis, start } => one(pad_slice(g, input, *axis, *start)?),
         // the op's own derivative, beside its forward
-        Op::Custom(derivative) => derivative.backward(g, needs),
+        Op::Custom(derivative) => {
+            let mut into: SmallVec<[Option<Tensor>; 4]> = (0..lent.len())
+                .map(|i| match &lent[i] {
+                    Some(Lent::Sum(t)) => {
+                        let shape = t.shape.clone();
+                        lent_sum(lent, i, &shape)
+                    }
+                    _ => None,
+                })
+                .collect();
+            let grads = derivative.backward_into(g, needs, &mut into);
+            for (slot, left) in lent.iter_mut().zip(into) {
+                if let Some(t) = left {
+                    *slot = Some(Lent::Sum(t));
+                }
+            }
+            grads
+        }
         // the segment run again with a tape, and back-propagated through
         Op::Checkpoint { inputs, replay } => crate::checkpoint::backward(inputs, replay, g, needs),
     }

@@ -231,6 +231,21 @@ pub trait Derivative: DerivativeClone + std::fmt::Debug + Send + Sync {
     /// uses record nothing and allocate `Temporary` scratch.
     fn backward(&self, g: &Tensor, needs: &[bool]) -> Result<Grads>;
 
+    /// [`Derivative::backward`] where `into[i]`, when there is one, is the gradient input `i`
+    /// has received so far (of its shape, f32, and held by nothing else): the op may take it,
+    /// add its gradient for that input into it in its own kernel (no addition after, no
+    /// temporary), and return it as that input's gradient. One it leaves is added to as usual.
+    /// By default the op takes none and runs [`Derivative::backward`].
+    fn backward_into(
+        &self,
+        g: &Tensor,
+        needs: &[bool],
+        into: &mut [Option<Tensor>],
+    ) -> Result<Grads> {
+        let _ = into;
+        self.backward(g, needs)
+    }
+
     /// The saved tensors that may be stored in f16 under [`crate::half::f16_activations`]
     /// (operands and outputs; not statistics, ids or indices). None by default.
     fn saved_activations(&mut self) -> Vec<&mut Tensor> {

@@ -25,9 +25,18 @@ use crate::tensor::Tensor;
 pub(crate) struct Pending {
     dense: Option<Tensor>,
     pieces: Vec<(usize, Tensor)>,
+    /// A buffer of the node's output shape whose parts were lent to the backward of the
+    /// consumers of its slices ([`Pending::lend`]), and those parts (element offset, length).
+    canvas: Option<Tensor>,
+    lent: Vec<(usize, usize)>,
 }
 
 impl Pending {
+    /// Whether no gradient has arrived (a part may have been lent and given back).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.dense.is_none() && self.pieces.is_empty()
+    }
+
     /// Adds a gradient of the node's whole output.
     pub(crate) fn add_dense(&mut self, g: Tensor) -> Result<()> {
         self.dense = Some(match self.dense.take() {
@@ -60,6 +69,42 @@ impl Pending {
         Ok(())
     }
 
+    /// Elements `offset .. offset + len` of a buffer of `shape` (made at the first call) for
+    /// the gradient of the slice there to be written into, viewed as `view_shape`: when every
+    /// slice's gradient is written so and arrives as a piece, the pieces tile the buffer in order
+    /// and are the node's gradient without copies. `None` when the part overlaps one already
+    /// lent. Errors: the buffer could not be allocated.
+    pub(crate) fn lend(
+        &mut self,
+        gpu: &plimsoll_kernels_wgsl::Gpu,
+        shape: &[usize],
+        (offset, len): (usize, usize),
+        view_shape: &[usize],
+    ) -> Result<Option<Tensor>> {
+        if self
+            .lent
+            .iter()
+            .any(|&(o, l)| offset < o + l && o < offset + len)
+        {
+            return Ok(None);
+        }
+        let canvas = match &self.canvas {
+            Some(c) => c.clone(),
+            None => {
+                let c = Tensor::empty(gpu, shape, Category::Temporary, "slice grad")?;
+                self.canvas = Some(c.clone());
+                c
+            }
+        };
+        self.lent.push((offset, len));
+        Ok(Some(canvas.view(view_shape, offset as u64)))
+    }
+
+    /// Gives back a part [`Pending::lend`] lent and nothing wrote (it may be lent again).
+    pub(crate) fn unlend(&mut self, offset: usize) {
+        self.lent.retain(|&(o, _)| o != offset);
+    }
+
     /// Adds the gradient of a contiguous part of the node's output that starts at element
     /// `offset` (a slice along an axis with only extent-1 axes before it).
     pub(crate) fn add_piece(&mut self, offset: usize, g: Tensor) {
@@ -68,7 +113,9 @@ impl Pending {
 
     /// The node's gradient, of `shape`. Errors: nothing was sent (a bug in the walk).
     pub(crate) fn into_tensor(self, shape: &[usize]) -> Result<Tensor> {
-        let Pending { dense, mut pieces } = self;
+        let Pending {
+            dense, mut pieces, ..
+        } = self;
         if pieces.is_empty() {
             return dense.ok_or_else(|| Error::InvalidArgument {
                 op: "backward",

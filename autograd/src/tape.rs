@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use plimsoll_kernels_wgsl::Category;
 use smallvec::SmallVec;
 
+use crate::backward::{Lent, writes_blank};
 use crate::error::{Error, Result};
 use crate::grad_mode::{is_grad_enabled, no_grad};
 use crate::op::Op;
@@ -197,6 +198,43 @@ fn reachable(root: &Arc<Node>) -> Result<Vec<Arc<Node>>> {
     Ok(nodes)
 }
 
+/// For `child`, a node no gradient has reached yet: when it is a leading-axis slice of another
+/// node, or reshapes of one (whose backward passes views), its place in a buffer that node's
+/// gradient will be ([`Pending::lend`]), viewed as `child`'s output, with the node's sequence
+/// and the place's offset. `None` otherwise, or when the place overlaps one already lent.
+fn lend_place(
+    child: &Arc<Node>,
+    incoming: &mut HashMap<u64, Pending>,
+    gpu: &crate::Gpu,
+) -> Result<Option<(Tensor, (u64, usize))>> {
+    let len = crate::tensor::numel(&child.output_shape);
+    let mut node = Arc::clone(child);
+    loop {
+        let next = {
+            let state = lock(&node.state);
+            match (&state.op, &state.inputs[..]) {
+                (Some(Op::Reshape { .. }), [Edge::Node(parent)]) => (Arc::clone(parent), None),
+                (Some(Op::Slice { input, axis, start }), [Edge::Node(parent)])
+                    if input[..*axis].iter().all(|&e| e == 1) =>
+                {
+                    let inner: usize = input[axis + 1..].iter().product();
+                    (Arc::clone(parent), Some(start * inner))
+                }
+                _ => return Ok(None),
+            }
+        };
+        match next {
+            (parent, None) => node = parent,
+            (parent, Some(offset)) => {
+                let pending = incoming.entry(parent.sequence).or_default();
+                let place = (offset, len);
+                let view = pending.lend(gpu, &parent.output_shape, place, &child.output_shape)?;
+                return Ok(view.map(|t| (t, (parent.sequence, offset))));
+            }
+        }
+    }
+}
+
 /// Runs backward from `root` with incoming gradient `seed` (grad mode is off).
 pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) -> Result<()> {
     let nodes = reachable(root)?;
@@ -212,7 +250,7 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
                 (state.op.take(), std::mem::take(&mut state.inputs))
             }
         };
-        let Some(pending) = incoming.remove(&node.sequence) else {
+        let Some(pending) = incoming.remove(&node.sequence).filter(|p| !p.is_empty()) else {
             continue; // no gradient reached this node (every path to it was constant)
         };
         let grad = pending.into_tensor(&node.output_shape)?;
@@ -244,22 +282,42 @@ pub(crate) fn backward_from(root: &Arc<Node>, seed: Tensor, retain_graph: bool) 
             pending.add_piece(start * inner, grad);
             continue;
         }
-        // The gradients its node inputs have so far, where nothing else holds them: an op may
-        // add into one in place (layer norm's dx into a residual stream's gradient).
-        let mut into: SmallVec<[Option<Tensor>; 4]> = inputs
-            .iter()
-            .map(|e| match e {
-                Edge::Node(child) => incoming
-                    .get_mut(&child.sequence)
-                    .and_then(|p| p.take_sole_dense(&child.output_shape)),
-                _ => None,
-            })
-            .collect();
-        let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves, &mut into);
+        // Buffers lent for the inputs' gradients (backward::Lent): the gradient a node input has
+        // so far, where nothing else holds it, for the op to add into in its kernel; or, for an
+        // input no gradient has reached yet that is a slice of another node (or a reshape of
+        // one), its place in that node's gradient, for an op that writes there.
+        let mut blanks: SmallVec<[Option<(u64, usize)>; 4]> = SmallVec::new();
+        let mut lent: SmallVec<[Option<Lent>; 4]> = SmallVec::new();
+        for (i, e) in inputs.iter().enumerate() {
+            let (l, blank) = match e {
+                Edge::Node(child) => match incoming.get_mut(&child.sequence) {
+                    Some(p) => (p.take_sole_dense(&child.output_shape).map(Lent::Sum), None),
+                    None if needs[i] && writes_blank(&op, i) => {
+                        match lend_place(child, &mut incoming, &grad.gpu)? {
+                            Some((t, place)) => (Some(Lent::Blank(t)), Some(place)),
+                            None => (None, None),
+                        }
+                    }
+                    None => (None, None),
+                },
+                _ => (None, None),
+            };
+            lent.push(l);
+            blanks.push(blank);
+        }
+        let grads = crate::backward::backward_op(&op, &grad, &needs, &leaves, &mut lent);
         // Those not used go back before anything else is added (the same order of additions).
-        for (edge, left) in inputs.iter().zip(into) {
-            if let (Edge::Node(child), Some(g)) = (edge, left) {
-                incoming.entry(child.sequence).or_default().put_back(g)?;
+        for ((edge, left), blank) in inputs.iter().zip(lent).zip(&blanks) {
+            match (edge, left, blank) {
+                (Edge::Node(child), Some(Lent::Sum(g)), _) => {
+                    incoming.entry(child.sequence).or_default().put_back(g)?;
+                }
+                (_, Some(Lent::Blank(_)), Some((parent, offset))) => {
+                    if let Some(p) = incoming.get_mut(parent) {
+                        p.unlend(*offset);
+                    }
+                }
+                _ => {}
             }
         }
         let grads = grads?;

@@ -5,6 +5,7 @@
 use plimsoll_kernels_wgsl::Category;
 use plimsoll_kernels_wgsl::kernels::matmul::{self, MatmulDims};
 
+use crate::backward::Lent;
 use crate::error::Result;
 use crate::half::{matmul_input, output_dtype};
 use crate::op::Op;
@@ -154,17 +155,36 @@ impl Product {
     /// The gradient `op(A) · op(B)` of an operand of `shape`: with `leaf` (the operand is a leaf
     /// whose gradient slot has that shape), written straight into the slot, added to an existing
     /// gradient by the kernel's accumulate flag, or else into a new tensor of the slot's category
-    /// that becomes the gradient (neither a temporary nor a copy); returns `None` then. Otherwise a
-    /// new `Temporary` tensor for the caller to pass on.
+    /// that becomes the gradient (neither a temporary nor a copy); returns `None` then. Otherwise
+    /// the gradient to pass on: into `lent` when the walk lent a buffer of the shape (added into
+    /// a [`Lent::Sum`] with alpha 1, written into a [`Lent::Blank`]), else a new `Temporary`.
     fn gradient(
         &self,
         a: &Tensor,
         b: &Tensor,
         shape: &[usize],
         leaf: Option<&GradSlot>,
+        lent: &mut Option<Lent>,
     ) -> Result<Option<Tensor>> {
         let Some(slot) = leaf.filter(|slot| slot.shape[..] == shape[..]) else {
-            return self.new_tensor(a, b, shape, Category::Temporary).map(Some);
+            // A lent buffer of the shape: added into by the accumulate flag (with alpha 1 only:
+            // another alpha may round differently from a product then an addition), or
+            // written. Else a new temporary.
+            let fits = |t: &Tensor| t.shape[..] == shape[..] && t.dtype == DType::F32;
+            return match lent.take_if(|l| match l {
+                Lent::Sum(t) => fits(t) && self.alpha == 1.0,
+                Lent::Blank(t) => fits(t),
+            }) {
+                Some(Lent::Sum(t)) => {
+                    self.record(a, b, &t, true)?;
+                    Ok(Some(t))
+                }
+                Some(Lent::Blank(t)) => {
+                    self.record(a, b, &t, false)?;
+                    Ok(Some(t))
+                }
+                None => self.new_tensor(a, b, shape, Category::Temporary).map(Some),
+            };
         };
         let mut grad = lock(&slot.grad);
         let mut squares = lock(&slot.squares);
@@ -310,8 +330,15 @@ pub(crate) fn matmul_transposed_grads(
     alpha: f32,
     needs: &[bool],
     leaves: &[Option<&GradSlot>],
+    lent: &mut [Option<Lent>],
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let leaf = |i: usize| leaves.get(i).copied().flatten();
+    let mut spare = [None, None];
+    let lent = if lent.len() >= 2 {
+        lent
+    } else {
+        &mut spare[..]
+    };
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     let TransposedPlan { batch, m, n, k } = transposed_plan(&a.shape, &b.shape)?;
     // dA[b] = G[b] · B[b]: (m×n)·(n×k) (a shared B: batch 1, every row in m).
@@ -322,7 +349,7 @@ pub(crate) fn matmul_transposed_grads(
         alpha,
     };
     let da = match need(0) {
-        true => da_product.gradient(g, b, &a.shape, leaf(0))?,
+        true => da_product.gradient(g, b, &a.shape, leaf(0), &mut lent[0])?,
         false => None,
     };
     // dB[b] = G[b]ᵀ · A[b]: (n×m)·(m×k).
@@ -333,7 +360,7 @@ pub(crate) fn matmul_transposed_grads(
         alpha,
     };
     let db = match need(1) {
-        true => db_product.gradient(g, a, &b.shape, leaf(1))?,
+        true => db_product.gradient(g, a, &b.shape, leaf(1), &mut lent[1])?,
         false => None,
     };
     Ok((da, db))
@@ -350,9 +377,16 @@ pub(crate) fn matmul_grads(
     b: &Tensor,
     needs: &[bool],
     leaves: &[Option<&GradSlot>],
+    lent: &mut [Option<Lent>],
 ) -> Result<(Option<Tensor>, Option<Tensor>)> {
     let (lhs, rhs) = (&a.shape[..], &b.shape[..]);
     let leaf = |i: usize| leaves.get(i).copied().flatten();
+    let mut spare = [None, None];
+    let lent = if lent.len() >= 2 {
+        lent
+    } else {
+        &mut spare[..]
+    };
     let need = |i: usize| needs.get(i).copied().unwrap_or(true);
     let (p, _) = plan(lhs, rhs)?;
     let (batch, m, n, k) = (p.batch, p.m, p.n, p.k);
@@ -371,7 +405,7 @@ pub(crate) fn matmul_grads(
         let da = da_product.new_tensor(g, b, &da_shape, Category::Temporary)?;
         Some(crate::ops::elementwise::sum_to(&da, lhs)?)
     } else {
-        da_product.gradient(g, b, lhs, leaf(0))?
+        da_product.gradient(g, b, lhs, leaf(0), &mut lent[0])?
     };
     // dB[b] = A[b]ᵀ · G[b]: (k×m)·(m×n).
     let db_product = Product {
@@ -381,7 +415,7 @@ pub(crate) fn matmul_grads(
         alpha: 1.0,
     };
     let db = match need(1) {
-        true => db_product.gradient(a, g, rhs, leaf(1))?,
+        true => db_product.gradient(a, g, rhs, leaf(1), &mut lent[1])?,
         false => None,
     };
     Ok((da, db))

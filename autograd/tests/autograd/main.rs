@@ -10,3 +10,4 @@ mod hand_worked;
 mod memory;
 mod pieces;
 mod residual;
+mod slices_in_place;
