@@ -224,13 +224,33 @@ impl Derivative for FusedRmsNorm {
     /// `dx` and `dweight` by the `layer_norm` backward kernels in RMSNorm mode (the mean taken
     /// as 0; the shift's gradient they also write is scratch).
     fn backward(&self, g: &Tensor, needs: &[bool]) -> plimsoll_autograd::Result<Grads> {
+        self.backward_into(g, needs, &mut [])
+    }
+
+    /// With `into[0]` (a residual stream's gradient so far), `dx` is added into it by the
+    /// kernel.
+    fn backward_into(
+        &self,
+        g: &Tensor,
+        needs: &[bool],
+        into: &mut [Option<Tensor>],
+    ) -> plimsoll_autograd::Result<Grads> {
         let (g, x) = (g.widened()?, self.x.widened()?);
         let gpu = g.gpu();
         let cols = self.dims.cols as usize;
-        let dx = Tensor::empty(gpu, self.x.shape(), Category::Temporary, "rms_norm dx")?;
+        let sum = into
+            .get_mut(0)
+            .and_then(|t| t.take_if(|t| t.shape() == self.x.shape()));
+        let (dx, launch): (_, fn(_, _, _, _, _) -> _) = match sum {
+            Some(sum) => (sum, layer_norm::backward_adding),
+            None => (
+                Tensor::empty(gpu, self.x.shape(), Category::Temporary, "rms_norm dx")?,
+                layer_norm::backward,
+            ),
+        };
         let dweight = Tensor::empty(gpu, &[cols], Category::Temporary, "rms_norm dweight")?;
         let scratch = Tensor::empty(gpu, &[cols], Category::Temporary, "rms_norm dshift")?;
-        layer_norm::backward(
+        launch(
             gpu,
             &self.dims,
             [dx.elements()?, dweight.elements()?, scratch.elements()?],

@@ -164,3 +164,29 @@ pub fn attention(
     }
     linear(&y, get("c_proj.weight"), get("c_proj.bias"), dim, dim)
 }
+
+/// How many allocations of at least `bytes` labelled "add" (an addition's output) the backward of
+/// `loss` allocates: the additions of gradients that reached a tensor two ways.
+pub fn additions_in_backward(gpu: &Gpu, loss: &Tensor, bytes: u64) -> usize {
+    use plimsoll_allocator::TraceEventKind;
+    gpu.flush("trace").unwrap();
+    gpu.with_allocator(|a| a.set_trace_capacity(1 << 20));
+    loss.backward().unwrap();
+    gpu.flush("trace").unwrap();
+    let trace = gpu.with_allocator(|a| {
+        let trace = a.trace().clone();
+        a.set_trace_capacity(0);
+        trace
+    });
+    assert_eq!(
+        trace.events.len() as u64,
+        trace.recorded,
+        "the trace kept every event"
+    );
+    trace
+        .events
+        .iter()
+        .filter(|e| e.kind == TraceEventKind::Allocate && e.size_bytes >= bytes)
+        .filter(|e| e.label.as_deref() == Some("add"))
+        .count()
+}

@@ -349,3 +349,25 @@ fn a_gpt_whose_token_table_passes_one_binding_trains_as_with_the_table_whole() {
         1e-4,
     );
 }
+
+/// The residual stream's gradient reaches each block's input two ways (around the block, and
+/// through its layer norm); layer norm's backward adds into it in its kernel, so backward
+/// allocates no addition of the stream's size.
+#[test]
+fn a_gpts_backward_adds_no_residual_gradients_apart() {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let cfg = GptConfig {
+        n_layer: 3,
+        n_embd: 32,
+        block_size: 16,
+        ..TINY
+    };
+    let (batch, time) = (2, 16);
+    let x = Tensor::from_indices(&gpu, &ids(batch, time, 9).0, &[batch, time]).unwrap();
+    let model = Gpt::new(&gpu, cfg, 7).unwrap();
+    let logits = model.forward(&x).unwrap();
+    let loss = logits.mul(&logits).unwrap().mean_all().unwrap();
+    let stream = (batch * time * cfg.n_embd * 4) as u64;
+    let additions = crate::common::additions_in_backward(&gpu, &loss, stream);
+    assert_eq!(additions, 0, "additions of the stream's size in backward");
+}

@@ -405,3 +405,21 @@ fn attention_gradients_of_one_tensors_slices_need_no_copy() {
         .collect();
     assert_eq!(got, want);
 }
+
+/// As for the GPT: RMSNorm's backward adds into the residual stream's gradient in its kernel,
+/// so a Llama's backward allocates no addition of the stream's size.
+#[test]
+fn a_llamas_backward_adds_no_residual_gradients_apart() {
+    let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
+    let config = tiny_config(false);
+    let (batch, time) = (3, 11);
+    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
+    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
+    let ids = Tensor::from_indices(&gpu, &ids, &[batch, time]).unwrap();
+    let targets = Tensor::from_indices(&gpu, &targets, &[batch, time]).unwrap();
+    let model = Llama::new(&gpu, config, 21).unwrap();
+    let loss = model.loss_checkpointed(&ids, &targets, 0, 0.0, 0).unwrap();
+    let stream = (batch * time * config.hidden_size * 4) as u64;
+    let additions = crate::common::additions_in_backward(&gpu, &loss, stream);
+    assert_eq!(additions, 0, "additions of the stream's size in backward");
+}
