@@ -45,6 +45,35 @@ pub fn fresh_gpu() -> Gpu {
     gpu_with(GpuOptions::from_env())
 }
 
+/// What `f` does to `gpu`'s allocator: its trace over `f` (up to 2^20 events), the open batch
+/// submitted before and after (blocks freed while it was open are returned at submission), and
+/// `f`'s result. Tracing is off again afterwards.
+///
+/// # Panics
+/// When a submission fails, or the trace filled up (it would have dropped events).
+pub fn allocator_trace_of<R>(gpu: &Gpu, f: impl FnOnce() -> R) -> (R, plimsoll_allocator::Trace) {
+    let flush = |when: &str| {
+        if let Err(e) = gpu.flush("trace") {
+            panic!("submitting the open batch {when} the trace: {e}");
+        }
+    };
+    flush("before");
+    gpu.with_allocator(|a| a.set_trace_capacity(1 << 20));
+    let out = f();
+    flush("after");
+    let trace = gpu.with_allocator(|a| {
+        let trace = a.trace().clone();
+        a.set_trace_capacity(0);
+        trace
+    });
+    assert!(
+        trace.events.len() < trace.capacity,
+        "the trace filled up ({} events)",
+        trace.events.len()
+    );
+    (out, trace)
+}
+
 /// A device of its own with `options` (e.g. a small memory budget).
 ///
 /// # Panics

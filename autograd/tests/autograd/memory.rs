@@ -2,7 +2,7 @@
 
 use plimsoll_allocator::TraceEventKind;
 use plimsoll_autograd::{Category, Result, Tensor, TensorOptions, no_grad};
-use plimsoll_kernels_wgsl::testing::{Rng, fresh_gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, allocator_trace_of, fresh_gpu};
 
 use crate::common::{allocated, param, peak, reset_peaks, total_allocated};
 
@@ -110,19 +110,7 @@ fn backward_frees_each_saved_activation_at_its_last_use() {
         gpu.memory_summary()
     );
 
-    gpu.with_allocator(|a| a.set_trace_capacity(1 << 20));
-    loss.backward().unwrap();
-    gpu.flush("stats").unwrap();
-    let trace = gpu.with_allocator(|a| {
-        let trace = a.trace().clone();
-        a.set_trace_capacity(0);
-        trace
-    });
-    assert_eq!(
-        trace.events.len() as u64,
-        trace.recorded,
-        "the trace kept every event of the backward"
-    );
+    let ((), trace) = allocator_trace_of(&gpu, || loss.backward().unwrap());
     let mut live = before;
     let mut peak = (before, "before backward".to_string());
     for event in &trace.events {

@@ -5,7 +5,7 @@
 
 use plimsoll_allocator::TraceEventKind;
 use plimsoll_autograd::{Category, Gpu, Tensor};
-use plimsoll_kernels_wgsl::testing::{Rng, fresh_gpu, gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, allocator_trace_of, fresh_gpu, gpu};
 
 use crate::common::param;
 
@@ -98,15 +98,7 @@ fn layer_norm_adds_its_input_gradient_into_the_residual_streams() {
     let dx_norm = s_leaf.grad().unwrap().to_vec().unwrap();
     let want: Vec<f32> = values(6).iter().zip(&dx_norm).map(|(w, d)| w + d).collect();
 
-    gpu.flush("trace").unwrap();
-    gpu.with_allocator(|a| a.set_trace_capacity(1 << 16));
-    loss.backward().unwrap();
-    gpu.flush("trace").unwrap();
-    let trace = gpu.with_allocator(|a| {
-        let trace = a.trace().clone();
-        a.set_trace_capacity(0);
-        trace
-    });
+    let ((), trace) = allocator_trace_of(&gpu, || loss.backward().unwrap());
     let additions = trace
         .events
         .iter()

@@ -5,7 +5,7 @@
 
 use plimsoll_allocator::TraceEventKind;
 use plimsoll_autograd::{Category, Gpu, Tensor};
-use plimsoll_kernels_wgsl::testing::{Rng, fresh_gpu, gpu};
+use plimsoll_kernels_wgsl::testing::{Rng, allocator_trace_of, fresh_gpu, gpu};
 
 use crate::common::param;
 
@@ -59,15 +59,7 @@ fn attention_like(gpu: &Gpu, starts: [usize; 3], apart: bool, extra: bool) -> (T
 
 /// Temporaries labelled `label` allocated during `loss`'s backward.
 fn allocations_in_backward(gpu: &Gpu, loss: &Tensor, label: &str) -> usize {
-    gpu.flush("trace").unwrap();
-    gpu.with_allocator(|a| a.set_trace_capacity(1 << 16));
-    loss.backward().unwrap();
-    gpu.flush("trace").unwrap();
-    let trace = gpu.with_allocator(|a| {
-        let trace = a.trace().clone();
-        a.set_trace_capacity(0);
-        trace
-    });
+    let ((), trace) = allocator_trace_of(gpu, || loss.backward().unwrap());
     trace
         .events
         .iter()

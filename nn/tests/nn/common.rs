@@ -169,20 +169,8 @@ pub fn attention(
 /// `loss` allocates: the additions of gradients that reached a tensor two ways.
 pub fn additions_in_backward(gpu: &Gpu, loss: &Tensor, bytes: u64) -> usize {
     use plimsoll_allocator::TraceEventKind;
-    gpu.flush("trace").unwrap();
-    gpu.with_allocator(|a| a.set_trace_capacity(1 << 20));
-    loss.backward().unwrap();
-    gpu.flush("trace").unwrap();
-    let trace = gpu.with_allocator(|a| {
-        let trace = a.trace().clone();
-        a.set_trace_capacity(0);
-        trace
-    });
-    assert_eq!(
-        trace.events.len() as u64,
-        trace.recorded,
-        "the trace kept every event"
-    );
+    let ((), trace) =
+        plimsoll_kernels_wgsl::testing::allocator_trace_of(gpu, || loss.backward().unwrap());
     trace
         .events
         .iter()

@@ -166,6 +166,16 @@ fn grouped_query_attention_matches_reference_and_reaches_keys_and_values() {
     assert!(err.to_string().contains("grouped-query"), "{err}");
 }
 
+/// Token ids and next-token targets `[batch, time]` over `tiny_config`'s 13 tokens.
+fn tokens(gpu: &plimsoll_autograd::Gpu, batch: usize, time: usize) -> (Tensor, Tensor) {
+    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
+    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
+    (
+        Tensor::from_indices(gpu, &ids, &[batch, time]).unwrap(),
+        Tensor::from_indices(gpu, &targets, &[batch, time]).unwrap(),
+    )
+}
+
 fn tiny_config(tie: bool) -> LlamaConfig {
     LlamaConfig {
         vocab_size: 13,
@@ -189,10 +199,7 @@ fn llama_gradients_reach_every_parameter_on_both_attention_paths() {
     let gpu = gpu();
     let config = tiny_config(false);
     let (batch, time) = (3, 11);
-    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
-    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
-    let ids = Tensor::from_indices(&gpu, &ids, &[batch, time]).unwrap();
-    let targets = Tensor::from_indices(&gpu, &targets, &[batch, time]).unwrap();
+    let (ids, targets) = tokens(&gpu, batch, time);
     let mut runs = Vec::new();
     for (efficient, segment) in [(true, 0), (false, 0), (true, 1)] {
         let mut model = Llama::new(&gpu, config, 21).unwrap();
@@ -253,10 +260,7 @@ fn a_llama_whose_layers_are_in_host_memory_gives_the_same_loss_and_gradients() {
     let gpu = gpu();
     let config = tiny_config(true);
     let (batch, time) = (2, 9);
-    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
-    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
-    let ids = Tensor::from_indices(&gpu, &ids, &[batch, time]).unwrap();
-    let targets = Tensor::from_indices(&gpu, &targets, &[batch, time]).unwrap();
+    let (ids, targets) = tokens(&gpu, batch, time);
     let run = |streamed: bool| {
         let model = {
             let _evict = streamed.then(plimsoll_nn::evict_blocks_as_built);
@@ -413,10 +417,7 @@ fn a_llamas_backward_adds_no_residual_gradients_apart() {
     let gpu = plimsoll_kernels_wgsl::testing::fresh_gpu();
     let config = tiny_config(false);
     let (batch, time) = (3, 11);
-    let ids: Vec<u32> = (0..batch * time).map(|i| (i * 7 % 13) as u32).collect();
-    let targets: Vec<u32> = (0..batch * time).map(|i| (i * 5 % 13) as u32).collect();
-    let ids = Tensor::from_indices(&gpu, &ids, &[batch, time]).unwrap();
-    let targets = Tensor::from_indices(&gpu, &targets, &[batch, time]).unwrap();
+    let (ids, targets) = tokens(&gpu, batch, time);
     let model = Llama::new(&gpu, config, 21).unwrap();
     let loss = model.loss_checkpointed(&ids, &targets, 0, 0.0, 0).unwrap();
     let stream = (batch * time * config.hidden_size * 4) as u64;
