@@ -241,7 +241,8 @@ pub fn forward_in(
 /// A residual add and the layer norm of its result in one dispatch (the "add and norm" of a
 /// pre-norm transformer block): writes `sum = a + b` (elementwise, `[rows, cols]`), then
 /// [`forward`] of `sum`: `y`, `mean` and `rstd`. The same values as a separate addition and
-/// [`forward`], bit for bit; one pass less over the sum.
+/// [`forward`], bit for bit; one pass less over the sum. `sum` may be `b` itself (in place),
+/// and must not otherwise overlap `a` or `b`.
 pub fn forward_add(
     gpu: &Gpu,
     dims: &LayerNormDims,
@@ -305,8 +306,13 @@ fn record_forward(
     lens.extend(addends);
     expect_lens(op, &lens)?;
     if let Some([a, b]) = add {
+        // The sum may be written over b itself (each element read before it is written, by
+        // the same invocation), not over a part of either.
+        let over_b = x.buffer().segment_uid() == b.buffer().segment_uid()
+            && x.index() == b.index()
+            && x.len() == b.len();
         for (name, input) in [("a", a), ("b", b)] {
-            if x.overlaps(&input) {
+            if x.overlaps(&input) && !(name == "b" && over_b) {
                 return Err(Error::InvalidArgument {
                     op,
                     message: format!(

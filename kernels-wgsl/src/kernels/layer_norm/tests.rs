@@ -485,6 +485,21 @@ fn check_fused_case(
         saved.push(want);
     }
     a_gpu.check(gpu, &name("a unchanged"), &a, 0.0, 0.0)?;
+    // In place: the sum written over b.
+    let in_place = outs(rng)?;
+    let b_over = Guarded::upload(gpu, rng, &b, 6, "b, then the sum")?;
+    super::forward_add_in(
+        gpu,
+        layout,
+        &dims,
+        [in_place[0].slice()?, in_place[1].slice()?, in_place[2].slice()?],
+        [b_over.slice()?, a_gpu.slice()?, b_over.slice()?],
+        [gamma.slice()?, beta.slice()?],
+    )?;
+    b_over.check(gpu, &name("sum over b"), &sum, 0.0, 0.0)?;
+    for (what, (f, want)) in ["y", "mean", "rstd"].iter().zip(in_place.iter().zip(&saved)) {
+        f.check(gpu, &name(&format!("{what} in place")), want, 0.0, 0.0)?;
+    }
 
     // Backward: into fresh dx, and added onto dx's earlier values.
     let dy = rng.vec_f32(n, -1.0, 1.0);
@@ -537,6 +552,24 @@ fn the_fused_add_and_the_adding_backward_are_the_separate_ops_bit_for_bit() -> R
         for (rows, cols) in [(1usize, 1usize), (3, 10), (37, 33), (5, 257), (2, 1000)] {
             check_fused_case(&gpu, &mut rng, layout, rows, cols)?;
         }
+    }
+    Ok(())
+}
+
+/// `forward_add`'s sum may be written over `b` exactly (in place), not over `a` nor over a part
+/// of `b`.
+#[test]
+fn forward_add_refuses_a_sum_over_part_of_its_addends() -> Result<()> {
+    let (gpu, [big, params, stats]) =
+        gpu_and_temporaries([(400, "big"), (10, "params"), (20, "stats")])?;
+    let (p, st) = (params.whole(), [stats.slice(0, 10)?, stats.slice(10, 10)?]);
+    let (y, a, b) = (big.slice(0, 100)?, big.slice(100, 100)?, big.slice(200, 100)?);
+    let launch = |sum| super::forward_add(&gpu, &dims(10, 10), [y, st[0], st[1]], [sum, a, b], p, p);
+    launch(big.slice(300, 100)?)?;
+    launch(b)?;
+    for (sum, name) in [(a, "a"), (big.slice(150, 100)?, "a"), (big.slice(250, 100)?, "b")] {
+        let err = launch(sum).expect_err("must be refused");
+        assert!(err.to_string().contains(&format!("overlaps {name}")), "{err}");
     }
     Ok(())
 }
