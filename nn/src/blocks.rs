@@ -186,7 +186,7 @@ impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let attended = self.dropped(self.attn.forward(&self.ln1.forward(x)?)?)?;
         // The residual addition and ln_2 of its sum in one kernel.
-        let (x, normed) = self.ln2.add_forward(x, &attended)?;
+        let (x, normed) = self.ln2.add_forward(x, attended)?;
         let h = self.fc1.forward(&normed)?.gelu()?;
         Ok(x.add(&self.dropped(self.fc2.forward(&h)?)?)?)
     }

@@ -52,9 +52,10 @@ impl LayerNorm {
     }
 
     /// `(x + branch, self.forward(x + branch))`: a residual stream's addition and this norm of
-    /// its sum, as one kernel where both are f32 of one shape ([`Tensor::add_layer_norm`]);
-    /// the same values and gradients as the two apart.
-    pub fn add_forward(&self, x: &Tensor, branch: &Tensor) -> Result<(Tensor, Tensor)> {
+    /// its sum, as one kernel where both are f32 of one shape ([`Tensor::add_layer_norm`], which
+    /// may write the sum over `branch`'s buffer); the same values and gradients as the two
+    /// apart.
+    pub fn add_forward(&self, x: &Tensor, branch: Tensor) -> Result<(Tensor, Tensor)> {
         self.check_input(x)?;
         Ok(x.add_layer_norm(branch, &self.weight, &self.bias, self.eps)?)
     }

@@ -157,26 +157,35 @@ impl Tensor {
     /// sum (a pre-norm transformer block's "add and norm"), the same values and gradients as
     /// [`Tensor::add`] then [`Tensor::layer_norm`], bit for bit, and recorded as those two ops.
     /// Where both are f32 of one shape the two run as one kernel (`layer_norm::forward_add`),
-    /// which writes the sum and normalises it in one pass; otherwise as the two ops.
+    /// which writes the sum and normalises it in one pass; otherwise as the two ops. `other` (a
+    /// block's branch) is taken: where nothing else holds its buffer, the sum is written over
+    /// it, so the fusion needs no buffer more than the two ops did.
     pub fn add_layer_norm(
         &self,
-        other: &Tensor,
+        other: Tensor,
         gamma: &Tensor,
         beta: &Tensor,
         eps: f32,
     ) -> Result<(Tensor, Tensor)> {
         let fused = self.shape == other.shape
-            && [self, other, gamma, beta]
+            && [self, &other, gamma, beta]
                 .iter()
                 .all(|t| t.dtype == DType::F32);
         if !fused {
-            let sum = self.add(other)?;
+            let sum = self.add(&other)?;
+            drop(other);
             let y = sum.layer_norm(gamma, beta, eps)?;
             return Ok((sum, y));
         }
         let (rows, cols) = layer_norm_shape(self, gamma, beta)?;
-        let adds = records(&[self, other]);
-        let sum = Tensor::empty(&self.gpu, &self.shape, output_category(adds), "add")?;
+        let adds = records(&[self, &other]);
+        let sole = std::sync::Arc::strong_count(&other.storage) == 1
+            && other.offset == 0
+            && other.storage.len() == other.numel() as u64;
+        let sum = match sole {
+            true => other.view(&other.shape, 0),
+            false => Tensor::empty(&self.gpu, &self.shape, output_category(adds), "add")?,
+        };
         let category = output_category(adds || records(&[gamma, beta]));
         let (out, mean, rstd) = layer_norm_outputs(self, rows, category)?;
         layer_norm::forward_add(
@@ -187,10 +196,11 @@ impl Tensor {
             gamma.elements()?,
             beta.elements()?,
         )?;
-        let sum = record(sum, &[self, other], || Op::Add {
+        let sum = record(sum, &[self, &other], || Op::Add {
             lhs: self.shape.clone(),
             rhs: other.shape.clone(),
         })?;
+        drop(other);
         let y = record_layer_norm(&sum, [out, mean, rstd], gamma, beta, (rows, cols))?;
         Ok((sum, y))
     }

@@ -30,7 +30,7 @@ fn residual_loss(gpu: &Gpu, fused: bool) -> (Tensor, [Tensor; 4]) {
     let gamma = param(gpu, &Rng::new(3).vec_f32(COLS, 0.5, 1.5), &[COLS]);
     let beta = param(gpu, &Rng::new(4).vec_f32(COLS, -0.5, 0.5), &[COLS]);
     let (s, y) = match fused {
-        true => x.add_layer_norm(&h, &gamma, &beta, EPS).unwrap(),
+        true => x.add_layer_norm(h.clone(), &gamma, &beta, EPS).unwrap(),
         false => {
             let s = x.add(&h).unwrap();
             let y = s.layer_norm(&gamma, &beta, EPS).unwrap();
@@ -56,7 +56,7 @@ fn add_layer_norm_is_add_then_layer_norm_bit_for_bit() {
     let h = constant(&gpu, 8);
     let gamma = Tensor::from_slice(&gpu, &Rng::new(9).vec_f32(COLS, 0.5, 1.5), &[COLS]).unwrap();
     let beta = Tensor::from_slice(&gpu, &Rng::new(10).vec_f32(COLS, -0.5, 0.5), &[COLS]).unwrap();
-    let (s, y) = x.add_layer_norm(&h, &gamma, &beta, EPS).unwrap();
+    let (s, y) = x.add_layer_norm(h.clone(), &gamma, &beta, EPS).unwrap();
     let s_apart = x.add(&h).unwrap();
     let y_apart = s_apart.layer_norm(&gamma, &beta, EPS).unwrap();
     assert_eq!(s.to_vec().unwrap(), s_apart.to_vec().unwrap());
@@ -122,7 +122,7 @@ fn a_residual_gradient_another_node_still_holds_is_not_added_into() {
     let h = param(&gpu, &values(2), &[ROWS, COLS]);
     let gamma = param(&gpu, &Rng::new(3).vec_f32(COLS, 0.5, 1.5), &[COLS]);
     let beta = param(&gpu, &Rng::new(4).vec_f32(COLS, -0.5, 0.5), &[COLS]);
-    let (s, y) = x.add_layer_norm(&h, &gamma, &beta, EPS).unwrap();
+    let (s, y) = x.add_layer_norm(h.clone(), &gamma, &beta, EPS).unwrap();
     let on_norm = y.mul(&constant(&gpu, 5)).unwrap().sum_all().unwrap();
     let on_stream = s
         .add(&z)
@@ -144,4 +144,42 @@ fn a_residual_gradient_another_node_still_holds_is_not_added_into() {
         grads(&leaves)[0],
         "dL/dx"
     );
+}
+
+/// A branch nothing else holds is taken: the sum is written over its buffer (no buffer is
+/// allocated for it), with the same values and gradients as the two ops apart.
+#[test]
+fn the_sum_is_written_over_a_branch_nothing_else_holds() {
+    let gpu = fresh_gpu();
+    let mut runs = Vec::new();
+    for fused in [true, false] {
+        let x = param(&gpu, &values(1), &[ROWS, COLS]);
+        let h = param(&gpu, &values(2), &[ROWS, COLS]);
+        let gamma = param(&gpu, &Rng::new(3).vec_f32(COLS, 0.5, 1.5), &[COLS]);
+        let beta = param(&gpu, &Rng::new(4).vec_f32(COLS, -0.5, 0.5), &[COLS]);
+        let branch = h.mul_scalar(-1.5).unwrap();
+        let ((s, y), trace) = allocator_trace_of(&gpu, || match fused {
+            true => x.add_layer_norm(branch, &gamma, &beta, EPS).unwrap(),
+            false => {
+                let s = x.add(&branch).unwrap();
+                (s.clone(), s.layer_norm(&gamma, &beta, EPS).unwrap())
+            }
+        });
+        let sums = trace
+            .events
+            .iter()
+            .filter(|e| e.kind == TraceEventKind::Allocate && e.label.as_deref() == Some("add"))
+            .count();
+        assert_eq!(
+            sums,
+            usize::from(!fused),
+            "buffers for the sum (fused: {fused})"
+        );
+        let on_norm = y.mul(&constant(&gpu, 5)).unwrap().sum_all().unwrap();
+        let on_stream = s.mul(&constant(&gpu, 6)).unwrap().sum_all().unwrap();
+        on_stream.add(&on_norm).unwrap().backward().unwrap();
+        let values = [&s, &y].map(|t| t.to_vec().unwrap());
+        runs.push((values, grads(&[x, h, gamma, beta])));
+    }
+    assert_eq!(runs[0], runs[1]);
 }
