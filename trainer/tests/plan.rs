@@ -301,7 +301,8 @@ fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
     let gpu = fresh_gpu();
     gpu.set_memory_budget(budget);
     let plan = plimsoll_trainer::plan::plan(&gpu, &spec, &train, Some(&val), &cfg).unwrap();
-    // The oracle: the trainer's loop at the plan's choice, on a twin under the same budget.
+    // The oracle: the trainer's loop at the plan's choice, on a twin under the same budget:
+    // its micro-batch, checkpointing and, where it chose it, the memory-efficient variant.
     let twin = gpu.planning_twin(budget);
     cfg.micro_batch = Some(plan.micro_batch);
     cfg.checkpointing = match plan.segment_len {
@@ -309,7 +310,11 @@ fn the_plan_predicts_every_step_of_the_shakespeare_gpt_under_42_mib() {
         k => CheckpointPolicy::EveryBlocks(k),
     };
     cfg.memory_budget_bytes = Some(budget);
-    let mut trainer = Trainer::new(&twin, cfg, &spec, train, Some(Box::new(val))).unwrap();
+    let variant = (plan.variant.as_ref())
+        .and_then(|_| plimsoll_trainer::Recipe::memory_efficient_variant(&spec))
+        .map(|(_, recipe)| recipe);
+    let recipe: &dyn plimsoll_trainer::Recipe = variant.as_deref().unwrap_or(&spec);
+    let mut trainer = Trainer::new(&twin, cfg, recipe, train, Some(Box::new(val))).unwrap();
     let mut peaks = Peaks::default();
     trainer.run(&mut peaks).unwrap();
     assert_eq!(peaks.steps, 60);
