@@ -178,3 +178,10 @@ pub fn additions_in_backward(gpu: &Gpu, loss: &Tensor, bytes: u64) -> usize {
         .filter(|e| e.label.as_deref() == Some("add"))
         .count()
 }
+
+/// Sets `p.grad = g` (backward of `sum(p * g)`), after clearing it.
+pub fn set_grad(gpu: &Gpu, p: &Tensor, g: &[f32]) {
+    p.clear_grad();
+    let c = Tensor::from_slice(gpu, g, p.shape()).unwrap();
+    p.mul(&c).unwrap().sum_all().unwrap().backward().unwrap();
+}

@@ -4,9 +4,11 @@
 //! reader, corrupt and hostile files).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod clipping;
 mod common;
 mod conv;
 mod gpt;
+mod host_and_sharded;
 mod llama;
 mod losses;
 mod modules;
