@@ -112,9 +112,6 @@ fn wanted(
     }
 }
 
-/// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
-/// input `i` wants one (checkpoints, matmuls and additions use it to skip work; elsewhere it is
-/// cheap to compute and dropped).
 /// A buffer the backward walk lends an op for one input's gradient ([`backward_op`]).
 pub(crate) enum Lent {
     /// The gradient the input (a node) has received so far, held by nothing else: the op may
@@ -145,6 +142,9 @@ pub(crate) fn writes_blank(op: &Op, i: usize) -> bool {
     }
 }
 
+/// The gradients of `op`'s inputs given `g`, the gradient of its output. `needs[i]` says whether
+/// input `i` wants one (checkpoints, matmuls and additions use it to skip work; elsewhere it is
+/// cheap to compute and dropped).
 /// `leaves[i]` is input `i`'s gradient slot when it is a leaf: an op may accumulate into it
 /// directly and return `None` for that input (matmul does, saving a temporary and a copy).
 /// `lent[i]` is a buffer the walk lends for input `i`'s gradient ([`Lent`]): an op may take it
@@ -283,13 +283,11 @@ pub(crate) fn backward_op(
         Op::Slice { input, axis, start } => one(pad_slice(g, input, *axis, *start)?),
         // the op's own derivative, beside its forward
         Op::Custom(derivative) => {
-            let mut into: SmallVec<[Option<Tensor>; 4]> = (0..lent.len())
-                .map(|i| match &lent[i] {
-                    Some(Lent::Sum(t)) => {
-                        let shape = t.shape.clone();
-                        lent_sum(lent, i, &shape)
-                    }
-                    _ => None,
+            // A custom op is lent sums only (its `backward_into` takes plain tensors).
+            let mut into: SmallVec<[Option<Tensor>; 4]> = (lent.iter_mut())
+                .map(|slot| match slot.take_if(|l| matches!(l, Lent::Sum(_))) {
+                    Some(Lent::Sum(t) | Lent::Blank(t)) => Some(t),
+                    None => None,
                 })
                 .collect();
             let grads = derivative.backward_into(g, needs, &mut into);

@@ -338,27 +338,21 @@ fn record_forward(
         b_offset: add.map_or(0, |[_, b]| b.index() + first * c),
         ..Params::default()
     };
-    let period = [rows.min(len), 1];
-    match add {
-        None => {
-            let kernel = match layout {
-                RowLayout::InvocationPerRow => &FORWARD,
-                RowLayout::WorkgroupPerRow => &FORWARD_ROWS,
-                RowLayout::SubgroupPerRow => &FORWARD_SUBGROUP,
-            };
-            let buffers = [x, gamma, beta, y, mean, rstd];
-            launch_rows(gpu, layout, kernel, &buffers, period, params)
+    // Per layout: the plain forward's entry point, and the one that writes the sum first.
+    let [plain, adding] = match layout {
+        RowLayout::InvocationPerRow => [&FORWARD, &FORWARD_ADD],
+        RowLayout::WorkgroupPerRow => [&FORWARD_ROWS, &FORWARD_ADD_ROWS],
+        RowLayout::SubgroupPerRow => [&FORWARD_SUBGROUP, &FORWARD_ADD_SUBGROUP],
+    };
+    let mut buffers = vec![x, gamma, beta, y, mean, rstd];
+    let kernel = match add {
+        None => plain,
+        Some(addends) => {
+            buffers.extend(addends);
+            adding
         }
-        Some([a, b]) => {
-            let kernel = match layout {
-                RowLayout::InvocationPerRow => &FORWARD_ADD,
-                RowLayout::WorkgroupPerRow => &FORWARD_ADD_ROWS,
-                RowLayout::SubgroupPerRow => &FORWARD_ADD_SUBGROUP,
-            };
-            let buffers = [x, gamma, beta, y, mean, rstd, a, b];
-            launch_rows(gpu, layout, kernel, &buffers, period, params)
-        }
-    }
+    };
+    launch_rows(gpu, layout, kernel, &buffers, [rows.min(len), 1], params)
 }
 
 /// Records the backward: with `xhat = (x - mean) rstd` and `g = dy * gamma`,
