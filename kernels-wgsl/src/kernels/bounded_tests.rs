@@ -339,6 +339,7 @@ fn bounded_dropout_fill_nonfinite_and_optimizers_go_out_in_ranges_with_the_same_
                 },
                 first_step: false,
                 grad_scale: 0.5,
+                control: None,
             };
             optimizer::sgd_step(
                 &gpu,
@@ -357,6 +358,7 @@ fn bounded_dropout_fill_nonfinite_and_optimizers_go_out_in_ranges_with_the_same_
                 },
                 step: 3,
                 grad_scale: 1.0,
+                control: None,
             };
             optimizer::adamw_step(
                 &gpu,

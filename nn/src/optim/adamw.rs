@@ -90,6 +90,7 @@ impl Moments {
             },
             step,
             grad_scale,
+            control: None,
         };
         adamw_step(
             param.gpu(),
@@ -175,6 +176,7 @@ impl AdamW {
                 config: self.config.to_reference(),
                 step,
                 grad_scale: self.grad_scale,
+                control: None,
             };
             adamw_steps(param.gpu(), &launch, &tensors)?;
         }

@@ -103,6 +103,7 @@ impl Optimizer for Sgd {
                 config,
                 first_step: created.contains(name),
                 grad_scale: self.grad_scale,
+                control: None,
             };
             let momentum = self
                 .momentum

@@ -327,7 +327,7 @@ fn chosen_mark(chosen: bool) -> &'static str {
 }
 
 /// AdamW's first step at PyTorch's defaults with `weight_decay`.
-fn first_adamw_step(weight_decay: f64) -> AdamWStep {
+fn first_adamw_step(weight_decay: f64) -> AdamWStep<'static> {
     AdamWStep {
         config: AdamWConfig {
             lr: 1e-3,
@@ -338,6 +338,7 @@ fn first_adamw_step(weight_decay: f64) -> AdamWStep {
         },
         step: 1,
         grad_scale: 1.0,
+        control: None,
     }
 }
 

@@ -19,6 +19,8 @@ pub mod reference;
 pub use multi::{AdamWTensor, adamw_steps, adamw_steps_in};
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod control_tests;
 
 /// The module: `optimizer.wgsl` and the helpers it calls.
 const WGSL: &str = concatcp!(
@@ -29,16 +31,19 @@ const WGSL: &str = concatcp!(
 kernels! {
     "optimizer", source: WGSL, workgroup: ELEMENTWISE_WORKGROUP;
     /// The `sgd` entry point.
-    SGD = "sgd" sgd_params: SgdParams, [param, grad, momentum_buf];
+    SGD = "sgd" sgd_params: SgdParams, [param, grad, momentum_buf, sgd_control];
     /// The `adamw` entry point.
-    ADAMW = "adamw" adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq];
+    ADAMW = "adamw" adamw_params: AdamWParams, [param, grad, exp_avg, exp_avg_sq, adamw_control];
     /// The `adamw_v4` entry point (four elements per invocation; vec4 views of the same bindings).
     ADAMW_V4 = "adamw_v4" adamw_params: AdamWParams, [
         param_v4: "array<vec4<f32>>",
         grad_v4: "array<vec4<f32>>",
         exp_avg_v4: "array<vec4<f32>>",
         exp_avg_sq_v4: "array<vec4<f32>>",
+        adamw_control,
     ];
+    /// The `step_control` entry point: the step's decision on the device ([`step_control`]).
+    STEP_CONTROL = "step_control" control_params: ControlParams, [sums, decision];
 }
 
 /// The `adamw_multi` entry point (many tensors: their segments at the 16 slots, then the chunk
@@ -48,7 +53,7 @@ pub const ADAMW_MULTI: Kernel = crate::kernels::slots::multi_tensor_kernel!(
     "adamw_multi",
     source: WGSL,
     adamw_params: AdamWParams,
-    [chunks: "array<u32>"]
+    [chunks: "array<u32>", multi_control]
 );
 
 /// Every entry point of the family, in the order [`crate::kernels::ALL`] lists them.
@@ -57,6 +62,7 @@ pub const KERNELS: &[Kernel] = &[
     ADAMW,
     ADAMW_V4,
     ADAMW_MULTI,
+    STEP_CONTROL,
 ];
 
 shader_params! {
@@ -73,7 +79,13 @@ shader_params! {
         param_offset: u32,
         grad_offset: u32,
         momentum_offset: u32,
+        /// 1: the gradient's scale and the skip come from the control binding.
+        controlled: u32,
+        /// Element index of the control vector in its binding.
+        control_offset: u32,
         _pad0: u32,
+        _pad1: u32,
+        _pad2: u32,
     }
 
     /// The `AdamWParams` of `optimizer.wgsl`.
@@ -92,8 +104,22 @@ shader_params! {
         exp_avg_offset: u32,
         exp_avg_sq_offset: u32,
         first_chunk: u32,
+        /// 1: the gradient's scale and the skip come from the control binding.
+        controlled: u32,
+        /// Element index of the control vector in its binding.
+        control_offset: u32,
+    }
+
+    /// The `ControlParams` of `optimizer.wgsl` (`step_control`).
+    struct ControlParams {
+        n: u32,
+        sums_offset: u32,
+        flags_offset: u32,
+        control_offset: u32,
+        max_norm: f32,
+        loss_scale: f32,
+        _pad0: u32,
         _pad1: u32,
-        _pad2: u32,
     }
 }
 
@@ -122,6 +148,8 @@ impl AdamWParams {
             bias_correction2_sqrt: s.bias_correction2_sqrt,
             eps: s.eps,
             grad_scale: step.grad_scale,
+            controlled: u32::from(step.control.is_some()),
+            control_offset: step.control.map_or(0, |c| c.index()),
             ..AdamWParams::default()
         }
     }
@@ -226,25 +254,100 @@ impl AdamWConfig {
 
 /// One SGD launch: the hyper-parameters, whether it creates the momentum buffer, and the
 /// gradient's scale.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct SgdStep {
+#[derive(Clone, Copy)]
+pub struct SgdStep<'a> {
     /// Hyper-parameters.
     pub config: SgdConfig,
     /// True on the step that creates the momentum buffer (its contents are then ignored).
     pub first_step: bool,
     /// Multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`; 1 otherwise).
     pub grad_scale: f32,
+    /// The step decided on the device ([`step_control`]'s [`CONTROL_WORDS`] words): when
+    /// given, the gradient is multiplied by its first word instead of `grad_scale`, and
+    /// nothing is written when its second is not 0.
+    pub control: Option<DeviceSlice<'a>>,
 }
 
 /// One AdamW launch: the hyper-parameters, the 1-based step number and the gradient's scale.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AdamWStep {
+#[derive(Clone, Copy)]
+pub struct AdamWStep<'a> {
     /// Hyper-parameters.
     pub config: AdamWConfig,
     /// 1-based step (PyTorch's `state["step"]` after its increment).
     pub step: u64,
     /// Multiplies the gradient first (the mixed-precision unscale, `1/loss_scale`; 1 otherwise).
     pub grad_scale: f32,
+    /// The step decided on the device, as [`SgdStep::control`].
+    pub control: Option<DeviceSlice<'a>>,
+}
+
+/// Words of a control vector ([`step_control`]): `[grad_scale, skip, halted, norm]`.
+pub const CONTROL_WORDS: u64 = 4;
+
+/// What [`step_control`] decides from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ControlInputs {
+    /// Largest global gradient norm (`clip_grad_norm_`'s `max_norm`); `None`: no clipping.
+    pub max_norm: Option<f32>,
+    /// The loss scale the gradients carry (1 in f32): the norm and the update divide by it.
+    pub loss_scale: f32,
+}
+
+/// Records the step's decision on the device (`optimizer.wgsl`'s `step_control`, one
+/// workgroup) into `control` ([`CONTROL_WORDS`] words, `[grad_scale, skip, halted, norm]`):
+/// the global norm from the `n` partial sums of squares in `partials`, clipping's factor, and
+/// whether the update is skipped: when `flags` (the `nonfinite` kernel's first word, as f32
+/// bits) is set, the norm is not finite, or an earlier step halted (`control[2]`, which stays 1
+/// until the caller writes 0 there). An update recorded with `control`
+/// ([`AdamWStep::control`]) then needs no host value. [`reference::step_control`] is the same
+/// arithmetic in the same order.
+pub fn step_control(
+    gpu: &Gpu,
+    inputs: &ControlInputs,
+    partials: DeviceSlice<'_>,
+    flags: DeviceSlice<'_>,
+    control: DeviceSlice<'_>,
+) -> Result<()> {
+    let op = "optimizer::step_control";
+    control.expect_len(op, "control", CONTROL_WORDS)?;
+    flags.expect_len(op, "flags", 1)?;
+    if !(inputs.loss_scale.is_finite() && inputs.loss_scale > 0.0) {
+        return Err(Error::InvalidArgument {
+            op,
+            message: format!("the loss scale must be finite and positive, got {}", inputs.loss_scale),
+        });
+    }
+    let params = ControlParams {
+        n: partials.len() as u32,
+        sums_offset: partials.index(),
+        flags_offset: flags.index(),
+        control_offset: control.index(),
+        max_norm: inputs.max_norm.unwrap_or(0.0),
+        loss_scale: inputs.loss_scale,
+        ..ControlParams::default()
+    };
+    // The partials and the flags are one tensor's in practice: bind the partials' buffer and
+    // address both in it.
+    if flags.buffer().segment_uid() != partials.buffer().segment_uid() {
+        return Err(Error::InvalidArgument {
+            op,
+            message: "the flags must lie in the partial sums' buffer (the read-back tensor \
+                      `with_sums_of_squares_checked` makes holds both)"
+                .to_string(),
+        });
+    }
+    gpu.dispatch(crate::recorder::Dispatch {
+        kernel: &STEP_CONTROL,
+        overrides: &[],
+        params: bytemuck::bytes_of(&params),
+        buffers: &[partials, control],
+        also_uses: &[flags],
+        workgroups: [1, 1, 1],
+        work: crate::recorder::Work {
+            flops: partials.len(),
+            bytes: 4 * (partials.len() + CONTROL_WORDS),
+        },
+    })
 }
 
 /// Records one SGD step on `param` (PyTorch's `torch.optim.SGD`), all slices of one length:
@@ -298,9 +401,11 @@ pub fn sgd_step(
         param_offset: param.index() + start,
         grad_offset: grad.index() + start,
         momentum_offset: momentum_buf.index() + start,
-        _pad0: 0,
+        controlled: u32::from(step.control.is_some()),
+        control_offset: step.control.map_or(0, |c| c.index()),
+        ..SgdParams::default()
     };
-    let buffers = [param, grad, momentum_buf];
+    let buffers = [param, grad, momentum_buf, step.control.unwrap_or(grad)];
     launch_ranges(gpu, &SGD, &[], &buffers, len, params)
 }
 
@@ -333,7 +438,10 @@ pub fn adamw_step(
         exp_avg_sq_offset: exp_avg_sq.index(),
         ..AdamWParams::scalars_of(step)
     };
-    let buffers = [param, grad, exp_avg, exp_avg_sq];
+    if let Some(control) = step.control {
+        control.expect_len(op, "control", CONTROL_WORDS)?;
+    }
+    let buffers = [param, grad, exp_avg, exp_avg_sq, step.control.unwrap_or(grad)];
     // Four elements per invocation over the longest prefix of whole vec4s when every slice
     // starts on a multiple of 4 elements; `adamw` takes the rest (or everything); in ranges
     // under a submission bound.

@@ -79,6 +79,9 @@ pub fn adamw_steps_in(
 ) -> Result<()> {
     let op = "optimizer::adamw_steps";
     super::check_step(op, step)?;
+    if let Some(control) = step.control {
+        control.expect_len(op, "control", super::CONTROL_WORDS)?;
+    }
     for (i, t) in tensors.iter().enumerate() {
         let names = [
             (format!("tensor {i}: param"), t.param),
@@ -109,6 +112,8 @@ pub fn adamw_steps_in(
         for group in &plan.groups {
             let mut buffers = group.slots.bindings();
             buffers.push(table.whole());
+            // Not read unless the step is controlled: the table stands in.
+            buffers.push(step.control.unwrap_or(table.whole()));
             let uses: Vec<DeviceSlice<'_>> = tensors[group.tensors.clone()]
                 .iter()
                 .flat_map(AdamWTensor::operands)
@@ -141,7 +146,7 @@ pub fn adamw_steps_in(
 }
 
 /// `step` for one tensor: its weight decay, or none.
-fn for_tensor(step: &AdamWStep, decays: bool) -> AdamWStep {
+fn for_tensor<'c>(step: &AdamWStep<'c>, decays: bool) -> AdamWStep<'c> {
     let mut one = *step;
     if !decays {
         one.config.weight_decay = 0.0;

@@ -70,3 +70,37 @@ pub fn adamw_step(
         param[i] += -s.step_size * (exp_avg[i] / denom);
     }
 }
+
+/// `optimizer.wgsl`'s `step_control` on the host, the same f32 operations in the same order:
+/// the `partials` summed by 256 lanes (lane `l` adds elements `l`, `l + 256`, ... in order) and
+/// a tree, then `[grad_scale, skip, halted, norm]` from the sum, the nonfinite `flagged` word,
+/// whether an earlier step `halted`, and `inputs` (see [`super::step_control`]).
+pub fn step_control(
+    partials: &[f32],
+    flagged: bool,
+    halted: bool,
+    inputs: &super::ControlInputs,
+) -> [f32; 4] {
+    const LANES: usize = 256;
+    let mut lanes = [0.0f32; LANES];
+    for (lane, sum) in lanes.iter_mut().enumerate() {
+        for x in partials.iter().skip(lane).step_by(LANES) {
+            *sum += *x;
+        }
+    }
+    let mut stride = LANES / 2;
+    while stride > 0 {
+        for lane in 0..stride {
+            lanes[lane] += lanes[lane + stride];
+        }
+        stride /= 2;
+    }
+    let norm = lanes[0].sqrt() / inputs.loss_scale;
+    let skip = flagged || !norm.is_finite() || halted;
+    let clip = match inputs.max_norm {
+        Some(max) if max > 0.0 && norm > max => max / (norm + 1e-6),
+        _ => 1.0,
+    };
+    let flag = if skip { 1.0 } else { 0.0 };
+    [clip / inputs.loss_scale, flag, flag, norm]
+}

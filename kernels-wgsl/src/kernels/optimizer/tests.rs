@@ -39,6 +39,7 @@ fn sgd_case(gpu: &Gpu, rng: &mut Rng, len: usize, config: &SgdConfig, grad_scale
             config: *config,
             first_step,
             grad_scale,
+            control: None,
         };
         super::sgd_step(
             gpu,
@@ -101,6 +102,7 @@ fn adamw_case(
             config: *config,
             step,
             grad_scale,
+            control: None,
         };
         let (p, g, m, v) = (
             param_gpu.slice()?,
@@ -196,6 +198,7 @@ fn optimizer_rejects_bad_arguments() -> Result<()> {
         config,
         first_step: true,
         grad_scale: 1.0,
+        control: None,
     };
     // grad = elements 1..11 of 10: no such slice; the 9 that fit differ from param's 10.
     let err = b.slice(1, 10).expect_err("must be refused");
@@ -242,6 +245,7 @@ fn optimizer_rejects_bad_arguments() -> Result<()> {
         config,
         step,
         grad_scale: 1.0,
+        control: None,
     };
     let (a5, b5, b5_hi) = (
         a.slice(0, 5)?,
@@ -437,6 +441,7 @@ fn adamw_steps_match_one_launch_per_tensor() -> Result<()> {
             config,
             step,
             grad_scale,
+            control: None,
         };
         for (i, &(len, _, decays)) in MULTI_TENSORS.iter().enumerate() {
             let grad = rng.vec_f32(len, -2.0, 2.0);
@@ -524,6 +529,7 @@ fn adamw_steps_mark_every_operand_as_used() -> Result<()> {
         config,
         step: 1,
         grad_scale: 1.0,
+        control: None,
     };
     fn tensor<'a>(
         [param, grad, exp_avg, exp_avg_sq]: [crate::DeviceSlice<'a>; 4],
