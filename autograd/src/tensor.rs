@@ -613,6 +613,20 @@ impl Tensor {
             .read(&self.storage, self.offset, self.numel() as u64, deadline)?)
     }
 
+    /// Starts reading the f32 values back and returns without waiting
+    /// ([`Gpu::start_read_bytes`]): the copy goes out with the open batch, work recorded
+    /// afterwards runs after it (so this tensor may be dropped at once), and
+    /// [`plimsoll_kernels_wgsl::PendingRead::wait_as`] gives the values.
+    pub fn start_read(&self) -> Result<plimsoll_kernels_wgsl::PendingRead> {
+        self.expect_dtype("start_read", DType::F32)?;
+        Ok(self.gpu.start_read_bytes(
+            &self.storage,
+            self.offset * 4,
+            self.numel() as u64 * 4,
+            self.gpu.default_deadline(),
+        )?)
+    }
+
     /// Reads u32 values back (targets, ids) within the GPU's default deadline.
     pub fn to_vec_u32(&self) -> Result<Vec<u32>> {
         self.expect_dtype("to_vec_u32", DType::U32)?;

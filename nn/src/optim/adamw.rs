@@ -126,6 +126,10 @@ pub struct AdamW {
     moments: BTreeMap<String, Moments>,
     steps: u64,
     grad_scale: f32,
+    /// The device's decision ([`Optimizer::control`]), once asked for.
+    control: Option<Tensor>,
+    /// Whether the updates read it ([`Optimizer::set_controlled`]).
+    controlled: bool,
     /// The step count before the last step and the state it created, for
     /// [`Optimizer::undo_step`].
     undo: Option<(u64, Vec<String>)>,
@@ -139,6 +143,8 @@ impl AdamW {
             moments: BTreeMap::new(),
             steps: 0,
             grad_scale: 1.0,
+            control: None,
+            controlled: false,
             undo: None,
         }
     }
@@ -176,7 +182,10 @@ impl AdamW {
                 config: self.config.to_reference(),
                 step,
                 grad_scale: self.grad_scale,
-                control: None,
+                control: match self.controlled {
+                    true => self.control.as_ref().map(Tensor::elements).transpose()?,
+                    false => None,
+                },
             };
             adamw_steps(param.gpu(), &launch, &tensors)?;
         }
@@ -276,6 +285,30 @@ impl Optimizer for AdamW {
 
     fn set_grad_scale(&mut self, scale: f32) {
         self.grad_scale = scale;
+    }
+
+    fn control(&mut self, gpu: &plimsoll_kernels_wgsl::Gpu) -> Result<Option<Tensor>> {
+        if self.control.is_none() {
+            let options = plimsoll_autograd::TensorOptions {
+                category: plimsoll_autograd::Category::OptimizerState,
+                label: "step control",
+                requires_grad: false,
+            };
+            let words = plimsoll_kernels_wgsl::kernels::optimizer::CONTROL_WORDS as usize;
+            self.control = Some(Tensor::zeros(gpu, &[words], options)?);
+        }
+        Ok(self.control.clone())
+    }
+
+    fn set_controlled(&mut self, controlled: bool) {
+        self.controlled = controlled;
+    }
+
+    fn rewind(&mut self, step_count: u64) {
+        if step_count < self.steps {
+            self.steps = step_count;
+            self.undo = None;
+        }
     }
 
     /// [`super::HostAdamW`] of this configuration (with the current learning rate), no state.

@@ -74,6 +74,34 @@ pub trait Optimizer {
     /// unscale, `1 / loss_scale`); 1 by default.
     fn set_grad_scale(&mut self, scale: f32);
 
+    /// The vector its updates read when decided on the device ([`Optimizer::set_controlled`]):
+    /// the kernels' `optimizer::CONTROL_WORDS` words `[grad_scale, skip, halted, norm]` that
+    /// `optimizer::step_control` writes, created zeroed on `gpu` (as
+    /// `Category::OptimizerState`, labelled `step control`; not part of [`Optimizer::state`])
+    /// at the first call and the same tensor after. `Ok(None)` (the default): this optimizer's
+    /// updates take host values only.
+    fn control(&mut self, gpu: &plimsoll_kernels_wgsl::Gpu) -> Result<Option<Tensor>> {
+        let _ = gpu;
+        Ok(None)
+    }
+
+    /// While `true`, the updates recorded read the gradient's scale and whether to skip from
+    /// [`Optimizer::control`] (instead of [`Optimizer::set_grad_scale`]'s host value), so an
+    /// update can be recorded before the host has read the step's gradient norm. A skipped
+    /// update writes nothing, and the host learns of it later: [`Optimizer::rewind`] then takes
+    /// the step count back. Ignored by an optimizer without a control vector.
+    fn set_controlled(&mut self, controlled: bool) {
+        let _ = controlled;
+    }
+
+    /// Sets the step count back to `step_count` (at most the current count), after the device
+    /// skipped the updates recorded since ([`Optimizer::set_control`]): they wrote nothing, so
+    /// only the count (AdamW's bias corrections) moves back. State created by those steps
+    /// stays, as it was created (zeros). Does nothing by default.
+    fn rewind(&mut self, step_count: u64) {
+        let _ = step_count;
+    }
+
     /// Whether the state lives in host memory ([`Optimizer::host_state`]), not on the device;
     /// false by default.
     fn state_on_host(&self) -> bool {
