@@ -67,9 +67,11 @@ fn the_predicted_peak_is_the_measured_one() {
         )
     });
     let parameter_bytes = 4 * spec.parameter_count() as u64;
+    // Adam's two moments, and the vector its updates read the device's decision from.
+    let control = 4 * plimsoll_kernels_wgsl::kernels::optimizer::CONTROL_WORDS;
     assert_eq!(
         (parameter, optimizer),
-        (parameter_bytes, 2 * parameter_bytes)
+        (parameter_bytes, 2 * parameter_bytes + control)
     );
     assert!(
         measured > 5 * fixed,
@@ -574,9 +576,10 @@ fn the_gpt2_small_shape_is_planned_at_the_largest_micro_batch_under_the_binding_
         parameter_peak >= parameters && parameter_peak < parameters + 150 * gpu.block_alignment(),
         "parameters {parameter_peak} vs {parameters}\n{plan}"
     );
+    // The two moments, and the control vector (one block).
     assert_eq!(
         chosen.category_peaks[Category::OptimizerState.index()],
-        2 * parameter_peak,
+        2 * parameter_peak + gpu.block_alignment(),
         "{plan}"
     );
     // The default leaves it to the plan: the reference path reaches micro-batch 2 only, so the

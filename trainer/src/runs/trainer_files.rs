@@ -246,6 +246,15 @@ impl Trainer {
             self.note(line);
             return None;
         }
+        if let Some(step) = self.unconfirmed_update {
+            let line = format!(
+                "step {step}'s update was recorded before its read-back timed out, so the state \
+                 on the device may or may not include it; it is not saved as step {good_step}'s; {}",
+                self.on_disk()
+            );
+            self.note(line);
+            return None;
+        }
         if good_step == 0 && self.last_saved.is_none() {
             self.note(
                 "nothing to save: no step had finished (the model was as the seed made it)"

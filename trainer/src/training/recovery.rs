@@ -80,14 +80,12 @@ impl Trainer {
         self.recovers() && self.config.snapshot_every != SnapshotEvery::Off
     }
 
-    /// Keeps a [`HostSnapshot`] of the state now (before a step) when one is due. A snapshot
-    /// that cannot be taken is a note, not an error: the run goes on with the one it had (a
-    /// device lost while reading is found by the step that follows).
-    pub(crate) fn keep_snapshot_if_due(&mut self) {
+    /// Whether [`Trainer::keep_snapshot_if_due`] would take a snapshot now.
+    pub(crate) fn snapshot_due(&self) -> bool {
         if !self.snapshots_kept() {
-            return;
+            return false;
         }
-        let due = match (&self.snapshot, self.config.snapshot_every) {
+        match (&self.snapshot, self.config.snapshot_every) {
             (_, SnapshotEvery::Off) => false,
             (None, _) => true,
             (Some(s), SnapshotEvery::Steps(n)) => {
@@ -96,10 +94,17 @@ impl Trainer {
             (Some(s), SnapshotEvery::Interval(every)) => {
                 s.taken.elapsed() >= every && self.position.step > s.step
             }
-        };
-        if !due {
+        }
+    }
+
+    /// Keeps a [`HostSnapshot`] of the state now (before a step) when one is due. A snapshot
+    /// that cannot be taken is a note, not an error: the run goes on with the one it had (a
+    /// device lost while reading is found by the step that follows).
+    pub(crate) fn keep_snapshot_if_due(&mut self) {
+        if !self.snapshot_due() {
             return;
         }
+
         let elements: u64 = self
             .params
             .iter()
@@ -207,7 +212,7 @@ impl Trainer {
             let mut failed = None;
             let mut last = None;
             while self.position.step < target {
-                match self.attempt_step() {
+                match self.attempt_step(false) {
                     Ok(report) => last = Some(report),
                     Err(f) => {
                         failed = Some(f.into_error());

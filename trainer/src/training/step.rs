@@ -36,7 +36,8 @@ use plimsoll_allocator::{Phase, StepOutcome};
 use plimsoll_autograd::grad_mode::{rng_state, set_rng_state};
 use plimsoll_autograd::ops::reduce::SquaresOf;
 use plimsoll_autograd::{Category, Gpu, Tensor, f16_activations, f16_weight_copies, no_grad};
-use plimsoll_kernels_wgsl::kernels::{copy, nonfinite};
+use plimsoll_kernels_wgsl::kernels::optimizer::{ControlInputs, step_control};
+use plimsoll_kernels_wgsl::kernels::{copy, fill, nonfinite};
 use plimsoll_nn::{Optimizer, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective, buckets};
@@ -218,20 +219,27 @@ pub struct StepReadBack {
     pub grad_norm: f32,
 }
 
-/// Reads the loss and every gradient's sums of squares in partial sums
+/// Where a step's read-back tensor ([`gather_sums`]) holds what: the loss first, then each
+/// gradient's partial sums of squares (`ranges`, in the order of `names`), then the
+/// `nonfinite` kernel's flag words. Gradients in host memory (parameter streaming) are summed
+/// on the host instead: `on_host` holds (position among the names, sum of squares).
+#[derive(Debug, Clone, Default)]
+pub struct SumsLayout {
+    ranges: Vec<std::ops::Range<usize>>,
+    names: Vec<String>,
+    on_host: Vec<(usize, f64)>,
+}
+
+/// Gathers the loss and every gradient's sums of squares in partial sums
 /// ([`Tensor::with_sums_of_squares`]: those its weight-gradient matmul computed when
-/// [`Tensor::want_grad_squares`] asked, [`Tensor::take_grad_squares`], else by chunks) in one
-/// wait, with the `nonfinite` kernel's flags over them: the loss, whether it or a gradient is
-/// not finite (a NaN or infinity propagates into its sums of squares), the first parameter whose
-/// gradient is not, and the global gradient norm (the chunks added in f64 here).
-pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
+/// [`Tensor::want_grad_squares`] asked, [`Tensor::take_grad_squares`], else by chunks) into
+/// one tensor on the device, with the `nonfinite` kernel's flags over them after the sums (a
+/// NaN or infinity in a gradient propagates into its sums of squares); nothing is read yet.
+pub fn gather_sums(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<(Tensor, SumsLayout)> {
     let _no_grad = no_grad();
     // (tensor, true when it is the partial sums the weight-gradient matmul already computed)
     let mut parts: Vec<(Tensor, bool)> = Vec::new();
-    let mut names = Vec::new();
-    // Gradients in host memory (parameter streaming) are summed here, in module order with the
-    // others: (position among the names, sum of squares).
-    let mut on_host: Vec<(usize, f64)> = Vec::new();
+    let mut layout = SumsLayout::default();
     for (name, p) in params {
         let squares = p.take_grad_squares();
         if let Some(g) = p.grad() {
@@ -242,11 +250,11 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
                         true => 0.0,
                         false => g.to_vec()?.iter().map(|&x| f64::from(x).powi(2)).sum(),
                     };
-                    on_host.push((names.len(), sum));
+                    layout.on_host.push((layout.names.len(), sum));
                 }
                 None => parts.push((g, false)),
             }
-            names.push(name.as_str());
+            layout.names.push(name.clone());
         }
     }
     let refs: Vec<SquaresOf<'_>> = parts
@@ -257,53 +265,78 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
         })
         .collect();
     let (all, ranges) = Tensor::with_sums_of_squares_checked(Some(loss_sum), &refs)?;
-    drop(refs);
-    drop(parts);
+    layout.ranges = ranges;
+    Ok((all, layout))
+}
+
+impl SumsLayout {
+    /// What the read-back `values` (the whole tensor [`gather_sums`] made) say: the loss,
+    /// whether it or a gradient is not finite, the first parameter whose gradient is not, and
+    /// the global gradient norm (the partial sums added in f64 here).
+    fn parse(&self, mut values: Vec<f32>) -> StepReadBack {
+        let n = values.len().saturating_sub(nonfinite::FLAG_WORDS as usize);
+        let nonfinite = values.get(n).is_none_or(|flag| flag.to_bits() != 0);
+        values.truncate(n);
+        let loss = values.first().copied().unwrap_or(f32::NAN);
+        let mut squares: Vec<f64> = self
+            .ranges
+            .iter()
+            .map(|r| {
+                values
+                    .get(r.clone())
+                    .map_or(f64::NAN, |v| v.iter().map(|&x| f64::from(x)).sum())
+            })
+            .collect();
+        for &(at, sum) in &self.on_host {
+            squares.insert(at, sum);
+        }
+        let nonfinite = nonfinite || self.on_host.iter().any(|(_, sum)| !sum.is_finite());
+        let first_nonfinite = squares
+            .iter()
+            .zip(&self.names)
+            .find(|(v, _)| !v.is_finite())
+            .map(|(_, name)| name.clone());
+        StepReadBack {
+            loss,
+            nonfinite,
+            first_nonfinite,
+            grad_norm: squares.iter().sum::<f64>().sqrt() as f32,
+        }
+    }
+
+    /// The partial sums' positions in the read-back tensor (after the loss, before the flags).
+    fn partials(&self) -> std::ops::Range<usize> {
+        let start = self.ranges.first().map_or(1, |r| r.start);
+        start..self.ranges.last().map_or(start, |r| r.end)
+    }
+}
+
+/// What a planning device's read-back says: it holds no data (its read would be zeros, and a
+/// GPT-2 XL plan spent a quarter of its time copying and summing them). What the step
+/// allocated is the same.
+const PLANNED_READ_BACK: StepReadBack = StepReadBack {
+    loss: 0.0,
+    nonfinite: false,
+    first_nonfinite: None,
+    grad_norm: 0.0,
+};
+
+/// Reads the loss and every gradient's sums of squares ([`gather_sums`]) in one wait: the
+/// loss, whether it or a gradient is not finite, the first parameter whose gradient is not,
+/// and the global gradient norm.
+pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
+    let (all, layout) = gather_sums(loss_sum, params)?;
     if all.gpu().is_planning() {
-        // A planning device holds no data: its read would be zeros (a GPT-2 XL plan spent a
-        // quarter of its time copying and summing them). What the step allocated is the same.
-        return Ok(StepReadBack {
-            loss: 0.0,
-            nonfinite: false,
-            first_nonfinite: None,
-            grad_norm: 0.0,
-        });
+        return Ok(PLANNED_READ_BACK);
     }
-    // The sums, then the `nonfinite` kernel's flags over them: one read.
-    let n = all.numel().saturating_sub(nonfinite::FLAG_WORDS as usize);
-    let mut values = all.to_vec()?;
-    let nonfinite = values.get(n).is_none_or(|flag| flag.to_bits() != 0);
-    values.truncate(n);
-    let loss = values.first().copied().unwrap_or(f32::NAN);
-    let mut squares: Vec<f64> = ranges
-        .iter()
-        .map(|r| {
-            values
-                .get(r.clone())
-                .map_or(f64::NAN, |v| v.iter().map(|&x| f64::from(x)).sum())
-        })
-        .collect();
-    for &(at, sum) in &on_host {
-        squares.insert(at, sum);
-    }
-    let nonfinite = nonfinite || on_host.iter().any(|(_, sum)| !sum.is_finite());
-    let first_nonfinite = squares
-        .iter()
-        .zip(names)
-        .find(|(v, _)| !v.is_finite())
-        .map(|(_, name)| name.to_string());
-    Ok(StepReadBack {
-        loss,
-        nonfinite,
-        first_nonfinite,
-        grad_norm: squares.iter().sum::<f64>().sqrt() as f32,
-    })
+    Ok(layout.parse(all.to_vec()?))
 }
 
 /// One optimizer step over the samples `indices` with learning rate `lr`, starting from
 /// `micro_batch` samples per forward (halved on out-of-memory; the value it ends with is what
 /// [`StepResult::micro_batch`] says). Gradients are cleared afterwards, also on error, and the
-/// model's buffers are as they were before it on error ([`KeptBuffers`]).
+/// model's buffers are as they were before it on error ([`KeptBuffers`]). [`record_step`],
+/// then [`Recorded::finish`]: returns once the step's read-back is in.
 pub fn run_step(
     inputs: &StepInputs<'_>,
     optimizer: &mut dyn Optimizer,
@@ -311,6 +344,22 @@ pub fn run_step(
     micro_batch: usize,
     lr: f32,
 ) -> Result<StepResult> {
+    record_step(inputs, optimizer, indices, micro_batch, lr)?.finish(optimizer)
+}
+
+/// [`run_step`] up to its update: forward and backward of every micro-batch, then the update,
+/// recorded and submitted. Where the update can be decided on the device
+/// ([`device_decides`]), nothing waits: the step's read-back is on its way
+/// ([`Recorded::Pending`]) and the caller may record the next step before it
+/// [`Recorded::finish`]es this one. Elsewhere the read-back comes first and the host decides
+/// ([`Recorded::Done`]).
+pub fn record_step(
+    inputs: &StepInputs<'_>,
+    optimizer: &mut dyn Optimizer,
+    indices: &[usize],
+    micro_batch: usize,
+    lr: f32,
+) -> Result<Recorded> {
     let (result, outcome) = as_planned_step(inputs.gpu, || {
         let result = KeptBuffers::take(inputs.model).and_then(|kept| {
             let stepped = run_step_inner(inputs, optimizer, indices, micro_batch, lr, &kept);
@@ -330,10 +379,98 @@ pub fn run_step(
         result
     });
     set_phase(inputs.gpu, inputs.step, Phase::Other);
-    result.map(|result| StepResult {
-        allocation: outcome,
-        ..result
-    })
+    let mut recorded = result?;
+    match &mut recorded {
+        Recorded::Done(r) => r.allocation = outcome,
+        Recorded::Pending(p) => p.result.allocation = outcome,
+    }
+    Ok(recorded)
+}
+
+/// Whether a step's update is decided on the device (`optimizer::step_control`) rather than
+/// on the host after its read-back: one process (several sum their gradients on the host
+/// first), f32 (the f16 loss scale moves on the host after each step), a model without
+/// buffers (a refused step puts BatchNorm's statistics back, which needs the decision
+/// before the step ends), every gradient on the device, and an optimizer with a control
+/// vector ([`Optimizer::control`]).
+pub fn device_decides(inputs: &StepInputs<'_>) -> bool {
+    inputs.collective.is_none_or(|c| c.ranks() <= 1)
+        && inputs.precision == Precision::F32
+        && inputs.model.buffers().is_empty()
+}
+
+/// A step as [`record_step`] left it.
+#[must_use = "a recorded step's result (and its errors) come with `finish`"]
+pub enum Recorded {
+    /// Decided on the host after its read-back: finished.
+    Done(StepResult),
+    /// Its update decided on the device, recorded and submitted; its read-back on its way.
+    Pending(Box<PendingStep>),
+}
+
+/// A step whose update was recorded before the host read its sums (see [`Recorded`]).
+pub struct PendingStep {
+    /// Everything but the loss and the norm, which come with the read-back.
+    result: StepResult,
+    /// The read-back of [`gather_sums`]'s tensor; `None` on a planning device.
+    read: Option<plimsoll_kernels_wgsl::PendingRead>,
+    layout: SumsLayout,
+    /// The optimizer's step count before this step's update.
+    steps_before: u64,
+    gpu: Gpu,
+    loss_scale: f32,
+    step: u64,
+}
+
+impl Recorded {
+    /// What is known before the read-back: everything but the loss and the norm (NaN while
+    /// pending), and, when pending, no overflow.
+    pub fn known(&self) -> &StepResult {
+        match self {
+            Recorded::Done(result) => result,
+            Recorded::Pending(pending) => &pending.result,
+        }
+    }
+
+    /// Whether the read-back is still to come ([`Recorded::Pending`]).
+    pub fn is_pending(&self) -> bool {
+        matches!(self, Recorded::Pending(_))
+    }
+
+    /// The step's result, waiting for its read-back (within the device's default deadline)
+    /// when it is pending. A pending step whose loss or gradients were not finite was skipped
+    /// on the device, and so was every update recorded after it (`step_control`'s halt): this
+    /// takes `optimizer`'s step count back to before the step ([`Optimizer::rewind`]), lets
+    /// later updates run again, and returns [`Error::NonFinite`], the model as it was before
+    /// the step.
+    pub fn finish(self, optimizer: &mut dyn Optimizer) -> Result<StepResult> {
+        let pending = match self {
+            Recorded::Done(result) => return Ok(result),
+            Recorded::Pending(pending) => *pending,
+        };
+        let read = match pending.read {
+            None => PLANNED_READ_BACK,
+            Some(read) => pending
+                .layout
+                .parse(read.wait_as::<f32>(pending.gpu.default_deadline())?),
+        };
+        let mut result = pending.result;
+        result.loss = read.loss / pending.loss_scale;
+        result.grad_norm = read.grad_norm / pending.loss_scale;
+        if read.nonfinite {
+            optimizer.rewind(pending.steps_before);
+            // The halt has done its work on every update recorded so far: the next ones run.
+            if let Some(control) = optimizer.control(&pending.gpu)? {
+                fill::fill(&pending.gpu, control.elements()?.slice(1, 2)?, 0.0)?;
+            }
+            return Err(Error::NonFinite {
+                step: pending.step,
+                loss: result.loss,
+                first_parameter: read.first_nonfinite,
+            });
+        }
+        Ok(result)
+    }
 }
 
 /// Device copies of the model's buffers (BatchNorm's running statistics and counts) taken
@@ -371,7 +508,7 @@ fn run_step_inner(
     mut micro_batch: usize,
     lr: f32,
     kept: &KeptBuffers,
-) -> Result<StepResult> {
+) -> Result<Recorded> {
     let rng = rng_state();
     let mut recoveries = Vec::new();
     let loss_sum = loop {
@@ -439,17 +576,9 @@ fn run_step_inner(
             None,
         ),
     };
-    let read = match read {
-        Some(read) => read,
-        None => read_loss_and_check(&loss_sum, inputs.params)?,
-    };
-    drop(loss_sum);
-    // Unscaled (by the loss scale) before anything reads them.
-    let loss = read.loss / inputs.loss_scale;
-    let grad_norm = read.grad_norm / inputs.loss_scale;
     let mut result = StepResult {
-        loss,
-        grad_norm,
+        loss: f32::NAN,
+        grad_norm: f32::NAN,
         overflow: None,
         micro_batch,
         micro_batches: indices.len().div_ceil(micro_batch),
@@ -460,10 +589,47 @@ fn run_step_inner(
         allreduce_bytes: shared.bytes,
         allreduce_ms: shared.ms,
     };
+    let read = match read {
+        Some(read) => read,
+        None => {
+            let (all, layout) = gather_sums(&loss_sum, inputs.params)?;
+            if ranks.is_none()
+                && layout.on_host.is_empty()
+                && !layout.partials().is_empty()
+                && device_decides(inputs)
+                && let Some(control) = optimizer.control(inputs.gpu)?
+            {
+                let (read, steps_before) =
+                    decide_on_device(inputs, optimizer, (all, &layout), &control, lr)?;
+                drop(loss_sum);
+                return Ok(Recorded::Pending(Box::new(PendingStep {
+                    result,
+                    read,
+                    layout,
+                    steps_before,
+                    gpu: inputs.gpu.clone(),
+                    loss_scale: inputs.loss_scale,
+                    step: inputs.step,
+                })));
+            }
+            let read = match all.gpu().is_planning() {
+                true => PLANNED_READ_BACK,
+                false => layout.parse(all.to_vec()?),
+            };
+            drop(all);
+            read
+        }
+    };
+    drop(loss_sum);
+    // Unscaled (by the loss scale) before anything reads them.
+    let loss = read.loss / inputs.loss_scale;
+    let grad_norm = read.grad_norm / inputs.loss_scale;
+    result.loss = loss;
+    result.grad_norm = grad_norm;
     if read.nonfinite && inputs.precision == Precision::F16 {
         // GradScaler's skipped step: the trainer halves the scale.
         result.overflow = Some(read.first_nonfinite.unwrap_or_default());
-        return Ok(result);
+        return Ok(Recorded::Done(result));
     }
     if read.nonfinite {
         return Err(Error::NonFinite {
@@ -501,7 +667,52 @@ fn run_step_inner(
         };
         zero::all_gather_parameters(inputs, c, &shard, &mut traffic)?;
     }
-    Ok(result)
+    Ok(Recorded::Done(result))
+}
+
+/// Records `optimizer::step_control` over the read-back tensor `all` (laid out as `layout`
+/// says) into `control`, starts the read-back, and records and submits the update that reads
+/// the decision (all or nothing, as the host-decided update). Returns the read on its way
+/// (`None` on a planning device) and the optimizer's step count before the update.
+fn decide_on_device(
+    inputs: &StepInputs<'_>,
+    optimizer: &mut dyn Optimizer,
+    (all, layout): (Tensor, &SumsLayout),
+    control: &Tensor,
+    lr: f32,
+) -> Result<(Option<plimsoll_kernels_wgsl::PendingRead>, u64)> {
+    let gpu = inputs.gpu;
+    {
+        let sums = all.elements()?;
+        let partials = layout.partials();
+        let flags = sums.slice(all.numel() as u64 - nonfinite::FLAG_WORDS, 1)?;
+        let decide = ControlInputs {
+            max_norm: inputs.clip_grad_norm,
+            loss_scale: inputs.loss_scale,
+        };
+        let partials = sums.slice(partials.start as u64, partials.len() as u64)?;
+        step_control(gpu, &decide, partials, flags, control.elements()?)?;
+    }
+    let read = match gpu.is_planning() {
+        true => None,
+        false => Some(all.start_read()?),
+    };
+    drop(all);
+    let steps_before = optimizer.step_count();
+    optimizer.set_lr(lr);
+    optimizer.set_controlled(true);
+    // All or nothing, as the host-decided update below.
+    let stepped: Result<()> = gpu.atomically("optimizer update", || {
+        optimizer.step(inputs.params)?;
+        gpu.flush("optimizer update").map_err(|e| {
+            optimizer.undo_step();
+            Error::from(e)
+        })?;
+        Ok(())
+    });
+    optimizer.set_controlled(false);
+    stepped?;
+    Ok((read, steps_before))
 }
 
 /// What the ranks agreed on in a step, and what it cost.

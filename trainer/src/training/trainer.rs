@@ -26,7 +26,7 @@ use crate::observe::hooks::{CheckFailure, HookContext, Hooks, StepHook};
 use crate::plan::{MemoryPlan, plan};
 use crate::profiling::ProfiledStep;
 use crate::scaler::{GROWTH_INTERVAL, ScaleChange};
-use crate::step::{StepInputs, run_step};
+use crate::step::{Recorded, StepInputs, record_step};
 use crate::task::{Data, Evaluation, Model, Recipe};
 use crate::timeline::Timeline;
 
@@ -104,6 +104,34 @@ pub struct Trainer {
     pub(crate) run_budget: u64,
     /// The budget [`Trainer::follow_driver_budget`] last set, if it set one.
     pub(crate) driver_set: Option<u64>,
+    /// The step begun ahead of the one being completed ([`Trainer::attempt_step`]).
+    pub(crate) ahead: Option<Begun>,
+    /// How the step begun ahead failed, returned by the next attempt.
+    pub(crate) deferred: Option<Failure>,
+    /// A step whose update was recorded before its read-back timed out: the state on the
+    /// device may or may not hold it, so [`Trainer::save_last_good`] saves nothing.
+    pub(crate) unconfirmed_update: Option<u64>,
+    /// When the last step completed (step times run from it when steps overlap).
+    pub(crate) last_completed: Option<Instant>,
+    /// Steps begun before the step before them completed ([`Trainer::steps_begun_ahead`]).
+    pub(crate) steps_begun_ahead: u64,
+}
+
+/// A step begun ([`Trainer::begin_step`]): recorded, the position moved on, its read-back
+/// (and so its report) still to come ([`Trainer::complete_step`]).
+pub(crate) struct Begun {
+    step: u64,
+    epoch: u64,
+    lr: f32,
+    loss_scale: Option<f32>,
+    ranks: usize,
+    start: Instant,
+    data_wait_ms: f64,
+    /// The allocator's statistics once the step was recorded.
+    stats: plimsoll_allocator::Stats,
+    /// The position, micro-batch and agreed stop before the step, put back if it fails.
+    before: (RunPosition, usize, bool),
+    recorded: Recorded,
 }
 
 /// Why an attempt at a step failed.
@@ -334,7 +362,21 @@ impl Trainer {
             reopen: crate::recovery::default_reopen(),
             run_budget: gpu.memory_budget_bytes(),
             driver_set: None,
+            ahead: None,
+            deferred: None,
+            unconfirmed_update: None,
+            last_completed: None,
+            steps_begun_ahead: 0,
         })
+    }
+
+    /// Steps [`Trainer::run`] began (recorded forward, backward and update) before the step
+    /// before them had completed: the device ran one while the host recorded the next. A run
+    /// does so between steps after which nothing needs the model (no evaluation, checkpoint,
+    /// snapshot, stop, profile or memory timeline), when the update is decided on the device
+    /// ([`crate::step::device_decides`]).
+    pub fn steps_begun_ahead(&self) -> u64 {
+        self.steps_begun_ahead
     }
 
     /// The loader of the training batches (its depth, its host bytes).
@@ -542,10 +584,19 @@ impl Trainer {
     /// Runs one optimizer step on the next batch; see the module docs for what it guarantees.
     /// A lost device is replaced and the step run on the new one ([`crate::recovery`]).
     pub fn step(&mut self) -> Result<StepReport> {
-        self.keep_snapshot_if_due();
+        self.step_ahead(false)
+    }
+
+    /// [`Trainer::step`]; with `ahead`, the step after it may begin before this one completes
+    /// ([`Trainer::attempt_step`]), and the next call completes it.
+    pub(crate) fn step_ahead(&mut self, ahead: bool) -> Result<StepReport> {
+        if self.ahead.is_none() {
+            // With a step begun ahead, the snapshot waits for the next step boundary.
+            self.keep_snapshot_if_due();
+        }
         let losses_before = self.device_losses;
         loop {
-            let failure = match self.attempt_step() {
+            let failure = match self.attempt_step(ahead) {
                 Ok(mut report) => {
                     self.losses_in_a_row = 0;
                     report.device_losses = self.device_losses - losses_before;
@@ -581,8 +632,72 @@ impl Trainer {
         }
     }
 
-    /// One attempt at the next step (see [`Trainer::step`]).
-    pub(crate) fn attempt_step(&mut self) -> std::result::Result<StepReport, Failure> {
+    /// One attempt at the next step (see [`Trainer::step`]): the step begun (unless it already
+    /// was, ahead), with `ahead` the step after it too when [`Trainer::may_run_ahead`] allows,
+    /// then this step completed.
+    pub(crate) fn attempt_step(&mut self, ahead: bool) -> std::result::Result<StepReport, Failure> {
+        if let Some(failure) = self.deferred.take() {
+            return Err(failure);
+        }
+        let begun = match self.ahead.take() {
+            Some(begun) => begun,
+            None => self.begin_step()?,
+        };
+        if ahead && begun.recorded.is_pending() && self.may_run_ahead(begun.step) {
+            // Step k+1's forward, backward and update are recorded while the device runs
+            // step k's; step k's read-back is waited for after.
+            match self.begin_step() {
+                Ok(next) => {
+                    self.steps_begun_ahead += 1;
+                    if self.steps_begun_ahead == 1 {
+                        self.note(format!(
+                            "step {}: from here a step is recorded while the device runs the one \
+                             before it (its update decided on the device: clipping and the \
+                             non-finite check need no wait)",
+                            next.step
+                        ));
+                    }
+                    self.ahead = Some(next);
+                }
+                // Step k+1's failure is the next attempt's; step k completes first.
+                Err(failure) => self.deferred = Some(failure),
+            }
+        }
+        self.complete_step(begun)
+    }
+
+    /// Whether step `step + 1` may begin before step `step` completes: nothing between them
+    /// needs the model or step `step`'s results (the run goes on, no evaluation, checkpoint,
+    /// snapshot or stop is due after it), and no profile or memory timeline records either.
+    fn may_run_ahead(&self, step: u64) -> bool {
+        let epoch_done = self.position.sample_in_epoch == 0;
+        let finished = self.finished();
+        let eval = crate::training::schedule::eval_due(
+            self.config.eval_interval_steps,
+            step,
+            epoch_done,
+            finished,
+        );
+        let checkpoint = self
+            .config
+            .checkpoint_interval_steps
+            .is_some_and(|k| step.is_multiple_of(k.max(1)));
+        let observed = |span: Option<crate::StepSpan>| {
+            span.is_some_and(|s| s.contains(step) || s.contains(step + 1))
+        };
+        !(finished
+            || eval
+            || checkpoint
+            || self.stop.load(Ordering::SeqCst)
+            || self.snapshot_due()
+            || observed(self.config.profile_steps)
+            || observed(self.config.memory_timeline))
+    }
+
+    /// Begins the next step: its batch, then [`crate::step::record_step`] (forward, backward
+    /// and the update recorded), then everything that does not need its read-back: the
+    /// position moves on and the after-step checks run. [`Trainer::complete_step`] finishes it.
+    pub(crate) fn begin_step(&mut self) -> std::result::Result<Begun, Failure> {
         let start = Instant::now();
         self.follow_budget(self.position.step + 1)
             .map_err(Failure::Before)?;
@@ -636,26 +751,28 @@ impl Trainer {
             shard: self.config.shard,
             offload_activations: self.config.offload.activations_on_host(),
         };
-        let result = run_step(&inputs, self.optimizer.as_mut(), mine, self.micro_batch, lr);
-        let result = match result {
+        let recorded = record_step(&inputs, self.optimizer.as_mut(), mine, self.micro_batch, lr);
+        let recorded = match recorded {
             Ok(r) => r,
             Err(e) => {
                 self.each_hook(|hook, cx| hook.step_failed(cx));
                 return Err(Failure::Step(step, e));
             }
         };
-        for line in &result.recoveries {
+        let known = recorded.known();
+        for line in &known.recoveries {
             self.log.push(line.clone());
         }
         let loss_scale = self.position.loss_scaler.map(|s| s.scale);
-        if let Err(e) = self.update_loss_scale(step, result.overflow.as_deref()) {
+        if let Err(e) = self.update_loss_scale(step, known.overflow.as_deref()) {
             self.each_hook(|hook, cx| hook.step_failed(cx));
             return Err(Failure::Step(step, e));
         }
+        let before = (self.position, self.micro_batch, self.agreed_stop);
         // Some rank was asked to stop: every rank stops after this same step.
-        self.agreed_stop = result.stop;
-        self.note_allocation(step, result.allocation);
-        self.micro_batch = result.micro_batch;
+        self.agreed_stop = known.stop;
+        self.note_allocation(step, known.allocation);
+        self.micro_batch = known.micro_batch;
         let epoch = self.position.epoch;
         self.position.step = step;
         self.position.sample_in_epoch += indices.len();
@@ -666,8 +783,61 @@ impl Trainer {
         self.position.rng_state = rng_state();
         self.position.micro_batch = self.micro_batch;
         self.check_step(step).map_err(Failure::Checked)?;
+        // The memory figures of this step, before another begins.
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
-        let step_ms = start.elapsed().as_secs_f64() * 1e3;
+        Ok(Begun {
+            stats,
+            step,
+            epoch,
+            lr,
+            loss_scale,
+            ranks,
+            start,
+            data_wait_ms: taken.wait.as_secs_f64() * 1e3,
+            before,
+            recorded,
+        })
+    }
+
+    /// Completes a begun step: its read-back (waited for when it is still on its way), then its
+    /// report. A step whose read-back fails or refuses it (a loss or gradient not finite) puts
+    /// the position back to before it and drops the step begun after it, whose update the
+    /// device skipped too ([`crate::step::Recorded::finish`]).
+    pub(crate) fn complete_step(
+        &mut self,
+        begun: Begun,
+    ) -> std::result::Result<StepReport, Failure> {
+        let step = begun.step;
+        let result = match begun.recorded.finish(self.optimizer.as_mut()) {
+            Ok(result) => result,
+            Err(e) => {
+                if let Some(ahead) = self.ahead.take() {
+                    drop(ahead);
+                    self.each_hook(|hook, cx| hook.step_failed(cx));
+                }
+                self.deferred = None;
+                (self.position, self.micro_batch, self.agreed_stop) = begun.before;
+                if e.is_timeout() {
+                    // The update was recorded before the read-back that timed out: whether
+                    // the device ran it is not known, so no state is saved as this step's
+                    // predecessor.
+                    self.unconfirmed_update = Some(step);
+                }
+                self.each_hook(|hook, cx| hook.step_failed(cx));
+                return Err(Failure::Step(step, e));
+            }
+        };
+        self.unconfirmed_update = None;
+        let stats = begun.stats;
+        // Ahead of time, step k+1 began before step k completed: a step's time runs from the
+        // previous step's end (the rate steps finish at), or its own start when later.
+        let start = match self.last_completed {
+            Some(end) if end > begun.start => end,
+            _ => begun.start,
+        };
+        let now = Instant::now();
+        self.last_completed = Some(now);
+        let step_ms = now.duration_since(start).as_secs_f64() * 1e3;
         self.each_hook(|hook, cx| hook.after_step(cx, step, step_ms));
         if self.recent_losses.len() == LOSS_WINDOW {
             self.recent_losses.pop_front();
@@ -676,12 +846,12 @@ impl Trainer {
         let loss_mean = self.recent_losses.iter().sum::<f32>() / self.recent_losses.len() as f32;
         Ok(StepReport {
             step,
-            epoch,
+            epoch: begun.epoch,
             loss: result.loss,
             loss_mean,
-            lr,
+            lr: begun.lr,
             grad_norm: result.grad_norm,
-            loss_scale,
+            loss_scale: begun.loss_scale,
             skipped: result.overflow.is_some(),
             samples: result.samples,
             micro_batch: result.micro_batch,
@@ -693,10 +863,10 @@ impl Trainer {
             peak_allocated_bytes: stats.peak_allocated_bytes,
             peak_reserved_bytes: stats.peak_reserved_bytes,
             fragmentation: stats.fragmentation,
-            ranks,
+            ranks: begun.ranks,
             allreduce_bytes: result.allreduce_bytes,
             allreduce_ms: result.allreduce_ms,
-            data_wait_ms: taken.wait.as_secs_f64() * 1e3,
+            data_wait_ms: begun.data_wait_ms,
             phases: PhasePeak::of(&stats),
             device_losses: 0,
         })
@@ -773,22 +943,30 @@ impl Trainer {
                 self.long_deadline(),
             )?;
         }
-        while !self.finished() {
+        // A step begun ahead (see `attempt_step`) is always completed before the loop ends.
+        while !self.finished() || self.ahead.is_some() {
             let stopping = match self.collective.ranks() {
                 1 => self.stop.load(Ordering::SeqCst),
                 _ => self.agreed_stop,
             };
-            if stopping {
+            if stopping && self.ahead.is_none() {
                 summary.interrupted = true;
                 self.note(format!("interrupted after step {}", self.position.step));
                 break;
             }
-            let report = self.step();
+            let report = self.step_ahead(true);
             self.deliver_log(observer);
             let report = report?;
             observer.on_step(&report);
             summary.steps = report.step;
             summary.last_loss = Some(report.loss_mean);
+            if self.ahead.is_some() {
+                // The next step began ahead of this one's end: nothing was due after this one
+                // (`may_run_ahead`), and the position is already the next step's.
+                self.each_hook(|hook, cx| hook.after_evaluation(cx, report.step));
+                self.deliver_log(observer);
+                continue;
+            }
             let epoch_done = self.position.sample_in_epoch == 0;
             let eval_due = crate::training::schedule::eval_due(
                 self.config.eval_interval_steps,

@@ -1,0 +1,108 @@
+//! Steps recorded ahead: [`Trainer::run`] records step k+1 while the device runs step k (the
+//! update decided on the device), against the same steps one by one ([`Trainer::step`], which
+//! waits for each step's read-back): the same losses and parameters, bit for bit; and a step
+//! found not finite only after the next one was recorded leaves the model as it was before it.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use plimsoll_autograd::Tensor;
+use plimsoll_kernels_wgsl::testing::fresh_gpu;
+use plimsoll_trainer::{Error, Evaluation, Observer, StepReport, TrainConfig, Trainer};
+
+/// Collects the losses; at step `poison_after` gives the parameter `poison` an infinite
+/// gradient, which the step after the next one (already recorded by then) accumulates into.
+struct Watch {
+    losses: Vec<(u64, u32)>,
+    poison: Option<(u64, Tensor)>,
+}
+
+impl Observer for Watch {
+    fn on_step(&mut self, report: &StepReport) {
+        self.losses.push((report.step, report.loss.to_bits()));
+        if let Some((after, p)) = &self.poison
+            && report.step == *after
+        {
+            let poison = p.mul_scalar(f32::INFINITY).unwrap().sum_all().unwrap();
+            poison.backward().unwrap();
+        }
+    }
+    fn on_eval(&mut self, _: u64, _: u64, _: &Evaluation) {}
+    fn on_log(&mut self, _: &str) {}
+}
+
+/// Batches of 8 of 64 samples: an epoch of 8 steps, clipped (so the device's clip factor is
+/// used), no evaluation set.
+fn setup(steps: u64) -> (plimsoll_autograd::Gpu, Trainer, TrainConfig) {
+    let gpu = fresh_gpu();
+    let mut config = config(8, 8, steps, 3e-3);
+    config.clip_grad_norm = Some(0.05);
+    let trainer = Trainer::new(
+        &gpu,
+        config.clone(),
+        &adam_spec(&[8, 16, 4]),
+        data(64, 8, 4),
+        None,
+    )
+    .unwrap();
+    (gpu, trainer, config)
+}
+
+#[test]
+fn steps_recorded_ahead_train_as_steps_one_by_one_bit_for_bit() {
+    let (_gpu, mut ahead, _) = setup(7);
+    let mut watch = Watch {
+        losses: Vec::new(),
+        poison: None,
+    };
+    ahead.run(&mut watch).unwrap();
+    // After steps 1..=6 the next step began ahead; after step 7 the run ends.
+    assert_eq!(ahead.steps_begun_ahead(), 6, "{:?}", ahead.log());
+    let (_gpu2, mut one_by_one, _) = setup(7);
+    let mut losses = Vec::new();
+    for _ in 0..7 {
+        let report = one_by_one.step().unwrap();
+        losses.push((report.step, report.loss.to_bits()));
+        assert!(
+            report.grad_norm > 0.05,
+            "clipped: norm {}",
+            report.grad_norm
+        );
+    }
+    assert_eq!(one_by_one.steps_begun_ahead(), 0);
+    assert_eq!(watch.losses, losses);
+    assert_eq!(values(ahead.parameters()), values(one_by_one.parameters()));
+    assert_eq!(ahead.optimizer().step_count(), 7);
+}
+
+#[test]
+fn a_step_found_not_finite_after_the_next_began_leaves_the_model_as_it_was() {
+    let (_gpu, mut trainer, _) = setup(7);
+    // Poisoned after step 2's report, which comes once step 3 began: step 4 takes it.
+    let poisoned = trainer.parameters()[2].1.clone();
+    let mut watch = Watch {
+        losses: Vec::new(),
+        poison: Some((2, poisoned)),
+    };
+    let err = trainer.run(&mut watch).unwrap_err();
+    assert!(matches!(err, Error::NonFinite { step: 4, .. }), "{err}");
+    // Step 5 was recorded behind step 4 (its update halted on the device).
+    assert!(trainer.steps_begun_ahead() >= 4, "{:?}", trainer.log());
+    let (_gpu2, mut clean, _) = setup(7);
+    for _ in 0..3 {
+        clean.step().unwrap();
+    }
+    assert_eq!(trainer.position().step, 3);
+    assert_eq!(trainer.optimizer().step_count(), 3);
+    assert_eq!(
+        values(trainer.parameters()),
+        values(clean.parameters()),
+        "the model after step 3: steps 4 and 5 wrote nothing"
+    );
+    // The halt is lifted and the step count taken back: step 4 again is the clean one.
+    let again = trainer.step().unwrap();
+    let want = clean.step().unwrap();
+    assert_eq!((again.step, again.loss.to_bits()), (4, want.loss.to_bits()));
+    assert_eq!(values(trainer.parameters()), values(clean.parameters()));
+}
