@@ -185,18 +185,14 @@ type MakeTrainer = Box<dyn Fn() -> Result<Trainer>>;
 /// Steps of each workload the `host` part profiles, after its warm-up steps.
 const HOST_STEPS: usize = 5;
 
-/// The `host` part (see the module docs): per workload, the median over [`HOST_STEPS`]
-/// profiled steps of the step's wall time, the device's busy time (the union of its kernels'
-/// intervals) and the host's time outside its waits on the device
-/// (`plimsoll_trainer::profiling::{busy_ns, waits_ns}`).
-pub fn run_host(report: &mut Report) -> Result<()> {
+/// The `host` part's workloads, each a trainer of `steps` steps on `gpu`: mlp-bench (the peer
+/// workload), the default GPT, and on a GPU nanoGPT's GPU configuration (6 layers, 6 heads,
+/// width 384, context 256, batch 64) in f32 and f16, which takes minutes a step on a CPU
+/// adapter.
+fn host_cases(gpu: &Gpu, steps: u64) -> Result<Vec<(&'static str, MakeTrainer)>> {
     let corpus = CharCorpus::shakespeare()?;
     let vocab = corpus.vocab_size();
     let tokens = Arc::new(corpus.train().to_vec());
-    let gpu = Gpu::new()?;
-    println!("train: host part on {}", gpu.adapter());
-    // mlp-bench (the peer workload), the default GPT, and nanoGPT's GPU configuration (6 layers,
-    // 6 heads, width 384, context 256, batch 64), which takes minutes a step on a CPU adapter.
     let mut gpu_spec = spec(vocab);
     gpu_spec.config = GptConfig {
         vocab_size: vocab,
@@ -209,14 +205,13 @@ pub fn run_host(report: &mut Report) -> Result<()> {
     let g = gpu.clone();
     cases.push((
         "mlp_bench",
-        Box::new(move || super::train::peer_trainer(&g, (WARMUP_STEPS + HOST_STEPS) as u64)),
+        Box::new(move || super::train::peer_trainer(&g, steps)),
     ));
     let (g, t) = (gpu.clone(), Arc::clone(&tokens));
     cases.push((
         "gpt",
         Box::new(move || {
             let data = TokenData::windows(Arc::clone(&t), CONTEXT, vocab)?;
-            let steps = (WARMUP_STEPS + HOST_STEPS) as u64;
             let cfg = config(BATCH, Some(BATCH), steps, CheckpointPolicy::None);
             Ok(Trainer::new(&g, cfg, &spec(vocab), data, None)?)
         }),
@@ -235,7 +230,6 @@ pub fn run_host(report: &mut Report) -> Result<()> {
             name,
             Box::new(move || {
                 let data = TokenData::windows(Arc::clone(&t), 256, vocab)?;
-                let steps = (WARMUP_STEPS + HOST_STEPS) as u64;
                 let cfg = TrainConfig {
                     precision,
                     ..config(64, Some(64), steps, CheckpointPolicy::None)
@@ -244,6 +238,17 @@ pub fn run_host(report: &mut Report) -> Result<()> {
             }),
         ));
     }
+    Ok(cases)
+}
+
+/// The `host` part (see the module docs): per workload, the median over [`HOST_STEPS`]
+/// profiled steps of the step's wall time, the device's busy time (the union of its kernels'
+/// intervals) and the host's time outside its waits on the device
+/// (`plimsoll_trainer::profiling::{busy_ns, waits_ns}`).
+pub fn run_host(report: &mut Report) -> Result<()> {
+    let gpu = Gpu::new()?;
+    println!("train: host part on {}", gpu.adapter());
+    let cases = host_cases(&gpu, (WARMUP_STEPS + HOST_STEPS) as u64)?;
     for (name, make) in cases {
         let mut trainer = make()?;
         for _ in 0..WARMUP_STEPS {
