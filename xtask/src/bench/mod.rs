@@ -66,7 +66,7 @@ impl Report {
 }
 
 /// The parts of the train suite, which `bench train PART...` runs alone.
-pub(crate) const TRAIN_PARTS: [&str; 10] = train::PARTS;
+pub(crate) const TRAIN_PARTS: [&str; 11] = train::PARTS;
 
 /// Every suite, in the order `all` runs them (also the list `cargo xtask help` prints).
 pub(crate) const SUITES: &[&str] = &["allocator", "kernels", "plan", "train", "mpi"];

@@ -43,9 +43,10 @@ const BURN_STEP_MS: f64 = 491.0;
 
 /// Runs the train suite.
 /// The parts `cargo xtask bench train [PART...]` runs (all of them when none is named).
-pub const PARTS: [&str; 10] = [
+pub const PARTS: [&str; 11] = [
     "peer",
     "host",
+    "ahead",
     "cold",
     "deep",
     "gpt",
@@ -67,6 +68,9 @@ pub fn run(parts: &[String]) -> Result<Report> {
     }
     if wanted("host") {
         super::train_gpt::run_host(&mut report)?;
+    }
+    if wanted("ahead") {
+        super::train_gpt::run_ahead(&mut report)?;
     }
     if wanted("cold") {
         first_step_cold(&mut report)?;

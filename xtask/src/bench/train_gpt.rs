@@ -19,6 +19,10 @@
 //!   configuration in f32 and f16: the step, the device's busy time and the host's time
 //!   outside its waits, each the median of 5 profiled steps.
 //!
+//! - Part `ahead` (in `train`'s parts): the `host` part's workloads stepped one by one
+//!   (`Trainer::step`) against `Trainer::run`, which records step k+1 while the device runs
+//!   step k: the median step of each, and their ratio.
+//!
 //! - Part `data`: the default model from a token folder `prepare` made of the plays
 //!   (characters, memory-mapped), with the loader thread 2 batches ahead and without: the
 //!   median time a step waits for its data, and the median step; then with a host whose every
@@ -271,6 +275,64 @@ pub fn run_host(report: &mut Report) -> Result<()> {
         report.push(format!("host/{name}/device_busy"), busy, "ms");
         report.push(format!("host/{name}/host_outside_waits"), host, "ms");
         report.push(format!("host/{name}/host_share"), host / step, "ratio");
+    }
+    Ok(())
+}
+
+/// Rounds of the `ahead` part, each running both modes in turn on fresh trainers.
+const AHEAD_ROUNDS: usize = 3;
+/// Steps the `ahead` part times per trainer, after [`WARMUP_STEPS`].
+const AHEAD_STEPS: usize = 10;
+
+/// Collects [`plimsoll_trainer::Trainer::run`]'s step times.
+struct StepTimes(Vec<f64>);
+
+impl plimsoll_trainer::Observer for StepTimes {
+    fn on_step(&mut self, report: &plimsoll_trainer::StepReport) {
+        self.0.push(report.step_ms);
+    }
+    fn on_eval(&mut self, _: u64, _: u64, _: &plimsoll_trainer::Evaluation) {}
+    fn on_log(&mut self, _: &str) {}
+}
+
+/// The `ahead` part (see the module docs): per workload of the `host` part, the median step of
+/// [`AHEAD_STEPS`] steps one by one (`Trainer::step`: each waits for its read-back before the
+/// next is recorded) against the same steps in `Trainer::run`, which records step k+1 while
+/// the device runs step k; [`AHEAD_ROUNDS`] rounds, the two in turn, medians over the rounds.
+pub fn run_ahead(report: &mut Report) -> Result<()> {
+    let gpu = Gpu::new()?;
+    println!("train: ahead part on {}", gpu.adapter());
+    let steps = WARMUP_STEPS + AHEAD_STEPS;
+    for (name, make) in host_cases(&gpu, steps as u64)? {
+        let (mut one_by_one, mut ahead) = (Vec::new(), Vec::new());
+        for round in 0..AHEAD_ROUNDS {
+            let mut trainer = make()?;
+            let mut times = Vec::new();
+            for _ in 0..steps {
+                times.push(trainer.step()?.step_ms);
+            }
+            let one = median(times.split_off(WARMUP_STEPS));
+            let mut trainer = make()?;
+            let mut times = StepTimes(Vec::new());
+            trainer.run(&mut times)?;
+            let begun = trainer.steps_begun_ahead();
+            let overlapped = median(times.0.split_off(WARMUP_STEPS));
+            println!(
+                "train: {name} round {}: one by one {one:.2} ms, ahead {overlapped:.2} ms \
+                 ({begun} of {steps} steps begun ahead)",
+                round + 1
+            );
+            one_by_one.push(one);
+            ahead.push(overlapped);
+        }
+        let (one, overlapped) = (median(one_by_one), median(ahead));
+        report.push(format!("ahead/{name}/step_one_by_one"), one, "ms");
+        report.push(format!("ahead/{name}/step_ahead"), overlapped, "ms");
+        report.push(
+            format!("ahead/{name}/ahead_over_one_by_one"),
+            overlapped / one,
+            "ratio",
+        );
     }
     Ok(())
 }
