@@ -782,7 +782,15 @@ impl Trainer {
         }
         self.position.rng_state = rng_state();
         self.position.micro_batch = self.micro_batch;
-        self.check_step(step).map_err(Failure::Checked)?;
+        if let Err(error) = self.check_step(step) {
+            // The update is in; a pending one counts only if its read-back says so (else it
+            // was skipped on the device, and the step is refused as it would have been).
+            if let Err(e) = recorded.finish(self.optimizer.as_mut()) {
+                (self.position, self.micro_batch, self.agreed_stop) = before;
+                return Err(Failure::Step(step, e));
+            }
+            return Err(Failure::Checked(error));
+        }
         // The memory figures of this step, before another begins.
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
         Ok(Begun {
