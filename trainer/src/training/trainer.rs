@@ -651,9 +651,10 @@ impl Trainer {
                     self.steps_begun_ahead += 1;
                     if self.steps_begun_ahead == 1 {
                         self.note(format!(
-                            "step {}: from here a step is recorded while the device runs the one \
-                             before it (its update decided on the device: clipping and the \
-                             non-finite check need no wait)",
+                            "from step {} on, each step is recorded while the device still runs \
+                             the one before it, where nothing between them needs the model (the \
+                             update is decided on the device: clipping and the non-finite check \
+                             need no wait)",
                             next.step
                         ));
                     }
