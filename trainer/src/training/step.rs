@@ -645,18 +645,7 @@ fn run_step_inner(
     };
     optimizer.set_lr(lr);
     optimizer.set_grad_scale(clip / inputs.loss_scale);
-    // All or nothing: the optimizer creates its state before recording any update, and a
-    // failure while recording or submitting it discards what was recorded (and undoes the
-    // optimizer's step count and new state), so an error leaves every parameter and the
-    // optimizer state as they were. Once submitted, the step is committed.
-    let stepped: Result<()> = inputs.gpu.atomically("optimizer update", || {
-        optimizer.step(inputs.params)?;
-        inputs.gpu.flush("optimizer update").map_err(|e| {
-            optimizer.undo_step();
-            Error::from(e)
-        })?;
-        Ok(())
-    });
+    let stepped = record_update(inputs, optimizer);
     optimizer.set_grad_scale(1.0);
     stepped?;
     if let (Some(c), Some(shard)) = (ranks, optimizer.row_shard().cloned()) {
@@ -701,18 +690,26 @@ fn decide_on_device(
     let steps_before = optimizer.step_count();
     optimizer.set_lr(lr);
     optimizer.set_controlled(true);
-    // All or nothing, as the host-decided update below.
-    let stepped: Result<()> = gpu.atomically("optimizer update", || {
+    let stepped = record_update(inputs, optimizer);
+    optimizer.set_controlled(false);
+    stepped?;
+    Ok((read, steps_before))
+}
+
+/// Records and submits the optimizer's update of every parameter, all or nothing: the
+/// optimizer creates its state before recording any update, and a failure while recording or
+/// submitting it discards what was recorded (and undoes the optimizer's step count and new
+/// state), so an error leaves every parameter and the optimizer state as they were. Once
+/// submitted, the step is committed.
+fn record_update(inputs: &StepInputs<'_>, optimizer: &mut dyn Optimizer) -> Result<()> {
+    inputs.gpu.atomically("optimizer update", || {
         optimizer.step(inputs.params)?;
-        gpu.flush("optimizer update").map_err(|e| {
+        inputs.gpu.flush("optimizer update").map_err(|e| {
             optimizer.undo_step();
             Error::from(e)
         })?;
         Ok(())
-    });
-    optimizer.set_controlled(false);
-    stepped?;
-    Ok((read, steps_before))
+    })
 }
 
 /// What the ranks agreed on in a step, and what it cost.
