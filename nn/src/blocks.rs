@@ -182,13 +182,49 @@ impl TransformerBlock {
     }
 }
 
+/// A residual stream whose last addition may still be open: the stream and the branch to add
+/// to it, which the next layer norm adds in its own kernel ([`LayerNorm::add_forward`]).
+pub(crate) enum Stream {
+    /// The stream, every addition made.
+    Whole(Tensor),
+    /// The stream and a branch not yet added to it.
+    Open(Tensor, Tensor),
+}
+
+impl Stream {
+    /// The stream (its open addition made) and `norm` of it, the addition in the norm's kernel.
+    pub(crate) fn normed(self, norm: &LayerNorm) -> Result<(Tensor, Tensor)> {
+        match self {
+            Stream::Whole(x) => {
+                let y = norm.forward(&x)?;
+                Ok((x, y))
+            }
+            Stream::Open(x, branch) => norm.add_forward(&x, branch),
+        }
+    }
+}
+
+impl TransformerBlock {
+    /// [`Module::forward`] from a stream whose last addition may be open, leaving the MLP's
+    /// addition open: each residual addition then runs in the kernel of the layer norm after it
+    /// (this block's `ln_2`, the next block's `ln_1` or the model's final norm).
+    pub(crate) fn forward_open(&self, x: Stream) -> Result<Stream> {
+        let (x, normed) = x.normed(&self.ln1)?;
+        let attended = self.dropped(self.attn.forward(&normed)?)?;
+        drop(normed);
+        let (x, normed) = self.ln2.add_forward(&x, attended)?;
+        let h = self.fc1.forward(&normed)?.gelu()?;
+        drop(normed);
+        Ok(Stream::Open(x, self.dropped(self.fc2.forward(&h)?)?))
+    }
+}
+
 impl Module for TransformerBlock {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let attended = self.dropped(self.attn.forward(&self.ln1.forward(x)?)?)?;
-        // The residual addition and ln_2 of its sum in one kernel.
-        let (x, normed) = self.ln2.add_forward(x, attended)?;
-        let h = self.fc1.forward(&normed)?.gelu()?;
-        Ok(x.add(&self.dropped(self.fc2.forward(&h)?)?)?)
+        match self.forward_open(Stream::Whole(x.clone()))? {
+            Stream::Whole(x) => Ok(x),
+            Stream::Open(x, branch) => Ok(x.add(&branch)?),
+        }
     }
 
     fn parameters(&self) -> Vec<(String, Tensor)> {

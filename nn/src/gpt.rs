@@ -12,13 +12,13 @@
 use plimsoll_autograd::{Gpu, Tensor, TensorOptions};
 
 use crate::attention::CausalSelfAttention;
-use crate::blocks::TransformerBlock;
+use crate::blocks::{Stream, TransformerBlock};
 use crate::embedding::Embedding;
 use crate::error::{Error, Result};
 use crate::linear::{Linear, derive_seed};
 use crate::module::{CausalLm, Module, prefixed};
 use crate::norm::LayerNorm;
-use crate::sequential::{built, run_blocks, token_time};
+use crate::sequential::{built, run_blocks, streams_any, token_time};
 
 /// The layer-norm epsilon (PyTorch's default, as nanoGPT).
 const LAYER_NORM_EPS: f32 = 1e-5;
@@ -284,6 +284,15 @@ impl CausalLm for Gpt {
         let mut x = self.wte.forward(ids)?.add(&self.wpe.forward(&positions)?)?;
         if self.training && self.dropout > 0.0 {
             x = x.dropout(self.dropout)?;
+        }
+        if segment_len == 0 && !streams_any(&self.blocks) {
+            // Every block's activations kept: each residual addition runs in the kernel of the
+            // layer norm after it.
+            let mut stream = Stream::Whole(x);
+            for block in &self.blocks {
+                stream = block.forward_open(stream)?;
+            }
+            return Ok(stream.normed(&self.ln_f)?.1);
         }
         let x = run_blocks(
             self.blocks.as_slice(),

@@ -151,13 +151,8 @@ pub(crate) fn run_blocks<B: Module + Clone + 'static>(
     segment_len: usize,
     op: &'static str,
 ) -> Result<Tensor> {
-    let streamed = || {
-        blocks
-            .iter()
-            .any(|b| b.parameters().iter().any(|(_, p)| !p.is_resident()))
-    };
     let segment_len = match segment_len {
-        0 if streamed() => 1,
+        0 if streams_any(blocks) => 1,
         n => n,
     };
     if segment_len == 0 {
@@ -186,6 +181,14 @@ pub(crate) fn run_blocks<B: Module + Clone + 'static>(
         })?;
     }
     Ok(x)
+}
+
+/// Whether a block's parameters are in host memory (streamed: [`run_blocks`] then runs every
+/// block as a checkpointed segment at least).
+pub(crate) fn streams_any<B: Module>(blocks: &[B]) -> bool {
+    blocks
+        .iter()
+        .any(|b| b.parameters().iter().any(|(_, p)| !p.is_resident()))
 }
 
 /// The logits of hidden states `h` (`[.., dim]`) against an output head kept in `parts` of

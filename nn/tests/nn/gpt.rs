@@ -371,3 +371,16 @@ fn a_gpts_backward_adds_no_residual_gradients_apart() {
     let additions = crate::common::additions_in_backward(&gpu, &loss, stream);
     assert_eq!(additions, 0, "additions of the stream's size in backward");
 }
+
+/// Without checkpointing each block's MLP addition runs in the next norm's kernel
+/// (`TransformerBlock::forward_open`); in one checkpointed segment the blocks run one by one,
+/// each addition its own. The logits are the same, bit for bit.
+#[test]
+fn an_open_residual_stream_gives_the_logits_of_blocks_run_one_by_one() {
+    let gpu = gpu();
+    let (_, x) = ids(2, 6, 9);
+    let model = Gpt::new(&gpu, GptConfig { n_layer: 3, ..TINY }, 7).unwrap();
+    let open = model.forward_checkpointed(&x, 0).unwrap().to_vec().unwrap();
+    let one_by_one = model.forward_checkpointed(&x, 3).unwrap().to_vec().unwrap();
+    assert_eq!(open, one_by_one);
+}
