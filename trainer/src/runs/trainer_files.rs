@@ -187,6 +187,7 @@ impl Trainer {
     /// Saves a checkpoint of the current state if a checkpoint directory is configured (a
     /// sharded run's other ranks send their rows of the optimizer state to rank 0, which saves).
     pub fn save_checkpoint(&mut self) -> Result<Option<PathBuf>> {
+        self.state_known()?;
         if self.config.checkpoint_dir.is_none() && !self.sharded() {
             return Ok(None);
         }
@@ -332,6 +333,7 @@ impl Trainer {
     /// refused before writing when its file system lacks the room
     /// ([`checkpoint_io::write_checked`]).
     pub fn export_model(&self, path: &Path) -> Result<()> {
+        self.state_known()?;
         let metadata = BTreeMap::from([("format".to_string(), "pt".to_string())]);
         let entries = self.model.export_entries()?;
         let bytes = plimsoll_nn::state::serialize_host(

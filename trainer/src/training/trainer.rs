@@ -636,6 +636,7 @@ impl Trainer {
     /// was, ahead), with `ahead` the step after it too when [`Trainer::may_run_ahead`] allows,
     /// then this step completed.
     pub(crate) fn attempt_step(&mut self, ahead: bool) -> std::result::Result<StepReport, Failure> {
+        self.state_known().map_err(Failure::Before)?;
         if let Some(failure) = self.deferred.take() {
             return Err(failure);
         }
@@ -665,6 +666,23 @@ impl Trainer {
             }
         }
         self.complete_step(begun)
+    }
+
+    /// Refuses to go on from a state that may or may not hold an update
+    /// ([`Trainer::unconfirmed_update`]): the next step, a checkpoint and an export would each
+    /// take it for the state before that update.
+    pub(crate) fn state_known(&self) -> Result<()> {
+        match self.unconfirmed_update {
+            None => Ok(()),
+            Some(step) => Err(Error::invalid(
+                "training state",
+                format!(
+                    "step {step}'s update was recorded before its read-back timed out, so whether \
+                     the model holds it is not known; go on from the last checkpoint on disk \
+                     (--resume) with a new device"
+                ),
+            )),
+        }
     }
 
     /// Whether step `step + 1` may begin before step `step` completes: nothing between them
