@@ -11,6 +11,17 @@ use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
 use plimsoll_trainer::{Error, Evaluation, Observer, StepReport, TrainConfig, Trainer};
 
+/// Collects the evaluations' losses.
+struct Evaluations(Vec<(u64, u32)>);
+
+impl Observer for Evaluations {
+    fn on_step(&mut self, _: &StepReport) {}
+    fn on_eval(&mut self, _: u64, step: u64, evaluation: &Evaluation) {
+        self.0.push((step, evaluation.loss.to_bits()));
+    }
+    fn on_log(&mut self, _: &str) {}
+}
+
 /// Collects the losses; at step `poison_after` gives the parameter `poison` an infinite
 /// gradient, which the step after the next one (already recorded by then) accumulates into.
 struct Watch {
@@ -105,4 +116,41 @@ fn a_step_found_not_finite_after_the_next_began_leaves_the_model_as_it_was() {
     let want = clean.step().unwrap();
     assert_eq!((again.step, again.loss.to_bits()), (4, want.loss.to_bits()));
     assert_eq!(values(trainer.parameters()), values(clean.parameters()));
+}
+
+/// An evaluation every 3 steps sees the model after its step, never the next one's update: the
+/// steps around it do not run ahead, and its losses equal those of steps one by one evaluated
+/// at the same steps, bit for bit.
+#[test]
+fn evaluations_between_steps_recorded_ahead_see_the_model_of_their_step() {
+    let make = || {
+        let gpu = fresh_gpu();
+        let mut config = config(8, 8, 7, 3e-3);
+        config.eval_interval_steps = Some(3);
+        let trainer = Trainer::new(
+            &gpu,
+            config,
+            &adam_spec(&[8, 16, 4]),
+            data(64, 8, 4),
+            Some(Box::new(data(16, 8, 4))),
+        )
+        .unwrap();
+        (gpu, trainer)
+    };
+    let (_gpu, mut ahead) = make();
+    let mut seen = Evaluations(Vec::new());
+    ahead.run(&mut seen).unwrap();
+    // Ahead after steps 1, 2, 4 and 5 only: evaluations follow steps 3, 6 and the last, 7.
+    assert_eq!(ahead.steps_begun_ahead(), 4, "{:?}", ahead.log());
+    let (_gpu2, mut one_by_one) = make();
+    let mut want = Vec::new();
+    for step in 1..=7u64 {
+        one_by_one.step().unwrap();
+        if step % 3 == 0 || step == 7 {
+            let evaluation = one_by_one.evaluate().unwrap().unwrap();
+            want.push((step, evaluation.loss.to_bits()));
+        }
+    }
+    assert_eq!(seen.0, want);
+    assert_eq!(values(ahead.parameters()), values(one_by_one.parameters()));
 }
