@@ -288,16 +288,7 @@ impl Optimizer for AdamW {
     }
 
     fn control(&mut self, gpu: &plimsoll_kernels_wgsl::Gpu) -> Result<Option<Tensor>> {
-        if self.control.is_none() {
-            let options = plimsoll_autograd::TensorOptions {
-                category: plimsoll_autograd::Category::OptimizerState,
-                label: "step control",
-                requires_grad: false,
-            };
-            let words = plimsoll_kernels_wgsl::kernels::optimizer::CONTROL_WORDS as usize;
-            self.control = Some(Tensor::zeros(gpu, &[words], options)?);
-        }
-        Ok(self.control.clone())
+        super::control_vector(&mut self.control, gpu).map(Some)
     }
 
     fn set_controlled(&mut self, controlled: bool) {

@@ -233,6 +233,23 @@ fn host_copies(state: Vec<(String, Tensor)>) -> Result<Vec<(String, crate::state
     Ok(host)
 }
 
+/// [`Optimizer::control`] for an optimizer that keeps its control vector in `slot`: created
+/// zeroed on `gpu` at the first call, the same tensor after.
+fn control_vector(slot: &mut Option<Tensor>, gpu: &plimsoll_kernels_wgsl::Gpu) -> Result<Tensor> {
+    if let Some(control) = slot {
+        return Ok(control.clone());
+    }
+    let options = TensorOptions {
+        category: Category::OptimizerState,
+        label: "step control",
+        requires_grad: false,
+    };
+    let words = plimsoll_kernels_wgsl::kernels::optimizer::CONTROL_WORDS as usize;
+    let control = Tensor::zeros(gpu, &[words], options)?;
+    *slot = Some(control.clone());
+    Ok(control)
+}
+
 /// A zero-filled state tensor shaped like `param`, as `Category::OptimizerState`.
 fn zeros_state(param: &Tensor, label: &str) -> Result<Tensor> {
     let options = TensorOptions {
