@@ -9,7 +9,10 @@ mod common;
 use common::*;
 use plimsoll_autograd::Tensor;
 use plimsoll_kernels_wgsl::testing::fresh_gpu;
-use plimsoll_trainer::{Error, Evaluation, Observer, StepReport, TrainConfig, Trainer};
+use plimsoll_nn::SgdConfig;
+use plimsoll_trainer::{
+    Error, Evaluation, ModelSpec, Observer, OptimizerSpec, StepReport, TrainConfig, Trainer,
+};
 
 /// Collects the evaluations' losses.
 struct Evaluations(Vec<(u64, u32)>);
@@ -46,18 +49,30 @@ impl Observer for Watch {
 /// Batches of 8 of 64 samples: an epoch of 8 steps, clipped (so the device's clip factor is
 /// used), no evaluation set.
 fn setup(steps: u64) -> (plimsoll_autograd::Gpu, Trainer, TrainConfig) {
+    setup_with(steps, &adam_spec(&[8, 16, 4]))
+}
+
+/// [`setup`] of the MLP `spec`.
+fn setup_with(steps: u64, spec: &ModelSpec) -> (plimsoll_autograd::Gpu, Trainer, TrainConfig) {
     let gpu = fresh_gpu();
     let mut config = config(8, 8, steps, 3e-3);
     config.clip_grad_norm = Some(0.05);
-    let trainer = Trainer::new(
-        &gpu,
-        config.clone(),
-        &adam_spec(&[8, 16, 4]),
-        data(64, 8, 4),
-        None,
-    )
-    .unwrap();
+    let trainer = Trainer::new(&gpu, config.clone(), spec, data(64, 8, 4), None).unwrap();
     (gpu, trainer, config)
+}
+
+/// SGD with momentum and dampening: a first step (`buf = g`) differs from a later one
+/// (`buf = momentum * buf + (1 - dampening) * g`) even from a zero buffer.
+fn sgd_dampened() -> ModelSpec {
+    ModelSpec {
+        optimizer: OptimizerSpec::Sgd(SgdConfig {
+            lr: 0.1,
+            momentum: 0.9,
+            dampening: 0.5,
+            ..SgdConfig::default()
+        }),
+        ..adam_spec(&[8, 16, 4])
+    }
 }
 
 #[test]
@@ -89,32 +104,69 @@ fn steps_recorded_ahead_train_as_steps_one_by_one_bit_for_bit() {
 
 #[test]
 fn a_step_found_not_finite_after_the_next_began_leaves_the_model_as_it_was() {
-    let (_gpu, mut trainer, _) = setup(7);
-    // Poisoned after step 2's report, which comes once step 3 began: step 4 takes it.
-    let poisoned = trainer.parameters()[2].1.clone();
-    let mut watch = Watch {
-        losses: Vec::new(),
-        poison: Some((2, poisoned)),
-    };
-    let err = trainer.run(&mut watch).unwrap_err();
-    assert!(matches!(err, Error::NonFinite { step: 4, .. }), "{err}");
-    // Step 5 was recorded behind step 4 (its update halted on the device).
-    assert!(trainer.steps_begun_ahead() >= 4, "{:?}", trainer.log());
-    let (_gpu2, mut clean, _) = setup(7);
-    for _ in 0..3 {
+    for spec in [adam_spec(&[8, 16, 4]), sgd_dampened()] {
+        let (_gpu, mut trainer, _) = setup_with(7, &spec);
+        // Poisoned after step 2's report, which comes once step 3 began: step 4 takes it.
+        let poisoned = trainer.parameters()[2].1.clone();
+        let mut watch = Watch {
+            losses: Vec::new(),
+            poison: Some((2, poisoned)),
+        };
+        let err = trainer.run(&mut watch).unwrap_err();
+        assert!(matches!(err, Error::NonFinite { step: 4, .. }), "{err}");
+        // Step 5 was recorded behind step 4 (its update halted on the device).
+        assert!(trainer.steps_begun_ahead() >= 4, "{:?}", trainer.log());
+        let (_gpu2, mut clean, _) = setup_with(7, &spec);
+        for _ in 0..3 {
+            clean.step().unwrap();
+        }
+        assert_eq!(trainer.position().step, 3);
+        assert_eq!(trainer.optimizer().step_count(), 3);
+        assert_eq!(
+            values(trainer.parameters()),
+            values(clean.parameters()),
+            "{spec:?}: the model after step 3: steps 4 and 5 wrote nothing"
+        );
+        // The halt is lifted and the step count taken back: step 4 again is the clean one.
+        let again = trainer.step().unwrap();
+        let want = clean.step().unwrap();
+        assert_eq!((again.step, again.loss.to_bits()), (4, want.loss.to_bits()));
+        assert_eq!(values(trainer.parameters()), values(clean.parameters()));
+    }
+}
+
+/// SGD's momentum buffers are created by the first step that sees a parameter: one created by
+/// a step the device skipped is dropped again ([`Optimizer::rewind`]), so the next step is a
+/// first step for it. Here the first step itself is not finite.
+#[test]
+fn a_first_sgd_step_refused_after_the_next_began_creates_its_buffers_again() {
+    let (_gpu, mut trainer, _) = setup_with(7, &sgd_dampened());
+    let poisoned = trainer.parameters()[0].1.clone();
+    let poison = poisoned
+        .mul_scalar(f32::INFINITY)
+        .unwrap()
+        .sum_all()
+        .unwrap();
+    poison.backward().unwrap();
+    drop((poison, poisoned));
+    // With no memory timeline, steps run ahead from step 1.
+    let err = trainer
+        .run(&mut Watch {
+            losses: Vec::new(),
+            poison: None,
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::NonFinite { step: 1, .. }), "{err}");
+    assert!(
+        trainer.optimizer().state().is_empty(),
+        "{:?}",
+        trainer.optimizer().state()
+    );
+    let (_gpu2, mut clean, _) = setup_with(7, &sgd_dampened());
+    for _ in 0..2 {
+        trainer.step().unwrap();
         clean.step().unwrap();
     }
-    assert_eq!(trainer.position().step, 3);
-    assert_eq!(trainer.optimizer().step_count(), 3);
-    assert_eq!(
-        values(trainer.parameters()),
-        values(clean.parameters()),
-        "the model after step 3: steps 4 and 5 wrote nothing"
-    );
-    // The halt is lifted and the step count taken back: step 4 again is the clean one.
-    let again = trainer.step().unwrap();
-    let want = clean.step().unwrap();
-    assert_eq!((again.step, again.loss.to_bits()), (4, want.loss.to_bits()));
     assert_eq!(values(trainer.parameters()), values(clean.parameters()));
 }
 

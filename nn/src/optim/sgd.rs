@@ -57,6 +57,14 @@ pub struct Sgd {
     momentum: BTreeMap<String, Tensor>,
     steps: u64,
     grad_scale: f32,
+    /// The device's decision ([`Optimizer::control`]), once asked for.
+    control: Option<Tensor>,
+    /// Whether the updates read it ([`Optimizer::set_controlled`]).
+    controlled: bool,
+    /// The step that created each momentum buffer (0: loaded), so that [`Optimizer::rewind`]
+    /// drops those of steps the device skipped: the next step creates them again, as PyTorch's
+    /// first step (`buf = g`).
+    born: BTreeMap<String, u64>,
     /// The step count before the last step and the state it created, for
     /// [`Optimizer::undo_step`].
     undo: Option<(u64, Vec<String>)>,
@@ -71,6 +79,9 @@ impl Sgd {
             momentum: BTreeMap::new(),
             steps: 0,
             grad_scale: 1.0,
+            control: None,
+            controlled: false,
+            born: BTreeMap::new(),
             undo: None,
         }
     }
@@ -97,13 +108,20 @@ impl Optimizer for Sgd {
         } else {
             Vec::new()
         };
+        for name in &created {
+            self.born.insert(name.clone(), self.steps + 1);
+        }
+        let control = match self.controlled {
+            true => self.control.as_ref().map(Tensor::elements).transpose()?,
+            false => None,
+        };
         for (name, param) in params {
             let Some(grad) = param.grad() else { continue };
             let launch = SgdStep {
                 config,
                 first_step: created.contains(name),
                 grad_scale: self.grad_scale,
-                control: None,
+                control,
             };
             let momentum = self
                 .momentum
@@ -154,6 +172,7 @@ impl Optimizer for Sgd {
     fn load_state(&mut self, state: Vec<(String, Tensor)>, step_count: u64) -> Result<()> {
         let mut split = split_state(state, &["momentum"])?;
         self.momentum = split.remove("momentum").unwrap_or_default();
+        self.born.clear();
         self.steps = step_count;
         self.undo = None;
         Ok(())
@@ -165,5 +184,32 @@ impl Optimizer for Sgd {
 
     fn set_grad_scale(&mut self, scale: f32) {
         self.grad_scale = scale;
+    }
+
+    fn control(&mut self, gpu: &plimsoll_kernels_wgsl::Gpu) -> Result<Option<Tensor>> {
+        super::control_vector(&mut self.control, gpu).map(Some)
+    }
+
+    fn set_controlled(&mut self, controlled: bool) {
+        self.controlled = controlled;
+    }
+
+    /// Also drops the momentum buffers the skipped steps created (zeros they never wrote), so
+    /// the next step creates them as a first step.
+    fn rewind(&mut self, step_count: u64) {
+        if step_count < self.steps {
+            self.steps = step_count;
+            self.undo = None;
+            let later: Vec<String> = self
+                .born
+                .iter()
+                .filter(|(_, born)| **born > step_count)
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in later {
+                self.born.remove(&name);
+                self.momentum.remove(&name);
+            }
+        }
     }
 }
