@@ -206,3 +206,71 @@ fn evaluations_between_steps_recorded_ahead_see_the_model_of_their_step() {
     assert_eq!(seen.0, want);
     assert_eq!(values(ahead.parameters()), values(one_by_one.parameters()));
 }
+
+/// f16: an overflow is found only in the read-back, once the next step was recorded with the
+/// scale it would have halved. The device skipped both updates; the skipped step is reported,
+/// the scale backs off, and the next step runs again at the new scale: losses, skips, scales
+/// and parameters equal those of steps one by one given the same overflow, bit for bit.
+#[test]
+fn an_f16_overflow_found_after_the_next_began_runs_that_step_again() {
+    let make = || {
+        let gpu = fresh_gpu();
+        let mut config = config(8, 8, 7, 3e-3);
+        config.precision = plimsoll_trainer::Precision::F16;
+        let trainer =
+            Trainer::new(&gpu, config, &adam_spec(&[8, 16, 4]), data(64, 8, 4), None).unwrap();
+        (gpu, trainer)
+    };
+    let (_gpu, mut ahead) = make();
+    // Poisoned after step 2's report, which comes once step 3 began: step 4 takes it.
+    let poisoned = ahead.parameters()[2].1.clone();
+    let mut seen = Reports(Vec::new(), Some((2, poisoned)));
+    ahead.run(&mut seen).unwrap();
+    assert!(ahead.steps_begun_ahead() >= 5, "{:?}", ahead.log());
+    let (_gpu2, mut one_by_one) = make();
+    let poisoned = one_by_one.parameters()[2].1.clone();
+    let mut want = Vec::new();
+    for step in 1..=7u64 {
+        if step == 4 {
+            let poison = poisoned
+                .mul_scalar(f32::INFINITY)
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            poison.backward().unwrap();
+        }
+        want.push(summary(&one_by_one.step().unwrap()));
+    }
+    assert!(want[3].1, "step 4 overflowed: {want:?}");
+    assert_eq!(seen.0, want);
+    assert_eq!(values(ahead.parameters()), values(one_by_one.parameters()));
+    assert_eq!(ahead.optimizer().step_count(), 6);
+    assert_eq!(one_by_one.optimizer().step_count(), 6);
+}
+
+/// (step, skipped, loss scale, loss bits) of a report.
+fn summary(r: &StepReport) -> (u64, bool, Option<u32>, u32) {
+    (
+        r.step,
+        r.skipped,
+        r.loss_scale.map(f32::to_bits),
+        r.loss.to_bits(),
+    )
+}
+
+/// Collects [`summary`]s; at the report of step `.1.0` gives `.1.1` an infinite gradient.
+struct Reports(Vec<(u64, bool, Option<u32>, u32)>, Option<(u64, Tensor)>);
+
+impl Observer for Reports {
+    fn on_step(&mut self, report: &StepReport) {
+        self.0.push(summary(report));
+        if let Some((after, p)) = &self.1
+            && report.step == *after
+        {
+            let poison = p.mul_scalar(f32::INFINITY).unwrap().sum_all().unwrap();
+            poison.backward().unwrap();
+        }
+    }
+    fn on_eval(&mut self, _: u64, _: u64, _: &Evaluation) {}
+    fn on_log(&mut self, _: &str) {}
+}

@@ -389,14 +389,13 @@ pub fn record_step(
 
 /// Whether a step's update is decided on the device (`optimizer::step_control`) rather than
 /// on the host after its read-back: one process (several sum their gradients on the host
-/// first), f32 (the f16 loss scale moves on the host after each step), a model without
-/// buffers (a refused step puts BatchNorm's statistics back, which needs the decision
-/// before the step ends), every gradient on the device, and an optimizer with a control
-/// vector ([`Optimizer::control`]).
+/// first), a model without buffers (a refused step puts BatchNorm's statistics back, which
+/// needs the decision before the step ends), every gradient on the device, and an optimizer
+/// with a control vector ([`Optimizer::control`]). In f16 an overflow skips the update on the
+/// device as a non-finite f32 step does ([`Recorded::finish`] then reports it as
+/// [`StepResult::overflow`]).
 pub fn device_decides(inputs: &StepInputs<'_>) -> bool {
-    inputs.collective.is_none_or(|c| c.ranks() <= 1)
-        && inputs.precision == Precision::F32
-        && inputs.model.buffers().is_empty()
+    inputs.collective.is_none_or(|c| c.ranks() <= 1) && inputs.model.buffers().is_empty()
 }
 
 /// A step as [`record_step`] left it.
@@ -419,6 +418,7 @@ pub struct PendingStep {
     steps_before: u64,
     gpu: Gpu,
     loss_scale: f32,
+    precision: Precision,
     step: u64,
 }
 
@@ -442,7 +442,9 @@ impl Recorded {
     /// on the device, and so was every update recorded after it (`step_control`'s halt): this
     /// takes `optimizer`'s step count back to before the step ([`Optimizer::rewind`]), lets
     /// later updates run again, and returns [`Error::NonFinite`], the model as it was before
-    /// the step.
+    /// the step; in f16 the step's result with [`StepResult::overflow`] instead (GradScaler's
+    /// skipped step), and the steps recorded after it are to be run again (their updates
+    /// were skipped too).
     pub fn finish(self, optimizer: &mut dyn Optimizer) -> Result<StepResult> {
         let pending = match self {
             Recorded::Done(result) => return Ok(result),
@@ -462,6 +464,10 @@ impl Recorded {
             // The halt has done its work on every update recorded so far: the next ones run.
             if let Some(control) = optimizer.control(&pending.gpu)? {
                 fill::fill(&pending.gpu, control.elements()?.slice(1, 2)?, 0.0)?;
+            }
+            if pending.precision == Precision::F16 {
+                result.overflow = Some(read.first_nonfinite.unwrap_or_default());
+                return Ok(result);
             }
             return Err(Error::NonFinite {
                 step: pending.step,
@@ -609,6 +615,7 @@ fn run_step_inner(
                     steps_before,
                     gpu: inputs.gpu.clone(),
                     loss_scale: inputs.loss_scale,
+                    precision: inputs.precision,
                     step: inputs.step,
                 })));
             }

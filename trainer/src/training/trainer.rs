@@ -129,6 +129,8 @@ pub(crate) struct Begun {
     data_wait_ms: f64,
     /// The allocator's statistics once the step was recorded.
     stats: plimsoll_allocator::Stats,
+    /// A pending f16 step after which the loss scale grew (from, to), if no overflow.
+    grew_from: Option<(f32, f32)>,
     /// The position, micro-batch and agreed stop before the step, put back if it fails.
     before: (RunPosition, usize, bool),
     recorded: Recorded,
@@ -783,11 +785,25 @@ impl Trainer {
             self.log.push(line.clone());
         }
         let loss_scale = self.position.loss_scaler.map(|s| s.scale);
-        if let Err(e) = self.update_loss_scale(step, known.overflow.as_deref()) {
-            self.each_hook(|hook, cx| hook.step_failed(cx));
-            return Err(Failure::Step(step, e));
-        }
         let before = (self.position, self.micro_batch, self.agreed_stop);
+        // A pending f16 step's overflow comes with its read-back: until then the scaler moves
+        // on as after a step without one, silently (`complete_step` logs a growth once the
+        // read-back confirms it, or puts the scaler back and backs off).
+        let mut grew_from = None;
+        match (recorded.is_pending(), self.position.loss_scaler.as_mut()) {
+            (true, Some(scaler)) => {
+                let from = scaler.scale;
+                if scaler.update(false) == ScaleChange::Grew {
+                    grew_from = Some((from, scaler.scale));
+                }
+            }
+            _ => {
+                if let Err(e) = self.update_loss_scale(step, known.overflow.as_deref()) {
+                    self.each_hook(|hook, cx| hook.step_failed(cx));
+                    return Err(Failure::Step(step, e));
+                }
+            }
+        }
         // Some rank was asked to stop: every rank stops after this same step.
         self.agreed_stop = known.stop;
         self.note_allocation(step, known.allocation);
@@ -813,6 +829,7 @@ impl Trainer {
         // The memory figures of this step, before another begins.
         let stats = self.gpu.with_allocator(|a| a.stats().clone());
         Ok(Begun {
+            grew_from,
             stats,
             step,
             epoch,
@@ -835,6 +852,7 @@ impl Trainer {
         begun: Begun,
     ) -> std::result::Result<StepReport, Failure> {
         let step = begun.step;
+        let pending = begun.recorded.is_pending();
         let result = match begun.recorded.finish(self.optimizer.as_mut()) {
             Ok(result) => result,
             Err(e) => {
@@ -855,6 +873,25 @@ impl Trainer {
             }
         };
         self.unconfirmed_update = None;
+        if pending && result.overflow.is_some() {
+            // GradScaler's skipped step, found in the read-back. The step begun after it ran
+            // with the scale the overflow changes, and the device skipped its update too: it
+            // runs again from the position after this step.
+            if let Some(ahead) = self.ahead.take() {
+                (self.position, self.micro_batch, self.agreed_stop) = ahead.before;
+                drop(ahead);
+                self.each_hook(|hook, cx| hook.step_failed(cx));
+            }
+            self.deferred = None;
+            self.position.loss_scaler = begun.before.0.loss_scaler;
+            if let Err(e) = self.update_loss_scale(step, result.overflow.as_deref()) {
+                (self.position, self.micro_batch, self.agreed_stop) = begun.before;
+                self.each_hook(|hook, cx| hook.step_failed(cx));
+                return Err(Failure::Step(step, e));
+            }
+        } else if let Some((from, to)) = begun.grew_from {
+            self.note_growth(step, from, to);
+        }
         let stats = begun.stats;
         // Ahead of time, step k+1 began before step k completed: a step's time runs from the
         // previous step's end (the rate steps finish at), or its own start when later.
@@ -926,14 +963,24 @@ impl Trainer {
                 scaler.scale,
                 scaler.skipped_steps
             ),
-            ScaleChange::Grew => format!(
-                "step {step}: {GROWTH_INTERVAL} steps without overflow; loss scale {from} -> {}",
-                scaler.scale
-            ),
+            ScaleChange::Grew => {
+                let to = scaler.scale;
+                self.note_growth(step, from, to);
+                return Ok(());
+            }
         };
         self.gpu.with_allocator(|a| a.mark(&line));
         self.log.push(line);
         Ok(())
+    }
+
+    /// Logs the loss scale's growth after step `step` from `from` to `to`.
+    fn note_growth(&mut self, step: u64, from: f32, to: f32) {
+        let line = format!(
+            "step {step}: {GROWTH_INTERVAL} steps without overflow; loss scale {from} -> {to}"
+        );
+        self.gpu.with_allocator(|a| a.mark(&line));
+        self.log.push(line);
     }
 
     fn deliver_log(&mut self, observer: &mut dyn Observer) {
