@@ -25,25 +25,11 @@ impl Observer for Evaluations {
     fn on_log(&mut self, _: &str) {}
 }
 
-/// Collects the losses; at step `poison_after` gives the parameter `poison` an infinite
-/// gradient, which the step after the next one (already recorded by then) accumulates into.
-struct Watch {
-    losses: Vec<(u64, u32)>,
-    poison: Option<(u64, Tensor)>,
-}
-
-impl Observer for Watch {
-    fn on_step(&mut self, report: &StepReport) {
-        self.losses.push((report.step, report.loss.to_bits()));
-        if let Some((after, p)) = &self.poison
-            && report.step == *after
-        {
-            let poison = p.mul_scalar(f32::INFINITY).unwrap().sum_all().unwrap();
-            poison.backward().unwrap();
-        }
-    }
-    fn on_eval(&mut self, _: u64, _: u64, _: &Evaluation) {}
-    fn on_log(&mut self, _: &str) {}
+/// Gives `p` an infinite gradient (the backward of `sum(inf * p)`), which the next step's
+/// backward accumulates into.
+fn poison(p: &Tensor) {
+    let poison = p.mul_scalar(f32::INFINITY).unwrap().sum_all().unwrap();
+    poison.backward().unwrap();
 }
 
 /// Batches of 8 of 64 samples: an epoch of 8 steps, clipped (so the device's clip factor is
@@ -78,18 +64,15 @@ fn sgd_dampened() -> ModelSpec {
 #[test]
 fn steps_recorded_ahead_train_as_steps_one_by_one_bit_for_bit() {
     let (_gpu, mut ahead, _) = setup(7);
-    let mut watch = Watch {
-        losses: Vec::new(),
-        poison: None,
-    };
-    ahead.run(&mut watch).unwrap();
+    let mut seen = Reports(Vec::new(), None);
+    ahead.run(&mut seen).unwrap();
     // After steps 1..=6 the next step began ahead; after step 7 the run ends.
     assert_eq!(ahead.steps_begun_ahead(), 6, "{:?}", ahead.log());
     let (_gpu2, mut one_by_one, _) = setup(7);
-    let mut losses = Vec::new();
+    let mut want = Vec::new();
     for _ in 0..7 {
         let report = one_by_one.step().unwrap();
-        losses.push((report.step, report.loss.to_bits()));
+        want.push(summary(&report));
         assert!(
             report.grad_norm > 0.05,
             "clipped: norm {}",
@@ -97,7 +80,7 @@ fn steps_recorded_ahead_train_as_steps_one_by_one_bit_for_bit() {
         );
     }
     assert_eq!(one_by_one.steps_begun_ahead(), 0);
-    assert_eq!(watch.losses, losses);
+    assert_eq!(seen.0, want);
     assert_eq!(values(ahead.parameters()), values(one_by_one.parameters()));
     assert_eq!(ahead.optimizer().step_count(), 7);
 }
@@ -108,11 +91,9 @@ fn a_step_found_not_finite_after_the_next_began_leaves_the_model_as_it_was() {
         let (_gpu, mut trainer, _) = setup_with(7, &spec);
         // Poisoned after step 2's report, which comes once step 3 began: step 4 takes it.
         let poisoned = trainer.parameters()[2].1.clone();
-        let mut watch = Watch {
-            losses: Vec::new(),
-            poison: Some((2, poisoned)),
-        };
-        let err = trainer.run(&mut watch).unwrap_err();
+        let err = trainer
+            .run(&mut Reports(Vec::new(), Some((2, poisoned))))
+            .unwrap_err();
         assert!(matches!(err, Error::NonFinite { step: 4, .. }), "{err}");
         // Step 5 was recorded behind step 4 (its update halted on the device).
         assert!(trainer.steps_begun_ahead() >= 4, "{:?}", trainer.log());
@@ -141,21 +122,9 @@ fn a_step_found_not_finite_after_the_next_began_leaves_the_model_as_it_was() {
 #[test]
 fn a_first_sgd_step_refused_after_the_next_began_creates_its_buffers_again() {
     let (_gpu, mut trainer, _) = setup_with(7, &sgd_dampened());
-    let poisoned = trainer.parameters()[0].1.clone();
-    let poison = poisoned
-        .mul_scalar(f32::INFINITY)
-        .unwrap()
-        .sum_all()
-        .unwrap();
-    poison.backward().unwrap();
-    drop((poison, poisoned));
+    poison(&trainer.parameters()[0].1.clone());
     // With no memory timeline, steps run ahead from step 1.
-    let err = trainer
-        .run(&mut Watch {
-            losses: Vec::new(),
-            poison: None,
-        })
-        .unwrap_err();
+    let err = trainer.run(&mut Reports(Vec::new(), None)).unwrap_err();
     assert!(matches!(err, Error::NonFinite { step: 1, .. }), "{err}");
     assert!(
         trainer.optimizer().state().is_empty(),
@@ -232,12 +201,7 @@ fn an_f16_overflow_found_after_the_next_began_runs_that_step_again() {
     let mut want = Vec::new();
     for step in 1..=7u64 {
         if step == 4 {
-            let poison = poisoned
-                .mul_scalar(f32::INFINITY)
-                .unwrap()
-                .sum_all()
-                .unwrap();
-            poison.backward().unwrap();
+            poison(&poisoned);
         }
         want.push(summary(&one_by_one.step().unwrap()));
     }
@@ -267,8 +231,7 @@ impl Observer for Reports {
         if let Some((after, p)) = &self.1
             && report.step == *after
         {
-            let poison = p.mul_scalar(f32::INFINITY).unwrap().sum_all().unwrap();
-            poison.backward().unwrap();
+            poison(p);
         }
     }
     fn on_eval(&mut self, _: u64, _: u64, _: &Evaluation) {}
