@@ -107,7 +107,7 @@ thread_local! {
 /// Until the guard drops, [`crate::Gpt::new`] and [`crate::Llama::new`] on this thread send each
 /// block's parameters to host memory ([`Tensor::evict`]) as soon as the block is made, so that
 /// a model whose blocks do not fit the device together can still be built for parameter
-/// streaming ([`run_blocks`] brings them up for their segment).
+/// streaming (`run_blocks` brings them up for their segment).
 pub fn evict_blocks_as_built() -> EvictBlocksGuard {
     EvictBlocksGuard {
         previous: EVICT_BLOCKS.with(|e| e.replace(true)),

@@ -95,9 +95,10 @@ pub trait Optimizer {
     }
 
     /// Sets the step count back to `step_count` (at most the current count), after the device
-    /// skipped the updates recorded since ([`Optimizer::set_control`]): they wrote nothing, so
-    /// only the count (AdamW's bias corrections) moves back. State created by those steps
-    /// stays, as it was created (zeros). Does nothing by default.
+    /// skipped the updates recorded since ([`Optimizer::set_controlled`]): they wrote nothing,
+    /// so only the count (AdamW's bias corrections) moves back. State created by those steps
+    /// stays, as it was created (zeros), unless the optimizer says otherwise (SGD drops the
+    /// momentum buffers those steps created). Does nothing by default.
     fn rewind(&mut self, step_count: u64) {
         let _ = step_count;
     }

@@ -335,7 +335,7 @@ pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Re
 /// One optimizer step over the samples `indices` with learning rate `lr`, starting from
 /// `micro_batch` samples per forward (halved on out-of-memory; the value it ends with is what
 /// [`StepResult::micro_batch`] says). Gradients are cleared afterwards, also on error, and the
-/// model's buffers are as they were before it on error ([`KeptBuffers`]). [`record_step`],
+/// model's buffers are as they were before it on error (`KeptBuffers`). [`record_step`],
 /// then [`Recorded::finish`]: returns once the step's read-back is in.
 pub fn run_step(
     inputs: &StepInputs<'_>,

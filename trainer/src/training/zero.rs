@@ -5,20 +5,20 @@
 //! ([`RowShard`]). A step then goes:
 //!
 //! 1. Stage 1: the gradients are summed on every rank as without sharding
-//!    ([`crate::step`]'s all-reduce). Stage 2: [`reduce_scatter_gradients`] instead, in
+//!    ([`crate::step`]'s all-reduce). Stage 2: `reduce_scatter_gradients` instead, in
 //!    buckets: each call gives every rank the sum of its own rows' gradients alone; the whole
 //!    gradients are freed and the rows' sums go to the optimizer
 //!    ([`Optimizer::set_row_gradients`]). The loss, the gradient norm and the finiteness check
 //!    come from one small all-reduce of what each rank saw of its rows.
 //! 2. Each rank updates its rows (the update is recorded and submitted all or nothing, as
 //!    always).
-//! 3. [`all_gather_parameters`]: each rank's updated rows, in buckets, to every rank.
+//! 3. `all_gather_parameters`: each rank's updated rows, in buckets, to every rank.
 //!
 //! A bucket holds the same number of values from every rank's part (its `k`-th block, padded
 //! with zeros where a part is shorter), so the calls are MPI's equal-block reduce-scatter and
 //! all-gather, of at most [`BUCKET_BYTES`] each.
 //!
-//! A checkpoint of a sharded run holds the whole optimizer state: [`gathered_state`] collects
+//! A checkpoint of a sharded run holds the whole optimizer state: `gathered_state` collects
 //! every rank's rows on rank 0 (each rank calls it at the same points of the run), which
 //! assembles AdamW's tensors, so a sharded run resumes unsharded, on other ranks, or sharded
 //! again (each rank keeps its rows of the whole state, [`Optimizer::load_host_state`]). A rank

@@ -48,11 +48,11 @@ pub struct MemoryPlan {
     pub offload: String,
     /// Host bytes the offloaded state takes (0 on the device).
     pub offload_host_bytes: u64,
-    /// Host bytes the offloaded activations take at most in a step ([`Offload::Activations`];
+    /// Host bytes the offloaded activations take at most in a step ([`crate::Offload::Activations`];
     /// 0 otherwise).
     pub offload_activation_bytes: u64,
     /// Parameters streamed: in host memory between their uses, with their gradients (8 bytes
-    /// each there; [`Offload::Parameters`]; 0 otherwise).
+    /// each there; [`crate::Offload::Parameters`]; 0 otherwise).
     pub offload_streamed_parameters: u64,
     /// Bytes the offloaded update moves between host and device each step (0 on the device).
     pub offload_transfer_bytes: u64,
