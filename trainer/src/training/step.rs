@@ -304,6 +304,15 @@ impl SumsLayout {
         }
     }
 
+    /// Reads `all` (the tensor [`gather_sums`] made) in one wait and parses it; a planning
+    /// device's says [`PLANNED_READ_BACK`].
+    fn read(&self, all: &Tensor) -> Result<StepReadBack> {
+        match all.gpu().is_planning() {
+            true => Ok(PLANNED_READ_BACK),
+            false => Ok(self.parse(all.to_vec()?)),
+        }
+    }
+
     /// The partial sums' positions in the read-back tensor (after the loss, before the flags).
     fn partials(&self) -> std::ops::Range<usize> {
         let start = self.ranges.first().map_or(1, |r| r.start);
@@ -320,17 +329,6 @@ const PLANNED_READ_BACK: StepReadBack = StepReadBack {
     first_nonfinite: None,
     grad_norm: 0.0,
 };
-
-/// Reads the loss and every gradient's sums of squares ([`gather_sums`]) in one wait: the
-/// loss, whether it or a gradient is not finite, the first parameter whose gradient is not,
-/// and the global gradient norm.
-pub fn read_loss_and_check(loss_sum: &Tensor, params: &[(String, Tensor)]) -> Result<StepReadBack> {
-    let (all, layout) = gather_sums(loss_sum, params)?;
-    if all.gpu().is_planning() {
-        return Ok(PLANNED_READ_BACK);
-    }
-    Ok(layout.parse(all.to_vec()?))
-}
 
 /// One optimizer step over the samples `indices` with learning rate `lr`, starting from
 /// `micro_batch` samples per forward (halved on out-of-memory; the value it ends with is what
@@ -456,26 +454,46 @@ impl Recorded {
                 .layout
                 .parse(read.wait_as::<f32>(pending.gpu.default_deadline())?),
         };
-        let mut result = pending.result;
-        result.loss = read.loss / pending.loss_scale;
-        result.grad_norm = read.grad_norm / pending.loss_scale;
         if read.nonfinite {
             optimizer.rewind(pending.steps_before);
             // The halt has done its work on every update recorded so far: the next ones run.
             if let Some(control) = optimizer.control(&pending.gpu)? {
                 fill::fill(&pending.gpu, control.elements()?.slice(1, 2)?, 0.0)?;
             }
-            if pending.precision == Precision::F16 {
-                result.overflow = Some(read.first_nonfinite.unwrap_or_default());
-                return Ok(result);
-            }
-            return Err(Error::NonFinite {
-                step: pending.step,
-                loss: result.loss,
-                first_parameter: read.first_nonfinite,
-            });
         }
+        let mut result = pending.result;
+        settle(
+            &mut result,
+            read,
+            (pending.loss_scale, pending.precision, pending.step),
+        )?;
         Ok(result)
+    }
+}
+
+/// Puts step `step`'s read-back into its `result`: the loss and the norm unscaled by
+/// `loss_scale`; when the loss or a gradient is not finite, in f16 the overflow (GradScaler's
+/// skipped step, naming the first parameter), in f32 [`Error::NonFinite`].
+fn settle(
+    result: &mut StepResult,
+    read: StepReadBack,
+    (loss_scale, precision, step): (f32, Precision, u64),
+) -> Result<()> {
+    result.loss = read.loss / loss_scale;
+    result.grad_norm = read.grad_norm / loss_scale;
+    if !read.nonfinite {
+        return Ok(());
+    }
+    match precision {
+        Precision::F16 => {
+            result.overflow = Some(read.first_nonfinite.unwrap_or_default());
+            Ok(())
+        }
+        Precision::F32 => Err(Error::NonFinite {
+            step,
+            loss: result.loss,
+            first_parameter: read.first_nonfinite,
+        }),
     }
 }
 
@@ -619,33 +637,21 @@ fn run_step_inner(
                     step: inputs.step,
                 })));
             }
-            let read = match all.gpu().is_planning() {
-                true => PLANNED_READ_BACK,
-                false => layout.parse(all.to_vec()?),
-            };
-            drop(all);
-            read
+            layout.read(&all)?
         }
     };
     drop(loss_sum);
-    // Unscaled (by the loss scale) before anything reads them.
-    let loss = read.loss / inputs.loss_scale;
-    let grad_norm = read.grad_norm / inputs.loss_scale;
-    result.loss = loss;
-    result.grad_norm = grad_norm;
-    if read.nonfinite && inputs.precision == Precision::F16 {
-        // GradScaler's skipped step: the trainer halves the scale.
-        result.overflow = Some(read.first_nonfinite.unwrap_or_default());
+    settle(
+        &mut result,
+        read,
+        (inputs.loss_scale, inputs.precision, inputs.step),
+    )?;
+    if result.overflow.is_some() {
+        // GradScaler's skipped step: no update; the trainer halves the scale.
         return Ok(Recorded::Done(result));
     }
-    if read.nonfinite {
-        return Err(Error::NonFinite {
-            step: inputs.step,
-            loss,
-            first_parameter: read.first_nonfinite,
-        });
-    }
     // torch.nn.utils.clip_grad_norm_'s rule: scale by max / (norm + 1e-6) when norm > max.
+    let grad_norm = result.grad_norm;
     let clip = match inputs.clip_grad_norm {
         Some(max) if grad_norm > max => max / (grad_norm + 1e-6),
         _ => 1.0,
