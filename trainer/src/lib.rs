@@ -37,7 +37,7 @@ mod workload;
 // Each part's modules, at the crate root where their paths have always been.
 pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
 pub use runs::{checkpoint_io, run_dir};
-pub use training::{collective, loader, plan, recovery, scaler, step, trainer, zero};
+pub use training::{collective, loader, plan, read_back, recovery, scaler, step, trainer, zero};
 pub use workload::{
     data, host, images, model, prepare, sample, task, text, token_files, tokenizer,
 };

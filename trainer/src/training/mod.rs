@@ -2,7 +2,8 @@
 //! out-of-memory recovery, the update as a transaction), the memory plan ([`plan`]) and the
 //! budget that follows the device (`budget`), when to evaluate (`schedule`) and how
 //! (`evaluate`), the f16 loss scaler ([`scaler`]), how the ranks of a data-parallel
-//! run agree ([`collective`]) and divide the optimizer state ([`zero`]), and the thread that builds batches ahead of the step ([`loader`]).
+//! run agree ([`collective`]) and divide the optimizer state ([`zero`]), the thread that builds batches ahead of the step ([`loader`]), and the step's one read-back
+//! ([`read_back`]).
 
 mod budget;
 pub mod collective;
@@ -10,6 +11,7 @@ mod evaluate;
 pub mod loader;
 mod placement;
 pub mod plan;
+pub mod read_back;
 pub mod recovery;
 pub mod scaler;
 pub(crate) mod schedule;

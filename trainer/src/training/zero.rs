@@ -35,7 +35,8 @@ use plimsoll_nn::{Optimizer, RowShard, zero_grad};
 
 use crate::collective::{BUCKET_BYTES, Collective};
 use crate::error::{Error, Result};
-use crate::step::{StepInputs, StepReadBack};
+use crate::read_back::StepReadBack;
+use crate::step::StepInputs;
 
 /// Values of one rank's part in one bucket: each call moves at most [`BUCKET_BYTES`].
 fn block_len(ranks: usize) -> usize {
