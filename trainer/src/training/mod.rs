@@ -5,6 +5,7 @@
 //! run agree ([`collective`]) and divide the optimizer state ([`zero`]), the thread that builds batches ahead of the step ([`loader`]), and the step's one read-back
 //! ([`read_back`]).
 
+mod attempt;
 mod budget;
 pub mod collective;
 mod evaluate;
