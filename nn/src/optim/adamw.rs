@@ -182,10 +182,7 @@ impl AdamW {
                 config: self.config.to_reference(),
                 step,
                 grad_scale: self.grad_scale,
-                control: match self.controlled {
-                    true => self.control.as_ref().map(Tensor::elements).transpose()?,
-                    false => None,
-                },
+                control: super::control_slice(&self.control, self.controlled)?,
             };
             adamw_steps(param.gpu(), &launch, &tensors)?;
         }

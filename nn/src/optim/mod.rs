@@ -251,6 +251,18 @@ fn control_vector(slot: &mut Option<Tensor>, gpu: &plimsoll_kernels_wgsl::Gpu) -
     Ok(control)
 }
 
+/// What an update's launch binds as its control ([`Optimizer::set_controlled`]): the vector
+/// in `slot` while `controlled`, else none (host values).
+fn control_slice(
+    slot: &Option<Tensor>,
+    controlled: bool,
+) -> Result<Option<plimsoll_kernels_wgsl::DeviceSlice<'_>>> {
+    match (slot, controlled) {
+        (Some(control), true) => Ok(Some(control.elements()?)),
+        _ => Ok(None),
+    }
+}
+
 /// A zero-filled state tensor shaped like `param`, as `Category::OptimizerState`.
 fn zeros_state(param: &Tensor, label: &str) -> Result<Tensor> {
     let options = TensorOptions {

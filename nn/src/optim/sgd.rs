@@ -111,10 +111,7 @@ impl Optimizer for Sgd {
         for name in &created {
             self.born.insert(name.clone(), self.steps + 1);
         }
-        let control = match self.controlled {
-            true => self.control.as_ref().map(Tensor::elements).transpose()?,
-            false => None,
-        };
+        let control = super::control_slice(&self.control, self.controlled)?;
         for (name, param) in params {
             let Some(grad) = param.grad() else { continue };
             let launch = SgdStep {
