@@ -35,7 +35,7 @@ mod training;
 mod workload;
 
 // Each part's modules, at the crate root where their paths have always been.
-pub use observe::{leak, memory_viz, metrics, profiling, report, timeline};
+pub use observe::{host_memory, leak, memory_viz, metrics, profiling, report, timeline};
 pub use runs::{checkpoint_io, run_dir};
 pub use training::{collective, loader, plan, read_back, recovery, scaler, step, trainer, zero};
 pub use workload::{

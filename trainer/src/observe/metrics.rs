@@ -9,6 +9,7 @@ use plimsoll_allocator::{Category, Phase, Stats};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::host_memory::HeapCounts;
 use crate::task::Evaluation;
 
 /// One step's figures.
@@ -69,6 +70,13 @@ pub struct StepReport {
     /// ([`crate::recovery`]); absent when none.
     #[serde(skip_serializing_if = "is_zero")]
     pub device_losses: u64,
+    /// The Rust heap after the step, where the process counts it
+    /// ([`crate::host_memory::CountingAllocator`]; the `plimsoll` command does).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_heap: Option<HeapCounts>,
+    /// The process's resident memory after the step, where known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resident_bytes: Option<u64>,
 }
 
 fn is_zero(n: &u64) -> bool {

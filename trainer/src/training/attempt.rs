@@ -388,6 +388,8 @@ impl Trainer {
             data_wait_ms: begun.data_wait_ms,
             phases: PhasePeak::of(&stats),
             device_losses: 0,
+            host_heap: crate::host_memory::heap(),
+            resident_bytes: crate::host_memory::resident_bytes(),
         })
     }
 

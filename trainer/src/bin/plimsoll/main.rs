@@ -35,6 +35,11 @@ use plimsoll_trainer::{
 
 use workloads::job;
 
+/// Counts the Rust heap, so every step's metrics say how much host memory the run holds.
+#[global_allocator]
+static HEAP: plimsoll_trainer::host_memory::CountingAllocator =
+    plimsoll_trainer::host_memory::CountingAllocator;
+
 #[derive(Parser)]
 #[command(
     name = "plimsoll",
