@@ -613,6 +613,22 @@ impl Tensor {
             .read(&self.storage, self.offset, self.numel() as u64, deadline)?)
     }
 
+    /// Reads the f32 values back into `out` (as long as the tensor) within the default
+    /// deadline, allocating no host memory for them: a host copy refreshed in place. An f16
+    /// tensor's values are read as [`Tensor::to_vec`] reads them, then copied.
+    pub fn read_into(&self, out: &mut [f32]) -> Result<()> {
+        Self::checked_len("read_into", &self.shape, out.len())?;
+        if self.dtype == DType::F16 {
+            out.copy_from_slice(&self.to_vec()?);
+            return Ok(());
+        }
+        self.expect_dtype("read_into", DType::F32)?;
+        let deadline = self.gpu.default_deadline();
+        Ok(self
+            .gpu
+            .read_into(&self.storage, self.offset, out, deadline)?)
+    }
+
     /// Starts reading the f32 values back and returns without waiting
     /// ([`Gpu::start_read_bytes`]): the copy goes out with the open batch, work recorded
     /// afterwards runs after it (so this tensor may be dropped at once), and

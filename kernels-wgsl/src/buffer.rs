@@ -461,6 +461,27 @@ impl Gpu {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
+    /// [`Gpu::read`] into `out` (`out.len()` elements from element `offset`), allocating no
+    /// host memory for the values: for a copy kept and refreshed in place.
+    pub fn read_into<T: bytemuck::Pod>(
+        &self,
+        buffer: &DeviceBuffer,
+        offset: u64,
+        out: &mut [T],
+        deadline: Duration,
+    ) -> Result<()> {
+        let elem = std::mem::size_of::<T>() as u64;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+        let start = Instant::now();
+        let pending = self.start_read_bytes(
+            buffer,
+            offset.saturating_mul(elem),
+            bytes.len() as u64,
+            deadline,
+        )?;
+        pending.finish_into(start, deadline, bytes)
+    }
+
     /// Reads a whole buffer as `T` (4-byte elements).
     pub fn read_all<T: bytemuck::Pod>(
         &self,
@@ -685,8 +706,38 @@ impl PendingRead {
 
     /// [`PendingRead::wait`], its deadline counted from `start`.
     fn finish(self, start: Instant, deadline: Duration) -> Result<Vec<u8>> {
+        self.finish_with(start, deadline, <[u8]>::to_vec)
+    }
+
+    /// The bytes written into `out`, which must be as long as the read (else
+    /// [`Error::InvalidArgument`]): no host memory is allocated for them.
+    fn finish_into(self, start: Instant, deadline: Duration, out: &mut [u8]) -> Result<()> {
+        let label = self.label.clone();
+        self.finish_with(start, deadline, |bytes| {
+            if bytes.len() != out.len() {
+                return Err(Error::InvalidArgument {
+                    op: "read_into",
+                    message: format!(
+                        "{label}: {} bytes read into a slice of {}",
+                        bytes.len(),
+                        out.len()
+                    ),
+                });
+            }
+            out.copy_from_slice(bytes);
+            Ok(())
+        })?
+    }
+
+    /// `take` given the bytes once they are here, its deadline counted from `start`.
+    fn finish_with<R>(
+        self,
+        start: Instant,
+        deadline: Duration,
+        take: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         let (staging, mapped, fence) = match self.state {
-            PendingState::Done(data) => return Ok(data),
+            PendingState::Done(data) => return Ok(take(&data)),
             PendingState::Submitted {
                 staging,
                 mapped,
@@ -704,11 +755,13 @@ impl PendingRead {
             message,
         };
         wait_callback(shared, &fence, &mapped, start, deadline)?.map_err(map_error)?;
-        let data = staging
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| map_error(e.to_string()))?
-            .to_vec();
+        let data = {
+            let range = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| map_error(e.to_string()))?;
+            take(&range)
+        };
         staging.unmap();
         crate::profile::cpu_span(shared, "read-back", &self.label, start);
         Ok(data)
