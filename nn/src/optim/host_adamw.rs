@@ -391,6 +391,13 @@ impl Optimizer for HostAdamW {
         Some(out)
     }
 
+    fn visit_host_state(&self, visit: &mut dyn FnMut(&str, &[f32])) {
+        for (name, m) in &self.moments {
+            visit(&format!("exp_avg.{name}"), &m.exp_avg);
+            visit(&format!("exp_avg_sq.{name}"), &m.exp_avg_sq);
+        }
+    }
+
     fn load_host_state(
         &mut self,
         state: Vec<(String, HostTensor)>,

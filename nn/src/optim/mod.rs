@@ -116,6 +116,14 @@ pub trait Optimizer {
         None
     }
 
+    /// Visits the state [`Optimizer::host_state`] gives (each tensor's name and values)
+    /// without copying it, for a host copy refreshed in place; the default visits a copy.
+    fn visit_host_state(&self, visit: &mut dyn FnMut(&str, &[f32])) {
+        for (name, t) in self.host_state().unwrap_or_default() {
+            visit(&name, &t.data);
+        }
+    }
+
     /// Replaces the state with host copies and the step count, for an optimizer that keeps its
     /// state in host memory; `Ok(false)` (the default) for one that keeps it on the device and
     /// takes it through [`Optimizer::load_state`].

@@ -119,6 +119,85 @@ pub fn host_state_with(
                 .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
         );
     }
+    let mut state = LoadedState {
+        tensors: BTreeMap::new(),
+        metadata: metadata(optimizer, position),
+    };
+    let mut entries = Vec::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        entries.push((name, HostTensor::new(t.shape().to_vec(), t.to_vec()?)));
+    }
+    entries.extend(
+        host.into_iter()
+            .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
+    );
+    for (name, host) in entries {
+        if state.tensors.insert(name.clone(), host).is_some() {
+            return Err(Error::invalid(
+                "checkpoint",
+                format!("the name {name:?} appears twice; names must be unique"),
+            ));
+        }
+    }
+    Ok(state)
+}
+
+/// [`host_state`] written into `into`, a state taken before from the same trainer, reusing its
+/// memory: every tensor is read into the values `into` holds under its name, so a host copy
+/// refreshed again and again allocates nothing the size of the model. `Ok(false)` when `into`
+/// does not hold the same tensors (names and sizes); its values are then partly overwritten
+/// and it should be dropped, as after an error.
+pub fn refresh_host_state(
+    into: &mut LoadedState,
+    params: &[(String, Tensor)],
+    optimizer: &dyn Optimizer,
+    position: &RunPosition,
+) -> Result<bool> {
+    if optimizer.row_shard().is_some() {
+        return Ok(false);
+    }
+    let device: Vec<(String, Tensor)> = params
+        .iter()
+        .map(|(n, t)| (format!("{PARAM_PREFIX}{n}"), t.clone()))
+        .chain(
+            optimizer
+                .state()
+                .into_iter()
+                .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
+        )
+        .collect();
+    let mut host_names = 0;
+    let mut same = true;
+    optimizer.visit_host_state(&mut |name, values| {
+        host_names += 1;
+        let held = into.tensors.get(&format!("{OPTIM_PREFIX}{name}"));
+        same &= held.is_some_and(|h| h.data.len() == values.len());
+    });
+    same &= device.len() + host_names == into.tensors.len()
+        && device.iter().all(|(name, t)| {
+            into.tensors
+                .get(name)
+                .is_some_and(|h| h.data.len() == t.numel())
+        });
+    if !same {
+        return Ok(false);
+    }
+    for (name, t) in &device {
+        if let Some(held) = into.tensors.get_mut(name) {
+            t.read_into(&mut held.data)?;
+        }
+    }
+    optimizer.visit_host_state(&mut |name, values| {
+        if let Some(held) = into.tensors.get_mut(&format!("{OPTIM_PREFIX}{name}")) {
+            held.data.copy_from_slice(values);
+        }
+    });
+    into.metadata = metadata(optimizer, position);
+    Ok(true)
+}
+
+/// A checkpoint's metadata: the format, `position` and the optimizer's step count.
+fn metadata(optimizer: &dyn Optimizer, position: &RunPosition) -> BTreeMap<String, String> {
     let mut metadata = BTreeMap::new();
     let mut put = |k: &str, v: String| metadata.insert(k.to_string(), v);
     put("format", FORMAT.to_string());
@@ -138,27 +217,7 @@ pub fn host_state_with(
         put("loss_scale_good_steps", s.good_steps.to_string());
         put("skipped_steps", s.skipped_steps.to_string());
     }
-    let mut state = LoadedState {
-        tensors: BTreeMap::new(),
-        metadata,
-    };
-    let mut entries = Vec::with_capacity(tensors.len());
-    for (name, t) in tensors {
-        entries.push((name, HostTensor::new(t.shape().to_vec(), t.to_vec()?)));
-    }
-    entries.extend(
-        host.into_iter()
-            .map(|(n, t)| (format!("{OPTIM_PREFIX}{n}"), t)),
-    );
-    for (name, host) in entries {
-        if state.tensors.insert(name.clone(), host).is_some() {
-            return Err(Error::invalid(
-                "checkpoint",
-                format!("the name {name:?} appears twice; names must be unique"),
-            ));
-        }
-    }
-    Ok(state)
+    metadata
 }
 
 /// Writes `state` (from [`host_state`], the state after `step`) to `dir/<file>` atomically.

@@ -35,6 +35,12 @@ use crate::trainer::Trainer;
 pub(crate) struct HostSnapshot {
     /// What a checkpoint of this state holds ([`checkpoint_io::host_state`]).
     pub(crate) state: LoadedState,
+    /// A second copy of the same tensors, which the next snapshot is read into before the two
+    /// swap ([`checkpoint_io::refresh_host_state`]): a snapshot read only in part (a device lost
+    /// while reading) leaves `state` whole, and a run that keeps snapshots allocates its host
+    /// memory for them once, at the first, instead of a new copy every two minutes. `None`
+    /// while it is being read into.
+    pub(crate) spare: Option<LoadedState>,
     /// The step it holds.
     pub(crate) step: u64,
     /// The trainer's recent losses then, so the running mean goes on unchanged.
@@ -97,30 +103,22 @@ impl Trainer {
         }
     }
 
-    /// Keeps a [`HostSnapshot`] of the state now (before a step) when one is due. A snapshot
-    /// that cannot be taken is a note, not an error: the run goes on with the one it had (a
-    /// device lost while reading is found by the step that follows).
+    /// Keeps a [`HostSnapshot`] of the state now (before a step) when one is due: read into
+    /// the last snapshot's spare copy, or, the first time, read and copied once (the host
+    /// memory for both is checked then). A snapshot that cannot be taken is a note, not an
+    /// error: the run goes on with the one it had (a device lost while reading is found by the
+    /// step that follows).
     pub(crate) fn keep_snapshot_if_due(&mut self) {
         if !self.snapshot_due() {
             return;
         }
-
-        let elements: u64 = self
-            .params
-            .iter()
-            .map(|(_, t)| t.numel() as u64)
-            .chain(self.optimizer.state().iter().map(|(_, t)| t.numel() as u64))
-            .sum();
-        let taken =
-            crate::host::check("a snapshot of the training state", elements, 4).and_then(|_| {
-                checkpoint_io::host_state(
-                    &self.saved_tensors(),
-                    self.optimizer.as_ref(),
-                    &self.position,
-                )
-            });
+        let spare = self.snapshot.as_mut().and_then(|s| s.spare.take());
+        let taken = match spare {
+            Some(spare) => self.refresh_snapshot(spare),
+            None => self.first_snapshot(),
+        };
         match taken {
-            Ok(state) => self.keep_snapshot(state),
+            Ok(()) => {}
             Err(e) if !self.snapshot_refused => {
                 self.snapshot_refused = true;
                 let line = format!(
@@ -139,10 +137,59 @@ impl Trainer {
         }
     }
 
-    /// Keeps `state` (of the current position) as the snapshot to recover from.
+    /// The first snapshot of this trainer (or one after a refresh failed): the state read into
+    /// new host memory, and a copy of it as the spare the next one is read into.
+    fn first_snapshot(&mut self) -> Result<()> {
+        let elements: u64 = self
+            .params
+            .iter()
+            .map(|(_, t)| t.numel() as u64)
+            .chain(self.optimizer.state().iter().map(|(_, t)| t.numel() as u64))
+            .sum();
+        crate::host::check(
+            "a snapshot of the training state (two copies: the one kept and the one the next \
+             is read into)",
+            elements.saturating_mul(2),
+            4,
+        )?;
+        let state = checkpoint_io::host_state(
+            &self.saved_tensors(),
+            self.optimizer.as_ref(),
+            &self.position,
+        )?;
+        let spare = state.clone();
+        self.keep_snapshot(state);
+        if let Some(s) = self.snapshot.as_mut() {
+            s.spare = Some(spare);
+        }
+        Ok(())
+    }
+
+    /// A snapshot read into `spare`, the last one's second copy, which then becomes the
+    /// snapshot (and the last one the spare). A spare of other tensors is dropped and the
+    /// snapshot taken as the first one is.
+    fn refresh_snapshot(&mut self, mut spare: LoadedState) -> Result<()> {
+        let same = checkpoint_io::refresh_host_state(
+            &mut spare,
+            &self.saved_tensors(),
+            self.optimizer.as_ref(),
+            &self.position,
+        )?;
+        if !same {
+            drop(spare);
+            return self.first_snapshot();
+        }
+        self.keep_snapshot(spare);
+        Ok(())
+    }
+
+    /// Keeps `state` (of the current position) as the snapshot to recover from; the one it
+    /// replaces becomes the spare the next snapshot is read into.
     pub(crate) fn keep_snapshot(&mut self, state: LoadedState) {
+        let spare = self.snapshot.take().map(|s| s.state);
         self.snapshot = Some(HostSnapshot {
             state,
+            spare,
             step: self.position.step,
             recent_losses: self.recent_losses.clone(),
             segment_len: self.segment_len,

@@ -82,7 +82,8 @@ pub(crate) fn check_run_budget(
         false => 0,
     };
     // The snapshot holds the parameters, the buffers and every kind of optimizer state per
-    // trained parameter (made at step 1 when the run starts afresh).
+    // trained parameter, twice (the copy kept and the one the next is read into; both made at
+    // step 1 when the run starts afresh).
     let kinds = optimizer.state_kinds().len() as u64;
     let state = numel(params)
         .saturating_add(numel(&model.buffers()))
@@ -91,7 +92,11 @@ pub(crate) fn check_run_budget(
     let snapshots = config.max_device_losses > 0
         && ranks == 1
         && config.snapshot_every != crate::config::SnapshotEvery::Off;
-    let snapshot = if snapshots { state } else { 0 };
+    let snapshot = if snapshots {
+        state.saturating_mul(2)
+    } else {
+        0
+    };
     let needed = loader
         .saturating_add(offloaded)
         .saturating_add(streamed)
