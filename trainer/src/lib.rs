@@ -60,7 +60,7 @@ pub use text::{CharCorpus, TokenWindows};
 pub use timeline::{HostBytes, StepSpan, Timeline};
 pub use token_files::{TokenFile, TokenFolder};
 pub use tokenizer::Tokenizer;
-pub use trainer::{LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};
+pub use trainer::{LOG_LINES_KEPT, LOSS_WINDOW, MODEL_FILE, RunSummary, Trainer};
 
 // What a user of this crate alone needs to define a model and open a device.
 pub use plimsoll_autograd::{Gpu, Tensor, TensorOptions, no_grad};

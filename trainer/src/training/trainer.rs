@@ -72,7 +72,10 @@ pub struct Trainer {
     /// the device's budget changes mid-run ([`Trainer::step`]).
     pub(crate) recipe: Box<dyn Recipe>,
     pub(crate) position: RunPosition,
+    /// Invariant: at most [`LOG_LINES_KEPT`] lines before `delivered_log` once a line has been
+    /// delivered (`deliver_log`).
     pub(crate) log: Vec<String>,
+    /// Lines of `log` already handed to [`Trainer::run`]'s observer.
     pub(crate) delivered_log: usize,
     pub(crate) stop: Arc<AtomicBool>,
     /// The last [`LOSS_WINDOW`] step losses, for [`crate::StepReport::loss_mean`].
@@ -151,6 +154,9 @@ pub const LOADER_DEADLINE: Duration = Duration::from_secs(120);
 /// What the run's seed is mixed with to start the thread's random state (dropout masks), so
 /// that the masks are not drawn from the data order's stream.
 const DROPOUT_STREAM: u64 = 0xD50D_7A1C_E5EE_D001;
+
+/// Log lines [`Trainer::log`] keeps once [`Trainer::run`] has handed them to its observer.
+pub const LOG_LINES_KEPT: usize = 16;
 
 /// Steps in the running mean of the training loss ([`crate::StepReport::loss_mean`]).
 pub const LOSS_WINDOW: usize = 20;
@@ -480,7 +486,9 @@ impl Trainer {
         }
     }
 
-    /// Every log line so far (plan, recoveries, leaks, checkpoints).
+    /// The log lines so far (plan, recoveries, leaks, checkpoints): every line [`Trainer::run`]
+    /// has not yet handed to its observer, and the last [`LOG_LINES_KEPT`] it has, so a long
+    /// run's log does not grow with it.
     pub fn log(&self) -> &[String] {
         &self.log
     }
@@ -566,6 +574,8 @@ impl Trainer {
         for line in &self.log[self.delivered_log..] {
             observer.on_log(line);
         }
+        let delivered = self.log.len().saturating_sub(LOG_LINES_KEPT);
+        self.log.drain(..delivered);
         self.delivered_log = self.log.len();
     }
 
