@@ -3,7 +3,7 @@
 //! - `cargo xtask ci` does what CI does: a warning for each non-test source file over
 //!   [`line_limit::WARN_LINES`] lines (which files count is in [`line_limit`]), format check, clippy
 //!   with warnings as errors, all tests, the MPI tests (the `mpi` feature under `mpirun`),
-//!   then `chaos` and `pictures`.
+//!   then `chaos`, `soak --quick` and `pictures`.
 //! - `cargo xtask bench <suite>` runs a benchmark suite, prints a table and writes
 //!   `target/bench/<suite>.json`.
 //! - `cargo xtask chaos` injects a fault at every failure point of a training step (see
@@ -41,7 +41,8 @@ Tasks:
                       plimsoll-trainer/mpi --all-targets -D warnings, cargo test -p plimsoll-trainer --features mpi
                       --test mpi (data-parallel training under mpirun)
                    6. cargo xtask chaos
-                   7. cargo xtask pictures
+                   7. cargo xtask soak --quick
+                   8. cargo xtask pictures
   chaos            every failure point of a training step of an MLP and a small GPT, each
                    made to fail and to lose the device in turn: each must recover to the
                    undisturbed result or end in a typed error with the model unchanged
@@ -51,8 +52,10 @@ Tasks:
   pictures         a short GPT run's memory timeline, memory_viz snapshot, kernel profile,
                    Chrome trace and report, each opened by its consumer (headless Chromium,
                    Python's pickle and json); screenshot in target/pictures/report.png
-  soak [N [M]]     N digits steps (10000) and M shakespeare GPT steps (1000), in release:
-                   allocated, reserved and resident memory must not grow after warm-up
+  soak [--quick] [--release] [--only NAME]
+                   every training path through `plimsoll train`, in release (--quick: tiny
+                   models, a few hundred steps, the dev build): device memory, the counted
+                   Rust heap and resident memory must not grow after warm-up
   help             this text
 ",
         max = line_limit::WARN_LINES,
@@ -150,6 +153,10 @@ fn ci() -> Result<()> {
     }
     eprintln!("$ cargo xtask chaos");
     timed("cargo xtask chaos".into(), &mut || chaos(&[]))?;
+    eprintln!("$ cargo xtask soak --quick");
+    timed("cargo xtask soak --quick".into(), &mut || {
+        soak::run(&["--quick".to_string()])
+    })?;
     eprintln!("$ cargo xtask pictures");
     timed("cargo xtask pictures".into(), &mut || {
         pictures::run_task(&[])
