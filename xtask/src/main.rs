@@ -52,7 +52,7 @@ Tasks:
   pictures         a short GPT run's memory timeline, memory_viz snapshot, kernel profile,
                    Chrome trace and report, each opened by its consumer (headless Chromium,
                    Python's pickle and json); screenshot in target/pictures/report.png
-  soak [--quick] [--release] [--only NAME]
+  soak [--quick] [--release] [--only NAME] [--binary PATH]
                    every training path through `plimsoll train`, in release (--quick: tiny
                    models, a few hundred steps, the dev build): device memory, the counted
                    Rust heap and resident memory must not grow after warm-up

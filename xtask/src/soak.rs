@@ -145,19 +145,26 @@ fn runs(quick: bool, tokens: &Path) -> Vec<SoakRun> {
     ]
 }
 
-/// `cargo xtask soak [--quick] [--release] [--only NAME]`: see the module docs. Without
-/// `--quick` (or with `--release`) it builds and runs the release command.
+/// `cargo xtask soak [--quick] [--release] [--only NAME] [--binary PATH]`: see the module
+/// docs. Without `--quick` (or with `--release`) it builds and runs the release command;
+/// `--binary` runs a `plimsoll` built elsewhere (another commit's) instead.
 pub fn run(args: &[String]) -> Result<()> {
     let mut quick = false;
     let mut release = false;
     let mut only = None;
+    let mut given = None;
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--quick" => quick = true,
             "--release" => release = true,
             "--only" => only = Some(rest.next().context("--only needs a run's name")?.clone()),
-            other => bail!("soak: unknown argument `{other}` (--quick, --release, --only NAME)"),
+            "--binary" => {
+                given = Some(PathBuf::from(rest.next().context("--binary needs a path")?));
+            }
+            other => bail!(
+                "soak: unknown argument `{other}` (--quick, --release, --only NAME, --binary PATH)"
+            ),
         }
     }
     let release = release || !quick;
@@ -167,10 +174,15 @@ pub fn run(args: &[String]) -> Result<()> {
     if release {
         build.push("--release");
     }
-    crate::cargo(&build)?;
     let root = crate::workspace_root();
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
-    let binary = target.join(profile).join("plimsoll");
+    let binary = match given {
+        Some(path) => path,
+        None => {
+            crate::cargo(&build)?;
+            target.join(profile).join("plimsoll")
+        }
+    };
     let work = target.join("soak");
     if work.exists() {
         std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
