@@ -65,7 +65,7 @@ const LAVAPIPE_LLAMA: &str = "lavapipe's JIT compiles shader code on its queue t
     each step (docs/soak.md)";
 
 /// Live heap bytes a run may gain after warm-up: log lines of a later step are a digit longer
-/// than an earlier one's, and the digits runs gain about 9 bytes a step not yet explained
+/// than an earlier one's, and a quick digits run's log is still filling its 16 lines
 /// (docs/soak.md). A leak of 25 bytes a step passes it within a quick run's 180 steps.
 const HEAP_SLACK_BYTES: i128 = 4 << 10;
 
