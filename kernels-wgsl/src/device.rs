@@ -287,10 +287,8 @@ impl Shared {
         };
         let pacing = Arc::new(crate::pacing::Pacing::new(
             p.summary.device_type,
-            match (p.planning, p.summary.device_type) {
-                (true, _) | (false, wgpu::DeviceType::Cpu) => None,
-                (false, _) => Some(crate::pacing::DEFAULT_MAX_SUBMISSION),
-            },
+            p.planning,
+            p.deadlines.default_deadline(),
         ));
         let source = match p.planning {
             true => WgpuSegments::planning(p.device.clone(), Arc::clone(&faults)),
@@ -536,7 +534,9 @@ impl Gpu {
         let coop_off = self.shared.coop_off.load(Ordering::Relaxed);
         gpu.shared.coop_off.store(coop_off, Ordering::Relaxed);
         gpu.set_split_k_below(self.split_k_below());
-        gpu.set_max_submission(self.max_submission());
+        if self.shared.pacing.is_set_by_hand() {
+            gpu.set_max_submission(self.max_submission());
+        }
         Ok(gpu)
     }
 

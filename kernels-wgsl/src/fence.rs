@@ -471,6 +471,8 @@ impl Gpu {
             .deadlines
             .default_ns
             .store(nanos(deadline), Ordering::SeqCst);
+        // The default bound on one submission follows it (see `crate::pacing`).
+        self.shared.pacing.follow_deadline(deadline);
     }
 
     /// How long dropping the last clone of this `Gpu` waits for the GPU before leaking the device

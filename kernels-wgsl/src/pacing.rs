@@ -22,8 +22,11 @@
 //! estimates err long: batches smaller, never larger. A late callback (nobody polled) only
 //! lengthens the measured span, which errs the same way.
 //!
-//! The default bound is [`DEFAULT_MAX_SUBMISSION`] on adapters that may drive a display (every
-//! type but a CPU one: wgpu does not say which do) and none on a CPU adapter.
+//! The default bound follows the deadline: [`DEADLINE_SHARE`] of [`Gpu::default_deadline`] on
+//! every adapter, so a run whose submissions each keep their bound never meets the deadline but
+//! for a stall, however slow the device (a CPU adapter, an integrated GPU, a busy shared card);
+//! at most [`DEFAULT_MAX_SUBMISSION`] on adapters that may drive a display (every type but a CPU
+//! one: wgpu does not say which do). A bound set with [`Gpu::set_max_submission`] stays as set.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -35,6 +38,10 @@ use crate::recorder::Work;
 
 /// The bound on adapters that may drive a display (see the module docs).
 pub const DEFAULT_MAX_SUBMISSION: Duration = Duration::from_millis(100);
+
+/// The share of the deadline the default bound is: a wait covers the submissions ahead of it
+/// in the queue (at most a few), each within the bound.
+pub const DEADLINE_SHARE: f64 = 0.125;
 
 /// The share of the bound a batch is filled to: estimates err (a kernel's speed varies with its
 /// shape and with what else runs), and the bound is a promise.
@@ -102,6 +109,12 @@ pub struct PacingStats {
 pub(crate) struct Pacing {
     /// The bound in ns; 0: none.
     bound_ns: AtomicU64,
+    /// The most the default bound may be (a display's), in ns; 0: no bound at all (a planning
+    /// device, which runs nothing).
+    default_cap_ns: u64,
+    /// Whether the bound was set by hand ([`Gpu::set_max_submission`]) and no longer follows
+    /// the deadline.
+    set_by_hand: std::sync::atomic::AtomicBool,
     early: AtomicU64,
     state: Mutex<PaceState>,
 }
@@ -142,9 +155,18 @@ impl PaceState {
 }
 
 impl Pacing {
-    pub(crate) fn new(device_type: wgpu::DeviceType, bound: Option<Duration>) -> Pacing {
-        Pacing {
-            bound_ns: AtomicU64::new(bound.map_or(0, |b| b.as_nanos().max(1) as u64)),
+    /// Pacing for an adapter of `device_type` whose waits have `deadline`; none on a planning
+    /// device.
+    pub(crate) fn new(device_type: wgpu::DeviceType, planning: bool, deadline: Duration) -> Pacing {
+        let default_cap_ns = match (planning, device_type) {
+            (true, _) => 0,
+            (false, wgpu::DeviceType::Cpu) => u64::MAX,
+            (false, _) => DEFAULT_MAX_SUBMISSION.as_nanos() as u64,
+        };
+        let pacing = Pacing {
+            bound_ns: AtomicU64::new(0),
+            default_cap_ns,
+            set_by_hand: std::sync::atomic::AtomicBool::new(false),
             early: AtomicU64::new(0),
             state: Mutex::new(PaceState {
                 model: RateModel::for_adapter(device_type),
@@ -153,7 +175,20 @@ impl Pacing {
                 last_completion: None,
                 longest_measured: Duration::ZERO,
             }),
+        };
+        pacing.follow_deadline(deadline);
+        pacing
+    }
+
+    /// The default bound for waits of `deadline` ([`DEADLINE_SHARE`] of it, at most the
+    /// display's), unless the bound was set by hand.
+    pub(crate) fn follow_deadline(&self, deadline: Duration) {
+        if self.set_by_hand.load(Ordering::Relaxed) || self.default_cap_ns == 0 {
+            return;
         }
+        let share = (deadline.as_nanos() as f64 * DEADLINE_SHARE) as u64;
+        self.bound_ns
+            .store(share.clamp(1, self.default_cap_ns), Ordering::Relaxed);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, PaceState> {
@@ -247,7 +282,13 @@ impl Pacing {
         }
     }
 
+    /// Whether the bound was set by hand (and no longer follows the deadline).
+    pub(crate) fn is_set_by_hand(&self) -> bool {
+        self.set_by_hand.load(Ordering::Relaxed)
+    }
+
     fn set_bound(&self, bound: Option<Duration>) {
+        self.set_by_hand.store(true, Ordering::Relaxed);
         let ns = bound.map_or(0, |b| b.as_nanos().clamp(1, u128::from(u64::MAX)) as u64);
         self.bound_ns.store(ns, Ordering::Relaxed);
     }

@@ -1,5 +1,6 @@
 //! Deadlines and non-finite values: a step past the fence deadline returns the timeout with the
-//! recent submissions after saving the last good state; a NaN stops the step and names where.
+//! recent submissions after saving the last good state; a step many times the deadline finishes
+//! when its submissions are bounded (the default); a NaN stops the step and names where.
 
 #![allow(clippy::unwrap_used)]
 
@@ -205,6 +206,9 @@ fn giving_up_on_a_stalled_step_takes_at_most_twice_the_deadline() {
     drop(first);
 
     let deadline = Duration::from_millis(300);
+    // The whole step in one submission, as a stalled device gives: bounded submissions (the
+    // default) would finish it.
+    gpu.set_max_submission(None);
     let mut big = config(4096, 4096, 3, 1e-3);
     big.fence_deadline = deadline;
     big.checkpoint_dir = Some(dir.join("big"));
@@ -239,4 +243,38 @@ fn the_plan_waits_on_no_gpu() {
     assert!(trainer.plan().is_some());
     let allocations = gpu.with_allocator(|a| a.stats().allocations);
     assert_eq!(allocations, trainer.parameters().len() as u64);
+}
+
+/// A deadline catches a stall, never a slow device: a GPT whose step takes several times its
+/// 400 ms deadline on lavapipe (one step ran in about 2 s there) trains 3 steps and evaluates
+/// under the default bound on submissions (an eighth of the deadline), with the loss falling;
+/// the same run with the bound off puts a step in one submission and stops at the deadline.
+#[test]
+fn a_step_many_times_the_deadline_finishes_in_bounded_submissions() {
+    use common::cli::{folder, run, words};
+    let dir = folder("deadline", "bounded");
+    let line = "train shakespeare --width 256 --layers 2 --heads 4 --context 128 --batch 8 \
+                --steps 3 --eval-windows 4 --deadline-ms 400 --memory-timeline off \
+                --run-dir run";
+    let bounded = run(&dir, &words(line));
+    let stderr = String::from_utf8_lossy(&bounded.stderr);
+    assert!(bounded.status.success(), "{stderr}");
+    let metrics = std::fs::read_to_string(dir.join("run/metrics.jsonl")).unwrap();
+    let losses: Vec<f64> = metrics
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("loss").and_then(serde_json::Value::as_f64))
+        .collect();
+    assert_eq!(losses.len(), 3, "{metrics}");
+    assert!(losses[2] < losses[0], "the loss did not fall: {losses:?}");
+
+    let off = format!(
+        "{} --max-submission-ms off",
+        line.replace("--run-dir run", "--run-dir off")
+    );
+    let unbounded = run(&dir, &words(&off));
+    let stderr = String::from_utf8_lossy(&unbounded.stderr);
+    assert!(!unbounded.status.success(), "{stderr}");
+    assert!(stderr.contains("deadline"), "{stderr}");
+    assert!(!stderr.contains("leaking"), "{stderr}");
 }
