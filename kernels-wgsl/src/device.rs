@@ -546,6 +546,15 @@ impl Gpu {
         crate::teardown::LEAKED_DEVICES.load(Ordering::SeqCst)
     }
 
+    /// What the last device this process leaked was left doing ([`Gpu::leaked_devices`]), in a
+    /// sentence: the library prints nothing itself.
+    pub fn last_leak() -> Option<String> {
+        crate::teardown::LAST_LEAK
+            .lock()
+            .ok()
+            .and_then(|last| last.clone())
+    }
+
     /// The adapter in use.
     pub fn adapter(&self) -> &AdapterSummary {
         &self.shared.summary

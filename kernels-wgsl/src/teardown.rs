@@ -30,6 +30,16 @@ use crate::recorder::Batch;
 /// Devices this process leaked because their work outlived the drop deadline.
 pub(crate) static LEAKED_DEVICES: AtomicUsize = AtomicUsize::new(0);
 
+/// What the last leak was ([`crate::Gpu::last_leak`]). A library prints nothing: the program
+/// says it, once, where it fits (the `plimsoll` command does unless its error already did).
+pub(crate) static LAST_LEAK: Mutex<Option<String>> = Mutex::new(None);
+
+fn note_leak(what: String) {
+    if let Ok(mut last) = LAST_LEAK.lock() {
+        *last = Some(what);
+    }
+}
+
 /// How much longer than [`crate::Gpu::drop_deadline`] dropping the last [`crate::Gpu`] waits
 /// for the teardown thread (see the module docs) before returning without it; the thread then
 /// finishes alone.
@@ -66,13 +76,14 @@ impl Teardown {
         std::mem::forget(self.queue.clone());
         LEAKED_DEVICES.fetch_add(1, Ordering::SeqCst);
         let reserved_bytes = self.memory.stats().reserved_bytes;
-        eprintln!(
-            "plimsoll: GPU work on {} still running {} ms after the last Gpu was dropped (its \
-             drop deadline); leaking the device, queue and {} MiB of buffers instead of blocking",
+        note_leak(format!(
+            "GPU work on {} was still running {} ms after the last Gpu was dropped (its drop \
+             deadline); the device, its queue and {} MiB of buffers were left to it instead of \
+             blocking",
             self.adapter,
             self.drop_deadline.as_millis(),
             reserved_bytes >> 20
-        );
+        ));
     }
 
     /// Leaks everything without touching wgpu (no thread could be started for the teardown).
@@ -252,11 +263,11 @@ impl Drop for Shared {
                 let teardown = slot.lock().ok().and_then(|mut t| t.take());
                 if let Some(teardown) = teardown {
                     teardown.abandon();
-                    eprintln!(
-                        "plimsoll: could not start a thread to tear down the device on {}; \
-                         leaking it",
+                    note_leak(format!(
+                        "no thread could be started to tear down the device on {}; it was left \
+                         as it was",
                         self.summary.name
-                    );
+                    ));
                 }
             }
         }

@@ -125,10 +125,11 @@ pub(crate) struct DeviceArgs {
     /// milliseconds.
     #[arg(long, default_value_t = 30_000, value_parser = flags::count_u64)]
     deadline_ms: u64,
-    /// The most GPU time one submission may take, in milliseconds, so a GPU that drives a
-    /// display keeps drawing it and no watchdog (Windows' TDR, about 2 s) resets it: `auto`
-    /// (100 on a GPU, none on a CPU adapter), `off` or a number. Batches are submitted early
-    /// and one long kernel is split to stay within it; the values computed are the same.
+    /// The most GPU time one submission may take, in milliseconds, so a slow device never
+    /// meets the deadline but for a stall, a GPU that drives a display keeps drawing it and no
+    /// watchdog (Windows' TDR, about 2 s) resets it: `auto` (an eighth of --deadline-ms, at
+    /// most 100 on a GPU), `off` or a number. Batches are submitted early and one long kernel
+    /// is split to stay within it; the values computed are the same.
     #[arg(long, default_value = "auto", value_name = "MS", value_parser = flags::max_submission)]
     max_submission_ms: flags::MaxSubmission,
     /// How AdamW's update and the gradient norm's sums of squares go out over many tensors:
@@ -782,6 +783,12 @@ fn main() -> ExitCode {
         Command::Runs(args) => inspect::runs(&args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => inspect::report(&args).map(|()| ExitCode::SUCCESS),
     };
+    // A device whose work outlived its drop deadline was left to finish alone: said once, and
+    // not after a timeout, whose error already says the GPU is still busy.
+    let timed_out = matches!(&result, Err(e) if e.is_timeout());
+    if let Some(leak) = Gpu::last_leak().filter(|_| !timed_out) {
+        eprintln!("plimsoll: {leak}");
+    }
     match result {
         Ok(code) => code,
         Err(e) => {
