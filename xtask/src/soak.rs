@@ -79,14 +79,15 @@ fn words(s: &str) -> Vec<String> {
 
 /// The runs, each with the flags that make its path; `tokens` is the token folder.
 fn runs(quick: bool, tokens: &Path) -> Vec<SoakRun> {
-    // A GPT small enough for hundreds of steps in CI, or the workload's own.
-    let gpt = if quick {
-        "--layers 1 --heads 2 --width 32 --context 16 --batch 4"
-    } else {
-        ""
-    };
     let gpt_steps = if quick { 200 } else { 1000 };
     let path_steps = if quick { 200 } else { 300 };
+    // A GPT small enough for hundreds of steps in CI, or the workload's own, evaluated every
+    // twentieth of the run (its first evaluation, and the host memory it takes, in warm-up).
+    let gpt = if quick {
+        "--layers 1 --heads 2 --width 32 --context 16 --batch 4".to_string()
+    } else {
+        format!("--eval-every {} --eval-windows 16", path_steps / 20)
+    };
     let tokens = tokens.display();
     let shakespeare = |name, flags: &str, steps| SoakRun {
         name,
@@ -112,7 +113,14 @@ fn runs(quick: bool, tokens: &Path) -> Vec<SoakRun> {
             steps: cnn_epochs * 23,
             driver_growth: None,
         },
-        shakespeare("gpt", "--attention reference", gpt_steps),
+        shakespeare(
+            "gpt",
+            &match quick {
+                true => "--attention reference".to_string(),
+                false => format!("--attention reference --eval-every {}", gpt_steps / 20),
+            },
+            gpt_steps,
+        ),
         shakespeare("gpt fused attention", "--attention fused", path_steps),
         shakespeare(
             "gpt checkpointing",
