@@ -686,3 +686,34 @@ fn a_model_larger_than_the_budget_is_planned_with_its_parameters_streamed() {
     assert!(text(&o).contains("--offload parameters"), "{}", text(&o));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// "The newest run" (`eval`, `report`, `sample` with none named) is the one that started last,
+/// not the last name in alphabetical order: a gpt run started after a shakespeare run is newer,
+/// though "gpt-..." sorts first.
+#[test]
+fn the_newest_run_is_the_one_that_started_last() {
+    use plimsoll_trainer::run_dir::{list, newest, newest_of};
+    let root = folder("newest");
+    let run = |name: &str, workload: &str, started: &str| {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = serde_json::json!({ "workload": workload, "started": started });
+        std::fs::write(dir.join("run.json"), record.to_string()).unwrap();
+        dir
+    };
+    // Within one second, with fractions of different lengths (jiff drops trailing zeros).
+    let older = run(
+        "shakespeare-20261208-021245",
+        "shakespeare",
+        "2026-12-08T02:12:45.5Z",
+    );
+    let newer = run("gpt-20261208-021245", "gpt", "2026-12-08T02:12:45.51Z");
+    let oldest = run("digits-20261208-021300", "digits", "2026-12-08T02:11:00Z");
+    let order: Vec<PathBuf> = list(&root).unwrap().into_iter().map(|r| r.path).collect();
+    assert_eq!(order, vec![oldest, older.clone(), newer.clone()]);
+    assert_eq!(newest(&root, None).unwrap(), Some(newer));
+    assert_eq!(
+        newest_of(&root, &["shakespeare", "digits"]).unwrap(),
+        Some(older)
+    );
+}

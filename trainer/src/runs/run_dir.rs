@@ -222,9 +222,12 @@ pub struct RunInfo {
     /// `finished`, `interrupted`, `failed`, `running` (its lock is held) or `stopped` (no
     /// summary and no process: killed, or crashed).
     pub status: String,
+    /// When the run started (`run.json`'s `started`; `None` when it has none).
+    pub started: Option<jiff::Timestamp>,
 }
 
-/// The runs directly under `root` (directories holding `run.json`), oldest first by name.
+/// The runs directly under `root` (directories holding `run.json`), oldest first by start time
+/// (then by name; a run whose start is not recorded counts as the oldest).
 pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
     let mut runs = Vec::new();
     let entries = std::fs::read_dir(root).map_err(io(root))?;
@@ -234,6 +237,10 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
             continue;
         };
         let record: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let started = record
+            .get("started")
+            .and_then(|t| t.as_str())
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
         let workload = record
             .get("workload")
             .and_then(|w| w.as_str())
@@ -258,15 +265,16 @@ pub fn list(root: &Path) -> Result<Vec<RunInfo>> {
                 .or(best().get("best_eval_loss"))
                 .and_then(|v| v.parse().ok()),
             status,
+            started,
             path,
         });
     }
-    runs.sort_by(|a, b| a.path.cmp(&b.path));
+    runs.sort_by(|a, b| (a.started, &a.path).cmp(&(b.started, &b.path)));
     Ok(runs)
 }
 
-/// The newest run under `root` (of `workload`, when given): names sort by start time. `None`
-/// when there is none, or no `root`.
+/// The newest run under `root` (of `workload`, when given) by start time ([`list`]'s order).
+/// `None` when there is none, or no `root`.
 pub fn newest(root: &Path, workload: Option<&str>) -> Result<Option<PathBuf>> {
     newest_of(root, workload.as_slice())
 }
