@@ -280,3 +280,24 @@ fn lines_above_the_progress_bar_are_ended_on_a_terminal() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A batch whose sample indices alone would not fit in host memory is a typed error (exit 1,
+/// what, how much and what is available), never the allocator's abort (134), in `plan` and in
+/// `train`, and a refused `train` leaves no run folder.
+#[test]
+fn a_batch_too_large_for_host_memory_is_refused_not_aborted() {
+    let dir = folder("huge-batch");
+    for args in [
+        "plan resnet50 --image 224 --batch 100000000000 --memory-budget 24GiB",
+        "train resnet18 --image 32 --batch 40000000000 --steps 1",
+    ] {
+        let o = run(&dir, &words(args));
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args}: {err}");
+        assert!(
+            err.contains("sample indices needs") && err.contains("available"),
+            "{args}: {err}"
+        );
+    }
+    assert!(!dir.join("runs").exists());
+}

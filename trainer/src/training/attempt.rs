@@ -183,6 +183,9 @@ impl Trainer {
             self.order_epoch = Some(self.position.epoch);
         }
         let first = self.position.sample_in_epoch;
+        let taken = effective.min(self.order.len().saturating_sub(first));
+        crate::host::check("the step's sample indices", taken as u64, 8)
+            .map_err(Failure::Before)?;
         let indices = self.order.range(first, effective);
         if indices.is_empty() {
             return Err(Failure::Before(Error::invalid(

@@ -170,6 +170,7 @@ fn replay_step(
         }
         a.reset_peaks();
     });
+    crate::host::check("the step's sample indices", samples as u64, 8)?;
     let indices: Vec<usize> = (0..samples).collect();
     // With several ranks, the collective calls as the run makes them (nothing is sent), and
     // this rank's loss weighted by its share of the whole batch, as in the run.
@@ -257,7 +258,9 @@ fn replay_eval_chunk(
     p: &mut Probe,
 ) -> Result<bool> {
     twin.with_allocator(|a| a.reset_peaks());
-    let indices: Vec<usize> = (0..samples.min(test.len())).collect();
+    let samples = samples.min(test.len());
+    crate::host::check("an evaluation chunk's sample indices", samples as u64, 8)?;
+    let indices: Vec<usize> = (0..samples).collect();
     let result = {
         let _no_grad = plimsoll_autograd::no_grad();
         model.set_training(false);
