@@ -301,3 +301,36 @@ fn a_batch_too_large_for_host_memory_is_refused_not_aborted() {
     }
     assert!(!dir.join("runs").exists());
 }
+
+/// A negative number after its flag gets the flag's own message, as `--flag=-1` does (clap took
+/// `-1` for an unknown flag: "unexpected argument '-1'"), and a flag's advice is its own
+/// (`--val-fraction 0` was told "1e-3 is usual", the learning rate's).
+#[test]
+fn a_negative_value_gets_its_flags_message_and_advice_is_the_flags_own() {
+    let dir = folder("negative");
+    for (apart, joined) in [
+        ("train digits --lr -1", "train digits --lr=-1"),
+        (
+            "train shakespeare --width -3",
+            "train shakespeare --width=-3",
+        ),
+        ("train digits --epochs -inf", "train digits --epochs=-inf"),
+    ] {
+        let (a, j) = (run(&dir, &words(apart)), run(&dir, &words(joined)));
+        assert_eq!(a.status.code(), Some(2), "{apart}: {}", stderr(&a));
+        assert_eq!(stderr(&a), stderr(&j), "{apart} against {joined}");
+        assert!(
+            !stderr(&a).contains("unexpected argument"),
+            "{}",
+            stderr(&a)
+        );
+    }
+    let o = run(
+        &dir,
+        &words("prepare shakespeare --tokenizer char --out x --val-fraction 0"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--val-fraction"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("1e-3"), "{}", stderr(&o));
+    assert!(!dir.join("runs").exists() && !dir.join("x").exists());
+}

@@ -141,13 +141,18 @@ fn float(s: &str) -> Parsed<f32> {
     }
 }
 
-/// A finite number above 0 (a learning rate).
+/// A learning rate: a finite number above 0.
+pub fn learning_rate(s: &str) -> Parsed<f32> {
+    positive(s).map_err(|e| format!("{e} (1e-3 is usual)"))
+}
+
+/// A finite number above 0.
 pub fn positive(s: &str) -> Parsed<f32> {
     let v = float(s)?;
     if v > 0.0 {
         Ok(v)
     } else {
-        Err(format!("{v} must be above 0 (1e-3 is usual)"))
+        Err(format!("{v} must be above 0"))
     }
 }
 

@@ -201,7 +201,7 @@ pub(crate) struct CommonArgs {
     #[arg(long, default_value = "auto", value_parser = flags::checkpointing)]
     checkpointing: CheckpointPolicy,
     /// Peak learning rate (AdamW) [default: the workload's].
-    #[arg(long, value_parser = flags::positive)]
+    #[arg(long, value_parser = flags::learning_rate)]
     lr: Option<f32>,
     /// Seed of the data order and the model's initialisation.
     #[arg(long, default_value_t = 0)]
@@ -766,12 +766,50 @@ fn plan_only(workload: Workload, ranks: usize) -> Result<()> {
     Ok(())
 }
 
+/// `argv` with `--flag -1` given as `--flag=-1` where `--flag` takes a value: clap reads a
+/// token that starts with `-` as a flag of its own, so a negative number apart from its flag
+/// was "unexpected argument '-1'" where the joined form gets the flag's own message.
+fn join_negative_values(argv: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let looks_negative = |s: &str| {
+        s.strip_prefix('-').is_some_and(|rest| {
+            rest.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+                || rest.eq_ignore_ascii_case("inf")
+                || rest.eq_ignore_ascii_case("nan")
+        })
+    };
+    let mut command = Cli::command();
+    let mut out = Vec::with_capacity(argv.len());
+    let mut rest = argv.iter().peekable();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_str().unwrap_or_default();
+        if let Some(sub) = command.find_subcommand(text).cloned() {
+            command = sub;
+        } else if let Some(name) = text.strip_prefix("--").filter(|n| !n.contains('=')) {
+            let takes_value = command
+                .get_arguments()
+                .any(|a| a.get_long() == Some(name) && a.get_action().takes_values());
+            let value = rest
+                .peek()
+                .and_then(|v| v.to_str())
+                .filter(|v| looks_negative(v));
+            if let Some(value) = value.filter(|_| takes_value) {
+                out.push(format!("{text}={value}").into());
+                rest.next();
+                continue;
+            }
+        }
+        out.push(arg.clone());
+    }
+    out
+}
+
 fn main() -> ExitCode {
     let started = Instant::now();
     // As the system gave them: an argument that is not UTF-8 (a path) is no panic; a path
     // flag keeps it as a `PathBuf`, any other flag is clap's usage error.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = Cli::parse_from(&argv);
+    let cli = Cli::parse_from(join_negative_values(&argv));
     let result = match cli.command {
         Command::Train { workload } => train::train(workload, &argv, started),
         Command::Plan { workload, ranks } => {
