@@ -165,6 +165,18 @@ fn a_run_records_what_trained_in_words_and_its_report_draws_the_accuracy() {
     assert_eq!(optimizer["warmup_steps"], 5);
     assert_eq!(optimizer["min_lr"], 0.0001);
     assert_eq!(optimizer["clip_grad_norm"], 2.0);
+    // The summary's f32 figures as their shortest decimals, not the f64 they widen to
+    // (`1.3490835`, never `1.3490835428237915`).
+    let summary = json(&dir.join("r/summary.json"));
+    for figure in [
+        &summary["training_loss"],
+        &summary["best_eval_loss"],
+        &summary["last_evaluation"]["loss"],
+        &summary["last_evaluation"]["accuracy"],
+    ] {
+        let v = figure.as_f64().unwrap();
+        assert_eq!(figure.to_string(), (v as f32).to_string(), "{summary}");
+    }
     let config = &record["config"];
     assert_eq!(config["length"], "1 epoch");
     assert_eq!(config["checkpointing"], "auto");

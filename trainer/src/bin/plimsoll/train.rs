@@ -564,12 +564,12 @@ fn train_in(
     let summary = serde_json::json!({
         "status": if s.interrupted { "interrupted" } else { "finished" },
         "steps": s.steps,
-        "training_loss": s.last_loss,
+        "training_loss": s.last_loss.map(f32_json),
         "last_evaluation": s.last_evaluation.map(|e| serde_json::json!({
-            "loss": e.loss,
-            "accuracy": e.accuracy,
+            "loss": f32_json(e.loss),
+            "accuracy": e.accuracy.map(f32_json),
         })),
-        "best_eval_loss": s.best_eval_loss,
+        "best_eval_loss": s.best_eval_loss.map(f32_json),
         "device_losses": s.device_losses,
         "seconds": seconds,
     });
@@ -577,6 +577,16 @@ fn train_in(
     out::say(memory);
     out::say(host);
     Ok(code)
+}
+
+/// An f32 as the JSON number of its shortest decimal (`0.1`, where `json!` would write the
+/// f64 it widens to, `0.10000000149011612`).
+fn f32_json(v: f32) -> serde_json::Value {
+    v.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
 /// The run's trainer (its memory plan made) and, for a resumed run, its checkpoint loaded:
