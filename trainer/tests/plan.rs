@@ -771,3 +771,15 @@ fn a_budget_that_shrinks_mid_run_is_planned_again_and_the_update_is_unchanged() 
     assert_eq!(t.position().step, 6);
     assert_params_close(&values(t.parameters()), &undisturbed, 1e-5);
 }
+
+/// The plan says how the batch splits as the step splits it (chunks of the micro-batch, the
+/// last one what is left): 256 in micro-batches of 13 is 19 of 13 and one of 9, which
+/// "20 micro-batch(es) of 13" (260) misstated.
+#[test]
+fn the_split_of_a_batch_is_said_as_it_is() {
+    use plimsoll_trainer::plan::micro_batches_in_words as words;
+    assert_eq!(words(256, 13), "19 micro-batches of 13 and one of 9");
+    assert_eq!(words(256, 64), "4 micro-batches of 64");
+    assert_eq!(words(16, 16), "1 micro-batch of 16");
+    assert_eq!(words(20, 12), "1 micro-batch of 12 and one of 8");
+}

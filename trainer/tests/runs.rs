@@ -575,7 +575,7 @@ fn a_batchnorm_model_is_not_split_silently() {
         )),
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("1 micro-batch(es) of 16"), "{}", text(&o));
+    assert!(text(&o).contains("1 micro-batch of 16"), "{}", text(&o));
     assert!(
         !text(&o).contains("note: the model's BatchNorm"),
         "{}",

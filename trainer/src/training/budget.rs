@@ -43,11 +43,10 @@ impl Trainer {
             Ok(new) => {
                 self.note(format!(
                     "the memory budget changed from {} to {} before step {step}: planned again, \
-                     {} micro-batch(es) of {}, checkpointing {} (predicted peak {}, was {})",
+                     {}, checkpointing {} (predicted peak {}, was {})",
                     fmt(was),
                     fmt(budget),
-                    per_rank.effective_batch.div_ceil(new.micro_batch.max(1)),
-                    new.micro_batch,
+                    crate::plan::micro_batches_in_words(per_rank.effective_batch, new.micro_batch),
                     crate::plan::segment_name(new.segment_len),
                     fmt(new.predicted_peak_reserved_bytes),
                     fmt(plan.predicted_peak_reserved_bytes),

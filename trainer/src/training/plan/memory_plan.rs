@@ -134,12 +134,10 @@ impl fmt::Display for MemoryPlan {
         }
         write!(
             f,
-            "  choice: effective batch {} = {} micro-batch(es) of {}, checkpointing {}, {}; \
-             predicted peak {} allocated, {} reserved ({:.0}% of the budget); evaluation in \
-             chunks of {}: {}",
+            "  choice: effective batch {} = {}, checkpointing {}, {}; predicted peak {} \
+             allocated, {} reserved ({:.0}% of the budget); evaluation in chunks of {}: {}",
             self.effective_batch,
-            self.effective_batch.div_ceil(self.micro_batch),
-            self.micro_batch,
+            super::micro_batches_in_words(self.effective_batch, self.micro_batch),
             segment_name(self.segment_len),
             self.precision,
             format_bytes(self.predicted_peak_bytes),

@@ -140,6 +140,22 @@ pub fn segment_name(segment_len: usize) -> String {
     }
 }
 
+/// How a batch of `effective` samples splits into micro-batches of at most `micro`, in words:
+/// "1 micro-batch of 256", "4 micro-batches of 64", "19 micro-batches of 13 and one of 9" (the
+/// last takes what is left).
+pub fn micro_batches_in_words(effective: usize, micro: usize) -> String {
+    let micro = micro.clamp(1, effective.max(1));
+    let (full, rest) = (effective / micro, effective % micro);
+    let of = |n: usize| match n {
+        1 => "1 micro-batch".to_string(),
+        n => format!("{n} micro-batches"),
+    };
+    match rest {
+        0 => format!("{} of {micro}", of(full)),
+        _ => format!("{} of {micro} and one of {rest}", of(full)),
+    }
+}
+
 /// What a dry run replays: the recipe, the training data, the evaluation data (if the run
 /// evaluates) and the run's configuration.
 pub(super) type Inputs<'a> = (
