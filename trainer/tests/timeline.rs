@@ -162,3 +162,11 @@ fn an_out_of_memory_and_its_recovery_are_in_the_timeline() {
     let out = check_with_python(&dir);
     assert!(out.contains("\"oom\": "), "{out}");
 }
+
+/// A span of one step reads "step 2" ("steps 2-2" before), of several "steps 1-3".
+#[test]
+fn a_span_of_steps_is_said_in_words() {
+    use plimsoll_trainer::StepSpan;
+    assert_eq!(StepSpan { first: 2, last: 2 }.to_string(), "step 2");
+    assert_eq!(StepSpan { first: 1, last: 3 }.to_string(), "steps 1-3");
+}

@@ -45,6 +45,16 @@ pub struct StepSpan {
     pub last: u64,
 }
 
+/// "step 3" for one step, "steps 1-3" for several.
+impl std::fmt::Display for StepSpan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.first == self.last {
+            true => write!(f, "step {}", self.first),
+            false => write!(f, "steps {}-{}", self.first, self.last),
+        }
+    }
+}
+
 impl StepSpan {
     /// Parses `N` (step N alone) or `A-B` (steps A to B).
     ///
@@ -168,11 +178,9 @@ impl Timeline {
             host.push(format!("streamed parameters and gradients {streamed}"));
         }
         format!(
-            "{}: steps {}-{}, {} events{dropped}; peak allocated {}, peak reserved {}{}; host \
-             memory: {}",
+            "{}: {}, {} events{dropped}; peak allocated {}, peak reserved {}{}; host memory: {}",
             self.title,
-            self.span.first,
-            self.span.last,
+            self.span,
             self.trace.events.len(),
             format_bytes(self.end.stats.peak_allocated_bytes),
             format_bytes(self.end.stats.peak_reserved_bytes),
@@ -383,9 +391,8 @@ impl Recording {
         if let Some(dir) = cx.config.checkpoint_dir.as_deref() {
             match timeline.write(dir) {
                 Ok(paths) => cx.note(format!(
-                    "memory timeline of steps {}-{}: {}",
-                    timeline.span.first,
-                    timeline.span.last,
+                    "memory timeline of {}: {}",
+                    timeline.span,
                     paths.get(1).unwrap_or(&dir.join(TIMELINE_HTML)).display()
                 )),
                 Err(e) => cx.note(format!("warning: the memory timeline was not saved: {e}")),
