@@ -283,3 +283,43 @@ pub fn loss_chunk(s: &str) -> Parsed<plimsoll_trainer::LossHead> {
             .map_err(|e| format!("{e}; give `auto`, `off` or a number of rows")),
     }
 }
+
+/// `argv` with `--flag -1` given as `--flag=-1` where `--flag` takes a value in `command` (the
+/// command's clap tree): clap reads a token that starts with `-` as a flag of its own, so a
+/// negative number apart from its flag was "unexpected argument '-1'" where the joined form
+/// gets the flag's own message.
+pub fn join_negative_values(
+    mut command: clap::Command,
+    argv: &[std::ffi::OsString],
+) -> Vec<std::ffi::OsString> {
+    let looks_negative = |s: &str| {
+        s.strip_prefix('-').is_some_and(|rest| {
+            rest.starts_with(|c: char| c.is_ascii_digit() || c == '.')
+                || rest.eq_ignore_ascii_case("inf")
+                || rest.eq_ignore_ascii_case("nan")
+        })
+    };
+    let mut out = Vec::with_capacity(argv.len());
+    let mut rest = argv.iter().peekable();
+    while let Some(arg) = rest.next() {
+        let text = arg.to_str().unwrap_or_default();
+        if let Some(sub) = command.find_subcommand(text).cloned() {
+            command = sub;
+        } else if let Some(name) = text.strip_prefix("--").filter(|n| !n.contains('=')) {
+            let takes_value = command
+                .get_arguments()
+                .any(|a| a.get_long() == Some(name) && a.get_action().takes_values());
+            let value = rest
+                .peek()
+                .and_then(|v| v.to_str())
+                .filter(|v| looks_negative(v));
+            if let Some(value) = value.filter(|_| takes_value) {
+                out.push(format!("{text}={value}").into());
+                rest.next();
+                continue;
+            }
+        }
+        out.push(arg.clone());
+    }
+    out
+}

@@ -766,50 +766,13 @@ fn plan_only(workload: Workload, ranks: usize) -> Result<()> {
     Ok(())
 }
 
-/// `argv` with `--flag -1` given as `--flag=-1` where `--flag` takes a value: clap reads a
-/// token that starts with `-` as a flag of its own, so a negative number apart from its flag
-/// was "unexpected argument '-1'" where the joined form gets the flag's own message.
-fn join_negative_values(argv: &[std::ffi::OsString]) -> Vec<std::ffi::OsString> {
-    use clap::CommandFactory;
-    let looks_negative = |s: &str| {
-        s.strip_prefix('-').is_some_and(|rest| {
-            rest.starts_with(|c: char| c.is_ascii_digit() || c == '.')
-                || rest.eq_ignore_ascii_case("inf")
-                || rest.eq_ignore_ascii_case("nan")
-        })
-    };
-    let mut command = Cli::command();
-    let mut out = Vec::with_capacity(argv.len());
-    let mut rest = argv.iter().peekable();
-    while let Some(arg) = rest.next() {
-        let text = arg.to_str().unwrap_or_default();
-        if let Some(sub) = command.find_subcommand(text).cloned() {
-            command = sub;
-        } else if let Some(name) = text.strip_prefix("--").filter(|n| !n.contains('=')) {
-            let takes_value = command
-                .get_arguments()
-                .any(|a| a.get_long() == Some(name) && a.get_action().takes_values());
-            let value = rest
-                .peek()
-                .and_then(|v| v.to_str())
-                .filter(|v| looks_negative(v));
-            if let Some(value) = value.filter(|_| takes_value) {
-                out.push(format!("{text}={value}").into());
-                rest.next();
-                continue;
-            }
-        }
-        out.push(arg.clone());
-    }
-    out
-}
-
 fn main() -> ExitCode {
     let started = Instant::now();
     // As the system gave them: an argument that is not UTF-8 (a path) is no panic; a path
     // flag keeps it as a `PathBuf`, any other flag is clap's usage error.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let cli = Cli::parse_from(join_negative_values(&argv));
+    let cli = <Cli as clap::CommandFactory>::command();
+    let cli = Cli::parse_from(flags::join_negative_values(cli, &argv));
     let result = match cli.command {
         Command::Train { workload } => train::train(workload, &argv, started),
         Command::Plan { workload, ranks } => {
@@ -821,8 +784,7 @@ fn main() -> ExitCode {
         Command::Runs(args) => inspect::runs(&args).map(|()| ExitCode::SUCCESS),
         Command::Report(args) => inspect::report(&args).map(|()| ExitCode::SUCCESS),
     };
-    // A device whose work outlived its drop deadline was left to finish alone: said once, and
-    // not after a timeout, whose error already says the GPU is still busy.
+    // A device left to finish its work alone, said once (a timeout's error already says so).
     let timed_out = matches!(&result, Err(e) if e.is_timeout());
     if let Some(leak) = Gpu::last_leak().filter(|_| !timed_out) {
         eprintln!("plimsoll: {leak}");
