@@ -1,59 +1,18 @@
 //! `prepare` streams: a text many times larger than the host memory it is allowed is prepared
 //! without the heap ever growing past that limit (counted by this test binary's allocator).
 
-#![allow(clippy::unwrap_used, unsafe_code)]
+#![allow(clippy::unwrap_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
+use plimsoll_trainer::host_memory::{self, CountingAllocator};
 use plimsoll_trainer::prepare::{PrepareOptions, TextSource, prepare};
 use plimsoll_trainer::{TokenFolder, Tokenizer};
 
-/// The system allocator, counting the bytes live and their peak since the last reset.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counters are only arithmetic.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as `System::alloc`, with the caller's layout.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
-            PEAK.fetch_max(live, Ordering::SeqCst);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` was allocated by `alloc` above with `layout`.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as `System::realloc`, with the caller's arguments.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            if new_size >= layout.size() {
-                let live = LIVE.fetch_add(new_size - layout.size(), Ordering::SeqCst)
-                    + (new_size - layout.size());
-                PEAK.fetch_max(live, Ordering::SeqCst);
-            } else {
-                LIVE.fetch_sub(layout.size() - new_size, Ordering::SeqCst);
-            }
-        }
-        p
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// Writes `bytes` bytes of text lines to `path` a line at a time (never held whole).
 fn write_text(path: &Path, bytes: u64) {
@@ -81,7 +40,7 @@ fn write_text(path: &Path, bytes: u64) {
 
 /// Prepares a text of `text_bytes` with `limit` bytes of host memory; returns the heap's peak
 /// growth during the preparation and the tokens written.
-fn peak_growth(dir: &Path, tokenizer: &str, text_bytes: u64, limit: u64) -> (usize, u64) {
+fn peak_growth(dir: &Path, tokenizer: &str, text_bytes: u64, limit: u64) -> (u64, u64) {
     let src = dir.join(format!("{tokenizer}.txt"));
     write_text(&src, text_bytes);
     let out = dir.join(tokenizer);
@@ -95,10 +54,10 @@ fn peak_growth(dir: &Path, tokenizer: &str, text_bytes: u64, limit: u64) -> (usi
         overwrite: false,
     };
     let sources = [TextSource::File(src)];
-    let before = LIVE.load(Ordering::SeqCst);
-    PEAK.store(before, Ordering::SeqCst);
+    host_memory::reset_peak();
+    let before = host_memory::heap().unwrap().live_bytes;
     let meta = prepare(&sources, &out, &options, &mut |_| ControlFlow::Continue(())).unwrap();
-    let growth = PEAK.load(Ordering::SeqCst) - before;
+    let growth = host_memory::heap().unwrap().peak_bytes - before;
     TokenFolder::open(&out).unwrap();
     (growth, meta.train_tokens + meta.val_tokens)
 }
@@ -117,7 +76,7 @@ fn a_text_many_times_the_memory_limit_is_prepared_within_it() {
         );
         assert!(tokens > 0);
         assert!(
-            (growth as u64) <= limit,
+            growth <= limit,
             "{tokenizer}: the heap grew by {growth} bytes, over the limit of {limit}"
         );
         assert!(text_bytes >= 6 * limit, "the text is larger than the limit");
